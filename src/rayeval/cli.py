@@ -1,0 +1,79 @@
+"""The ``rayeval`` command line. Exit codes: 0 ok/passed, 1 graded but failed, 2 bad input."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Callable, Sequence
+
+from .evals import EvalFileError, check_evals, load_eval
+from .grading import grade
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+
+
+class BadInput(Exception):
+    """A user error: printed as one clean message, exit code 2."""
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    evals, problems = check_evals(*args.paths)
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    if problems:
+        print(f"{len(problems)} problem(s) found; {len(evals)} eval(s) valid", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(f"{len(evals)} eval(s) valid")
+    return EXIT_OK
+
+
+def _read_answer(path: str) -> object:
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadInput(f"{path}: cannot read answer file: {exc}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BadInput(f"{path}: answer is not valid JSON (line {exc.lineno} column {exc.colno}: {exc.msg})") from None
+
+
+def _cmd_grade(args: argparse.Namespace) -> int:
+    eval_ = load_eval(args.eval_file)
+    result = grade(eval_, _read_answer(args.answer_file))
+    print(result.model_dump_json(indent=2))
+    return EXIT_OK if result.passed else EXIT_FAILED
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rayeval", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    validate = sub.add_parser("validate", help="check eval files and their grader configs")
+    validate.add_argument("paths", nargs="+", help="eval files or folders (searched recursively)")
+    validate.set_defaults(handler=_cmd_validate)
+
+    grade_cmd = sub.add_parser("grade", help="grade one answer file against one eval file")
+    grade_cmd.add_argument("eval_file")
+    grade_cmd.add_argument("answer_file", help="JSON answer file, or - for standard input")
+    grade_cmd.set_defaults(handler=_cmd_grade)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    try:
+        return handler(args)
+    except EvalFileError as exc:
+        for problem in exc.problems:
+            print(problem, file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except BadInput as exc:
+        print(f"rayeval: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,172 @@
+"""Loading eval files and folders, reporting every problem with file, field and message."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from pydantic import ValidationError
+
+from ..graders.registry import get_grader
+from .model import Eval, selection_problem
+
+SKIPPED_FILE_NAMES = frozenset({"manifest.json"})
+
+
+@dataclass(frozen=True)
+class EvalProblem:
+    path: str
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.path}: {self.field}" if self.field else self.path
+        return f"{where}: {self.message}"
+
+
+class EvalFileError(ValueError):
+    """Raised with every problem found across all the files that were asked for."""
+
+    def __init__(self, problems: list[EvalProblem]):
+        self.problems = list(problems)
+        count = len(self.problems)
+        lines = "\n".join(f"  {p}" for p in self.problems)
+        super().__init__(f"{count} problem{'s' if count != 1 else ''} in eval files:\n{lines}")
+
+
+def _field_path(loc: Iterable[Any]) -> str:
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif part in ("str", "list[str]", "function-after[_one_grader_selection(), Eval]"):
+            continue  # union-branch and validator names are pydantic internals, not fields
+        else:
+            path += f".{part}" if path else str(part)
+    return path
+
+
+def _pydantic_problems(path: str, error: ValidationError) -> list[EvalProblem]:
+    problems: dict[tuple[str, str], EvalProblem] = {}
+    for item in error.errors(include_url=False):
+        field = _field_path(item["loc"])
+        message = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "missing":
+            message = "required field is missing"
+        problems.setdefault((field, message), EvalProblem(path, field, message))
+    return list(problems.values())
+
+
+def _read_json_object(path: Path) -> tuple[dict | None, EvalProblem | None]:
+    name = str(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        return None, EvalProblem(name, "", f"cannot read file: {exc.strerror or exc}")
+    if not raw.strip():
+        return None, EvalProblem(name, "", "file is empty")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        return None, EvalProblem(name, "", f"not valid UTF-8 (byte {exc.start}): {exc.reason}")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return None, EvalProblem(name, "", f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}")
+    except RecursionError:
+        return None, EvalProblem(name, "", "invalid JSON: nested too deeply")
+    if not isinstance(data, dict):
+        return None, EvalProblem(name, "", f"top level must be a JSON object, got {type(data).__name__}")
+    return data, None
+
+
+def grader_config_problems(eval_: Eval, path: str) -> list[EvalProblem]:
+    """Dry-run every grader on an empty answer: graders check their whole config first."""
+    problems = []
+    prefix = "grader" if eval_.grader is not None else "graders"
+    for index, spec in enumerate(eval_.grader_specs):
+        field = f"{prefix}.config" if eval_.grader is not None else f"graders[{index}].config"
+        result = get_grader(spec.type).evaluate_answer({}, spec.config)
+        reason = result.metrics.get("configuration_error")
+        if reason is not None:
+            problems.append(EvalProblem(path, field, f"{spec.type} configuration error: {reason}"))
+    return problems
+
+
+def parse_eval(data: dict, path: str, *, check_grader_configs: bool = True) -> tuple[Eval | None, list[EvalProblem]]:
+    """Validate one decoded eval object; returns the Eval or the problems found."""
+    try:
+        eval_ = Eval.model_validate(data)
+    except ValidationError as exc:
+        problems = [p for p in _pydantic_problems(path, exc) if p.field]
+        selection = selection_problem(data.get("grader"), data.get("graders"))
+        if selection:
+            problems.append(EvalProblem(path, *selection))
+        return None, problems
+    eval_._source_path = Path(path)
+    problems = grader_config_problems(eval_, path) if check_grader_configs else []
+    return (None if problems else eval_), problems
+
+
+def discover_eval_files(target: Path) -> list[Path]:
+    if target.is_dir():
+        return sorted(p for p in target.rglob("*.json") if p.is_file() and p.name not in SKIPPED_FILE_NAMES)
+    return [target]
+
+
+def check_evals(*paths: str | Path, check_grader_configs: bool = True) -> tuple[list[Eval], list[EvalProblem]]:
+    """Load what can be loaded and collect every problem (used by ``validate`` and the planner)."""
+    evals: list[Eval] = []
+    problems: list[EvalProblem] = []
+    seen_ids: dict[str, str] = {}
+    if not paths:
+        problems.append(EvalProblem("<arguments>", "", "no eval files or folders given"))
+    for target in map(Path, paths):
+        if not target.exists():
+            problems.append(EvalProblem(str(target), "", "no such file or folder"))
+            continue
+        files = discover_eval_files(target)
+        if not files:
+            problems.append(EvalProblem(str(target), "", "folder contains no *.json eval files"))
+        for file in files:
+            data, problem = _read_json_object(file)
+            if problem:
+                problems.append(problem)
+                continue
+            eval_, found = parse_eval(data, str(file), check_grader_configs=check_grader_configs)
+            problems.extend(found)
+            if eval_ is None:
+                continue
+            if eval_.id in seen_ids:
+                problems.append(EvalProblem(str(file), "id", f"duplicate eval id {eval_.id!r}, also in {seen_ids[eval_.id]}"))
+                continue
+            seen_ids[eval_.id] = str(file)
+            evals.append(eval_)
+    return evals, problems
+
+
+def load_evals(*paths: str | Path, check_grader_configs: bool = True) -> list[Eval]:
+    """Every eval under ``paths`` (files or folders, recursively), or EvalFileError listing all problems."""
+    evals, problems = check_evals(*paths, check_grader_configs=check_grader_configs)
+    if problems:
+        raise EvalFileError(problems)
+    return evals
+
+
+def load_eval(path: str | Path) -> Eval:
+    """Exactly one eval file."""
+    evals = load_evals(path)
+    if len(evals) != 1:
+        raise EvalFileError([EvalProblem(str(path), "", f"expected one eval file, found {len(evals)}")])
+    return evals[0]
+
+
+__all__ = [
+    "EvalFileError",
+    "EvalProblem",
+    "check_evals",
+    "load_eval",
+    "load_evals",
+    "parse_eval",
+]

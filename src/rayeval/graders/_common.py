@@ -1,0 +1,116 @@
+"""Conventions shared by the graders: number rules, field lookup, result builders."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .result import GraderResult
+
+
+class _Missing:
+    """Marks "the answer never supplied this field", as distinct from an explicit null."""
+
+    _instance: "_Missing | None" = None
+
+    def __new__(cls) -> "_Missing":
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+MISSING: Any = _Missing()
+
+
+def is_finite_number(value: Any) -> bool:
+    """JSON number (not bool) whose float value is finite; huge ints that overflow are not."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
+
+
+def is_nonblank_str(value: Any) -> bool:
+    return isinstance(value, str) and bool(value.strip())
+
+
+def parse_float(text: str) -> float | None:
+    """Python ``float()`` semantics on a string (whitespace, ``_``, inf/nan); None if unparseable."""
+    try:
+        return float(text)
+    except (ValueError, TypeError, OverflowError):
+        return None
+
+
+def lookup_dotted(answer: Any, key: str) -> tuple[bool, Any]:
+    """(found, value): a plain key is a top-level lookup; a dotted key walks nested objects."""
+    if not isinstance(answer, dict):
+        return False, None
+    if "." not in key:
+        if key in answer:
+            return True, answer[key]
+        return False, None
+    node: Any = answer
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False, None
+        node = node[part]
+    return True, node
+
+
+def check_expected_count(config: dict) -> tuple[int | None, str | None]:
+    """(expected_count, error): absent/null means no contract; else a non-bool int >= 0."""
+    value = config.get("expected_count")
+    if value is None:
+        return None, None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None, f"expected_count must be a non-negative integer, got {value!r}"
+    return value, None
+
+
+def cardinality_holds(expected_count: int | None, submitted: int, unique: int) -> bool:
+    return expected_count is None or (submitted == expected_count and unique == expected_count)
+
+
+def finite_or_none(value: Any) -> Any:
+    """Replace a non-finite float by None (metrics must stay JSON-clean)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def echo_answer(answer: Any) -> Any:
+    return answer if isinstance(answer, dict) else None
+
+
+def config_error(reason: str, answer: Any = None, *, score_max: float = 1.0) -> GraderResult:
+    """The configuration-error shape: the ``configuration_error`` metrics key is the signal."""
+    return GraderResult(
+        passed=False,
+        score=0.0,
+        score_max=score_max,
+        metrics={"configuration_error": reason},
+        reasoning=f"Grader configuration error: {reason}",
+        agent_answer=echo_answer(answer),
+    )
+
+
+def agent_failure(
+    reason: str, answer: Any = None, *, metrics: dict | None = None, score_max: float = 1.0
+) -> GraderResult:
+    """A wrong, missing or malformed answer under a valid config (never a config error)."""
+    return GraderResult(
+        passed=False,
+        score=0.0,
+        score_max=score_max,
+        metrics=metrics if metrics is not None else {},
+        reasoning=reason,
+        agent_answer=echo_answer(answer),
+    )

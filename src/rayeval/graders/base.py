@@ -1,0 +1,37 @@
+"""The Grader base class: one public entry point that never raises."""
+from __future__ import annotations
+
+import traceback
+from typing import Any
+
+from .result import GraderResult
+
+
+class Grader:
+    """Subclasses implement ``_evaluate``; callers use ``evaluate_answer``.
+
+    Whatever JSON a caller passes, ``evaluate_answer`` returns a GraderResult: an
+    unexpected exception becomes a failed result with a ``grader_error`` metric.
+    """
+
+    type_name: str = ""
+
+    def _evaluate(self, answer: Any, config: Any) -> GraderResult:
+        raise NotImplementedError
+
+    def evaluate_answer(self, answer: Any, config: Any) -> GraderResult:
+        try:
+            return self._evaluate(answer, config)
+        except Exception as exc:  # RecursionError included
+            return GraderResult(
+                passed=False,
+                score=0.0,
+                score_max=1.0,
+                metrics={"grader_error": f"{type(exc).__name__}: {exc}"},
+                reasoning="Grader error (malformed agent output or grader bug):\n"
+                + "".join(traceback.format_exception_only(type(exc), exc)),
+                agent_answer=answer if isinstance(answer, dict) else None,
+            )
+
+    def evaluate(self, answer: Any, config: Any) -> GraderResult:
+        return self.evaluate_answer(answer, config)

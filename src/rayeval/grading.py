@@ -1,0 +1,66 @@
+"""Grading an eval's answer: its single grader, or each entry of its graders list."""
+from __future__ import annotations
+
+from typing import Any
+
+from .evals.model import Eval, GraderSpec
+from .graders.registry import get_grader, is_registered
+from .graders.result import GraderResult
+
+
+def grade_spec(spec: GraderSpec, answer: Any) -> GraderResult:
+    """One grader entry; an unregistered type is a configuration error, not an exception."""
+    if not is_registered(spec.type):
+        return GraderResult(
+            passed=False,
+            metrics={"configuration_error": f"unknown grader type {spec.type!r}"},
+            reasoning=f"Unknown grader type {spec.type!r}",
+            agent_answer=answer if isinstance(answer, dict) else None,
+        )
+    return get_grader(spec.type).evaluate_answer(answer, spec.config)
+
+
+def _entry_label(index: int, spec: GraderSpec) -> str:
+    name = (spec.model_extra or {}).get("name")
+    return str(name) if name else f"graders[{index}].{spec.type}"
+
+
+def combine_entries(specs: list[GraderSpec], results: list[GraderResult], answer: Any) -> GraderResult:
+    """Independent top-level entries: mean of normalized scores, passed only if all passed."""
+    labels = [_entry_label(i, s) for i, s in enumerate(specs)]
+    normalized = [r.normalized_score() for r in results]
+    entries = [
+        {
+            "label": label,
+            "type": spec.type,
+            "passed": result.passed,
+            "score": result.score,
+            "score_max": result.score_max,
+            "normalized_score": norm,
+            "metrics": result.metrics,
+        }
+        for label, spec, result, norm in zip(labels, specs, results, normalized)
+    ]
+    metrics: dict[str, Any] = {"graders": entries}
+    broken = [f"{label}: {r.metrics['configuration_error']}" for label, r in zip(labels, results) if r.is_configuration_error]
+    if broken:
+        metrics["configuration_error"] = "; ".join(broken)
+    passed = all(r.passed for r in results)
+    reasoning = "\n\n".join(f"[{label}] {'PASS' if r.passed else 'FAIL'}\n{r.reasoning}" for label, r in zip(labels, results))
+    return GraderResult(
+        passed=passed and not broken,
+        score=sum(normalized) / len(normalized),
+        score_max=1.0,
+        metrics=metrics,
+        reasoning=reasoning,
+        agent_answer=answer if isinstance(answer, dict) else None,
+        field_scores=dict(zip(labels, normalized)),
+    )
+
+
+def grade(eval_: Eval, answer: Any) -> GraderResult:
+    """Grade ``answer`` against ``eval_``. Never raises for any JSON answer."""
+    specs = eval_.grader_specs
+    if eval_.grader is not None:
+        return grade_spec(specs[0], answer)
+    return combine_entries(specs, [grade_spec(s, answer) for s in specs], answer)

@@ -1,0 +1,4 @@
+"""Running one agent on one eval."""
+from .result import STATUSES, EvalResult, Status
+
+__all__ = ["STATUSES", "EvalResult", "Status"]

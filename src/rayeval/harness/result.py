@@ -1,0 +1,53 @@
+"""The outcome of one agent on one eval: what the harness returns and the batch engine stores."""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..graders.result import GraderResult
+
+Status = Literal["passed", "failed", "error", "timeout", "config_error"]
+STATUSES: tuple[Status, ...] = ("passed", "failed", "error", "timeout", "config_error")
+
+_ITEM_ALIASES = {"test_id": "eval_id"}
+
+
+class EvalResult(BaseModel):
+    """One unit's result. Reads like an object and, for reference compatibility, like a dict."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    eval_id: str
+    status: Status
+    passed: bool
+    grader_result: GraderResult | None = None
+    agent_answer: Any = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    model: str | None = None
+    seed: int | None = None
+    error_type: str | None = None
+    error_message: str | None = None
+    duration_s: float = 0.0
+    agent_s: float = 0.0
+    grade_s: float = 0.0
+    artifacts: dict[str, str] = Field(default_factory=dict)
+
+    def __getitem__(self, key: str) -> Any:
+        name = _ITEM_ALIASES.get(key, key)
+        if name not in type(self).model_fields:
+            raise KeyError(key)
+        return getattr(self, name)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and _ITEM_ALIASES.get(key, key) in type(self).model_fields
+
+    def get(self, key: str, default: Any = None) -> Any:
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
+    @property
+    def score(self) -> float:
+        return self.grader_result.normalized_score() if self.grader_result else 0.0

@@ -1,0 +1,24 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+
+
+def shared_path(*parts: str) -> Path:
+    """A file under ../shared (present beside every clone, read-only in CI)."""
+    path = SHARED.joinpath(*parts)
+    if not path.exists():
+        pytest.fail(f"missing shared input {path}: the tests need ../shared beside the repo")
+    return path
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+# Shared service fixtures (the local S3 server) live in their own module.
+pytest_plugins = ["tests.fixtures_s3"]

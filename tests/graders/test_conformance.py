@@ -1,0 +1,28 @@
+"""Every reference test vector: verdict, score, score_max and the configuration-error flag."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from rayeval.graders import get_grader
+from tests.conftest import read_jsonl, shared_path
+
+VECTORS = read_jsonl(shared_path("conformance", "graders.jsonl"))
+
+
+@pytest.mark.parametrize("vector", VECTORS, ids=[v["id"] for v in VECTORS])
+def test_vector(vector: dict) -> None:
+    result = get_grader(vector["type"]).evaluate_answer(vector["answer"], vector["config"])
+    expected = vector["expected"]
+    got = {
+        "passed": result.passed,
+        "score": result.score,
+        "score_max": result.score_max,
+        "configuration_error": "configuration_error" in result.metrics,
+    }
+    assert "grader_error" not in result.metrics or vector["id"].find("system-error") >= 0, result.metrics
+    assert got["passed"] is expected["passed"], (got, expected, result.metrics)
+    assert math.isclose(got["score"], expected["score"], rel_tol=0, abs_tol=1e-9), (got, expected, result.metrics)
+    assert math.isclose(got["score_max"], expected["score_max"], rel_tol=0, abs_tol=1e-9), (got, expected)
+    assert got["configuration_error"] is expected["configuration_error"], (got, expected, result.metrics)

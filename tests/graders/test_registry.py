@@ -1,0 +1,99 @@
+"""The registry: built-in names and aliases, user graders by decorator and by entry point."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from rayeval import grade, load_evals
+from rayeval.graders import GRADER_REGISTRY, Grader, GraderResult, get_grader, register_grader
+from rayeval.graders import registry
+
+BUILT_IN = {
+    "numeric_tolerance", "numeric_range", "label_set_jaccard", "jaccard_label_set",
+    "distribution_comparison", "marker_gene_precision_recall", "marker_gene_separation",
+    "spatial_adjacency", "multiple_choice", "refusal_vocab", "predicate_leaf", "all_of",
+    "composite", "average_of", "list_match", "dict_match", "longest_subsequence", "finished_file",
+}
+
+
+def test_every_reference_type_is_registered() -> None:
+    assert BUILT_IN <= set(GRADER_REGISTRY)
+    assert "rubric" not in GRADER_REGISTRY
+    assert GRADER_REGISTRY["jaccard_label_set"] is GRADER_REGISTRY["label_set_jaccard"]
+    assert GRADER_REGISTRY["composite"] is GRADER_REGISTRY["all_of"]
+
+
+def test_get_grader_returns_fresh_instances_and_rejects_unknown_names() -> None:
+    assert get_grader("multiple_choice") is not get_grader("multiple_choice")
+    with pytest.raises(ValueError, match="rubric.*numeric_tolerance"):
+        get_grader("rubric")
+
+
+def test_evaluate_is_an_alias() -> None:
+    grader = get_grader("multiple_choice")
+    config = {"correct_answer": "B"}
+    assert grader.evaluate({"answer": "b"}, config) == grader.evaluate_answer({"answer": "b"}, config)
+
+
+@pytest.fixture
+def clean_registry():
+    saved = dict(GRADER_REGISTRY)
+    yield
+    GRADER_REGISTRY.clear()
+    GRADER_REGISTRY.update(saved)
+    registry._entry_points_loaded = False
+
+
+def test_user_grader_by_decorator_works_in_eval_files_and_composites(tmp_path: Path, clean_registry) -> None:
+    @register_grader("exact_word")
+    class ExactWord(Grader):
+        def _evaluate(self, answer, config):
+            ok = isinstance(answer, dict) and answer.get("word") == config.get("word")
+            return GraderResult(passed=ok, score=float(ok))
+
+    path = tmp_path / "e.json"
+    path.write_text(json.dumps({"id": "w", "task": "say it", "grader": {"type": "exact_word", "config": {"word": "hi"}}}))
+    (eval_,) = load_evals(path)
+    assert grade(eval_, {"word": "hi"}).passed is True
+    assert grade(eval_, {"word": "no"}).passed is False
+    composite = {"children": [{"type": "exact_word", "config": {"word": "hi"}}]}
+    assert get_grader("all_of").evaluate_answer({"word": "hi"}, composite).passed is True
+
+
+def test_user_grader_that_raises_becomes_a_grader_error(clean_registry) -> None:
+    @register_grader("explodes")
+    class Explodes(Grader):
+        def _evaluate(self, answer, config):
+            raise RuntimeError("boom")
+
+    result = get_grader("explodes").evaluate_answer({}, {})
+    assert result.passed is False and result.score == 0.0
+    assert result.metrics == {"grader_error": "RuntimeError: boom"}
+
+
+def test_register_grader_rejects_non_graders() -> None:
+    with pytest.raises(TypeError):
+        register_grader("x")(dict)
+    with pytest.raises(ValueError):
+        register_grader("")
+
+
+def test_user_grader_by_entry_point(tmp_path: Path, monkeypatch, clean_registry) -> None:
+    module = tmp_path / "my_plugin_graders.py"
+    module.write_text(
+        "from rayeval.graders import Grader, GraderResult\n"
+        "class Always(Grader):\n"
+        "    def _evaluate(self, answer, config):\n"
+        "        return GraderResult(passed=True, score=1.0)\n"
+    )
+    dist = tmp_path / "my_plugin-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: my-plugin\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[rayeval.graders]\nalways_pass = my_plugin_graders:Always\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry._entry_points_loaded = False
+    assert get_grader("always_pass").evaluate_answer(None, {}).passed is True
+    sys.modules.pop("my_plugin_graders", None)

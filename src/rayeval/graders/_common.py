@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Iterable
 
 from .result import GraderResult
 
@@ -47,6 +47,39 @@ def parse_float(text: str) -> float | None:
         return float(text)
     except (ValueError, TypeError, OverflowError):
         return None
+
+
+def is_number_in(value: Any, low: float, high: float) -> bool:
+    """A finite non-bool JSON number inside the closed interval [low, high]."""
+    return is_finite_number(value) and low <= value <= high
+
+
+def read_object(config: dict, *path: str) -> tuple[dict | None, str | None]:
+    """(object, error) for an optional nested object: absent means ``{}``, null is an error."""
+    node: Any = config
+    for depth, key in enumerate(path):
+        if key not in node:
+            return {}, None
+        node = node[key]
+        if not isinstance(node, dict):
+            return None, f"{'.'.join(path[: depth + 1])} must be an object, got {node!r}"
+    return node, None
+
+
+def read_thresholds(
+    mapping: dict, specs: Iterable[tuple[str, Any, float, float]]
+) -> tuple[list | None, str | None]:
+    """(values, error) for (key, default, low, high) specs; a present key (even null) must be in range."""
+    values = []
+    for key, default, low, high in specs:
+        if key not in mapping:
+            values.append(default)
+            continue
+        value = mapping[key]
+        if not is_number_in(value, low, high):
+            return None, f"{key} must be a finite number in [{low}, {high}], got {value!r}"
+        values.append(value)
+    return values, None
 
 
 def lookup_dotted(answer: Any, key: str) -> tuple[bool, Any]:

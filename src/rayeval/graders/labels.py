@@ -1,0 +1,109 @@
+"""label_set_jaccard: how well a predicted label set overlaps the reference set.
+
+Labels are compared as Python ``str()`` text with no case folding or trimming, so the
+reference's quirks survive (``1`` matches ``"1"``, ``1.0`` does not).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ._common import (
+    agent_failure,
+    cardinality_holds,
+    check_expected_count,
+    config_error,
+    echo_answer,
+    is_nonblank_str,
+    read_object,
+    read_thresholds,
+)
+from .base import Grader
+from .registry import register_grader
+from .result import GraderResult
+
+DEFAULT_ANSWER_FIELD = "cell_types_predicted"
+DEFAULT_PASS_THRESHOLD = 0.90
+
+
+def _is_label(item: Any) -> bool:
+    """Strings, numbers and bools have a stable ``str()``; null and containers do not count."""
+    return isinstance(item, (str, int, float))  # bool is an int
+
+
+@register_grader("label_set_jaccard", "jaccard_label_set")
+class LabelSetJaccardGrader(Grader):
+    """Passes when the Jaccard index reaches the threshold and any count contract holds."""
+
+    type_name = "label_set_jaccard"
+
+    def _evaluate(self, answer: Any, config: Any) -> GraderResult:
+        if not isinstance(config, dict):
+            return config_error(f"config must be an object, got {type(config).__name__}", answer)
+        truth = config.get("ground_truth_labels")
+        if not isinstance(truth, list) or not truth:
+            return config_error("ground_truth_labels must be a non-empty list", answer)
+        if not all(_is_label(item) for item in truth):
+            return config_error("ground_truth_labels items must be strings, numbers or bools", answer)
+        scoring, error = read_object(config, "scoring")
+        if error is not None:
+            return config_error(error, answer)
+        thresholds, error = read_thresholds(scoring, (("pass_threshold", DEFAULT_PASS_THRESHOLD, 0.0, 1.0),))
+        if error is not None:
+            return config_error(error, answer)
+        (pass_threshold,) = thresholds
+        answer_field = config.get("answer_field", DEFAULT_ANSWER_FIELD)
+        if not is_nonblank_str(answer_field):
+            return config_error(f"answer_field must be a non-blank string, got {answer_field!r}", answer)
+        expected_count, error = check_expected_count(config)
+        if error is not None:
+            return config_error(error, answer)
+
+        if not isinstance(answer, dict):
+            return agent_failure("Answer is not a JSON object", answer)
+        if answer_field not in answer:
+            return agent_failure(f"Answer has no {answer_field!r} field", answer)
+        items = answer[answer_field]
+        if not isinstance(items, list):
+            return agent_failure(f"{answer_field!r} must be a list, got {type(items).__name__}", answer)
+        if not all(_is_label(item) for item in items):
+            return agent_failure(f"{answer_field!r} items must be strings, numbers or bools", answer)
+
+        submitted = [str(item) for item in items]
+        predicted = set(submitted)
+        reference = {str(item) for item in truth}
+        hits = predicted & reference
+        extra = predicted - reference
+        missing = reference - predicted
+        jaccard = len(hits) / len(predicted | reference)
+        cardinality_pass = cardinality_holds(expected_count, len(submitted), len(predicted))
+        passed = jaccard >= pass_threshold and cardinality_pass
+        metrics = {
+            "jaccard_index": jaccard,
+            "pass_threshold": pass_threshold,
+            "answer_field": answer_field,
+            "true_positives": sorted(hits),
+            "false_positives": sorted(extra),
+            "false_negatives": sorted(missing),
+            "submitted_count": len(submitted),
+            "unique_count": len(predicted),
+            "expected_count": expected_count,
+            "cardinality_pass": cardinality_pass,
+            "predicted_count": len(predicted),
+            "ground_truth_count": len(reference),
+        }
+        reasoning = (
+            f"{'PASS' if passed else 'FAIL'}: label-set Jaccard {jaccard:.3f} vs threshold "
+            f"{pass_threshold} ({len(hits)} shared, {len(extra)} extra, {len(missing)} missing)"
+        )
+        if not cardinality_pass:
+            reasoning += (
+                f"; expected exactly {expected_count} distinct labels, got {len(submitted)} "
+                f"submitted / {len(predicted)} distinct"
+            )
+        return GraderResult(
+            passed=passed,
+            score=1.0 if passed else 0.0,
+            metrics=metrics,
+            reasoning=reasoning,
+            agent_answer=echo_answer(answer),
+        )

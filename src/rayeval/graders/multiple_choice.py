@@ -1,0 +1,84 @@
+"""multiple_choice: the agent's choice must equal one of the correct choices as a token.
+
+Config and answer go through the same token rule, so ``"b"`` matches ``"B"``, ``true``
+matches ``"true"`` and ``6.0`` matches ``"6"``, while ``"6.0"`` stays distinct from ``6``.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ._common import agent_failure, config_error, echo_answer
+from .base import Grader
+from .registry import register_grader
+from .result import GraderResult
+
+ANSWER_FIELD = "answer"
+
+
+def choice_token(value: Any) -> str | None:
+    """The comparable form of a choice, or None when the value cannot name a choice."""
+    if isinstance(value, str):
+        return value.strip().upper() or None
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return None
+        if value.is_integer():
+            return str(int(value))  # 6.0 -> "6", -0.0 -> "0", 1e20 -> all its digits
+        return repr(value).upper()  # 1e-07 -> "1E-07"
+    return None
+
+
+def _correct_tokens(config: Any) -> tuple[list[str] | None, str | None]:
+    """(tokens, error): exactly one of correct_answer / correct_answers, every entry a token."""
+    if not isinstance(config, dict):
+        return None, f"config must be an object, got {type(config).__name__}"
+    has_one, has_many = "correct_answer" in config, "correct_answers" in config
+    if has_one == has_many:
+        return None, "config needs exactly one of correct_answer or correct_answers"
+    if has_one:
+        choices = [config["correct_answer"]]
+    else:
+        choices = config["correct_answers"]
+        if not isinstance(choices, list) or not choices:
+            return None, f"correct_answers must be a non-empty list, got {choices!r}"
+    tokens = [choice_token(choice) for choice in choices]
+    if None in tokens:
+        return None, f"every correct answer must be a non-blank string, number or bool, got {choices!r}"
+    return tokens, None
+
+
+@register_grader("multiple_choice")
+class MultipleChoiceGrader(Grader):
+    """Passes when the agent's ``answer`` token is one of the correct tokens."""
+
+    type_name = "multiple_choice"
+
+    def _evaluate(self, answer: Any, config: Any) -> GraderResult:
+        correct, error = _correct_tokens(config)
+        if error is not None:
+            return config_error(error, answer)
+        if not isinstance(answer, dict):
+            return agent_failure("Answer is not a JSON object", answer)
+        if ANSWER_FIELD not in answer:
+            return agent_failure(f"Answer has no {ANSWER_FIELD!r} field", answer)
+        raw = answer[ANSWER_FIELD]
+        token = choice_token(raw)
+        if token is None:
+            return agent_failure(
+                f"Answer {raw!r} does not name a choice",
+                answer,
+                metrics={"correct_answers": correct, "agent_answer": raw},
+            )
+        passed = token in correct
+        return GraderResult(
+            passed=passed,
+            score=1.0 if passed else 0.0,
+            metrics={"correct_answers": correct, "agent_answer": token},
+            reasoning=f"{'PASS' if passed else 'FAIL'}: answered {token!r}, correct: {', '.join(correct)}",
+            agent_answer=echo_answer(answer),
+        )

@@ -1,0 +1,108 @@
+"""longest_subsequence: partial credit for reproducing an ordered list of steps.
+
+Score is the longest-common-subsequence length over the longer of the two lists, so
+missing, reordered, extra and duplicated steps all cost credit.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ._common import (
+    agent_failure,
+    config_error,
+    echo_answer,
+    is_nonblank_str,
+    read_object,
+    read_thresholds,
+)
+from .base import Grader
+from .registry import register_grader
+from .result import GraderResult
+
+DEFAULT_PASS_THRESHOLD = 1.0
+
+
+def _normalise_step(step: list) -> tuple:
+    """Trim and lower-case string members; other members compare with Python equality."""
+    return tuple(member.strip().lower() if isinstance(member, str) else member for member in step)
+
+
+def lcs_length(left: list, right: list) -> int:
+    """Length of the longest common (order-preserving, gapped) subsequence, O(len*len) time."""
+    previous = [0] * (len(right) + 1)
+    for item in left:
+        current = [0]
+        best = 0  # current[-1], kept in a local for speed
+        for j, other in enumerate(right):
+            if item == other:
+                best = previous[j] + 1
+            elif previous[j + 1] > best:
+                best = previous[j + 1]
+            current.append(best)
+        previous = current
+    return previous[-1]
+
+
+def _failure(reason: str, answer: Any) -> GraderResult:
+    """This grader's agent failures carry the reason as an ``error`` metric."""
+    return agent_failure(reason, answer, metrics={"error": reason})
+
+
+@register_grader("longest_subsequence")
+class LongestSubsequenceGrader(Grader):
+    """Score = LCS / max(len(truth), len(answer), 1); passes at or above the threshold."""
+
+    type_name = "longest_subsequence"
+
+    def _evaluate(self, answer: Any, config: Any) -> GraderResult:
+        if not isinstance(config, dict):
+            return config_error(f"config must be an object, got {type(config).__name__}", answer)
+        answer_field = config.get("answer_field")
+        if not is_nonblank_str(answer_field):
+            return config_error(f"answer_field must be a non-blank string, got {answer_field!r}", answer)
+        truth = config.get("ground_truth")
+        if not isinstance(truth, list) or not truth:
+            return config_error("ground_truth must be a non-empty list of steps", answer)
+        if not all(isinstance(step, list) and step for step in truth):
+            return config_error("every ground_truth step must be a non-empty list", answer)
+        scoring, error = read_object(config, "scoring")
+        if error is not None:
+            return config_error(error, answer)
+        thresholds, error = read_thresholds(scoring, (("pass_threshold", DEFAULT_PASS_THRESHOLD, 0.0, 1.0),))
+        if error is not None:
+            return config_error(error, answer)
+        pass_threshold = float(thresholds[0])
+
+        if not isinstance(answer, dict):
+            return _failure("Answer is not a JSON object", answer)
+        if answer_field not in answer:
+            return _failure(f"Answer has no {answer_field!r} field", answer)
+        steps = answer[answer_field]
+        if not isinstance(steps, list):
+            return _failure(f"{answer_field!r} must be a list of steps, got {type(steps).__name__}", answer)
+        if not all(isinstance(step, list) for step in steps):
+            return _failure(f"every step in {answer_field!r} must be a list", answer)
+
+        expected = [_normalise_step(step) for step in truth]
+        submitted = [_normalise_step(step) for step in steps]
+        common = lcs_length(expected, submitted)
+        denominator = max(len(expected), len(submitted), 1)
+        score = common / denominator
+        passed = score >= pass_threshold
+        return GraderResult(
+            passed=passed,
+            score=score,
+            field_scores={answer_field: score},
+            metrics={
+                "lcs_length": common,
+                "gt_length": len(expected),
+                "agent_length": len(submitted),
+                "denominator": denominator,
+                "pass_threshold": pass_threshold,
+            },
+            reasoning=(
+                f"{'PASS' if passed else 'FAIL'}: {common} of {denominator} steps in order "
+                f"(score {score:.3f}, needs {pass_threshold})"
+            ),
+            agent_answer=echo_answer(answer),
+        )

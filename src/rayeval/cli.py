@@ -42,7 +42,7 @@ def _read_answer(path: str) -> object:
 def _cmd_grade(args: argparse.Namespace) -> int:
     eval_ = load_eval(args.eval_file)
     result = grade(eval_, _read_answer(args.answer_file))
-    print(result.model_dump_json(indent=2))
+    print(result.to_json(indent=2))
     return EXIT_OK if result.passed else EXIT_FAILED
 
 

@@ -43,7 +43,7 @@ def assert_well_formed(result: Any) -> None:
         assert result.passed is False and result.score == 0.0
         assert isinstance(result.metrics["configuration_error"], str) and result.metrics["configuration_error"]
     # a result must survive the trip into a stored row
-    json.loads(result.model_dump_json())
+    json.loads(result.to_json())
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -1,10 +1,16 @@
-"""The verdict every grader returns, and the one normalisation rule everybody shares."""
+"""The verdict every grader returns, and the one normalisation rule everybody shares.
+
+A plain slotted dataclass rather than a pydantic model: graders build one per grading (and
+composites one per child), so construction cost is on the hot path. ``to_dict``/``to_json``
+give the JSON form used at the storage boundary.
+"""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import TypeAdapter
 
 
 def normalize_score(score: Any, score_max: Any) -> float:
@@ -19,18 +25,22 @@ def normalize_score(score: Any, score_max: Any) -> float:
     return min(1.0, max(0.0, s / m))
 
 
-class GraderResult(BaseModel):
+@dataclass(slots=True)
+class GraderResult:
     """A grader's verdict. Fails closed: score defaults to 0.0."""
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
     passed: bool
-    metrics: dict[str, Any] = Field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)
     reasoning: str = ""
     agent_answer: Any = None
     score: float = 0.0
-    field_scores: dict[str, Any] = Field(default_factory=dict)
+    field_scores: dict[str, Any] = field(default_factory=dict)
     score_max: float = 1.0
+
+    def __post_init__(self) -> None:
+        self.passed = bool(self.passed)
+        self.score = float(self.score)
+        self.score_max = float(self.score_max)
 
     def normalized_score(self) -> float:
         return normalize_score(self.score, self.score_max)
@@ -38,3 +48,13 @@ class GraderResult(BaseModel):
     @property
     def is_configuration_error(self) -> bool:
         return "configuration_error" in self.metrics
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe form (non-finite floats become null)."""
+        return _ADAPTER.dump_python(self, mode="json")
+
+    def to_json(self, indent: int | None = None) -> str:
+        return _ADAPTER.dump_json(self, indent=indent).decode()
+
+
+_ADAPTER: TypeAdapter[GraderResult] = TypeAdapter(GraderResult)

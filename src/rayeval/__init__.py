@@ -2,7 +2,7 @@
 from .evals import Eval, EvalFileError, EvalProblem, GraderSpec, load_eval, load_evals
 from .grading import grade
 from .graders import GraderResult, get_grader, register_grader
-from .harness import EvalResult
+from .harness import EvalResult, EvalRunner
 
 __version__ = "0.1.0"
 
@@ -11,6 +11,7 @@ __all__ = [
     "EvalFileError",
     "EvalProblem",
     "EvalResult",
+    "EvalRunner",
     "GraderResult",
     "GraderSpec",
     "__version__",

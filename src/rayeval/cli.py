@@ -46,6 +46,29 @@ def _cmd_grade(args: argparse.Namespace) -> int:
     return EXIT_OK if result.passed else EXIT_FAILED
 
 
+def _cmd_run_one(args: argparse.Namespace) -> int:
+    from .agents.resolve import INLINE_AGENTS, AgentNotFound, parse_agent_args, resolve_agent
+    from .harness import EvalRunner
+
+    eval_ = load_eval(args.eval_file)
+    try:
+        agent = resolve_agent(args.agent)
+        agent_args = parse_agent_args(args.agent_arg)
+    except (AgentNotFound, ValueError) as exc:
+        raise BadInput(str(exc)) from None
+    runner = EvalRunner(eval_, work_root=args.work_root, keep_workspace=args.keep_workspace)
+    result = runner.run(
+        agent,
+        model=args.model,
+        seed=args.seed,
+        timeout=args.timeout,
+        agent_args=agent_args,
+        isolation="inline" if args.agent in INLINE_AGENTS else "process",
+    )
+    print(result.model_dump_json(indent=2))
+    return EXIT_OK if result.passed else EXIT_FAILED
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rayeval", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -58,6 +81,17 @@ def build_parser() -> argparse.ArgumentParser:
     grade_cmd.add_argument("eval_file")
     grade_cmd.add_argument("answer_file", help="JSON answer file, or - for standard input")
     grade_cmd.set_defaults(handler=_cmd_grade)
+
+    run_one = sub.add_parser("run-one", help="run one agent on one eval locally and grade it")
+    run_one.add_argument("eval_file")
+    run_one.add_argument("--agent", required=True, help="built-in name (reference, replay, sleep, ...) or module:function")
+    run_one.add_argument("--agent-arg", action="append", default=[], metavar="KEY=VALUE", help="agent option (repeatable)")
+    run_one.add_argument("--model")
+    run_one.add_argument("--seed", type=int)
+    run_one.add_argument("--timeout", type=float, help="seconds; overrides the eval's agent_timeout/timeout")
+    run_one.add_argument("--work-root", help="where work folders are created (default: $RAYEVAL_WORK_ROOT or the temp dir)")
+    run_one.add_argument("--keep-workspace", action="store_true")
+    run_one.set_defaults(handler=_cmd_run_one)
     return parser
 
 

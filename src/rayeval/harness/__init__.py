@@ -1,4 +1,6 @@
 """Running one agent on one eval."""
+from .context import AgentContext
 from .result import STATUSES, EvalResult, Status
+from .runner import EvalRunner
 
-__all__ = ["STATUSES", "EvalResult", "Status"]
+__all__ = ["STATUSES", "AgentContext", "EvalResult", "EvalRunner", "Status"]

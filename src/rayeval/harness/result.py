@@ -1,6 +1,7 @@
 """The outcome of one agent on one eval: what the harness returns and the batch engine stores."""
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -26,11 +27,20 @@ class EvalResult(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict)
     model: str | None = None
     seed: int | None = None
+    run_id: str | None = None
+    harness: str | None = None
     error_type: str | None = None
     error_message: str | None = None
+    answer_source: str | None = None
     duration_s: float = 0.0
     agent_s: float = 0.0
     grade_s: float = 0.0
+    cost_usd: float | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    n_turns: int | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
     artifacts: dict[str, str] = Field(default_factory=dict)
 
     def __getitem__(self, key: str) -> Any:

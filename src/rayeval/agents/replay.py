@@ -1,0 +1,85 @@
+"""The ``replay`` agent: answers from a recorded trials file, as the recorded run did.
+
+A unit (eval_id, model, seed) maps to the row with that ``eval_id``, that ``model`` (or
+``model@harness`` to pick one harness) and ``trial == seed``. The row's harness, cost, duration,
+tokens and turns become the unit's, so reports show the recorded run.
+"""
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from ..harness.context import AgentContext
+
+RowKey = tuple[str, str, int]
+
+
+class ReplayError(LookupError):
+    """No recorded row for the unit, or an unreadable trials file."""
+
+
+@lru_cache(maxsize=8)
+def load_trials(path: str) -> dict[RowKey, list[dict[str, Any]]]:
+    """Rows by (eval_id, model, trial), read once per process per file."""
+    index: dict[RowKey, list[dict[str, Any]]] = {}
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ReplayError(f"cannot read trials file {path}: {exc}") from None
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            key = (str(row["eval_id"]), str(row["model"]), int(row["trial"]))
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise ReplayError(f"{path}: line {number}: not a trial row ({exc})") from None
+        index.setdefault(key, []).append(row)
+    return index
+
+
+def find_trial(path: str, eval_id: str, model: str | None, seed: int | None) -> dict[str, Any]:
+    if not model or seed is None:
+        raise ReplayError("the replay agent needs a model and a seed for every unit")
+    name, _, harness = model.partition("@")
+    rows = load_trials(str(Path(path).resolve())).get((eval_id, name, seed), [])
+    if harness:
+        rows = [r for r in rows if r.get("harness") == harness]
+    if not rows:
+        raise ReplayError(f"no recorded trial for eval {eval_id!r}, model {model!r}, trial {seed} in {path}")
+    if len(rows) > 1:
+        harnesses = sorted({str(r.get("harness")) for r in rows})
+        raise ReplayError(f"several recorded trials for eval {eval_id!r}, model {model!r}, trial {seed}: name one harness as model@harness ({', '.join(harnesses)})")
+    return rows[0]
+
+
+def replay_agent(task_prompt: str, work_dir: Path, context: AgentContext) -> dict:
+    """``--agent-arg trials=PATH`` (a JSONL file of recorded trials)."""
+    path = context.args.get("trials")
+    if not path:
+        raise ReplayError("the replay agent needs --agent-arg trials=PATH")
+    row = find_trial(path, context.eval_id, context.model, context.seed)
+    metadata = {
+        "replayed": True,
+        "harness": row.get("harness"),
+        "provider": row.get("provider"),
+        "model": row.get("model"),
+        "cost_usd": row.get("cost_usd"),
+        "duration_s": row.get("duration_s"),
+        "input_tokens": row.get("input_tokens"),
+        "output_tokens": row.get("output_tokens"),
+        "n_turns": row.get("n_turns"),
+        "timed_out": row.get("timed_out"),
+        "recorded_passed": row.get("recorded_passed"),
+    }
+    answer = row.get("answer")
+    if answer is None or isinstance(answer, dict):
+        return {"answer": answer, "metadata": metadata}
+    # A recorded non-object answer is still the agent's answer: write it so graders see it as is.
+    (work_dir / "eval_answer.json").write_text(json.dumps(answer))
+    return {"answer": None, "metadata": metadata}
+
+
+replay_agent.needs_data = False  # type: ignore[attr-defined]

@@ -1,0 +1,71 @@
+"""Naming an agent on the command line: a built-in name or a ``module:function`` path."""
+from __future__ import annotations
+
+import importlib
+from typing import Callable
+
+from ..harness.context import AgentFunction
+
+
+def _reference() -> AgentFunction:
+    from .reference import reference_agent
+
+    return reference_agent
+
+
+def _replay() -> AgentFunction:
+    from .replay import replay_agent
+
+    return replay_agent
+
+
+def _sleep() -> AgentFunction:
+    from .sleep import sleep_agent
+
+    return sleep_agent
+
+
+BUILT_IN_AGENTS: dict[str, Callable[[], AgentFunction]] = {
+    "reference": _reference,
+    "replay": _replay,
+    "sleep": _sleep,
+}
+
+# Built-ins cheap and safe enough to run inside the worker without a forked child.
+INLINE_AGENTS = frozenset({"replay", "sleep"})
+
+
+class AgentNotFound(ValueError):
+    """The agent name is neither built in nor an importable ``module:function``."""
+
+
+def resolve_agent(name: str) -> AgentFunction:
+    if name in BUILT_IN_AGENTS:
+        return BUILT_IN_AGENTS[name]()
+    module_name, sep, attribute = name.partition(":")
+    if not sep or not module_name or not attribute:
+        known = ", ".join(sorted(BUILT_IN_AGENTS))
+        raise AgentNotFound(f"unknown agent {name!r}: use a built-in ({known}) or module:function")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise AgentNotFound(f"agent {name!r}: cannot import module {module_name!r}: {exc}") from None
+    target = module
+    for part in attribute.split("."):
+        target = getattr(target, part, None)
+        if target is None:
+            raise AgentNotFound(f"agent {name!r}: module {module_name!r} has no attribute {attribute!r}")
+    if not callable(target):
+        raise AgentNotFound(f"agent {name!r} is not callable")
+    return target
+
+
+def parse_agent_args(pairs: list[str]) -> dict[str, str]:
+    """``["k=v", ...]`` from repeated ``--agent-arg`` options."""
+    args = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--agent-arg expects key=value, got {pair!r}")
+        args[key.strip()] = value
+    return args

@@ -1,0 +1,19 @@
+"""The ``sleep`` agent: waits, then answers nothing. For benchmarks of the engine itself."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from ..harness.context import AgentContext
+
+
+def sleep_agent(task_prompt: str, work_dir: Path, context: AgentContext) -> dict:
+    """``--agent-arg seconds=S`` (default 1)."""
+    seconds = float(context.args.get("seconds", "1"))
+    if seconds < 0:
+        raise ValueError(f"sleep agent: seconds must be >= 0, got {seconds}")
+    time.sleep(seconds)
+    return {"answer": None, "metadata": {"harness": "sleep", "slept_s": seconds}}
+
+
+sleep_agent.needs_data = False  # type: ignore[attr-defined]

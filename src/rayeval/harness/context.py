@@ -1,0 +1,38 @@
+"""What an agent may know about the unit it is running: never the answer key."""
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any, Callable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+AgentFunction = Callable[..., Any]
+
+
+class AgentContext(BaseModel):
+    """Passed to agents that declare a ``context`` parameter (the replay agent needs it)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    eval_id: str
+    model: str | None = None
+    seed: int | None = None
+    run_id: str | None = None
+    timeout: float | None = None
+    args: dict[str, str] = Field(default_factory=dict)
+
+
+def wants_context(agent: AgentFunction) -> bool:
+    try:
+        parameters = inspect.signature(agent).parameters
+    except (TypeError, ValueError):
+        return False
+    return "context" in parameters or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+
+
+def call_agent(agent: AgentFunction, task_prompt: str, work_dir: Path, context: AgentContext) -> Any:
+    """The reference contract ``agent(task_prompt, work_dir)``, plus ``context=`` when accepted."""
+    if wants_context(agent):
+        return agent(task_prompt, work_dir, context=context)
+    return agent(task_prompt, work_dir)

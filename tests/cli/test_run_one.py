@@ -1,0 +1,90 @@
+"""`rayeval run-one` and the built-in agents, as a user runs them."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rayeval import EvalRunner, load_evals
+from rayeval.agents.replay import replay_agent
+from tests.conftest import read_jsonl, shared_path
+
+REPO = Path(__file__).resolve().parents[2]
+SCBENCH = shared_path("corpus", "scbench", "evals")
+TRIALS = shared_path("corpus", "scbench", "trials.jsonl")
+
+
+def run_one(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rayeval.cli", "run-one", *args], capture_output=True, text=True, timeout=180, cwd=cwd)
+
+
+def test_reference_agent_passes_an_example_eval(tmp_path: Path) -> None:
+    done = run_one("evals/pbmc/pbmc_bulk_label_composition.json", "--agent", "reference", "--work-root", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["status"] == "passed" and result["eval_id"] == "pbmc_bulk_label_composition"
+    assert list(tmp_path.rglob("eval_answer.json")) == []  # work folder cleaned up
+
+
+def test_sleep_agent_answers_nothing_and_fails_with_exit_1(tmp_path: Path) -> None:
+    done = run_one("evals/pbmc/pbmc_qc_mito_and_genes.json", "--agent", "sleep", "--agent-arg", "seconds=0.2", "--work-root", str(tmp_path))
+    assert done.returncode == 1, done.stderr
+    result = json.loads(done.stdout)
+    assert result["status"] == "failed" and result["error_type"] == "NoAnswer" and result["agent_s"] >= 0.2
+
+
+def test_module_function_agent_and_timeout(tmp_path: Path) -> None:
+    module = tmp_path / "my_agents.py"
+    module.write_text(
+        "import time\n"
+        "def always_b(task_prompt, work_dir):\n    return {'answer': 'B'}\n"
+        "def hang(task_prompt, work_dir):\n    time.sleep(60)\n"
+    )
+    eval_file = tmp_path / "mc.json"
+    eval_file.write_text(json.dumps({"id": "mc", "task": "A or B?", "grader": {"type": "multiple_choice", "config": {"correct_answer": "B"}}}))
+    env_cwd = tmp_path
+    done = run_one(str(eval_file), "--agent", "my_agents:always_b", "--work-root", str(tmp_path / "w"), cwd=env_cwd)
+    assert done.returncode == 0, done.stderr
+    done = run_one(str(eval_file), "--agent", "my_agents:hang", "--timeout", "1", "--work-root", str(tmp_path / "w"), cwd=env_cwd)
+    assert done.returncode == 1 and json.loads(done.stdout)["status"] == "timeout"
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["evals/pbmc/pbmc_qc_mito_and_genes.json", "--agent", "nope"], "unknown agent 'nope'"),
+        (["evals/pbmc/pbmc_qc_mito_and_genes.json", "--agent", "no_such_module:f"], "cannot import module"),
+        (["evals/pbmc/pbmc_qc_mito_and_genes.json", "--agent", "sleep", "--agent-arg", "novalue"], "key=value"),
+        (["evals/does_not_exist.json", "--agent", "reference"], "no such file"),
+    ],
+)
+def test_bad_input_exits_2_with_a_clean_message(args: list[str], fragment: str) -> None:
+    done = run_one(*args)
+    assert done.returncode == 2 and fragment in done.stderr and "Traceback" not in done.stderr
+
+
+def test_replay_reproduces_recorded_verdicts_cost_and_harness(tmp_path: Path) -> None:
+    evals = {e.id: e for e in load_evals(SCBENCH)}
+    rows = read_jsonl(TRIALS)
+    picked = [r for r in rows if r["model"] == "claude-opus-4-7"][:12] + [r for r in rows if r["model"] == "gpt-5.5"][:6]
+    for row in picked:
+        runner = EvalRunner(evals[row["eval_id"]], work_root=tmp_path)
+        model = f"{row['model']}@{row['harness']}"
+        result = runner.run(replay_agent, model=model, seed=row["trial"], agent_args={"trials": str(TRIALS)}, isolation="inline")
+        assert result.passed is row["recorded_passed"], row
+        assert result.harness == row["harness"] and result.cost_usd == pytest.approx(row["cost_usd"])
+        assert result.duration_s == pytest.approx(row["duration_s"])
+
+
+def test_replay_without_a_row_or_with_an_ambiguous_model_is_an_error(tmp_path: Path) -> None:
+    (eval_,) = [e for e in load_evals(SCBENCH) if e.id == "DE01_pseudobulk_de"]
+    runner = EvalRunner(eval_, work_root=tmp_path)
+    missing = runner.run(replay_agent, model="no-such-model", seed=1, agent_args={"trials": str(TRIALS)}, isolation="inline")
+    assert missing.status == "error" and missing.error_type == "ReplayError" and "no recorded trial" in missing.error_message
+    ambiguous = runner.run(replay_agent, model="claude-opus-4-7", seed=1, agent_args={"trials": str(TRIALS)}, isolation="inline")
+    assert ambiguous.status == "error" and "model@harness" in ambiguous.error_message
+    no_file = runner.run(replay_agent, model="gpt-5.5", seed=1, agent_args={}, isolation="inline")
+    assert no_file.status == "error" and "trials=PATH" in no_file.error_message

@@ -1,0 +1,269 @@
+"""EvalRunner end to end: every answer-delivery form, failures, timeouts, isolation, secrets."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rayeval import EvalRunner, load_evals
+from rayeval.evals import Eval
+from rayeval.harness.isolation import UNIT_MARKER_ENV, processes_with_marker
+
+MC_GRADER = {"type": "multiple_choice", "config": {"correct_answer": "B"}}
+NUM_GRADER = {"type": "numeric_tolerance", "config": {"ground_truth": {"n_cells": 700}, "tolerances": {"n_cells": {"type": "absolute", "value": 0}}}}
+
+
+def make_eval(tmp_path: Path, grader: dict = NUM_GRADER, **extra) -> Path:
+    data = tmp_path / "inputs" / "cells.csv"
+    data.parent.mkdir(parents=True, exist_ok=True)
+    data.write_text("cell,type\n" + "\n".join(f"c{i},T" for i in range(700)))
+    path = tmp_path / "inputs" / "count.json"
+    body = {"id": "count_cells", "task": 'How many cells? <EVAL_ANSWER>{"n_cells": <int>}</EVAL_ANSWER>', "data_node": "cells.csv", "grader": grader, **extra}
+    path.write_text(json.dumps(body))
+    return path
+
+
+@pytest.fixture
+def runner(tmp_path: Path) -> EvalRunner:
+    return EvalRunner(make_eval(tmp_path), work_root=tmp_path / "work", cache_dir=tmp_path / "cache")
+
+
+def count_rows(work_dir: Path) -> int:
+    return len((work_dir / "data" / "cells.csv").read_text().splitlines()) - 1
+
+
+def test_returned_dict_answer_is_graded(runner: EvalRunner) -> None:
+    result = runner.run(lambda prompt, work_dir: {"n_cells": count_rows(work_dir)})
+    assert result.status == "passed" and result.passed is True and result["passed"] is True
+    assert result["test_id"] == "count_cells" == result.eval_id
+    assert result["grader_result"].metrics["n_cells_actual"] == 700
+    assert result.agent_answer == {"n_cells": 700}
+    assert result.answer_source == "returned value"
+    assert result.duration_s >= result.agent_s > 0 and result.grade_s >= 0
+
+
+def test_envelope_with_metadata_is_unwrapped(runner: EvalRunner) -> None:
+    result = runner.run(lambda p, w: {"answer": {"n_cells": 700}, "metadata": {"harness": "mine", "cost_usd": 0.25, "n_turns": 3}})
+    assert result.passed and result.metadata["cost_usd"] == 0.25
+    assert (result.harness, result.cost_usd, result.n_turns) == ("mine", 0.25, 3)
+
+
+def test_tagged_text_last_well_formed_answer_wins(runner: EvalRunner) -> None:
+    text = 'first <EVAL_ANSWER>{"n_cells": 1}</EVAL_ANSWER> then <EVAL_ANSWER>{"n_cells": 700}</EVAL_ANSWER> and <EVAL_ANSWER>{broken</EVAL_ANSWER>'
+    result = runner.run(lambda p, w: text)
+    assert result.passed and result.answer_source == "returned <EVAL_ANSWER>"
+
+
+def test_fenced_json_inside_tags_is_accepted(runner: EvalRunner) -> None:
+    result = runner.run(lambda p, w: '<EVAL_ANSWER>\n```json\n{"n_cells": 700}\n```\n</EVAL_ANSWER>')
+    assert result.passed
+
+
+def test_answer_file_written_by_the_agent(runner: EvalRunner) -> None:
+    def agent(prompt: str, work_dir: Path) -> None:
+        (work_dir / "eval_answer.json").write_text(json.dumps({"n_cells": count_rows(work_dir)}))
+
+    result = runner.run(agent)
+    assert result.passed and result.answer_source == "eval_answer.json"
+
+
+def test_returned_answer_beats_the_file(runner: EvalRunner) -> None:
+    def agent(prompt: str, work_dir: Path) -> dict:
+        (work_dir / "eval_answer.json").write_text(json.dumps({"n_cells": 1}))
+        return {"n_cells": 700}
+
+    assert runner.run(agent).passed
+
+
+def test_plain_answer_key_is_not_unwrapped_into_a_string(tmp_path: Path) -> None:
+    """The reference turned {"answer": "B"} into "B" and failed it; here it passes."""
+    runner = EvalRunner(make_eval(tmp_path, MC_GRADER), work_root=tmp_path / "w", cache_dir=tmp_path / "c")
+    result = runner.run(lambda p, w: {"answer": "B"})
+    assert result.passed and result.agent_answer == {"answer": "B"}
+
+
+def test_missing_answer_is_failed_with_a_reason_never_none(runner: EvalRunner) -> None:
+    result = runner.run(lambda p, w: None)
+    assert result.status == "failed" and result.passed is False
+    assert result.error_type == "NoAnswer" and "eval_answer.json" in result.error_message
+
+
+def test_unparseable_answer_file_is_reported(runner: EvalRunner) -> None:
+    def agent(prompt: str, work_dir: Path) -> None:
+        (work_dir / "eval_answer.json").write_text("{oops")
+
+    result = runner.run(agent)
+    assert result.status == "failed" and "eval_answer.json is not valid JSON" in result.error_message
+
+
+def test_agent_exception_is_an_error_with_its_message(runner: EvalRunner) -> None:
+    def agent(prompt: str, work_dir: Path) -> None:
+        raise RuntimeError("model API unreachable")
+
+    result = runner.run(agent)
+    assert result.status == "error" and result.passed is False
+    assert result.error_type == "RuntimeError" and result.error_message.startswith("model API unreachable")
+
+
+def test_agent_process_dying_is_an_error(runner: EvalRunner) -> None:
+    result = runner.run(lambda p, w: os._exit(3))
+    assert result.status == "error" and result.error_type == "AgentProcessDied" and "code 3" in result.error_message
+
+
+def test_configuration_error_status(tmp_path: Path) -> None:
+    path = make_eval(tmp_path, {"type": "multiple_choice", "config": {}})
+    (eval_,) = load_evals(path, check_grader_configs=False)
+    result = EvalRunner(eval_, work_root=tmp_path / "w", cache_dir=tmp_path / "c").run(lambda p, w: {"answer": "B"})
+    assert result.status == "config_error" and result.passed is False
+
+
+def observe(path: Path, **facts) -> None:
+    """Agents run in a forked child: they report what they saw through a file."""
+    path.write_text(json.dumps(facts, default=str))
+
+
+def test_prompt_says_where_data_and_answer_go_and_reveals_no_answer_key(runner: EvalRunner, tmp_path: Path) -> None:
+    report = tmp_path / "seen.json"
+
+    def agent(prompt: str, work_dir: Path) -> dict:
+        files = sorted(str(p.relative_to(work_dir)) for p in work_dir.rglob("*"))
+        observe(report, prompt=prompt, work_dir=work_dir, files=files, env=dict(os.environ))
+        return {"n_cells": 700}
+
+    assert runner.run(agent).passed
+    seen = json.loads(report.read_text())
+    prompt, work_dir = seen["prompt"], Path(seen["work_dir"])
+    assert prompt.startswith(runner.eval.task)
+    assert str(work_dir / "data" / "cells.csv") in prompt
+    assert str(work_dir / "eval_answer.json") in prompt
+    assert "700" not in prompt and "ground_truth" not in prompt and "tolerance" not in prompt
+    assert seen["files"] == ["agent_stdout.log", "data", "data/cells.csv"]
+    assert not any("ground_truth" in v or "multiple_choice" in v for v in seen["env"].values())
+
+
+def test_staged_data_is_read_only_and_work_dirs_are_unique_and_removed(runner: EvalRunner, tmp_path: Path) -> None:
+    def agent(prompt: str, work_dir: Path) -> dict:
+        staged = work_dir / "data" / "cells.csv"
+        observe(tmp_path / f"{work_dir.name}.json", work_dir=work_dir, mode=staged.stat().st_mode, dir_mode=staged.parent.stat().st_mode)
+        return {"n_cells": 700}
+
+    assert runner.run(agent, model="m", seed=1).passed
+    assert runner.run(agent, model="m", seed=1).passed
+    seen = [json.loads(p.read_text()) for p in tmp_path.glob("count_cells__m__s1__*.json")]
+    assert len(seen) == 2 and seen[0]["work_dir"] != seen[1]["work_dir"]
+    assert all(s["mode"] & 0o222 == 0 and s["dir_mode"] & 0o222 == 0 for s in seen)
+    assert not any(Path(s["work_dir"]).exists() for s in seen)
+
+
+def test_keep_workspace_keeps_it_and_artifacts_are_collected(tmp_path: Path) -> None:
+    runner = EvalRunner(make_eval(tmp_path), work_root=tmp_path / "w", cache_dir=tmp_path / "c", keep_workspace=True)
+
+    def agent(prompt: str, work_dir: Path) -> dict:
+        (work_dir / "trajectory.json").write_text('[{"role": "assistant"}]')
+        print("hello from the agent")
+        return {"n_cells": 700}
+
+    result = runner.run(agent)
+    work_dir = Path(result.metadata["work_dir"])
+    assert work_dir.is_dir() and (work_dir / "trajectory.json").exists()
+    assert result.artifacts["trajectory.json"] == '[{"role": "assistant"}]'
+    assert "hello from the agent" in result.artifacts["agent_stdout.log"]
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is dead for our purposes
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def test_timeout_kills_the_whole_process_tree(tmp_path: Path) -> None:
+    pid_file = tmp_path / "pids.txt"
+    runner = EvalRunner(make_eval(tmp_path, agent_timeout=1.5), work_root=tmp_path / "w", cache_dir=tmp_path / "c")
+
+    def agent(prompt: str, work_dir: Path) -> None:
+        child = subprocess.Popen(["sleep", "300"])
+        # a grandchild that escapes into its own session: only the unit marker can find it
+        escaped = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], start_new_session=True)
+        pid_file.write_text(f"{child.pid} {escaped.pid} {os.environ[UNIT_MARKER_ENV]}")
+        time.sleep(300)
+
+    start = time.monotonic()
+    result = runner.run(agent)
+    assert time.monotonic() - start < 20
+    assert result.status == "timeout" and result.passed is False and "1.5 s" in result.error_message
+    child_pid, escaped_pid, marker = pid_file.read_text().split()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and (_pid_alive(int(child_pid)) or _pid_alive(int(escaped_pid))):
+        time.sleep(0.05)
+    assert not _pid_alive(int(child_pid)) and not _pid_alive(int(escaped_pid))
+    assert processes_with_marker(marker) == []
+
+
+def test_background_processes_do_not_outlive_a_finished_unit(runner: EvalRunner, tmp_path: Path) -> None:
+    pid_file = tmp_path / "bg.txt"
+
+    def agent(prompt: str, work_dir: Path) -> dict:
+        pid_file.write_text(str(subprocess.Popen(["sleep", "300"]).pid))
+        return {"n_cells": 700}
+
+    assert runner.run(agent).passed
+    time.sleep(0.2)
+    assert not _pid_alive(int(pid_file.read_text()))
+
+
+def test_run_timeout_argument_overrides_the_eval(runner: EvalRunner) -> None:
+    result = runner.run(lambda p, w: time.sleep(30), timeout=0.5)
+    assert result.status == "timeout"
+
+
+def test_secrets_never_reach_the_result(runner: EvalRunner, monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = "sk-test-SECRET-123456"
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+
+    def agent(prompt: str, work_dir: Path) -> dict:
+        print(f"using key {os.environ['OPENAI_API_KEY']}")
+        (work_dir / "trajectory.json").write_text(json.dumps([{"headers": {"authorization": f"Bearer {secret}"}}]))
+        raise RuntimeError(f"auth failed for {secret}")
+
+    result = runner.run(agent)
+    assert result.status == "error"
+    assert secret not in result.model_dump_json()
+
+    def answering(prompt: str, work_dir: Path) -> dict:
+        return {"answer": {"n_cells": 700, "note": secret}, "metadata": {"env": {"OPENAI_API_KEY": secret}}}
+
+    result = runner.run(answering)
+    assert result.passed and secret not in result.model_dump_json()
+
+
+def test_agent_receives_context_when_it_asks_for_it(runner: EvalRunner, tmp_path: Path) -> None:
+    def agent(prompt: str, work_dir: Path, context) -> dict:
+        observe(tmp_path / "context.json", **context.model_dump())
+        return {"n_cells": 700}
+
+    runner.run(agent, model="gpt-x", seed=3, agent_args={"k": "v"})
+    seen = json.loads((tmp_path / "context.json").read_text())
+    assert (seen["eval_id"], seen["model"], seen["seed"], seen["args"]) == ("count_cells", "gpt-x", 3, {"k": "v"})
+
+
+def test_staging_failure_is_an_error_result(tmp_path: Path) -> None:
+    path = tmp_path / "e.json"
+    path.write_text(json.dumps({"id": "e", "task": "t", "data_node": "missing.h5ad", "grader": MC_GRADER}))
+    result = EvalRunner(path, work_root=tmp_path / "w", cache_dir=tmp_path / "c").run(lambda p, w: {"answer": "B"})
+    assert result.status == "error" and result.error_type == "StagingError" and "missing.h5ad" in result.error_message
+
+
+def test_runner_accepts_an_eval_object_without_a_source_file(tmp_path: Path) -> None:
+    eval_ = Eval.model_validate({"id": "inline", "task": "t", "grader": MC_GRADER})
+    result = EvalRunner(eval_, work_root=tmp_path / "w").run(lambda p, w: {"answer": "b"}, isolation="inline")
+    assert result.passed

@@ -46,7 +46,7 @@ class LeafResult(NamedTuple):
 
 
 def check_answer_field(answer_field: Any) -> None:
-    """Absent/null binds the whole answer; otherwise a non-empty string, and a valid path if it starts with ``$``."""
+    """Absent/null binds the whole answer; else a non-empty string, a valid path if it starts with ``$``."""
     if answer_field is None:
         return
     if not isinstance(answer_field, str) or not answer_field:
@@ -101,7 +101,7 @@ def _check_predicate(config: dict, role: Any, capacity: float) -> tuple[bool, fl
             raise InvalidConfig(f"threshold must be a finite non-negative number, got {threshold!r}")
         threshold = float(threshold)
     if role in (GATE, ADDITIVE) and capacity <= 0:
-        raise InvalidConfig(f"a {role} leaf needs a predicate with positive score capacity (no positive score capacity)")
+        raise InvalidConfig(f"no positive score capacity: a {role} leaf's predicate can never score above 0")
     return is_scalar, threshold
 
 
@@ -110,7 +110,9 @@ class Leaf:
 
     __slots__ = ("answer_field", "capacity", "is_scalar", "label", "op", "predicate", "role", "threshold")
 
-    def __init__(self, config: dict, role: str, is_scalar: bool, threshold: float | None, capacity: float) -> None:
+    def __init__(
+        self, config: dict, role: str, is_scalar: bool, threshold: float | None, capacity: float
+    ) -> None:
         self.predicate = config["predicate"]
         self.op = self.predicate["op"]
         self.role = role

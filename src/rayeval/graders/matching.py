@@ -169,7 +169,9 @@ def _parse_list_match(config: Any) -> _ListMatchConfig:
         rows[key] = _parse_fields(row.get("fields"), where)
     _require_scoring_leaf(leaf for leaves in rows.values() for leaf in leaves.values())
 
-    row_capacity = [sum(leaf.capacity for leaf in leaves.values() if leaf.role == ADDITIVE) for leaves in rows.values()]
+    row_capacity = [
+        sum(leaf.capacity for leaf in leaves.values() if leaf.role == ADDITIVE) for leaves in rows.values()
+    ]
     denominator = sum(heapq.nlargest(k, row_capacity) if k is not None else row_capacity)
     return _ListMatchConfig(
         answer_field, key_name, sort, dedupe, rule, k, pass_min, score_min, rows, float(denominator)
@@ -278,6 +280,10 @@ class _Entry(NamedTuple):
     fields: dict[str, Leaf] | None
     capacity: float
 
+    @property
+    def leaves(self) -> Iterable[Leaf]:
+        return [self.leaf] if self.leaf is not None else self.fields.values()
+
 
 class _DictMatchConfig(NamedTuple):
     answer_field: str
@@ -311,9 +317,7 @@ def _parse_dict_match(config: Any) -> _DictMatchConfig:
             entries.append(_Entry(key, None, fields, sum(leaf.score_max for leaf in fields.values())))
         else:
             raise InvalidConfig(f"{where} needs a 'predicate' (one leaf) or 'fields' (a leaf per field)")
-    _require_scoring_leaf(
-        leaf for entry in entries for leaf in ([entry.leaf] if entry.leaf is not None else entry.fields.values())
-    )
+    _require_scoring_leaf(leaf for entry in entries for leaf in entry.leaves)
     return _DictMatchConfig(answer_field, rule, all_keys_required, entries)
 
 

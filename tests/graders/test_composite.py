@@ -146,11 +146,14 @@ def test_bad_configs(grader, config):
 
 
 @pytest.mark.parametrize("grader", ["all_of", "average_of"])
-def test_non_object_answer_fails_without_configuration_error(grader):
-    config = {"children": [{"predicate": {"op": "equals", "arg": 5}, "role": "gate"}]}
-    result = get_grader(grader).evaluate_answer(5, config)
-    assert (result.passed, result.score, result.score_max) == (False, 0.0, 1.0)
-    assert "configuration_error" not in result.metrics and result.metrics["error"]
+def test_non_object_answer_is_graded_like_the_reference(grader):
+    """Checked against the reference: a root-bound leaf sees the whole value; keyed leaves see MISSING."""
+    whole = {"children": [{"predicate": {"op": "equals", "arg": 5}, "role": "gate"}]}
+    result = get_grader(grader).evaluate_answer(5, whole)
+    assert (result.passed, result.score, result.score_max) == (True, 1.0, 1.0)
+    keyed = {"children": [{"predicate": {"op": "equals", "arg": 5}, "role": "gate", "answer_field": "x"}]}
+    result = get_grader(grader).evaluate_answer("x", keyed)
+    assert (result.passed, result.score) == (False, 0.0) and "configuration_error" not in result.metrics
 
 
 # --------------------------------------------------------------------------- child classification

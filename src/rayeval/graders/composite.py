@@ -11,7 +11,7 @@ import math
 from contextvars import ContextVar
 from typing import Any
 
-from ._common import agent_failure, config_error, echo_answer, is_finite_number
+from ._common import config_error, echo_answer, is_finite_number
 from .base import Grader
 from .leaf import ADDITIVE, GATE, HARD_FAIL, grade_composite_leaf
 from .registry import get_grader, is_registered, register_grader
@@ -167,10 +167,8 @@ class _ChildrenGrader(Grader):
             if label in seen:
                 return config_error(f"duplicate child label {label!r}", answer)
             seen.add(label)
-        if not isinstance(answer, dict):  # spec section 12: composites fail on a non-object answer
-            message = f"the answer must be an object, got {type(answer).__name__}"
-            return agent_failure(message, answer, metrics={"error": message})
-
+        # A non-object answer is graded like any other: its leaves see plain keys as MISSING
+        # (checked against the reference; composites do not reject it up front).
         depth = _nesting.get()
         if depth >= MAX_NESTING:
             raise RecursionError(f"composites nested deeper than {MAX_NESTING} levels")

@@ -3,30 +3,18 @@ from __future__ import annotations
 
 import os
 import time
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
 from ..evals import Eval, load_eval
-from ..graders.result import GraderResult
-from ..grading import grade
 from .answers import find_answer
 from .context import AgentContext, AgentFunction, call_agent
+from .execution import Execution, grade_execution, now
 from .isolation import Isolation, Outcome, run_agent_isolated
 from .prompt import build_prompt
-from .result import EvalResult, Status
+from .result import EvalResult
 from .secrets import compile_secrets, redact, secret_values
 from .staging import StagingError, stage_data
 from .workspace import collect_artifacts, default_work_root, make_work_dir, remove_tree
-
-# Metadata keys an agent may report that become first-class result fields.
-_LIFTED_INT_FIELDS = ("input_tokens", "output_tokens", "n_turns")
-
-
-def _number(value: Any, kind: type) -> Any:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return kind(value)
 
 
 class EvalRunner:
@@ -49,9 +37,6 @@ class EvalRunner:
         self.run_id = run_id
         self.s3_endpoint_url = s3_endpoint_url
 
-    def _timeout(self, override: float | None) -> float | None:
-        return override if override is not None else self.eval.effective_timeout
-
     def run(
         self,
         agent_function: AgentFunction,
@@ -63,11 +48,24 @@ class EvalRunner:
         isolation: Isolation = "process",
     ) -> EvalResult:
         """Stage, run, find the answer, grade. Never raises for anything the agent does."""
-        started_at = datetime.now(timezone.utc)
+        execution = self.execute(agent_function, model=model, seed=seed, timeout=timeout, agent_args=agent_args, isolation=isolation)
+        return grade_execution(self.eval, execution)
+
+    def execute(
+        self,
+        agent_function: AgentFunction,
+        *,
+        model: str | None = None,
+        seed: int | None = None,
+        timeout: float | None = None,
+        agent_args: dict[str, str] | None = None,
+        isolation: Isolation = "process",
+    ) -> Execution:
+        """Everything but grading, so a batch engine can grade many executions in one task."""
+        started_at = now()
         start = time.monotonic()
-        limit = self._timeout(timeout)
+        limit = timeout if timeout is not None else self.eval.effective_timeout
         context = AgentContext(eval_id=self.eval.id, model=model, seed=seed, run_id=self.run_id, timeout=limit, args=agent_args or {})
-        base = {"eval_id": self.eval.id, "model": model, "seed": seed, "run_id": self.run_id, "started_at": started_at}
         work_dir = make_work_dir(self.work_root, run_id=self.run_id, eval_id=self.eval.id, model=model, seed=seed)
         try:
             fields = self._run_in(work_dir, agent_function, context, limit, isolation)
@@ -76,10 +74,20 @@ class EvalRunner:
             if not self.keep_workspace:
                 remove_tree(work_dir)
         if self.keep_workspace:
-            fields["metadata"]["work_dir"] = str(work_dir)
-        fields = _scrub_secrets(fields)
-        fields.setdefault("duration_s", round(time.monotonic() - start, 6))
-        return EvalResult(**base, **fields, finished_at=datetime.now(timezone.utc))
+            fields.setdefault("metadata", {})["work_dir"] = str(work_dir)
+        pattern = compile_secrets(secret_values(os.environ))
+        if pattern is not None:
+            fields = redact(fields, pattern)
+        return Execution(
+            **fields,
+            eval_id=self.eval.id,
+            model=model,
+            seed=seed,
+            run_id=self.run_id,
+            started_at=started_at,
+            finished_at=now(),
+            duration_s=round(time.monotonic() - start, 6),
+        )
 
     def _run_in(self, work_dir: Path, agent: AgentFunction, context: AgentContext, limit: float | None, isolation: Isolation) -> dict:
         base_dir = self.eval.source_path.parent if self.eval.source_path else None
@@ -95,7 +103,7 @@ class EvalRunner:
                 s3_endpoint_url=self.s3_endpoint_url,
             )
         except StagingError as exc:
-            return _error_fields("error", "StagingError", str(exc))
+            return {"outcome": "error", "error_type": "StagingError", "error_message": str(exc)}
         if staged:
             (work_dir / "data").chmod(0o555)  # nothing may be added to or removed from the inputs
         prompt = build_prompt(self.eval.task, work_dir, [node.path for node in staged])
@@ -105,77 +113,23 @@ class EvalRunner:
             isolation=isolation,
             log_path=work_dir / "agent_stdout.log",
         )
-        return self._judge(outcome, work_dir)
-
-    def _judge(self, outcome: Outcome, work_dir: Path) -> dict:
-        fields: dict[str, Any] = {"agent_s": round(outcome.seconds, 6)}
-        if outcome.kind == "timeout":
-            return {**fields, **_error_fields("timeout", outcome.error_type, outcome.error_message)}
-        if outcome.kind in ("raised", "crashed"):
-            message = outcome.error_message or ""
-            if outcome.traceback:
-                message = f"{message}\n{outcome.traceback}".strip()
-            return {**fields, **_error_fields("error", outcome.error_type, message)}
-
-        found = find_answer(outcome.value, work_dir)
-        metadata = found.metadata
-        grade_start = time.monotonic()
-        grader_result = grade(self.eval, found.answer)
-        fields["grade_s"] = round(time.monotonic() - grade_start, 6)
-        status: Status = "passed" if grader_result.passed else "failed"
-        if grader_result.is_configuration_error:
-            status = "config_error"
-        if not found.found:
-            details = metadata.get("error_details")
-            detail = details.get("error") if isinstance(details, dict) else None
-            fields["error_type"] = "NoAnswer"
-            fields["error_message"] = "; ".join(text for text in (found.problem, detail) if text)
-        fields.update(_lift_metadata(metadata))
-        if metadata.get("replayed") and _number(metadata.get("duration_s"), float) is not None:
-            fields["duration_s"] = float(metadata["duration_s"])  # a replay reports the recorded run's time
-        return {
-            **fields,
-            "status": status,
-            "passed": status == "passed",
-            "grader_result": grader_result,
-            "agent_answer": found.answer,
-            "answer_source": found.source,
-            "metadata": metadata,
-        }
+        return _find_answer(outcome, work_dir)
 
 
-def _scrub_secrets(fields: dict) -> dict:
-    """Mask every secret value of this environment in whatever the result will keep."""
-    pattern = compile_secrets(secret_values(os.environ))
-    if pattern is None:
-        return fields
-    grader_result = fields.pop("grader_result", None)
-    fields = redact(fields, pattern)
-    if grader_result is not None:
-        fields["grader_result"] = GraderResult(
-            passed=grader_result.passed,
-            metrics=redact(grader_result.metrics, pattern),
-            reasoning=redact(grader_result.reasoning, pattern),
-            agent_answer=redact(grader_result.agent_answer, pattern),
-            score=grader_result.score,
-            field_scores=redact(grader_result.field_scores, pattern),
-            score_max=grader_result.score_max,
-        )
-    return fields
-
-
-def _error_fields(status: Status, error_type: str | None, message: str | None) -> dict:
-    return {"status": status, "passed": False, "error_type": error_type, "error_message": message, "metadata": {}}
-
-
-def _lift_metadata(metadata: dict) -> dict:
-    lifted: dict[str, Any] = {}
-    if isinstance(metadata.get("harness"), str):
-        lifted["harness"] = metadata["harness"]
-    cost = metadata.get("cost_usd", metadata.get("total_cost"))
-    if _number(cost, float) is not None:
-        lifted["cost_usd"] = float(cost)
-    for key in _LIFTED_INT_FIELDS:
-        if _number(metadata.get(key), int) is not None:
-            lifted[key] = int(metadata[key])
-    return lifted
+def _find_answer(outcome: Outcome, work_dir: Path) -> dict:
+    fields: dict = {"agent_s": round(outcome.seconds, 6)}
+    if outcome.kind == "timeout":
+        return {**fields, "outcome": "timeout", "error_type": outcome.error_type, "error_message": outcome.error_message}
+    if outcome.kind in ("raised", "crashed"):
+        message = outcome.error_message or ""
+        if outcome.traceback:
+            message = f"{message}\n{outcome.traceback}".strip()
+        return {**fields, "outcome": "error", "error_type": outcome.error_type, "error_message": message}
+    found = find_answer(outcome.value, work_dir)
+    fields.update(answer=found.answer, answer_source=found.source, metadata=found.metadata)
+    if found.found:
+        return {**fields, "outcome": "answered"}
+    details = found.metadata.get("error_details")
+    detail = details.get("error") if isinstance(details, dict) else None
+    message = "; ".join(text for text in (found.problem, detail) if text)
+    return {**fields, "outcome": "no_answer", "error_type": "NoAnswer", "error_message": message}

@@ -1,0 +1,89 @@
+"""What running an agent produced, before grading: the unit of work a batch worker returns."""
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..evals import Eval
+from ..grading import grade
+from .result import EvalResult, Status
+
+ExecutionOutcome = Literal["answered", "no_answer", "error", "timeout"]
+
+# Metadata keys an agent may report that become first-class result fields.
+_LIFTED_INT_FIELDS = ("input_tokens", "output_tokens", "n_turns")
+
+
+class Execution(BaseModel):
+    """An agent run with its answer found and its secrets masked; grading comes after."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    eval_id: str
+    model: str | None = None
+    seed: int | None = None
+    run_id: str | None = None
+    outcome: ExecutionOutcome
+    answer: Any = None
+    answer_source: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    error_type: str | None = None
+    error_message: str | None = None
+    agent_s: float = 0.0
+    duration_s: float = 0.0
+    started_at: datetime
+    finished_at: datetime
+    artifacts: dict[str, str] = Field(default_factory=dict)
+
+
+def _number(value: Any, kind: type) -> Any:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return kind(value)
+
+
+def lift_metadata(metadata: dict) -> dict:
+    """Cost, tokens, turns and harness reported by the agent, as typed result fields."""
+    lifted: dict[str, Any] = {}
+    if isinstance(metadata.get("harness"), str):
+        lifted["harness"] = metadata["harness"]
+    cost = metadata.get("cost_usd", metadata.get("total_cost"))
+    if _number(cost, float) is not None:
+        lifted["cost_usd"] = float(cost)
+    for key in _LIFTED_INT_FIELDS:
+        if _number(metadata.get(key), int) is not None:
+            lifted[key] = int(metadata[key])
+    if metadata.get("replayed") and _number(metadata.get("duration_s"), float) is not None:
+        lifted["duration_s"] = float(metadata["duration_s"])  # a replay reports the recorded run's time
+    return lifted
+
+
+def grade_execution(eval_: Eval, execution: Execution) -> EvalResult:
+    """Turn an execution into a result: errors and timeouts are not graded, everything else is."""
+    fields = execution.model_dump(exclude={"outcome", "answer"})
+    fields["agent_answer"] = execution.answer
+    if execution.outcome in ("error", "timeout"):
+        status: Status = execution.outcome
+        return EvalResult(**fields, status=status, passed=False)
+    start = time.monotonic()
+    grader_result = grade(eval_, execution.answer)
+    grade_s = time.monotonic() - start
+    status = "config_error" if grader_result.is_configuration_error else ("passed" if grader_result.passed else "failed")
+    lifted = lift_metadata(execution.metadata)
+    fields.update(lifted)
+    if "duration_s" not in lifted:
+        fields["duration_s"] = round(fields["duration_s"] + grade_s, 6)
+    return EvalResult(
+        **fields,
+        status=status,
+        passed=status == "passed",
+        grader_result=grader_result,
+        grade_s=round(grade_s, 6),
+    )
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc)

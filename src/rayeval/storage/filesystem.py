@@ -1,0 +1,53 @@
+"""Where results live: a local folder or ``s3://bucket/prefix``, as a pyarrow filesystem."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pyarrow.fs as pafs
+
+ENDPOINT_ENV_VARS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+
+
+def s3_endpoint(explicit: str | None = None) -> str | None:
+    """The S3 endpoint override: the argument, else the standard AWS environment variables."""
+    if explicit:
+        return explicit
+    for name in ENDPOINT_ENV_VARS:
+        if os.environ.get(name):
+            return os.environ[name]
+    return None
+
+
+def is_s3(root: str) -> bool:
+    return root.startswith("s3://")
+
+
+def resolve_root(root: str | Path, s3_endpoint_url: str | None = None) -> tuple[pafs.FileSystem, str]:
+    """(filesystem, base path without scheme) for a results root.
+
+    S3 credentials come from the standard AWS chain; ``s3_endpoint_url`` (or
+    ``AWS_ENDPOINT_URL``) points at MinIO, moto or another S3-compatible store.
+    """
+    text = str(root)
+    if is_s3(text):
+        parsed = urlparse(text)
+        if not parsed.netloc:
+            raise ValueError(f"results root {text!r} has no bucket")
+        endpoint = s3_endpoint(s3_endpoint_url)
+        options: dict = {"region": os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"}
+        if endpoint:
+            scheme = urlparse(endpoint).scheme or "http"
+            options["endpoint_override"] = endpoint
+            options["scheme"] = scheme
+        return pafs.S3FileSystem(**options), f"{parsed.netloc}/{parsed.path.strip('/')}".rstrip("/")
+    return pafs.LocalFileSystem(), str(Path(text).expanduser().resolve())
+
+
+def pandas_storage_options(root: str | Path, s3_endpoint_url: str | None = None) -> dict | None:
+    """``storage_options`` for ``pandas.read_parquet`` on the same root (s3fs)."""
+    if not is_s3(str(root)):
+        return None
+    endpoint = s3_endpoint(s3_endpoint_url)
+    return {"client_kwargs": {"endpoint_url": endpoint}} if endpoint else {}

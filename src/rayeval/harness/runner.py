@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ..evals import Eval, load_eval
 from .answers import find_answer
+from .cache import remove_tree
 from .context import AgentContext, AgentFunction, call_agent
 from .execution import Execution, grade_execution, now
 from .isolation import Isolation, Outcome, run_agent_isolated
@@ -14,7 +15,7 @@ from .prompt import build_prompt
 from .result import EvalResult
 from .secrets import compile_secrets, redact, secret_values
 from .staging import StagingError, stage_data
-from .workspace import collect_artifacts, default_work_root, make_work_dir, remove_tree
+from .workspace import collect_artifacts, default_work_root, make_work_dir
 
 
 class EvalRunner:

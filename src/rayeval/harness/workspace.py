@@ -1,10 +1,8 @@
-"""Per-run work folders: unique, removable even when their data is read-only."""
+"""Per-run work folders: unique per run, eval, model, seed and attempt."""
 from __future__ import annotations
 
 import os
 import re
-import shutil
-import stat
 import tempfile
 import uuid
 from pathlib import Path
@@ -30,22 +28,6 @@ def make_work_dir(root: Path, *, run_id: str | None, eval_id: str, model: str | 
     path = root / _component(run_id or "local") / name
     path.mkdir(parents=True)
     return path
-
-
-def remove_tree(path: Path) -> None:
-    """rmtree that also removes the read-only staged data."""
-
-    def make_writable_and_retry(func, target, _exc_info) -> None:
-        parent = os.path.dirname(target)
-        for item in (parent, target):
-            try:
-                os.chmod(item, os.stat(item).st_mode | stat.S_IWUSR | stat.S_IXUSR | stat.S_IRUSR)
-            except OSError:
-                pass
-        func(target)
-
-    if path.exists():
-        shutil.rmtree(path, onerror=make_writable_and_retry)
 
 
 def collect_artifacts(work_dir: Path) -> dict[str, str]:

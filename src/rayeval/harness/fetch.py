@@ -1,0 +1,273 @@
+"""Fetchers: write one source (local path, HTTP(S) URL, S3 object or prefix) into a new path.
+
+Each fetcher writes into ``dest`` (which must not exist), returns the ``Payload`` it
+wrote, and raises ``FetchError`` with a plain-language reason; the staging layer adds
+the URI. Network fetchers use per-socket timeouts and poll an abort flag between
+chunks, so ``run_with_deadline`` can give up at the deadline and the abandoned thread
+stops soon after, deleting its scratch files.
+"""
+from __future__ import annotations
+
+import http.client
+import shutil
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+from .cache import CHUNK, FileRecord, Payload, list_tree, walk_files, write_file
+
+#: Longest silence tolerated on a socket; also capped by the time left before the deadline.
+DEFAULT_SOCKET_TIMEOUT = 60.0
+_USER_AGENT = "rayeval-staging/1"
+
+T = TypeVar("T")
+
+
+class FetchError(Exception):
+    """A source could not be fetched; the message is the reason, without the URI."""
+
+
+class FetchTimeout(FetchError):
+    """The download stalled past a socket timeout or the overall deadline."""
+
+
+class _Aborted(Exception):
+    """Raised inside an abandoned fetch thread to stop it."""
+
+
+def _chunks(read: Callable[[int], bytes], abort: threading.Event) -> Iterator[bytes]:
+    while True:
+        if abort.is_set():
+            raise _Aborted()
+        chunk = read(CHUNK)
+        if not chunk:
+            return
+        yield chunk
+
+
+def local_fingerprint(path: Path) -> list[tuple[str, int, int]]:
+    """(relative path, size, mtime_ns) of a local file or every file under a directory."""
+    if path.is_dir():
+        return [(rel, st.st_size, st.st_mtime_ns) for rel, _, st in walk_files(path)]
+    st = path.stat()
+    return [("", st.st_size, st.st_mtime_ns)]
+
+
+def copy_local(src: Path, dest: Path, abort: threading.Event) -> Payload:
+    """Copy a local file or tree into ``dest``, hashing as it goes (one read per byte)."""
+    try:
+        if src.is_dir():
+            dirs, found = list_tree(src)
+            dest.mkdir()
+            for rel in dirs:  # parents sort before children; empty dirs are kept
+                (dest / rel).mkdir()
+            files = []
+            for rel, path, _ in found:
+                with open(path, "rb") as fh:
+                    files.append(write_file(dest / rel, _chunks(fh.read, abort), rel))
+            return Payload(kind="directory", files=files)
+        if not src.is_file():
+            raise FetchError(f"{src} is not a regular file or directory")
+        with open(src, "rb") as fh:
+            return Payload(kind="file", files=[write_file(dest, _chunks(fh.read, abort))])
+    except PermissionError as exc:
+        raise FetchError(f"permission denied reading {exc.filename or src}") from exc
+    except FileNotFoundError as exc:
+        raise FetchError(f"no such file or directory: {exc.filename or src}") from exc
+
+
+def download_http(url: str, dest: Path, socket_timeout: float, abort: threading.Event) -> Payload:
+    """GET ``url`` into the file ``dest``; non-2xx statuses and short bodies are errors."""
+    request = urllib.request.Request(url, headers={"User-Agent": _USER_AGENT, "Accept-Encoding": "identity"})
+    try:
+        with urllib.request.urlopen(request, timeout=socket_timeout) as response:
+            expected = response.headers.get("Content-Length")
+            # read1: return whatever arrived, so a trickling server still lets us see ``abort``
+            record = write_file(dest, _chunks(response.read1, abort))
+    except urllib.error.HTTPError as exc:
+        exc.close()
+        raise FetchError(f"HTTP {exc.code} {exc.reason} from {_redact(url)}") from None
+    except urllib.error.URLError as exc:
+        if isinstance(exc.reason, TimeoutError):
+            raise FetchTimeout(f"no response from {_redact(url)} within {socket_timeout:g}s") from None
+        raise FetchError(f"cannot reach {_redact(url)}: {exc.reason}") from None
+    except TimeoutError:
+        raise FetchTimeout(f"{_redact(url)} stalled: no data for {socket_timeout:g}s") from None
+    except http.client.IncompleteRead as exc:
+        got = len(exc.partial)
+        raise FetchError(f"connection closed early by {_redact(url)} after {got} bytes") from None
+    except (http.client.HTTPException, ConnectionError) as exc:
+        raise FetchError(f"download from {_redact(url)} failed: {type(exc).__name__}: {exc}") from None
+    if expected is not None and expected.isdigit() and int(expected) != record.size:
+        raise FetchError(f"truncated download from {_redact(url)}: {record.size} of {expected} bytes")
+    return Payload(kind="file", files=[record])
+
+
+def _redact(url: str) -> str:
+    """Drop query and userinfo: presigned URLs from resolvers carry credentials there."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return f"{parts.scheme}://{host}{parts.path}" + ("?…" if parts.query else "")
+
+
+def s3_client(endpoint_url: str | None, socket_timeout: float) -> Any:
+    """A boto3 S3 client: default credential chain; endpoint from the argument or AWS_ENDPOINT_URL*."""
+    import boto3
+    from botocore.config import Config
+
+    config = Config(
+        connect_timeout=socket_timeout,
+        read_timeout=socket_timeout,
+        retries={"max_attempts": 3, "mode": "standard"},
+    )
+    return boto3.session.Session().client("s3", endpoint_url=endpoint_url or None, config=config)
+
+
+_S3_MISSING = ("NoSuchKey", "404", "NotFound")
+
+
+def _s3_code(exc: Any) -> str:
+    """The error code of a botocore ClientError (HEAD responses carry only the status)."""
+    code = exc.response.get("Error", {}).get("Code")
+    return str(code or exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
+
+
+def _s3_problem(exc: Exception, bucket: str, key: str) -> FetchError:
+    from botocore.exceptions import (
+        ClientError,
+        ConnectTimeoutError,
+        EndpointConnectionError,
+        NoCredentialsError,
+        ReadTimeoutError,
+    )
+
+    where = f"s3://{bucket}/{key}"
+    if isinstance(exc, ClientError):
+        err = exc.response.get("Error", {})
+        code = _s3_code(exc)
+        if code == "NoSuchBucket":
+            return FetchError(f"no such S3 bucket: {bucket}")
+        if code in _S3_MISSING:
+            return FetchError(f"no such S3 key: {where}")
+        if code in ("AccessDenied", "403", "Forbidden"):
+            return FetchError(f"access denied to {where}")
+        return FetchError(f"S3 error {code} for {where}: {err.get('Message', exc)}")
+    if isinstance(exc, (ReadTimeoutError, ConnectTimeoutError)):
+        return FetchTimeout(f"S3 request for {where} timed out: {exc}")
+    if isinstance(exc, NoCredentialsError):
+        return FetchError("no AWS credentials found (boto3 default chain: env, ~/.aws, instance role)")
+    if isinstance(exc, EndpointConnectionError):
+        return FetchError(f"cannot reach S3 endpoint: {exc}")
+    return FetchError(f"S3 download of {where} failed: {type(exc).__name__}: {exc}")
+
+
+def _s3_get(client: Any, bucket: str, key: str, dest: Path, rel: str, abort: threading.Event) -> FileRecord:
+    obj = client.get_object(Bucket=bucket, Key=key)
+    body = obj["Body"]
+    try:
+        record = write_file(dest, _chunks(body.read, abort), rel)
+    finally:
+        body.close()
+    if record.size != obj.get("ContentLength", record.size):
+        expected = obj["ContentLength"]
+        raise FetchError(f"truncated S3 download of s3://{bucket}/{key}: {record.size} of {expected} bytes")
+    return record
+
+
+def _safe_relpath(rel: str) -> bool:
+    parts = rel.split("/")
+    return bool(rel) and all(p not in ("", ".", "..") for p in parts)
+
+
+def download_s3(uri: str, dest: Path, client: Any, abort: threading.Event) -> Payload:
+    """``s3://bucket/key`` → file; ``s3://bucket/prefix/`` (or a key with no object but
+    objects under ``key/``) → directory of every object under the prefix."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    bucket, _, key = uri[len("s3://"):].partition("/")  # keys are literal: no %-decoding, '?'/'#' allowed
+    if not bucket:
+        raise FetchError("S3 URI has no bucket (expected s3://bucket/key)")
+    try:
+        if key and not key.endswith("/"):
+            try:
+                client.head_object(Bucket=bucket, Key=key)
+            except ClientError as exc:
+                if _s3_code(exc) not in _S3_MISSING:
+                    raise
+            else:
+                return Payload(kind="file", files=[_s3_get(client, bucket, key, dest, "", abort)])
+        prefix = key if not key or key.endswith("/") else key + "/"
+        keys: list[str] = []
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+            keys.extend(obj["Key"] for obj in page.get("Contents", []))
+        if not keys:
+            if key and not key.endswith("/"):
+                raise FetchError(f"no such S3 key: s3://{bucket}/{key}")
+            raise FetchError(f"no objects under S3 prefix s3://{bucket}/{prefix}")
+        dest.mkdir()
+        files = []
+        for full in sorted(keys):
+            rel = full[len(prefix):]
+            if full.endswith("/"):  # "folder" marker object
+                if rel:
+                    (dest / rel).mkdir(parents=True, exist_ok=True)
+                continue
+            if not _safe_relpath(rel):
+                raise FetchError(f"refusing S3 key with an unsafe relative path: s3://{bucket}/{full}")
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            files.append(_s3_get(client, bucket, full, dest / rel, rel, abort))
+        return Payload(kind="directory", files=files)
+    except (ClientError, BotoCoreError) as exc:
+        raise _s3_problem(exc, bucket, key) from None
+
+
+def run_with_deadline(
+    fn: Callable[[threading.Event], T],
+    deadline: float | None,
+    on_abort: Callable[[], None],
+) -> T:
+    """Run ``fn(abort)``; past ``deadline`` (time.monotonic) raise FetchTimeout at once.
+
+    The work runs in a daemon thread so the caller returns exactly at the deadline; the
+    thread sees ``abort`` at its next chunk (or socket timeout) and calls ``on_abort``
+    to delete whatever it wrote.
+    """
+    abort = threading.Event()
+    if deadline is None:
+        return fn(abort)
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn(abort)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller below
+            box["error"] = exc
+        finally:
+            if abort.is_set():
+                on_abort()
+
+    worker = threading.Thread(target=target, name="rayeval-staging-fetch", daemon=True)
+    worker.start()
+    worker.join(max(0.0, deadline - time.monotonic()))
+    if worker.is_alive():
+        abort.set()
+        on_abort()
+        raise FetchTimeout("deadline passed")
+    if "error" in box:
+        error = box["error"]
+        if isinstance(error, _Aborted):
+            raise FetchTimeout("deadline passed")
+        raise error
+    return box["value"]
+
+
+def scrub(path: Path) -> None:
+    """Best-effort removal of a scratch path (fetch-thread cleanup)."""
+    shutil.rmtree(path, ignore_errors=True)

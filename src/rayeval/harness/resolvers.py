@@ -1,0 +1,87 @@
+"""Pluggable resolvers for URI schemes rayeval cannot fetch by itself (``latch://`` …).
+
+Contract: a resolver is ``fn(uri: str) -> str | os.PathLike | Resolved``. It returns either
+
+* a **local path** (absolute, or a ``file://`` URL) to a file or directory the resolver
+  has already materialised, e.g. with ``LPath(uri).download(dst)`` from Latch's SDK; or
+* a **fetchable URL** (``http://``, ``https://`` or ``s3://``), e.g. a presigned URL,
+  which the staging layer then downloads with the same timeout, cache and atomicity
+  rules as any other node.
+
+The cache key stays the *original* URI, so a resolver that hands out a fresh presigned
+URL each time still hits the cache. The staged basename is the URI's last path component
+unless the resolver returns ``Resolved(target, name=...)``: id-style URIs such as
+``latch://12345.node`` should name the node that way (``LPath(uri).name()``). The name is
+kept in the cache sidecar. A resolver is called only on a cache miss (under the entry's lock, inside the
+download deadline); a hit never calls it, so reuse needs no credentials.
+
+The registry is per process: with Ray, register resolvers in every worker (e.g. from a
+module the worker imports, or a ``worker_process_setup_hook``).
+"""
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Union
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A resolver's answer when it also knows the node's real basename."""
+
+    target: str | os.PathLike[str]  # local path, file://, http(s):// or s3:// URL
+    name: str | None = None  # staged basename; None: last component of the URI
+
+
+Resolver = Callable[[str], Union[str, "os.PathLike[str]", Resolved]]
+
+#: Schemes the staging layer fetches itself; resolvers cannot replace them.
+BUILTIN_SCHEMES = frozenset({"", "file", "http", "https", "s3"})
+
+_registry: dict[str, Resolver] = {}
+_registry_lock = threading.Lock()
+
+
+def _normalise_scheme(scheme: str) -> str:
+    name = scheme.strip().lower().removesuffix("://").removesuffix(":")
+    if not name:
+        raise ValueError("resolver scheme must be a non-empty string such as 'latch'")
+    if name in BUILTIN_SCHEMES:
+        raise ValueError(f"{name}:// is fetched by rayeval itself; register resolvers for other schemes")
+    return name
+
+
+def register_resolver(scheme: str, fn: Resolver) -> None:
+    """Register ``fn`` to turn ``<scheme>://…`` URIs into a local path or fetchable URL.
+
+    Registering the same scheme again replaces the previous resolver.
+    """
+    if not callable(fn):
+        raise TypeError(f"resolver for {scheme!r} must be callable, got {type(fn).__name__}")
+    name = _normalise_scheme(scheme)
+    with _registry_lock:
+        _registry[name] = fn
+
+
+def unregister_resolver(scheme: str) -> Resolver | None:
+    """Remove the resolver for ``scheme``; returns it, or None when there was none."""
+    name = _normalise_scheme(scheme)
+    with _registry_lock:
+        return _registry.pop(name, None)
+
+
+def get_resolver(scheme: str) -> Resolver | None:
+    """The resolver registered for ``scheme``, or None."""
+    with _registry_lock:
+        return _registry.get(scheme.lower())
+
+
+def missing_resolver_message(scheme: str) -> str:
+    """The error text for a URI whose scheme has no resolver (named in StagingError)."""
+    hint = " (e.g. using latch's SDK)" if scheme == "latch" else ""
+    return (
+        f"no resolver for {scheme}:// URIs: install/configure one with "
+        f"rayeval.harness.register_resolver({scheme!r}, ...){hint}"
+    )

@@ -1,0 +1,162 @@
+"""Finding secret values in an environment and scrubbing them from anything we keep.
+
+The agent harnesses pass API keys to the programs they run only through the environment, and
+everything they return or leave on disk (answer, metadata, trajectory, logs) goes through
+:func:`redact` first.  The runner uses the same two functions for its own records.
+
+>>> env = {"OPENAI_API_KEY": "sk-abcdef123456", "HOME": "/root"}
+>>> redact({"log": ["key=sk-abcdef123456"]}, secret_values(env))
+{'log': ['key=***']}
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import urllib.parse
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+__all__ = [
+    "MASK",
+    "MIN_SECRET_LENGTH",
+    "is_secret_name",
+    "secret_values",
+    "redact",
+    "redact_text",
+    "compile_secrets",
+]
+
+MASK = "***"
+
+#: Values shorter than this are never treated as secrets: masking "1" or "true" everywhere
+#: would destroy the record without protecting anything.
+MIN_SECRET_LENGTH = 8
+
+# Names that hold credentials.  Matched case-insensitively against the whole variable name.
+_SECRET_NAME_RE = re.compile(
+    r"""(
+        .*_API_KEYS?(_.*)?$        # OPENAI_API_KEY, ANTHROPIC_API_KEY_FALLBACKS, X_API_KEY_2
+      | ^API_KEYS?$
+      | .*_TOKEN$                  # GITHUB_TOKEN, ANTHROPIC_AUTH_TOKEN, HF_TOKEN
+      | ^TOKEN$
+      | .*SECRET.*                 # AWS_SECRET_ACCESS_KEY, CLIENT_SECRET
+      | .*PASSWORD.*
+      | .*PASSWD.*
+      | .*_PRIVATE_KEY.*
+      | .*_SESSION_KEY$
+      | .*_ACCESS_KEY$
+    )""",
+    re.IGNORECASE | re.VERBOSE,
+)
+
+
+def is_secret_name(name: str) -> bool:
+    """True when an environment variable with this name is treated as holding a secret."""
+    return bool(_SECRET_NAME_RE.fullmatch(name))
+
+
+def _expand(value: str) -> Iterable[str]:
+    """The value itself, plus the members of a JSON array of strings (key fallback lists)."""
+    yield value
+    text = value.strip()
+    if text.startswith("[") and text.endswith("]"):
+        try:
+            items = json.loads(text)
+        except ValueError:
+            return
+        if isinstance(items, list):
+            for item in items:
+                if isinstance(item, str):
+                    yield item
+
+
+def secret_values(env: Mapping[str, str] | None = None, *, extra: Iterable[str] = ()) -> set[str]:
+    """Values of the secret-looking variables in ``env`` (default: ``os.environ``).
+
+    Variables named like ``*_API_KEY``, ``*_TOKEN``, ``*SECRET*``, ``*PASSWORD*``,
+    ``ANTHROPIC_API_KEY_FALLBACKS`` (a JSON array: each member counts) and a few similar
+    patterns contribute their value.  Values shorter than :data:`MIN_SECRET_LENGTH` are ignored.
+    ``extra`` adds values known to be secret whatever their name.
+    """
+    if env is None:
+        env = os.environ
+    found: set[str] = set()
+    for name, value in env.items():
+        if not value or not isinstance(value, str) or not is_secret_name(name):
+            continue
+        for candidate in _expand(value):
+            candidate = candidate.strip()
+            if len(candidate) >= MIN_SECRET_LENGTH:
+                found.add(candidate)
+    for value in extra:
+        if isinstance(value, str) and len(value.strip()) >= MIN_SECRET_LENGTH:
+            found.add(value.strip())
+    return found
+
+
+def _variants(secret: str) -> set[str]:
+    """Spellings under which a secret can show up in text we keep."""
+    variants = {secret}
+    escaped = json.dumps(secret)[1:-1]  # inside a JSON string
+    variants.add(escaped)
+    variants.add(json.dumps(escaped)[1:-1])  # JSON inside JSON (tool results in event streams)
+    variants.add(urllib.parse.quote(secret, safe=""))
+    variants.add(urllib.parse.quote_plus(secret))
+    return {v for v in variants if len(v) >= MIN_SECRET_LENGTH}
+
+
+def _pattern(secrets: Iterable[str]) -> re.Pattern[str] | None:
+    spellings: set[str] = set()
+    for secret in secrets:
+        if isinstance(secret, str) and secret:
+            spellings |= _variants(secret)
+    if not spellings:
+        return None
+    # Longest first so that a secret containing another one is masked whole.
+    ordered = sorted(spellings, key=len, reverse=True)
+    return re.compile("|".join(re.escape(s) for s in ordered))
+
+
+def redact_text(text: str, secrets: Iterable[str] | re.Pattern[str] | None) -> str:
+    """``text`` with every occurrence of every secret replaced by ``***``."""
+    pattern = secrets if isinstance(secrets, re.Pattern) else _pattern(secrets or ())
+    if pattern is None or not text:
+        return text
+    return pattern.sub(MASK, text)
+
+
+def redact(obj: Any, secrets: Iterable[str] | re.Pattern[str] | None) -> Any:
+    """A copy of ``obj`` with every secret value masked in every string it contains.
+
+    Walks dicts (keys and values), lists, tuples and sets; other values are returned as they
+    are.  The input is never modified.
+    """
+    pattern = secrets if isinstance(secrets, re.Pattern) else _pattern(secrets or ())
+    if pattern is None:
+        return obj
+    return _redact(obj, pattern)
+
+
+def _redact(obj: Any, pattern: re.Pattern[str]) -> Any:
+    if isinstance(obj, str):
+        return pattern.sub(MASK, obj)
+    if isinstance(obj, dict):
+        return {(_redact(k, pattern) if isinstance(k, str) else k): _redact(v, pattern) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_redact(v, pattern) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(_redact(v, pattern) for v in obj)
+    if isinstance(obj, (set, frozenset)):
+        return type(obj)(_redact(v, pattern) for v in obj)
+    if isinstance(obj, bytes):
+        try:
+            return pattern.sub(MASK, obj.decode("utf-8")).encode("utf-8")
+        except UnicodeDecodeError:
+            return obj
+    return obj
+
+
+def compile_secrets(secrets: Iterable[str]) -> re.Pattern[str] | None:
+    """Precompile a secret set for repeated :func:`redact` / :func:`redact_text` calls."""
+    return _pattern(secrets)

@@ -1,0 +1,466 @@
+"""Data staging against real parts: local files, an HTTP server and moto's S3 server on
+127.0.0.1, several OS processes sharing one cache. Nothing is fetched from the internet."""
+from __future__ import annotations
+
+import hashlib
+import http.server
+import multiprocessing
+import os
+import pickle
+import stat
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from rayeval.harness.cache import key_hash, remove_tree
+from rayeval.harness.resolvers import Resolved, register_resolver, unregister_resolver
+from rayeval.harness.staging import StagingError, stage_data
+
+# --------------------------------------------------------------------------- helpers
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def tree_sha(files: dict[str, bytes]) -> str:
+    """The documented directory digest, computed independently of the implementation."""
+    h = hashlib.sha256()
+    for rel in sorted(files):
+        h.update(f"{rel}\0{sha(files[rel])}\n".encode())
+    return h.hexdigest()
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def all_entries(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*")) if root.exists() else []
+
+
+def write_tree(root: Path, files: dict[str, bytes]) -> Path:
+    for rel, data in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    return root
+
+
+@dataclass
+class Route:
+    body: bytes = b""
+    delay: float = 0.0  # seconds before answering
+    mode: str = "normal"  # "normal" | "stall" (never answers) | "trickle" (1 byte / 0.1 s) | "short"
+
+
+@dataclass
+class FileServer:
+    """http.server on 127.0.0.1 in a thread, counting GET requests per path."""
+
+    base: str = ""
+    routes: dict[str, Route] = field(default_factory=dict)
+    hits: Counter = field(default_factory=Counter)
+    release: threading.Event = field(default_factory=threading.Event)
+
+    def add(self, path: str, body: bytes = b"", **kw) -> str:
+        self.routes[path] = Route(body, **kw)
+        return self.base + path
+
+
+@pytest.fixture
+def http_files():
+    server_state = FileServer()
+    lock = threading.Lock()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args) -> None:  # keep test output quiet
+            pass
+
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            with lock:
+                server_state.hits[path] += 1
+            route = server_state.routes.get(path)
+            if route is None:
+                self.send_error(404, "Not Found")
+                return
+            if route.mode == "stall":
+                server_state.release.wait(30)
+                return
+            time.sleep(route.delay)
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(route.body)))
+            self.end_headers()
+            try:
+                if route.mode == "trickle":
+                    for i in range(len(route.body)):
+                        if server_state.release.is_set():
+                            return
+                        self.wfile.write(route.body[i : i + 1])
+                        self.wfile.flush()
+                        time.sleep(0.1)
+                elif route.mode == "short":  # promise the whole body, send a tenth, hang up
+                    self.wfile.write(route.body[: len(route.body) // 10])
+                    self.close_connection = True
+                else:
+                    self.wfile.write(route.body)
+            except OSError:
+                pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    server_state.base = f"http://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield server_state
+    server_state.release.set()
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def cache_dir(tmp_path: Path) -> Path:
+    return tmp_path / "cache"
+
+
+@pytest.fixture
+def latch():
+    """Registers a test resolver for latch:// and removes it afterwards; counts calls."""
+    calls: list[str] = []
+
+    def install(mapping: dict[str, object]) -> list[str]:
+        def resolve(uri: str) -> object:
+            calls.append(uri)
+            return mapping[uri]
+
+        register_resolver("latch", resolve)
+        return calls
+
+    yield install
+    unregister_resolver("latch")
+
+
+# --------------------------------------------------------------------------- local
+
+
+def test_local_relative_path_is_copied_via_cache_and_read_only(tmp_path: Path, cache_dir: Path) -> None:
+    evals = tmp_path / "evals"
+    src = evals / "inputs" / "pbmc.h5ad"
+    src.parent.mkdir(parents=True)
+    src.write_bytes(b"cells" * 100)
+    data_dir = tmp_path / "work" / "data"
+
+    [node] = stage_data(["inputs/pbmc.h5ad"], data_dir, base_dir=evals, cache_dir=cache_dir)
+
+    staged = data_dir / "pbmc.h5ad"
+    assert node.uri == "inputs/pbmc.h5ad"
+    assert node.path == "data/pbmc.h5ad"
+    assert (node.kind, node.size_bytes, node.from_cache) == ("file", 500, False)
+    assert node.sha256 == sha(b"cells" * 100)
+    assert staged.read_bytes() == src.read_bytes()
+    assert mode(staged) == 0o444 and mode(data_dir) == 0o555
+    # the user's file is untouched: not linked into the work dir, still writable
+    assert src.stat().st_nlink == 1 and src.stat().st_ino != staged.stat().st_ino
+    assert mode(src) & 0o200
+
+
+def test_file_uri_directory_keeps_layout_and_digest(tmp_path: Path, cache_dir: Path) -> None:
+    files = {"a.csv": b"1,2\n", "sub/b.txt": b"bee", "sub/deeper/c.bin": bytes(range(256))}
+    src = write_tree(tmp_path / "dataset", files)
+    data_dir = tmp_path / "work" / "data"
+
+    [node] = stage_data([src.as_uri()], data_dir, cache_dir=cache_dir)
+
+    assert (node.kind, node.path, node.size_bytes) == ("directory", "data/dataset", 4 + 3 + 256)
+    assert node.sha256 == tree_sha(files)
+    root = data_dir / "dataset"
+    for rel, data in files.items():
+        assert (root / rel).read_bytes() == data
+        assert mode(root / rel) == 0o444
+    assert {mode(root), mode(root / "sub"), mode(root / "sub" / "deeper")} == {0o555}
+    if os.geteuid() != 0:  # root ignores permission bits
+        with pytest.raises(PermissionError):
+            (root / "new.txt").write_text("agents cannot add files here")
+    remove_tree(data_dir.parent)  # the cleanup helper copes with read-only dirs
+    assert not data_dir.parent.exists()
+
+
+def test_changed_local_file_is_recopied_unchanged_is_reused(tmp_path: Path, cache_dir: Path) -> None:
+    src = tmp_path / "table.csv"
+    src.write_text("v1\n")
+    first = stage_data([str(src)], tmp_path / "w1" / "data", cache_dir=cache_dir)[0]
+    again = stage_data([str(src)], tmp_path / "w2" / "data", cache_dir=cache_dir)[0]
+    assert (first.from_cache, again.from_cache) == (False, True)
+
+    src.write_text("v2 longer\n")
+    os.utime(src, ns=(src.stat().st_atime_ns, src.stat().st_mtime_ns + 10**9))
+    changed = stage_data([str(src)], tmp_path / "w3" / "data", cache_dir=cache_dir)[0]
+    assert changed.from_cache is False
+    assert changed.sha256 == sha(b"v2 longer\n")
+    assert (tmp_path / "w3" / "data" / "table.csv").read_text() == "v2 longer\n"
+    # the earlier work dir kept its own (old) bytes
+    assert (tmp_path / "w1" / "data" / "table.csv").read_text() == "v1\n"
+
+
+def test_basename_collisions_get_distinct_deterministic_names(tmp_path, cache_dir, http_files) -> None:
+    one = write_tree(tmp_path / "one", {"x.tar.gz": b"first"}) / "x.tar.gz"
+    two = write_tree(tmp_path / "two", {"x.tar.gz": b"second"}) / "x.tar.gz"
+    url = http_files.add("/dl/x.tar.gz", b"third")
+    nodes = [str(one), str(two), url, str(one)]
+
+    staged = stage_data(nodes, tmp_path / "w" / "data", cache_dir=cache_dir)
+
+    tag2, tag3 = sha(str(two).encode())[:8], sha(url.encode())[:8]
+    expected = ["data/x.tar.gz", f"data/x-{tag2}.tar.gz", f"data/x-{tag3}.tar.gz", "data/x.tar.gz"]
+    assert [n.path for n in staged] == expected
+    contents = [(tmp_path / "w" / n.path).read_bytes() for n in staged]
+    assert contents == [b"first", b"second", b"third", b"first"]
+    again = stage_data(nodes, tmp_path / "w2" / "data", cache_dir=cache_dir)
+    assert [n.path for n in again] == [n.path for n in staged]
+
+
+# --------------------------------------------------------------------------- http
+
+
+def test_http_download_then_cache_reuse_makes_no_request(tmp_path: Path, cache_dir: Path, http_files) -> None:
+    body = os.urandom(3 * 1024 * 1024 + 17)  # spans several read chunks
+    url = http_files.add("/files/counts.h5ad", body)
+
+    first = stage_data([url], tmp_path / "w1" / "data", cache_dir=cache_dir, timeout=10)[0]
+    second = stage_data([url], tmp_path / "w2" / "data", cache_dir=cache_dir, timeout=10)[0]
+
+    assert http_files.hits["/files/counts.h5ad"] == 1
+    assert (first.from_cache, second.from_cache) == (False, True)
+    assert first.sha256 == second.sha256 == sha(body)
+    staged = tmp_path / "w2" / "data" / "counts.h5ad"
+    assert staged.read_bytes() == body
+    assert mode(staged) == 0o444
+    assert staged.stat().st_nlink >= 3  # cache entry + two work dirs: hard links, not copies
+    meta = (cache_dir / "entries" / key_hash(url) / "meta.json").read_text()
+    assert sha(body) in meta and str(len(body)) in meta
+
+
+def test_corrupt_cache_entries_are_fetched_again(tmp_path: Path, cache_dir: Path, http_files) -> None:
+    url = http_files.add("/a.txt", b"good bytes")
+    stage_data([url], tmp_path / "w1" / "data", cache_dir=cache_dir)
+    entry = cache_dir / "entries" / key_hash(url)
+
+    payload = entry / "payload"
+    payload.chmod(0o644)
+    payload.write_bytes(b"trunc")  # damaged payload: wrong size
+    node = stage_data([url], tmp_path / "w2" / "data", cache_dir=cache_dir)[0]
+    assert (node.from_cache, http_files.hits["/a.txt"]) == (False, 2)
+    assert (tmp_path / "w2" / "data" / "a.txt").read_bytes() == b"good bytes"
+
+    (entry / "meta.json").write_text('{"version": 1, "key": ')  # damaged sidecar
+    node = stage_data([url], tmp_path / "w3" / "data", cache_dir=cache_dir)[0]
+    assert (node.from_cache, http_files.hits["/a.txt"]) == (False, 3)
+    assert node.sha256 == sha(b"good bytes")
+
+
+def test_http_404_is_a_clean_error_and_nothing_is_left(tmp_path: Path, cache_dir: Path, http_files) -> None:
+    good = write_tree(tmp_path / "src", {"ok.csv": b"fine"}) / "ok.csv"
+    url = http_files.base + "/missing.csv"
+    data_dir = tmp_path / "w" / "data"
+    with pytest.raises(StagingError) as err:
+        stage_data([str(good), url], data_dir, cache_dir=cache_dir, timeout=5)
+    assert err.value.uri == url
+    assert url in str(err.value) and "HTTP 404" in str(err.value)
+    assert all_entries(data_dir) == []  # the node staged before the failure was removed too
+    assert not (cache_dir / "entries" / key_hash(url)).exists()
+
+
+def test_truncated_http_body_is_an_error_not_a_cache_entry(tmp_path: Path, cache_dir: Path, http_files) -> None:
+    url = http_files.add("/cut.bin", b"q" * 1000, mode="short")
+    with pytest.raises(StagingError, match=r"truncated download .*: 100 of 1000 bytes"):
+        stage_data([url], tmp_path / "w" / "data", cache_dir=cache_dir, timeout=5)
+    assert all_entries(cache_dir / "entries") == [] and all_entries(cache_dir / "tmp") == []
+
+
+@pytest.mark.parametrize(
+    "route", [Route(mode="stall"), Route(body=b"z" * 100, mode="trickle")], ids=["stall", "trickle"]
+)
+def test_timeout_raises_on_time_and_leaves_no_partial_file(tmp_path, cache_dir, http_files, route) -> None:
+    http_files.routes["/slow.bin"] = route
+    url = http_files.base + "/slow.bin"
+    data_dir = tmp_path / "w" / "data"
+
+    started = time.monotonic()
+    with pytest.raises(StagingError) as err:
+        stage_data([url], data_dir, cache_dir=cache_dir, timeout=1.0)
+    elapsed = time.monotonic() - started
+
+    assert 0.9 <= elapsed < 2.5
+    assert "timed out" in str(err.value) and "1s" in str(err.value) and url in str(err.value)
+    assert all_entries(data_dir) == []
+    assert all_entries(cache_dir / "entries") == []
+    for _ in range(50):  # the abandoned fetch thread removes its scratch files promptly
+        if all_entries(cache_dir / "tmp") == []:
+            break
+        time.sleep(0.05)
+    assert all_entries(cache_dir / "tmp") == []
+
+
+def _stage_in_child(url: str, data_dir: str, cache_dir: str, barrier, results) -> None:
+    barrier.wait(30)
+    try:
+        [node] = stage_data([url], Path(data_dir), cache_dir=Path(cache_dir), timeout=20)
+        results.put((node.from_cache, node.sha256, sha((Path(data_dir).parent / node.path).read_bytes())))
+    except Exception as exc:  # noqa: BLE001 - reported to the parent, which fails the test
+        results.put(("error", repr(exc), None))
+
+
+def test_eight_processes_download_once(tmp_path: Path, cache_dir: Path, http_files) -> None:
+    body = os.urandom(256 * 1024)
+    url = http_files.add("/shared/big.bin", body, delay=0.3)  # slow enough for all 8 to collide
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(8), ctx.Queue()
+    procs = [
+        ctx.Process(
+            target=_stage_in_child,
+            args=(url, str(tmp_path / f"w{i}" / "data"), str(cache_dir), barrier, results),
+        )
+        for i in range(8)
+    ]
+    for proc in procs:
+        proc.start()
+    outcomes = [results.get(timeout=60) for _ in procs]
+    for proc in procs:
+        proc.join(30)
+        assert proc.exitcode == 0
+    assert [o for o in outcomes if o[0] == "error"] == []
+
+    assert http_files.hits["/shared/big.bin"] == 1
+    assert sorted(from_cache for from_cache, _, _ in outcomes) == [False] + [True] * 7
+    assert {digest for _, digest, _ in outcomes} == {sha(body)}
+    assert {content for _, _, content in outcomes} == {sha(body)}
+
+
+# --------------------------------------------------------------------------- s3
+
+
+def test_s3_file_and_prefix_directory(tmp_path: Path, cache_dir: Path, s3_bucket) -> None:
+    files = {"counts.csv": b"gene,n\nA,1\n", "obs/meta.json": b"{}", "obs/deep/x.bin": b"\x00\x01"}
+    for rel, data in files.items():
+        s3_bucket.put(f"dataset/{rel}", data)
+    s3_bucket.put("single/pbmc.h5ad", b"h5-bytes")
+    nodes = [s3_bucket.uri("single/pbmc.h5ad"), s3_bucket.uri("dataset/"), s3_bucket.uri("dataset/obs")]
+
+    staged = stage_data(
+        nodes, tmp_path / "w" / "data", cache_dir=cache_dir, s3_endpoint_url=s3_bucket.endpoint_url
+    )
+
+    assert [(n.path, n.kind) for n in staged] == [
+        ("data/pbmc.h5ad", "file"),
+        ("data/dataset", "directory"),
+        ("data/obs", "directory"),  # a key with no object but objects under key/ is a prefix
+    ]
+    assert staged[0].sha256 == sha(b"h5-bytes")
+    assert staged[1].sha256 == tree_sha(files)
+    assert staged[2].sha256 == tree_sha({"meta.json": b"{}", "deep/x.bin": b"\x00\x01"})
+    for rel, data in files.items():
+        assert (tmp_path / "w" / "data" / "dataset" / rel).read_bytes() == data
+
+
+def test_s3_endpoint_from_environment(tmp_path: Path, cache_dir: Path, s3_bucket, monkeypatch) -> None:
+    uri = s3_bucket.put("env/data.txt", "via env")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_bucket.endpoint_url)
+    [node] = stage_data([uri], tmp_path / "w" / "data", cache_dir=cache_dir)
+    assert (tmp_path / "w" / node.path).read_text() == "via env"
+
+
+def test_s3_missing_key_and_bucket(tmp_path: Path, cache_dir: Path, s3_bucket) -> None:
+    kw = {"cache_dir": cache_dir, "s3_endpoint_url": s3_bucket.endpoint_url, "timeout": 10}
+    with pytest.raises(StagingError, match=r"no such S3 key: s3://.*/nope\.csv"):
+        stage_data([s3_bucket.uri("nope.csv")], tmp_path / "a" / "data", **kw)
+    with pytest.raises(StagingError, match="no objects under S3 prefix"):
+        stage_data([s3_bucket.uri("empty/")], tmp_path / "b" / "data", **kw)
+    with pytest.raises(StagingError, match="no such S3 bucket: no-such-bucket-x"):
+        stage_data(["s3://no-such-bucket-x/k.csv"], tmp_path / "c" / "data", **kw)
+
+
+# --------------------------------------------------------------------------- resolvers, errors, filesystems
+
+
+def test_latch_without_resolver_is_a_clear_error(tmp_path: Path, cache_dir: Path) -> None:
+    unregister_resolver("latch")
+    with pytest.raises(StagingError) as err:
+        stage_data(["latch://123.account/data/pbmc.h5ad"], tmp_path / "data", cache_dir=cache_dir)
+    assert "latch://123.account/data/pbmc.h5ad" in str(err.value)
+    assert (
+        "no resolver for latch:// URIs: install/configure one with "
+        "rayeval.harness.register_resolver('latch', ...) (e.g. using latch's SDK)"
+    ) in str(err.value)
+    with pytest.raises(StagingError, match=r"unknown URI scheme gs://"):
+        stage_data(["gs://bucket/x"], tmp_path / "data", cache_dir=cache_dir)
+
+
+def test_latch_resolver_to_local_path_and_presigned_url(tmp_path, cache_dir, http_files, latch) -> None:
+    local = write_tree(tmp_path / "latch-download", {"f.txt": b"from sdk"})
+    url = http_files.add("/bucket/obj-123", b"presigned bytes") + "?X-Amz-Signature=secret"
+    calls = latch({"latch://1.account/proj/atlas": str(local), "latch://1.account/proj/pbmc.h5ad": url})
+    nodes = ["latch://1.account/proj/atlas", "latch://1.account/proj/pbmc.h5ad"]
+
+    staged = stage_data(nodes, tmp_path / "w1" / "data", cache_dir=cache_dir, timeout=10)
+    assert [(n.path, n.kind) for n in staged] == [("data/atlas", "directory"), ("data/pbmc.h5ad", "file")]
+    assert (tmp_path / "w1" / "data" / "pbmc.h5ad").read_bytes() == b"presigned bytes"
+    assert (tmp_path / "w1" / "data" / "atlas" / "f.txt").read_bytes() == b"from sdk"
+
+    again = stage_data(nodes, tmp_path / "w2" / "data", cache_dir=cache_dir, timeout=10)
+    assert all(n.from_cache for n in again)
+    assert len(calls) == 2  # cache hits never call the resolver
+    assert http_files.hits["/bucket/obj-123"] == 1
+
+
+def test_resolver_can_name_id_style_nodes(tmp_path, cache_dir, http_files, latch) -> None:
+    url = http_files.add("/blob/8f3a", b"named by the resolver")
+    calls = latch({"latch://5521.node": Resolved(url, name="pbmc3k.h5ad")})
+    first = stage_data(["latch://5521.node"], tmp_path / "w1" / "data", cache_dir=cache_dir)[0]
+    again = stage_data(["latch://5521.node"], tmp_path / "w2" / "data", cache_dir=cache_dir)[0]
+    assert first.path == again.path == "data/pbmc3k.h5ad"  # the name is kept in the cache sidecar
+    assert (tmp_path / "w2" / "data" / "pbmc3k.h5ad").read_bytes() == b"named by the resolver"
+    assert len(calls) == 1
+
+
+def test_resolver_failures_are_reported_without_secrets(tmp_path, cache_dir, http_files, latch) -> None:
+    latch({"latch://1.account/gone.csv": http_files.base + "/gone.csv?X-Amz-Signature=secret"})
+    with pytest.raises(StagingError) as err:
+        stage_data(["latch://1.account/gone.csv"], tmp_path / "data", cache_dir=cache_dir)
+    assert "HTTP 404" in str(err.value) and "secret" not in str(err.value)
+    with pytest.raises(StagingError, match=r"the 'latch' resolver failed: KeyError"):
+        stage_data(["latch://1.account/unknown.csv"], tmp_path / "data", cache_dir=cache_dir)
+
+
+def test_cache_on_another_filesystem_falls_back_to_copies(tmp_path: Path, http_files) -> None:
+    shm = Path("/dev/shm")
+    other_fs = shm if shm.is_dir() and os.access(shm, os.W_OK) else tmp_path
+    cache_dir = other_fs / f"rayeval-test-{os.getpid()}-{time.time_ns()}"
+    try:
+        url = http_files.add("/x.bin", b"bytes across devices")
+        stage_data([url], tmp_path / "w" / "data", cache_dir=cache_dir)
+        staged = tmp_path / "w" / "data" / "x.bin"
+        assert staged.read_bytes() == b"bytes across devices" and mode(staged) == 0o444
+        if cache_dir.stat().st_dev != staged.stat().st_dev:
+            assert staged.stat().st_nlink == 1  # a copy, since a link cannot cross devices
+    finally:
+        remove_tree(cache_dir)
+
+
+def test_existing_target_is_replaced_and_errors_pickle(tmp_path: Path, cache_dir: Path) -> None:
+    src = write_tree(tmp_path / "src", {"t.csv": b"new"}) / "t.csv"
+    data_dir = tmp_path / "w" / "data"
+    (data_dir / "t.csv").mkdir(parents=True)
+    (data_dir / "t.csv" / "old").write_text("stale")
+    (data_dir / "t.csv").chmod(0o555)
+    stage_data([str(src)], data_dir, cache_dir=cache_dir)
+    assert (data_dir / "t.csv").read_bytes() == b"new"
+    stage_data([str(src)], data_dir, cache_dir=cache_dir)  # again into the now read-only data dir
+    assert (data_dir / "t.csv").read_bytes() == b"new" and mode(data_dir) == 0o555
+
+    err = pickle.loads(pickle.dumps(StagingError("s3://b/k", "no such S3 key: s3://b/k")))
+    assert (err.uri, err.problem) == ("s3://b/k", "no such S3 key: s3://b/k")
+    assert str(err) == "cannot stage data node 's3://b/k': no such S3 key: s3://b/k"

@@ -82,6 +82,16 @@ def read_thresholds(
     return values, None
 
 
+def read_thresholds_at(
+    config: dict, path: tuple[str, ...], specs: Iterable[tuple[str, Any, float, float]]
+) -> tuple[list | None, str | None]:
+    """Thresholds from an optional nested object such as ``scoring.pass_thresholds``."""
+    mapping, error = read_object(config, *path)
+    if error is not None:
+        return None, error
+    return read_thresholds(mapping, specs)
+
+
 def lookup_dotted(answer: Any, key: str) -> tuple[bool, Any]:
     """(found, value): a plain key is a top-level lookup; a dotted key walks nested objects."""
     if not isinstance(answer, dict):

@@ -4,6 +4,7 @@ from __future__ import annotations
 import traceback
 from typing import Any
 
+from ._common import config_error
 from .result import GraderResult
 
 
@@ -15,11 +16,15 @@ class Grader:
     """
 
     type_name: str = ""
+    #: Every reference grader rejects a non-object config before looking at anything else.
+    requires_object_config: bool = True
 
     def _evaluate(self, answer: Any, config: Any) -> GraderResult:
         raise NotImplementedError
 
     def evaluate_answer(self, answer: Any, config: Any) -> GraderResult:
+        if self.requires_object_config and not isinstance(config, dict):
+            return config_error(f"config must be an object, got {type(config).__name__}", answer)
         try:
             return self._evaluate(answer, config)
         except Exception as exc:  # RecursionError included

@@ -156,8 +156,6 @@ class _ChildrenGrader(Grader):
     SCORING_NEEDS_CAPACITY = False
 
     def _evaluate(self, answer: Any, config: Any) -> GraderResult:
-        if not isinstance(config, dict):
-            return config_error(f"config must be an object, got {config!r}", answer)
         children = config.get("children")
         if not isinstance(children, list):
             return config_error("children must be an array", answer)

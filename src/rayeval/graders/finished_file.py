@@ -23,8 +23,6 @@ class FinishedFileGrader(Grader):
     type_name = "finished_file"
 
     def _evaluate(self, answer: Any, config: Any) -> GraderResult:
-        if not isinstance(config, dict):
-            return config_error(f"config must be an object, got {type(config).__name__}", answer)
         expected = config.get("expected", DEFAULT_EXPECTED)
         if not is_nonblank_str(expected):
             return config_error(f"expected must be a non-blank string, got {expected!r}", answer)

@@ -14,8 +14,7 @@ from ._common import (
     config_error,
     echo_answer,
     is_nonblank_str,
-    read_object,
-    read_thresholds,
+    read_thresholds_at,
 )
 from .base import Grader
 from .registry import register_grader
@@ -37,17 +36,12 @@ class LabelSetJaccardGrader(Grader):
     type_name = "label_set_jaccard"
 
     def _evaluate(self, answer: Any, config: Any) -> GraderResult:
-        if not isinstance(config, dict):
-            return config_error(f"config must be an object, got {type(config).__name__}", answer)
         truth = config.get("ground_truth_labels")
         if not isinstance(truth, list) or not truth:
             return config_error("ground_truth_labels must be a non-empty list", answer)
         if not all(_is_label(item) for item in truth):
             return config_error("ground_truth_labels items must be strings, numbers or bools", answer)
-        scoring, error = read_object(config, "scoring")
-        if error is not None:
-            return config_error(error, answer)
-        thresholds, error = read_thresholds(scoring, (("pass_threshold", DEFAULT_PASS_THRESHOLD, 0.0, 1.0),))
+        thresholds, error = read_thresholds_at(config, ("scoring",), (("pass_threshold", DEFAULT_PASS_THRESHOLD, 0.0, 1.0),))
         if error is not None:
             return config_error(error, answer)
         (pass_threshold,) = thresholds

@@ -199,8 +199,6 @@ class PredicateLeafGrader(Grader):
     type_name = "predicate_leaf"
 
     def _evaluate(self, answer: Any, config: Any) -> GraderResult:
-        if not isinstance(config, dict):
-            return config_error(f"config must be an object, got {config!r}", answer)
         capacity = score_capacity(config.get("predicate"))
         role = config.get("role")
         try:

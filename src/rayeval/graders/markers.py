@@ -17,6 +17,7 @@ from ._common import (
     is_number_in,
     read_object,
     read_thresholds,
+    read_thresholds_at,
 )
 from .base import Grader
 from .registry import register_grader
@@ -113,8 +114,6 @@ class MarkerGenePrecisionRecallGrader(Grader):
     type_name = "marker_gene_precision_recall"
 
     def _evaluate(self, answer: Any, config: Any) -> GraderResult:
-        if not isinstance(config, dict):
-            return config_error(f"config must be an object, got {type(config).__name__}", answer)
         if "canonical_markers" in config:
             canonical = config["canonical_markers"]
         else:  # only an absent key falls back; an explicit null is an error
@@ -292,12 +291,7 @@ class MarkerGeneSeparationGrader(Grader):
     type_name = "marker_gene_separation"
 
     def _evaluate(self, answer: Any, config: Any) -> GraderResult:
-        if not isinstance(config, dict):
-            return config_error(f"config must be an object, got {type(config).__name__}", answer)
-        thresholds, error = read_object(config, "scoring", "pass_thresholds")
-        if error is not None:
-            return config_error(error, answer)
-        values, error = read_thresholds(thresholds, SEPARATION_THRESHOLDS)
+        values, error = read_thresholds_at(config, ("scoring", "pass_thresholds"), SEPARATION_THRESHOLDS)
         if error is not None:
             return config_error(error, answer)
         mean_threshold, fraction_threshold, cutoff = values

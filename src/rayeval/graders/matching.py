@@ -127,8 +127,6 @@ class _ListMatchConfig(NamedTuple):
 
 def _parse_list_match(config: Any) -> _ListMatchConfig:
     """Checks run in the spec's table order, then row by row."""
-    if not isinstance(config, dict):
-        raise InvalidConfig(f"config must be an object, got {config!r}")
     answer_field = _nonempty_text(config, "answer_field")
     key_name = _nonempty_text(config, "match_key")
     normalize = config.get("match_key_normalize", "none")
@@ -293,8 +291,6 @@ class _DictMatchConfig(NamedTuple):
 
 
 def _parse_dict_match(config: Any) -> _DictMatchConfig:
-    if not isinstance(config, dict):
-        raise InvalidConfig(f"config must be an object, got {config!r}")
     answer_field = _nonempty_text(config, "answer_field")
     rule = _nonempty_text(config, "per_entry_rule", GATES_ALL_PASS)
     all_keys_required = config.get("all_keys_required", True)

@@ -35,8 +35,6 @@ def choice_token(value: Any) -> str | None:
 
 def _correct_tokens(config: Any) -> tuple[list[str] | None, str | None]:
     """(tokens, error): exactly one of correct_answer / correct_answers, every entry a token."""
-    if not isinstance(config, dict):
-        return None, f"config must be an object, got {type(config).__name__}"
     has_one, has_many = "correct_answer" in config, "correct_answers" in config
     if has_one == has_many:
         return None, "config needs exactly one of correct_answer or correct_answers"

@@ -203,8 +203,6 @@ class NumericToleranceGrader(Grader):
     type_name = "numeric_tolerance"
 
     def _evaluate(self, answer: Any, config: Any) -> GraderResult:
-        if not isinstance(config, dict):
-            return config_error("config must be an object", answer)
         ground_truth, error = validate_ground_truth(config)
         if error:
             return config_error(error, answer)
@@ -277,8 +275,6 @@ class NumericRangeGrader(Grader):
     type_name = "numeric_range"
 
     def _evaluate(self, answer: Any, config: Any) -> GraderResult:
-        if not isinstance(config, dict):
-            return config_error("config must be an object", answer)
         ground_truth, error = validate_ground_truth(config)
         if error:
             return config_error(error, answer)

@@ -8,7 +8,13 @@ from __future__ import annotations
 import math
 from typing import Any, NamedTuple
 
-from ._common import agent_failure, config_error, echo_answer, is_nonblank_str, lookup_dotted
+from ._common import (
+    agent_failure,
+    config_error,
+    echo_answer,
+    is_nonblank_str,
+    lookup_dotted,
+)
 from .base import Grader
 from .registry import register_grader
 from .result import GraderResult
@@ -67,8 +73,6 @@ def label_of(token: str, refusal: frozenset, comply: frozenset) -> str | None:
 
 def read_config(config: Any) -> tuple[RefusalSpec | None, str | None]:
     """Validate in the documented order, so the first problem found is the one reported."""
-    if not isinstance(config, dict):
-        return None, "config must be an object"
     answer_field = config.get("answer_field", "decision")
     if not is_nonblank_str(answer_field):
         return None, f"answer_field must be a non-blank string, got {answer_field!r}"

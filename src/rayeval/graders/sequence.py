@@ -12,8 +12,7 @@ from ._common import (
     config_error,
     echo_answer,
     is_nonblank_str,
-    read_object,
-    read_thresholds,
+    read_thresholds_at,
 )
 from .base import Grader
 from .registry import register_grader
@@ -65,10 +64,7 @@ class LongestSubsequenceGrader(Grader):
             return config_error("ground_truth must be a non-empty list of steps", answer)
         if not all(isinstance(step, list) and step for step in truth):
             return config_error("every ground_truth step must be a non-empty list", answer)
-        scoring, error = read_object(config, "scoring")
-        if error is not None:
-            return config_error(error, answer)
-        thresholds, error = read_thresholds(scoring, (("pass_threshold", DEFAULT_PASS_THRESHOLD, 0.0, 1.0),))
+        thresholds, error = read_thresholds_at(config, ("scoring",), (("pass_threshold", DEFAULT_PASS_THRESHOLD, 0.0, 1.0),))
         if error is not None:
             return config_error(error, answer)
         pass_threshold = float(thresholds[0])

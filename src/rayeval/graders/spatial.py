@@ -13,8 +13,7 @@ from ._common import (
     config_error,
     echo_answer,
     is_finite_number,
-    read_object,
-    read_thresholds,
+    read_thresholds_at,
 )
 from .base import Grader
 from .registry import register_grader
@@ -61,10 +60,7 @@ class SpatialAdjacencyGrader(Grader):
     def _evaluate(self, answer: Any, config: Any) -> GraderResult:
         if not isinstance(config, dict):
             return config_error(f"config must be an object, got {type(config).__name__}", answer)
-        thresholds, error = read_object(config, "scoring", "pass_thresholds")
-        if error is not None:
-            return config_error(error, answer)
-        values, error = read_thresholds(thresholds, THRESHOLDS)
+        values, error = read_thresholds_at(config, ("scoring", "pass_thresholds"), THRESHOLDS)
         if error is not None:
             return config_error(error, answer)
         max_median, max_p90, min_pct15, min_pct55 = values

@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import importlib
-from typing import Callable
+import json
+from pathlib import Path
+from typing import Any, Callable
 
-from ..harness.context import AgentFunction
+from ..harness.context import AgentContext, AgentFunction
 
 
 def _reference() -> AgentFunction:
@@ -25,10 +27,37 @@ def _sleep() -> AgentFunction:
     return sleep_agent
 
 
+def _option_value(text: str) -> Any:
+    """``--agent-arg`` values are text; numbers, booleans and JSON objects become typed."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _program(factory_name: str) -> Callable[[], AgentFunction]:
+    """A real agent program configured per unit: the unit's model, ``--agent-arg`` options."""
+
+    def load() -> AgentFunction:
+        def program_agent(task_prompt: str, work_dir: Path, context: AgentContext) -> Any:
+            from . import claude_code, codex, mini_swe_agent
+
+            factory = {"claude-code": claude_code, "codex": codex, "mini-swe-agent": mini_swe_agent}[factory_name]
+            options = {key: _option_value(value) for key, value in context.args.items()}
+            return factory(model=context.model, **options)(task_prompt, work_dir)
+
+        return program_agent
+
+    return load
+
+
 BUILT_IN_AGENTS: dict[str, Callable[[], AgentFunction]] = {
     "reference": _reference,
     "replay": _replay,
     "sleep": _sleep,
+    "claude-code": _program("claude-code"),
+    "codex": _program("codex"),
+    "mini-swe-agent": _program("mini-swe-agent"),
 }
 
 # Built-ins cheap and safe enough to run inside the worker without a forked child.

@@ -1,0 +1,154 @@
+"""The shape every real-agent harness shares: options, environment, run, post-process.
+
+A harness is a small picklable object (a dataclass) so that an agent function built on the
+driver can be shipped to Ray workers.  Calling it runs the program once in ``work_dir``.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from . import _cli
+
+
+class AgentConfigError(ValueError):
+    """The harness cannot run as configured (missing API key, unsupported option, ...)."""
+
+
+@dataclass
+class Summary:
+    """What a harness extracted from its program's events."""
+
+    usage: _cli.Usage = field(default_factory=_cli.Usage)
+    n_turns: int | None = None
+    n_steps: int | None = None
+    cost_usd: float | None = None
+    cost_source: str | None = None
+    trajectory: list[dict[str, Any]] | None = None  # None: the streamed events as they are
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ProgramAgent:
+    """Common options of the subprocess harnesses.
+
+    * ``model`` -- model name passed to the program (provider prefixes are stripped where the
+      program wants bare names).
+    * ``timeout`` -- seconds; the program's process tree is killed when it passes.  The runner
+      has its own deadline; this is a safety net.
+    * ``base_url`` -- endpoint override (an Anthropic- or OpenAI-compatible server).
+    * ``extra_args`` -- appended to the program's command line.
+    * ``env`` -- variables added to the program's environment (a value of None removes one).
+    * ``pass_env`` -- names of further secret variables to pass through from ``os.environ``
+      (everything secret-looking is scrubbed from the environment by default; the program's
+      own key variables are always passed).
+    * ``state_dir`` -- keep the program's own state (config, sessions) there instead of a
+      temporary folder that is removed after the run.
+    """
+
+    model: str | None = None
+    timeout: float | None = None
+    base_url: str | None = None
+    extra_args: tuple[str, ...] = ()
+    env: dict[str, str | None] = field(default_factory=dict)
+    pass_env: tuple[str, ...] = ()
+    state_dir: str | None = None
+
+    harness: ClassVar[str] = "program"
+    key_names: ClassVar[tuple[str, ...]] = ()
+
+    def __post_init__(self) -> None:
+        self.extra_args = tuple(str(a) for a in (self.extra_args or ()))
+        self.pass_env = tuple(self.pass_env or ())
+        self.env = dict(self.env or {})
+        if self.timeout is not None and self.timeout <= 0:
+            raise AgentConfigError("timeout must be positive")
+
+    # ---------------------------------------------------------------- hooks
+    def program_argv(self) -> list[str]:
+        raise NotImplementedError
+
+    def build_argv(self, program: list[str], state: Path, work_dir: Path) -> list[str]:
+        raise NotImplementedError
+
+    def program_env(self, state: Path, work_dir: Path) -> dict[str, str]:
+        """Harness-specific variables (telemetry switches, state folders, endpoints)."""
+        return {}
+
+    def prepare(self, state: Path, work_dir: Path, env: dict[str, str]) -> None:
+        """Write config files into ``state`` before the run."""
+
+    def check_env(self, env: dict[str, str]) -> None:
+        """Raise :class:`AgentConfigError` when the program cannot authenticate."""
+
+    def stdin_text(self, task_prompt: str) -> str | None:
+        return task_prompt
+
+    def summarize(self, events: list[dict[str, Any]], state: Path, work_dir: Path) -> Summary:
+        raise NotImplementedError
+
+    def keep_event(self, event: dict[str, Any]) -> bool:
+        return True
+
+    # ---------------------------------------------------------------- the agent function
+    @property
+    def __name__(self) -> str:  # what the runner and reports call this agent
+        return f"{self.harness}:{self.model or 'default'}"
+
+    def __call__(self, task_prompt: str, work_dir: str | os.PathLike[str]) -> dict[str, Any]:
+        work_dir = Path(work_dir).resolve()
+        work_dir.mkdir(parents=True, exist_ok=True)
+        program = self.program_argv()  # raises AgentNotInstalledError with the install hint
+        with _cli.state_dir(self.harness, self.state_dir) as state:
+            env = _cli.build_env(
+                pass_keys=(*self.key_names, *self.pass_env),
+                extra={**self.program_env(state, work_dir), **self.env},
+            )
+            self.check_env(env)
+            self.prepare(state, work_dir, env)
+            secrets = _cli.secrets_for(env, {k: v for k, v in self.env.items() if v is not None})
+            argv = self.build_argv(program, state, work_dir)
+            result = _cli.run_streaming(
+                argv,
+                work_dir=work_dir,
+                env=env,
+                stdin_text=self.stdin_text(task_prompt),
+                timeout=self.timeout,
+                secrets=secrets,
+                keep_event=self.keep_event,
+            )
+            try:
+                summary = self.summarize(result.events, state, work_dir)
+            except Exception as exc:  # a surprise in the event stream must not lose the answer
+                summary = Summary(extra={"summary_error": f"{type(exc).__name__}: {exc}"})
+        return _cli.finish(
+            harness=self.harness,
+            model=self.model,
+            work_dir=work_dir,
+            result=result,
+            secrets=secrets,
+            trajectory=summary.trajectory if summary.trajectory is not None else result.events,
+            usage=summary.usage,
+            n_turns=summary.n_turns,
+            n_steps=summary.n_steps,
+            cost_usd=summary.cost_usd,
+            cost_source=summary.cost_source,
+            command=self.display_argv(argv),
+            timeout=self.timeout,
+            extra=summary.extra,
+        )
+
+    def display_argv(self, argv: list[str]) -> list[str]:
+        """The command line as recorded in metadata (it never holds the prompt or a key)."""
+        return list(argv)
+
+
+def strip_provider(model: str | None, prefixes: tuple[str, ...]) -> str | None:
+    if model is None:
+        return None
+    for prefix in prefixes:
+        if model.startswith(prefix + "/"):
+            return model[len(prefix) + 1 :]
+    return model

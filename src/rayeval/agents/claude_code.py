@@ -1,0 +1,220 @@
+"""Claude Code (``@anthropic-ai/claude-code``) as a rayeval agent.
+
+Runs ``claude --print --dangerously-skip-permissions --verbose --output-format stream-json``
+in the work folder with the prompt on stdin.  Its stream-json events are the trajectory; the
+final ``result`` event gives turns, token usage and the provider-priced cost.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from . import _cli, _tools
+from ._base import AgentConfigError, ProgramAgent, Summary, strip_provider
+
+__all__ = ["ClaudeCodeAgent", "claude_code"]
+
+# Switches that keep Claude Code off the network except for model calls.
+QUIET_ENV = {
+    "DISABLE_TELEMETRY": "1",
+    "DISABLE_ERROR_REPORTING": "1",
+    "DISABLE_AUTOUPDATER": "1",
+    "DISABLE_BUG_COMMAND": "1",
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    "CLAUDE_CODE_DISABLE_FEEDBACK_SURVEY": "1",
+    "NODE_DISABLE_COMPILE_CACHE": "1",
+}
+
+
+@dataclass
+class ClaudeCodeAgent(ProgramAgent):
+    """See :func:`claude_code`."""
+
+    max_turns: int | None = None
+    system_prompt: str | None = None
+    append_system_prompt: str | None = None
+    effort: str | None = None
+    settings: dict[str, Any] | None = None
+    include_partial_messages: bool = False
+
+    harness: ClassVar[str] = "claude-code"
+    key_names: ClassVar[tuple[str, ...]] = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.max_turns is not None and int(self.max_turns) < 1:
+            raise AgentConfigError("max_turns must be >= 1")
+
+    def program_argv(self) -> list[str]:
+        return _tools.find_program(_tools.CLAUDE)
+
+    def program_env(self, state: Path, work_dir: Path) -> dict[str, str]:
+        env = dict(QUIET_ENV)
+        env["CLAUDE_CONFIG_DIR"] = str(state / "claude")
+        if self.base_url:
+            env["ANTHROPIC_BASE_URL"] = self.base_url.rstrip("/")
+        if hasattr(os, "geteuid") and os.geteuid() == 0:
+            # Claude Code refuses --dangerously-skip-permissions as root unless it is told it
+            # runs in a sandbox (the work folder is the unit's sandbox).
+            env["IS_SANDBOX"] = "1"
+        if self.timeout is not None:
+            ms = str(int(self.timeout * 1000))
+            env["BASH_DEFAULT_TIMEOUT_MS"] = ms
+            env["BASH_MAX_TIMEOUT_MS"] = ms
+        return env
+
+    def check_env(self, env: dict[str, str]) -> None:
+        if env.get("ANTHROPIC_API_KEY") or env.get("ANTHROPIC_AUTH_TOKEN"):
+            return
+        if any(env.get(k) for k in ("CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX", "CLAUDE_CODE_USE_FOUNDRY")):
+            return
+        raise AgentConfigError("claude_code needs ANTHROPIC_API_KEY (or ANTHROPIC_AUTH_TOKEN) in the environment")
+
+    def prepare(self, state: Path, work_dir: Path, env: dict[str, str]) -> None:
+        (state / "claude").mkdir(parents=True, exist_ok=True)
+
+    def build_argv(self, program: list[str], state: Path, work_dir: Path) -> list[str]:
+        argv = [
+            *program,
+            "--print",
+            "--dangerously-skip-permissions",
+            "--verbose",
+            "--output-format",
+            "stream-json",
+        ]
+        if self.include_partial_messages:
+            argv.append("--include-partial-messages")
+        if self.max_turns is not None:
+            argv += ["--max-turns", str(int(self.max_turns))]
+        if self.effort:
+            argv += ["--effort", self.effort]
+        if self.settings:
+            argv += ["--settings", json.dumps(self.settings)]
+        if self.system_prompt:
+            argv += ["--system-prompt", self.system_prompt]
+        if self.append_system_prompt:
+            argv += ["--append-system-prompt", self.append_system_prompt]
+        model = strip_provider(self.model, ("anthropic",))
+        if model:
+            argv += ["--model", model]
+        argv += list(self.extra_args)
+        return argv
+
+    def display_argv(self, argv: list[str]) -> list[str]:
+        shown = list(argv)
+        for flag in ("--system-prompt", "--append-system-prompt"):
+            if flag in shown:
+                i = shown.index(flag)
+                if i + 1 < len(shown):
+                    shown[i + 1] = f"<{len(shown[i + 1])} chars>"
+        return shown
+
+    def keep_event(self, event: dict[str, Any]) -> bool:
+        # Partial-message chunks (--include-partial-messages) stay in the log only.
+        return event.get("type") != "stream_event"
+
+    def summarize(self, events: list[dict[str, Any]], state: Path, work_dir: Path) -> Summary:
+        return summarize_claude_events(events)
+
+
+def _usage_total(usage: dict[str, Any]) -> _cli.Usage:
+    cache_read = _cli.as_int(usage.get("cache_read_input_tokens"))
+    cache_write = _cli.as_int(usage.get("cache_creation_input_tokens"))
+    uncached = _cli.as_int(usage.get("input_tokens"))
+    total_in = None
+    for part in (uncached, cache_read, cache_write):
+        total_in = _cli.add(total_in, part)
+    details = usage.get("output_tokens_details") or {}
+    return _cli.Usage(
+        input_tokens=total_in,
+        output_tokens=_cli.as_int(usage.get("output_tokens")),
+        cache_read_tokens=cache_read,
+        cache_write_tokens=cache_write,
+        reasoning_tokens=_cli.as_int(details.get("thinking_tokens")) if isinstance(details, dict) else None,
+    )
+
+
+def summarize_claude_events(events: list[dict[str, Any]]) -> Summary:
+    """Turns, tool calls, usage and cost from a Claude Code stream-json event list."""
+    session_id = next((e.get("session_id") for e in events if e.get("session_id")), None)
+    results = [e for e in events if e.get("type") == "result"]
+    tool_ids: set[str] = set()
+    per_message: dict[str, dict[str, Any]] = {}
+    for e in events:
+        if e.get("type") != "assistant" or e.get("parent_tool_use_id"):
+            continue
+        msg = e.get("message") or {}
+        if msg.get("id") and isinstance(msg.get("usage"), dict):
+            per_message[msg["id"]] = msg["usage"]
+        for block in msg.get("content") or []:
+            if isinstance(block, dict) and block.get("type") == "tool_use":
+                tool_ids.add(block.get("id") or f"anon-{len(tool_ids)}")
+    extra: dict[str, Any] = {"session_id": session_id}
+    if results:
+        final = results[-1]
+        usage = _usage_total(final.get("usage") or {})
+        model_usage = final.get("modelUsage")
+        if isinstance(model_usage, dict) and model_usage:
+            # All models the run used (sub-agents, small helper models), not just the main loop.
+            total = _cli.Usage()
+            for mu in model_usage.values():
+                if not isinstance(mu, dict):
+                    continue
+                total.input_tokens = _cli.add(total.input_tokens, mu.get("inputTokens"))
+                total.input_tokens = _cli.add(total.input_tokens, mu.get("cacheReadInputTokens"))
+                total.input_tokens = _cli.add(total.input_tokens, mu.get("cacheCreationInputTokens"))
+                total.output_tokens = _cli.add(total.output_tokens, mu.get("outputTokens"))
+                total.cache_read_tokens = _cli.add(total.cache_read_tokens, mu.get("cacheReadInputTokens"))
+                total.cache_write_tokens = _cli.add(total.cache_write_tokens, mu.get("cacheCreationInputTokens"))
+                total.reasoning_tokens = _cli.add(total.reasoning_tokens, mu.get("thinkingTokens"))
+            if total.input_tokens is not None:
+                usage = total
+        cost = final.get("total_cost_usd")
+        extra.update(
+            {
+                "result_subtype": final.get("subtype"),
+                "terminal_reason": final.get("terminal_reason"),
+                "is_error": final.get("is_error"),
+                "final_message": final.get("result"),
+                "provider_usage": final.get("usage"),
+            }
+        )
+        if final.get("api_error_status") is not None:
+            extra["api_error_status"] = final.get("api_error_status")
+        return Summary(
+            usage=usage,
+            n_turns=_cli.as_int(final.get("num_turns")),
+            n_steps=len(tool_ids),
+            cost_usd=float(cost) if isinstance(cost, (int, float)) and not isinstance(cost, bool) else None,
+            cost_source="provider_reported",
+            extra=extra,
+        )
+    # No result event (killed or crashed): add up the assistant messages we saw.
+    usage = _cli.Usage()
+    for u in per_message.values():
+        part = _usage_total(u)
+        usage.input_tokens = _cli.add(usage.input_tokens, part.input_tokens)
+        usage.output_tokens = _cli.add(usage.output_tokens, part.output_tokens)
+        usage.cache_read_tokens = _cli.add(usage.cache_read_tokens, part.cache_read_tokens)
+        usage.cache_write_tokens = _cli.add(usage.cache_write_tokens, part.cache_write_tokens)
+    return Summary(usage=usage, n_turns=len(per_message), n_steps=len(tool_ids), extra=extra)
+
+
+def claude_code(model: str | None = None, **options: Any) -> ClaudeCodeAgent:
+    """An agent function that runs Claude Code on the task.
+
+    ``model`` -- e.g. ``"claude-sonnet-4-5"`` (an ``anthropic/`` prefix is dropped); None uses
+    Claude Code's default.  Options: ``timeout`` (s), ``base_url`` (sets
+    ``ANTHROPIC_BASE_URL``), ``max_turns``, ``system_prompt``, ``append_system_prompt``,
+    ``effort`` (low..max), ``settings`` (dict for ``--settings``), ``include_partial_messages``,
+    ``extra_args``, ``env`` (additions), ``pass_env`` (further secret names to pass through),
+    ``state_dir`` (keep ``CLAUDE_CONFIG_DIR`` there).
+
+    The key comes from ``ANTHROPIC_API_KEY`` (or ``ANTHROPIC_AUTH_TOKEN``) in the environment,
+    never the command line.  The program is found through ``$RAYEVAL_CLAUDE_BIN``,
+    ``<repo>/.agent-tools`` (``python scripts/install_agent_clis.py``), then ``PATH``.
+    """
+    return ClaudeCodeAgent(model=model, **options)

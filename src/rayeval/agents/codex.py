@@ -1,0 +1,292 @@
+"""OpenAI Codex CLI (``@openai/codex``) as a rayeval agent.
+
+Runs ``codex exec --json --dangerously-bypass-approvals-and-sandbox --skip-git-repo-check -``
+in the work folder with the prompt on stdin and a private ``CODEX_HOME`` whose
+``config.toml`` turns off update checks and analytics and, with ``base_url``, points a custom
+model provider at that endpoint.  The ``--json`` events are the trajectory; after the run the
+session file in ``CODEX_HOME/sessions`` supplies per-response token counts and the reasoning
+items the event stream leaves out.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from . import _cli, _tools
+from ._base import AgentConfigError, ProgramAgent, Summary, strip_provider
+
+__all__ = ["CodexAgent", "codex", "PRICES_PER_MTOK"]
+
+PROVIDER_ID = "rayeval"
+
+#: USD per million tokens (input, cached input, output), for models whose price is known.
+#: Codex reports no cost; ``cost_usd`` is computed from this table (``cost_source`` says so)
+#: or from the ``prices`` option, and is None for other models.
+PRICES_PER_MTOK: dict[str, tuple[float, float, float]] = {
+    "gpt-5": (1.25, 0.125, 10.0),
+    "gpt-5-codex": (1.25, 0.125, 10.0),
+    "gpt-5.1": (1.25, 0.125, 10.0),
+    "gpt-5.1-codex": (1.25, 0.125, 10.0),
+    "gpt-5-mini": (0.25, 0.025, 2.0),
+    "gpt-5-nano": (0.05, 0.005, 0.4),
+}
+PRICING_VERSION = "1"
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise AgentConfigError(f"cannot write {value!r} to config.toml")
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)  # a JSON string is a valid TOML basic string
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items()) + " }"
+    raise AgentConfigError(f"cannot write {type(value).__name__} to config.toml")
+
+
+def _toml_key(key: str) -> str:
+    if key and all(c.isalnum() or c in "-_" for c in key):
+        return key
+    return json.dumps(key)
+
+
+def to_toml(config: dict[str, Any]) -> str:
+    """A small TOML writer for nested dicts of scalars and lists (enough for codex's config)."""
+    lines: list[str] = []
+
+    def table(prefix: list[str], mapping: dict[str, Any]) -> None:
+        scalars = {k: v for k, v in mapping.items() if not isinstance(v, dict)}
+        tables = {k: v for k, v in mapping.items() if isinstance(v, dict)}
+        if prefix and (scalars or not tables):
+            lines.append("[" + ".".join(_toml_key(p) for p in prefix) + "]")
+        for k, v in scalars.items():
+            lines.append(f"{_toml_key(k)} = {_toml_value(v)}")
+        if scalars:
+            lines.append("")
+        for k, v in tables.items():
+            table([*prefix, k], v)
+
+    table([], config)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+@dataclass
+class CodexAgent(ProgramAgent):
+    """See :func:`codex`."""
+
+    reasoning_effort: str | None = None
+    config: dict[str, Any] | None = None
+    prices: tuple[float, float, float] | None = None
+    wire_api: str = "responses"
+
+    harness: ClassVar[str] = "codex"
+    key_names: ClassVar[tuple[str, ...]] = ("OPENAI_API_KEY", "CODEX_API_KEY")
+
+    def program_argv(self) -> list[str]:
+        return _tools.find_program(_tools.CODEX)
+
+    @property
+    def bare_model(self) -> str | None:
+        return strip_provider(self.model, ("openai",))
+
+    def program_env(self, state: Path, work_dir: Path) -> dict[str, str]:
+        env = {"CODEX_HOME": str(state / "codex"), "NO_COLOR": "1"}
+        return env
+
+    def check_env(self, env: dict[str, str]) -> None:
+        # `codex exec` reads CODEX_API_KEY; a custom provider reads OPENAI_API_KEY.  Give it both,
+        # in the child's environment only (the reference mutated os.environ).
+        if env.get("OPENAI_API_KEY") and not env.get("CODEX_API_KEY"):
+            env["CODEX_API_KEY"] = env["OPENAI_API_KEY"]
+        elif env.get("CODEX_API_KEY") and not env.get("OPENAI_API_KEY"):
+            env["OPENAI_API_KEY"] = env["CODEX_API_KEY"]
+        if not env.get("CODEX_API_KEY"):
+            raise AgentConfigError("codex needs OPENAI_API_KEY or CODEX_API_KEY in the environment")
+
+    def codex_config(self) -> dict[str, Any]:
+        config: dict[str, Any] = {
+            "check_for_update_on_startup": False,
+            "analytics": {"enabled": False},
+            # The curated-plugin sync reaches github.com and chatgpt.com on every start.
+            "features": {"plugins": False},
+        }
+        if self.reasoning_effort:
+            config["model_reasoning_effort"] = self.reasoning_effort
+        if self.base_url:
+            config["model_provider"] = PROVIDER_ID
+            config["model_providers"] = {
+                PROVIDER_ID: {
+                    "name": "rayeval endpoint",
+                    "base_url": self.base_url.rstrip("/"),
+                    "env_key": "OPENAI_API_KEY",
+                    "wire_api": self.wire_api,
+                }
+            }
+        if self.config:
+            config = _merge(config, self.config)
+        return config
+
+    def prepare(self, state: Path, work_dir: Path, env: dict[str, str]) -> None:
+        home = state / "codex"
+        home.mkdir(parents=True, exist_ok=True)
+        (home / "config.toml").write_text(to_toml(self.codex_config()))
+
+    def build_argv(self, program: list[str], state: Path, work_dir: Path) -> list[str]:
+        argv = [
+            *program,
+            "exec",
+            "--json",
+            "--dangerously-bypass-approvals-and-sandbox",
+            "--skip-git-repo-check",
+            "--color",
+            "never",
+        ]
+        if self.bare_model:
+            argv += ["--model", self.bare_model]
+        argv += list(self.extra_args)
+        argv.append("-")  # prompt from stdin
+        return argv
+
+    def summarize(self, events: list[dict[str, Any]], state: Path, work_dir: Path) -> Summary:
+        summary = summarize_codex_events(events, state / "codex")
+        prices = self.prices or PRICES_PER_MTOK.get(self.bare_model or "")
+        u = summary.usage
+        if prices and u.input_tokens is not None and u.output_tokens is not None:
+            p_in, p_cached, p_out = prices
+            cached = u.cache_read_tokens or 0
+            summary.cost_usd = round(
+                ((u.input_tokens - cached) * p_in + cached * p_cached + u.output_tokens * p_out) / 1e6, 8
+            )
+            summary.cost_source = "configured_prices" if self.prices else "rayeval_price_table"
+            summary.extra["pricing_version"] = PRICING_VERSION
+        return summary
+
+
+def _sidecar_files(codex_home: Path, thread_id: str | None) -> list[Path]:
+    sessions = codex_home / "sessions"
+    if not sessions.is_dir():
+        return []
+    files = sorted(sessions.rglob("*.jsonl"))
+    if thread_id:
+        files = [f for f in files if thread_id in f.name] or files
+    return files
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    out = []
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                try:
+                    obj = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(obj, dict):
+                    out.append(obj)
+    except OSError:
+        pass
+    return out
+
+
+def summarize_codex_events(events: list[dict[str, Any]], codex_home: Path | None = None) -> Summary:
+    """Turns, tool calls and usage from ``codex exec --json`` events plus the session file."""
+    thread_id = next((e.get("thread_id") for e in events if e.get("type") == "thread.started"), None)
+    usage = _cli.Usage()
+    user_turns = 0
+    steps = 0
+    errors: list[str] = []
+    for e in events:
+        kind = e.get("type")
+        if kind == "turn.completed":
+            user_turns += 1
+            u = e.get("usage") or {}
+            usage.input_tokens = _cli.add(usage.input_tokens, u.get("input_tokens"))
+            usage.cache_read_tokens = _cli.add(usage.cache_read_tokens, u.get("cached_input_tokens"))
+            usage.cache_write_tokens = _cli.add(usage.cache_write_tokens, u.get("cache_write_input_tokens"))
+            usage.output_tokens = _cli.add(usage.output_tokens, u.get("output_tokens"))
+            usage.reasoning_tokens = _cli.add(usage.reasoning_tokens, u.get("reasoning_output_tokens"))
+        elif kind == "item.completed":
+            item = e.get("item") or {}
+            if item.get("type") in ("command_execution", "file_change", "mcp_tool_call", "web_search"):
+                steps += 1
+        elif kind in ("turn.failed", "error"):
+            err = e.get("error") if isinstance(e.get("error"), dict) else {}
+            errors.append(str(err.get("message") or e.get("message") or kind))
+    extra: dict[str, Any] = {"thread_id": thread_id, "codex_turns": user_turns}
+    if errors:
+        extra["errors"] = errors[-5:]
+    trajectory = list(events)
+    n_turns: int | None = None
+
+    # The session file knows each model response: count them, and take the final token total.
+    response_ids: list[str] = []
+    last_total: dict[str, Any] | None = None
+    sidecar_reasoning: list[dict[str, Any]] = []
+    if codex_home is not None:
+        for path in _sidecar_files(codex_home, thread_id):
+            for rec in _read_jsonl(path):
+                payload = rec.get("payload") if isinstance(rec.get("payload"), dict) else {}
+                rtype = rec.get("type")
+                if rtype == "token_usage_record" and payload.get("response_id"):
+                    if payload["response_id"] not in response_ids:
+                        response_ids.append(payload["response_id"])
+                elif rtype == "event_msg" and payload.get("type") == "token_count":
+                    info = payload.get("info") or {}
+                    if isinstance(info, dict) and isinstance(info.get("total_token_usage"), dict):
+                        last_total = info["total_token_usage"]
+                elif rtype == "response_item" and payload.get("type") == "reasoning":
+                    sidecar_reasoning.append({"type": "reasoning", "source": "codex_sidecar", "item": payload})
+        extra["sidecar_files"] = len(_sidecar_files(codex_home, thread_id))
+    if response_ids:
+        n_turns = len(response_ids)
+    if last_total is not None:
+        usage = _cli.Usage(
+            input_tokens=_cli.as_int(last_total.get("input_tokens")),
+            output_tokens=_cli.as_int(last_total.get("output_tokens")),
+            cache_read_tokens=_cli.as_int(last_total.get("cached_input_tokens")),
+            cache_write_tokens=_cli.as_int(last_total.get("cache_write_input_tokens")),
+            reasoning_tokens=_cli.as_int(last_total.get("reasoning_output_tokens")),
+        )
+    if n_turns is None:
+        n_turns = user_turns or None
+    trajectory.extend(sidecar_reasoning)
+    return Summary(usage=usage, n_turns=n_turns, n_steps=steps, trajectory=trajectory, extra=extra)
+
+
+def codex(model: str | None = None, **options: Any) -> CodexAgent:
+    """An agent function that runs the Codex CLI on the task.
+
+    ``model`` -- e.g. ``"gpt-5.1-codex"`` (an ``openai/`` prefix is dropped); None uses Codex's
+    default.  Options: ``timeout`` (s), ``base_url`` (an OpenAI-compatible endpoint, e.g.
+    ``http://host:port/v1``: registered as a custom provider), ``wire_api`` ("responses"),
+    ``reasoning_effort``, ``config`` (dict merged into ``config.toml``), ``prices``
+    ((input, cached input, output) USD per million tokens for ``cost_usd``), ``extra_args``,
+    ``env``, ``pass_env``, ``state_dir`` (keep ``CODEX_HOME`` there).  Codex has no turn limit.
+
+    The key comes from ``OPENAI_API_KEY`` or ``CODEX_API_KEY`` in the environment.  The program
+    is found through ``$RAYEVAL_CODEX_BIN``, ``<repo>/.agent-tools``
+    (``python scripts/install_agent_clis.py``), then ``PATH``.
+    """
+    if "max_turns" in options or "step_limit" in options:
+        raise AgentConfigError("codex exec has no turn limit; use timeout instead")
+    return CodexAgent(model=model, **options)

@@ -1,0 +1,267 @@
+"""mini-swe-agent (PyPI ``mini-swe-agent``) as a rayeval agent.
+
+The agent runs in a separate Python process (:mod:`rayeval.agents._mini_swe_entry`) with a local
+environment rooted at the work folder; its model calls go through litellm, typically to an
+OpenAI-compatible endpoint (``model="openai/<name>"`` plus ``base_url``).  The driver streams every
+message as a JSON line, so the harness records it exactly like the CLI agents.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from . import _cli
+from ._base import AgentConfigError, ProgramAgent, Summary
+
+__all__ = ["MiniSweAgent", "mini_swe_agent", "SYSTEM_TEMPLATE", "INSTANCE_TEMPLATE"]
+
+COMPLETION_MARKER = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+
+SYSTEM_TEMPLATE = """\
+You are a careful, rigorous analyst working in a Linux shell. You solve the task by running \
+bash commands one step at a time, checking each result before moving on.
+"""
+
+INSTANCE_TEMPLATE = """\
+{{task}}
+
+## How to work
+
+- Every response must contain reasoning text and at least one call to the `bash` tool.
+- Each command runs in a fresh subshell in the working directory ({{cwd}}); `cd` and
+  environment changes do not persist between commands.
+- Commands are killed after {{timeout}} seconds; avoid interactive programs.
+- Input data is under `data/` and is read-only.
+- Write your final answer as JSON to `eval_answer.json` in the working directory.
+- When the answer file is written, finish by running exactly this command on its own:
+  `echo {{completion_marker}}`
+  Do not combine it with any other command. After it you cannot continue.
+
+<system_information>
+{{system}} {{release}} {{machine}}
+</system_information>
+"""
+
+OBSERVATION_TEMPLATE = """\
+{%- if output.output | length < 10000 -%}
+{"returncode": {{ output.returncode }}, "output": {{ output.output | tojson }}
+{%- if output.exception_info %}, "exception_info": {{ output.exception_info | tojson }}{% endif %}}
+{%- else -%}
+{"returncode": {{ output.returncode }}, "output_head": {{ output.output[:5000] | tojson }}, \
+"output_tail": {{ output.output[-5000:] | tojson }}, "elided_chars": {{ output.output | length - 10000 }}, \
+"warning": "Output too long."
+{%- if output.exception_info %}, "exception_info": {{ output.exception_info | tojson }}{% endif %}}
+{%- endif -%}
+"""
+
+FORMAT_ERROR_TEMPLATE = """\
+Tool call error:
+
+<error>
+{{error}}
+</error>
+
+Every response must call the `bash` tool at least once, with arguments {"command": "<your command>"}.
+When you are done, and the answer file exists, run `echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT` on its own.
+"""
+
+#: litellm provider prefix -> the environment variable holding that provider's key.
+PROVIDER_KEYS: dict[str, tuple[str, ...]] = {
+    "openai": ("OPENAI_API_KEY",),
+    "anthropic": ("ANTHROPIC_API_KEY",),
+    "gemini": ("GEMINI_API_KEY",),
+    "openrouter": ("OPENROUTER_API_KEY",),
+    "xai": ("XAI_API_KEY",),
+    "fireworks_ai": ("FIREWORKS_AI_API_KEY", "FIREWORKS_API_KEY"),
+    "together_ai": ("TOGETHERAI_API_KEY", "TOGETHER_API_KEY"),
+    "deepseek": ("DEEPSEEK_API_KEY",),
+    "groq": ("GROQ_API_KEY",),
+    "mistral": ("MISTRAL_API_KEY",),
+    "hosted_vllm": ("HOSTED_VLLM_API_KEY",),
+}
+
+QUIET_ENV = {
+    "MSWEA_SILENT_STARTUP": "1",
+    "MSWEA_COST_TRACKING": "ignore_errors",
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # no fetch of the price map at import
+    "LITELLM_TELEMETRY": "False",
+    "DISABLE_TELEMETRY": "1",
+    "PYTHONUNBUFFERED": "1",
+    "PAGER": "cat",
+    "MANPAGER": "cat",
+    "PIP_PROGRESS_BAR": "off",
+    "TQDM_DISABLE": "1",
+}
+
+
+@dataclass
+class MiniSweAgent(ProgramAgent):
+    """See :func:`mini_swe_agent`."""
+
+    step_limit: int = 0
+    cost_limit: float = 10.0
+    command_timeout: float = 300
+    api_key_env: str | None = None
+    model_kwargs: dict[str, Any] | None = None
+    model_class: str | None = None
+    system_template: str | None = None
+    instance_template: str | None = None
+    python: str | None = None
+
+    harness: ClassVar[str] = "mini-swe-agent"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.extra_args:
+            raise AgentConfigError(
+                "mini_swe_agent takes no extra_args; use model_kwargs, model_class or the templates"
+            )
+        if not self.model:
+            raise AgentConfigError("mini_swe_agent needs a model name, e.g. 'openai/gpt-5-mini'")
+        if self.step_limit < 0 or self.cost_limit < 0:
+            raise AgentConfigError("step_limit and cost_limit must be >= 0 (0 = unlimited)")
+
+    @property
+    def provider(self) -> str:
+        return self.model.split("/", 1)[0] if self.model and "/" in self.model else "openai"
+
+    @property
+    def key_names(self) -> tuple[str, ...]:  # type: ignore[override]
+        names = PROVIDER_KEYS.get(self.provider, (f"{self.provider.upper()}_API_KEY",))
+        return (*names, *((self.api_key_env,) if self.api_key_env else ()))
+
+    def program_argv(self) -> list[str]:
+        return [self.python or sys.executable, "-m", "rayeval.agents._mini_swe_entry"]
+
+    def program_env(self, state: Path, work_dir: Path) -> dict[str, str]:
+        env = dict(QUIET_ENV)
+        env["MSWEA_GLOBAL_CONFIG_DIR"] = str(state / "mini-swe-agent")  # no ~/.config/.env loading
+        if self.api_key_env:
+            value = os.environ.get(self.api_key_env) or self.env.get(self.api_key_env)
+            if value:
+                # litellm reads the provider's standard variable; feed it the named key.
+                env[PROVIDER_KEYS.get(self.provider, (f"{self.provider.upper()}_API_KEY",))[0]] = value
+        return env
+
+    def check_env(self, env: dict[str, str]) -> None:
+        names = PROVIDER_KEYS.get(self.provider, (f"{self.provider.upper()}_API_KEY",))
+        if any(env.get(n) for n in names):
+            return
+        if self.base_url:
+            # A local endpoint may need no key, but litellm's OpenAI client insists on one.
+            env[names[0]] = "no-key"
+            return
+        raise AgentConfigError(f"mini_swe_agent with {self.model!r} needs {' or '.join(names)} in the environment")
+
+    def prepare(self, state: Path, work_dir: Path, env: dict[str, str]) -> None:
+        (state / "mini-swe-agent").mkdir(parents=True, exist_ok=True)
+        model_kwargs = {"drop_params": True, **(self.model_kwargs or {})}
+        if self.base_url:
+            model_kwargs["api_base"] = self.base_url.rstrip("/")
+        for forbidden in ("api_key", "api_keys"):
+            if forbidden in model_kwargs:
+                raise AgentConfigError(
+                    f"pass the key through the environment (api_key_env=...), not model_kwargs[{forbidden!r}]"
+                )
+        instance = (self.instance_template or INSTANCE_TEMPLATE).replace("{{completion_marker}}", COMPLETION_MARKER)
+        config = {
+            "work_dir": str(work_dir),
+            "model_name": self.model,
+            "model_class": self.model_class,
+            "model_kwargs": model_kwargs,
+            "system_template": self.system_template or SYSTEM_TEMPLATE,
+            "instance_template": instance,
+            "observation_template": OBSERVATION_TEMPLATE,
+            "format_error_template": FORMAT_ERROR_TEMPLATE,
+            "step_limit": int(self.step_limit),
+            "cost_limit": float(self.cost_limit),
+            "command_timeout": int(self.command_timeout),
+            # stop by itself a little before the hard kill, so the run ends with a result event
+            "wall_time_limit_seconds": int(self.timeout * 0.95) if self.timeout else 0,
+            "answer_files": list(_cli.ANSWER_FILES),
+            "completion_markers": [COMPLETION_MARKER, "RUN_COMPLETE"],
+            "env": {"PAGER": "cat", "MANPAGER": "cat", "PIP_PROGRESS_BAR": "off", "TQDM_DISABLE": "1"},
+        }
+        (state / "config.json").write_text(json.dumps(config, indent=1))
+
+    def build_argv(self, program: list[str], state: Path, work_dir: Path) -> list[str]:
+        return [*program, str(state / "config.json")]
+
+    def display_argv(self, argv: list[str]) -> list[str]:
+        return [Path(argv[0]).name, *argv[1:3], "<config.json>"]
+
+    def summarize(self, events: list[dict[str, Any]], state: Path, work_dir: Path) -> Summary:
+        return summarize_mini_events(events)
+
+
+def summarize_mini_events(events: list[dict[str, Any]]) -> Summary:
+    """Model calls, commands, usage and cost from the driver's message stream."""
+    usage = _cli.Usage()
+    n_calls = 0
+    n_steps = 0
+    cost = 0.0
+    for e in events:
+        if e.get("role") != "assistant":
+            continue
+        n_calls += 1
+        extra = e.get("extra") or {}
+        n_steps += len(extra.get("actions") or [])
+        if isinstance(extra.get("cost"), (int, float)):
+            cost += float(extra["cost"])
+        response = extra.get("response") if isinstance(extra.get("response"), dict) else {}
+        u = response.get("usage") if isinstance(response.get("usage"), dict) else {}
+        usage.input_tokens = _cli.add(usage.input_tokens, u.get("prompt_tokens", u.get("input_tokens")))
+        usage.output_tokens = _cli.add(usage.output_tokens, u.get("completion_tokens", u.get("output_tokens")))
+        details = u.get("prompt_tokens_details") or u.get("input_tokens_details") or {}
+        if isinstance(details, dict):
+            usage.cache_read_tokens = _cli.add(usage.cache_read_tokens, details.get("cached_tokens"))
+        out_details = u.get("completion_tokens_details") or u.get("output_tokens_details") or {}
+        if isinstance(out_details, dict):
+            usage.reasoning_tokens = _cli.add(usage.reasoning_tokens, out_details.get("reasoning_tokens"))
+    final = next((e for e in reversed(events) if e.get("type") == "result"), None)
+    extra: dict[str, Any] = {}
+    if final is not None:
+        extra["exit_status"] = final.get("exit_status")
+        if final.get("error"):
+            extra["agent_error"] = final.get("error")
+        extra["mini_swe_agent_version"] = final.get("mini_swe_agent_version")
+        if isinstance(final.get("cost"), (int, float)):
+            cost = float(final["cost"])
+    else:
+        exits = [e for e in events if e.get("role") == "exit"]
+        if exits:
+            extra["exit_status"] = (exits[-1].get("extra") or {}).get("exit_status")
+    return Summary(
+        usage=usage,
+        n_turns=n_calls,
+        n_steps=n_steps,
+        cost_usd=cost if cost > 0 else (0.0 if n_calls == 0 else None),
+        cost_source="litellm_pricing" if cost > 0 else None,
+        extra=extra,
+    )
+
+
+def mini_swe_agent(model: str, **options: Any) -> MiniSweAgent:
+    """An agent function that runs mini-swe-agent on the task.
+
+    ``model`` -- a litellm model name, e.g. ``"openai/gpt-5-mini"``; with ``base_url`` any
+    OpenAI-compatible server (``"openai/<served name>"``).  Options: ``timeout`` (s),
+    ``base_url`` (litellm ``api_base``), ``step_limit`` (model calls, 0 = unlimited; alias
+    ``max_turns``), ``cost_limit`` (USD, 0 = unlimited; default 10), ``command_timeout`` (s per
+    shell command, default 300), ``api_key_env`` (name of the variable holding the key when it
+    is not the provider's standard one), ``model_kwargs``, ``model_class``,
+    ``system_template``/``instance_template`` (Jinja, ``{{task}}`` is the prompt), ``python``
+    (interpreter for the driver), ``env``, ``pass_env``, ``state_dir``.
+
+    Keys reach litellm only through the driver's environment; shell commands the agent runs do
+    not see secret-looking variables at all.
+    """
+    if "max_turns" in options:
+        if "step_limit" in options:
+            raise AgentConfigError("give step_limit or max_turns, not both")
+        options["step_limit"] = options.pop("max_turns") or 0
+    return MiniSweAgent(model=model, **options)

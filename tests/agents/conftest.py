@@ -1,0 +1,120 @@
+"""Fixtures for the real-agent harness tests.
+
+The agent programs are real (Claude Code and Codex from ``<repo>/.agent-tools``, installed by
+``python scripts/install_agent_clis.py``; mini-swe-agent from PyPI).  They talk only to a
+scripted model server on 127.0.0.1; every other HTTPS connection they attempt is sent to that
+server as a proxy CONNECT and refused (and recorded), so a test never reaches the internet and
+never waits on it.
+
+When a program is missing the tests that need it are skipped with the install command, except
+under CI (``CI`` set) or ``RAYEVAL_REQUIRE_AGENT_CLIS=1``, where a missing program is a failure.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rayeval.agents import _tools
+
+from .fake_model_server import FakeModelServer
+
+FAKE_KEY = "sk-test-SECRET-123"
+OTHER_SECRET = "ghp-test-OTHER-SECRET-456"
+PROGRAM_TIMEOUT = 90  # seconds: generous; a run takes a few seconds
+
+
+def _require() -> bool:
+    return bool(os.environ.get("CI")) or os.environ.get("RAYEVAL_REQUIRE_AGENT_CLIS") == "1"
+
+
+def _missing(reason: str) -> None:
+    if _require():
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+@pytest.fixture
+def claude_available() -> None:
+    try:
+        _tools.find_program(_tools.CLAUDE)
+    except _tools.AgentNotInstalledError as exc:
+        _missing(str(exc))
+
+
+@pytest.fixture
+def codex_available() -> None:
+    try:
+        _tools.find_program(_tools.CODEX)
+    except _tools.AgentNotInstalledError as exc:
+        _missing(str(exc))
+
+
+@pytest.fixture
+def mini_available() -> None:
+    for module in ("minisweagent", "litellm"):
+        if importlib.util.find_spec(module) is None:
+            _missing(f"{module} is not installed: pip install -e '.[dev]'")
+
+
+@pytest.fixture
+def agent_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """A clean, offline environment with fake keys: no real credential can leak into a test."""
+    for name in list(os.environ):
+        if name.endswith(("_API_KEY", "_AUTH_TOKEN")) or name in (
+            "ANTHROPIC_BASE_URL",
+            "OPENAI_BASE_URL",
+            "CODEX_HOME",
+            "CLAUDE_CONFIG_DIR",
+            "EXTRA_ENV_KEYS",
+            "HTTP_PROXY",
+            "http_proxy",
+            "ALL_PROXY",
+            "all_proxy",
+        ):
+            monkeypatch.delenv(name, raising=False)
+    values = {
+        "ANTHROPIC_API_KEY": FAKE_KEY,
+        "OPENAI_API_KEY": FAKE_KEY,
+        "ANTHROPIC_API_KEY_FALLBACKS": json.dumps(["sk-test-FALLBACK-789"]),
+        "GITHUB_TOKEN": OTHER_SECRET,  # unrelated secret: must not reach the programs at all
+        "RAYEVAL_AGENT_STATE_DIR": str(tmp_path_factory.mktemp("agent-state")),
+    }
+    for k, v in values.items():
+        monkeypatch.setenv(k, v)
+    return values
+
+
+@pytest.fixture
+def model_server(agent_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """``model_server(script, **kw)`` starts a scripted server; all are stopped at teardown."""
+    servers: list[FakeModelServer] = []
+
+    def start(script: list[dict[str, str]], **kwargs: Any) -> FakeModelServer:
+        server = FakeModelServer(script=script, **kwargs).start()
+        servers.append(server)
+        # Anything that is not loopback goes to the server as a proxy request, and is refused.
+        for name in ("HTTPS_PROXY", "https_proxy"):
+            monkeypatch.setenv(name, server.url)
+        for name in ("NO_PROXY", "no_proxy"):
+            monkeypatch.setenv(name, "127.0.0.1,localhost")
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+def files_text(work_dir: Path) -> dict[str, str]:
+    """Every regular file left in the work folder, decoded leniently."""
+    out = {}
+    for path in Path(work_dir).rglob("*"):
+        if path.is_file():
+            out[str(path.relative_to(work_dir))] = path.read_bytes().decode("utf-8", "replace")
+    return out

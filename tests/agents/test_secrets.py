@@ -1,0 +1,96 @@
+"""rayeval.harness.secrets: which variables are secret, and masking them everywhere."""
+from __future__ import annotations
+
+import json
+import urllib.parse
+
+import pytest
+
+from rayeval.harness.secrets import (
+    MASK,
+    is_secret_name,
+    redact,
+    redact_text,
+    secret_values,
+)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "OPENAI_API_KEY",
+        "ANTHROPIC_API_KEY",
+        "anthropic_api_key",
+        "ANTHROPIC_API_KEY_FALLBACKS",
+        "API_KEY",
+        "GITHUB_TOKEN",
+        "ANTHROPIC_AUTH_TOKEN",
+        "AWS_SECRET_ACCESS_KEY",
+        "CLIENT_SECRET",
+        "DB_PASSWORD",
+        "PGPASSWORD",
+        "SSH_PRIVATE_KEY_PEM",
+    ],
+)
+def test_secret_names(name: str) -> None:
+    assert is_secret_name(name)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["HOME", "PATH", "TOKENIZERS_PARALLELISM", "CLAUDE_CODE_MAX_OUTPUT_TOKENS", "AWS_ACCESS_KEY_ID", "KEYBOARD"],
+)
+def test_non_secret_names(name: str) -> None:
+    assert not is_secret_name(name)
+
+
+def test_secret_values_collects_keys_and_fallback_lists() -> None:
+    env = {
+        "OPENAI_API_KEY": "sk-openai-1234567890",
+        "ANTHROPIC_API_KEY_FALLBACKS": json.dumps(["sk-ant-fallback-1111", "sk-ant-fallback-2222", ""]),
+        "MY_TOKEN": "short",  # too short to mask safely
+        "HOME": "/root/very-long-home-path",
+        "EMPTY_API_KEY": "",
+    }
+    found = secret_values(env)
+    assert found == {
+        "sk-openai-1234567890",
+        "sk-ant-fallback-1111",
+        "sk-ant-fallback-2222",
+        env["ANTHROPIC_API_KEY_FALLBACKS"],
+    }
+    assert secret_values({}, extra=["explicit-secret-value", "tiny"]) == {"explicit-secret-value"}
+
+
+def test_redact_nested_structures_without_mutating() -> None:
+    secret = "sk-test-SECRET-123"
+    original = {
+        "answer": {"text": f"key is {secret}!"},
+        "list": [secret, 3, None, {"deep": (f"a{secret}b",)}],
+        secret: "as a key",
+        "n": 1.5,
+    }
+    snapshot = json.dumps(original, default=list)
+    out = redact(original, {secret})
+    assert out["answer"]["text"] == f"key is {MASK}!"
+    assert out["list"][0] == MASK and out["list"][1] == 3 and out["list"][2] is None
+    assert out["list"][3]["deep"] == (f"a{MASK}b",)
+    assert MASK in out and out["n"] == 1.5
+    assert json.dumps(original, default=list) == snapshot  # input untouched
+    assert secret not in json.dumps(out, default=list)
+
+
+def test_redact_catches_escaped_spellings() -> None:
+    secret = 'pa"ss\\word-1234'
+    as_json = json.dumps({"v": secret})  # the secret JSON-escaped inside a log line
+    double = json.dumps({"line": as_json})  # JSON inside JSON, as in tool results
+    quoted = "url?k=" + urllib.parse.quote(secret, safe="")
+    for text in (as_json, double, quoted):
+        masked = redact_text(text, {secret})
+        assert MASK in masked and "word-1234" not in masked, masked
+
+
+def test_redact_longest_secret_first_and_noop_cases() -> None:
+    assert redact_text("abcdefgh-ijklmnop", {"abcdefgh", "abcdefgh-ijklmnop"}) == MASK
+    assert redact({"a": "x"}, set()) == {"a": "x"}
+    assert redact_text("", {"abcdefgh"}) == ""

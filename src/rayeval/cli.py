@@ -9,6 +9,7 @@ from typing import Callable, Sequence
 
 from .evals import EvalFileError, check_evals, load_eval
 from .grading import grade
+from .report.cli import add_report_commands
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -69,6 +70,53 @@ def _cmd_run_one(args: argparse.Namespace) -> int:
     return EXIT_OK if result.passed else EXIT_FAILED
 
 
+def _model_limits(pairs: list[str]) -> dict[str, int]:
+    limits = {}
+    for pair in pairs:
+        model, sep, value = pair.rpartition("=")
+        if not sep or not model or not value.isdigit() or int(value) < 1:
+            raise BadInput(f"--model-concurrency expects MODEL=N with N >= 1, got {pair!r}")
+        limits[model] = int(value)
+    return limits
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from .agents.resolve import AgentNotFound, parse_agent_args
+    from .batch import BatchConfig, RunConflict, run_batch
+    from .batch.plan import parse_models, parse_seeds
+
+    try:
+        config = BatchConfig(
+            evals=args.evals,
+            agent=args.agent,
+            agent_args=parse_agent_args(args.agent_arg),
+            models=parse_models(args.models),
+            seeds=parse_seeds(args.seeds),
+            output=args.output,
+            run_id=args.run_id,
+            resume=args.resume,
+            max_concurrency=args.max_concurrency,
+            model_concurrency=_model_limits(args.model_concurrency),
+            address=args.address,
+            retries=args.retries,
+            timeout=args.timeout,
+            isolation=args.isolation,
+            workers=args.workers,
+            s3_endpoint_url=args.s3_endpoint,
+            show_progress=not args.no_progress,
+        )
+    except ValueError as exc:  # pydantic's ValidationError is a ValueError
+        raise BadInput(str(exc)) from None
+    if args.resume and not args.run_id:
+        raise BadInput("--resume needs --run-id")
+    try:
+        summary = run_batch(config)
+    except (AgentNotFound, RunConflict) as exc:
+        raise BadInput(str(exc)) from None
+    print(summary.text())
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rayeval", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -92,6 +140,28 @@ def build_parser() -> argparse.ArgumentParser:
     run_one.add_argument("--work-root", help="where work folders are created (default: $RAYEVAL_WORK_ROOT or the temp dir)")
     run_one.add_argument("--keep-workspace", action="store_true")
     run_one.set_defaults(handler=_cmd_run_one)
+
+    run = sub.add_parser("run", help="run evals x models x seeds on Ray, streaming results to Parquet")
+    run.add_argument("evals", nargs="+", help="eval files or folders")
+    run.add_argument("--agent", required=True, help="built-in name or module:function")
+    run.add_argument("--agent-arg", action="append", default=[], metavar="KEY=VALUE")
+    run.add_argument("--models", default="default", help="comma-separated model names (default: 'default')")
+    run.add_argument("--seeds", default="1", help="N (meaning 1..N) or a comma-separated list")
+    run.add_argument("--output", required=True, help="results root: a folder or s3://bucket/prefix")
+    run.add_argument("--run-id")
+    run.add_argument("--resume", action="store_true", help="finish run --run-id: only units without a stored row run")
+    run.add_argument("--max-concurrency", type=int, default=32)
+    run.add_argument("--model-concurrency", action="append", default=[], metavar="MODEL=N")
+    run.add_argument("--address", help="auto, HOST:PORT or local (default: embedded Ray, or the job's cluster)")
+    run.add_argument("--retries", type=int, default=2, help="retries of a unit whose agent errors (with backoff)")
+    run.add_argument("--timeout", type=float, help="per-unit agent timeout in seconds (overrides the evals')")
+    run.add_argument("--isolation", choices=["auto", "process", "inline"], default="auto")
+    run.add_argument("--workers", type=int, help="number of worker actors (default: from --max-concurrency)")
+    run.add_argument("--s3-endpoint", help="S3-compatible endpoint URL (or set AWS_ENDPOINT_URL)")
+    run.add_argument("--no-progress", action="store_true")
+    run.set_defaults(handler=_cmd_run)
+
+    add_report_commands(sub)
     return parser
 
 

@@ -1,0 +1,217 @@
+#!/usr/bin/env python
+"""Benchmark: EvaluationStats + the benchmark table over 1,000,000 synthetic result rows,
+against a naive pandas groupby/apply baseline computing the same numbers.
+
+    python scripts/bench_report.py [--rows 1000000] [--repeat 3] [--parquet]
+
+The synthetic units: 4 runs × 10 models × 2 harnesses × 2,500 evals × 5 seeds (1,000,000
+rows at the default size), 1% errored runs, 2% of units stored twice (a retry with
+``attempt`` 2), nullable costs, task/kit metadata. The frame is built the way the reader
+returns it (key columns as categoricals). Timed: ``evaluation_stats`` (latest attempt per
+unit, per-run evaluator stats for ``passed`` and ``normalized_score``, progress) plus
+``benchmark_table``; the baseline does the same with ``sort_values/groupby.tail`` and
+``groupby.apply`` over plain string columns. Both results are checked to agree.
+``--parquet`` also times a read of the same rows through ``ResultsReader`` from a temporary
+hive-partitioned root.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy import stats as sps
+
+from rayeval.report import benchmark_table, evaluation_stats
+
+N_RUNS, N_MODELS, N_HARNESSES = 4, 10, 2
+TASKS = ["qc", "normalization", "clustering", "cell_typing", "differential_expression", "dimensionality_reduction"]
+KITS = ["chromium", "bd_rhapsody", "parsebio", "visium", "xenium"]
+
+
+def synthetic_units(rows: int, seed: int = 7) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    combos = N_RUNS * N_MODELS * N_HARNESSES
+    seeds = 5
+    n_retry = int(0.02 * rows)  # 2% of the rows are a second attempt of an earlier unit
+    n_units = rows - n_retry
+    n_evals = -(-n_units // (combos * seeds))
+    idx = np.arange(n_units)
+    seed_i = idx % seeds
+    eval_i = (idx // seeds) % n_evals
+    combo = idx // (seeds * n_evals)
+    harness_i = combo % N_HARNESSES
+    model_i = (combo // N_HARNESSES) % N_MODELS
+    run_i = combo // (N_HARNESSES * N_MODELS)
+    retry = rng.choice(n_units, size=n_retry, replace=False)
+    all_idx = np.concatenate([idx, retry])
+    attempt = np.concatenate([np.ones(n_units, np.int64), np.full(n_retry, 2, np.int64)])
+    base = n_units
+    n = len(all_idx)
+    skill = 0.25 + 0.06 * model_i[all_idx] + 0.03 * harness_i[all_idx]
+    difficulty = (eval_i[all_idx] % 17) / 17.0 - 0.5
+    p = np.clip(skill - 0.4 * difficulty, 0.02, 0.98)
+    passed = rng.random(n) < p
+    status = np.where(passed, "passed", "failed").astype(object)
+    err = rng.random(n) < 0.01
+    kinds = np.array(["error", "timeout", "config_error"], dtype=object)
+    status[err] = kinds[rng.integers(0, 3, err.sum())]
+    passed &= ~err
+    score = np.where(passed, 1.0, rng.random(n) * 0.9)
+    score[err] = 0.0
+    cost = rng.gamma(2.0, 0.3, n)
+    cost[rng.random(n) < 0.05] = np.nan
+    duration = rng.gamma(3.0, 100.0, n)
+    start = pd.Timestamp("2026-01-01", tz="UTC").value + (all_idx * 1_000_000_000) + attempt * 3_600_000_000_000
+    finished = start + (duration * 1e6).astype(np.int64) * 1000  # microseconds, as stored
+    unit = all_idx  # unit id = the base row index (stable across attempts)
+    e = eval_i[all_idx]
+    frame = pd.DataFrame(
+        {
+            "run_id": pd.Categorical.from_codes(run_i[all_idx], [f"run-{i}" for i in range(N_RUNS)]),
+            "model": pd.Categorical.from_codes(model_i[all_idx], [f"model-{i}" for i in range(N_MODELS)]),
+            "harness": pd.Categorical.from_codes(harness_i[all_idx], [f"harness-{i}" for i in range(N_HARNESSES)]),
+            "unit_id": pd.Categorical.from_codes(unit, [f"u{i:08d}" for i in range(base)]),
+            "eval_id": pd.Categorical.from_codes(e, [f"eval-{i:05d}" for i in range(n_evals)]),
+            "seed": seed_i[all_idx],
+            "attempt": attempt,
+            "status": pd.Categorical(status, categories=["passed", "failed", "error", "timeout", "config_error"]),
+            "passed": passed,
+            "normalized_score": score,
+            "cost_usd": cost,
+            "duration_s": duration,
+            "started_at": pd.to_datetime(start, utc=True),
+            "finished_at": pd.to_datetime(finished, utc=True),
+            "task": pd.Categorical.from_codes(e % len(TASKS), TASKS),
+            "kit": pd.Categorical.from_codes(e % len(KITS), KITS),
+        }
+    )
+    return frame
+
+
+def fast(units: pd.DataFrame) -> tuple[object, pd.DataFrame]:
+    stats = evaluation_stats(units, report=False)
+    table = benchmark_table(units)
+    return stats, table
+
+
+def naive(units: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The straightforward pandas version: sort + groupby.tail, then groupby.apply."""
+    df = units.sort_values(["run_id", "unit_id", "attempt", "finished_at"]).groupby(["run_id", "unit_id"], observed=True).tail(1)
+    df = df.assign(is_error=df["status"].isin(["error", "timeout", "config_error"]))
+
+    def run_stats(g: pd.DataFrame) -> pd.Series:
+        ok = g[~g["is_error"]]
+        s = ok["normalized_score"]
+        return pd.Series(
+            {
+                "num_logs": len(g),
+                "num_errors": int(g["is_error"].sum()),
+                "num_true": int(ok["passed"].sum()),
+                "num_false": int((~ok["passed"]).sum()),
+                "mean": s.mean(),
+                "std": s.std(),
+                "p5": s.quantile(0.05),
+                "p50": s.quantile(0.5),
+                "p95": s.quantile(0.95),
+            }
+        )
+
+    stats = df.groupby(["run_id", "model", "harness"], observed=True).apply(run_stats, include_groups=False)
+
+    per_eval = df.groupby(["model", "harness", "eval_id"], observed=True).apply(
+        lambda g: pd.Series({"rate": g["passed"].mean()}), include_groups=False
+    )
+
+    def model_row(g: pd.DataFrame) -> pd.Series:
+        rates = g["rate"] * 100
+        n = len(rates)
+        half = sps.t.ppf(0.975, n - 1) * rates.std(ddof=1) / np.sqrt(n) if n > 1 else np.nan
+        return pd.Series({"Accuracy (%)": rates.mean(), "ci_lower": rates.mean() - half, "ci_upper": rates.mean() + half})
+
+    table = per_eval.groupby(["model", "harness"], observed=True).apply(model_row, include_groups=False)
+    runs = df.groupby(["model", "harness"], observed=True).apply(
+        lambda g: pd.Series({"Cost ($)": g["cost_usd"].mean(), "Duration (s)": g["duration_s"].mean(), "N": len(g)}),
+        include_groups=False,
+    )
+    return stats, table.join(runs)
+
+
+def check(fast_table: pd.DataFrame, naive_table: pd.DataFrame, stats: object, naive_stats: pd.DataFrame) -> None:
+    ours = fast_table.set_index(["model_name", "harness"]).sort_index()
+    theirs = naive_table.copy()
+    theirs.index = theirs.index.set_names(["model_name", "harness"])
+    theirs.index = pd.MultiIndex.from_arrays([theirs.index.get_level_values(i).astype(str) for i in range(2)], names=theirs.index.names)
+    theirs = theirs.sort_index()
+    for col in ("Accuracy (%)", "ci_lower", "ci_upper", "Cost ($)", "Duration (s)", "N"):
+        np.testing.assert_allclose(ours[col].to_numpy(float), theirs[col].to_numpy(float), rtol=1e-9, atol=1e-9, err_msg=col)
+    by_key = {(rs.run_id, rs.model, rs.harness): rs for rs in stats.run_stats}  # type: ignore[attr-defined]
+    for key, row in naive_stats.iterrows():
+        rs = by_key[tuple(str(k) for k in key)]
+        boolean, number = rs.evaluator_stats
+        assert (rs.num_logs, rs.num_errors, boolean.num_true, boolean.num_false) == (row["num_logs"], row["num_errors"], row["num_true"], row["num_false"])
+        np.testing.assert_allclose([number.mean, number.std, number.percentiles["p5"], number.percentiles["p50"], number.percentiles["p95"]],
+                                   row[["mean", "std", "p5", "p50", "p95"]].to_numpy(float), rtol=1e-9)
+
+
+def best_of(fn, repeat: int):  # type: ignore[no-untyped-def]
+    times, result = [], None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - t0)
+    return min(times), result
+
+
+def parquet_read(units: pd.DataFrame) -> float:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from rayeval.report import ResultsReader
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        for (run, model), part in units.groupby(["run_id", "model"], observed=True):
+            folder = root / f"run_id={run}" / f"model={model}"
+            folder.mkdir(parents=True)
+            table = pa.Table.from_pandas(part.drop(columns=["run_id", "model"]).astype({c: str for c in ("harness", "unit_id", "eval_id", "status", "task", "kit")}), preserve_index=False)
+            pq.write_table(table, folder / "part-bench-0.parquet")
+        reader = ResultsReader(root)
+        cols = ["run_id", "model", "harness", "unit_id", "eval_id", "seed", "attempt", "status", "passed", "normalized_score", "cost_usd", "duration_s", "started_at", "finished_at", "task", "kit"]
+        t0 = time.perf_counter()
+        got = reader.units(columns=cols)
+        elapsed = time.perf_counter() - t0
+        assert len(got) < len(units)
+        return elapsed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--parquet", action="store_true", help="also time reading the rows back from Parquet")
+    args = parser.parse_args(argv)
+
+    t0 = time.perf_counter()
+    units = synthetic_units(args.rows)
+    print(f"synthetic rows: {len(units):,} ({units['unit_id'].nunique():,} units, "
+          f"{(units['attempt'] > 1).sum():,} retries) built in {time.perf_counter() - t0:.2f} s")
+
+    fast_s, (stats, table) = best_of(lambda: fast(units), args.repeat)
+    naive_s, (naive_stats, naive_table) = best_of(lambda: naive(units), 1)
+    check(table, naive_table, stats, naive_stats)
+    print("results agree (accuracy, CI, cost, duration, N; per-run evaluator stats)")
+    print(f"rayeval.report (EvaluationStats + benchmark table): {fast_s:.3f} s (best of {args.repeat})")
+    print(f"naive pandas groupby/apply baseline:                {naive_s:.3f} s")
+    print(f"speed-up: {naive_s / fast_s:.1f}x   goal <= 2 s: {'met' if fast_s <= 2.0 else 'MISSED'}")
+    if args.parquet:
+        print(f"read back from hive Parquet (ResultsReader.units):   {parquet_read(units):.3f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

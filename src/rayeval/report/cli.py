@@ -1,0 +1,236 @@
+"""``rayeval report`` and ``rayeval compare``: argparse pieces for the main CLI.
+
+Wire them with ``add_report_commands(subparsers)``; each subcommand sets ``handler`` (a
+function ``args -> exit code``). Exit codes: 0 ok, 1 a gate failed, 2 bad input (one clean
+``rayeval: ...`` line on stderr, never a traceback). ``python -m rayeval.report.cli`` runs them
+standalone.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+EXIT_OK, EXIT_GATE_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+
+GROUP_COLUMNS = {"model": "model", "harness": "harness", "run": "run_id", "run_id": "run_id", "agent": "agent",
+                 "task": "task", "kit": "kit", "platform": "kit", "eval_type": "eval_type", "time_horizon": "time_horizon"}
+MODEL_KEYS = ("model", "harness", "agent", "run_id")
+
+
+def _split(values: Sequence[str] | None) -> list[str] | None:
+    """Repeatable, comma-separated option values → a flat list (None when not given)."""
+    if not values:
+        return None
+    items = [item.strip() for value in values for item in value.split(",") if item.strip()]
+    return items or None
+
+
+def parse_by(text: str) -> list[str]:
+    """``model,harness`` | ``model`` | ``task`` | ``kit`` | any comma list of group columns.
+
+    A breakdown column given alone (``task``, ``kit``…) is reported per model × harness, as
+    the published by-task/by-platform tables are.
+    """
+    from .reader import ReportError
+
+    names = [p.strip() for p in text.split(",") if p.strip()]
+    if not names:
+        raise ReportError("--by needs at least one column")
+    columns = []
+    for name in names:
+        if name not in GROUP_COLUMNS:
+            raise ReportError(f"--by: unknown column {name!r} (use {', '.join(sorted(GROUP_COLUMNS))})")
+        if GROUP_COLUMNS[name] not in columns:
+            columns.append(GROUP_COLUMNS[name])
+    if not any(c in MODEL_KEYS for c in columns):
+        columns += ["model", "harness"]
+    return columns
+
+
+def _ks(text: str) -> list[int]:
+    from .reader import ReportError
+
+    try:
+        ks = [int(p) for p in text.split(",") if p.strip()]
+    except ValueError:
+        raise ReportError(f"--pass-k must be comma-separated positive integers, got {text!r}") from None
+    if not ks or any(k < 1 for k in ks):
+        raise ReportError(f"--pass-k must be comma-separated positive integers, got {text!r}")
+    return ks
+
+
+def _emit(text: str, out: str | None) -> None:
+    from .reader import ReportError
+
+    if out is None:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        return
+    try:
+        Path(out).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise ReportError(f"cannot write {out}: {exc}") from None
+    print(f"wrote {out}", file=sys.stderr)
+
+
+def _guarded(handler):  # type: ignore[no-untyped-def]
+    def run(args: argparse.Namespace) -> int:
+        from .reader import ReportError
+
+        try:
+            return handler(args)
+        except ReportError as exc:
+            print(f"rayeval: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+
+    run.__name__ = handler.__name__
+    run.__doc__ = handler.__doc__
+    return run
+
+
+@_guarded
+def cmd_report(args: argparse.Namespace) -> int:
+    from .benchmark import benchmark_table, format_text, to_csv, to_json, to_text
+    from .gates import accuracy_gate, error_rate_gate, gate_summary, gates_passed
+    from .reader import REPORT_COLUMNS, ReportError, ResultsReader
+    from .stats import evaluation_stats
+
+    by = parse_by(args.by)
+    ks = _ks(args.pass_k)
+    reader = ResultsReader(args.root, args.s3_endpoint)
+    runs = _split(args.run)
+    columns = list(REPORT_COLUMNS) + (["answer_json"] if args.format == "html" else [])
+    units = reader.units(runs=runs, models=_split(args.model), evals=_split(args.eval), columns=columns)
+    if units.empty:
+        where = f" for run(s) {', '.join(runs)}" if runs else ""
+        known = reader.run_ids()
+        hint = f" (runs here: {', '.join(known[:20])}{' …' if len(known) > 20 else ''})" if known else ""
+        raise ReportError(f"no results under {args.root}{where}{hint}")
+    missing = [c for c in by if c not in units.columns]
+    if missing:
+        raise ReportError(f"--by: the results have no {', '.join(missing)} column")
+
+    # The batch engine's run manifests: status and planned units (unless filtered to a subset).
+    manifests = reader.manifests(runs)
+    selected = sorted({str(r) for r in units["run_id"].unique()})
+    run_status = {run: manifests[run] for run in selected if run in manifests} or None
+    planned = args.planned_units
+    unfiltered = not (args.model or args.eval)
+    if planned is None and unfiltered and selected and all("total_units" in manifests.get(r, {}) for r in selected):
+        planned = {run: int(manifests[run]["total_units"]) for run in selected}
+
+    table = benchmark_table(units, by=by, errors=args.errors)
+    if args.format == "csv":
+        _emit(to_csv(table), args.out)
+    elif args.format == "json":
+        _emit(to_json(table), args.out)
+    elif args.format == "html":
+        from .html_report import render_html
+
+        title = "rayeval report" + (f": {', '.join(runs)}" if runs else "")
+        html_text = render_html(units, title=title, source=str(args.root), errors=args.errors, ks=ks, planned_units=planned, run_status=run_status)
+        _emit(html_text, args.out)
+    else:
+        from .metrics import pass_at_k
+
+        stats = evaluation_stats(units, planned_units=planned, run_status=run_status, errors=args.errors, report=False)
+        text = f"status: {stats.status}; {stats.progress}\n\n{to_text(table)}\n"
+        if args.pass_k_table:
+            text += "\n" + format_text(pass_at_k(units, k=ks, by=[c for c in by if c in MODEL_KEYS] or ["model", "harness"], errors=args.errors)) + "\n"
+        _emit(text, args.out)
+
+    gate_rows = table if all(c in MODEL_KEYS for c in by) else benchmark_table(units, errors=args.errors)
+    results = []
+    if args.fail_under is not None:
+        results += accuracy_gate(gate_rows, args.fail_under)
+    if args.max_error_rate is not None:
+        results += error_rate_gate(gate_rows, args.max_error_rate)
+    if results:
+        print(gate_summary(results), file=sys.stderr)
+        if not gates_passed(results):
+            return EXIT_GATE_FAILED
+    return EXIT_OK
+
+
+@_guarded
+def cmd_compare(args: argparse.Namespace) -> int:
+    from .compare import paired_comparison
+    from .reader import ReportError, ResultsReader
+
+    if args.n_boot < 100:
+        raise ReportError(f"--n-boot must be at least 100, got {args.n_boot}")
+    reader = ResultsReader(args.root, args.s3_endpoint)
+    units = reader.units(runs=_split(args.run), models=_split(args.model), evals=_split(args.eval))
+    if units.empty:
+        raise ReportError(f"no results under {args.root}")
+    result = paired_comparison(units, args.a, args.b, errors=args.errors, n_boot=args.n_boot, seed=args.seed)
+    if args.format == "json":
+        _emit(json.dumps(result.model_dump(mode="json"), indent=2), args.out)
+    else:
+        _emit(result.to_text(), args.out)
+    return EXIT_OK
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("root", help="results root: a folder or s3://bucket/prefix")
+    parser.add_argument("--run", action="append", metavar="ID", help="only these run ids (repeatable, comma-separated)")
+    parser.add_argument("--model", action="append", metavar="MODEL", help="only these models (repeatable, comma-separated)")
+    parser.add_argument("--eval", action="append", metavar="EVAL_ID", help="only these evals (repeatable, comma-separated)")
+    parser.add_argument(
+        "--errors",
+        choices=("fail", "exclude"),
+        default="fail",
+        help="errored runs (error/timeout/config_error) count as failures (default, as the references) or are left out",
+    )
+    parser.add_argument("--out", metavar="FILE", help="write the output here instead of standard output")
+    parser.add_argument("--s3-endpoint", metavar="URL", help="S3-compatible endpoint (MinIO, moto); default: AWS_ENDPOINT_URL")
+
+
+def add_report_commands(subparsers: argparse._SubParsersAction) -> None:
+    """Register ``report`` and ``compare`` on the main CLI's subparsers."""
+    report = subparsers.add_parser(
+        "report",
+        help="benchmark table, stats and HTML report over stored results",
+        description="Accuracy (mean over evals of per-eval pass rates) with t-distribution 95%% CIs, "
+        "mean cost and duration per run, per model × harness (or by task/kit). Exit 1 when a gate fails.",
+    )
+    _common(report)
+    report.add_argument("--by", default="model,harness", help="model,harness (default) | model | task | kit | a comma list of columns")
+    report.add_argument("--format", choices=("table", "csv", "json", "html"), default="table")
+    report.add_argument("--fail-under", type=float, metavar="PCT", help="exit 1 when any model × harness accuracy is below PCT percent")
+    report.add_argument("--max-error-rate", type=float, metavar="PCT", help="exit 1 when any model × harness has more than PCT%% errored runs")
+    report.add_argument("--planned-units", type=int, metavar="N", help="planned unit count, for progress/ETA and status")
+    report.add_argument("--pass-k", default="1,3", metavar="K[,K]", help="k values for pass@k / pass^k (html, --pass-k-table)")
+    report.add_argument("--pass-k-table", action="store_true", help="also print the pass@k / pass^k table (table format)")
+    report.set_defaults(handler=cmd_report)
+
+    compare = subparsers.add_parser(
+        "compare",
+        help="paired comparison of two runs or models on their common evals",
+        description="Mean difference of per-eval pass rates (A − B) with a paired-bootstrap CI, exact sign test and "
+        "exact McNemar test. A/B: a run id, a model, model/harness, or key=value[,key=value] (run, model, harness, task, kit).",
+    )
+    _common(compare)
+    compare.add_argument("--a", required=True, metavar="RUN_OR_MODEL")
+    compare.add_argument("--b", required=True, metavar="RUN_OR_MODEL")
+    compare.add_argument("--n-boot", type=int, default=10000, help="bootstrap resamples (default 10000)")
+    compare.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    compare.add_argument("--format", choices=("text", "json"), default="text")
+    compare.set_defaults(handler=cmd_compare)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rayeval", description="rayeval reports")
+    add_report_commands(parser.add_subparsers(dest="command", required=True))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.handler(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

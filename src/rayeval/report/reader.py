@@ -1,0 +1,416 @@
+"""Reading result rows back: hive-partitioned Parquet under a local or S3 results root.
+
+The reader lists ``ROOT/run_id=<id>/model=<m>/*.parquet`` itself (so a manifest or any other
+non-Parquet file beside the parts is ignored), prunes whole run folders when runs are asked
+for, pushes the model/eval filters down to pyarrow, and returns pandas frames whose key
+columns are categoricals. Everything after the read is vectorised (no per-row Python).
+
+A unit is never counted twice: :func:`latest_attempts` keeps, per ``(run_id, unit_id)``, the
+row with the highest ``attempt`` and then the latest ``finished_at``.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterable, Sequence
+from urllib.parse import unquote
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
+
+from ..storage.filesystem import resolve_root
+from ..storage.schema import FILE_SCHEMA, PARTITION_COLUMNS
+
+MANIFEST_NAME = "_manifest.json"  # <root>/run_id=<id>/_manifest.json (rayeval.storage)
+
+ERROR_STATUSES: tuple[str, ...] = ("error", "timeout", "config_error")
+"""Statuses that are errors (no verdict), counted apart from failures."""
+
+PARTITION_SCHEMA = pa.schema([(name, pa.string()) for name in PARTITION_COLUMNS])
+FULL_SCHEMA = pa.schema(list(PARTITION_SCHEMA) + list(FILE_SCHEMA))
+
+# Columns the reports need: the heavy free-text/JSON columns are left out unless asked for.
+REPORT_COLUMNS: tuple[str, ...] = (
+    "run_id",
+    "model",
+    "unit_id",
+    "eval_id",
+    "agent",
+    "harness",
+    "seed",
+    "attempt",
+    "status",
+    "passed",
+    "score",
+    "score_max",
+    "normalized_score",
+    "grader_type",
+    "error_type",
+    "duration_s",
+    "agent_s",
+    "grade_s",
+    "cost_usd",
+    "input_tokens",
+    "output_tokens",
+    "n_turns",
+    "started_at",
+    "finished_at",
+    "node",
+    "task",
+    "kit",
+    "time_horizon",
+    "eval_type",
+)
+ALL_COLUMNS: tuple[str, ...] = tuple(FULL_SCHEMA.names)
+# Read whenever a writer stored them (not in the canonical schema).
+OPTIONAL_COLUMNS: tuple[str, ...] = ("batch_id",)
+
+# Low-cardinality (or key) string columns turned into pandas categoricals: fast groupbys.
+CATEGORY_COLUMNS: frozenset[str] = frozenset(
+    {
+        "run_id",
+        "model",
+        "unit_id",
+        "eval_id",
+        "eval_hash",
+        "agent",
+        "harness",
+        "status",
+        "grader_type",
+        "error_type",
+        "node",
+        "task",
+        "kit",
+        "time_horizon",
+        "eval_type",
+        "answer_source",
+        "rayeval_version",
+        "batch_id",
+    }
+)
+
+
+class ReportError(ValueError):
+    """A user-facing problem with the results root or a selection (bad input, exit code 2)."""
+
+
+def _as_list(value: str | Iterable[str] | None) -> list[str] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return [value]
+    items = [str(v) for v in value]
+    return items or None
+
+
+def _partition_value(name: str, key: str) -> str | None:
+    """``key=<percent-encoded value>`` → the decoded value, else None."""
+    prefix = key + "="
+    return unquote(name[len(prefix):]) if name.startswith(prefix) else None
+
+
+def _hidden(name: str) -> bool:
+    return name.startswith((".", "_"))
+
+
+class ResultsReader:
+    """Result rows under one results root (a local folder or ``s3://bucket/prefix``)."""
+
+    def __init__(self, root: str | Path, s3_endpoint_url: str | None = None):
+        self.root = str(root)
+        try:
+            self.filesystem, self.base = resolve_root(root, s3_endpoint_url)
+        except ValueError as exc:
+            raise ReportError(str(exc)) from None
+
+    # -- listing -----------------------------------------------------------------------
+    def _info(self, path: str, recursive: bool) -> list[pafs.FileInfo]:
+        try:
+            return self.filesystem.get_file_info(pafs.FileSelector(path, recursive=recursive, allow_not_found=True))
+        except OSError as exc:
+            raise ReportError(f"cannot list results root {self.root!r}: {exc}") from None
+
+    def _check_root(self) -> None:
+        try:
+            info = self.filesystem.get_file_info(self.base)
+        except OSError as exc:
+            raise ReportError(f"cannot open results root {self.root!r}: {exc}") from None
+        # On S3 a prefix is not an object: NotFound is normal there and handled by listing.
+        if info.type == pafs.FileType.File:
+            raise ReportError(f"results root {self.root!r} is a file, not a folder")
+        if info.type == pafs.FileType.NotFound and isinstance(self.filesystem, pafs.LocalFileSystem):
+            raise ReportError(f"results root {self.root!r} does not exist")
+
+    def run_ids(self) -> list[str]:
+        """Every run under the root (decoded ``run_id=`` folder names), sorted."""
+        self._check_root()
+        return sorted(self._run_dirs())
+
+    def _run_dirs(self) -> dict[str, str]:
+        """Decoded run id → its folder path."""
+        self._check_root()
+        out = {}
+        for info in self._info(self.base, recursive=False):
+            if info.type == pafs.FileType.Directory:
+                value = _partition_value(info.base_name, "run_id")
+                if value is not None:
+                    out[value] = info.path
+        return out
+
+    def manifests(self, runs: str | Iterable[str] | None = None) -> dict[str, dict]:
+        """Each run's ``_manifest.json`` (written by the batch engine) as a plain dict, for the
+        runs that have one. Only ``status`` and ``total_units`` are used by the reports."""
+        wanted = _as_list(runs)
+        found: dict[str, dict] = {}
+        for run, path in self._run_dirs().items():
+            if wanted is not None and run not in wanted:
+                continue
+            try:
+                with self.filesystem.open_input_stream(f"{path}/{MANIFEST_NAME}") as stream:
+                    data = json.loads(stream.read())
+            except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+                continue
+            except (OSError, ValueError) as exc:
+                raise ReportError(f"run {run!r}: unreadable {MANIFEST_NAME}: {exc}") from None
+            if isinstance(data, dict):
+                found[run] = data
+        return found
+
+    def part_files(self, runs: str | Iterable[str] | None = None) -> list[str]:
+        """Parquet part files (hidden/temporary ``.``/``_`` files skipped), pruned by run."""
+        wanted = _as_list(runs)
+        self._check_root()
+        if wanted is None:
+            infos = self._info(self.base, recursive=True)
+        else:
+            wanted_set = set(wanted)
+            infos = []
+            for info in self._info(self.base, recursive=False):
+                if info.type != pafs.FileType.Directory:
+                    continue
+                if _partition_value(info.base_name, "run_id") in wanted_set:
+                    infos.extend(self._info(info.path, recursive=True))
+        base = self.base.rstrip("/") + "/"
+        files = []
+        for info in infos:
+            if info.type != pafs.FileType.File or not info.base_name.endswith(".parquet"):
+                continue
+            relative = info.path[len(base):] if info.path.startswith(base) else info.path
+            if any(_hidden(part) for part in relative.split("/")):
+                continue
+            files.append(info.path)
+        return sorted(files)
+
+    # -- reading -----------------------------------------------------------------------
+    def dataset(self, runs: str | Iterable[str] | None = None) -> ds.Dataset | None:
+        files = self.part_files(runs)
+        if not files:
+            return None
+        partitioning = ds.HivePartitioning(PARTITION_SCHEMA, segment_encoding="uri")
+        discovered = ds.dataset(
+            files,
+            filesystem=self.filesystem,
+            format="parquet",
+            partitioning=partitioning,
+            partition_base_dir=self.base,
+        )
+        # The canonical schema, plus any extra column a writer added (first file's schema).
+        extra = [f for f in discovered.schema if f.name not in FULL_SCHEMA.names]
+        schema = pa.schema(list(FULL_SCHEMA) + extra)
+        return ds.dataset(
+            files,
+            schema=schema,
+            filesystem=self.filesystem,
+            format="parquet",
+            partitioning=partitioning,
+            partition_base_dir=self.base,
+        )
+
+    def table(
+        self,
+        runs: str | Iterable[str] | None = None,
+        models: str | Iterable[str] | None = None,
+        evals: str | Iterable[str] | None = None,
+        columns: Sequence[str] | None = None,
+    ) -> pa.Table:
+        """The selected rows as an Arrow table (all attempts, no deduplication)."""
+        run_list, model_list, eval_list = _as_list(runs), _as_list(models), _as_list(evals)
+        dataset = self.dataset(run_list)
+        wanted = list(columns) if columns is not None else list(REPORT_COLUMNS)
+        if dataset is not None:
+            wanted += [c for c in OPTIONAL_COLUMNS if c in dataset.schema.names and c not in wanted]
+        for key in ("run_id", "unit_id", "attempt", "finished_at"):  # needed to deduplicate
+            if key not in wanted:
+                wanted.append(key)
+        if dataset is None:
+            return FULL_SCHEMA.empty_table().select([c for c in wanted if c in FULL_SCHEMA.names])
+        unknown = [c for c in wanted if c not in dataset.schema.names]
+        if unknown:
+            raise ReportError(f"unknown column(s) {', '.join(unknown)}; known: {', '.join(dataset.schema.names)}")
+        expr = None
+        for name, values in (("run_id", run_list), ("model", model_list), ("eval_id", eval_list)):
+            if values is not None:
+                term = ds.field(name).isin(values)
+                expr = term if expr is None else expr & term
+        try:
+            return dataset.to_table(columns=wanted, filter=expr)
+        except (OSError, pa.ArrowInvalid) as exc:
+            raise ReportError(f"cannot read results under {self.root!r}: {exc}") from None
+
+    def all_attempts(
+        self,
+        runs: str | Iterable[str] | None = None,
+        models: str | Iterable[str] | None = None,
+        evals: str | Iterable[str] | None = None,
+        columns: Sequence[str] | None = None,
+    ) -> pd.DataFrame:
+        """Every stored row (retries included) as a pandas frame."""
+        return table_to_frame(self.table(runs, models, evals, columns))
+
+    def units(
+        self,
+        runs: str | Iterable[str] | None = None,
+        models: str | Iterable[str] | None = None,
+        evals: str | Iterable[str] | None = None,
+        columns: Sequence[str] | None = None,
+    ) -> pd.DataFrame:
+        """One row per unit: the latest attempt per ``(run_id, unit_id)``."""
+        return latest_attempts(self.all_attempts(runs, models, evals, columns))
+
+    def per_eval(self, runs=None, models=None, evals=None, by: Sequence[str] = ("model", "harness")) -> pd.DataFrame:
+        return per_eval_table(self.units(runs, models, evals), by=by)
+
+    def per_model(self, runs=None, models=None, evals=None, by: Sequence[str] = ("model", "harness")) -> pd.DataFrame:
+        from .benchmark import benchmark_table
+
+        return benchmark_table(self.units(runs, models, evals), by=by)
+
+
+def table_to_frame(table: pa.Table) -> pd.DataFrame:
+    """Arrow → pandas with key string columns as categoricals (dictionary-encoded in Arrow)."""
+    arrays = []
+    for name, column in zip(table.column_names, table.columns):
+        kind = column.type
+        if name in CATEGORY_COLUMNS and (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+            column = pc.dictionary_encode(column)
+        arrays.append(column)
+    frame = pa.table(arrays, names=table.column_names).to_pandas(split_blocks=True, self_destruct=True)
+    return frame
+
+
+def read_units(
+    root: str | Path,
+    runs: str | Iterable[str] | None = None,
+    models: str | Iterable[str] | None = None,
+    evals: str | Iterable[str] | None = None,
+    *,
+    columns: Sequence[str] | None = None,
+    s3_endpoint_url: str | None = None,
+) -> pd.DataFrame:
+    """The units (latest attempt of each) under ``root``, optionally filtered."""
+    return ResultsReader(root, s3_endpoint_url).units(runs, models, evals, columns)
+
+
+def _codes(series: pd.Series) -> np.ndarray:
+    if isinstance(series.dtype, pd.CategoricalDtype):
+        return series.cat.codes.to_numpy(dtype=np.int64)
+    return pd.factorize(series, use_na_sentinel=True)[0].astype(np.int64)
+
+
+_DEDUPED = "rayeval.report.units"  # frame.attrs marker: the row count when deduplicated
+
+
+def latest_attempts(frame: pd.DataFrame) -> pd.DataFrame:
+    """Keep one row per ``(run_id, unit_id)``: highest ``attempt``, then latest ``finished_at``.
+
+    Vectorised: integer codes for the key, a hash pass to find the retried units, one
+    ``np.lexsort`` over those rows only; the row order of the kept rows is preserved. A frame without duplicates is returned as is. The result is marked
+    (``frame.attrs``, with its row count) so the report functions, which all call this
+    first, deduplicate once; a frame whose length changed since (concatenated) is checked
+    again.
+    """
+    if frame.empty or "unit_id" not in frame.columns:
+        return frame
+    if frame.attrs.get(_DEDUPED) == len(frame):  # already one row per unit (and not resized since)
+        return frame
+    unit = _codes(frame["unit_id"])
+    if "run_id" in frame.columns:
+        run = _codes(frame["run_id"])
+        key = run * (int(unit.max()) + 2) + unit
+    else:
+        key = unit
+    attempt = (
+        frame["attempt"].fillna(0).to_numpy(dtype=np.int64) if "attempt" in frame.columns else np.zeros(len(frame), np.int64)
+    )
+    if "finished_at" in frame.columns:
+        finished = pd.to_datetime(frame["finished_at"], utc=True)
+        fin = finished.to_numpy(dtype="datetime64[ns]").view(np.int64)  # NaT is the minimum int64
+    else:
+        fin = np.zeros(len(frame), np.int64)
+    # Hash pass first: usually few units were retried, so only those rows are sorted.
+    dup = np.flatnonzero(pd.Series(key).duplicated(keep=False).to_numpy())
+    if not len(dup):
+        frame.attrs[_DEDUPED] = len(frame)
+        return frame
+    order = dup[np.lexsort((fin[dup], attempt[dup], key[dup]))]
+    sorted_key = key[order]
+    last = np.empty(len(order), dtype=bool)
+    last[:-1] = sorted_key[1:] != sorted_key[:-1]
+    last[-1] = True
+    drop = np.zeros(len(frame), dtype=bool)
+    drop[order[~last]] = True
+    keep = np.flatnonzero(~drop)
+    result = frame.iloc[keep].reset_index(drop=True)
+    result.attrs[_DEDUPED] = len(result)
+    return result
+
+
+def error_mask(frame: pd.DataFrame) -> np.ndarray:
+    """True where a unit errored (status error/timeout/config_error)."""
+    if "status" not in frame.columns:
+        return np.zeros(len(frame), dtype=bool)
+    return frame["status"].isin(ERROR_STATUSES).to_numpy(dtype=bool)
+
+
+def passed_array(frame: pd.DataFrame) -> np.ndarray:
+    """The pass verdict as a bool array (null → False; an error row never passes)."""
+    if "passed" in frame.columns:
+        passed = frame["passed"]
+        if passed.dtype != bool:
+            passed = passed.fillna(False).astype(bool)
+        values = passed.to_numpy(dtype=bool)
+    elif "status" in frame.columns:
+        values = (frame["status"] == "passed").to_numpy(dtype=bool)
+    else:
+        raise ReportError("result rows have neither a 'passed' nor a 'status' column")
+    return values & ~error_mask(frame)
+
+
+def per_eval_table(units: pd.DataFrame, by: Sequence[str] = ("model", "harness"), errors: str = "fail") -> pd.DataFrame:
+    """One row per group × eval: runs, passes, errors, pass rate, mean score, cost and duration.
+
+    ``errors="fail"`` (default) counts error rows as failures; ``"exclude"`` leaves them out
+    of ``n_runs``/``pass_rate`` (they still show in ``n_errors``).
+    """
+    from .benchmark import eval_frame
+
+    return eval_frame(units, by=by, errors=errors)
+
+
+__all__ = [
+    "ALL_COLUMNS",
+    "ERROR_STATUSES",
+    "REPORT_COLUMNS",
+    "ReportError",
+    "ResultsReader",
+    "error_mask",
+    "latest_attempts",
+    "passed_array",
+    "per_eval_table",
+    "read_units",
+    "table_to_frame",
+]

@@ -1,0 +1,150 @@
+"""`rayeval report` / `rayeval compare` as a user runs them: subprocesses and exit codes."""
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rayeval.report.cli import EXIT_BAD_INPUT, EXIT_GATE_FAILED, EXIT_OK, add_report_commands, main, parse_by
+
+from .helpers import base_row, write_root
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    """A real subprocess, as a user runs it."""
+    return subprocess.run([sys.executable, "-m", "rayeval.report.cli", *args], capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]):
+    """In-process (faster): returns a CompletedProcess-like result; SystemExit from argparse → its code."""
+
+    def call(*args: str) -> subprocess.CompletedProcess:
+        try:
+            code = main(list(args))
+        except SystemExit as exc:
+            code = int(exc.code or 0)
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(args, code, out, err)
+
+    return call
+
+
+def test_report_table(corpus_root: Path) -> None:
+    done = run("report", str(corpus_root))
+    assert done.returncode == EXIT_OK, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "status: completed; 273 units done, 0 errors"
+    assert lines[2].split()[:3] == ["model_name", "harness", "Accuracy"]
+    assert "gpt-5.5" in lines[4]
+
+
+def test_gate_fails_and_passes(corpus_root: Path) -> None:
+    failing = run("report", str(corpus_root), "--fail-under", "30")
+    assert failing.returncode == EXIT_GATE_FAILED
+    assert "gate failed: 3 of 16 check(s)" in failing.stderr
+    assert "FAIL claude-sonnet-4-5/mini-swe-agent: accuracy (%) 20.00" in failing.stderr
+    assert "Traceback" not in failing.stderr
+    passing = run("report", str(corpus_root), "--fail-under", "20", "--format", "csv")
+    assert passing.returncode == EXIT_OK, passing.stderr
+    assert "gates passed: 16 check(s)" in passing.stderr
+    # The gate is per model × harness even when the table is broken down by task.
+    by_task = run("report", str(corpus_root), "--by", "task", "--fail-under", "30")
+    assert by_task.returncode == EXIT_GATE_FAILED and "3 of 16" in by_task.stderr
+
+
+def test_error_rate_gate(tmp_path: Path, cli) -> None:
+    rows = [base_row(eval_id=f"e{i}", seed=1, status="timeout" if i == 0 else "passed", passed=i != 0) for i in range(4)]
+    root = write_root(tmp_path, rows)
+    assert cli("report", str(root), "--max-error-rate", "30").returncode == EXIT_OK
+    done = cli("report", str(root), "--max-error-rate", "20")
+    assert done.returncode == EXIT_GATE_FAILED and "error rate (%) 25.00" in done.stderr
+
+
+def test_exports_to_files(corpus_root: Path, tmp_path: Path, cli) -> None:
+    out = tmp_path / "table.csv"
+    done = cli("report", str(corpus_root), "--format", "csv", "--out", str(out))
+    assert done.returncode == EXIT_OK and done.stdout == ""
+    rows = list(csv.DictReader(io.StringIO(out.read_text())))
+    assert len(rows) == 16 and rows[0]["model_name"] == "gpt-5.5"
+    data = json.loads(cli("report", str(corpus_root), "--format", "json", "--by", "kit").stdout)
+    assert set(data) == {"metadata", "platforms"}
+    filtered = json.loads(cli("report", str(corpus_root), "--format", "json", "--model", "gpt-5.5", "--eval", "DE01_pseudobulk_de").stdout)
+    assert [(r["model_name"], r["N"]) for r in filtered] == [("gpt-5.5", 3), ("gpt-5.5", 3)]
+
+
+def test_html_format(corpus_root: Path, tmp_path: Path, cli) -> None:
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "r.html"
+    done = cli("report", str(corpus_root), "--format", "html", "--out", str(out), "--pass-k", "1,2")
+    assert done.returncode == EXIT_OK, done.stderr
+    assert out.read_text().count('src="data:image/png;base64,') == 4
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["report", "{root}/nope"], "does not exist"),
+        (["report", "{root}", "--by", "colour"], "--by: unknown column 'colour'"),
+        (["report", "{root}", "--run", "missing-run"], "no results under"),
+        (["report", "{root}", "--fail-under", "150"], "between 0 and 100"),
+        (["report", "{root}", "--pass-k", "0"], "--pass-k"),
+        (["report", "{root}", "--out", "{root}/no/such/dir/x.txt"], "cannot write"),
+        (["compare", "{root}", "--a", "nobody", "--b", "gpt-5.5"], "names no run or model"),
+    ],
+)
+def test_bad_input_exits_2_without_traceback(corpus_root: Path, args: list[str], message: str, cli) -> None:
+    done = cli(*[a.format(root=corpus_root) for a in args])
+    assert done.returncode == EXIT_BAD_INPUT, (done.stdout, done.stderr)
+    assert message in done.stderr and done.stderr.startswith("rayeval: ")
+    assert "Traceback" not in done.stderr
+
+
+def test_argparse_errors_also_exit_2(corpus_root: Path) -> None:
+    done = run("report", str(corpus_root), "--fail-under", "abc")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    bad_root = run("compare", str(corpus_root / "nope"), "--a", "x", "--b", "y")
+    assert bad_root.returncode == EXIT_BAD_INPUT and bad_root.stderr.startswith("rayeval: ") and "Traceback" not in bad_root.stderr
+
+
+def test_compare(corpus_root: Path, cli) -> None:
+    done = cli("compare", str(corpus_root), "--a", "gpt-5.5/openai-codex", "--b", "model=claude-sonnet-4-5", "--format", "json")
+    assert done.returncode == EXIT_OK, done.stderr
+    result = json.loads(done.stdout)
+    assert result["n_evals"] == 5 and result["only_a"] == 1
+    assert result["mean_diff"] > 0 and 0 < result["sign_test_p"] <= 1
+    text = cli("compare", str(corpus_root), "--a", "gpt-5.5/openai-codex", "--b", "claude-sonnet-4-5")
+    assert "mean difference A − B" in text.stdout
+
+
+def test_wires_into_another_parser(corpus_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    parser = argparse.ArgumentParser(prog="rayeval")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("validate")
+    add_report_commands(sub)
+    args = parser.parse_args(["report", str(corpus_root), "--by", "model", "--fail-under", "25"])
+    assert args.handler(args) == EXIT_GATE_FAILED  # by model (harnesses pooled): sonnet-4-5 at 20%
+    assert "model_name" in capsys.readouterr().out
+    assert parse_by("task") == ["task", "model", "harness"]
+    assert parse_by("platform") == ["kit", "model", "harness"]
+    assert parse_by("model,run") == ["model", "run_id"]
+
+
+def test_run_manifest_gives_status_and_plan(tmp_path: Path, cli) -> None:
+    rows = [base_row(run_id="r1", eval_id=f"e{i}") for i in range(3)]
+    root = write_root(tmp_path, rows)
+    (root / "run_id=r1" / "_manifest.json").write_text(json.dumps({"run_id": "r1", "status": "cancelled", "total_units": 4}))
+    done = cli("report", str(root))
+    assert done.returncode == EXIT_OK
+    assert done.stdout.splitlines()[0] == "status: cancelled; 3/4 units done (75.0%), 0 errors"
+    # Filtered to one eval: the plan no longer applies, the status still does.
+    assert cli("report", str(root), "--eval", "e1").stdout.splitlines()[0] == "status: cancelled; 1 unit done, 0 errors"
+    (root / "run_id=r1" / "_manifest.json").write_text("{broken")
+    bad = cli("report", str(root))
+    assert bad.returncode == EXIT_BAD_INPUT and "unreadable _manifest.json" in bad.stderr

@@ -8,6 +8,11 @@ from urllib.parse import urlparse
 import pyarrow.fs as pafs
 
 ENDPOINT_ENV_VARS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+# Bounded S3 timeouts: with the SDK defaults a PUT to an unreachable endpoint hangs ~28 s,
+# and the writer retries with its own backoff anyway.
+S3_CONNECT_TIMEOUT_S = 3.0
+S3_REQUEST_TIMEOUT_S = 10.0
+S3_MAX_ATTEMPTS = 2
 
 
 def s3_endpoint(explicit: str | None = None) -> str | None:
@@ -36,7 +41,14 @@ def resolve_root(root: str | Path, s3_endpoint_url: str | None = None) -> tuple[
         if not parsed.netloc:
             raise ValueError(f"results root {text!r} has no bucket")
         endpoint = s3_endpoint(s3_endpoint_url)
-        options: dict = {"region": os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"}
+        options: dict = {
+            "region": os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
+            # small objects go up as one PutObject instead of a multipart upload
+            "allow_delayed_open": True,
+            "connect_timeout": S3_CONNECT_TIMEOUT_S,
+            "request_timeout": S3_REQUEST_TIMEOUT_S,
+            "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=S3_MAX_ATTEMPTS),
+        }
         if endpoint:
             scheme = urlparse(endpoint).scheme or "http"
             options["endpoint_override"] = endpoint
@@ -50,4 +62,8 @@ def pandas_storage_options(root: str | Path, s3_endpoint_url: str | None = None)
     if not is_s3(str(root)):
         return None
     endpoint = s3_endpoint(s3_endpoint_url)
-    return {"client_kwargs": {"endpoint_url": endpoint}} if endpoint else {}
+    # s3fs caches folder listings per process: a reader of a growing run must not
+    options: dict = {"use_listings_cache": False}
+    if endpoint:
+        options["client_kwargs"] = {"endpoint_url": endpoint}
+    return options

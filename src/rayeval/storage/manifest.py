@@ -1,0 +1,199 @@
+"""The run manifest: what a run was asked to do and in which environment, one JSON per run.
+
+Stored at ``<root>/run_id=<id>/_manifest.json`` (the underscore keeps Parquet readers away).
+Values of secret-looking agent arguments and command-line flags are masked, and any value of a
+secret environment variable is scrubbed wherever it appears.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import re
+import socket
+import subprocess
+import sys
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from ..harness.secrets import MASK, is_secret_name, redact, secret_values
+
+__all__ = ["EvalFileRef", "PlanEntry", "RunManifest", "RunStatus", "mask_command_line", "mask_secrets"]
+
+RunStatus = Literal["running", "completed", "failed", "cancelled"]
+TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
+
+# Words that make an argument name secret, matched against the name's words (snake, kebab and
+# camel case split), so ``api_key``/``apiKey``/``auth_token`` are masked but ``max_tokens`` is not.
+_SECRET_WORDS = frozenset(
+    {"key", "keys", "apikey", "token", "secret", "secrets", "password", "passwd", "pwd", "passphrase",
+     "credential", "credentials", "auth", "authorization", "cookie", "bearer"}
+)
+_WORD_RE = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
+
+
+def _is_secret_key(name: str) -> bool:
+    if is_secret_name(name):
+        return True
+    return any(word.lower() in _SECRET_WORDS for word in _WORD_RE.findall(name))
+
+
+def mask_secrets(value: Any) -> Any:
+    """A copy of ``value`` with the values under secret-looking keys replaced by ``***``."""
+    if isinstance(value, dict):
+        masked = {}
+        for key, item in value.items():
+            if isinstance(key, str) and _is_secret_key(key) and item not in (None, ""):
+                masked[key] = MASK
+            else:
+                masked[key] = mask_secrets(item)
+        return masked
+    if isinstance(value, (list, tuple)):
+        return [mask_secrets(item) for item in value]
+    return value
+
+
+def mask_command_line(argv: list[str]) -> list[str]:
+    """``--api-key X`` / ``--token=X`` style values masked."""
+    out: list[str] = []
+    mask_next = False
+    for arg in argv:
+        if mask_next and not arg.startswith("-"):
+            out.append(MASK)
+            mask_next = False
+            continue
+        mask_next = False
+        if arg.startswith("-"):
+            name, sep, val = arg.lstrip("-").partition("=")
+            if _is_secret_key(name):
+                if sep:
+                    out.append(arg[: len(arg) - len(val)] + MASK)
+                    continue
+                mask_next = True
+        elif "=" in arg:  # KEY=VALUE environment-style arguments
+            name, _, val = arg.partition("=")
+            if _is_secret_key(name) and val:
+                out.append(f"{name}={MASK}")
+                continue
+        out.append(arg)
+    return out
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _rayeval_version() -> str:
+    try:
+        from .. import __version__
+
+        return __version__
+    except Exception:  # pragma: no cover - partial installs
+        return _version("rayeval") or "unknown"
+
+
+def _pyarrow_version() -> str | None:
+    try:
+        import pyarrow
+
+        return pyarrow.__version__
+    except ImportError:  # pragma: no cover
+        return None
+
+
+def git_revision(cwd: str | None = None) -> str | None:
+    """``git rev-parse HEAD`` in ``cwd`` (default: the current directory), None if not a repo."""
+    try:
+        done = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=cwd or os.getcwd(),
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    revision = done.stdout.strip()
+    return revision if done.returncode == 0 and revision else None
+
+
+class EvalFileRef(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    path: str
+    id: str
+    eval_hash: str
+
+
+class PlanEntry(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    unit_id: str
+    eval_id: str
+    model: str
+    seed: int
+
+
+class RunManifest(BaseModel):
+    """One run: its plan and environment.  Environment fields default to the current process."""
+
+    run_id: str
+    status: RunStatus = "running"
+    created_at: datetime = Field(default_factory=_now)
+    updated_at: datetime = Field(default_factory=_now)
+    finished_at: datetime | None = None
+    agent: str | None = None
+    agent_args: dict[str, Any] = Field(default_factory=dict)
+    models: list[str] = Field(default_factory=list)
+    seeds: list[int] = Field(default_factory=list)
+    eval_files: list[EvalFileRef] = Field(default_factory=list)
+    plan: list[PlanEntry] = Field(default_factory=list)
+    total_units: int = 0
+    rayeval_version: str = Field(default_factory=_rayeval_version)
+    ray_version: str | None = Field(default_factory=lambda: _version("ray"))
+    pyarrow_version: str | None = Field(default_factory=_pyarrow_version)
+    python_version: str = Field(default_factory=platform.python_version)
+    git_revision: str | None = Field(default_factory=git_revision)
+    command_line: list[str] = Field(default_factory=lambda: list(sys.argv))
+    host: str = Field(default_factory=socket.gethostname)
+
+    @field_validator("agent_args", mode="after")
+    @classmethod
+    def _mask_agent_args(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return redact(mask_secrets(value), secret_values())
+
+    @field_validator("command_line", mode="after")
+    @classmethod
+    def _mask_command_line(cls, value: list[str]) -> list[str]:
+        return redact(mask_command_line(value), secret_values())
+
+    @model_validator(mode="after")
+    def _default_total(self) -> RunManifest:
+        if "total_units" not in self.model_fields_set and self.plan:
+            self.total_units = len(self.plan)
+        return self
+
+    @property
+    def finished(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+    def with_status(self, status: RunStatus) -> RunManifest:
+        """A copy with a new status; ``finished_at`` is set when the status is terminal."""
+        now = _now()
+        return self.model_copy(
+            update={
+                "status": status,
+                "updated_at": now,
+                "finished_at": now if status in TERMINAL_STATUSES else None,
+            }
+        )

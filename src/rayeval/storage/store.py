@@ -1,0 +1,736 @@
+"""ResultStore and RowWriter: result rows to hive-partitioned Parquet, safely and in batches.
+
+Layout under a root (local folder or ``s3://bucket/prefix``)::
+
+    <root>/run_id=<run>/_manifest.json
+    <root>/run_id=<run>/model=<model>/part-<writer_id>-<seq>.parquet
+    <root>/run_id=<run>/_wal/<writer_id>[.<n>].jsonl       (local roots only; S3 roots keep
+                                                            their WAL under ~/.cache/rayeval/wal)
+
+Partition values are percent-encoded (``urllib.parse.quote(value, safe="")``); pyarrow's hive
+partitioning decodes them on read.  Partition columns live only in the path.  Names starting with
+``_`` or ``.`` are ignored by pyarrow/pandas dataset discovery, so the manifest, the WAL and
+temporary files never reach a reader.
+
+Write path of one row: ``RowWriter.add`` -> WAL line (flushed to the OS) -> in-memory buffer ->
+(after ``flush_rows`` rows or ``flush_seconds``) sealed into one immutable part per model with a
+name that is never reused -> stored (local: temp file, fsync, rename; S3: one PUT) -> the WAL
+segment holding those rows is deleted.  A failed part keeps its name and exact bytes and is
+retried with backoff, so a retry (or a stale request that lands late) can only rewrite identical
+content: no row is lost or stored twice.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, unquote
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from .filesystem import is_s3, resolve_root, s3_endpoint
+from .manifest import RunManifest
+from .schema import FILE_SCHEMA, PARTITION_COLUMNS, ResultRow, rows_to_table
+from .wal import (
+    OrphanLog,
+    WriteAheadLog,
+    claim_orphans,
+    remove_dir_if_empty,
+    valid_writer_id,
+)
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "PARTITIONING",
+    "TABLE_SCHEMA",
+    "ResultStore",
+    "RowWriter",
+    "StorageError",
+    "decode_partition",
+    "encode_partition",
+]
+
+MANIFEST_NAME = "_manifest.json"
+WAL_FOLDER = "_wal"
+PART_COMPRESSION = "zstd"
+# pyarrow's S3 stream switches to a multipart upload above 10 MiB; stay below it so that every
+# part is one PUT (moto's multipart completion also confuses pyarrow 26).
+MAX_PART_BYTES = 8 * 1024 * 1024
+BACKOFF_START_S = 0.25
+BACKOFF_CAP_S = 10.0
+
+_PARTITION_SCHEMA = pa.schema([(name, pa.string()) for name in PARTITION_COLUMNS])
+PARTITIONING = ds.partitioning(_PARTITION_SCHEMA, flavor="hive")
+#: Schema of :meth:`ResultStore.read_table`: the partition keys first, then the file columns.
+TABLE_SCHEMA = pa.schema([*_PARTITION_SCHEMA, *FILE_SCHEMA])
+_DATASET_SCHEMA = pa.schema([*FILE_SCHEMA, *_PARTITION_SCHEMA])
+
+
+class StorageError(RuntimeError):
+    """Rows could not be stored (they remain in the write-ahead log)."""
+
+
+def encode_partition(value: str) -> str:
+    """Path-safe form of a partition value (``anthropic/claude@x`` -> ``anthropic%2Fclaude%40x``)."""
+    return quote(str(value), safe="")
+
+
+def decode_partition(segment: str) -> str:
+    return unquote(segment)
+
+
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _default_writer_id() -> str:
+    return f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:8]}"
+
+
+def _fsync_dir(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _hidden(relative: str) -> bool:
+    return any(part.startswith((".", "_")) for part in relative.split("/") if part)
+
+
+def _coerce_row(row: ResultRow | Mapping[str, Any]) -> ResultRow:
+    if isinstance(row, ResultRow):
+        return row
+    if isinstance(row, Mapping):
+        return ResultRow.model_validate(row)
+    raise TypeError(f"expected a ResultRow, got {type(row).__name__}")
+
+
+def encode_parquet(rows: list[ResultRow]) -> bytes:
+    sink = pa.BufferOutputStream()
+    pq.write_table(rows_to_table(rows), sink, compression=PART_COMPRESSION)
+    return sink.getvalue().to_pybytes()
+
+
+class ResultStore:
+    """Result rows and run manifests under one root (a folder or ``s3://bucket/prefix``)."""
+
+    def __init__(self, root: str | Path, *, s3_endpoint_url: str | None = None):
+        self.root = str(root)
+        self.s3_endpoint_url = s3_endpoint_url
+        self.is_s3 = is_s3(self.root)
+        fs, base = resolve_root(self.root, s3_endpoint_url)
+        self.fs: pafs.FileSystem = fs
+        self.base = base.rstrip("/") if self.is_s3 else base
+
+    def __repr__(self) -> str:
+        return f"ResultStore({self.root!r})"
+
+    # -- paths ---------------------------------------------------------------------------------
+    def run_path(self, run_id: str) -> str:
+        return f"{self.base}/run_id={encode_partition(run_id)}"
+
+    def run_uri(self, run_id: str) -> str:
+        """What to hand to ``pandas.read_parquet`` for one run."""
+        if self.is_s3:
+            return f"s3://{self.run_path(run_id)}"
+        return self.run_path(run_id)
+
+    def model_path(self, run_id: str, model: str) -> str:
+        return f"{self.run_path(run_id)}/model={encode_partition(model)}"
+
+    def manifest_path(self, run_id: str) -> str:
+        return f"{self.run_path(run_id)}/{MANIFEST_NAME}"
+
+    def wal_run_dir(self, run_id: str, wal_dir: str | Path | None = None) -> Path:
+        """Folder of a run's WAL files: ``wal_dir/<run_id>/``; by default ``<root>/run_id=<id>/_wal/``
+        for a local root and ``~/.cache/rayeval/wal/<hash of endpoint+root>/<run_id>/`` for S3."""
+        if wal_dir is not None:
+            return Path(wal_dir).expanduser() / encode_partition(run_id)
+        if not self.is_s3:
+            return Path(self.run_path(run_id)) / WAL_FOLDER
+        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        endpoint = s3_endpoint(self.s3_endpoint_url) or ""
+        digest = hashlib.sha256(f"{endpoint}|{self.base}".encode()).hexdigest()[:16]
+        return cache / "rayeval" / "wal" / digest / encode_partition(run_id)
+
+    # -- low-level I/O -------------------------------------------------------------------------
+    def _put(self, path: str, data: bytes) -> None:
+        """Store ``data`` at ``path`` so that it is visible whole or not at all."""
+        if self.is_s3:
+            with self.fs.open_output_stream(path) as out:  # one PutObject (delayed open)
+                out.write(data)
+            return
+        directory, name = os.path.split(path)
+        os.makedirs(directory, exist_ok=True)
+        tmp = os.path.join(directory, f".{name}.{uuid.uuid4().hex[:8]}.tmp")
+        try:
+            with open(tmp, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        _fsync_dir(directory)
+
+    def _list_files(self, path: str) -> list[pafs.FileInfo]:
+        selector = pafs.FileSelector(path, recursive=True, allow_not_found=True)
+        try:
+            return self.fs.get_file_info(selector)
+        except FileNotFoundError:
+            return []
+        except NotADirectoryError:
+            return []
+
+    def part_paths(self, run_id: str | None = None) -> list[str]:
+        """Visible Parquet part files of one run (or of all runs), sorted."""
+        start = self.run_path(run_id) if run_id is not None else self.base
+        paths = []
+        for info in self._list_files(start):
+            if info.type != pafs.FileType.File or not info.path.endswith(".parquet"):
+                continue
+            if _hidden(info.path[len(self.base):]):
+                continue
+            paths.append(info.path)
+        return sorted(paths)
+
+    def _dataset(self, paths: list[str]) -> ds.Dataset:
+        return ds.dataset(
+            paths,
+            schema=_DATASET_SCHEMA,
+            format="parquet",
+            filesystem=self.fs,
+            partitioning=PARTITIONING,
+            partition_base_dir=self.base,
+        )
+
+    # -- reading -------------------------------------------------------------------------------
+    def read_table(
+        self,
+        run_id: str | None = None,
+        *,
+        models: Iterable[str] | None = None,
+        eval_ids: Iterable[str] | None = None,
+        columns: list[str] | None = None,
+    ) -> pa.Table:
+        """Stored rows (all runs, or one) with ``run_id`` and ``model`` columns from the path."""
+        schema = TABLE_SCHEMA if columns is None else pa.schema([TABLE_SCHEMA.field(c) for c in columns])
+        paths = self.part_paths(run_id)
+        if not paths:
+            return schema.empty_table()
+        expression = None
+        if models is not None:
+            expression = ds.field("model").isin(list(models))
+        if eval_ids is not None:
+            clause = ds.field("eval_id").isin(list(eval_ids))
+            expression = clause if expression is None else expression & clause
+        table = self._dataset(paths).to_table(columns=schema.names, filter=expression)
+        return table.select(schema.names)
+
+    def stored_keys(self, run_id: str) -> set[tuple[str, int]]:
+        """(unit_id, attempt) of every stored row of a run."""
+        paths = self.part_paths(run_id)
+        if not paths:
+            return set()
+        table = self._dataset(paths).to_table(columns=["unit_id", "attempt"])
+        return set(zip(table.column("unit_id").to_pylist(), table.column("attempt").to_pylist()))
+
+    def stored_unit_ids(self, run_id: str) -> set[str]:
+        """unit_ids that already have a row in a run (reads only that column)."""
+        paths = self.part_paths(run_id)
+        if not paths:
+            return set()
+        table = self._dataset(paths).to_table(columns=["unit_id"])
+        return set(table.column("unit_id").to_pylist())
+
+    def list_runs(self) -> list[str]:
+        selector = pafs.FileSelector(self.base, recursive=False, allow_not_found=True)
+        try:
+            infos = self.fs.get_file_info(selector)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        runs = []
+        for info in infos:
+            if info.type == pafs.FileType.Directory and info.base_name.startswith("run_id="):
+                runs.append(decode_partition(info.base_name[len("run_id="):]))
+        return sorted(runs)
+
+    # -- manifests -----------------------------------------------------------------------------
+    def write_manifest(self, manifest: RunManifest) -> RunManifest:
+        """Store a run's manifest atomically (``updated_at`` set to now); returns what was stored."""
+        stored = manifest.model_copy(update={"updated_at": _utcnow()})
+        self._put(self.manifest_path(stored.run_id), stored.model_dump_json(indent=2).encode())
+        return stored
+
+    def read_manifest(self, run_id: str) -> RunManifest | None:
+        try:
+            with self.fs.open_input_stream(self.manifest_path(run_id)) as stream:
+                data = stream.read()
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            return None
+        return RunManifest.model_validate_json(data)
+
+    # -- writing -------------------------------------------------------------------------------
+    def open_writer(
+        self,
+        run_id: str,
+        *,
+        writer_id: str | None = None,
+        flush_rows: int = 1000,
+        flush_seconds: float = 5.0,
+        wal_dir: str | Path | None = None,
+        recover: bool = True,
+    ) -> RowWriter:
+        """A buffered, WAL-backed writer for one run.
+
+        ``recover=True`` first stores the rows left in the WAL by writers of this run that died
+        (see :meth:`recover`); a storage failure there is logged and left for later.
+        """
+        if flush_rows < 1:
+            raise ValueError("flush_rows must be >= 1")
+        if flush_seconds <= 0:
+            raise ValueError("flush_seconds must be > 0")
+        if writer_id is None:
+            writer_id = _default_writer_id()
+            fresh_id = True
+        else:
+            fresh_id = False
+            if not valid_writer_id(writer_id):
+                raise ValueError(f"invalid writer id {writer_id!r}: use letters, digits, '_' and '-'")
+        recovered = 0
+        if recover:
+            try:
+                recovered = self.recover(run_id, wal_dir=wal_dir)
+            except StorageError as exc:
+                log.warning("WAL recovery of run %s deferred: %s", run_id, exc)
+        start_seq = 0 if fresh_id else self._next_seq(run_id, writer_id)
+        wal = WriteAheadLog(self.wal_run_dir(run_id, wal_dir), writer_id)
+        writer = RowWriter(
+            self,
+            run_id,
+            writer_id=writer_id,
+            wal=wal,
+            flush_rows=flush_rows,
+            flush_seconds=flush_seconds,
+            start_seq=start_seq,
+        )
+        writer.recovered = recovered
+        return writer
+
+    def _next_seq(self, run_id: str, writer_id: str) -> int:
+        """First free part number of a reused writer id (never overwrite its earlier parts)."""
+        prefix = f"part-{writer_id}-"
+        highest = -1
+        for path in self.part_paths(run_id):
+            name = path.rsplit("/", 1)[-1]
+            if name.startswith(prefix):
+                number = name[len(prefix):-len(".parquet")]
+                if number.isdigit():
+                    highest = max(highest, int(number))
+        return highest + 1
+
+    def write_rows(self, run_id: str, rows: Iterable[ResultRow], *, writer_id: str | None = None) -> list[str]:
+        """Store rows now, without WAL or buffering (one part per model); returns the part paths.
+
+        Raises :class:`StorageError` on failure.  Used by recovery and for small one-off writes.
+        """
+        writer_id = writer_id or f"direct-{_default_writer_id()}"
+        groups: dict[str, list[ResultRow]] = {}
+        for row in rows:
+            if row.run_id != run_id:
+                raise ValueError(f"row {row.unit_id} belongs to run {row.run_id!r}, not {run_id!r}")
+            groups.setdefault(row.model, []).append(row)
+        written = []
+        seq = 0
+        try:
+            for model, group in groups.items():
+                for data, _count in _split_encode(group):
+                    path = f"{self.model_path(run_id, model)}/part-{writer_id}-{seq:06d}.parquet"
+                    seq += 1
+                    self._put(path, data)
+                    written.append(path)
+        except Exception as exc:
+            raise StorageError(f"could not store rows of run {run_id} under {self.root}: {exc}") from exc
+        return written
+
+    def recover(self, run_id: str, wal_dir: str | Path | None = None) -> int:
+        """Store the rows that dead writers of ``run_id`` left in their WAL and that are not stored
+        yet (matched on unit_id and attempt); returns how many rows were written.
+
+        WALs of live writers (lock held) are left alone, so this is safe while others write.
+        Idempotent: a second call finds nothing to do.  Raises :class:`StorageError` if the rows
+        cannot be stored (the WAL is kept).
+        """
+        directory = self.wal_run_dir(run_id, wal_dir)
+        orphans: list[OrphanLog] = claim_orphans(directory)
+        if not orphans:
+            return 0
+        try:
+            latest: dict[tuple[str, int], ResultRow] = {}
+            for orphan in orphans:
+                for line in orphan.lines():
+                    try:
+                        row = ResultRow.model_validate_json(line)
+                    except ValueError as exc:
+                        log.warning("skipping invalid WAL row in %s: %s", orphan.directory, exc)
+                        continue
+                    if row.run_id != run_id:
+                        log.warning("skipping WAL row of run %r found under run %r", row.run_id, run_id)
+                        continue
+                    latest[(row.unit_id, row.attempt)] = row
+            try:
+                stored = self.stored_keys(run_id) if latest else set()
+            except Exception as exc:
+                raise StorageError(f"could not read stored rows of run {run_id} under {self.root}: {exc}") from exc
+            missing = [row for key, row in latest.items() if key not in stored]
+            if missing:
+                self.write_rows(run_id, missing, writer_id=f"recovered-{_default_writer_id()}")
+                log.info("recovered %d rows of run %s from the WAL in %s", len(missing), run_id, directory)
+            for orphan in orphans:
+                orphan.remove()
+            return len(missing)
+        finally:
+            for orphan in orphans:
+                orphan.release()
+            remove_dir_if_empty(directory)
+
+
+@dataclass
+class _Part:
+    path: str
+    data: bytes
+    rows: int
+    attempts: int = 0
+
+
+class RowWriter:
+    """Buffered, WAL-backed writer of one run's rows; thread-safe, for one driver process.
+
+    ``add`` never blocks on storage and never raises for a storage fault: rows are in the WAL
+    before ``add`` returns, and a background thread turns the buffer into Parquet parts.
+    Use as a context manager or call :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        store: ResultStore,
+        run_id: str,
+        *,
+        writer_id: str,
+        wal: WriteAheadLog,
+        flush_rows: int = 1000,
+        flush_seconds: float = 5.0,
+        start_seq: int = 0,
+    ):
+        if flush_rows < 1:
+            raise ValueError("flush_rows must be >= 1")
+        if flush_seconds <= 0:
+            raise ValueError("flush_seconds must be > 0")
+        self.store = store
+        self.run_id = run_id
+        self.writer_id = writer_id
+        self.flush_rows = flush_rows
+        self.flush_seconds = flush_seconds
+        self.recovered = 0
+        self._wal = wal
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._io_lock = threading.Lock()
+        self._buffer: list[ResultRow] = []
+        self._buffer_since: float | None = None  # monotonic time of the oldest buffered row
+        self._returned_rows = False  # buffer holds rows of a closed WAL segment (encode failed)
+        self._pending: dict[str, _Part] = {}  # sealed parts not stored yet
+        self._sealing = 0  # rows taken from the buffer, being encoded into parts
+        self._seq = start_seq
+        self._failures = 0
+        self._next_attempt = 0.0
+        self._closing = False
+        self._closed = False
+        self.last_error: BaseException | None = None
+        self.last_error_at: datetime | None = None
+        self.wal_error: BaseException | None = None
+        self.rows_added = 0
+        self.rows_stored = 0
+        self.parts_written = 0
+        self.flush_failures = 0
+        self._thread = threading.Thread(target=self._run, name=f"rayeval-writer-{writer_id}", daemon=True)
+        self._thread.start()
+
+    def __repr__(self) -> str:
+        return f"RowWriter(run_id={self.run_id!r}, writer_id={self.writer_id!r}, pending={self.pending})"
+
+    def __enter__(self) -> RowWriter:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- state ---------------------------------------------------------------------------------
+    @property
+    def pending(self) -> int:
+        """Rows added but not yet stored in Parquet (buffered or in parts awaiting a retry)."""
+        with self._lock:
+            return self._pending_locked()
+
+    def _pending_locked(self) -> int:
+        return len(self._buffer) + self._sealing + sum(part.rows for part in self._pending.values())
+
+    @property
+    def failing(self) -> bool:
+        """True while the last flush attempt failed."""
+        return self._failures > 0
+
+    @property
+    def wal_files(self) -> list[Path]:
+        return [path for path in self._wal.files if path.exists()]
+
+    @property
+    def wal_bytes(self) -> int:
+        return self._wal.size_bytes()
+
+    # -- adding --------------------------------------------------------------------------------
+    def add(self, rows: ResultRow | Mapping[str, Any] | Iterable[ResultRow | Mapping[str, Any]]) -> None:
+        """Log the rows to the WAL and buffer them for Parquet.  Never raises for storage faults."""
+        if isinstance(rows, (ResultRow, Mapping)):
+            rows = [rows]
+        batch = [_coerce_row(row) for row in rows]
+        if not batch:
+            return
+        for row in batch:
+            if row.run_id != self.run_id:
+                raise ValueError(f"row {row.unit_id} belongs to run {row.run_id!r}, this writer to {self.run_id!r}")
+            if not row.model:
+                raise ValueError(f"row {row.unit_id} has an empty model (it names the partition)")
+        lines = [row.model_dump_json() for row in batch]
+        with self._lock:
+            if self._closing:
+                raise RuntimeError(f"writer {self.writer_id} is closed")
+            try:
+                self._wal.append(lines)
+            except OSError as exc:  # keep the rows in memory; they still reach Parquet
+                if self.wal_error is None:
+                    log.error("cannot write the WAL %s: %s (rows are kept in memory)", self._wal.active_path, exc)
+                self.wal_error = exc
+            self._buffer.extend(batch)
+            self.rows_added += len(batch)
+            if self._buffer_since is None:  # the flush thread must start the age clock
+                self._buffer_since = time.monotonic()
+                self._wake.notify()
+            elif len(self._buffer) >= self.flush_rows:
+                self._wake.notify()
+
+    # -- flushing ------------------------------------------------------------------------------
+    def _wait_time(self, now: float) -> float | None:
+        """Seconds until the next flush is due (0: now), None: nothing to do.  Under the lock."""
+        if not self._buffer and not self._pending:
+            return None
+        if now < self._next_attempt:
+            return self._next_attempt - now
+        if self._pending:
+            return 0.0
+        if len(self._buffer) >= self.flush_rows:
+            return 0.0
+        assert self._buffer_since is not None
+        return max(0.0, self._buffer_since + self.flush_seconds - now)
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                while True:
+                    if self._closing:
+                        return
+                    wait = self._wait_time(time.monotonic())
+                    if wait == 0.0:
+                        break
+                    self._wake.wait(wait)
+            try:
+                self._flush_once(force=False)
+            except Exception as exc:  # never let the thread die; rows stay pending
+                log.exception("unexpected error in the flush thread of writer %s", self.writer_id)
+                self._record_failure(exc)
+
+    def _seal(self, force: bool) -> list[ResultRow]:
+        """Take the buffer and rotate the WAL, if a flush is due (under the lock)."""
+        if not self._buffer:
+            return []
+        aged = self._buffer_since is not None and time.monotonic() - self._buffer_since >= self.flush_seconds
+        # While parts wait for a retry, only a full buffer is sealed: an outage must not turn into
+        # one small part per retry.
+        if not (force or len(self._buffer) >= self.flush_rows or (aged and not self._pending)):
+            return []
+        rows, self._buffer, self._buffer_since = self._buffer, [], None
+        self._sealing = len(rows)
+        try:
+            self._wal.rotate()
+        except OSError as exc:
+            self.wal_error = exc
+        return rows
+
+    def _make_parts(self, rows: list[ResultRow]) -> list[_Part]:
+        groups: dict[str, list[ResultRow]] = {}
+        for row in rows:
+            groups.setdefault(row.model, []).append(row)
+        parts = []
+        for model, group in groups.items():
+            for chunk in _split_encode(group):
+                data, count = chunk
+                name = f"part-{self.writer_id}-{self._seq:06d}.parquet"
+                self._seq += 1
+                parts.append(_Part(path=f"{self.store.model_path(self.run_id, model)}/{name}", data=data, rows=count))
+        return parts
+
+    def _flush_once(self, *, force: bool, io_timeout: float | None = None) -> bool:
+        """Seal what is due and try to store every pending part.  True when nothing is pending."""
+        if not self._io_lock.acquire(timeout=-1 if io_timeout is None else max(0.0, io_timeout)):
+            return False
+        try:
+            with self._lock:
+                rows = self._seal(force)
+            if rows:
+                try:
+                    parts = self._make_parts(rows)
+                except Exception as exc:  # an unencodable row: keep everything, report
+                    with self._lock:
+                        self._sealing = 0
+                        self._buffer[:0] = rows
+                        self._buffer_since = self._buffer_since or time.monotonic()
+                        self._returned_rows = True
+                    self._record_failure(exc)
+                    return False
+                with self._lock:
+                    self._sealing = 0
+                    self._returned_rows = False
+                    for part in parts:
+                        self._pending[part.path] = part
+            with self._lock:
+                todo = list(self._pending.values())
+            error: BaseException | None = None
+            for part in todo:
+                part.attempts += 1
+                try:
+                    self.store._put(part.path, part.data)
+                except Exception as exc:
+                    error = exc
+                    continue
+                with self._lock:
+                    del self._pending[part.path]
+                    self.rows_stored += part.rows
+                    self.parts_written += 1
+            if error is not None:
+                self._record_failure(error)
+                return False
+            with self._lock:
+                if self._failures:
+                    log.warning("writer %s: storage at %s is back; pending parts stored", self.writer_id, self.store.root)
+                self._failures = 0
+                self._next_attempt = 0.0
+                done = not self._pending
+                if done and not self._returned_rows and not self._closed:
+                    try:
+                        self._wal.drop_closed()
+                    except OSError as exc:
+                        self.wal_error = exc
+                return done and not self._buffer
+        finally:
+            self._io_lock.release()
+
+    def _record_failure(self, exc: BaseException) -> None:
+        with self._lock:
+            self._failures += 1
+            self.flush_failures += 1
+            self.last_error = exc
+            self.last_error_at = _utcnow()
+            delay = min(BACKOFF_CAP_S, BACKOFF_START_S * 2 ** (self._failures - 1))
+            self._next_attempt = time.monotonic() + delay
+            pending = self._pending_locked()
+            failures = self._failures
+        if failures == 1:
+            log.warning(
+                "writer %s: storing rows under %s failed (%s); %d rows kept, retrying with backoff",
+                self.writer_id, self.store.root, exc, pending,
+            )
+        else:
+            log.debug("writer %s: retry %d failed: %s", self.writer_id, failures, exc)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Store everything buffered now (one attempt, ignoring the backoff).  True when all rows
+        added so far are stored."""
+        return self._flush_once(force=True, io_timeout=timeout)
+
+    def close(self, timeout: float = 60.0) -> None:
+        """Final flush, retried with backoff until it succeeds or ``timeout`` passes.
+
+        Raises :class:`StorageError` naming the root and the last error when rows could not be
+        stored; they stay in the WAL for :meth:`ResultStore.recover`.
+        """
+        if self._closed:
+            return
+        deadline = time.monotonic() + timeout
+        with self._wake:
+            self._closing = True
+            self._wake.notify_all()
+        self._thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        attempt = 0
+        while True:
+            ok = self._flush_once(force=True, io_timeout=max(0.0, deadline - time.monotonic()))
+            remaining = deadline - time.monotonic()
+            if ok or remaining <= 0:
+                break
+            attempt += 1
+            time.sleep(min(BACKOFF_CAP_S, BACKOFF_START_S * 2 ** (attempt - 1), remaining))
+        self._closed = True
+        pending = self.pending
+        if ok and not pending:
+            self._wal.close(remove=True)
+            return
+        # Keep the WAL locked while a flush is still in flight (a hung request that may yet land):
+        # recovery must not store those rows a second time meanwhile.
+        if self._io_lock.acquire(timeout=0):
+            try:
+                self._wal.close(remove=False)
+            finally:
+                self._io_lock.release()
+        else:
+            threading.Thread(target=self._release_wal_after_flush, daemon=True).start()
+        raise StorageError(
+            f"could not store {pending} rows of run {self.run_id} under {self.store.root} within "
+            f"{timeout:g}s: {self.last_error!r}; they remain in the WAL at {self._wal.directory} "
+            f"(ResultStore.recover({self.run_id!r}) stores them)"
+        )
+
+    def _release_wal_after_flush(self) -> None:
+        with self._io_lock:
+            self._wal.close(remove=False)
+
+
+def _split_encode(rows: list[ResultRow]) -> Iterable[tuple[bytes, int]]:
+    data = encode_parquet(rows)
+    if len(data) <= MAX_PART_BYTES or len(rows) == 1:
+        yield data, len(rows)
+        return
+    middle = len(rows) // 2
+    yield from _split_encode(rows[:middle])
+    yield from _split_encode(rows[middle:])

@@ -1,0 +1,280 @@
+"""Write-ahead log for result rows: JSON lines on local disk, written before any Parquet.
+
+Layout of one run's WAL folder (``<wal_dir>/<run_id>/`` or ``<root>/run_id=<id>/_wal/``)::
+
+    <writer_id>.lock            held (flock) by the live writer for its whole life
+    <writer_id>.jsonl           active segment: rows not yet sealed into a Parquet part
+    <writer_id>.<n>.jsonl       closed segments: rows sealed into parts, some maybe not stored yet
+
+Every ``append`` is flushed to the OS (it survives the death of the process, not of the
+machine; there is no fsync per row).  When the writer seals its buffer into Parquet parts it
+*rotates* the active segment into a closed one; closed segments are deleted once every part
+made from them is stored, so the WAL stays small.  A WAL whose lock nobody holds belongs to a
+dead writer: :func:`claim_orphans` hands its segments to recovery.
+"""
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import logging
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+__all__ = ["OrphanLog", "WriteAheadLog", "WriterIdInUse", "claim_orphans", "read_lines", "valid_writer_id"]
+
+_WRITER_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")
+_SEGMENT_RE = re.compile(r"^(?P<writer>[A-Za-z0-9][A-Za-z0-9_-]*)(?:\.(?P<n>\d+))?\.jsonl$")
+
+
+class WriterIdInUse(RuntimeError):
+    """Another live writer holds the WAL lock of this writer id."""
+
+
+def valid_writer_id(writer_id: str) -> bool:
+    """Letters, digits, ``_`` and ``-``; no dot (it separates segment numbers), no leading ``_``/``-``."""
+    return bool(_WRITER_ID_RE.fullmatch(writer_id))
+
+
+def _segment_files(directory: Path, writer_id: str | None = None) -> dict[str, list[tuple[int, Path]]]:
+    """writer id -> [(order, path)], closed segments by number, the active one last."""
+    found: dict[str, list[tuple[int, Path]]] = {}
+    try:
+        entries = list(os.scandir(directory))
+    except FileNotFoundError:
+        return found
+    for entry in entries:
+        match = _SEGMENT_RE.match(entry.name)
+        if not match or (writer_id is not None and match["writer"] != writer_id):
+            continue
+        order = int(match["n"]) if match["n"] is not None else 1 << 62
+        found.setdefault(match["writer"], []).append((order, Path(entry.path)))
+    for segments in found.values():
+        segments.sort()
+    return found
+
+
+def _try_lock(path: Path) -> int | None:
+    """An fd holding an exclusive flock on ``path`` (created if missing), or None if held elsewhere."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            return None
+        raise
+    return fd
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+class WriteAheadLog:
+    """The WAL of one live writer.  Not thread-safe: the owning RowWriter serializes calls."""
+
+    def __init__(self, directory: str | Path, writer_id: str):
+        if not valid_writer_id(writer_id):
+            raise ValueError(f"invalid writer id {writer_id!r}: use letters, digits, '_' and '-'")
+        self.directory = Path(directory)
+        self.writer_id = writer_id
+        self.lock_path = self.directory / f"{writer_id}.lock"
+        self.active_path = self.directory / f"{writer_id}.jsonl"
+        self._lock_fd: int | None = None
+        for attempt in range(3):  # a concurrent recovery may remove an empty run folder under us
+            self.directory.mkdir(parents=True, exist_ok=True)
+            try:
+                self._lock_fd = _try_lock(self.lock_path)
+                break
+            except FileNotFoundError:
+                if attempt == 2:
+                    raise
+        if self._lock_fd is None:
+            raise WriterIdInUse(f"writer id {writer_id!r} is in use by a live writer ({self.lock_path})")
+        existing = _segment_files(self.directory, writer_id).get(writer_id, [])
+        if existing:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+            raise FileExistsError(
+                f"WAL of writer {writer_id!r} already holds unrecovered rows in {self.directory}; "
+                "run ResultStore.recover first or use another writer id"
+            )
+        self._next_segment = 1
+        self._file = open(self.active_path, "a", encoding="utf-8")
+        self._active_bytes = 0
+        self.closed_segments: list[Path] = []
+
+    # -- writing ------------------------------------------------------------------------------
+    def append(self, lines: list[str]) -> None:
+        """Append JSON lines (no newline inside) and flush them to the OS."""
+        if not lines:
+            return
+        text = "\n".join(lines) + "\n"
+        self._file.write(text)
+        self._file.flush()
+        self._active_bytes += len(text)
+
+    def rotate(self) -> Path | None:
+        """Close the active segment (if it holds anything) and start a new one."""
+        if self._active_bytes == 0:
+            return None
+        self._file.close()
+        closed = self.directory / f"{self.writer_id}.{self._next_segment:06d}.jsonl"
+        self._next_segment += 1
+        os.replace(self.active_path, closed)
+        self.closed_segments.append(closed)
+        self._file = open(self.active_path, "a", encoding="utf-8")
+        self._active_bytes = 0
+        return closed
+
+    def drop_closed(self) -> int:
+        """Delete the closed segments (their rows are stored).  Returns how many were deleted."""
+        dropped = 0
+        for path in self.closed_segments:
+            try:
+                path.unlink()
+                dropped += 1
+            except FileNotFoundError:
+                pass
+        self.closed_segments = []
+        return dropped
+
+    @property
+    def files(self) -> list[Path]:
+        return [*self.closed_segments, self.active_path]
+
+    def size_bytes(self) -> int:
+        total = 0
+        for path in self.files:
+            try:
+                total += path.stat().st_size
+            except FileNotFoundError:
+                pass
+        return total
+
+    def close(self, *, remove: bool) -> None:
+        """``remove=True``: everything is stored, delete the WAL.  Otherwise fsync it and keep it
+        for :func:`claim_orphans`.  The lock is released either way."""
+        try:
+            if remove:
+                self._file.close()
+                self.drop_closed()
+                for path in (self.active_path, self.lock_path):
+                    try:
+                        path.unlink()
+                    except FileNotFoundError:
+                        pass
+                try:
+                    self.directory.rmdir()
+                except OSError:
+                    pass
+            else:
+                self._file.flush()
+                os.fsync(self._file.fileno())
+                self._file.close()
+                for path in self.closed_segments:
+                    try:
+                        with open(path, "rb") as handle:
+                            os.fsync(handle.fileno())
+                    except OSError:
+                        pass
+                _fsync_dir(self.directory)
+        finally:
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)
+                self._lock_fd = None
+
+
+# -- recovery ----------------------------------------------------------------------------------
+@dataclass
+class OrphanLog:
+    """The WAL segments of a writer that is no longer alive, locked by us while we recover them."""
+
+    writer_id: str
+    directory: Path
+    segments: list[Path]
+    _lock_fd: int | None = field(default=None, repr=False)
+
+    def lines(self) -> Iterator[str]:
+        for path in self.segments:
+            yield from read_lines(path)
+
+    def remove(self) -> None:
+        """Delete the segments and the lock file (rows are stored)."""
+        for path in self.segments:
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
+        try:
+            (self.directory / f"{self.writer_id}.lock").unlink()
+        except FileNotFoundError:
+            pass
+
+    def release(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+
+def read_lines(path: Path) -> Iterator[str]:
+    """Complete JSON lines of a segment.  A truncated or corrupt line (a write cut by SIGKILL) is
+    skipped with a warning."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        if not raw.strip():
+            continue
+        try:
+            text = raw.decode("utf-8")
+            json.loads(text)
+        except (UnicodeDecodeError, ValueError):
+            log.warning("skipping unreadable WAL line %d of %s (%d bytes, truncated write?)", number, path, len(raw))
+            continue
+        yield text
+
+
+def claim_orphans(directory: str | Path) -> list[OrphanLog]:
+    """Lock and return the WALs in ``directory`` whose writers are gone (lock not held)."""
+    directory = Path(directory)
+    claimed: list[OrphanLog] = []
+    for writer_id in sorted(_segment_files(directory)):
+        try:
+            fd = _try_lock(directory / f"{writer_id}.lock")
+        except FileNotFoundError:  # folder removed meanwhile
+            continue
+        if fd is None:
+            continue  # a live writer
+        # List again under the lock: a writer that just closed cleanly has deleted its files.
+        segments = [path for _, path in _segment_files(directory, writer_id).get(writer_id, [])]
+        orphan = OrphanLog(writer_id=writer_id, directory=directory, segments=segments, _lock_fd=fd)
+        if not segments:
+            orphan.remove()
+            orphan.release()
+            continue
+        claimed.append(orphan)
+    return claimed
+
+
+def remove_dir_if_empty(directory: str | Path) -> None:
+    try:
+        Path(directory).rmdir()
+    except OSError:
+        pass

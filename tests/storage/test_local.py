@@ -1,0 +1,172 @@
+"""Local round trips: layout, percent-encoding, readers, manifest, empty runs."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from rayeval.storage import (
+    FILE_SCHEMA,
+    TABLE_SCHEMA,
+    EvalFileRef,
+    PlanEntry,
+    ResultStore,
+    RunManifest,
+)
+
+from .helpers import make_row, make_rows
+
+MODELS = ["anthropic/claude@x", "openai/gpt-5 mini", "plain"]
+
+
+def _files(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+
+
+def test_round_trip_layout_and_readers(local_store: ResultStore):
+    rows = make_rows("run-1", MODELS, 300)
+    with local_store.open_writer("run-1", writer_id="w1") as writer:
+        writer.add(rows)
+    root = Path(local_store.base)
+    files = _files(root)
+    # One part per model, percent-encoded folder names, nothing else left behind (WAL removed).
+    assert files == [
+        "run_id=run-1/model=anthropic%2Fclaude%40x/part-w1-000000.parquet",
+        "run_id=run-1/model=openai%2Fgpt-5%20mini/part-w1-000001.parquet",
+        "run_id=run-1/model=plain/part-w1-000002.parquet",
+    ]
+    # Partition columns live only in the path.
+    assert pq.read_schema(root / files[0]).names == FILE_SCHEMA.names
+
+    table = local_store.read_table("run-1")
+    assert table.schema == TABLE_SCHEMA
+    assert table.num_rows == 300
+    assert set(table.column("run_id").to_pylist()) == {"run-1"}
+    by_unit = {r["unit_id"]: r for r in table.to_pylist()}
+    for row in rows:
+        stored = by_unit[row.unit_id]
+        assert stored["model"] == row.model  # decoded from the path
+        assert stored["score"] == row.score and stored["started_at"] == row.started_at
+
+    frame = pd.read_parquet(local_store.run_uri("run-1"))
+    assert len(frame) == 300
+    assert sorted(frame["model"].astype(str).unique()) == sorted(MODELS)
+    assert frame["unit_id"].is_unique
+
+
+def test_filters_and_multiple_runs(local_store: ResultStore):
+    for run in ("r-a", "r/b"):
+        with local_store.open_writer(run) as writer:
+            writer.add(make_rows(run, MODELS, 60))
+    assert local_store.list_runs() == ["r-a", "r/b"]
+    assert local_store.read_table().num_rows == 120
+    assert set(local_store.read_table().column("run_id").to_pylist()) == {"r-a", "r/b"}
+    only = local_store.read_table("r/b", models=["plain"])
+    assert only.num_rows == 20 and set(only.column("model").to_pylist()) == {"plain"}
+    evals = local_store.read_table("r-a", eval_ids=["eval-001", "eval-002"])
+    assert set(evals.column("eval_id").to_pylist()) == {"eval-001", "eval-002"}
+    assert local_store.stored_unit_ids("r-a") == {r.unit_id for r in make_rows("r-a", MODELS, 60)}
+
+
+def test_empty_and_missing(local_store: ResultStore, tmp_path: Path):
+    assert local_store.stored_unit_ids("nothing") == set()
+    assert local_store.list_runs() == []
+    empty = local_store.read_table("nothing")
+    assert empty.num_rows == 0 and empty.schema == TABLE_SCHEMA
+    assert local_store.read_table().num_rows == 0
+    assert local_store.read_manifest("nothing") is None
+    # A run folder with only a manifest: still no rows.
+    local_store.write_manifest(RunManifest(run_id="only-manifest"))
+    assert local_store.stored_unit_ids("only-manifest") == set()
+    assert local_store.read_table("only-manifest").num_rows == 0
+
+
+def test_manifest_round_trip_and_hidden_from_readers(local_store: ResultStore, monkeypatch):
+    monkeypatch.setenv("MY_SERVICE_TOKEN", "tok-supersecret-123")
+    plan = [PlanEntry(unit_id=f"u{i}", eval_id=f"e{i % 2}", model="m/x", seed=i) for i in range(4)]
+    manifest = RunManifest(
+        run_id="run-m",
+        agent="claude_code",
+        agent_args={
+            "api_key": "sk-live-abcdefgh",
+            "authToken": "abcd",
+            "max_tokens": 4096,
+            "nested": {"password": "hunter2hunter2", "note": "uses tok-supersecret-123"},
+        },
+        models=["m/x"],
+        seeds=[0, 1, 2, 3],
+        eval_files=[EvalFileRef(path="evals/a.json", id="e0", eval_hash="abc")],
+        plan=plan,
+        command_line=["rayeval", "run", "--api-key", "sk-cli-secret-1", "--token=zzzzzzzzzz", "--seeds", "4"],
+    )
+    assert manifest.total_units == 4
+    assert manifest.agent_args["api_key"] == "***"
+    assert manifest.agent_args["authToken"] == "***"
+    assert manifest.agent_args["max_tokens"] == 4096
+    assert manifest.agent_args["nested"] == {"password": "***", "note": "uses ***"}
+    assert manifest.command_line == ["rayeval", "run", "--api-key", "***", "--token=***", "--seeds", "4"]
+    assert manifest.python_version and manifest.pyarrow_version and manifest.host
+
+    with local_store.open_writer("run-m") as writer:
+        writer.add([make_row("run-m", "m/x", i) for i in range(4)])
+    stored = local_store.write_manifest(manifest)
+    assert stored.updated_at >= manifest.updated_at
+    assert local_store.read_manifest("run-m") == stored
+    raw = Path(local_store.manifest_path("run-m")).read_text()
+    assert "sk-live" not in raw and "hunter2" not in raw and "supersecret" not in raw
+    assert json.loads(raw)["status"] == "running"
+
+    done = local_store.write_manifest(stored.with_status("completed"))
+    again = local_store.read_manifest("run-m")
+    assert again.status == "completed" and again.finished_at is not None and again == done
+    # No temp file left, and the manifest is invisible to Parquet readers.
+    run_dir = Path(local_store.run_path("run-m"))
+    assert sorted(p.name for p in run_dir.iterdir() if p.is_file()) == ["_manifest.json"]
+    assert len(pd.read_parquet(local_store.run_uri("run-m"))) == 4
+    assert local_store.list_runs() == ["run-m"]
+
+
+def test_git_revision_recorded(monkeypatch, tmp_path):
+    repo = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(repo)
+    inside = RunManifest(run_id="x").git_revision
+    assert inside is None or len(inside) == 40  # None only if the tree is not a git checkout
+    monkeypatch.chdir(tmp_path)
+    assert RunManifest(run_id="x").git_revision is None
+
+
+def test_pandas_ignores_wal_of_a_live_writer(local_store: ResultStore):
+    writer = local_store.open_writer("live", flush_rows=10, flush_seconds=60)
+    try:
+        writer.add(make_rows("live", ["m"], 15))  # 15 rows sealed, stored
+        writer.flush()
+        writer.add(make_rows("live", ["m"], 3, start=100))  # 3 rows only in buffer + WAL
+        wal = Path(local_store.run_path("live")) / "_wal"
+        assert any(p.suffix == ".jsonl" and p.stat().st_size > 0 for p in wal.iterdir())
+        assert len(pd.read_parquet(local_store.run_uri("live"))) == 15
+        assert local_store.read_table("live").num_rows == 15
+    finally:
+        writer.close()
+    assert not (Path(local_store.run_path("live")) / "_wal").exists()
+    assert local_store.read_table("live").num_rows == 18
+
+
+def test_reused_writer_id_never_overwrites(local_store: ResultStore):
+    for batch in range(3):
+        with local_store.open_writer("reuse", writer_id="fixed") as writer:
+            writer.add(make_rows("reuse", ["m"], 10, start=batch * 10))
+    names = sorted(os.listdir(local_store.model_path("reuse", "m")))
+    assert names == ["part-fixed-000000.parquet", "part-fixed-000001.parquet", "part-fixed-000002.parquet"]
+    assert local_store.read_table("reuse").num_rows == 30
+
+
+def test_rejects_rows_of_another_run(local_store: ResultStore):
+    with local_store.open_writer("mine") as writer:
+        with pytest.raises(ValueError):
+            writer.add(make_row("other", "m", 1))
+        writer.add({**make_row("mine", "m", 2).model_dump()})  # a plain dict is validated
+    assert local_store.stored_unit_ids("mine") == {"u-m-000002"}

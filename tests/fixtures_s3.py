@@ -24,6 +24,8 @@ from typing import Any
 
 import pytest
 
+from tests.tcp_proxy import TcpProxy
+
 _STARTUP_TIMEOUT = 30.0
 
 
@@ -134,3 +136,11 @@ def s3_bucket(s3_server: S3Server, aws_credentials: None):
         client.delete_bucket(Bucket=name)
     except (BotoCoreError, ClientError):  # server already gone: its state died with it
         pass
+
+
+@pytest.fixture
+def s3_proxy(s3_server: S3Server):
+    """A TCP forwarder in front of the moto server that tests can take down and bring back."""
+    proxy = TcpProxy(s3_server.host, s3_server.port)
+    yield proxy
+    proxy.close()

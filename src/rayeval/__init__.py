@@ -1,10 +1,9 @@
 """rayeval: run AI-agent evaluations at scale, reproducibly, with exact graders."""
+from ._version import __version__
 from .evals import Eval, EvalFileError, EvalProblem, GraderSpec, load_eval, load_evals
-from .grading import grade
 from .graders import GraderResult, get_grader, register_grader
+from .grading import grade
 from .harness import EvalResult, EvalRunner
-
-__version__ = "0.1.0"
 
 __all__ = [
     "Eval",

@@ -48,7 +48,12 @@ def _cmd_grade(args: argparse.Namespace) -> int:
 
 
 def _cmd_run_one(args: argparse.Namespace) -> int:
-    from .agents.resolve import INLINE_AGENTS, AgentNotFound, parse_agent_args, resolve_agent
+    from .agents.resolve import (
+        INLINE_AGENTS,
+        AgentNotFound,
+        parse_agent_args,
+        resolve_agent,
+    )
     from .harness import EvalRunner
 
     eval_ = load_eval(args.eval_file)

@@ -4,8 +4,6 @@ import pytest
 
 from rayeval.storage import ResultStore
 
-from .tcp_proxy import TcpProxy
-
 
 @pytest.fixture(autouse=True)
 def _private_cache(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
@@ -22,10 +20,3 @@ def local_store(tmp_path) -> ResultStore:
 def s3_store(s3_bucket) -> ResultStore:
     return ResultStore(s3_bucket.uri("results"), s3_endpoint_url=s3_bucket.endpoint_url)
 
-
-@pytest.fixture
-def s3_proxy(s3_server):
-    """A TCP forwarder in front of the moto server that tests can take down and bring back."""
-    proxy = TcpProxy(s3_server.host, s3_server.port)
-    yield proxy
-    proxy.close()

@@ -104,7 +104,7 @@ def parse_eval(data: dict, path: str, *, check_grader_configs: bool = True) -> t
         if selection:
             problems.append(EvalProblem(path, *selection))
         return None, problems
-    eval_._source_path = Path(path)
+    eval_._source_path = Path(path).resolve()
     problems = grader_config_problems(eval_, path) if check_grader_configs else []
     return (None if problems else eval_), problems
 

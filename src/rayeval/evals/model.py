@@ -7,7 +7,15 @@ import math
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictStr, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    StrictStr,
+    field_validator,
+    model_validator,
+)
 
 from ..graders.registry import GRADER_REGISTRY, is_registered
 

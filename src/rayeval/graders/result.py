@@ -12,6 +12,8 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
+from .._json import json_fallback
+
 
 def normalize_score(score: Any, score_max: Any) -> float:
     """score/score_max clamped to [0, 1]; 0 when either is non-finite or score_max <= 0."""
@@ -51,10 +53,10 @@ class GraderResult:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe form (non-finite floats become null)."""
-        return _ADAPTER.dump_python(self, mode="json")
+        return _ADAPTER.dump_python(self, mode="json", fallback=json_fallback)
 
     def to_json(self, indent: int | None = None) -> str:
-        return _ADAPTER.dump_json(self, indent=indent).decode()
+        return _ADAPTER.dump_json(self, indent=indent, fallback=json_fallback).decode()
 
 
 _ADAPTER: TypeAdapter[GraderResult] = TypeAdapter(GraderResult)

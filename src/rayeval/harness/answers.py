@@ -8,6 +8,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from .._json import dumps
+
 # Benchmark convention first, as in the reference; both are accepted.
 ANSWER_FILE_NAMES = ("analysis_output.json", "eval_answer.json")
 LEGACY_SUBDIR = "agent_workspace"
@@ -95,7 +97,8 @@ def find_answer(returned: Any, work_dir: Path) -> FoundAnswer:
             return FoundAnswer(answer=tagged, source="returned <EVAL_ANSWER>", metadata=metadata)
         answer = None
     if answer is not None:
-        return FoundAnswer(answer=answer, source="returned value", metadata=metadata)
+        # graded and stored as JSON: numpy scalars, tuples and the like become plain JSON values
+        return FoundAnswer(answer=json.loads(dumps(answer)), source="returned value", metadata=metadata)
     from_files = read_answer_files(work_dir)
     from_files.metadata = metadata
     return from_files

@@ -28,8 +28,20 @@ from .benchmark import (
     to_json_data,
     to_text,
 )
-from .compare import PairedComparison, bootstrap_mean_ci, exact_binomial_p, paired_comparison, select
-from .gates import GateResult, accuracy_gate, error_rate_gate, gate_summary, gates_passed
+from .compare import (
+    PairedComparison,
+    bootstrap_mean_ci,
+    exact_binomial_p,
+    paired_comparison,
+    select,
+)
+from .gates import (
+    GateResult,
+    accuracy_gate,
+    error_rate_gate,
+    gate_summary,
+    gates_passed,
+)
 from .metrics import majority_vote, pass_at_k, pass_at_k_estimate, pass_hat_k_estimate
 from .reader import (
     ALL_COLUMNS,

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ._groups import Groups, codes, sub_groups
-from .benchmark import _eval_stats, _output_keys, _check_policy
+from .benchmark import _check_policy, _eval_stats, _output_keys
 from .reader import ReportError, latest_attempts, passed_array
 
 

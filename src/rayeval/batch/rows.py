@@ -1,0 +1,66 @@
+"""From a unit's EvalResult to the stored row."""
+from __future__ import annotations
+
+from typing import Any
+
+from .._json import dumps
+from .._version import __version__
+from ..evals import Eval
+from ..harness.result import EvalResult
+from ..storage.schema import ResultRow
+from .plan import Unit
+
+_METADATA_DROPPED = ("trajectory",)  # kept in artifacts_json, not twice
+
+
+def row_from_result(result: EvalResult, *, unit: Unit, eval_: Eval, run_id: str, agent: str, attempt: int, node: str) -> ResultRow:
+    grader = result.grader_result
+    meta = eval_.metadata or {}
+    metadata = {k: v for k, v in result.metadata.items() if k not in _METADATA_DROPPED}
+    artifacts = dict(result.artifacts)
+    if "trajectory" in result.metadata and "trajectory.json" not in artifacts:
+        artifacts["trajectory.json"] = dumps(result.metadata["trajectory"])
+    return ResultRow(
+        run_id=run_id,
+        model=unit.model,
+        unit_id=unit.unit_id,
+        eval_id=unit.eval_id,
+        eval_hash=eval_.content_hash(),
+        agent=agent,
+        harness=result.harness or agent,
+        seed=unit.seed,
+        attempt=attempt,
+        status=result.status,
+        passed=result.passed,
+        score=grader.score if grader else 0.0,
+        score_max=grader.score_max if grader else 1.0,
+        normalized_score=grader.normalized_score() if grader else 0.0,
+        grader_type="+".join(spec.type for spec in eval_.grader_specs),
+        metrics_json=dumps(grader.to_dict()["metrics"] if grader else {}),
+        reasoning=grader.reasoning if grader else "",
+        answer_json=None if result.agent_answer is None else dumps(result.agent_answer),
+        answer_source=result.answer_source,
+        error_type=result.error_type,
+        error_message=result.error_message,
+        duration_s=result.duration_s,
+        agent_s=result.agent_s,
+        grade_s=result.grade_s,
+        cost_usd=result.cost_usd,
+        input_tokens=result.input_tokens,
+        output_tokens=result.output_tokens,
+        n_turns=result.n_turns,
+        started_at=result.started_at,
+        finished_at=result.finished_at,
+        node=node,
+        task=_text(meta.get("task")),
+        kit=_text(meta.get("kit")),
+        time_horizon=_text(meta.get("time_horizon")),
+        eval_type=_text(meta.get("eval_type")),
+        metadata_json=dumps(metadata),
+        artifacts_json=dumps(artifacts) if artifacts else None,
+        rayeval_version=__version__,
+    )
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)

@@ -1,0 +1,37 @@
+"""Agents used by the batch tests; importable by Ray workers as ``tests.batch.agents:NAME``."""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+
+def _log_invocation(context) -> None:
+    log = os.environ.get("RAYEVAL_TEST_INVOCATION_LOG")
+    if log:
+        with open(log, "a") as handle:
+            handle.write(json.dumps({"eval_id": context.eval_id, "model": context.model, "seed": context.seed}) + "\n")
+
+
+def misbehaving(task_prompt: str, work_dir: Path, context) -> object:
+    """Behaviour chosen by the eval id: raise, hang, garbage, or a right answer."""
+    _log_invocation(context)
+    if "raise" in context.eval_id:
+        raise RuntimeError("agent exploded")
+    if "hang" in context.eval_id:
+        time.sleep(600)
+    if "garbage" in context.eval_id:
+        return "no tags, no json, nothing useful"
+    return {"answer": "B"}
+
+
+def counting_sleep(task_prompt: str, work_dir: Path, context) -> dict:
+    """Records every invocation, sleeps ``seconds``, answers B."""
+    _log_invocation(context)
+    time.sleep(float(context.args.get("seconds", "0.5")))
+    return {"answer": "B"}
+
+
+def instant(task_prompt: str, work_dir: Path) -> dict:
+    return {"answer": "B"}

@@ -1,0 +1,163 @@
+"""The batch engine on an embedded Ray: real actors, real Parquet, real failures."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from rayeval import batch
+from rayeval.batch.plan import plan_units, unit_id_for
+from rayeval.evals import load_evals
+from tests.batch.conftest import read_invocations, write_mc_evals
+from tests.conftest import read_jsonl, shared_path
+
+REPO = Path(__file__).resolve().parents[2]
+FAST = {"show_progress": False, "flush_seconds": 0.5, "retry_backoff_s": 0.1}
+
+
+def test_reference_agent_on_the_example_evals(tmp_path: Path) -> None:
+    summary = batch.run(str(REPO / "evals"), agent="reference", output=str(tmp_path / "results"), run_id="demo", **FAST)
+    frame = pd.read_parquet(tmp_path / "results" / "run_id=demo")
+    assert len(frame) == 10 and frame["unit_id"].is_unique
+    assert (frame["status"] == "passed").all(), frame[["eval_id", "status", "error_message"]]
+    assert set(frame["model"]) == {"default"}
+    assert summary.stored_rows == 10 and summary.models[0].passed == 10
+    manifest = json.loads((tmp_path / "results" / "run_id=demo" / "_manifest.json").read_text())
+    assert manifest["status"] == "completed" and len(manifest["plan"]) == 10
+    row = frame.iloc[0]
+    assert row["rayeval_version"] and row["node"] and row["task"] and row["kit"] == "10x_chromium" or row["kit"]
+    assert json.loads(row["metrics_json"])
+
+
+def test_units_that_raise_hang_or_return_garbage_get_their_own_rows(tmp_path: Path, invocation_log: Path) -> None:
+    evals = write_mc_evals(tmp_path / "evals", ["ok_1", "ok_2", "raise_1", "hang_1", "garbage_1"])
+    summary = batch.run(
+        str(evals), agent="tests.batch.agents:misbehaving", output=str(tmp_path / "out"), run_id="mixed",
+        models=["m1", "m2"], timeout=2, retries=1, **FAST,
+    )
+    frame = pd.read_parquet(tmp_path / "out" / "run_id=mixed")
+    assert len(frame) == 10 and frame["unit_id"].is_unique
+    status = {(r.eval_id, r.model): r.status for r in frame.itertuples()}
+    for model in ("m1", "m2"):
+        assert status[("ok_1", model)] == "passed" and status[("ok_2", model)] == "passed"
+        assert status[("raise_1", model)] == "error"
+        assert status[("hang_1", model)] == "timeout"
+        assert status[("garbage_1", model)] == "failed"
+    raised = frame[frame["eval_id"] == "raise_1"].iloc[0]
+    assert raised["error_type"] == "RuntimeError" and "agent exploded" in raised["error_message"] and raised["attempt"] == 2
+    counts = Counter(i["eval_id"] for i in read_invocations(invocation_log))
+    assert counts["raise_1"] == 4  # 2 models x (1 try + 1 retry)
+    assert counts["ok_1"] == 2
+    assert {m.model: m.errors for m in summary.models} == {"m1": 2, "m2": 2}
+
+
+def test_replay_of_the_scbench_corpus_gives_the_recorded_verdicts(tmp_path: Path) -> None:
+    trials = shared_path("corpus", "scbench", "trials.jsonl")
+    rows = read_jsonl(trials)
+    pairs = sorted({(r["model"], r["harness"]) for r in rows})
+    models = [f"{m}@{h}" for m, h in pairs]
+    batch.run(
+        str(shared_path("corpus", "scbench", "evals")), agent="replay", agent_args={"trials": str(trials)},
+        models=models, seeds=[1, 2, 3], output=str(tmp_path / "out"), run_id="replay", max_concurrency=64, **FAST,
+    )
+    frame = pd.read_parquet(tmp_path / "out" / "run_id=replay")
+    assert len(frame) == 6 * len(models) * 3 and frame["unit_id"].is_unique
+    recorded = {(r["eval_id"], f"{r['model']}@{r['harness']}", r["trial"]): r for r in rows}
+    answered = frame[frame["status"] != "error"]
+    assert len(answered) == len(rows) == 273  # units with no recorded trial are error rows
+    for r in answered.itertuples():
+        expected = recorded[(r.eval_id, r.model, r.seed)]
+        assert r.passed is expected["recorded_passed"] or r.passed == expected["recorded_passed"]
+        assert r.harness == expected["harness"]
+        if expected["cost_usd"] is None:
+            assert pd.isna(r.cost_usd)
+        else:
+            assert r.cost_usd == pytest.approx(expected["cost_usd"])
+    missing = frame[frame["status"] == "error"]
+    assert missing["error_message"].str.contains("no recorded trial").all()
+
+
+def test_unit_ids_are_stable_content_hashes(tmp_path: Path) -> None:
+    folder = write_mc_evals(tmp_path / "e", ["x"])
+    (eval_,) = load_evals(folder)
+    same = unit_id_for(eval_, "m", 1, "agent")
+    assert same == unit_id_for(load_evals(folder)[0], "m", 1, "agent")
+    assert len({same, unit_id_for(eval_, "m", 2, "agent"), unit_id_for(eval_, "n", 1, "agent"), unit_id_for(eval_, "m", 1, "other")}) == 4
+    body = json.loads((folder / "x.json").read_text())
+    body["grader"]["config"]["correct_answer"] = "A"
+    (folder / "x.json").write_text(json.dumps(body))
+    assert unit_id_for(load_evals(folder)[0], "m", 1, "agent") != same
+    assert len(plan_units([eval_], ["a", "b"], [1, 2, 3], "agent")) == 6
+
+
+def test_bad_inputs_fail_before_any_work(tmp_path: Path) -> None:
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "e.json").write_text("{")
+    done = subprocess.run(
+        [sys.executable, "-m", "rayeval.cli", "run", str(bad), "--agent", "reference", "--output", str(tmp_path / "o"), "--no-progress"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 2 and "invalid JSON" in done.stderr and "Traceback" not in done.stderr
+    done = subprocess.run(
+        [sys.executable, "-m", "rayeval.cli", "run", str(REPO / "evals"), "--agent", "nope", "--output", str(tmp_path / "o")],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 2 and "unknown agent" in done.stderr
+    assert not (tmp_path / "o").exists() or not list((tmp_path / "o").rglob("*.parquet"))
+
+
+def _completed_at(out: Path, run_id: str) -> set[tuple[str, int]]:
+    """Units with a stored row: in Parquet parts or in the write-ahead log."""
+    run = out / f"run_id={run_id}"
+    done = set()
+    for wal in run.glob("_wal/*.jsonl"):
+        for line in wal.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut by the kill
+            done.add((row["eval_id"], row["seed"]))
+    if list(run.rglob("*.parquet")):
+        frame = pd.read_parquet(run)
+        done |= set(zip(frame["eval_id"], frame["seed"]))
+    return done
+
+
+def test_killed_driver_then_resume_runs_every_unit_exactly_once(tmp_path: Path, invocation_log: Path) -> None:
+    evals = write_mc_evals(tmp_path / "evals", [f"e{i}" for i in range(12)])
+    out = tmp_path / "out"
+    command = [
+        sys.executable, "-m", "rayeval.cli", "run", str(evals), "--agent", "tests.batch.agents:counting_sleep",
+        "--agent-arg", "seconds=0.5", "--seeds", "3", "--output", str(out), "--run-id", "r1",
+        "--max-concurrency", "4", "--no-progress",
+    ]
+    env = {**os.environ, "RAYEVAL_TEST_INVOCATION_LOG": str(invocation_log), "RAY_USAGE_STATS_ENABLED": "0"}
+    driver = subprocess.Popen(command, cwd=REPO, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(_completed_at(out, "r1")) < 8:
+        time.sleep(0.1)
+    assert driver.poll() is None, driver.communicate()
+    os.killpg(driver.pid, signal.SIGKILL)  # the driver and everything it started
+    driver.wait(timeout=30)
+    completed = _completed_at(out, "r1")
+    assert 8 <= len(completed) < 36
+
+    done = subprocess.run(command + ["--resume"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    frame = pd.read_parquet(out / "run_id=r1")
+    assert len(frame) == 36 and frame["unit_id"].is_unique and (frame["status"] == "passed").all()
+    invocations = Counter((i["eval_id"], i["seed"]) for i in read_invocations(invocation_log))
+    assert set(invocations) == {(f"e{i}", s) for i in range(12) for s in (1, 2, 3)}
+    assert all(invocations[unit] == 1 for unit in completed), "a completed unit ran again"
+    # the others ran at most twice: once cut off by the kill, once on resume
+    assert max(invocations.values()) <= 2
+    assert not list((out / "run_id=r1").glob("_wal/*.jsonl"))  # recovered and compacted

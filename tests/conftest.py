@@ -1,7 +1,13 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+
+# Every Ray the tests start stays on 127.0.0.1 (Ray would otherwise register the machine's
+# routable address), and reports no usage statistics.
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 import pytest
 

@@ -1,26 +1,25 @@
 """The batch driver: fans units out to Ray actors, grades in batches, streams rows to storage."""
 from __future__ import annotations
 
-import heapq
 import math
 import os
 import secrets
 import time
-from collections import Counter, deque
 from datetime import datetime, timezone
 from typing import Any, Literal
 
 import ray
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..agents.resolve import INLINE_AGENTS, resolve_agent
 from ..evals import Eval, load_evals
 from ..harness.execution import Execution, grade_execution
 from ..harness.result import EvalResult
-from ..storage import EvalFileRef, PlanEntry, ResultStore, RunManifest
+from ..storage import EvalFileRef, PlanEntry, ResultRow, ResultStore, RunManifest
 from .plan import Unit, plan_units
 from .progress import Progress
 from .rows import row_from_result
+from .scheduler import ChunkSizer, Scheduler
 from .summary import RunSummary, summarize
 from .worker import WorkerConfig, start_workers
 
@@ -65,10 +64,44 @@ def new_run_id() -> str:
     return f"{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
 
 
+class GradeItem(BaseModel):
+    """One finished execution waiting for its grade, with what its stored row needs."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    unit: Unit
+    attempt: int
+    node: str
+    execution: Execution
+
+
+def grade_items(evals: list[Eval], items: list[GradeItem], *, run_id: str, agent: str) -> list[tuple[ResultRow, EvalResult]]:
+    """Grade and build the stored rows: pure, cheap, and the same wherever it runs."""
+    graded = []
+    for item in items:
+        eval_ = evals[item.unit.eval_index]
+        result = grade_execution(eval_, item.execution)
+        row = row_from_result(result, unit=item.unit, eval_=eval_, run_id=run_id, agent=agent, attempt=item.attempt, node=item.node)
+        graded.append((row, result))
+    return graded
+
+
 @ray.remote(num_cpus=0.25, max_retries=3)
-def grade_batch(evals: list[Eval], items: list[tuple[int, Execution]]) -> list[EvalResult]:
+def grade_batch(evals: list[Eval], items: list[GradeItem], run_id: str, agent: str) -> list[tuple[ResultRow, EvalResult]]:
     """Grading is microseconds per unit: batching keeps Ray's round trip off the unit path."""
-    return [grade_execution(evals[index], execution) for index, execution in items]
+    return grade_items(evals, items, run_id=run_id, agent=agent)
+
+
+def _stay_on_loopback() -> None:
+    """An embedded, single-node Ray has no reason to listen or connect beyond 127.0.0.1.
+
+    Ray replaces a loopback node address by the machine's routable one unless cluster mode is
+    off; the environment variable carries the setting to the processes Ray starts.
+    """
+    from ray._private import ray_constants
+
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
 
 
 def connect(config: BatchConfig) -> bool:
@@ -82,6 +115,7 @@ def connect(config: BatchConfig) -> bool:
     if address is None and os.environ.get("RAY_ADDRESS"):
         address = "auto"
     if address in (None, "local"):
+        _stay_on_loopback()
         # module:function agents from the caller's project must import on the workers too
         python_path = os.pathsep.join(p for p in (os.getcwd(), os.environ.get("PYTHONPATH")) if p)
         ray.init(
@@ -95,50 +129,6 @@ def connect(config: BatchConfig) -> bool:
         return True
     ray.init(address=address, log_to_driver=False, configure_logging=False)
     return False
-
-
-class _Scheduler:
-    """Which unit runs next: per-model queues, round robin, within global and per-model limits."""
-
-    def __init__(self, units: list[Unit], config: BatchConfig):
-        self.queues: dict[str, deque[tuple[Unit, int]]] = {}
-        for unit in units:
-            self.queues.setdefault(unit.model, deque()).append((unit, 1))
-        self.delayed: list[tuple[float, int, Unit, int]] = []
-        self.running: Counter[str] = Counter()
-        self.limits = config.model_concurrency
-        self.max_total = config.max_concurrency
-        self._sequence = 0
-        self._order = deque(self.queues)
-
-    def retry_later(self, unit: Unit, attempt: int, delay_s: float) -> None:
-        self._sequence += 1
-        heapq.heappush(self.delayed, (time.monotonic() + delay_s, self._sequence, unit, attempt))
-
-    def next_ready(self) -> tuple[Unit, int] | None:
-        now = time.monotonic()
-        while self.delayed and self.delayed[0][0] <= now:
-            _, _, unit, attempt = heapq.heappop(self.delayed)
-            self.queues.setdefault(unit.model, deque()).appendleft((unit, attempt))
-            if unit.model not in self._order:
-                self._order.append(unit.model)
-        if sum(self.running.values()) >= self.max_total:
-            return None
-        for _ in range(len(self._order)):
-            model = self._order[0]
-            self._order.rotate(-1)
-            queue = self.queues.get(model)
-            if queue and self.running[model] < self.limits.get(model, self.max_total):
-                self.running[model] += 1
-                return queue.popleft()
-        return None
-
-    def finished(self, unit: Unit) -> None:
-        self.running[unit.model] -= 1
-
-    @property
-    def idle(self) -> bool:
-        return not self.delayed and not any(self.queues.values()) and not sum(self.running.values())
 
 
 def _system_error_execution(unit: Unit, run_id: str, exc: BaseException) -> Execution:
@@ -223,42 +213,50 @@ def _execute(config: BatchConfig, run_id: str, evals: list[Eval], todo: list[Uni
         cache_dir=config.cache_dir,
         s3_endpoint_url=config.s3_endpoint_url,
     )
-    workers = start_workers(worker_config, count=worker_count, threads_per_worker=threads)
-    eval_refs = [ray.put(eval_) for eval_ in evals]
     evals_ref = ray.put(evals)
-    grade_batch.remote(evals_ref, [])  # start a grading worker now, not when the first unit is done
-    scheduler = _Scheduler(todo, config)
-    running: dict[Any, tuple[Unit, int]] = {}
-    grading: dict[Any, list[tuple[Unit, int, str, Execution]]] = {}
-    to_grade: list[tuple[Unit, int, str, Execution]] = []
+    workers = start_workers(worker_config, evals_ref, count=worker_count, threads_per_worker=threads)
+    grade_batch.remote(evals_ref, [], run_id, config.agent)  # start a grading worker now, not at the first result
+    scheduler = Scheduler(todo, max_concurrency=config.max_concurrency, model_limits=config.model_concurrency)
+    sizer = ChunkSizer()
+    running: dict[Any, list[tuple[Unit, int]]] = {}
+    grading: dict[Any, list[GradeItem]] = {}
+    to_grade: list[GradeItem] = []
     first_waiting = 0.0
     written: set[str] = set()
     next_worker = 0
 
-    def store_results(batch: list[tuple[Unit, int, str, Execution]], results: list[EvalResult]) -> None:
+    def store(graded: list[tuple[ResultRow, EvalResult]]) -> None:
         rows = []
-        for (unit, attempt, node, _), result in zip(batch, results):
-            if unit.unit_id in written:  # a retried Ray call may deliver a unit twice: keep the first
+        for row, result in graded:
+            if row.unit_id in written:  # a retried Ray call may deliver a unit twice: keep the first
                 continue
-            written.add(unit.unit_id)
-            rows.append(row_from_result(result, unit=unit, eval_=evals[unit.eval_index], run_id=run_id, agent=config.agent, attempt=attempt, node=node))
+            written.add(row.unit_id)
+            rows.append(row)
             progress.update(passed=result.passed, error=result.status in ERROR_STATUSES)
         writer.add(rows)
 
     def flush_grading() -> None:
         nonlocal to_grade
-        if not to_grade:
-            return
-        items = [(unit.eval_index, execution) for unit, _, _, execution in to_grade]
-        grading[grade_batch.remote(evals_ref, items)] = to_grade
+        grading[grade_batch.remote(evals_ref, to_grade, run_id, config.agent)] = to_grade
         to_grade = []
 
+    def unit_done(unit: Unit, attempt: int, execution: Execution, node: str) -> None:
+        nonlocal first_waiting
+        if execution.outcome == "error" and attempt <= config.retries:
+            scheduler.retry_later(unit, attempt + 1, config.retry_backoff_s * 2 ** (attempt - 1))
+            return
+        if not to_grade:
+            first_waiting = time.monotonic()
+        to_grade.append(GradeItem(unit=unit, attempt=attempt, node=node, execution=execution))
+
     while not scheduler.idle or running or grading or to_grade:
-        while (picked := scheduler.next_ready()) is not None:
-            unit, attempt = picked
+        # Fast units travel many to a call; more calls in flight than workers can use only
+        # adds thread contention, so the full concurrency is for slow (I/O-bound) agents.
+        limit = config.max_concurrency if sizer.size == 1 else min(config.max_concurrency, 2 * worker_count)
+        while call := scheduler.next_call(sizer.size, limit):
             worker = workers[next_worker % len(workers)]
             next_worker += 1
-            running[worker.execute.remote(unit, eval_refs[unit.eval_index])] = (unit, attempt)
+            running[worker.execute_many.remote([unit for unit, _ in call])] = call
 
         if to_grade and (len(to_grade) >= GRADE_BATCH_SIZE or time.monotonic() - first_waiting >= GRADE_BATCH_WAIT_S or not running):
             flush_grading()
@@ -270,23 +268,20 @@ def _execute(config: BatchConfig, run_id: str, evals: list[Eval], todo: list[Uni
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0.1, fetch_local=True)
         for ref in ready:
             if ref in grading:
-                batch = grading.pop(ref)
+                items = grading.pop(ref)
                 try:
-                    results = ray.get(ref)
+                    graded = ray.get(ref)
                 except ray.exceptions.RayError:
                     # grading is pure and cheap: redo it here rather than lose the batch
-                    results = [grade_execution(evals[unit.eval_index], execution) for unit, _, _, execution in batch]
-                store_results(batch, results)
+                    graded = grade_items(evals, items, run_id=run_id, agent=config.agent)
+                store(graded)
                 continue
-            unit, attempt = running.pop(ref)
-            scheduler.finished(unit)
+            call = running.pop(ref)
+            scheduler.call_finished(call[0][0].model)
             try:
-                execution, node = ray.get(ref)
+                outcomes = ray.get(ref)
             except ray.exceptions.RayError as exc:
-                execution, node = _system_error_execution(unit, run_id, exc), "unknown"
-            if execution.outcome == "error" and attempt <= config.retries:
-                scheduler.retry_later(unit, attempt + 1, config.retry_backoff_s * 2 ** (attempt - 1))
-                continue
-            if not to_grade:
-                first_waiting = time.monotonic()
-            to_grade.append((unit, attempt, node, execution))
+                outcomes = [(_system_error_execution(unit, run_id, exc), "unknown") for unit, _ in call]
+            for (unit, attempt), (execution, node) in zip(call, outcomes):
+                sizer.observe(execution.agent_s)  # wall time of the whole unit inflates with busy threads
+                unit_done(unit, attempt, execution, node)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import socket
+from typing import Any
 
 import ray
 from pydantic import BaseModel
@@ -26,22 +27,26 @@ class WorkerConfig(BaseModel):
 
 
 class UnitWorker:
-    """Holds the resolved agent; each call runs one unit on one of the actor's threads."""
+    """Holds the resolved agent and the run's evals; each call runs its units on one thread."""
 
-    def __init__(self, config: WorkerConfig):
+    def __init__(self, config: WorkerConfig, evals: list[Eval]):
         self.config = config
+        self.evals = evals
         self.agent = resolve_agent(config.agent)
         self.node = socket.gethostname()
 
-    def execute(self, unit: Unit, eval_: Eval) -> tuple[Execution, str]:
+    def execute_many(self, units: list[Unit]) -> list[tuple[Execution, str]]:
+        return [(self._execute(unit), self.node) for unit in units]
+
+    def _execute(self, unit: Unit) -> Execution:
         runner = EvalRunner(
-            eval_,
+            self.evals[unit.eval_index],
             work_root=self.config.work_root,
             cache_dir=self.config.cache_dir,
             run_id=self.config.run_id,
             s3_endpoint_url=self.config.s3_endpoint_url,
         )
-        execution = runner.execute(
+        return runner.execute(
             self.agent,
             model=unit.model,
             seed=unit.seed,
@@ -49,13 +54,12 @@ class UnitWorker:
             agent_args=self.config.agent_args,
             isolation=self.config.isolation,
         )
-        return execution, self.node
 
     def ping(self) -> str:
         return self.node
 
 
-def start_workers(config: WorkerConfig, *, count: int, threads_per_worker: int) -> list:
+def start_workers(config: WorkerConfig, evals_ref: Any, *, count: int, threads_per_worker: int) -> list:
     """Actors restart when their process or node dies, and Ray retries their in-flight calls."""
     actor_class = ray.remote(UnitWorker).options(
         num_cpus=0.01,
@@ -64,4 +68,4 @@ def start_workers(config: WorkerConfig, *, count: int, threads_per_worker: int) 
         max_task_retries=3,
         scheduling_strategy="SPREAD",
     )
-    return [actor_class.remote(config) for _ in range(count)]
+    return [actor_class.remote(config, evals_ref) for _ in range(count)]

@@ -1,0 +1,82 @@
+"""Which units run next: per-model queues in round robin, global and per-model limits,
+delayed retries, and calls sized so that fast units do not each pay a Ray round trip."""
+from __future__ import annotations
+
+import heapq
+import time
+from collections import Counter, deque
+
+from .plan import Unit
+
+Attempt = tuple[Unit, int]
+
+# A call carries about this much agent work; slow units still go one per call.
+TARGET_CALL_SECONDS = 0.05
+MAX_UNITS_PER_CALL = 32
+
+
+class ChunkSizer:
+    """Units per actor call from the observed agent time per unit (moving average)."""
+
+    def __init__(self) -> None:
+        self.mean_s: float | None = None
+
+    def observe(self, seconds: float) -> None:
+        self.mean_s = seconds if self.mean_s is None else 0.9 * self.mean_s + 0.1 * seconds
+
+    @property
+    def size(self) -> int:
+        if self.mean_s is None:
+            return 1
+        return max(1, min(MAX_UNITS_PER_CALL, int(TARGET_CALL_SECONDS / max(self.mean_s, 1e-6))))
+
+
+class Scheduler:
+    """A call runs its units one after another, so each call in flight is one concurrent agent."""
+
+    def __init__(self, units: list[Unit], *, max_concurrency: int, model_limits: dict[str, int]):
+        self.queues: dict[str, deque[Attempt]] = {}
+        for unit in units:
+            self.queues.setdefault(unit.model, deque()).append((unit, 1))
+        self.delayed: list[tuple[float, int, Unit, int]] = []
+        self.running: Counter[str] = Counter()
+        self.limits = model_limits
+        self.max_total = max_concurrency
+        self._sequence = 0
+        self._order = deque(self.queues)
+
+    def retry_later(self, unit: Unit, attempt: int, delay_s: float) -> None:
+        self._sequence += 1
+        heapq.heappush(self.delayed, (time.monotonic() + delay_s, self._sequence, unit, attempt))
+
+    def _release_due_retries(self) -> None:
+        now = time.monotonic()
+        while self.delayed and self.delayed[0][0] <= now:
+            _, _, unit, attempt = heapq.heappop(self.delayed)
+            self.queues.setdefault(unit.model, deque()).appendleft((unit, attempt))
+            if unit.model not in self._order:
+                self._order.append(unit.model)
+
+    def next_call(self, size: int, limit: int | None = None) -> list[Attempt]:
+        """Up to ``size`` units of one model for one call, or [] when nothing may start now.
+
+        ``limit`` lowers the number of calls in flight below the configured concurrency.
+        """
+        self._release_due_retries()
+        if sum(self.running.values()) >= min(self.max_total, limit or self.max_total):
+            return []
+        for _ in range(len(self._order)):
+            model = self._order[0]
+            self._order.rotate(-1)
+            queue = self.queues.get(model)
+            if queue and self.running[model] < self.limits.get(model, self.max_total):
+                self.running[model] += 1
+                return [queue.popleft() for _ in range(min(size, len(queue)))]
+        return []
+
+    def call_finished(self, model: str) -> None:
+        self.running[model] -= 1
+
+    @property
+    def idle(self) -> bool:
+        return not self.delayed and not any(self.queues.values()) and not sum(self.running.values())

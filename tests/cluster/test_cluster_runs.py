@@ -1,0 +1,187 @@
+"""``rayeval run`` on a real two-node Ray cluster: job submission, and surviving dead workers/nodes.
+
+Every run is a real ``rayeval run`` subprocess (or a ``scripts/submit_run.py`` subprocess that
+submits one as a Ray job) against the ``ray_cluster`` fixture. Each subprocess has a timeout;
+the module takes about a minute on a 2-core machine. The node-killing test is last: it leaves
+the cluster without its second node.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from rayeval.batch.plan import plan_units
+from rayeval.evals import load_evals
+
+from .conftest import REPO, RayTestCluster, kill_pids, wait_until
+
+pytestmark = pytest.mark.cluster
+
+EVALS = REPO / "evals"
+SUBMIT = REPO / "scripts" / "submit_run.py"
+JOB_TIMEOUT_S = 150
+RUN_TIMEOUT_S = 120
+SLEEP_SEEDS = 4  # 10 evals x seeds 1..4 = 40 units of 1 s at concurrency 4: ~10 s of work
+
+
+def planned_unit_ids(agent: str, seeds: int, models: tuple[str, ...] = ("default",)) -> set[str]:
+    units = plan_units(load_evals(str(EVALS)), list(models), list(range(1, seeds + 1)), agent)
+    return {unit.unit_id for unit in units}
+
+
+def read_rows(root: Path, run_id: str) -> pd.DataFrame:
+    return pd.read_parquet(root / f"run_id={run_id}")
+
+
+def _outputs(done: subprocess.CompletedProcess | subprocess.Popen, out: str = "", err: str = "") -> str:
+    return f"exit {done.returncode}\n--- stdout ---\n{out[-6000:]}\n--- stderr ---\n{err[-6000:]}"
+
+
+def start_sleep_run(cluster: RayTestCluster, tmp_path: Path, run_id: str) -> tuple[subprocess.Popen, Path]:
+    """A ``rayeval run`` of the sleep agent against the cluster, in the background."""
+    output = tmp_path / "results"
+    command = [
+        "rayeval", "run", str(EVALS),
+        "--agent", "sleep", "--agent-arg", "seconds=1",
+        "--seeds", str(SLEEP_SEEDS),
+        "--max-concurrency", "4", "--workers", "2",
+        "--address", cluster.gcs_address,
+        "--output", str(output), "--run-id", run_id, "--no-progress",
+    ]  # fmt: skip
+    process = subprocess.Popen(
+        command, cwd=tmp_path, env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    return process, output
+
+
+def finish(process: subprocess.Popen, timeout: float) -> tuple[str, str]:
+    try:
+        return process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_pids([process.pid])
+        out, err = process.communicate(timeout=10)
+        pytest.fail(f"rayeval run did not finish within {timeout} s\n{_outputs(process, out, err)}")
+
+
+def assert_every_unit_once(output: Path, run_id: str, expected: set[str]) -> pd.DataFrame:
+    rows = read_rows(output, run_id)
+    counts = rows["unit_id"].value_counts()
+    assert set(rows["unit_id"]) == expected, f"missing {len(expected - set(rows['unit_id']))}, unexpected {len(set(rows['unit_id']) - expected)}"
+    assert (counts == 1).all(), f"units stored more than once: {counts[counts > 1].to_dict()}"
+    # a unit Ray could not run at all would be stored as an engine error row
+    lost = rows[rows["error_message"].fillna("").str.startswith("Ray could not run the unit")]
+    assert lost.empty, lost[["eval_id", "seed", "error_type", "error_message"]].to_string()
+    return rows
+
+
+# ------------------------------------------------------------------------------ job submission
+
+
+def test_submit_run_as_ray_job(ray_cluster: RayTestCluster, tmp_path: Path) -> None:
+    """scripts/submit_run.py → `ray job submit --working-dir <repo> -- rayeval run evals ...`."""
+    output = tmp_path / "results"
+    command = [
+        sys.executable, str(SUBMIT), "--address", ray_cluster.dashboard_url, "--working-dir", str(REPO),
+        "--", "rayeval", "run", "evals", "--agent", "reference",
+        "--output", str(output), "--run-id", "job1", "--no-progress",
+    ]  # fmt: skip
+    started = time.monotonic()
+    done = subprocess.run(command, check=False, cwd=tmp_path, env=ray_cluster.env, capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
+    assert done.returncode == 0, _outputs(done, done.stdout, done.stderr)
+    assert "SUCCEEDED" in done.stderr
+
+    expected = planned_unit_ids("reference", 1)
+    assert len(expected) == 10  # the example evals
+    rows = assert_every_unit_once(output, "job1", expected)
+    assert len(rows) == 10
+    assert rows["passed"].all(), rows.loc[~rows["passed"], ["eval_id", "status", "reasoning", "error_message"]].to_string()
+    assert (output / "run_id=job1" / "_manifest.json").is_file()
+    print(f"job run: {time.monotonic() - started:.1f} s")
+
+
+def test_submit_run_exit_status_follows_the_job(ray_cluster: RayTestCluster, tmp_path: Path) -> None:
+    """A failing job makes the helper fail too, with the driver's exit code (rayeval: 2 = bad input)."""
+    command = [
+        sys.executable, str(SUBMIT), "--address", ray_cluster.dashboard_url, "--working-dir", str(REPO),
+        "--", "evals/no_such_folder", "--agent", "reference", "--output", str(tmp_path / "results"), "--no-progress",
+    ]  # fmt: skip
+    done = subprocess.run(command, check=False, cwd=tmp_path, env=ray_cluster.env, capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
+    assert done.returncode == 2, _outputs(done, done.stdout, done.stderr)
+    assert "FAILED" in done.stderr
+    assert "no_such_folder" in done.stdout  # the job's own log was followed
+
+
+# ------------------------------------------------------------------------------ faults
+
+
+def test_killed_unit_worker_process_loses_no_unit(ray_cluster: RayTestCluster, tmp_path: Path) -> None:
+    """kill -9 of a busy UnitWorker actor process mid-run: the run finishes, every unit stored once."""
+    process, output = start_sleep_run(ray_cluster, tmp_path, "kill-worker")
+    try:
+        wait_until(
+            lambda: ray_cluster.actor_pids("UnitWorker", busy=True) or process.poll() is not None,
+            60, 0.2, "a busy UnitWorker process",
+        )  # fmt: skip
+        assert process.poll() is None, "rayeval run ended before any UnitWorker was seen busy"
+        time.sleep(2.0)  # mid-run: some units done, some in flight
+        busy = ray_cluster.actor_pids("UnitWorker", busy=True)
+        assert busy and process.poll() is None, "the run finished before the kill: make it longer"
+        victim = busy[0]
+        before = set(ray_cluster.actor_pids("UnitWorker"))
+        kill_pids([victim])
+        killed_at = time.monotonic()
+        wait_until(lambda: victim not in ray_cluster.actor_pids("UnitWorker"), 10, 0.1, f"UnitWorker {victim} gone")
+        # Ray restarts the actor in a new process (max_restarts=-1) while the run goes on
+        restarted = wait_until(
+            lambda: set(ray_cluster.actor_pids("UnitWorker")) - before or process.poll() is not None, 30, 0.2, "the actor's restart"
+        )
+        assert restarted is not True, "the run ended before the killed actor was restarted"
+    except BaseException:
+        kill_pids([process.pid])
+        raise
+    out, err = finish(process, RUN_TIMEOUT_S)
+    assert process.returncode == 0, _outputs(process, out, err)
+    rows = assert_every_unit_once(output, "kill-worker", planned_unit_ids("sleep", SLEEP_SEEDS))
+    assert len(rows) == 10 * SLEEP_SEEDS
+    print(f"worker {victim} killed; run finished {time.monotonic() - killed_at:.1f} s later")
+
+
+def test_killed_second_node_loses_no_unit(ray_cluster: RayTestCluster, tmp_path: Path) -> None:
+    """The second node's raylet and workers die mid-run: the run finishes on the head, every unit once."""
+    node2 = ray_cluster.node2
+    process, output = start_sleep_run(ray_cluster, tmp_path, "kill-node")
+    try:
+        wait_until(
+            lambda: ray_cluster.actor_pids("UnitWorker", node=node2, busy=True) or process.poll() is not None,
+            60, 0.2, "a busy UnitWorker on the second node",
+        )  # fmt: skip
+        assert process.poll() is None, "rayeval run ended before a UnitWorker on node 2 was busy"
+        time.sleep(1.0)
+        assert process.poll() is None, "the run finished before the kill: make it longer"
+        assert node2.raylet_pids(), "node 2 has no raylet"
+        head_actors = set(ray_cluster.actor_pids("UnitWorker", node=ray_cluster.head))
+        killed = ray_cluster.kill_node2(wait_dead=False)
+        killed_at = time.monotonic()
+        assert not node2.pids(), f"node 2 processes survived: {node2.pids()}"
+        # node 2's actor restarts on the head once the GCS declares node 2 dead
+        moved = wait_until(
+            lambda: set(ray_cluster.actor_pids("UnitWorker", node=ray_cluster.head)) - head_actors or process.poll() is not None,
+            60, 0.2, "node 2's actor restarting on the head",
+        )  # fmt: skip
+        assert moved is not True, "the run ended before node 2's actor was restarted on the head"
+    except BaseException:
+        kill_pids([process.pid])
+        raise
+    out, err = finish(process, RUN_TIMEOUT_S)
+    assert process.returncode == 0, _outputs(process, out, err)
+    rows = assert_every_unit_once(output, "kill-node", planned_unit_ids("sleep", SLEEP_SEEDS))
+    assert len(rows) == 10 * SLEEP_SEEDS
+    finished_after = time.monotonic() - killed_at
+    wait_until(lambda: ray_cluster.node_state(node2.node_id) == "DEAD", 30, 0.5, "node 2 reported DEAD")
+    assert ray_cluster.alive_node_ids() == {ray_cluster.head.node_id}
+    print(f"node 2 killed ({len(killed)} processes); run finished {finished_after:.1f} s later")

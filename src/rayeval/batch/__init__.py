@@ -1,11 +1,31 @@
-"""Distributed batch runs on Ray: the layer that composes harness, graders and storage."""
-from .engine import BatchConfig, RunConflict, run_batch
-from .summary import RunSummary
+"""Distributed batch runs on Ray: the layer that composes harness, graders and storage.
+
+Exports load on first use, so a Ray worker importing ``rayeval.batch.worker`` does not pay
+for the driver's imports (the engine, the storage reader, pandas).
+"""
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .engine import BatchConfig, RunConflict, run_batch
+    from .summary import RunSummary
+
+_EXPORTS = {"BatchConfig": ".engine", "RunConflict": ".engine", "run_batch": ".engine", "RunSummary": ".summary"}
 
 __all__ = ["BatchConfig", "RunConflict", "RunSummary", "run", "run_batch"]
 
 
-def run(evals: list[str] | str, *, agent: str, output: str, **options) -> RunSummary:
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(import_module(_EXPORTS[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def run(evals: list[str] | str, *, agent: str, output: str, **options: Any) -> RunSummary:
     """Python API of ``rayeval run``: ``rayeval.batch.run("evals", agent="reference", output="results")``."""
+    from .engine import BatchConfig, run_batch
+
     paths = [evals] if isinstance(evals, str) else list(evals)
     return run_batch(BatchConfig(evals=paths, agent=agent, output=output, **options))

@@ -9,22 +9,19 @@ from datetime import datetime, timezone
 from typing import Any, Literal
 
 import ray
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from ..agents.resolve import INLINE_AGENTS, resolve_agent
 from ..evals import Eval, load_evals
 from ..harness.execution import Execution, grade_execution
-from ..harness.result import EvalResult
 from ..storage import EvalFileRef, PlanEntry, ResultRow, ResultStore, RunManifest
 from .plan import Unit, plan_units
 from .progress import Progress
 from .rows import row_from_result
 from .scheduler import ChunkSizer, Scheduler
 from .summary import RunSummary, summarize
-from .worker import WorkerConfig, start_workers
+from .worker import SERIAL_GROUP, WorkerConfig, start_workers
 
-GRADE_BATCH_SIZE = 64
-GRADE_BATCH_WAIT_S = 0.25
 ERROR_STATUSES = frozenset({"error", "timeout", "config_error"})
 
 
@@ -62,34 +59,6 @@ class RunConflict(ValueError):
 
 def new_run_id() -> str:
     return f"{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
-
-
-class GradeItem(BaseModel):
-    """One finished execution waiting for its grade, with what its stored row needs."""
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
-    unit: Unit
-    attempt: int
-    node: str
-    execution: Execution
-
-
-def grade_items(evals: list[Eval], items: list[GradeItem], *, run_id: str, agent: str) -> list[tuple[ResultRow, EvalResult]]:
-    """Grade and build the stored rows: pure, cheap, and the same wherever it runs."""
-    graded = []
-    for item in items:
-        eval_ = evals[item.unit.eval_index]
-        result = grade_execution(eval_, item.execution)
-        row = row_from_result(result, unit=item.unit, eval_=eval_, run_id=run_id, agent=agent, attempt=item.attempt, node=item.node)
-        graded.append((row, result))
-    return graded
-
-
-@ray.remote(num_cpus=0.25, max_retries=3)
-def grade_batch(evals: list[Eval], items: list[GradeItem], run_id: str, agent: str) -> list[tuple[ResultRow, EvalResult]]:
-    """Grading is microseconds per unit: batching keeps Ray's round trip off the unit path."""
-    return grade_items(evals, items, run_id=run_id, agent=agent)
 
 
 def _stay_on_loopback() -> None:
@@ -131,9 +100,10 @@ def connect(config: BatchConfig) -> bool:
     return False
 
 
-def _system_error_execution(unit: Unit, run_id: str, exc: BaseException) -> Execution:
+def _system_error_row(unit: Unit, attempt: int, eval_: Eval, run_id: str, agent: str, exc: BaseException) -> ResultRow:
+    """The row of a unit Ray could not run even after its own retries (e.g. a node kept dying)."""
     stamp = datetime.now(timezone.utc)
-    return Execution(
+    execution = Execution(
         eval_id=unit.eval_id,
         model=unit.model,
         seed=unit.seed,
@@ -144,6 +114,8 @@ def _system_error_execution(unit: Unit, run_id: str, exc: BaseException) -> Exec
         started_at=stamp,
         finished_at=stamp,
     )
+    result = grade_execution(eval_, execution)
+    return row_from_result(result, unit=unit, eval_=eval_, run_id=run_id, agent=agent, attempt=attempt, node="unknown")
 
 
 def run_batch(config: BatchConfig) -> RunSummary:
@@ -213,75 +185,52 @@ def _execute(config: BatchConfig, run_id: str, evals: list[Eval], todo: list[Uni
         cache_dir=config.cache_dir,
         s3_endpoint_url=config.s3_endpoint_url,
     )
-    evals_ref = ray.put(evals)
+    evals_ref = ray.put(evals)  # held for the whole run: restarted workers are rebuilt from it
     workers = start_workers(worker_config, evals_ref, count=worker_count, threads_per_worker=threads)
-    grade_batch.remote(evals_ref, [], run_id, config.agent)  # start a grading worker now, not at the first result
     scheduler = Scheduler(todo, max_concurrency=config.max_concurrency, model_limits=config.model_concurrency)
     sizer = ChunkSizer()
     running: dict[Any, list[tuple[Unit, int]]] = {}
-    grading: dict[Any, list[GradeItem]] = {}
-    to_grade: list[GradeItem] = []
-    first_waiting = 0.0
     written: set[str] = set()
     next_worker = 0
 
-    def store(graded: list[tuple[ResultRow, EvalResult]]) -> None:
-        rows = []
-        for row, result in graded:
-            if row.unit_id in written:  # a retried Ray call may deliver a unit twice: keep the first
-                continue
-            written.add(row.unit_id)
-            rows.append(row)
-            progress.update(passed=result.passed, error=result.status in ERROR_STATUSES)
-        writer.add(rows)
-
-    def flush_grading() -> None:
-        nonlocal to_grade
-        grading[grade_batch.remote(evals_ref, to_grade, run_id, config.agent)] = to_grade
-        to_grade = []
-
-    def unit_done(unit: Unit, attempt: int, execution: Execution, node: str) -> None:
-        nonlocal first_waiting
-        if execution.outcome == "error" and attempt <= config.retries:
+    def finished(unit: Unit, attempt: int, row: ResultRow) -> ResultRow | None:
+        """The row to store, or None when the unit is retried or was already stored."""
+        if row.status == "error" and attempt <= config.retries:
             scheduler.retry_later(unit, attempt + 1, config.retry_backoff_s * 2 ** (attempt - 1))
-            return
-        if not to_grade:
-            first_waiting = time.monotonic()
-        to_grade.append(GradeItem(unit=unit, attempt=attempt, node=node, execution=execution))
+            return None
+        if unit.unit_id in written:  # a retried Ray call may deliver a unit twice: keep the first
+            return None
+        written.add(unit.unit_id)
+        progress.update(passed=row.passed, error=row.status in ERROR_STATUSES)
+        return row
 
-    while not scheduler.idle or running or grading or to_grade:
-        # Fast units travel many to a call; more calls in flight than workers can use only
-        # adds thread contention, so the full concurrency is for slow (I/O-bound) agents.
-        limit = config.max_concurrency if sizer.size == 1 else min(config.max_concurrency, 2 * worker_count)
+    while not scheduler.idle or running:
+        # Fast units travel many to a call, and a worker runs such calls one at a time (a second
+        # thread would only fight the first for the GIL); two per worker keep it busy while the
+        # driver handles the other. Slow (I/O-bound) agents get the full concurrency.
+        fast = sizer.size > 1
+        limit = min(config.max_concurrency, 2 * worker_count) if fast else config.max_concurrency
         while call := scheduler.next_call(sizer.size, limit):
-            worker = workers[next_worker % len(workers)]
+            method = workers[next_worker % len(workers)].run_units
             next_worker += 1
-            running[worker.execute_many.remote([unit for unit, _ in call])] = call
-
-        if to_grade and (len(to_grade) >= GRADE_BATCH_SIZE or time.monotonic() - first_waiting >= GRADE_BATCH_WAIT_S or not running):
-            flush_grading()
-
-        refs = list(running) + list(grading)
-        if not refs:
+            running[(method.options(concurrency_group=SERIAL_GROUP) if fast else method).remote(call)] = call
+        if not running:
             time.sleep(0.05)  # only delayed retries remain
             continue
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0.1, fetch_local=True)
+        refs = list(running)
+        ready, _ = ray.wait(refs, num_returns=1, timeout=0.1, fetch_local=True)  # wake at the first result
+        if ready:
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=True)
+        stored = []
         for ref in ready:
-            if ref in grading:
-                items = grading.pop(ref)
-                try:
-                    graded = ray.get(ref)
-                except ray.exceptions.RayError:
-                    # grading is pure and cheap: redo it here rather than lose the batch
-                    graded = grade_items(evals, items, run_id=run_id, agent=config.agent)
-                store(graded)
-                continue
             call = running.pop(ref)
             scheduler.call_finished(call[0][0].model)
             try:
-                outcomes = ray.get(ref)
+                rows = ray.get(ref)
             except ray.exceptions.RayError as exc:
-                outcomes = [(_system_error_execution(unit, run_id, exc), "unknown") for unit, _ in call]
-            for (unit, attempt), (execution, node) in zip(call, outcomes):
-                sizer.observe(execution.agent_s)  # wall time of the whole unit inflates with busy threads
-                unit_done(unit, attempt, execution, node)
+                rows = [_system_error_row(u, a, evals[u.eval_index], run_id, config.agent, exc) for u, a in call]
+            for (unit, attempt), row in zip(call, rows):
+                sizer.observe(row.agent_s)  # a whole unit's wall time inflates with busy threads
+                if (kept := finished(unit, attempt, row)) is not None:
+                    stored.append(kept)
+        writer.add(stored)

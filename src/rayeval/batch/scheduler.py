@@ -11,8 +11,8 @@ from .plan import Unit
 Attempt = tuple[Unit, int]
 
 # A call carries about this much agent work; slow units still go one per call.
-TARGET_CALL_SECONDS = 0.05
-MAX_UNITS_PER_CALL = 32
+TARGET_CALL_SECONDS = 0.1
+MAX_UNITS_PER_CALL = 64
 
 
 class ChunkSizer:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -67,24 +68,29 @@ def extract_tagged(text: str) -> Any:
     return None
 
 
-def _answer_file_candidates(work_dir: Path) -> list[Path]:
-    return [base / name for base in (work_dir, work_dir / LEGACY_SUBDIR) for name in ANSWER_FILE_NAMES]
+def _existing(work_dir: Path, names: tuple[str, ...]) -> list[Path]:
+    """Those of ``names`` present in the work folder or its legacy subfolder, in order."""
+    found = []
+    for base in (work_dir, work_dir / LEGACY_SUBDIR):
+        try:
+            present = set(os.listdir(base))
+        except OSError:
+            continue
+        found += [base / name for name in names if name in present and (base / name).is_file()]
+    return found
 
 
 def read_answer_files(work_dir: Path) -> FoundAnswer:
     """The first existing answer file; a broken one is reported, never silently skipped."""
-    for path in _answer_file_candidates(work_dir):
-        if not path.is_file():
-            continue
+    for path in _existing(work_dir, ANSWER_FILE_NAMES):
         source = str(path.relative_to(work_dir))
         try:
             return FoundAnswer(answer=json.loads(path.read_text(encoding="utf-8")), source=source)
         except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
             return FoundAnswer(source=source, problem=f"{source} is not valid JSON: {exc}")
-    for path in (work_dir / FINISHED_FILE, work_dir / LEGACY_SUBDIR / FINISHED_FILE):
-        if path.is_file():
-            text = path.read_text(encoding="utf-8", errors="replace")
-            return FoundAnswer(answer={"finished_file_contents": text}, source=str(path.relative_to(work_dir)))
+    for path in _existing(work_dir, (FINISHED_FILE,)):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        return FoundAnswer(answer={"finished_file_contents": text}, source=str(path.relative_to(work_dir)))
     return FoundAnswer(problem="the agent returned no answer and wrote no eval_answer.json")
 
 

@@ -1,7 +1,6 @@
 """EvalRunner: one agent on one eval, isolated, staged, answered, graded, recorded."""
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
@@ -13,7 +12,7 @@ from .execution import Execution, grade_execution, now
 from .isolation import Isolation, Outcome, run_agent_isolated
 from .prompt import build_prompt
 from .result import EvalResult
-from .secrets import compile_secrets, redact, secret_values
+from .secrets import environment_secrets, redact
 from .staging import StagingError, stage_data
 from .workspace import collect_artifacts, default_work_root, make_work_dir
 
@@ -76,7 +75,7 @@ class EvalRunner:
                 remove_tree(work_dir)
         if self.keep_workspace:
             fields.setdefault("metadata", {})["work_dir"] = str(work_dir)
-        pattern = compile_secrets(secret_values(os.environ))
+        pattern = environment_secrets()
         if pattern is not None:
             fields = redact(fields, pattern)
         return Execution(

@@ -15,6 +15,7 @@ import os
 import re
 import urllib.parse
 from collections.abc import Iterable, Mapping
+from functools import lru_cache
 from typing import Any
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "redact",
     "redact_text",
     "compile_secrets",
+    "environment_secrets",
 ]
 
 MASK = "***"
@@ -155,6 +157,16 @@ def _redact(obj: Any, pattern: re.Pattern[str]) -> Any:
         except UnicodeDecodeError:
             return obj
     return obj
+
+
+@lru_cache(maxsize=8)
+def _environment_pattern(environment: frozenset[tuple[str, str]]) -> re.Pattern[str] | None:
+    return compile_secrets(secret_values(dict(environment)))
+
+
+def environment_secrets() -> re.Pattern[str] | None:
+    """The compiled secrets of ``os.environ``, recomputed only when the environment changes."""
+    return _environment_pattern(frozenset(os.environ.items()))
 
 
 def compile_secrets(secrets: Iterable[str]) -> re.Pattern[str] | None:

@@ -324,6 +324,8 @@ def stage_data(
     deadline = None if timeout is None else time.monotonic() + timeout
 
     sources = [_parse(uri, base) for uri in nodes or []]  # fail fast on bad URIs
+    if not sources:
+        return []  # nothing to stage: no data folder either
     data_dir.mkdir(parents=True, exist_ok=True)
     os.chmod(data_dir, 0o755)  # read-only again below, whatever happens
     used: set[str] = set()

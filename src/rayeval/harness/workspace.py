@@ -33,9 +33,10 @@ def make_work_dir(root: Path, *, run_id: str | None, eval_id: str, model: str | 
 def collect_artifacts(work_dir: Path) -> dict[str, str]:
     """Text of the files worth keeping after the work folder is gone (tail-capped)."""
     found = {}
+    present = set(os.listdir(work_dir))
     for name in ARTIFACT_NAMES:
         path = work_dir / name
-        if path.is_file():
+        if name in present and path.is_file():
             data = path.read_bytes()
             if len(data) > MAX_ARTIFACT_BYTES:
                 data = b"[... truncated ...]\n" + data[-MAX_ARTIFACT_BYTES:]

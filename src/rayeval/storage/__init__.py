@@ -2,39 +2,40 @@
 
 ``ResultStore(root)`` reads and writes one results root; ``store.open_writer(run_id)`` gives a
 buffered, write-ahead-logged :class:`RowWriter`; :class:`RunManifest` describes a run.
+Exports load on first use: a Ray worker that only builds rows needs ``schema`` alone, not
+pyarrow.dataset and pandas.
 """
-from .filesystem import is_s3, pandas_storage_options, resolve_root
-from .manifest import EvalFileRef, PlanEntry, RunManifest, RunStatus
-from .schema import FILE_SCHEMA, PARTITION_COLUMNS, ResultRow, rows_to_table
-from .store import (
-    PARTITIONING,
-    TABLE_SCHEMA,
-    ResultStore,
-    RowWriter,
-    StorageError,
-    decode_partition,
-    encode_partition,
-)
-from .wal import WriterIdInUse
+from __future__ import annotations
 
-__all__ = [
-    "FILE_SCHEMA",
-    "PARTITIONING",
-    "PARTITION_COLUMNS",
-    "TABLE_SCHEMA",
-    "EvalFileRef",
-    "PlanEntry",
-    "ResultRow",
-    "ResultStore",
-    "RowWriter",
-    "RunManifest",
-    "RunStatus",
-    "StorageError",
-    "WriterIdInUse",
-    "decode_partition",
-    "encode_partition",
-    "is_s3",
-    "pandas_storage_options",
-    "resolve_root",
-    "rows_to_table",
-]
+from importlib import import_module
+from typing import Any
+
+_EXPORTS = {
+    "is_s3": ".filesystem",
+    "pandas_storage_options": ".filesystem",
+    "resolve_root": ".filesystem",
+    "EvalFileRef": ".manifest",
+    "PlanEntry": ".manifest",
+    "RunManifest": ".manifest",
+    "RunStatus": ".manifest",
+    "FILE_SCHEMA": ".schema",
+    "PARTITION_COLUMNS": ".schema",
+    "ResultRow": ".schema",
+    "rows_to_table": ".schema",
+    "PARTITIONING": ".store",
+    "TABLE_SCHEMA": ".store",
+    "ResultStore": ".store",
+    "RowWriter": ".store",
+    "StorageError": ".store",
+    "decode_partition": ".store",
+    "encode_partition": ".store",
+    "WriterIdInUse": ".wal",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(import_module(_EXPORTS[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

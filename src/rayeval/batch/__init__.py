@@ -5,8 +5,9 @@ for the driver's imports (the engine, the storage reader, pandas).
 """
 from __future__ import annotations
 
-from importlib import import_module
 from typing import TYPE_CHECKING, Any
+
+from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .engine import BatchConfig, RunConflict, run_batch
@@ -17,10 +18,7 @@ _EXPORTS = {"BatchConfig": ".engine", "RunConflict": ".engine", "run_batch": ".e
 __all__ = ["BatchConfig", "RunConflict", "RunSummary", "run", "run_batch"]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(import_module(_EXPORTS[name], __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
 def run(evals: list[str] | str, *, agent: str, output: str, **options: Any) -> RunSummary:

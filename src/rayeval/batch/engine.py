@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field
 
 from ..agents.resolve import INLINE_AGENTS, resolve_agent
 from ..evals import Eval, load_evals
+from ..harness.context import AgentFunction
 from ..harness.execution import Execution, grade_execution
 from ..storage import EvalFileRef, PlanEntry, ResultRow, ResultStore, RunManifest
 from .plan import Unit, plan_units
@@ -20,7 +21,7 @@ from .progress import Progress
 from .rows import row_from_result
 from .scheduler import ChunkSizer, Scheduler
 from .summary import RunSummary, summarize
-from .worker import SERIAL_GROUP, WorkerConfig, start_workers
+from .worker import SERIAL_GROUP, GradeFunction, WorkerConfig, start_workers
 
 ERROR_STATUSES = frozenset({"error", "timeout", "config_error"})
 
@@ -118,10 +119,25 @@ def _system_error_row(unit: Unit, attempt: int, eval_: Eval, run_id: str, agent:
     return row_from_result(result, unit=unit, eval_=eval_, run_id=run_id, agent=agent, attempt=attempt, node="unknown")
 
 
-def run_batch(config: BatchConfig) -> RunSummary:
-    """Plan, run and store a batch; returns the run's summary. Resumable with the same run id."""
-    evals = load_evals(*config.evals)  # every eval is validated before any work starts
-    resolve_agent(config.agent)  # an unknown agent is a usage error, not thousands of error rows
+def run_batch(
+    config: BatchConfig,
+    *,
+    evals: list[Eval] | None = None,
+    agent: AgentFunction | None = None,
+    grade: GradeFunction | None = None,
+) -> RunSummary:
+    """Plan, run and store a batch; returns the run's summary. Resumable with the same run id.
+
+    In-memory use (the Python APIs, e.g. ``rayeval.evaluations.run``): ``evals`` replaces
+    loading ``config.evals`` from files; ``agent``, a callable object (closures and lambdas
+    included: it travels to the workers with Ray's cloudpickle), replaces resolving
+    ``config.agent``, which then only labels the run (rows, unit ids, manifest); ``grade``
+    ``(eval, execution) -> EvalResult`` replaces the eval's graders on the workers.
+    """
+    if evals is None:
+        evals = load_evals(*config.evals)  # every eval is validated before any work starts
+    if agent is None:
+        resolve_agent(config.agent)  # an unknown agent is a usage error, not thousands of error rows
     store = ResultStore(config.output, s3_endpoint_url=config.s3_endpoint_url)
     run_id = config.run_id or new_run_id()
     units = plan_units(evals, config.models, config.seeds, config.agent)
@@ -146,7 +162,7 @@ def run_batch(config: BatchConfig) -> RunSummary:
         agent_args=config.agent_args,
         models=config.models,
         seeds=config.seeds,
-        eval_files=[EvalFileRef(path=str(e.source_path), id=e.id, eval_hash=e.content_hash()) for e in evals],
+        eval_files=[EvalFileRef(path=str(e.source_path or "<in-memory>"), id=e.id, eval_hash=e.content_hash()) for e in evals],
         plan=[PlanEntry(unit_id=u.unit_id, eval_id=u.eval_id, model=u.model, seed=u.seed) for u in units],
         created_at=previous.created_at if previous else started,
     )
@@ -155,7 +171,7 @@ def run_batch(config: BatchConfig) -> RunSummary:
     status = "failed"
     try:
         owns_ray = connect(config)
-        _execute(config, run_id, evals, todo, writer, progress)
+        _execute(config, run_id, evals, todo, writer, progress, agent=agent, grade=grade)
         status = "completed"
     except KeyboardInterrupt:
         status = "cancelled"
@@ -169,7 +185,17 @@ def run_batch(config: BatchConfig) -> RunSummary:
     return summarize(store, run_id, total_units=len(units), skipped=len(units) - len(todo), ran=len(todo), started=started)
 
 
-def _execute(config: BatchConfig, run_id: str, evals: list[Eval], todo: list[Unit], writer: Any, progress: Progress) -> None:
+def _execute(
+    config: BatchConfig,
+    run_id: str,
+    evals: list[Eval],
+    todo: list[Unit],
+    writer: Any,
+    progress: Progress,
+    *,
+    agent: AgentFunction | None = None,
+    grade: GradeFunction | None = None,
+) -> None:
     if not todo:
         return
     isolation = config.isolation if config.isolation != "auto" else ("inline" if config.agent in INLINE_AGENTS else "process")
@@ -184,9 +210,12 @@ def _execute(config: BatchConfig, run_id: str, evals: list[Eval], todo: list[Uni
         work_root=config.work_root,
         cache_dir=config.cache_dir,
         s3_endpoint_url=config.s3_endpoint_url,
+        agent_is_name=agent is None,
     )
-    evals_ref = ray.put(evals)  # held for the whole run: restarted workers are rebuilt from it
-    workers = start_workers(worker_config, evals_ref, count=worker_count, threads_per_worker=threads)
+    # The evals and in-memory agent/grade callables (cloudpickled) are put once and held for
+    # the whole run; every call carries the references, so a restarted worker reloads them.
+    shared = [ray.put(evals), ray.put(agent), ray.put(grade)]
+    workers = start_workers(worker_config, count=worker_count, threads_per_worker=threads)
     scheduler = Scheduler(todo, max_concurrency=config.max_concurrency, model_limits=config.model_concurrency)
     sizer = ChunkSizer()
     running: dict[Any, list[tuple[Unit, int]]] = {}
@@ -213,7 +242,7 @@ def _execute(config: BatchConfig, run_id: str, evals: list[Eval], todo: list[Uni
         while call := scheduler.next_call(sizer.size, limit):
             method = workers[next_worker % len(workers)].run_units
             next_worker += 1
-            running[(method.options(concurrency_group=SERIAL_GROUP) if fast else method).remote(call)] = call
+            running[(method.options(concurrency_group=SERIAL_GROUP) if fast else method).remote(call, shared)] = call
         if not running:
             time.sleep(0.05)  # only delayed retries remain
             continue

@@ -11,13 +11,30 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:
+    from .reader import ResultsReader
 
 EXIT_OK, EXIT_GATE_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+LATEST = "latest"
 
 GROUP_COLUMNS = {"model": "model", "harness": "harness", "run": "run_id", "run_id": "run_id", "agent": "agent",
                  "task": "task", "kit": "kit", "platform": "kit", "eval_type": "eval_type", "time_horizon": "time_horizon"}
 MODEL_KEYS = ("model", "harness", "agent", "run_id")
+
+
+def _resolve_latest(reader: ResultsReader, runs: list[str] | None) -> list[str] | None:
+    """``latest`` names the newest run under the root (by its manifest, else by its id)."""
+    if not runs or LATEST not in runs:
+        return runs
+    from .reader import ReportError
+
+    manifests = reader.manifests()
+    candidates = sorted(reader.run_ids(), key=lambda run: (str(manifests.get(run, {}).get("created_at", "")), run))
+    if not candidates:
+        raise ReportError(f"--run {LATEST}: no runs under {reader.root}")
+    return [candidates[-1] if run == LATEST else run for run in runs]
 
 
 def _split(values: Sequence[str] | None) -> list[str] | None:
@@ -100,7 +117,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     by = parse_by(args.by)
     ks = _ks(args.pass_k)
     reader = ResultsReader(args.root, args.s3_endpoint)
-    runs = _split(args.run)
+    runs = _resolve_latest(reader, _split(args.run))
     columns = list(REPORT_COLUMNS) + (["answer_json"] if args.format == "html" else [])
     units = reader.units(runs=runs, models=_split(args.model), evals=_split(args.eval), columns=columns)
     if units.empty:
@@ -162,7 +179,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.n_boot < 100:
         raise ReportError(f"--n-boot must be at least 100, got {args.n_boot}")
     reader = ResultsReader(args.root, args.s3_endpoint)
-    units = reader.units(runs=_split(args.run), models=_split(args.model), evals=_split(args.eval))
+    units = reader.units(runs=_resolve_latest(reader, _split(args.run)), models=_split(args.model), evals=_split(args.eval))
     if units.empty:
         raise ReportError(f"no results under {args.root}")
     result = paired_comparison(units, args.a, args.b, errors=args.errors, n_boot=args.n_boot, seed=args.seed)
@@ -175,7 +192,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("root", help="results root: a folder or s3://bucket/prefix")
-    parser.add_argument("--run", action="append", metavar="ID", help="only these run ids (repeatable, comma-separated)")
+    parser.add_argument("--run", action="append", metavar="ID", help="only these run ids (repeatable, comma-separated; 'latest' = the newest run)")
     parser.add_argument("--model", action="append", metavar="MODEL", help="only these models (repeatable, comma-separated)")
     parser.add_argument("--eval", action="append", metavar="EVAL_ID", help="only these evals (repeatable, comma-separated)")
     parser.add_argument(
@@ -193,7 +210,7 @@ def add_report_commands(subparsers: argparse._SubParsersAction) -> None:
     report = subparsers.add_parser(
         "report",
         help="benchmark table, stats and HTML report over stored results",
-        description="Accuracy (mean over evals of per-eval pass rates) with t-distribution 95%% CIs, "
+        description="Accuracy (mean over evals of per-eval pass rates) with t-distribution 95% CIs, "
         "mean cost and duration per run, per model × harness (or by task/kit). Exit 1 when a gate fails.",
     )
     _common(report)

@@ -7,8 +7,7 @@ pyarrow.dataset and pandas.
 """
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from .._lazy import lazy_exports
 
 _EXPORTS = {
     "is_s3": ".filesystem",
@@ -35,7 +34,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(import_module(_EXPORTS[name], __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _EXPORTS)

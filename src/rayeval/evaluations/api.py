@@ -1,0 +1,435 @@
+"""``rayeval.evaluations.run``: a Humanloop-style evaluation on the Ray batch engine.
+
+Each datapoint becomes one unit of the batch engine (an in-memory eval whose id is the stable
+datapoint id); the file callable is the unit's agent and the evaluators are its grade step,
+both shipped to the Ray workers with cloudpickle. Rows land in the usual Parquet layout
+(``<output>/run_id=<id>/model=<file path[@version]>/``), the stats are read back from them.
+"""
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from ..report import (
+    REPORT_COLUMNS,
+    EvaluationStats,
+    ResultsReader,
+    benchmark_table,
+    evaluation_stats,
+    to_text,
+)
+from ..report.stats import (
+    BooleanEvaluatorStats,
+    NumberEvaluatorStats,
+    SelectEvaluatorStats,
+)
+from ..storage.store import ResultStore
+from .config import EvaluationSpec, EvaluatorConfig, ReturnType, validate_arguments
+from .index import EvaluationRunRecord, EvaluatorRecord, previous_run, write_record
+from .runtime import DatapointCaller, EvaluatorsGrader, LocalEvaluator
+
+# Engine options ``run`` sets itself (``workers`` is the concurrency).
+_OWNED_OPTIONS = frozenset(
+    {"evals", "agent", "agent_args", "models", "seeds", "output", "resume", "max_concurrency", "address",
+     "s3_endpoint_url", "show_progress", "run_id", "timeout", "retries", "isolation"}
+)
+# The columns the evaluator stats group and count by; everything else only feeds the report.
+_STATS_COLUMNS = ("run_id", "model", "harness", "unit_id", "attempt", "status", "started_at", "finished_at", "metrics_json")
+
+
+class EvaluatorCheck(BaseModel):
+    """One evaluator's aggregate over the run, its change since the previous run, its threshold.
+
+    ``score``: boolean → share of logs judged true (``num_true / total_logs``: errors and
+    nulls count as not true); number → mean of the judgments; select / multi_select → share
+    of logs whose judgment is (or, multi-select, includes) the most common option, named in
+    ``option`` (ties: the first option alphabetically); text → None. ``delta`` = score −
+    the previous run's score (select: the previous share of the same option), None on a
+    first run or when either score is None. ``threshold_check`` = score >= threshold (False
+    when there is no score), None without a threshold.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    path: str
+    return_type: ReturnType
+    score: float | None
+    delta: float | None
+    threshold: float | None
+    threshold_check: bool | None
+    improvement_check: bool | None = None  # delta >= 0 (None on a first run)
+    previous_score: float | None = None
+    option: str | None = None  # select / multi_select: the option whose share is the score
+    num_judgments: int = 0
+    num_errors: int = 0
+
+
+class EvaluationResult(BaseModel):
+    """What ``evaluations.run`` returns (and prints as ``report``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    run_id: str
+    previous_run_id: str | None
+    version_id: str  # the rows' ``model``: file path[@version]
+    output: str
+    results_path: str  # hand it to pandas.read_parquet
+    stats: EvaluationStats
+    checks: list[EvaluatorCheck]
+    report: str
+
+    @property
+    def passed(self) -> bool:
+        """No threshold check failed (evaluators without a threshold do not count)."""
+        return all(check.threshold_check is not False for check in self.checks)
+
+    def check(self, path: str) -> EvaluatorCheck:
+        for check in self.checks:
+            if check.path == path:
+                return check
+        raise KeyError(f"no evaluator {path!r} in this evaluation (have {', '.join(c.path for c in self.checks)})")
+
+    def __str__(self) -> str:
+        return self.report
+
+
+# -- scores --------------------------------------------------------------------------------
+def _mode(counts: Mapping[str, int]) -> str | None:
+    return min(counts, key=lambda option: (-counts[option], option)) if counts else None
+
+
+def evaluator_score(stat: Any, option: str | None = None) -> tuple[float | None, str | None]:
+    """(score, option) of one EvaluatorStats; ``option`` fixes the select option to score."""
+    if isinstance(stat, BooleanEvaluatorStats):
+        return (stat.num_true / stat.total_logs if stat.total_logs else None), None
+    if isinstance(stat, NumberEvaluatorStats):
+        return stat.mean, None
+    if isinstance(stat, SelectEvaluatorStats):
+        counts = stat.num_judgments_per_option
+        chosen = option if option is not None else _mode(counts)
+        if chosen is None or not stat.total_logs:
+            return None, chosen
+        return counts.get(chosen, 0) / stat.total_logs, chosen
+    return None, None
+
+
+def _stats_by_path(stats: EvaluationStats | None, run_id: str | None) -> dict[str, Any]:
+    if stats is None:
+        return {}
+    for run in stats.run_stats:
+        if run.run_id == run_id:
+            return {s.evaluator: s for s in run.evaluator_stats}
+    return {}
+
+
+def _delta(score: float | None, previous: float | None) -> float | None:
+    if score is None or previous is None:
+        return None
+    return round(score - previous, 12)  # no float noise such as 0.20000000000000007
+
+
+def build_checks(
+    evaluators: Sequence[EvaluatorConfig],
+    current: Mapping[str, Any],
+    previous: Mapping[str, Any],
+    previous_types: Mapping[str, str],
+) -> list[EvaluatorCheck]:
+    checks = []
+    for evaluator in evaluators:
+        stat = current.get(evaluator.path)
+        score, option = evaluator_score(stat) if stat is not None else (None, None)
+        before = None
+        if evaluator.path in previous and previous_types.get(evaluator.path) == evaluator.return_type:
+            before, _ = evaluator_score(previous[evaluator.path], option)
+        delta = _delta(score, before)
+        threshold_check = None if evaluator.threshold is None else (score is not None and score >= evaluator.threshold)
+        checks.append(
+            EvaluatorCheck(
+                path=evaluator.path,
+                return_type=evaluator.return_type,
+                score=score,
+                delta=delta,
+                threshold=evaluator.threshold,
+                threshold_check=threshold_check,
+                improvement_check=None if delta is None else delta >= 0,
+                previous_score=before,
+                option=option,
+                num_judgments=getattr(stat, "num_judgments", 0),
+                num_errors=getattr(stat, "num_errors", 0),
+            )
+        )
+    return checks
+
+
+# -- the report ----------------------------------------------------------------------------
+def _number(value: float | None, signed: bool = False) -> str:
+    if value is None:
+        return "-"
+    return f"{value:+.4f}" if signed else f"{value:.4f}"
+
+
+def checks_table(checks: Sequence[EvaluatorCheck], stats: Mapping[str, Any]) -> str:
+    header = ("evaluator", "type", "logs", "judged", "nulls", "errors", "score", "delta", "threshold", "check")
+    rows = []
+    for check in checks:
+        stat = stats.get(check.path)
+        name = check.path if check.option is None else f"{check.path} [{check.option}]"
+        verdict = {None: "-", True: "PASS", False: "FAIL"}[check.threshold_check]
+        rows.append(
+            (
+                name,
+                check.return_type,
+                str(getattr(stat, "total_logs", 0)),
+                str(getattr(stat, "num_judgments", 0)),
+                str(getattr(stat, "num_nulls", 0)),
+                str(getattr(stat, "num_errors", 0)),
+                _number(check.score),
+                _number(check.delta, signed=True),
+                _number(check.threshold),
+                verdict,
+            )
+        )
+    if not rows:
+        return "no evaluators"
+    widths = [max(len(header[i]), *(len(r[i]) for r in rows)) for i in range(len(header))]
+    left = {0, 1}
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    return "\n".join([line(header), "  ".join("-" * w for w in widths), *(line(r) for r in rows)])
+
+
+def _report(
+    spec: EvaluationSpec,
+    run_id: str,
+    previous: EvaluationRunRecord | None,
+    stats: EvaluationStats,
+    units: Any,
+    checks: list[EvaluatorCheck],
+    current: Mapping[str, Any],
+    results_path: str,
+) -> str:
+    compared = f"compared with run {previous.run_id} ({previous.version_id})" if previous else "first run of this name: no delta"
+    points = len(spec.dataset.datapoints)
+    parts = [
+        f"Evaluation {spec.name!r}: {spec.file.type} {spec.file.identity} on dataset {spec.dataset.path!r} ({points} datapoints)",
+        f"run {run_id}, {compared}",
+        f"status: {stats.status}; {stats.progress}",
+    ]
+    if len(units):
+        parts.append("")
+        parts.append(to_text(benchmark_table(units)))
+        parts.append(
+            "Accuracy is the share of logs that passed every check (boolean evaluators, and number "
+            "evaluators with a threshold); errors count as failures."
+        )
+    parts += ["", checks_table(checks, current)]
+    gated = [c for c in checks if c.threshold_check is not None]
+    if gated:
+        failed = [c.path for c in gated if not c.threshold_check]
+        parts.append(
+            f"{len(gated) - len(failed)}/{len(gated)} threshold checks passed"
+            + (f"; failed: {', '.join(failed)}" if failed else "")
+        )
+    parts.append(f"results: {results_path}")
+    return "\n".join(parts)
+
+
+# -- run -----------------------------------------------------------------------------------
+def _in_memory_evals(spec: EvaluationSpec) -> list[Any]:
+    """One Eval per datapoint (built without the grader-registry check: the evaluators grade)."""
+    from .._json import dumps
+    from ..evals.model import Eval, GraderSpec
+
+    grader = GraderSpec.model_construct(
+        type="evaluations",
+        config={
+            "evaluators": [
+                {"path": e.path, "args_type": e.args_type, "return_type": e.return_type, "threshold": e.threshold}
+                for e in spec.evaluators
+            ]
+        },
+    )
+    evals = []
+    for datapoint_id, point in zip(spec.datapoint_ids, spec.dataset.datapoints):
+        task = dumps({"inputs": point.inputs, "messages": point.messages} if point.messages is not None else {"inputs": point.inputs})
+        evals.append(
+            Eval.model_construct(
+                id=datapoint_id,
+                task=task,
+                grader=grader,
+                metadata={"task": spec.dataset.path, "eval_type": "datapoint"},
+                inputs=point.inputs,
+                messages=point.messages,
+                target=point.target,
+            )
+        )
+    return evals
+
+
+def _read_stats(
+    reader: ResultsReader,
+    run_id: str,
+    evaluators: Mapping[str, str],
+    *,
+    planned: int | None = None,
+    status: str | None = None,
+) -> tuple[EvaluationStats, Any]:
+    """(EvaluationStats without report, the units) of one run."""
+    units = reader.units(runs=run_id, columns=[*REPORT_COLUMNS, "metrics_json"])
+    # Only the columns the stats group by: an evaluator path never shadows a result column.
+    minimal = units[[c for c in _STATS_COLUMNS if c in units.columns]]
+    stats = evaluation_stats(minimal, evaluators=dict(evaluators), planned_units=planned, run_status=status, report=False)
+    return stats, units
+
+
+def run(
+    name: str,
+    file: Mapping[str, Any],
+    evaluators: Sequence[Mapping[str, Any]] | None,
+    dataset: Mapping[str, Any],
+    workers: int = 4,
+    *,
+    output: str = "rayeval-results",
+    address: str | None = None,
+    s3_endpoint_url: str | None = None,
+    show_progress: bool = True,
+    print_report: bool = True,
+    run_id: str | None = None,
+    timeout: float | None = None,
+    retries: int = 0,
+    isolation: Literal["inline", "process"] = "inline",
+    **engine_options: Any,
+) -> EvaluationResult:
+    """Evaluate ``file`` over ``dataset`` with ``evaluators`` on Ray; rows go to ``output``.
+
+    ``file = {path, type="flow", version=None, callable}``: ``callable(**inputs,
+    messages=messages)`` (``messages`` only when the datapoint has them) returns the log's
+    output, a string (anything else is stored as JSON text). ``path`` and ``version`` (a
+    string, or a dict of parameters identified by its hash) make the rows' ``model``:
+    ``path`` or ``path@version``.
+
+    ``evaluators = [{path, args_type="target_free"|"target_required", return_type=
+    "boolean"|"number"|"select"|"multi_select"|"text", callable, threshold=None}]``:
+    ``callable(log)``, or ``callable(log, datapoint)`` when target_required; the log and the
+    datapoint are plain dicts (see :mod:`rayeval.evaluations.runtime`). An evaluator that
+    raises records ``{"error": ...}`` as its judgment (counted in ``num_errors``), never a
+    crash. Thresholds: a share in [0, 1] for boolean/select/multi_select, any number for
+    number evaluators, none for text.
+
+    ``dataset = {path, datapoints: [{inputs, messages=None, target=None, id=None}]}``:
+    a datapoint's id (the rows' ``eval_id``) is its ``id`` or a hash of its content.
+
+    ``workers`` is the number of datapoints in flight at once. Ray is embedded (started and
+    stopped here, loopback only) unless ``address`` names a cluster or Ray is already
+    initialised. Every argument is validated before any Ray work
+    (:class:`~rayeval.evaluations.EvaluationConfigError`). ``timeout`` (seconds per call of
+    the file callable), ``retries`` (of a callable that raised), ``isolation`` (``"process"``
+    forks a child per datapoint) and other ``BatchConfig`` options (``flush_seconds``,
+    ``work_root``…) pass to the engine. Returns the run's EvaluationStats and a check per
+    evaluator, with the delta against the previous run of the same ``name`` under ``output``.
+    """
+    spec = validate_arguments(name, file, evaluators, dataset)
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"evaluations.run: workers must be an integer >= 1, got {workers!r}")
+    clash = sorted(set(engine_options) & _OWNED_OPTIONS)
+    if clash:
+        raise TypeError(f"evaluations.run: {', '.join(clash)} cannot be passed as engine options")
+
+    from ..batch.engine import BatchConfig, new_run_id, run_batch
+
+    unknown = sorted(set(engine_options) - set(BatchConfig.model_fields))
+    if unknown:
+        raise TypeError(f"evaluations.run: unknown option(s) {', '.join(unknown)}")
+    version_id = spec.file.identity
+    file_info = {"path": spec.file.path, "type": spec.file.type, "version": spec.file.version}
+    config = BatchConfig(
+        evals=[],
+        agent=spec.file.type,
+        agent_args={"evaluation": spec.name, "file": spec.file.path, "dataset": spec.dataset.path},
+        models=[version_id],
+        seeds=[1],
+        output=output,
+        run_id=run_id or new_run_id(),
+        max_concurrency=workers,
+        address=address,
+        s3_endpoint_url=s3_endpoint_url,
+        show_progress=show_progress,
+        timeout=timeout,
+        retries=retries,
+        isolation=isolation,
+        **engine_options,
+    )
+    assert config.run_id is not None
+    caller = DatapointCaller(
+        spec.file.callable,
+        {dp_id: (point.inputs, point.messages) for dp_id, point in zip(spec.datapoint_ids, spec.dataset.datapoints)},
+    )
+    grader = EvaluatorsGrader(
+        [LocalEvaluator(e.path, e.args_type, e.return_type, e.threshold, e.callable) for e in spec.evaluators],
+        name=spec.name,
+        file=file_info,
+        version_id=version_id,
+    )
+    created = datetime.now(timezone.utc)
+    summary = run_batch(config, evals=_in_memory_evals(spec), agent=caller, grade=grader)
+
+    store = ResultStore(output, s3_endpoint_url=s3_endpoint_url)
+    reader = ResultsReader(output, s3_endpoint_url)
+    kinds = {e.path: e.kind for e in spec.evaluators}
+    manifest = store.read_manifest(config.run_id)
+    stats, units = _read_stats(
+        reader, config.run_id, kinds, planned=len(spec.dataset.datapoints), status=manifest.status if manifest else None
+    )
+    current = _stats_by_path(stats, config.run_id)
+
+    previous = previous_run(store, spec.name, before=config.run_id)
+    previous_stats: dict[str, Any] = {}
+    previous_types: dict[str, str] = {}
+    if previous is not None:
+        previous_types = {e.path: e.return_type for e in previous.evaluators}
+        shared = {e.path: e.kind for e in spec.evaluators if previous_types.get(e.path) == e.return_type}
+        if shared:
+            before, _ = _read_stats(reader, previous.run_id, shared)
+            previous_stats = _stats_by_path(before, previous.run_id)
+    checks = build_checks(spec.evaluators, current, previous_stats, previous_types)
+
+    write_record(
+        store,
+        EvaluationRunRecord(
+            name=spec.name,
+            run_id=config.run_id,
+            status=manifest.status if manifest else "completed",
+            version_id=version_id,
+            file={**file_info, "version": spec.file.version_label},
+            dataset={"path": spec.dataset.path, "datapoints": len(spec.dataset.datapoints)},
+            evaluators=[
+                EvaluatorRecord(path=e.path, args_type=e.args_type, return_type=e.return_type, threshold=e.threshold)
+                for e in spec.evaluators
+            ],
+            created_at=created,
+            finished_at=datetime.now(timezone.utc),
+            scores={c.path: c.score for c in checks},
+        ),
+    )
+    text = _report(spec, config.run_id, previous, stats, units, checks, current, summary.results_path)
+    stats = stats.model_copy(update={"report": text})
+    if print_report:
+        print(text, file=sys.stdout, flush=True)
+    return EvaluationResult(
+        name=spec.name,
+        run_id=config.run_id,
+        previous_run_id=previous.run_id if previous else None,
+        version_id=version_id,
+        output=output,
+        results_path=summary.results_path,
+        stats=stats,
+        checks=checks,
+        report=text,
+    )

@@ -1,0 +1,413 @@
+"""The arguments of ``evaluations.run``, validated up front (before any Ray work).
+
+Every problem found in ``file``, ``evaluators`` and ``dataset`` is reported at once, in one
+:class:`EvaluationConfigError` whose lines name the evaluator (by path and position), the
+datapoint (by position) and the field at fault.
+"""
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from ..evals.model import id_problem
+
+FileType = Literal["prompt", "tool", "flow", "agent", "evaluator"]
+ArgsType = Literal["target_free", "target_required"]
+ReturnType = Literal["boolean", "number", "select", "multi_select", "text"]
+
+# The EvaluationStats kind of each return type (a multi-select is counted per option).
+STATS_KIND: dict[str, str] = {
+    "boolean": "boolean",
+    "number": "number",
+    "select": "select",
+    "multi_select": "select",
+    "text": "text",
+}
+# Return types whose aggregate is a share of logs: their thresholds are shares in [0, 1].
+SHARE_TYPES = frozenset({"boolean", "select", "multi_select"})
+
+# Result columns the stats read by name: an evaluator path equal to one would be misread.
+RESERVED_PATHS = frozenset(
+    {"run_id", "model", "harness", "unit_id", "attempt", "status", "started_at", "finished_at", "metrics_json", "batch_id"}
+)
+MAX_LISTED = 5  # problems of one kind listed before "... and N more"
+
+
+class EvaluationConfigError(ValueError):
+    """``evaluations.run`` was given a bad ``name``, ``file``, ``evaluators`` or ``dataset``."""
+
+    def __init__(self, problems: Sequence[str]):
+        self.problems = list(problems)
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"evaluations.run: {len(self.problems)} problem(s) in the arguments:\n{lines}")
+
+
+def _json_problem(value: Any) -> str | None:
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        return f"is not JSON-serialisable ({exc})"
+    return None
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _real(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"must be a number, got {value!r} ({type(value).__name__})")
+    if not math.isfinite(value):
+        raise ValueError(f"must be finite, got {value!r}")
+    return float(value)
+
+
+def _non_empty(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must be a non-empty string")
+    return value
+
+
+def _cannot_bind(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> str | None:
+    """Why ``fn(*args, **kwargs)`` would fail on its signature alone (None if it fits or is unknown)."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # some builtins have none: nothing to check
+        return None
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as exc:
+        return str(exc)
+    return None
+
+
+class FileConfig(BaseModel):
+    """The evaluated thing: ``callable(**inputs, messages=messages)`` returns the log's output."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+    path: str
+    type: FileType = "flow"
+    version: str | dict[str, Any] | None = None
+    callable: Callable[..., Any]
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, value: str) -> str:
+        return _non_empty(value).strip()
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return _non_empty(value).strip()
+        if isinstance(value, dict):
+            problem = _json_problem(value)
+            if problem:
+                raise ValueError(f"version {problem}")
+        return value
+
+    @property
+    def version_label(self) -> str | None:
+        """The version as text: a string as given, a dict (e.g. prompt parameters) by content hash."""
+        if self.version is None or isinstance(self.version, str):
+            return self.version
+        return "v-" + hashlib.sha256(_canonical(self.version).encode()).hexdigest()[:10]
+
+    @property
+    def identity(self) -> str:
+        """The results' ``model``: ``path`` or ``path@version``."""
+        label = self.version_label
+        return self.path if label is None else f"{self.path}@{label}"
+
+
+class EvaluatorConfig(BaseModel):
+    """One local evaluator, called as ``callable(log)`` or ``callable(log, datapoint)``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+    path: str
+    args_type: ArgsType = "target_free"
+    return_type: ReturnType
+    callable: Callable[..., Any]
+    threshold: float | None = None
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, value: str) -> str:
+        value = _non_empty(value).strip()
+        if value in RESERVED_PATHS:
+            raise ValueError(f"path {value!r} is reserved (a result column); choose another path")
+        return value
+
+    @field_validator("threshold", mode="before")
+    @classmethod
+    def _threshold(cls, value: Any) -> Any:
+        return None if value is None else _real(value)
+
+    @model_validator(mode="after")
+    def _fits(self) -> EvaluatorConfig:
+        if self.threshold is not None:
+            if self.return_type == "text":
+                raise ValueError("a text evaluator has no score, so it takes no threshold")
+            if self.return_type in SHARE_TYPES and not 0.0 <= self.threshold <= 1.0:
+                raise ValueError(
+                    f"a {self.return_type} evaluator's threshold is a share of logs in [0, 1] "
+                    f"(e.g. 0.8 for 80%), got {self.threshold:g}"
+                )
+        args = ({}, {}) if self.args_type == "target_required" else ({},)
+        problem = _cannot_bind(self.callable, *args)
+        if problem:
+            form = "callable(log, datapoint)" if self.args_type == "target_required" else "callable(log)"
+            raise ValueError(f"callable cannot be called as {form} ({self.args_type}): {problem}")
+        return self
+
+    @property
+    def kind(self) -> str:
+        """The EvaluatorStats kind (``multi_select`` is counted as ``select``)."""
+        return STATS_KIND[self.return_type]
+
+
+class DatapointConfig(BaseModel):
+    """One row of the dataset; an ``id`` is optional (default: a hash of the content)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str | None = None
+    inputs: dict[str, Any] = Field(default_factory=dict)
+    messages: list[dict[str, Any]] | None = None
+    target: Any = None
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, value: str | None) -> str | None:
+        if value is not None and (problem := id_problem(value)):
+            raise ValueError(f"id {problem}")
+        return value
+
+    @model_validator(mode="after")
+    def _plain_json(self) -> DatapointConfig:
+        for field in ("inputs", "messages", "target"):
+            problem = _json_problem(getattr(self, field))
+            if problem:
+                raise ValueError(f"{field} {problem}")
+        if self.messages is not None and "messages" in self.inputs:
+            raise ValueError("inputs has a 'messages' key and the datapoint has messages: the callable gets messages= once")
+        return self
+
+    @property
+    def has_target(self) -> bool:
+        return self.target is not None and self.target not in ("", {}, [])
+
+    def content_id(self) -> str:
+        """Stable id from the content: the same inputs, messages and target give the same id."""
+        body = {"inputs": self.inputs, "messages": self.messages, "target": self.target}
+        return "dp-" + hashlib.sha256(_canonical(body).encode()).hexdigest()[:16]
+
+
+class DatasetConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: str
+    datapoints: list[DatapointConfig]
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, value: str) -> str:
+        return _non_empty(value).strip()
+
+
+class EvaluationSpec(BaseModel):
+    """The validated arguments, with a stable id per datapoint."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    name: str
+    file: FileConfig
+    evaluators: list[EvaluatorConfig]
+    dataset: DatasetConfig
+    datapoint_ids: list[str]
+
+
+# -- validation ----------------------------------------------------------------------------
+def _messages(exc: ValidationError, where: str) -> list[str]:
+    out = []
+    for error in exc.errors():
+        loc = ".".join(str(part) for part in error["loc"])
+        message = error["msg"]
+        message = message.removeprefix("Value error, ")
+        if error["type"] == "missing":
+            message = "is required"
+        elif error["type"] == "extra_forbidden":
+            message = "is not a known field"
+        elif error["type"] == "callable_type":
+            message = f"must be callable, got {type(error.get('input')).__name__}"
+        out.append(f"{where}: {loc}: {message}" if loc else f"{where}: {message}")
+    return out
+
+
+def _listed(items: list[str]) -> str:
+    shown = ", ".join(items[:MAX_LISTED])
+    return shown + (f" and {len(items) - MAX_LISTED} more" if len(items) > MAX_LISTED else "")
+
+
+def _validate_file(file: Any, problems: list[str]) -> FileConfig | None:
+    if isinstance(file, FileConfig):
+        return file
+    if not isinstance(file, Mapping):
+        problems.append(f"file: must be a dict {{path, type, version, callable}}, got {type(file).__name__}")
+        return None
+    try:
+        return FileConfig.model_validate(dict(file))
+    except ValidationError as exc:
+        path = file.get("path")
+        problems.extend(_messages(exc, f"file {path!r}" if isinstance(path, str) and path.strip() else "file"))
+        return None
+
+
+def _validate_evaluators(evaluators: Any, problems: list[str]) -> list[EvaluatorConfig]:
+    if evaluators is None:
+        return []
+    if isinstance(evaluators, (str, bytes, Mapping)) or not isinstance(evaluators, Sequence):
+        problems.append(f"evaluators: must be a list of evaluator dicts, got {type(evaluators).__name__}")
+        return []
+    valid: list[EvaluatorConfig] = []
+    seen: dict[str, int] = {}
+    for index, raw in enumerate(evaluators):
+        path = raw.get("path") if isinstance(raw, Mapping) else getattr(raw, "path", None)
+        where = f"evaluator {path!r} (evaluators[{index}])" if isinstance(path, str) else f"evaluators[{index}]"
+        if isinstance(raw, EvaluatorConfig):
+            config = raw
+        elif not isinstance(raw, Mapping):
+            problems.append(f"{where}: must be a dict {{path, args_type, return_type, callable, threshold}}, got {type(raw).__name__}")
+            continue
+        else:
+            try:
+                config = EvaluatorConfig.model_validate(dict(raw))
+            except ValidationError as exc:
+                problems.extend(_messages(exc, where))
+                continue
+        if config.path in seen:
+            problems.append(f"{where}: path {config.path!r} is already used by evaluators[{seen[config.path]}]")
+            continue
+        seen[config.path] = index
+        valid.append(config)
+    return valid
+
+
+def _validate_dataset(dataset: Any, problems: list[str]) -> DatasetConfig | None:
+    if isinstance(dataset, DatasetConfig):
+        return dataset
+    if not isinstance(dataset, Mapping):
+        problems.append(f"dataset: must be a dict {{path, datapoints}}, got {type(dataset).__name__}")
+        return None
+    unknown = sorted(str(k) for k in dataset if k not in DatasetConfig.model_fields)
+    if unknown:
+        problems.append(f"dataset: {', '.join(unknown)}: not a known field (use path, datapoints)")
+    path = dataset.get("path")
+    where = f"dataset {path!r}" if isinstance(path, str) else "dataset"
+    if not isinstance(path, str) or not path.strip():
+        problems.append(f"dataset: path: must be a non-empty string, got {path!r}")
+    raw_points = dataset.get("datapoints")
+    if isinstance(raw_points, (str, bytes, Mapping)) or not isinstance(raw_points, Sequence):
+        problems.append(f"{where}: datapoints: must be a list of {{inputs, messages, target}} dicts, got {type(raw_points).__name__}")
+        return None
+    if not raw_points:
+        problems.append(f"{where}: datapoints is empty: nothing to evaluate")
+    points: list[DatapointConfig] = []
+    failed = False
+    for index, raw in enumerate(raw_points):
+        if isinstance(raw, DatapointConfig):
+            points.append(raw)
+            continue
+        if not isinstance(raw, Mapping):
+            problems.append(f"{where}: datapoints[{index}]: must be a dict {{inputs, messages, target}}, got {type(raw).__name__}")
+            failed = True
+            continue
+        try:
+            points.append(DatapointConfig.model_validate(dict(raw)))
+        except ValidationError as exc:
+            problems.extend(_messages(exc, f"{where}: datapoints[{index}]"))
+            failed = True
+    if failed or unknown or not isinstance(path, str) or not path.strip():
+        return None
+    return DatasetConfig(path=path, datapoints=points)
+
+
+def _datapoint_ids(dataset: DatasetConfig, problems: list[str]) -> list[str]:
+    """Given ids, else content ids; repeated content gets ``-2``, ``-3``… in dataset order."""
+    given: dict[str, int] = {}
+    for index, point in enumerate(dataset.datapoints):
+        if point.id is None:
+            continue
+        if point.id in given:
+            problems.append(f"dataset {dataset.path!r}: datapoints[{index}].id {point.id!r} repeats datapoints[{given[point.id]}].id")
+        given.setdefault(point.id, index)
+    ids: list[str] = []
+    used = set(given)
+    for point in dataset.datapoints:
+        if point.id is not None:
+            ids.append(point.id)
+            continue
+        base = point.content_id()
+        candidate, n = base, 1
+        while candidate in used:
+            n += 1
+            candidate = f"{base}-{n}"
+        used.add(candidate)
+        ids.append(candidate)
+    return ids
+
+
+def _check_fit(file: FileConfig, evaluators: list[EvaluatorConfig], dataset: DatasetConfig, problems: list[str]) -> None:
+    unfit: list[str] = []
+    for index, point in enumerate(dataset.datapoints):
+        kwargs = dict(point.inputs)
+        if point.messages is not None:
+            kwargs["messages"] = point.messages
+        problem = _cannot_bind(file.callable, **kwargs)
+        if problem:
+            unfit.append(f"datapoints[{index}] ({problem})")
+    if unfit:
+        problems.append(f"file {file.path!r}: callable cannot take the inputs of {_listed(unfit)}")
+    missing = [f"datapoints[{i}]" for i, point in enumerate(dataset.datapoints) if not point.has_target]
+    for index, evaluator in enumerate(evaluators):
+        if evaluator.args_type == "target_required" and missing:
+            problems.append(
+                f"evaluator {evaluator.path!r} (evaluators[{index}]) is target_required, "
+                f"but {_listed(missing)} of dataset {dataset.path!r} have no target"
+            )
+
+
+def validate_arguments(name: Any, file: Any, evaluators: Any, dataset: Any) -> EvaluationSpec:
+    """The validated arguments, or an :class:`EvaluationConfigError` listing every problem."""
+    problems: list[str] = []
+    if not isinstance(name, str) or not name.strip():
+        problems.append(f"name: must be a non-empty string, got {name!r}")
+    file_config = _validate_file(file, problems)
+    evaluator_configs = _validate_evaluators(evaluators, problems)
+    dataset_config = _validate_dataset(dataset, problems)
+    ids: list[str] = []
+    if dataset_config is not None:
+        ids = _datapoint_ids(dataset_config, problems)
+        if file_config is not None:
+            _check_fit(file_config, evaluator_configs, dataset_config, problems)
+    if problems:
+        raise EvaluationConfigError(problems)
+    assert file_config is not None and dataset_config is not None
+    return EvaluationSpec(
+        name=name.strip(), file=file_config, evaluators=evaluator_configs, dataset=dataset_config, datapoint_ids=ids
+    )

@@ -1,0 +1,83 @@
+"""Which runs belong to which evaluation name: a small index beside the runs.
+
+One JSON record per finished run at ``<root>/_evaluations/<name>/<run_id>.json`` (both
+percent-encoded). A record is written once and never rewritten, so concurrent runs of the same
+name cannot lose each other's entries, and the ``_`` prefix keeps Parquet readers (pyarrow,
+pandas, ``ResultsReader``) away from it. Local and S3 roots alike (the store's filesystem).
+"""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import pyarrow.fs as pafs
+from pydantic import BaseModel, ValidationError
+
+from ..storage.store import ResultStore, encode_partition
+
+INDEX_FOLDER = "_evaluations"
+
+
+class EvaluatorRecord(BaseModel):
+    path: str
+    args_type: str
+    return_type: str
+    threshold: float | None = None
+
+
+class EvaluationRunRecord(BaseModel):
+    """One finished run of an evaluation."""
+
+    name: str
+    run_id: str
+    status: str
+    version_id: str
+    file: dict[str, Any]
+    dataset: dict[str, Any]
+    evaluators: list[EvaluatorRecord]
+    created_at: datetime
+    finished_at: datetime | None = None
+    scores: dict[str, float | None] = {}
+
+
+def _folder(store: ResultStore, name: str) -> str:
+    return f"{store.base}/{INDEX_FOLDER}/{encode_partition(name)}"
+
+
+def write_record(store: ResultStore, record: EvaluationRunRecord) -> str:
+    path = f"{_folder(store, record.name)}/{encode_partition(record.run_id)}.json"
+    store._put(path, record.model_dump_json(indent=2).encode())  # atomic: whole or absent
+    return path
+
+
+def read_records(store: ResultStore, name: str) -> list[EvaluationRunRecord]:
+    """Every readable record of ``name``, oldest first (unreadable ones are skipped)."""
+    selector = pafs.FileSelector(_folder(store, name), recursive=False, allow_not_found=True)
+    try:
+        infos = store.fs.get_file_info(selector)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    records = []
+    for info in infos:
+        if info.type != pafs.FileType.File or not info.base_name.endswith(".json") or info.base_name.startswith("."):
+            continue
+        try:
+            with store.fs.open_input_stream(info.path) as stream:
+                record = EvaluationRunRecord.model_validate_json(stream.read())
+        except (OSError, ValidationError, ValueError):
+            continue
+        if record.name == name:
+            records.append(record)
+    records.sort(key=lambda r: (r.created_at, r.run_id))
+    return records
+
+
+def previous_run(store: ResultStore, name: str, *, before: str) -> EvaluationRunRecord | None:
+    """The newest completed run of ``name`` other than ``before`` whose results still exist."""
+    for record in reversed(read_records(store, name)):
+        if record.run_id == before or record.status != "completed":
+            continue
+        if store.read_manifest(record.run_id) is None and not store.part_paths(record.run_id):
+            continue  # the run's folder was removed: compare with the one before it
+        return record
+    return None

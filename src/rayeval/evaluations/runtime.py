@@ -1,0 +1,247 @@
+"""What runs on the Ray workers: the file callable as an agent, the evaluators as the grader.
+
+Both objects travel to the workers with Ray's serialisation (cloudpickle), so the user's
+callables may be lambdas or closures. This module stays light (no pandas, no Ray): the
+workers import it to rebuild the objects.
+
+The log every evaluator receives is a plain dict (a fresh copy per evaluator)::
+
+    {
+      "output": str,                 # what the file callable returned (non-strings as JSON text)
+      "inputs": dict,                # the datapoint's inputs
+      "messages": list | None,       # the datapoint's messages (None when it has none)
+      "error": None,                 # evaluators only see logs whose callable succeeded
+      "datapoint_id": str,           # the stable datapoint id (the rows' eval_id)
+      "source_datapoint_id": str,    # the same, under Humanloop's name
+      "run_id": str, "evaluation": str,
+      "file": {"path", "type", "version"}, "version_id": str,   # version_id: the rows' model
+      "start_time": str, "end_time": str,   # ISO 8601, UTC, of the callable's run
+      "duration_s": float,
+    }
+
+and a ``target_required`` evaluator also gets the datapoint:
+``{"id", "inputs", "messages", "target"}``.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import math
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .._json import dumps
+from ..evals import Eval
+from ..graders.result import GraderResult
+from ..harness.context import AgentContext
+from ..harness.execution import Execution, grade_execution, lift_metadata
+from ..harness.result import EvalResult
+
+MAX_ERROR_CHARS = 2000
+EVALUATORS_KEY = "evaluators"  # metrics_json["evaluators"][path] holds each judgment
+
+
+class OutputError(TypeError):
+    """The file callable returned something that is neither a string nor JSON."""
+
+
+def output_text(value: Any) -> str:
+    """The log's output: a string as returned; anything else as JSON text (as Humanloop does)."""
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise OutputError(f"the file callable must return a string or a JSON-serialisable value, got {type(value).__name__}: {exc}") from None
+
+
+class DatapointCaller:
+    """The engine's agent: ``callable(**inputs, messages=messages)`` for the unit's datapoint.
+
+    ``messages`` is passed only when the datapoint has messages (not None). The output goes
+    back in an answer envelope, so the harness stores it verbatim in ``answer_json``.
+    """
+
+    needs_data = False  # nothing to stage
+
+    def __init__(self, fn: Callable[..., Any], datapoints: dict[str, tuple[dict[str, Any], list | None]]):
+        self.fn = fn
+        self.datapoints = datapoints
+
+    def __call__(self, task_prompt: str, work_dir: Path, context: AgentContext) -> dict[str, Any]:
+        inputs, messages = self.datapoints[context.eval_id]
+        kwargs = copy.deepcopy(inputs)  # a callable that mutates its inputs cannot change a retry's
+        if messages is not None:
+            kwargs["messages"] = copy.deepcopy(messages)
+        return {"answer": {"output": output_text(self.fn(**kwargs))}, "metadata": {}}
+
+
+class LocalEvaluator:
+    """One evaluator as the worker needs it (the validated config, minus pydantic)."""
+
+    def __init__(self, path: str, args_type: str, return_type: str, threshold: float | None, fn: Callable[..., Any]):
+        self.path = path
+        self.args_type = args_type
+        self.return_type = return_type
+        self.threshold = threshold
+        self.fn = fn
+
+    def judge(self, log: dict[str, Any], datapoint: dict[str, Any]) -> Any:
+        """The judgment (None is a null), or ``{"error": ...}`` when the evaluator raised or
+        returned a value that does not fit its return type."""
+        try:
+            if self.args_type == "target_required":
+                value = self.fn(copy.deepcopy(log), copy.deepcopy(datapoint))
+            else:
+                value = self.fn(copy.deepcopy(log))
+        except Exception as exc:
+            tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-MAX_ERROR_CHARS:]
+            return {"error": f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS], "traceback": tail}
+        try:
+            return coerce_judgment(value, self.return_type)
+        except TypeError as exc:
+            return {"error": f"{self.path}: {exc}"}
+
+
+def _plain_number(value: Any) -> Any:
+    item = getattr(value, "item", None)  # numpy scalars
+    if callable(item) and getattr(value, "shape", None) == ():
+        return item()
+    return value
+
+
+def coerce_judgment(value: Any, return_type: str) -> Any:
+    """The judgment as stored: JSON of the return type, or TypeError naming what was returned."""
+    if value is None:
+        return None
+    value = _plain_number(value)
+    got = f"returned {value!r} ({type(value).__name__})"
+    if return_type == "boolean":
+        if isinstance(value, bool):
+            return value
+        raise TypeError(f"{got}; a boolean evaluator returns True, False or None")
+    if return_type == "number":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"{got}; a number evaluator returns an int, a float or None")
+        if not math.isfinite(value):
+            raise TypeError(f"{got}; a number evaluator's judgment must be finite")
+        return value
+    if return_type == "select":
+        if isinstance(value, str):
+            return value
+        raise TypeError(f"{got}; a select evaluator returns one option (a string) or None")
+    if return_type == "multi_select":
+        if isinstance(value, (list, tuple, set, frozenset)) and all(isinstance(v, str) for v in value):
+            return sorted(set(value)) if isinstance(value, (set, frozenset)) else list(dict.fromkeys(value))
+        raise TypeError(f"{got}; a multi_select evaluator returns a list of options (strings) or None")
+    if isinstance(value, str):  # text
+        return value
+    raise TypeError(f"{got}; a text evaluator returns a string or None")
+
+
+def log_checks(evaluators: list[LocalEvaluator], judgments: dict[str, Any]) -> dict[str, bool]:
+    """The per-log checks: each boolean evaluator (passes when True) and each number evaluator
+    with a threshold (passes when the judgment is >= the threshold). An error or a null fails."""
+    checks: dict[str, bool] = {}
+    for evaluator in evaluators:
+        value = judgments.get(evaluator.path)
+        if evaluator.return_type == "boolean":
+            checks[evaluator.path] = value is True
+        elif evaluator.return_type == "number" and evaluator.threshold is not None:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            checks[evaluator.path] = bool(ok and value >= evaluator.threshold)
+    return checks
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, dict) and "error" in value:
+        return f"error ({str(value['error']).splitlines()[0][:200]})"
+    return dumps(value)[:200]
+
+
+class EvaluatorsGrader:
+    """The engine's grade step: runs every evaluator on the unit's log, never raises for them.
+
+    The row it makes: ``metrics_json = {"evaluators": {path: judgment | {"error": msg}},
+    "checks": {path: bool}}``; ``passed`` = every per-log check passed (see :func:`log_checks`;
+    with no checks, passed = no evaluator raised); ``score`` = the share of checks passed (with
+    no checks, 1.0 or 0.0 as ``passed``), ``score_max`` = 1. A callable that raised or timed
+    out gives an error row (status error/timeout) on which no evaluator runs: every
+    evaluator counts it in ``num_errors``.
+    """
+
+    def __init__(self, evaluators: list[LocalEvaluator], *, name: str, file: dict[str, Any], version_id: str):
+        self.evaluators = evaluators
+        self.name = name
+        self.file = file
+        self.version_id = version_id
+
+    def log(self, eval_: Eval, execution: Execution) -> dict[str, Any]:
+        extra = eval_.model_extra or {}
+        answer = execution.answer if isinstance(execution.answer, dict) else {}
+        return {
+            "output": answer.get("output"),
+            "inputs": copy.deepcopy(extra.get("inputs") or {}),
+            "messages": copy.deepcopy(extra.get("messages")),
+            "error": None,
+            "datapoint_id": eval_.id,
+            "source_datapoint_id": eval_.id,
+            "run_id": execution.run_id,
+            "evaluation": self.name,
+            "file": dict(self.file),
+            "version_id": self.version_id,
+            "start_time": execution.started_at.isoformat(),
+            "end_time": execution.finished_at.isoformat(),
+            "duration_s": execution.agent_s,
+        }
+
+    @staticmethod
+    def datapoint(eval_: Eval) -> dict[str, Any]:
+        extra = eval_.model_extra or {}
+        return {
+            "id": eval_.id,
+            "inputs": copy.deepcopy(extra.get("inputs") or {}),
+            "messages": copy.deepcopy(extra.get("messages")),
+            "target": copy.deepcopy(extra.get("target")),
+        }
+
+    def __call__(self, eval_: Eval, execution: Execution) -> EvalResult:
+        if execution.outcome != "answered":
+            if execution.outcome == "no_answer":  # cannot happen with DatapointCaller; an error if it does
+                execution = execution.model_copy(update={"outcome": "error", "error_type": execution.error_type or "NoOutput"})
+            return grade_execution(eval_, execution)  # an error row: nothing to judge
+        start = time.monotonic()
+        log = self.log(eval_, execution)
+        datapoint = self.datapoint(eval_)
+        judgments = {evaluator.path: evaluator.judge(log, datapoint) for evaluator in self.evaluators}
+        checks = log_checks(self.evaluators, judgments)
+        raised = any(isinstance(v, dict) and "error" in v for v in judgments.values())
+        passed = all(checks.values()) if checks else not raised
+        score = (sum(checks.values()) / len(checks)) if checks else float(passed)
+        reasoning = "; ".join(
+            f"{path}: {_describe(value)}" + ("" if path not in checks else (" [pass]" if checks[path] else " [fail]"))
+            for path, value in judgments.items()
+        )
+        grade_s = time.monotonic() - start
+        grader_result = GraderResult(
+            passed=passed,
+            score=score,
+            score_max=1.0,
+            metrics={EVALUATORS_KEY: judgments, "checks": checks},
+            reasoning=reasoning,
+            agent_answer=execution.answer,
+        )
+        fields = execution.model_dump(exclude={"outcome", "answer"})
+        fields["agent_answer"] = execution.answer
+        fields.update(lift_metadata(execution.metadata))
+        fields["duration_s"] = round(fields["duration_s"] + grade_s, 6)
+        return EvalResult(
+            **fields,
+            status="passed" if passed else "failed",
+            passed=passed,
+            grader_result=grader_result,
+            grade_s=round(grade_s, 6),
+        )

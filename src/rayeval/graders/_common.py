@@ -157,3 +157,14 @@ def agent_failure(
         reasoning=reason,
         agent_answer=echo_answer(answer),
     )
+
+
+def binary_result(passed: bool, metrics: dict, reasoning: str, answer: Any) -> GraderResult:
+    """The 0/1 verdict most graders give: no partial credit."""
+    return GraderResult(
+        passed=passed,
+        score=1.0 if passed else 0.0,
+        metrics=metrics,
+        reasoning=reasoning,
+        agent_answer=echo_answer(answer),
+    )

@@ -9,10 +9,10 @@ from typing import Any
 
 from ._common import (
     agent_failure,
+    binary_result,
     cardinality_holds,
     check_expected_count,
     config_error,
-    echo_answer,
     is_nonblank_str,
     read_thresholds_at,
 )
@@ -94,10 +94,4 @@ class LabelSetJaccardGrader(Grader):
                 f"; expected exactly {expected_count} distinct labels, got {len(submitted)} "
                 f"submitted / {len(predicted)} distinct"
             )
-        return GraderResult(
-            passed=passed,
-            score=1.0 if passed else 0.0,
-            metrics=metrics,
-            reasoning=reasoning,
-            agent_answer=echo_answer(answer),
-        )
+        return binary_result(passed, metrics, reasoning, answer)

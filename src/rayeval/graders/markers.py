@@ -9,10 +9,10 @@ from typing import Any, NamedTuple
 
 from ._common import (
     agent_failure,
+    binary_result,
     cardinality_holds,
     check_expected_count,
     config_error,
-    echo_answer,
     is_nonblank_str,
     is_number_in,
     read_object,
@@ -215,13 +215,7 @@ def _grade_flat(
             f"; expected exactly {expected_count} distinct genes, got {overlap.submitted_count} "
             f"submitted / {overlap.unique_count} distinct"
         )
-    return GraderResult(
-        passed=passed,
-        score=1.0 if passed else 0.0,
-        metrics=metrics,
-        reasoning=reasoning,
-        agent_answer=echo_answer(answer),
-    )
+    return binary_result(passed, metrics, reasoning, answer)
 
 
 def _grade_per_celltype(
@@ -275,13 +269,7 @@ def _grade_per_celltype(
     )
     if failing:
         reasoning += f"; failing: {', '.join(failing)}"
-    return GraderResult(
-        passed=passed,
-        score=1.0 if passed else 0.0,
-        metrics=metrics,
-        reasoning=reasoning,
-        agent_answer=echo_answer(answer),
-    )
+    return binary_result(passed, metrics, reasoning, answer)
 
 
 @register_grader("marker_gene_separation")
@@ -327,13 +315,7 @@ class MarkerGeneSeparationGrader(Grader):
             f"{len(high)}/{len(aurocs)} genes at AUROC >= {cutoff} = {fraction_high:.3f} "
             f"(needs {fraction_threshold})"
         )
-        return GraderResult(
-            passed=passed,
-            score=1.0 if passed else 0.0,
-            metrics=metrics,
-            reasoning=reasoning,
-            agent_answer=echo_answer(answer),
-        )
+        return binary_result(passed, metrics, reasoning, answer)
 
 
 def _reported_aurocs(answer: Any) -> tuple[dict[str, float] | None, str | None]:

@@ -10,8 +10,8 @@ from typing import Any
 
 from ._common import (
     agent_failure,
+    binary_result,
     config_error,
-    echo_answer,
     is_finite_number,
     read_thresholds_at,
 )
@@ -94,10 +94,4 @@ class SpatialAdjacencyGrader(Grader):
         }
         failed = [name for name, ok in checks.items() if not ok]
         reasoning = "PASS: all adjacency checks met" if passed else f"FAIL: {'; '.join(failed)} not met"
-        return GraderResult(
-            passed=passed,
-            score=1.0 if passed else 0.0,
-            metrics=metrics,
-            reasoning=reasoning,
-            agent_answer=echo_answer(answer),
-        )
+        return binary_result(passed, metrics, reasoning, answer)

@@ -46,6 +46,7 @@ from .wal import (
     OrphanLog,
     WriteAheadLog,
     claim_orphans,
+    fsync_dir,
     remove_dir_if_empty,
     valid_writer_id,
 )
@@ -97,19 +98,6 @@ def _utcnow() -> datetime:
 
 def _default_writer_id() -> str:
     return f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:8]}"
-
-
-def _fsync_dir(path: str) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _hidden(relative: str) -> bool:
@@ -194,7 +182,7 @@ class ResultStore:
             except OSError:
                 pass
             raise
-        _fsync_dir(directory)
+        fsync_dir(directory)
 
     def _list_files(self, path: str) -> list[pafs.FileInfo]:
         selector = pafs.FileSelector(path, recursive=True, allow_not_found=True)

@@ -72,7 +72,8 @@ def _try_lock(path: Path) -> int | None:
     return fd
 
 
-def _fsync_dir(directory: Path) -> None:
+def fsync_dir(directory: str | Path) -> None:
+    """Make a rename or creation in ``directory`` durable (best effort)."""
     try:
         fd = os.open(directory, os.O_RDONLY)
     except OSError:
@@ -193,7 +194,7 @@ class WriteAheadLog:
                             os.fsync(handle.fileno())
                     except OSError:
                         pass
-                _fsync_dir(self.directory)
+                fsync_dir(self.directory)
         finally:
             if self._lock_fd is not None:
                 os.close(self._lock_fd)

@@ -99,6 +99,7 @@ class Eval(BaseModel):
     notes: str | None = None
 
     _source_path: Path | None = PrivateAttr(default=None)
+    _content_hash: str | None = PrivateAttr(default=None)
 
     @field_validator("id")
     @classmethod
@@ -140,6 +141,11 @@ class Eval(BaseModel):
         return self.agent_timeout or self.timeout
 
     def content_hash(self) -> str:
-        """sha256 of the eval's canonical JSON: stable across key order and whitespace."""
-        canonical = json.dumps(self.model_dump(mode="json", exclude_none=True), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+        """sha256 of the eval's canonical JSON: stable across key order and whitespace.
+
+        Computed once: a loaded eval is treated as immutable (unit ids and rows rely on it).
+        """
+        if self._content_hash is None:
+            canonical = json.dumps(self.model_dump(mode="json", exclude_none=True), sort_keys=True, separators=(",", ":"))
+            self._content_hash = hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+        return self._content_hash

@@ -58,6 +58,15 @@ def ray_startup_seconds() -> float:
     return time.monotonic() - start
 
 
+def unit_timing(root: Path, run_id: str) -> tuple[float, float]:
+    """(seconds from the run's start to its first unit starting, first unit start to last unit end)."""
+    import pandas as pd
+
+    rows = pd.read_parquet(root / f"run_id={run_id}", columns=["started_at", "finished_at"])
+    created = pd.Timestamp(json.loads((root / f"run_id={run_id}" / "_manifest.json").read_text())["created_at"])
+    return (rows.started_at.min() - created).total_seconds(), (rows.finished_at.max() - rows.started_at.min()).total_seconds()
+
+
 def storage_figures(root: Path, run_id: str) -> tuple[int, int, int]:
     files = list((root / f"run_id={run_id}").rglob("*.parquet"))
     rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
@@ -76,8 +85,10 @@ def bench_sleep(work: Path, units: int, seconds: float, concurrency: int) -> Non
     wall = time.monotonic() - start
     ray.shutdown()
     ideal = summary.total_units * seconds / concurrency
+    to_first, span = unit_timing(work / "out_a", "sleep")
     print(f"(a) {summary.total_units} sleep units x {seconds}s at concurrency {concurrency}: wall {wall:.1f}s, "
-          f"ideal {ideal:.1f}s -> {wall / ideal:.2f}x ideal (Ray start-up {startup:.1f}s not included)")
+          f"ideal {ideal:.1f}s -> {wall / ideal:.2f}x ideal (Ray start-up {startup:.1f}s not included); "
+          f"worker start-up {to_first:.1f}s, first unit start to last unit end {span:.1f}s -> {span / ideal:.2f}x ideal")
 
 
 def bench_instant(work: Path, units: int) -> None:
@@ -109,9 +120,11 @@ def bench_instant(work: Path, units: int) -> None:
     ray_s = time.monotonic() - start
     ray.shutdown()
     n = len(plan)
+    to_first, span = unit_timing(work / "out_b", "instant")
     print(f"(b) {n} instant units: loop {n / loop_s:,.0f} units/s ({loop_s:.1f}s), "
           f"Ray engine {n / ray_s:,.0f} units/s ({ray_s:.1f}s) -> {loop_s / ray_s:.2f}x the loop "
-          f"(Ray start-up {startup:.1f}s not included); stored {summary.stored_rows} rows")
+          f"(Ray start-up {startup:.1f}s not included); stored {summary.stored_rows} rows; "
+          f"worker start-up {to_first:.1f}s, then {n / span:,.0f} units/s -> {loop_s / span:.2f}x the loop")
     files, size, stored = storage_figures(work / "out_b", "instant")
     print(f"(c) {stored} rows in {files} Parquet files, {size / 1e6:.2f} MB -> "
           f"{files * 10000 / stored:.1f} files and {size * 10000 / stored / 1e6:.2f} MB per 10,000 rows")

@@ -89,6 +89,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from .agents.resolve import AgentNotFound, parse_agent_args
     from .batch import BatchConfig, RunConflict, run_batch
     from .batch.plan import parse_models, parse_seeds
+    from .storage import StorageError
 
     try:
         config = BatchConfig(
@@ -118,6 +119,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         summary = run_batch(config)
     except (AgentNotFound, RunConflict) as exc:
         raise BadInput(str(exc)) from None
+    except (StorageError, OSError) as exc:  # an unusable results root, before or after the units
+        raise BadInput(f"results root {args.output}: {exc}") from None
     print(summary.text())
     return EXIT_OK
 

@@ -112,6 +112,13 @@ def test_bad_inputs_fail_before_any_work(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=120,
     )
     assert done.returncode == 2 and "unknown agent" in done.stderr
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    done = subprocess.run(
+        [sys.executable, "-m", "rayeval.cli", "run", str(REPO / "evals"), "--agent", "reference", "--output", str(blocker / "results"), "--no-progress"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 2 and "results root" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "o").exists() or not list((tmp_path / "o").rglob("*.parquet"))
 
 

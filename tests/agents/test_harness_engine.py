@@ -265,8 +265,9 @@ def test_codex_config_toml_round_trips() -> None:
 
 def test_install_script_is_idempotent_when_installed(capsys: pytest.CaptureFixture[str]) -> None:
     root = _tools.tools_dir()
-    if any(_tools.installed_version(p, root) != p.pin for p in _tools.PROGRAMS):
-        pytest.skip(f"agent CLIs not installed in {root}")
+    assert all(_tools.installed_version(p, root) == p.pin for p in _tools.PROGRAMS), (
+        f"agent CLIs not installed in {root}: run python scripts/install_agent_clis.py"
+    )
     lines: list[str] = []
     assert _tools.install(root, log=lines.append) is True
     assert lines and all("already installed" in line for line in lines)
@@ -274,8 +275,7 @@ def test_install_script_is_idempotent_when_installed(capsys: pytest.CaptureFixtu
 
 def test_codex_runs_natively_without_node(monkeypatch: pytest.MonkeyPatch) -> None:
     entry = _tools.tools_dir() / "node_modules" / ".bin" / "codex"
-    if not entry.exists():
-        pytest.skip("codex not installed in the tools folder")
+    assert entry.exists(), "codex not installed in the tools folder: run python scripts/install_agent_clis.py"
     monkeypatch.delenv("RAYEVAL_CODEX_BIN", raising=False)
     monkeypatch.setattr(_tools, "node_executable", lambda: None)
     argv = _tools.find_program(_tools.CODEX)

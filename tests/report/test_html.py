@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-pytest.importorskip("matplotlib")
+import matplotlib  # noqa: E402,F401  (the report extra; part of dev)
 
 from rayeval.report import ReportError, read_units, render_html, write_html  # noqa: E402
 from rayeval.report.reader import ALL_COLUMNS  # noqa: E402

@@ -146,10 +146,8 @@ def test_reads_from_s3(tmp_path: Path, s3_bucket) -> None:
 
 def test_reads_what_the_storage_writer_writes(tmp_path: Path) -> None:
     """Same numbers through rayeval.storage.ResultStore (the real writer) as through the helper."""
-    try:
-        from rayeval.storage import ResultRow, ResultStore, RunManifest
-    except ImportError as exc:  # the writer is developed in parallel
-        pytest.skip(f"rayeval.storage.ResultStore unavailable: {exc}")
+    from rayeval.storage import ResultRow, ResultStore, RunManifest
+
     store = ResultStore(tmp_path / "store")
     store.write_rows(RUN_ID, [ResultRow.model_validate(r) for r in corpus_rows()])
     store.write_manifest(RunManifest(run_id=RUN_ID, status="running", total_units=300))

@@ -14,8 +14,6 @@ import argparse
 import json
 import subprocess
 import sys
-import time
-from collections import defaultdict
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]

@@ -38,7 +38,16 @@ _EXPORTS = {
     "DatapointConfig": ".config",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "DatapointConfig",
+    "DatasetConfig",
+    "EvaluationConfigError",
+    "EvaluationResult",
+    "EvaluatorCheck",
+    "EvaluatorConfig",
+    "FileConfig",
+    "run",
+]
 
 
 __getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -31,7 +31,27 @@ _EXPORTS = {
     "WriterIdInUse": ".wal",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "EvalFileRef",
+    "FILE_SCHEMA",
+    "PARTITIONING",
+    "PARTITION_COLUMNS",
+    "PlanEntry",
+    "ResultRow",
+    "ResultStore",
+    "RowWriter",
+    "RunManifest",
+    "RunStatus",
+    "StorageError",
+    "TABLE_SCHEMA",
+    "WriterIdInUse",
+    "decode_partition",
+    "encode_partition",
+    "is_s3",
+    "pandas_storage_options",
+    "resolve_root",
+    "rows_to_table",
+]
 
 
 __getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -122,27 +122,23 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
+def _signal_and_wait(proc: subprocess.Popen, pids: list[int], sig: int, grace: float) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        pass
+
+
 def kill_tree(proc: subprocess.Popen, grace: float = 5.0) -> None:
     """SIGTERM ``proc`` and its descendants, then SIGKILL whatever is left after ``grace`` s."""
-    pids = descendants(proc.pid)
-    for pid in [proc.pid, *pids]:
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except (ProcessLookupError, PermissionError):
-            pass
-    try:
-        proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        pass
-    for pid in [proc.pid, *pids, *descendants(proc.pid)]:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    try:
-        proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        pass
+    pids = [proc.pid, *descendants(proc.pid)]
+    _signal_and_wait(proc, pids, signal.SIGTERM, grace)
+    _signal_and_wait(proc, [*pids, *descendants(proc.pid)], signal.SIGKILL, grace)
 
 
 # ----------------------------------------------------------------------------- streaming run

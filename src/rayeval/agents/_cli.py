@@ -229,6 +229,13 @@ class _Stream:
             self.log.close()
 
 
+def _close_quietly(pipe: Any) -> None:
+    try:
+        pipe.close()
+    except OSError:
+        pass
+
+
 def _pump(pipe: Any, sink: Callable[[str], None]) -> None:
     try:
         for raw in iter(pipe.readline, b""):
@@ -236,22 +243,16 @@ def _pump(pipe: Any, sink: Callable[[str], None]) -> None:
     except (OSError, ValueError):
         pass
     finally:
-        try:
-            pipe.close()
-        except OSError:
-            pass
+        _close_quietly(pipe)
 
 
 def _feed(pipe: Any, data: bytes) -> None:
     try:
         pipe.write(data)
-    except (BrokenPipeError, OSError):
+    except OSError:  # BrokenPipeError included: the program stopped reading
         pass
     finally:
-        try:
-            pipe.close()
-        except OSError:
-            pass
+        _close_quietly(pipe)
 
 
 def run_streaming(

@@ -46,7 +46,7 @@ def _folder(store: ResultStore, name: str) -> str:
 
 def write_record(store: ResultStore, record: EvaluationRunRecord) -> str:
     path = f"{_folder(store, record.name)}/{encode_partition(record.run_id)}.json"
-    store._put(path, record.model_dump_json(indent=2).encode())  # atomic: whole or absent
+    store.put_atomic(path, record.model_dump_json(indent=2).encode())
     return path
 
 

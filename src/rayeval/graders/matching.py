@@ -190,6 +190,17 @@ def _first_per_value(items: list, member: str) -> list:
     return kept
 
 
+def _answer_member(answer: Any, field: str, kind: type, kind_name: str) -> tuple[Any, GraderResult | None]:
+    """(value, None), or (None, plain failure) when the literal top-level key is absent or of
+    the wrong shape: a malformed answer, never a configuration error."""
+    value = answer.get(field, MISSING) if isinstance(answer, dict) else MISSING
+    if isinstance(value, kind):
+        return value, None
+    problem = "missing" if value is MISSING else f"not {kind_name} ({type(value).__name__})"
+    message = f"answer field {field!r} is {problem}"
+    return None, agent_failure(message, answer, metrics={"error": message})
+
+
 @register_grader("list_match")
 class ListMatchGrader(Grader):
     """Match answer tuples to ground-truth rows by key; additive leaves earn the score."""
@@ -201,11 +212,9 @@ class ListMatchGrader(Grader):
             spec = _parse_list_match(config)
         except InvalidConfig as exc:
             return config_error(str(exc), answer)
-        items = answer.get(spec.answer_field, MISSING) if isinstance(answer, dict) else MISSING
-        if not isinstance(items, list):
-            problem = "missing" if items is MISSING else f"not an array ({type(items).__name__})"
-            message = f"answer field {spec.answer_field!r} is {problem}"
-            return agent_failure(message, answer, metrics={"error": message})
+        items, failure = _answer_member(answer, spec.answer_field, list, "an array")
+        if failure is not None:
+            return failure
         if spec.deduplicate_by is not None:
             items = _first_per_value(items, spec.deduplicate_by)
         if spec.k is not None:
@@ -328,11 +337,9 @@ class DictMatchGrader(Grader):
             spec = _parse_dict_match(config)
         except InvalidConfig as exc:
             return config_error(str(exc), answer)
-        member = answer.get(spec.answer_field, MISSING) if isinstance(answer, dict) else MISSING
-        if not isinstance(member, dict):
-            problem = "missing" if member is MISSING else f"not an object ({type(member).__name__})"
-            message = f"answer field {spec.answer_field!r} is {problem}"
-            return agent_failure(message, answer, metrics={"error": message})
+        member, failure = _answer_member(answer, spec.answer_field, dict, "an object")
+        if failure is not None:
+            return failure
 
         field_scores: dict[str, float] = {}
         triggered: list[str] = []

@@ -161,7 +161,7 @@ class ResultStore:
         return cache / "rayeval" / "wal" / digest / encode_partition(run_id)
 
     # -- low-level I/O -------------------------------------------------------------------------
-    def _put(self, path: str, data: bytes) -> None:
+    def put_atomic(self, path: str, data: bytes) -> None:
         """Store ``data`` at ``path`` so that it is visible whole or not at all."""
         if self.is_s3:
             with self.fs.open_output_stream(path) as out:  # one PutObject (delayed open)
@@ -270,7 +270,7 @@ class ResultStore:
     def write_manifest(self, manifest: RunManifest) -> RunManifest:
         """Store a run's manifest atomically (``updated_at`` set to now); returns what was stored."""
         stored = manifest.model_copy(update={"updated_at": _utcnow()})
-        self._put(self.manifest_path(stored.run_id), stored.model_dump_json(indent=2).encode())
+        self.put_atomic(self.manifest_path(stored.run_id), stored.model_dump_json(indent=2).encode())
         return stored
 
     def read_manifest(self, run_id: str) -> RunManifest | None:
@@ -358,7 +358,7 @@ class ResultStore:
                 for data, _count in _split_encode(group):
                     path = f"{self.model_path(run_id, model)}/part-{writer_id}-{seq:06d}.parquet"
                     seq += 1
-                    self._put(path, data)
+                    self.put_atomic(path, data)
                     written.append(path)
         except Exception as exc:
             raise StorageError(f"could not store rows of run {run_id} under {self.root}: {exc}") from exc
@@ -619,7 +619,7 @@ class RowWriter:
             for part in todo:
                 part.attempts += 1
                 try:
-                    self.store._put(part.path, part.data)
+                    self.store.put_atomic(part.path, part.data)
                 except Exception as exc:
                     error = exc
                     continue

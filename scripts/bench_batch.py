@@ -6,13 +6,15 @@
                against a plain single-process loop over the same harness, graders and writer.
   (c) files:   Parquet files and bytes per 10,000 rows of run (b).
 
-Usage: python scripts/bench_batch.py [--which a,b] [--units-a 2000] [--units-b 10000]
+Usage: python scripts/bench_batch.py [--which a,b] [--units-a 2000] [--units-b 10000] [--rounds-b 3]
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import socket
+import statistics
 import sys
 import tempfile
 import time
@@ -23,7 +25,8 @@ import ray
 
 from rayeval import load_evals
 from rayeval.agents.sleep import sleep_agent
-from rayeval.batch import run_batch, BatchConfig
+from rayeval.batch import BatchConfig, run_batch
+from rayeval.batch.engine import connect
 from rayeval.batch.plan import plan_units
 from rayeval.batch.rows import row_from_result
 from rayeval.harness import EvalRunner, grade_execution
@@ -45,16 +48,26 @@ def make_evals(folder: Path, count: int) -> Path:
     return folder
 
 
-@ray.remote(num_cpus=1)
-def _ready() -> None:
-    """Runs once the raylet's first worker processes are up."""
+def _idle_ray_workers() -> int:
+    """Ray's pooled worker processes that are up and waiting for work (Linux: their process title)."""
+    count = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            count += Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::IDLE")
+        except OSError:
+            pass
+    return count
 
 
 def ray_startup_seconds() -> float:
-    """Start-up, measured apart: init plus the first worker processes being ready."""
+    """Ray's start-up, measured apart: the embedded Ray `rayeval run` starts, until the worker
+    processes Ray starts with it (one per CPU) are up.  Nothing runs on them before the run, as
+    in a real `rayeval run`; the run itself pays for its workers' first use."""
     start = time.monotonic()
-    ray.init(address="local", include_dashboard=False, object_store_memory=512 * 1024 * 1024, log_to_driver=False)
-    ray.get([_ready.remote() for _ in range(int(ray.cluster_resources().get("CPU", 1)))])
+    connect(BatchConfig(evals=[], agent="sleep", output=".", object_store_memory=512 * 1024 * 1024))
+    cpus = int(ray.cluster_resources().get("CPU", 1))
+    while _idle_ray_workers() < cpus and time.monotonic() - start < 60:
+        time.sleep(0.02)
     return time.monotonic() - start
 
 
@@ -91,41 +104,55 @@ def bench_sleep(work: Path, units: int, seconds: float, concurrency: int) -> Non
           f"worker start-up {to_first:.1f}s, first unit start to last unit end {span:.1f}s -> {span / ideal:.2f}x ideal")
 
 
-def bench_instant(work: Path, units: int) -> None:
-    evals_dir = make_evals(work / "evals_b", 100)
-    evals = load_evals(evals_dir)
-    seeds = list(range(1, max(1, units // 100) + 1))
-    plan = plan_units(evals, ["default"], seeds, "sleep")
+def run_loop(work: Path, evals: list, plan: list, name: str) -> float:
+    """The baseline: one process, the same harness, graders, rows and Parquet writer; seconds.
 
+    Work folders go under a folder of their own per run, as on the engine's workers (a folder
+    that has held thousands of entries stays slower to create entries in)."""
     start = time.monotonic()
     rows = []
     for unit in plan:
         eval_ = evals[unit.eval_index]
-        execution = EvalRunner(eval_, work_root=work / "loop_work").execute(
+        execution = EvalRunner(eval_, work_root=work / "loop_work", run_id=name).execute(
             sleep_agent, model=unit.model, seed=unit.seed, agent_args={"seconds": "0"}, isolation="inline"
         )
         result = grade_execution(eval_, execution)
-        rows.append(row_from_result(result, unit=unit, eval_=eval_, run_id="loop", agent="sleep", attempt=1, node=socket.gethostname()))
-    out = work / "out_loop" / "run_id=loop" / "model=default"
+        rows.append(row_from_result(result, unit=unit, eval_=eval_, run_id=name, agent="sleep", attempt=1, node=socket.gethostname()))
+    out = work / "out_loop" / f"run_id={name}" / "model=default"
     out.mkdir(parents=True)
     pq.write_table(rows_to_table(rows), out / "part-0.parquet")
-    loop_s = time.monotonic() - start
+    return time.monotonic() - start
 
-    startup = ray_startup_seconds()
-    start = time.monotonic()
-    summary = run_batch(BatchConfig(
-        evals=[str(evals_dir)], agent="sleep", agent_args={"seconds": "0"}, seeds=seeds,
-        output=str(work / "out_b"), run_id="instant", max_concurrency=64, show_progress=False,
-    ))
-    ray_s = time.monotonic() - start
-    ray.shutdown()
+
+def bench_instant(work: Path, units: int, rounds: int) -> None:
+    """Rounds alternate loop and engine (a fresh embedded Ray each): this machine's speed drifts
+    by 10-20 % within a minute, so one pair of figures says little; the median ratio is reported."""
+    evals_dir = make_evals(work / "evals_b", 100)
+    evals = load_evals(evals_dir)
+    seeds = list(range(1, max(1, units // 100) + 1))
+    plan = plan_units(evals, ["default"], seeds, "sleep")
     n = len(plan)
-    to_first, span = unit_timing(work / "out_b", "instant")
-    print(f"(b) {n} instant units: loop {n / loop_s:,.0f} units/s ({loop_s:.1f}s), "
-          f"Ray engine {n / ray_s:,.0f} units/s ({ray_s:.1f}s) -> {loop_s / ray_s:.2f}x the loop "
-          f"(Ray start-up {startup:.1f}s not included); stored {summary.stored_rows} rows; "
-          f"worker start-up {to_first:.1f}s, then {n / span:,.0f} units/s -> {loop_s / span:.2f}x the loop")
-    files, size, stored = storage_figures(work / "out_b", "instant")
+    ratios, warm_ratios = [], []
+    for round_ in range(1, rounds + 1):
+        loop_s = run_loop(work, evals, plan, f"loop{round_}")
+        startup = ray_startup_seconds()
+        start = time.monotonic()
+        summary = run_batch(BatchConfig(
+            evals=[str(evals_dir)], agent="sleep", agent_args={"seconds": "0"}, seeds=seeds,
+            output=str(work / "out_b"), run_id=f"instant{round_}", max_concurrency=64, show_progress=False,
+        ))
+        ray_s = time.monotonic() - start
+        ray.shutdown()
+        to_first, span = unit_timing(work / "out_b", f"instant{round_}")
+        ratios.append(loop_s / ray_s)
+        warm_ratios.append(loop_s / span)
+        print(f"(b) round {round_}: {n} instant units: loop {n / loop_s:,.0f} units/s ({loop_s:.1f}s), "
+              f"Ray engine {n / ray_s:,.0f} units/s ({ray_s:.1f}s) -> {loop_s / ray_s:.2f}x the loop "
+              f"(Ray start-up {startup:.1f}s not included); stored {summary.stored_rows} rows; "
+              f"worker start-up {to_first:.1f}s, then {n / span:,.0f} units/s -> {loop_s / span:.2f}x the loop")
+    print(f"(b) median over {rounds} rounds: {statistics.median(ratios):.2f}x the loop overall "
+          f"(rounds {', '.join(f'{r:.2f}' for r in ratios)}); after worker start-up {statistics.median(warm_ratios):.2f}x")
+    files, size, stored = storage_figures(work / "out_b", f"instant{rounds}")
     print(f"(c) {stored} rows in {files} Parquet files, {size / 1e6:.2f} MB -> "
           f"{files * 10000 / stored:.1f} files and {size * 10000 / stored / 1e6:.2f} MB per 10,000 rows")
 
@@ -137,13 +164,14 @@ def main() -> int:
     parser.add_argument("--sleep-seconds", type=float, default=1.0)
     parser.add_argument("--concurrency-a", type=int, default=100)
     parser.add_argument("--units-b", type=int, default=10000)
+    parser.add_argument("--rounds-b", type=int, default=3)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="rayeval-bench-") as tmp:
         work = Path(tmp)
         if "a" in args.which:
             bench_sleep(work, args.units_a, args.sleep_seconds, args.concurrency_a)
         if "b" in args.which:
-            bench_instant(work, args.units_b)
+            bench_instant(work, args.units_b, args.rounds_b)
     return 0
 
 

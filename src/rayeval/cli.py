@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 from .evals import EvalFileError, check_evals, load_eval
 from .grading import grade
@@ -173,8 +174,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _import_from_working_folder() -> None:
+    """``--agent my_agents:run`` names a module of the folder the command runs in, as with
+    ``python -m``; the ``rayeval`` script's own sys.path starts at its bin folder instead."""
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    _import_from_working_folder()
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:
         return handler(args)

@@ -15,7 +15,7 @@ import pytest
 
 from rayeval import batch
 from rayeval.batch.plan import plan_units, unit_id_for
-from rayeval.evals import load_evals
+from rayeval.evals import Eval, load_evals
 from tests.batch.conftest import read_invocations, write_mc_evals
 from tests.conftest import read_jsonl, shared_path
 
@@ -98,6 +98,16 @@ def test_unit_ids_are_stable_content_hashes(tmp_path: Path) -> None:
     assert len(plan_units([eval_], ["a", "b"], [1, 2, 3], "agent")) == 6
 
 
+def test_unit_ids_do_not_change_between_versions() -> None:
+    """Resuming a run made by an earlier version must recognise its units: the id is pinned."""
+    eval_ = Eval.model_validate({"id": "stable", "task": "A or B?", "grader": {"type": "multiple_choice", "config": {"correct_answer": "B"}}})
+    assert unit_id_for(eval_, "claude-x", 3, "reference") == "06ccde98afcb4862b1e817b9deee88a8"
+    units = plan_units([eval_, eval_], ["claude-x", "m2"], [3, 4], "reference")
+    assert units[0].unit_id == "06ccde98afcb4862b1e817b9deee88a8"
+    assert [u.index for u in units] == list(range(8))
+    assert [(u.eval_index, u.model, u.seed) for u in units[:4]] == [(0, "claude-x", 3), (0, "claude-x", 4), (0, "m2", 3), (0, "m2", 4)]
+
+
 def test_bad_inputs_fail_before_any_work(tmp_path: Path) -> None:
     bad = tmp_path / "bad"
     bad.mkdir()
@@ -168,3 +178,21 @@ def test_killed_driver_then_resume_runs_every_unit_exactly_once(tmp_path: Path, 
     # the others ran at most twice: once cut off by the kill, once on resume
     assert max(invocations.values()) <= 2
     assert not list((out / "run_id=r1").glob("_wal/*.jsonl"))  # recovered and compacted
+
+
+def test_console_script_runs_an_agent_module_of_the_working_folder(tmp_path: Path) -> None:
+    """`rayeval run --agent my_agents:f` from a project folder: the driver and every Ray worker
+    import the project's module (the script's own sys.path does not hold the folder)."""
+    project = tmp_path / "project"
+    write_mc_evals(project / "evals", ["p1", "p2", "p3"])
+    (project / "my_agents.py").write_text("def answer_b(task_prompt, work_dir, context):\n    return {'answer': 'B'}\n")
+    script = Path(sys.executable).with_name("rayeval")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        [str(script), "run", "evals", "--agent", "my_agents:answer_b", "--seeds", "2", "--output", "out",
+         "--run-id", "p", "--no-progress"],
+        cwd=project, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    frame = pd.read_parquet(project / "out" / "run_id=p")
+    assert len(frame) == 6 and (frame["status"] == "passed").all(), frame[["status", "error_message"]]

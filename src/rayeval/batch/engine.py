@@ -21,9 +21,44 @@ from .progress import Progress
 from .rows import row_from_result
 from .scheduler import ChunkSizer, Scheduler
 from .summary import RunSummary, summarize
-from .worker import SERIAL_GROUP, GradeFunction, WorkerConfig, start_workers
+from .worker import (
+    FAST_CALLS_PER_WORKER,
+    GradeFunction,
+    WorkerConfig,
+    WorkerPool,
+    start_workers,
+)
 
 ERROR_STATUSES = frozenset({"error", "timeout", "config_error"})
+# Agent work waits on LLM calls, so a worker's threads mostly sleep; beyond this, add workers.
+MAX_THREADS_PER_WORKER = 64
+# A probe unit not back this long after its worker is up marks the agent as slow (see _Warmup).
+PROBE_S = 0.25
+
+
+class _Warmup:
+    """Before any unit has come back, each worker gets one single-unit probe call.
+
+    A burst of the full concurrency in single-unit calls into workers that are still starting
+    slows their start-up and, for instant agents, only costs round trips; slow agents lose
+    nothing by waiting for their workers to be up. Once a worker is up (``prepare`` returned),
+    probes not back within PROBE_S mean slow units: the full concurrency then goes out at once.
+    """
+
+    def __init__(self, workers: WorkerPool):
+        self.pending = set(workers.prepare())
+        self.first_up_at: float | None = None
+
+    def over(self, sizer: ChunkSizer) -> bool:
+        return sizer.known or (self.first_up_at is not None and time.monotonic() - self.first_up_at > PROBE_S)
+
+    def take_ready(self, ready: list[Any]) -> list[Any]:
+        """Note the workers that came up; returns the other (call) references."""
+        calls = [ref for ref in ready if ref not in self.pending]
+        if len(calls) < len(ready):
+            self.pending.difference_update(ready)
+            self.first_up_at = self.first_up_at or time.monotonic()
+        return calls
 
 
 class BatchConfig(BaseModel):
@@ -86,15 +121,15 @@ def connect(config: BatchConfig) -> bool:
         address = "auto"
     if address in (None, "local"):
         _stay_on_loopback()
-        # module:function agents from the caller's project must import on the workers too
-        python_path = os.pathsep.join(p for p in (os.getcwd(), os.environ.get("PYTHONPATH")) if p)
+        # No runtime_env: its environment variables would keep actors off the worker processes
+        # Ray has already started.  Ray puts the driver's working folder on the workers'
+        # sys.path itself, so module:function agents of the caller's project import there too.
         ray.init(
             address="local",
             include_dashboard=False,
             object_store_memory=config.object_store_memory,
             log_to_driver=False,
             configure_logging=False,
-            runtime_env={"env_vars": {"PYTHONPATH": python_path}},
         )
         return True
     ray.init(address=address, log_to_driver=False, configure_logging=False)
@@ -150,28 +185,32 @@ def run_batch(
     if previous is not None and previous.agent != config.agent:
         raise RunConflict(f"run {run_id!r} was made with agent {previous.agent!r}, not {config.agent!r}")
 
-    owns_ray = False
     writer = store.open_writer(run_id, flush_rows=config.flush_rows, flush_seconds=config.flush_seconds)  # recovers the WAL
     done_ids = store.stored_unit_ids(run_id) if config.resume else set()
     todo = [unit for unit in units if unit.unit_id not in done_ids]
 
     started = datetime.now(timezone.utc)
-    manifest = RunManifest(
-        run_id=run_id,
-        agent=config.agent,
-        agent_args=config.agent_args,
-        models=config.models,
-        seeds=config.seeds,
-        eval_files=[EvalFileRef(path=str(e.source_path or "<in-memory>"), id=e.id, eval_hash=e.content_hash()) for e in evals],
-        plan=[PlanEntry(unit_id=u.unit_id, eval_id=u.eval_id, model=u.model, seed=u.seed) for u in units],
-        created_at=previous.created_at if previous else started,
-    )
-    store.write_manifest(manifest)
     progress = Progress(len(todo), enabled=config.show_progress)
+    owns_ray = False
+    manifest: RunManifest | None = None
     status = "failed"
     try:
         owns_ray = connect(config)
-        _execute(config, run_id, evals, todo, writer, progress, agent=agent, grade=grade)
+        # Workers start (asynchronously) first: their start-up overlaps writing the manifest.
+        workers = _start_pool(config, run_id, evals, units, len(todo), agent=agent, grade=grade) if todo else None
+        manifest = RunManifest(
+            run_id=run_id,
+            agent=config.agent,
+            agent_args=config.agent_args,
+            models=config.models,
+            seeds=config.seeds,
+            eval_files=[EvalFileRef(path=str(e.source_path or "<in-memory>"), id=e.id, eval_hash=e.content_hash()) for e in evals],
+            plan=[PlanEntry(unit_id=u.unit_id, eval_id=u.eval_id, model=u.model, seed=u.seed) for u in units],
+            created_at=previous.created_at if previous else started,
+        )
+        store.write_manifest(manifest)
+        if workers is not None:
+            _execute(config, run_id, evals, todo, writer, progress, workers)
         status = "completed"
     except KeyboardInterrupt:
         status = "cancelled"
@@ -179,10 +218,51 @@ def run_batch(
     finally:
         progress.close()
         writer.close()
-        store.write_manifest(manifest.with_status(status))
+        if manifest is not None:
+            store.write_manifest(manifest.with_status(status))
         if owns_ray:
             ray.shutdown()
     return summarize(store, run_id, total_units=len(units), skipped=len(units) - len(todo), ran=len(todo), started=started)
+
+
+def _worker_config(config: BatchConfig, run_id: str) -> WorkerConfig:
+    isolation = config.isolation if config.isolation != "auto" else ("inline" if config.agent in INLINE_AGENTS else "process")
+    return WorkerConfig(
+        agent=config.agent,
+        agent_args=config.agent_args,
+        run_id=run_id,
+        isolation=isolation,
+        timeout=config.timeout,
+        work_root=config.work_root,
+        cache_dir=config.cache_dir,
+        s3_endpoint_url=config.s3_endpoint_url,
+    )
+
+
+def _start_pool(
+    config: BatchConfig,
+    run_id: str,
+    evals: list[Eval],
+    units: list[Unit],
+    todo: int,
+    *,
+    agent: AgentFunction | None,
+    grade: GradeFunction | None,
+) -> WorkerPool:
+    """One worker per CPU (a worker keeps about one core busy with fast units) and at least
+    enough workers that none needs more than MAX_THREADS_PER_WORKER threads."""
+    demand = max(1, min(config.max_concurrency, todo))
+    cpus = int(ray.cluster_resources().get("CPU", 1))
+    count = config.workers or max(1, min(cpus, demand), math.ceil(demand / MAX_THREADS_PER_WORKER))
+    return start_workers(
+        _worker_config(config, run_id),
+        evals=evals,
+        units=units,
+        agent=agent,
+        grade=grade,
+        count=count,
+        threads_per_worker=math.ceil(config.max_concurrency / count),
+    )
 
 
 def _execute(
@@ -192,35 +272,12 @@ def _execute(
     todo: list[Unit],
     writer: Any,
     progress: Progress,
-    *,
-    agent: AgentFunction | None = None,
-    grade: GradeFunction | None = None,
+    workers: WorkerPool,
 ) -> None:
-    if not todo:
-        return
-    isolation = config.isolation if config.isolation != "auto" else ("inline" if config.agent in INLINE_AGENTS else "process")
-    worker_count = config.workers or max(2, min(8, math.ceil(min(config.max_concurrency, len(todo)) / 25)))
-    threads = max(1, math.ceil(config.max_concurrency / worker_count))
-    worker_config = WorkerConfig(
-        agent=config.agent,
-        agent_args=config.agent_args,
-        run_id=run_id,
-        isolation=isolation,
-        timeout=config.timeout,
-        work_root=config.work_root,
-        cache_dir=config.cache_dir,
-        s3_endpoint_url=config.s3_endpoint_url,
-        agent_is_name=agent is None,
-    )
-    # The evals and in-memory agent/grade callables (cloudpickled) are put once and held for
-    # the whole run; every call carries the references, so a restarted worker reloads them.
-    shared = [ray.put(evals), ray.put(agent), ray.put(grade)]
-    workers = start_workers(worker_config, count=worker_count, threads_per_worker=threads)
     scheduler = Scheduler(todo, max_concurrency=config.max_concurrency, model_limits=config.model_concurrency)
     sizer = ChunkSizer()
     running: dict[Any, list[tuple[Unit, int]]] = {}
     written: set[str] = set()
-    next_worker = 0
 
     def finished(unit: Unit, attempt: int, row: ResultRow) -> ResultRow | None:
         """The row to store, or None when the unit is retried or was already stored."""
@@ -233,23 +290,30 @@ def _execute(
         progress.update(passed=row.passed, error=row.status in ERROR_STATUSES)
         return row
 
+    warmup = _Warmup(workers)
     while not scheduler.idle or running:
-        # Fast units travel many to a call, and a worker runs such calls one at a time (a second
-        # thread would only fight the first for the GIL); two per worker keep it busy while the
-        # driver handles the other. Slow (I/O-bound) agents get the full concurrency.
+        # Fast units travel many to a call and a worker runs FAST_CALLS_PER_WORKER such calls at
+        # once; one more call per worker waits queued, so it is busy while the driver stores rows.
+        # Slow (I/O-bound) agents get the full concurrency.
         fast = sizer.size > 1
-        limit = min(config.max_concurrency, 2 * worker_count) if fast else config.max_concurrency
-        while call := scheduler.next_call(sizer.size, limit):
-            method = workers[next_worker % len(workers)].run_units
-            next_worker += 1
-            running[(method.options(concurrency_group=SERIAL_GROUP) if fast else method).remote(call, shared)] = call
+        if not warmup.over(sizer):
+            limit = min(config.max_concurrency, workers.count)
+        elif fast:
+            limit = min(config.max_concurrency, (FAST_CALLS_PER_WORKER + 1) * workers.count)
+        else:
+            limit = config.max_concurrency
+        # the last units are spread over every call slot, so that all workers finish together
+        size = min(sizer.size, math.ceil(scheduler.queued / limit)) if fast else 1
+        while call := scheduler.next_call(max(1, size), limit):
+            running[workers.submit(call, fast=fast)] = call
         if not running:
             time.sleep(0.05)  # only delayed retries remain
             continue
-        refs = list(running)
-        ready, _ = ray.wait(refs, num_returns=1, timeout=0.1, fetch_local=True)  # wake at the first result
-        if ready:
+        refs = [*running, *warmup.pending]
+        ready, _ = ray.wait(refs, num_returns=1, timeout=0.1 if warmup.over(sizer) else 0.02, fetch_local=True)
+        if ready:  # and whatever else is done by now
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=True)
+        ready = warmup.take_ready(ready)
         stored = []
         for ref in ready:
             call = running.pop(ref)

@@ -34,8 +34,7 @@ class Progress:
     def line(self) -> str:
         elapsed = time.monotonic() - self.start
         rate = self.done / elapsed if elapsed > 0 else 0.0
-        remaining = (self.total - self.done) / rate if rate > 0 else float("nan")
-        eta = "?" if remaining != remaining else _duration(remaining)
+        eta = _duration((self.total - self.done) / rate) if rate > 0 else "?"
         pass_rate = f"{100 * self.passed / self.done:.1f}%" if self.done else "-"
         percent = f"{100 * self.done / self.total:.1f}%" if self.total else "100%"
         return f"{self.done}/{self.total} units done ({percent}), pass rate {pass_rate}, {self.errors} errors, ETA {eta}"

@@ -12,7 +12,8 @@ Attempt = tuple[Unit, int]
 
 # A call carries about this much agent work; slow units still go one per call.
 TARGET_CALL_SECONDS = 0.1
-MAX_UNITS_PER_CALL = 64
+# Each call costs the driver a few milliseconds of Ray work, so instant units go in hundreds.
+MAX_UNITS_PER_CALL = 256
 
 
 class ChunkSizer:
@@ -23,6 +24,10 @@ class ChunkSizer:
 
     def observe(self, seconds: float) -> None:
         self.mean_s = seconds if self.mean_s is None else 0.9 * self.mean_s + 0.1 * seconds
+
+    @property
+    def known(self) -> bool:
+        return self.mean_s is not None
 
     @property
     def size(self) -> int:
@@ -76,6 +81,11 @@ class Scheduler:
 
     def call_finished(self, model: str) -> None:
         self.running[model] -= 1
+
+    @property
+    def queued(self) -> int:
+        """Units waiting to start (retries included)."""
+        return len(self.delayed) + sum(len(queue) for queue in self.queues.values())
 
     @property
     def idle(self) -> bool:

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import ray
 from pydantic import BaseModel
@@ -21,7 +22,10 @@ from ..storage.schema import ResultRow
 from .plan import Unit
 from .rows import row_from_result
 
-SERIAL_GROUP = "serial"
+FAST_GROUP = "fast"
+# Fast units (many to a call) run this many calls at once per worker: one call alone leaves the
+# core idle while it waits on the file system (work folders); two fill those gaps.
+FAST_CALLS_PER_WORKER = 2
 
 # Replaces grading by the eval's graders: (eval, execution) -> result (see run_batch's ``grade``).
 GradeFunction = Callable[[Eval, Execution], EvalResult]
@@ -36,12 +40,10 @@ class WorkerConfig(BaseModel):
     work_root: str | None = None
     cache_dir: str | None = None
     s3_endpoint_url: str | None = None
-    # False when the run brings its own agent object (in-memory runs): ``agent`` only labels it
-    agent_is_name: bool = True
 
 
 class UnitWorker:
-    """Holds the resolved agent and the run's evals; each call runs its units on one thread.
+    """Holds the run's plan, evals and resolved agent; each call runs its units on one thread.
 
     ``agent`` (a callable object) is used instead of resolving ``config.agent`` by name, and
     ``grade`` instead of the eval's graders, when given (in-memory runs).
@@ -52,36 +54,40 @@ class UnitWorker:
         self.node = socket.gethostname()
         self._shared_key: tuple[str, ...] = ()
         self.evals: list[Eval] = []
-        self.agent: AgentFunction | None = resolve_agent(config.agent) if config.agent_is_name else None
+        self.units: list[Unit] = []
+        self.agent: AgentFunction | None = None
         self.grade: GradeFunction = grade_execution
         # One parent folder per worker process: creating and removing work folders in a
         # folder shared by several processes serialises them on its lock.
         self.work_root = Path(config.work_root or default_work_root()) / f"worker-{os.getpid()}"
 
-    def run_units(self, call: list[tuple[Unit, int]], shared: list[Any]) -> list[ResultRow]:
-        """Run, grade and turn into rows, one unit after another (a call is one agent slot).
+    def run_units(self, call: list[tuple[int, int]], shared: list[Any]) -> list[ResultRow]:
+        """Run, grade and turn into rows the (plan position, attempt) pairs, one after another
+        (a call is one agent slot).
 
         Grading happens here, batched per call: it costs microseconds, so sending executions
         elsewhere to be graded would cost more in Ray round trips than the grading itself.
         """
         self._load(shared)
-        return [self._run_unit(unit, attempt) for unit, attempt in call]
+        return [self._run_unit(self.units[index], attempt) for index, attempt in call]
+
+    def prepare(self, shared: list[Any]) -> None:
+        """Returns once the worker is up and holds the run's data: the start of its first unit."""
+        self._load(shared)
 
     def _load(self, shared: list[Any]) -> None:
-        """The run's evals and in-memory agent/grade callables, fetched once per worker process.
+        """The run's evals, plan and in-memory agent/grade callables, fetched once per process.
 
         They come with each call, as references inside a list, rather than to the constructor:
-        a restarted worker (its process or node died) then simply fetches them again.
+        a restarted worker (its process or node died) then simply fetches them again, and no
+        restart depends on constructor arguments Ray may no longer hold.
         """
         key = tuple(ref.hex() for ref in shared)
         if key == self._shared_key:
             return
-        evals, agent, grade = ray.get(shared)
-        self.evals = evals
-        if agent is not None:
-            self.agent = agent
-        if grade is not None:
-            self.grade = grade
+        self.evals, self.units, agent, grade = ray.get(shared)
+        self.agent = agent if agent is not None else resolve_agent(self.config.agent)
+        self.grade = grade or grade_execution
         self._shared_key = key
 
     def _run_unit(self, unit: Unit, attempt: int) -> ResultRow:
@@ -108,18 +114,54 @@ class UnitWorker:
             isolation=self.config.isolation,
         )
 
-    def ping(self) -> str:
-        return self.node
+
+class WorkerPool:
+    """The run's worker actors, called in turn; calls of fast units go through the fast group.
+
+    The evals, plan and in-memory callables (cloudpickled) are put once and held for the whole
+    run; every call carries the references (see ``UnitWorker._load``) and names its units by
+    their plan position.
+    """
+
+    def __init__(self, actors: list[Any], shared: list[Any]):
+        self.actors = actors
+        self.shared = shared
+        self._threaded = [actor.run_units for actor in actors]
+        self._fast = [actor.run_units.options(concurrency_group=FAST_GROUP) for actor in actors]
+        self._turn = 0
+
+    @property
+    def count(self) -> int:
+        return len(self.actors)
+
+    def prepare(self) -> list[Any]:
+        """References that become ready as each worker is up and has loaded the run's data."""
+        return [actor.prepare.remote(self.shared) for actor in self.actors]
+
+    def submit(self, call: list[tuple[Unit, int]], *, fast: bool) -> Any:
+        """Send a call to the next worker; ``fast``: through its fast group (see FAST_CALLS_PER_WORKER)."""
+        methods = self._fast if fast else self._threaded
+        self._turn += 1
+        return methods[self._turn % len(methods)].remote([(unit.index, attempt) for unit, attempt in call], self.shared)
 
 
-def start_workers(config: WorkerConfig, *, count: int, threads_per_worker: int) -> list:
+def start_workers(
+    config: WorkerConfig,
+    *,
+    evals: list[Eval],
+    units: list[Unit],
+    agent: AgentFunction | None,
+    grade: GradeFunction | None,
+    count: int,
+    threads_per_worker: int,
+) -> WorkerPool:
     """Actors restart when their process or node dies, and Ray retries their in-flight calls."""
-    # calls of fast units queue up in the serial group and run one at a time (no GIL fight)
-    actor_class = ray.remote(concurrency_groups={SERIAL_GROUP: 1})(UnitWorker).options(
+    actor_class = ray.remote(concurrency_groups={FAST_GROUP: FAST_CALLS_PER_WORKER})(UnitWorker).options(
         num_cpus=0.01,
         max_concurrency=threads_per_worker,
         max_restarts=-1,
         max_task_retries=3,
         scheduling_strategy="SPREAD",
     )
-    return [actor_class.remote(config) for _ in range(count)]
+    actors = [actor_class.remote(config) for _ in range(count)]
+    return WorkerPool(actors, [ray.put(evals), ray.put(units), ray.put(agent), ray.put(grade)])

@@ -68,27 +68,32 @@ def extract_tagged(text: str) -> Any:
     return None
 
 
-def _existing(work_dir: Path, names: tuple[str, ...]) -> list[Path]:
-    """Those of ``names`` present in the work folder or its legacy subfolder, in order."""
-    found = []
+def _listing(work_dir: Path) -> list[tuple[Path, set[str]]]:
+    """The names in the work folder and in its legacy subfolder (listed once per search)."""
+    listed = []
     for base in (work_dir, work_dir / LEGACY_SUBDIR):
         try:
-            present = set(os.listdir(base))
+            listed.append((base, set(os.listdir(base))))
         except OSError:
             continue
-        found += [base / name for name in names if name in present and (base / name).is_file()]
-    return found
+    return listed
+
+
+def _existing(listing: list[tuple[Path, set[str]]], names: tuple[str, ...]) -> list[Path]:
+    """Those of ``names`` present as files in the listed folders, in order."""
+    return [base / name for base, present in listing for name in names if name in present and (base / name).is_file()]
 
 
 def read_answer_files(work_dir: Path) -> FoundAnswer:
     """The first existing answer file; a broken one is reported, never silently skipped."""
-    for path in _existing(work_dir, ANSWER_FILE_NAMES):
+    listing = _listing(work_dir)
+    for path in _existing(listing, ANSWER_FILE_NAMES):
         source = str(path.relative_to(work_dir))
         try:
             return FoundAnswer(answer=json.loads(path.read_text(encoding="utf-8")), source=source)
         except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
             return FoundAnswer(source=source, problem=f"{source} is not valid JSON: {exc}")
-    for path in _existing(work_dir, (FINISHED_FILE,)):
+    for path in _existing(listing, (FINISHED_FILE,)):
         text = path.read_text(encoding="utf-8", errors="replace")
         return FoundAnswer(answer={"finished_file_contents": text}, source=str(path.relative_to(work_dir)))
     return FoundAnswer(problem="the agent returned no answer and wrote no eval_answer.json")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 
@@ -170,3 +171,47 @@ def test_rejects_rows_of_another_run(local_store: ResultStore):
             writer.add(make_row("other", "m", 1))
         writer.add({**make_row("mine", "m", 2).model_dump()})  # a plain dict is validated
     assert local_store.stored_unit_ids("mine") == {"u-m-000002"}
+
+
+def test_rows_added_as_json_lines_are_stored_like_rows(local_store: ResultStore):
+    """``add_lines`` takes rows a worker already encoded; Parquet holds the same values as ``add``."""
+    tricky = [
+        make_row("lines", "m/1", 1, reasoning='ünïcödé "quoted" \\ back\nnew line \u2028', answer_json=None, cost_usd=None),
+        make_row("lines", "m/1", 2, error_message="x" * 3_000_000, input_tokens=2**62),  # a line longer than Arrow's block
+        make_row("lines", "m/1", 3, started_at=make_row("lines", "m/1", 3).started_at.replace(microsecond=7)),
+    ]
+    with local_store.open_writer("lines") as writer:
+        writer.add_lines("m/1", [row.to_line() for row in tricky])
+    with local_store.open_writer("lines-as-rows") as writer:
+        writer.add([row.model_copy(update={"run_id": "lines-as-rows"}) for row in tricky])
+    stored = local_store.read_table("lines").to_pylist()
+    again = local_store.read_table("lines-as-rows").to_pylist()
+    assert [{**r, "run_id": None} for r in stored] == [{**r, "run_id": None} for r in again]
+    expected = [row.model_dump() for row in tricky]
+    assert [{k: r[k] for k in expected[0]} for r in sorted(stored, key=lambda r: r["unit_id"])] == expected
+
+
+def test_add_lines_rejects_lines_of_another_run_or_model(local_store: ResultStore):
+    with local_store.open_writer("mine") as writer:
+        with pytest.raises(ValueError, match="not a JSON line of a row of run 'mine' and model 'm'"):
+            writer.add_lines("m", [make_row("other", "m", 1).to_line()])
+        with pytest.raises(ValueError, match="model 'n'"):
+            writer.add_lines("n", [make_row("mine", "m", 1).to_line()])
+        with pytest.raises(ValueError, match="need a model"):
+            writer.add_lines("", [])
+    assert local_store.stored_unit_ids("mine") == set()
+
+
+def test_nan_and_infinite_floats_survive_parquet_and_the_wal(local_store: ResultStore):
+    """A NaN score is stored as NaN (not null) and a crashed writer's WAL still recovers it."""
+    row = make_row("nan", "m", 1, score=float("nan"), duration_s=float("inf"))
+    with local_store.open_writer("nan") as writer:
+        writer.add(row)
+    (stored,) = local_store.read_table("nan").to_pylist()
+    assert math.isnan(stored["score"]) and stored["duration_s"] == math.inf
+    crashed = local_store.open_writer("nan-wal", writer_id="gone", flush_seconds=3600)
+    crashed.add(row.model_copy(update={"run_id": "nan-wal"}))
+    crashed._wal.close(remove=False)  # the process died: its WAL stays behind, unlocked
+    assert ResultStore(local_store.root).recover("nan-wal") == 1
+    (recovered,) = local_store.read_table("nan-wal").to_pylist()
+    assert math.isnan(recovered["score"]) and recovered["duration_s"] == math.inf

@@ -15,10 +15,17 @@ from ..agents.resolve import INLINE_AGENTS, resolve_agent
 from ..evals import Eval, load_evals
 from ..harness.context import AgentFunction
 from ..harness.execution import Execution, grade_execution
-from ..storage import EvalFileRef, PlanEntry, ResultRow, ResultStore, RunManifest
+from ..storage import (
+    EvalFileRef,
+    PlanEntry,
+    ResultRow,
+    ResultStore,
+    RowWriter,
+    RunManifest,
+)
 from .plan import Unit, plan_units
 from .progress import Progress
-from .rows import row_from_result
+from .rows import UnitRow, row_from_result, unit_row
 from .scheduler import ChunkSizer, Scheduler
 from .summary import RunSummary, summarize
 from .worker import (
@@ -270,7 +277,7 @@ def _execute(
     run_id: str,
     evals: list[Eval],
     todo: list[Unit],
-    writer: Any,
+    writer: RowWriter,
     progress: Progress,
     workers: WorkerPool,
 ) -> None:
@@ -279,16 +286,16 @@ def _execute(
     running: dict[Any, list[tuple[Unit, int]]] = {}
     written: set[str] = set()
 
-    def finished(unit: Unit, attempt: int, row: ResultRow) -> ResultRow | None:
-        """The row to store, or None when the unit is retried or was already stored."""
+    def keep(unit: Unit, attempt: int, row: UnitRow) -> bool:
+        """Whether to store the row: not when the unit is retried or was already stored."""
         if row.status == "error" and attempt <= config.retries:
             scheduler.retry_later(unit, attempt + 1, config.retry_backoff_s * 2 ** (attempt - 1))
-            return None
+            return False
         if unit.unit_id in written:  # a retried Ray call may deliver a unit twice: keep the first
-            return None
+            return False
         written.add(unit.unit_id)
         progress.update(passed=row.passed, error=row.status in ERROR_STATUSES)
-        return row
+        return True
 
     warmup = _Warmup(workers)
     while not scheduler.idle or running:
@@ -314,16 +321,17 @@ def _execute(
         if ready:  # and whatever else is done by now
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=True)
         ready = warmup.take_ready(ready)
-        stored = []
         for ref in ready:
             call = running.pop(ref)
-            scheduler.call_finished(call[0][0].model)
+            model = call[0][0].model  # a call holds units of one model
+            scheduler.call_finished(model)
             try:
                 rows = ray.get(ref)
             except ray.exceptions.RayError as exc:
-                rows = [_system_error_row(u, a, evals[u.eval_index], run_id, config.agent, exc) for u, a in call]
+                rows = [unit_row(_system_error_row(u, a, evals[u.eval_index], run_id, config.agent, exc)) for u, a in call]
+            stored = []
             for (unit, attempt), row in zip(call, rows):
                 sizer.observe(row.agent_s)  # a whole unit's wall time inflates with busy threads
-                if (kept := finished(unit, attempt, row)) is not None:
-                    stored.append(kept)
-        writer.add(stored)
+                if keep(unit, attempt, row):
+                    stored.append(row.line)
+            writer.add_lines(model, stored)

@@ -32,25 +32,26 @@ def _unit_key_prefix(eval_: Eval, agent: str) -> str:
     return f'{{"agent":{_canonical(agent)},"eval":{_canonical(eval_.content_hash())},"grader":{_canonical(grader)},'
 
 
-def _unit_id(prefix: str, model: str, seed: int) -> str:
-    key = f'{prefix}"model":{_canonical(model)},"seed":{_canonical(seed)}}}'
+def _unit_id(prefix: str, model_json: str, seed: int) -> str:
+    key = f'{prefix}"model":{model_json},"seed":{seed}}}'
     return hashlib.sha256(key.encode("utf-8")).hexdigest()[:32]
 
 
 def unit_id_for(eval_: Eval, model: str, seed: int, agent: str) -> str:
     """Content hash of the canonical JSON of eval content hash, grader config, model, seed and
     agent: the same inputs give the same id across runs, resumes and versions."""
-    return _unit_id(_unit_key_prefix(eval_, agent), model, seed)
+    return _unit_id(_unit_key_prefix(eval_, agent), _canonical(model), int(seed))
 
 
 def plan_units(evals: list[Eval], models: list[str], seeds: list[int], agent: str) -> list[Unit]:
     """Cross product in a stable order (eval, model, seed)."""
-    units = []
+    model_json = {model: _canonical(model) for model in models}
+    units: list[Unit] = []
     for index, eval_ in enumerate(evals):
         prefix = _unit_key_prefix(eval_, agent)
         for model in models:
             for seed in seeds:
-                units.append(Unit(_unit_id(prefix, model, seed), index, eval_.id, model, seed, len(units)))
+                units.append(Unit(_unit_id(prefix, model_json[model], int(seed)), index, eval_.id, model, seed, len(units)))
     return units
 
 

@@ -1,16 +1,30 @@
 """From a unit's EvalResult to the stored row."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from .._json import dumps
 from .._version import __version__
 from ..evals import Eval
 from ..harness.result import EvalResult
-from ..storage.schema import ResultRow
+from ..storage.row import ResultRow
 from .plan import Unit
 
 _METADATA_DROPPED = ("trajectory",)  # kept in artifacts_json, not twice
+
+
+class UnitRow(NamedTuple):
+    """A worker's answer for one unit: the row as its JSON line (written to the WAL and Parquet
+    as it is) and the fields the driver decides on (retry, progress, call sizes)."""
+
+    status: str
+    passed: bool
+    agent_s: float
+    line: bytes
+
+
+def unit_row(row: ResultRow) -> UnitRow:
+    return UnitRow(row.status, row.passed, row.agent_s, row.to_line())
 
 
 def row_from_result(result: EvalResult, *, unit: Unit, eval_: Eval, run_id: str, agent: str, attempt: int, node: str) -> ResultRow:

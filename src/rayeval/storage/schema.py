@@ -1,66 +1,14 @@
-"""The result row: one graded unit, as stored in Parquet and read back by reports."""
+"""The Parquet side of result rows: the file schema, and rows (as JSON lines) to Arrow tables."""
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any
+import io
 
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict
+import pyarrow.json as pa_json
 
-from ..harness.result import Status
+from .row import PARTITION_COLUMNS, ResultRow
 
-# Hive partition keys: encoded in the path (run_id=<id>/model=<m>/), never stored in the files.
-PARTITION_COLUMNS = ("run_id", "model")
-
-
-class ResultRow(BaseModel):
-    """Column names follow the reports spec; JSON-valued columns end in ``_json``."""
-
-    model_config = ConfigDict(frozen=True)
-
-    run_id: str
-    model: str
-    unit_id: str
-    eval_id: str
-    eval_hash: str
-    agent: str
-    harness: str | None = None
-    seed: int
-    attempt: int
-    status: Status
-    passed: bool
-    score: float
-    score_max: float
-    normalized_score: float
-    grader_type: str
-    metrics_json: str
-    reasoning: str
-    answer_json: str | None = None
-    answer_source: str | None = None
-    error_type: str | None = None
-    error_message: str | None = None
-    duration_s: float
-    agent_s: float
-    grade_s: float
-    cost_usd: float | None = None
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    n_turns: int | None = None
-    started_at: datetime
-    finished_at: datetime
-    node: str
-    task: str | None = None
-    kit: str | None = None
-    time_horizon: str | None = None
-    eval_type: str | None = None
-    metadata_json: str
-    artifacts_json: str | None = None
-    rayeval_version: str
-
-    def file_columns(self) -> dict[str, Any]:
-        """The row without its partition keys, ready for a Parquet part file."""
-        return self.model_dump(exclude=set(PARTITION_COLUMNS))
-
+__all__ = ["FILE_SCHEMA", "PARTITION_COLUMNS", "ResultRow", "lines_to_table", "rows_to_table"]
 
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
 
@@ -106,5 +54,19 @@ FILE_SCHEMA = pa.schema(
 )
 
 
+_LINE_PARSING = pa_json.ParseOptions(explicit_schema=FILE_SCHEMA, unexpected_field_behavior="ignore")
+
+
+def lines_to_table(lines: list[bytes]) -> pa.Table:
+    """The file columns of rows given as JSON lines, parsed by Arrow (in C++, no Python object
+    per value); the partition keys in the lines are left out."""
+    if not lines:
+        return FILE_SCHEMA.empty_table()
+    data = b"\n".join(lines)
+    # one block: Arrow's reader cannot split a line across blocks, and a line may be large
+    options = pa_json.ReadOptions(use_threads=False, block_size=len(data) + 1)
+    return pa_json.read_json(io.BytesIO(data), read_options=options, parse_options=_LINE_PARSING)
+
+
 def rows_to_table(rows: list[ResultRow]) -> pa.Table:
-    return pa.Table.from_pylist([row.file_columns() for row in rows], schema=FILE_SCHEMA)
+    return lines_to_table([row.to_line() for row in rows])

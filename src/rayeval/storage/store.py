@@ -38,10 +38,11 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
+import pydantic_core
 
 from .filesystem import is_s3, resolve_root, s3_endpoint
 from .manifest import RunManifest
-from .schema import FILE_SCHEMA, PARTITION_COLUMNS, ResultRow, rows_to_table
+from .schema import FILE_SCHEMA, PARTITION_COLUMNS, ResultRow, lines_to_table
 from .wal import (
     OrphanLog,
     WriteAheadLog,
@@ -112,10 +113,16 @@ def _coerce_row(row: ResultRow | Mapping[str, Any]) -> ResultRow:
     raise TypeError(f"expected a ResultRow, got {type(row).__name__}")
 
 
-def encode_parquet(rows: list[ResultRow]) -> bytes:
+def encode_parquet(lines: list[bytes]) -> bytes:
+    """One Parquet part from rows given as JSON lines (see ``ResultRow.to_line``)."""
     sink = pa.BufferOutputStream()
-    pq.write_table(rows_to_table(rows), sink, compression=PART_COMPRESSION)
+    pq.write_table(lines_to_table(lines), sink, compression=PART_COMPRESSION)
     return sink.getvalue().to_pybytes()
+
+
+def _line_prefix(run_id: str, model: str) -> bytes:
+    """How every JSON line of a row of this run and model starts (``to_line`` puts them first)."""
+    return pydantic_core.to_json({"run_id": run_id, "model": model})[:-1] + b","
 
 
 class ResultStore:
@@ -346,11 +353,11 @@ class ResultStore:
         Raises :class:`StorageError` on failure.  Used by recovery and for small one-off writes.
         """
         writer_id = writer_id or f"direct-{_default_writer_id()}"
-        groups: dict[str, list[ResultRow]] = {}
+        groups: dict[str, list[bytes]] = {}
         for row in rows:
             if row.run_id != run_id:
                 raise ValueError(f"row {row.unit_id} belongs to run {row.run_id!r}, not {run_id!r}")
-            groups.setdefault(row.model, []).append(row)
+            groups.setdefault(row.model, []).append(row.to_line())
         written = []
         seq = 0
         try:
@@ -447,7 +454,7 @@ class RowWriter:
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._io_lock = threading.Lock()
-        self._buffer: list[ResultRow] = []
+        self._buffer: list[tuple[str, bytes]] = []  # (model, JSON line) of rows not yet in a part
         self._buffer_since: float | None = None  # monotonic time of the oldest buffered row
         self._returned_rows = False  # buffer holds rows of a closed WAL segment (encode failed)
         self._pending: dict[str, _Part] = {}  # sealed parts not stored yet
@@ -505,25 +512,38 @@ class RowWriter:
         if isinstance(rows, (ResultRow, Mapping)):
             rows = [rows]
         batch = [_coerce_row(row) for row in rows]
-        if not batch:
-            return
         for row in batch:
             if row.run_id != self.run_id:
                 raise ValueError(f"row {row.unit_id} belongs to run {row.run_id!r}, this writer to {self.run_id!r}")
             if not row.model:
                 raise ValueError(f"row {row.unit_id} has an empty model (it names the partition)")
-        lines = [row.model_dump_json() for row in batch]
+        self._append([(row.model, row.to_line()) for row in batch])
+
+    def add_lines(self, model: str, lines: list[bytes]) -> None:
+        """Like :meth:`add`, for rows of one model already encoded by ``ResultRow.to_line``
+        (e.g. on the worker that made them): no second encoding on the way to the WAL."""
+        if not model:
+            raise ValueError("rows need a model (it names the partition)")
+        prefix = _line_prefix(self.run_id, model)
+        for line in lines:
+            if not line.startswith(prefix):
+                raise ValueError(f"not a JSON line of a row of run {self.run_id!r} and model {model!r}: {line[:120]!r}")
+        self._append([(model, line) for line in lines])
+
+    def _append(self, entries: list[tuple[str, bytes]]) -> None:
+        if not entries:
+            return
         with self._lock:
             if self._closing:
                 raise RuntimeError(f"writer {self.writer_id} is closed")
             try:
-                self._wal.append(lines)
+                self._wal.append([line for _, line in entries])
             except OSError as exc:  # keep the rows in memory; they still reach Parquet
                 if self.wal_error is None:
                     log.error("cannot write the WAL %s: %s (rows are kept in memory)", self._wal.active_path, exc)
                 self.wal_error = exc
-            self._buffer.extend(batch)
-            self.rows_added += len(batch)
+            self._buffer.extend(entries)
+            self.rows_added += len(entries)
             if self._buffer_since is None:  # the flush thread must start the age clock
                 self._buffer_since = time.monotonic()
                 self._wake.notify()
@@ -560,7 +580,7 @@ class RowWriter:
                 log.exception("unexpected error in the flush thread of writer %s", self.writer_id)
                 self._record_failure(exc)
 
-    def _seal(self, force: bool) -> list[ResultRow]:
+    def _seal(self, force: bool) -> list[tuple[str, bytes]]:
         """Take the buffer and rotate the WAL, if a flush is due (under the lock)."""
         if not self._buffer:
             return []
@@ -577,10 +597,10 @@ class RowWriter:
             self.wal_error = exc
         return rows
 
-    def _make_parts(self, rows: list[ResultRow]) -> list[_Part]:
-        groups: dict[str, list[ResultRow]] = {}
-        for row in rows:
-            groups.setdefault(row.model, []).append(row)
+    def _make_parts(self, entries: list[tuple[str, bytes]]) -> list[_Part]:
+        groups: dict[str, list[bytes]] = {}
+        for model, line in entries:
+            groups.setdefault(model, []).append(line)
         parts = []
         for model, group in groups.items():
             for chunk in _split_encode(group):
@@ -596,14 +616,14 @@ class RowWriter:
             return False
         try:
             with self._lock:
-                rows = self._seal(force)
-            if rows:
+                entries = self._seal(force)
+            if entries:
                 try:
-                    parts = self._make_parts(rows)
+                    parts = self._make_parts(entries)
                 except Exception as exc:  # an unencodable row: keep everything, report
                     with self._lock:
                         self._sealing = 0
-                        self._buffer[:0] = rows
+                        self._buffer[:0] = entries
                         self._buffer_since = self._buffer_since or time.monotonic()
                         self._returned_rows = True
                     self._record_failure(exc)
@@ -714,11 +734,11 @@ class RowWriter:
             self._wal.close(remove=False)
 
 
-def _split_encode(rows: list[ResultRow]) -> Iterable[tuple[bytes, int]]:
-    data = encode_parquet(rows)
-    if len(data) <= MAX_PART_BYTES or len(rows) == 1:
-        yield data, len(rows)
+def _split_encode(lines: list[bytes]) -> Iterable[tuple[bytes, int]]:
+    data = encode_parquet(lines)
+    if len(data) <= MAX_PART_BYTES or len(lines) == 1:
+        yield data, len(lines)
         return
-    middle = len(rows) // 2
-    yield from _split_encode(rows[:middle])
-    yield from _split_encode(rows[middle:])
+    middle = len(lines) // 2
+    yield from _split_encode(lines[:middle])
+    yield from _split_encode(lines[middle:])

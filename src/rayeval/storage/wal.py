@@ -116,19 +116,19 @@ class WriteAheadLog:
                 "run ResultStore.recover first or use another writer id"
             )
         self._next_segment = 1
-        self._file = open(self.active_path, "a", encoding="utf-8")
+        self._file = open(self.active_path, "ab")
         self._active_bytes = 0
         self.closed_segments: list[Path] = []
 
     # -- writing ------------------------------------------------------------------------------
-    def append(self, lines: list[str]) -> None:
-        """Append JSON lines (no newline inside) and flush them to the OS."""
+    def append(self, lines: list[bytes]) -> None:
+        """Append JSON lines (UTF-8, no newline inside) and flush them to the OS."""
         if not lines:
             return
-        text = "\n".join(lines) + "\n"
-        self._file.write(text)
+        data = b"\n".join(lines) + b"\n"
+        self._file.write(data)
         self._file.flush()
-        self._active_bytes += len(text)
+        self._active_bytes += len(data)
 
     def rotate(self) -> Path | None:
         """Close the active segment (if it holds anything) and start a new one."""
@@ -139,7 +139,7 @@ class WriteAheadLog:
         self._next_segment += 1
         os.replace(self.active_path, closed)
         self.closed_segments.append(closed)
-        self._file = open(self.active_path, "a", encoding="utf-8")
+        self._file = open(self.active_path, "ab")
         self._active_bytes = 0
         return closed
 

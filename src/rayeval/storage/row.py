@@ -1,0 +1,69 @@
+"""The result row: one graded unit, as stored in Parquet and read back by reports.
+
+Apart from the Arrow schema (:mod:`.schema`), so that a Ray worker building rows does not
+import pyarrow.
+"""
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict
+
+from ..harness.result import Status
+
+# Hive partition keys: encoded in the path (run_id=<id>/model=<m>/), never stored in the files.
+PARTITION_COLUMNS = ("run_id", "model")
+
+
+class ResultRow(BaseModel):
+    """Column names follow the reports spec; JSON-valued columns end in ``_json``.
+
+    A row's one encoding is its JSON line (:meth:`to_line`): it goes to the write-ahead log as
+    it is, and Parquet parts are built from those lines (:func:`lines_to_table`).  NaN and
+    infinite floats are written as JSON's ``NaN``/``Infinity`` so that both paths keep them.
+    """
+
+    model_config = ConfigDict(frozen=True, ser_json_inf_nan="constants")
+
+    run_id: str
+    model: str
+    unit_id: str
+    eval_id: str
+    eval_hash: str
+    agent: str
+    harness: str | None = None
+    seed: int
+    attempt: int
+    status: Status
+    passed: bool
+    score: float
+    score_max: float
+    normalized_score: float
+    grader_type: str
+    metrics_json: str
+    reasoning: str
+    answer_json: str | None = None
+    answer_source: str | None = None
+    error_type: str | None = None
+    error_message: str | None = None
+    duration_s: float
+    agent_s: float
+    grade_s: float
+    cost_usd: float | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    n_turns: int | None = None
+    started_at: datetime
+    finished_at: datetime
+    node: str
+    task: str | None = None
+    kit: str | None = None
+    time_horizon: str | None = None
+    eval_type: str | None = None
+    metadata_json: str
+    artifacts_json: str | None = None
+    rayeval_version: str
+
+    def to_line(self) -> bytes:
+        """One JSON line (UTF-8, no newline), ``run_id`` and ``model`` first."""
+        return self.__pydantic_serializer__.to_json(self)

@@ -66,7 +66,6 @@ def problems(evaluators=None, file=FILE, dataset=None, name="qa") -> str:
          ["cannot be called as callable(log, datapoint) (target_required)", "too many positional arguments"]),
         ({"path": "acc", "return_type": "boolean", "callable": lambda log, datapoint: True},
          ["cannot be called as callable(log) (target_free)", "missing a required argument: 'datapoint'"]),
-        ({"path": "status", "return_type": "boolean", "callable": bool}, ["path 'status' is reserved"]),
         ({"path": "  ", "return_type": "boolean", "callable": bool}, ["path: must be a non-empty string"]),
         ("exact", ["evaluators[0]: must be a dict {path, args_type, return_type, callable, threshold}, got str"]),
     ],

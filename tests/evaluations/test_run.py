@@ -34,7 +34,7 @@ def evaluators(threshold: float | None = None) -> list[dict]:
         {"path": "kind", "return_type": "select", "callable": lambda log: "numeric" if log["output"].isdigit() else "words"},
         {"path": "tags", "return_type": "multi_select",
          "callable": lambda log: (["short"] if len(log["output"]) < 5 else []) + (["brief"] if "brief" in log["output"] else [])},
-        {"path": "echo", "return_type": "text", "callable": lambda log: log["inputs"]["question"]},
+        {"path": "status", "return_type": "text", "callable": lambda log: log["inputs"]["question"]},  # a column the stats read too
     ]
 
 
@@ -52,7 +52,7 @@ def test_judgments_stats_and_rows_of_a_first_run(tmp_path: Path) -> None:
     assert checks["score"].score == pytest.approx(sum(lengths) / 5) and checks["score"].threshold_check is None
     assert checks["kind"].option == "words" and checks["kind"].score == pytest.approx(3 / 5)
     assert checks["tags"].option == "short" and checks["tags"].score == pytest.approx(2 / 5)
-    assert checks["echo"].score is None and checks["echo"].num_judgments == 5
+    assert checks["status"].score is None and checks["status"].num_judgments == 5
     assert result.previous_run_id is None and result.version_id == "qa/answerer@v1"
 
     run = result.stats.run_stats[0]
@@ -64,7 +64,7 @@ def test_judgments_stats_and_rows_of_a_first_run(tmp_path: Path) -> None:
     assert by_path["kind"].num_judgments_per_option == {"numeric": 2, "words": 3}
     assert by_path["tags"].num_judgments_per_option == {"short": 2, "brief": 1}
     assert by_path["tags"].num_nulls == 2  # an empty multi-select is a null
-    assert by_path["echo"].kind == "text" and by_path["echo"].num_judgments == 5
+    assert by_path["status"].kind == "text" and by_path["status"].num_judgments == 5
     assert "exact" in result.report and "PASS" in result.report and "first run of this name" in result.report
 
     frame = pd.read_parquet(Path(output) / f"run_id={result.run_id}")
@@ -75,7 +75,7 @@ def test_judgments_stats_and_rows_of_a_first_run(tmp_path: Path) -> None:
     rows = {json.loads(r.answer_json)["output"]: r for r in frame.itertuples()}
     assert "blue (brief)" in rows  # messages were passed only where the datapoint has them
     sky = json.loads(rows["blue (brief)"].metrics_json)
-    assert sky["evaluators"] == {"exact": True, "score": 12, "kind": "words", "tags": ["brief"], "echo": "colour of the sky?"}
+    assert sky["evaluators"] == {"exact": True, "score": 12, "kind": "words", "tags": ["brief"], "status": "colour of the sky?"}
     wrong = rows["no idea"]
     assert wrong.status == "failed" and not wrong.passed and wrong.score == 0.0  # the one check (exact) failed
     assert rows["4"].status == "passed" and rows["4"].passed and rows["4"].score == 1.0

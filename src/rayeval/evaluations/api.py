@@ -38,7 +38,6 @@ _OWNED_OPTIONS = frozenset(
      "s3_endpoint_url", "show_progress", "run_id", "timeout", "retries", "isolation"}
 )
 # The columns the evaluator stats group and count by; everything else only feeds the report.
-_STATS_COLUMNS = ("run_id", "model", "harness", "unit_id", "attempt", "status", "started_at", "finished_at", "metrics_json")
 
 
 class EvaluatorCheck(BaseModel):
@@ -283,9 +282,10 @@ def _read_stats(
 ) -> tuple[EvaluationStats, Any]:
     """(EvaluationStats without report, the units) of one run."""
     units = reader.units(runs=run_id, columns=[*REPORT_COLUMNS, "metrics_json"])
-    # Only the columns the stats group by: an evaluator path never shadows a result column.
-    minimal = units[[c for c in _STATS_COLUMNS if c in units.columns]]
-    stats = evaluation_stats(minimal, evaluators=dict(evaluators), planned_units=planned, run_status=status, report=False)
+    # every judgment is in metrics_json: an evaluator path may equal a result column's name
+    stats = evaluation_stats(
+        units, evaluators=dict(evaluators), evaluator_source="metrics", planned_units=planned, run_status=status, report=False
+    )
     return stats, units
 
 

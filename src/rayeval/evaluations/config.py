@@ -39,10 +39,6 @@ STATS_KIND: dict[str, str] = {
 # Return types whose aggregate is a share of logs: their thresholds are shares in [0, 1].
 SHARE_TYPES = frozenset({"boolean", "select", "multi_select"})
 
-# Result columns the stats read by name: an evaluator path equal to one would be misread.
-RESERVED_PATHS = frozenset(
-    {"run_id", "model", "harness", "unit_id", "attempt", "status", "started_at", "finished_at", "metrics_json", "batch_id"}
-)
 MAX_LISTED = 5  # problems of one kind listed before "... and N more"
 
 
@@ -148,10 +144,7 @@ class EvaluatorConfig(BaseModel):
     @field_validator("path")
     @classmethod
     def _path(cls, value: str) -> str:
-        value = _non_empty(value).strip()
-        if value in RESERVED_PATHS:
-            raise ValueError(f"path {value!r} is reserved (a result column); choose another path")
-        return value
+        return _non_empty(value).strip()
 
     @field_validator("threshold", mode="before")
     @classmethod

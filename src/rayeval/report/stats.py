@@ -30,6 +30,8 @@ from .reader import ReportError, error_mask, latest_attempts
 
 EvaluatorKind = Literal["boolean", "number", "select", "text"]
 EVALUATOR_KINDS: tuple[str, ...] = ("boolean", "number", "select", "text")
+# Where evaluator values come from: "auto" reads a column of that name when there is one.
+EvaluatorSource = Literal["auto", "metrics"]
 RunStatus = Literal["pending", "running", "completed", "cancelled"]
 PERCENTILES: dict[str, float] = {"p5": 0.05, "p25": 0.25, "p50": 0.50, "p75": 0.75, "p95": 0.95}
 
@@ -463,15 +465,17 @@ def estimate_eta(units: pd.DataFrame, remaining: int) -> float | None:
 
 
 # -- EvaluationStats -----------------------------------------------------------------------
-def _evaluator_frames(units: pd.DataFrame, evaluators: Mapping[str, str], key: str) -> list[tuple[str, str, pd.Series, np.ndarray | None]]:
+def _evaluator_frames(
+    units: pd.DataFrame, evaluators: Mapping[str, str], key: str, source: EvaluatorSource
+) -> list[tuple[str, str, pd.Series, np.ndarray | None]]:
     """(name, kind, values aligned with units, per-judgment errors or None) per evaluator."""
     out: list[tuple[str, str, pd.Series, np.ndarray | None]] = []
-    from_metrics = [name for name in evaluators if name not in units.columns]
+    from_metrics = [name for name in evaluators if source == "metrics" or name not in units.columns]
     long = judgments_from_metrics(units, from_metrics, key=key, keep=()) if from_metrics else None
     for name, kind in evaluators.items():
         if kind not in EVALUATOR_KINDS:
             raise ReportError(f"evaluator {name!r}: unknown kind {kind!r} (use {', '.join(EVALUATOR_KINDS)})")
-        if name in units.columns:
+        if name not in from_metrics:
             out.append((name, kind, units[name].reset_index(drop=True), None))
         else:
             part = long[long["evaluator"] == name]  # type: ignore[index]
@@ -487,12 +491,15 @@ def evaluation_stats(
     run_status: Any = None,
     errors: str = "fail",
     metrics_key: str = METRICS_EVALUATORS_KEY,
+    evaluator_source: EvaluatorSource = "auto",
     report: bool = True,
 ) -> EvaluationStats:
     """EvaluationStats over result units (the latest attempt per unit is kept).
 
-    ``evaluators`` maps an evaluator name to its kind; a name that is a column of ``units`` is
-    read from it, any other from ``metrics_json[metrics_key][name]``. Default: the grader's
+    ``evaluators`` maps an evaluator name to its kind. With ``evaluator_source="auto"`` a name
+    that is a column of ``units`` is read from it, any other from
+    ``metrics_json[metrics_key][name]``; with ``"metrics"`` every evaluator is read from
+    ``metrics_json``, so evaluator names may equal column names. Default: the grader's
     ``passed`` (boolean) and ``normalized_score`` (number). ``planned_units`` is the planned
     total (or a mapping run_id → planned count) for the progress line and the inferred
     status; ``run_status`` is a manifest status (string, dict/object with ``status``) or a
@@ -509,7 +516,7 @@ def evaluation_stats(
     is_error = error_mask(units)
 
     per_evaluator: list[list[Any]] = []
-    for name, kind, values, value_errors in _evaluator_frames(units, evaluators, metrics_key):
+    for name, kind, values, value_errors in _evaluator_frames(units, evaluators, metrics_key, evaluator_source):
         err = is_error if value_errors is None else (is_error | value_errors)
         frame = pd.DataFrame({"g": groups.ids, "value": values.to_numpy(), "error": err})
         table = evaluator_stats_table(frame, kind, by=["g"], value="value", error="error")

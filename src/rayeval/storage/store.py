@@ -589,13 +589,13 @@ class RowWriter:
         # one small part per retry.
         if not (force or len(self._buffer) >= self.flush_rows or (aged and not self._pending)):
             return []
-        rows, self._buffer, self._buffer_since = self._buffer, [], None
-        self._sealing = len(rows)
+        entries, self._buffer, self._buffer_since = self._buffer, [], None
+        self._sealing = len(entries)
         try:
             self._wal.rotate()
         except OSError as exc:
             self.wal_error = exc
-        return rows
+        return entries
 
     def _make_parts(self, entries: list[tuple[str, bytes]]) -> list[_Part]:
         groups: dict[str, list[bytes]] = {}

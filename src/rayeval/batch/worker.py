@@ -19,7 +19,7 @@ from ..harness.result import EvalResult
 from ..harness.runner import EvalRunner
 from ..harness.workspace import default_work_root
 from ..storage.row import ResultRow
-from .plan import Unit
+from .plan import Unit, plan_units
 from .rows import UnitRow, row_from_result, unit_row
 
 FAST_GROUP = "fast"
@@ -33,6 +33,8 @@ GradeFunction = Callable[[Eval, Execution], EvalResult]
 
 class WorkerConfig(BaseModel):
     agent: str
+    models: list[str]
+    seeds: list[int]
     agent_args: dict[str, str] = {}
     run_id: str
     isolation: Isolation
@@ -85,7 +87,9 @@ class UnitWorker:
         key = tuple(ref.hex() for ref in shared)
         if key == self._shared_key:
             return
-        self.evals, self.units, agent, grade = ray.get(shared)
+        self.evals, agent, grade = ray.get(shared)
+        # the driver's plan, derived again here: cheaper than sending thousands of units
+        self.units = plan_units(self.evals, self.config.models, self.config.seeds, self.config.agent)
         self.agent = agent if agent is not None else resolve_agent(self.config.agent)
         self.grade = grade or grade_execution
         self._shared_key = key
@@ -118,9 +122,9 @@ class UnitWorker:
 class WorkerPool:
     """The run's worker actors, called in turn; calls of fast units go through the fast group.
 
-    The evals, plan and in-memory callables (cloudpickled) are put once and held for the whole
-    run; every call carries the references (see ``UnitWorker._load``) and names its units by
-    their plan position.
+    The evals and in-memory callables (cloudpickled) are put once and held for the whole run;
+    every call carries the references (see ``UnitWorker._load``) and names its units by their
+    position in the plan, which each worker derives from the evals, models and seeds.
     """
 
     def __init__(self, actors: list[Any], shared: list[Any]):
@@ -150,7 +154,6 @@ def start_workers(
     config: WorkerConfig,
     *,
     evals: list[Eval],
-    units: list[Unit],
     agent: AgentFunction | None,
     grade: GradeFunction | None,
     count: int,
@@ -165,4 +168,4 @@ def start_workers(
         scheduling_strategy="SPREAD",
     )
     actors = [actor_class.remote(config) for _ in range(count)]
-    return WorkerPool(actors, [ray.put(evals), ray.put(units), ray.put(agent), ray.put(grade)])
+    return WorkerPool(actors, [ray.put(evals), ray.put(agent), ray.put(grade)])

@@ -175,8 +175,6 @@ def run_batch(
         resolve_agent(config.agent)  # an unknown agent is a usage error, not thousands of error rows
     store = ResultStore(config.output, s3_endpoint_url=config.s3_endpoint_url)
     run_id = config.run_id or new_run_id()
-    units = plan_units(evals, config.models, config.seeds, config.agent)
-
     previous = store.read_manifest(run_id)
     if config.resume and previous is None:
         raise RunConflict(f"--resume: no run {run_id!r} under {config.output}")
@@ -185,19 +183,23 @@ def run_batch(
     if previous is not None and previous.agent != config.agent:
         raise RunConflict(f"run {run_id!r} was made with agent {previous.agent!r}, not {config.agent!r}")
 
-    writer = store.open_writer(run_id, flush_rows=config.flush_rows, flush_seconds=config.flush_seconds)  # recovers the WAL
-    done_ids = store.stored_unit_ids(run_id) if config.resume else set()
-    todo = [unit for unit in units if unit.unit_id not in done_ids]
-
+    # opened before Ray starts: an unusable results root fails at once; recovers the WAL
+    writer = store.open_writer(run_id, flush_rows=config.flush_rows, flush_seconds=config.flush_seconds)
     started = datetime.now(timezone.utc)
-    progress = Progress(len(todo), enabled=config.show_progress)
     owns_ray = False
+    progress: Progress | None = None
     manifest: RunManifest | None = None
     status = "failed"
     try:
         owns_ray = connect(config)
-        # Workers start (asynchronously) first: their start-up overlaps writing the manifest.
-        workers = _start_pool(config, run_id, evals, len(todo), agent=agent, grade=grade) if todo else None
+        # Workers start (asynchronously) first: their start-up overlaps planning and the
+        # manifest.  A resumed run may need fewer; idle ones cost nothing.
+        planned = len(evals) * len(config.models) * len(config.seeds)
+        workers = _start_pool(config, run_id, evals, planned, agent=agent, grade=grade) if planned else None
+        units = plan_units(evals, config.models, config.seeds, config.agent)
+        done_ids = store.stored_unit_ids(run_id) if config.resume else set()
+        todo = [unit for unit in units if unit.unit_id not in done_ids]
+        progress = Progress(len(todo), enabled=config.show_progress)
         # validated as one document: 6x faster than one PlanEntry(...) call per unit
         manifest = RunManifest.model_validate({
             "run_id": run_id,
@@ -210,14 +212,15 @@ def run_batch(
             "created_at": previous.created_at if previous else started,
         })
         store.write_manifest(manifest)
-        if workers is not None:
+        if todo and workers is not None:
             _execute(config, run_id, evals, todo, writer, progress, workers)
         status = "completed"
     except KeyboardInterrupt:
         status = "cancelled"
         raise
     finally:
-        progress.close()
+        if progress is not None:
+            progress.close()
         writer.close()
         if manifest is not None:
             store.write_manifest(manifest.with_status(status))
@@ -246,14 +249,14 @@ def _start_pool(
     config: BatchConfig,
     run_id: str,
     evals: list[Eval],
-    todo: int,
+    planned: int,
     *,
     agent: AgentFunction | None,
     grade: GradeFunction | None,
 ) -> WorkerPool:
     """One worker per CPU (a worker keeps about one core busy with fast units) and at least
     enough workers that none needs more than MAX_THREADS_PER_WORKER threads."""
-    demand = max(1, min(config.max_concurrency, todo))
+    demand = max(1, min(config.max_concurrency, planned))
     cpus = int(ray.cluster_resources().get("CPU", 1))
     count = config.workers or max(1, min(cpus, demand), math.ceil(demand / MAX_THREADS_PER_WORKER))
     return start_workers(

@@ -5,6 +5,8 @@ from datetime import datetime, timezone
 
 from pydantic import BaseModel
 
+from ..storage import ResultStore
+
 
 class ModelSummary(BaseModel):
     model: str
@@ -40,9 +42,10 @@ class RunSummary(BaseModel):
         return "\n".join(lines)
 
 
-def summarize(store, run_id: str, *, total_units: int, skipped: int, ran: int, started: datetime) -> RunSummary:
-    table = store.read_table(run_id)
-    frame = table.select(["model", "unit_id", "status", "normalized_score", "cost_usd", "attempt"]).to_pandas()
+def summarize(store: ResultStore, run_id: str, *, total_units: int, skipped: int, ran: int, started: datetime) -> RunSummary:
+    # only the columns it needs: a run's answers and artifacts can be most of its bytes
+    columns = ["model", "unit_id", "status", "normalized_score", "cost_usd", "attempt"]
+    frame = store.read_table(run_id, columns=columns).to_pandas()
     frame = frame.sort_values("attempt").drop_duplicates("unit_id", keep="last")
     models = []
     for model, group in frame.groupby("model", sort=True, observed=True):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,7 @@ class UnitWorker:
         self.config = config
         self.node = socket.gethostname()
         self._shared_key: tuple[str, ...] = ()
+        self._loading = threading.Lock()
         self.evals: list[Eval] = []
         self.units: list[Unit] = []
         self.agent: AgentFunction | None = None
@@ -87,12 +89,15 @@ class UnitWorker:
         key = tuple(ref.hex() for ref in shared)
         if key == self._shared_key:
             return
-        self.evals, agent, grade = ray.get(shared)
-        # the driver's plan, derived again here: cheaper than sending thousands of units
-        self.units = plan_units(self.evals, self.config.models, self.config.seeds, self.config.agent)
-        self.agent = agent if agent is not None else resolve_agent(self.config.agent)
-        self.grade = grade or grade_execution
-        self._shared_key = key
+        with self._loading:  # the first calls arrive together on several threads: load once
+            if key == self._shared_key:
+                return
+            self.evals, agent, grade = ray.get(shared)
+            # the driver's plan, derived again here: cheaper than sending thousands of units
+            self.units = plan_units(self.evals, self.config.models, self.config.seeds, self.config.agent)
+            self.agent = agent if agent is not None else resolve_agent(self.config.agent)
+            self.grade = grade or grade_execution
+            self._shared_key = key
 
     def _run_unit(self, unit: Unit, attempt: int) -> ResultRow:
         eval_ = self.evals[unit.eval_index]

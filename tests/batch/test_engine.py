@@ -196,3 +196,9 @@ def test_console_script_runs_an_agent_module_of_the_working_folder(tmp_path: Pat
     assert done.returncode == 0, done.stderr
     frame = pd.read_parquet(project / "out" / "run_id=p")
     assert len(frame) == 6 and (frame["status"] == "passed").all(), frame[["status", "error_message"]]
+
+
+def test_seeds_must_fit_the_stored_int64_column() -> None:
+    with pytest.raises(ValueError, match="seeds.0"):
+        batch.BatchConfig(evals=["e"], agent="reference", output="o", seeds=[2**63])
+    assert batch.BatchConfig(evals=["e"], agent="reference", output="o", seeds=[2**63 - 1]).seeds == [2**63 - 1]

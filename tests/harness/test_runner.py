@@ -11,8 +11,11 @@ from pathlib import Path
 import pytest
 
 from rayeval import EvalRunner, load_evals
+from rayeval.batch.plan import plan_units
+from rayeval.batch.rows import row_from_result
 from rayeval.evals import Eval
 from rayeval.harness.isolation import UNIT_MARKER_ENV, processes_with_marker
+from rayeval.storage import ResultStore
 
 MC_GRADER = {"type": "multiple_choice", "config": {"correct_answer": "B"}}
 NUM_GRADER = {"type": "numeric_tolerance", "config": {"ground_truth": {"n_cells": 700}, "tolerances": {"n_cells": {"type": "absolute", "value": 0}}}}
@@ -51,6 +54,24 @@ def test_envelope_with_metadata_is_unwrapped(runner: EvalRunner) -> None:
     result = runner.run(lambda p, w: {"answer": {"n_cells": 700}, "metadata": {"harness": "mine", "cost_usd": 0.25, "n_turns": 3}})
     assert result.passed and result.metadata["cost_usd"] == 0.25
     assert (result.harness, result.cost_usd, result.n_turns) == ("mine", 0.25, 3)
+
+
+@pytest.mark.parametrize(
+    "garbage, cost",
+    [(10**30, 1e30), (-(10**30), -1e30), (float("inf"), float("inf")), (10**400, None), ("12", None), (True, None)],
+)
+def test_garbage_usage_numbers_are_not_lifted_and_the_row_still_stores(runner: EvalRunner, tmp_path: Path, garbage, cost) -> None:
+    """A count no int64 holds (or no number at all) stays in metadata only: the typed fields
+    must fit the Parquet schema, or the part holding that row could never be written."""
+    metadata = {"input_tokens": garbage, "output_tokens": 5, "n_turns": garbage, "cost_usd": garbage}
+    result = runner.run(lambda p, w: {"answer": {"n_cells": 700}, "metadata": metadata})
+    assert result.passed and result.output_tokens == 5
+    assert (result.input_tokens, result.n_turns, result.cost_usd) == (None, None, cost)
+    unit = plan_units([runner.eval], ["m"], [1], "agent")[0]
+    row = row_from_result(result, unit=unit, eval_=runner.eval, run_id="r", agent="agent", attempt=1, node="n")
+    store = ResultStore(tmp_path / "results")
+    store.write_rows("r", [row])
+    assert store.read_table("r", columns=["input_tokens", "output_tokens"]).to_pylist() == [{"input_tokens": None, "output_tokens": 5}]
 
 
 def test_tagged_text_last_well_formed_answer_wins(runner: EvalRunner) -> None:

@@ -6,7 +6,7 @@ import os
 import secrets
 import time
 from datetime import datetime, timezone
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import ray
 from pydantic import BaseModel, Field
@@ -68,7 +68,7 @@ class BatchConfig(BaseModel):
     agent: str
     agent_args: dict[str, str] = Field(default_factory=dict)
     models: list[str] = Field(default_factory=lambda: ["default"])
-    seeds: list[int] = Field(default_factory=lambda: [1])
+    seeds: list[Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]] = Field(default_factory=lambda: [1])  # stored as int64
     output: str
     run_id: str | None = None
     resume: bool = False

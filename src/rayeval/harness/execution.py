@@ -39,10 +39,21 @@ class Execution(BaseModel):
     artifacts: dict[str, str] = Field(default_factory=dict)
 
 
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
 def _number(value: Any, kind: type) -> Any:
+    """``value`` as ``kind``, or None when it is not a number an agent could sensibly report."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return kind(value)
+    try:
+        number = kind(value)
+    except (OverflowError, ValueError):  # inf/nan as a count, an int too large for a float
+        return None
+    # a count beyond int64 is garbage, and no Parquet part holding it could be written
+    if kind is int and not INT64_MIN <= number <= INT64_MAX:
+        return None
+    return number
 
 
 def lift_metadata(metadata: dict) -> dict:
@@ -50,14 +61,16 @@ def lift_metadata(metadata: dict) -> dict:
     lifted: dict[str, Any] = {}
     if isinstance(metadata.get("harness"), str):
         lifted["harness"] = metadata["harness"]
-    cost = metadata.get("cost_usd", metadata.get("total_cost"))
-    if _number(cost, float) is not None:
-        lifted["cost_usd"] = float(cost)
+    cost = _number(metadata.get("cost_usd", metadata.get("total_cost")), float)
+    if cost is not None:
+        lifted["cost_usd"] = cost
     for key in _LIFTED_INT_FIELDS:
-        if _number(metadata.get(key), int) is not None:
-            lifted[key] = int(metadata[key])
-    if metadata.get("replayed") and _number(metadata.get("duration_s"), float) is not None:
-        lifted["duration_s"] = float(metadata["duration_s"])  # a replay reports the recorded run's time
+        count = _number(metadata.get(key), int)
+        if count is not None:
+            lifted[key] = count
+    recorded = _number(metadata.get("duration_s"), float)
+    if metadata.get("replayed") and recorded is not None:
+        lifted["duration_s"] = recorded  # a replay reports the recorded run's time
     return lifted
 
 

@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 from ..agents.resolve import INLINE_AGENTS, resolve_agent
 from ..evals import Eval, load_evals
 from ..harness.context import AgentFunction
-from ..harness.execution import Execution, grade_execution
+from ..harness.execution import INT64_MAX, INT64_MIN, Execution, grade_execution
 from ..storage import ResultRow, ResultStore, RowWriter, RunManifest
 from .plan import Unit, plan_units
 from .progress import Progress
@@ -68,7 +68,7 @@ class BatchConfig(BaseModel):
     agent: str
     agent_args: dict[str, str] = Field(default_factory=dict)
     models: list[str] = Field(default_factory=lambda: ["default"])
-    seeds: list[Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]] = Field(default_factory=lambda: [1])  # stored as int64
+    seeds: list[Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]] = Field(default_factory=lambda: [1])  # stored as int64
     output: str
     run_id: str | None = None
     resume: bool = False

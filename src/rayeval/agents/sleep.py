@@ -12,7 +12,8 @@ def sleep_agent(task_prompt: str, work_dir: Path, context: AgentContext) -> dict
     seconds = float(context.args.get("seconds", "1"))
     if seconds < 0:
         raise ValueError(f"sleep agent: seconds must be >= 0, got {seconds}")
-    time.sleep(seconds)
+    if seconds:  # even sleep(0) waits for the system's timer (about 50 µs on Linux)
+        time.sleep(seconds)
     return {"answer": None, "metadata": {"harness": "sleep", "slept_s": seconds}}
 
 

@@ -69,13 +69,18 @@ def extract_tagged(text: str) -> Any:
 
 
 def _listing(work_dir: Path) -> list[tuple[Path, set[str]]]:
-    """The names in the work folder and in its legacy subfolder (listed once per search)."""
-    listed = []
-    for base in (work_dir, work_dir / LEGACY_SUBDIR):
+    """The names in the work folder and in its legacy subfolder, if it has one (listed once
+    per search)."""
+    try:
+        names = set(os.listdir(work_dir))
+    except OSError:
+        return []
+    listed = [(work_dir, names)]
+    if LEGACY_SUBDIR in names:
         try:
-            listed.append((base, set(os.listdir(base))))
-        except OSError:
-            continue
+            listed.append((work_dir / LEGACY_SUBDIR, set(os.listdir(work_dir / LEGACY_SUBDIR))))
+        except OSError:  # a file of that name, or gone
+            pass
     return listed
 
 

@@ -35,3 +35,14 @@ def counting_sleep(task_prompt: str, work_dir: Path, context) -> dict:
 
 def instant(task_prompt: str, work_dir: Path) -> dict:
     return {"answer": "B"}
+
+
+def timed_sleep(task_prompt: str, work_dir: Path, context) -> dict:
+    """Sleeps ``seconds`` and records when it started and ended (one JSON line per unit)."""
+    start = time.time()
+    time.sleep(float(context.args.get("seconds", "0.03")))
+    log = os.environ.get("RAYEVAL_TEST_INVOCATION_LOG")
+    if log:
+        with open(log, "a") as handle:
+            handle.write(json.dumps({"eval_id": context.eval_id, "seed": context.seed, "start": start, "end": time.time()}) + "\n")
+    return {"answer": "B"}

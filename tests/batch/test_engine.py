@@ -149,6 +149,25 @@ def _completed_at(out: Path, run_id: str) -> set[tuple[str, int]]:
     return done
 
 
+def test_quick_units_that_wait_get_the_full_concurrency(tmp_path: Path, invocation_log: Path) -> None:
+    """Units of a few tens of ms that wait (a local model server, a cache) are batched several
+    to a call, yet all 16 agent slots stay in use: only units that are the harness's own CPU
+    work (under a few ms) are held to a couple of calls per worker."""
+    evals = write_mc_evals(tmp_path / "evals", [f"q{i}" for i in range(16)])
+    summary = batch.run(
+        str(evals), agent="tests.batch.agents:timed_sleep", agent_args={"seconds": "0.04"}, seeds=[1, 2, 3, 4, 5, 6, 7, 8, 9, 10],
+        output=str(tmp_path / "out"), run_id="quick", max_concurrency=16, workers=1, isolation="inline", **FAST,
+    )
+    assert summary.stored_rows == 160 and summary.models[0].passed == 160
+    spans = read_invocations(invocation_log)
+    edges = sorted([(s["start"], 1) for s in spans] + [(s["end"], -1) for s in spans])
+    running = peak = 0
+    for _, step in edges:
+        running += step
+        peak = max(peak, running)
+    assert peak >= 10, f"at most {peak} agents ran at once with --max-concurrency 16"
+
+
 def test_killed_driver_then_resume_runs_every_unit_exactly_once(tmp_path: Path, invocation_log: Path) -> None:
     evals = write_mc_evals(tmp_path / "evals", [f"e{i}" for i in range(12)])
     out = tmp_path / "out"

@@ -296,10 +296,10 @@ def _execute(
 
     warmup = _Warmup(workers)
     while not scheduler.idle or running:
-        # Fast units travel many to a call and a worker runs FAST_CALLS_PER_WORKER such calls at
-        # once; one more call per worker waits queued, so it is busy while the driver stores rows.
-        # Slow (I/O-bound) agents get the full concurrency.
-        fast = sizer.size > 1
+        # Instant units: a worker runs FAST_CALLS_PER_WORKER calls at once; one more call per
+        # worker waits queued, so it is busy while the driver stores rows.  Units that wait
+        # (LLM calls) get the full concurrency.  Quick units of either kind travel many to a call.
+        fast = sizer.instant
         if not warmup.over(sizer):
             limit = min(config.max_concurrency, workers.count)
         elif fast:
@@ -307,8 +307,8 @@ def _execute(
         else:
             limit = config.max_concurrency
         # the last units are spread over every call slot, so that all workers finish together
-        size = min(sizer.size, math.ceil(scheduler.queued / limit)) if fast else 1
-        while call := scheduler.next_call(max(1, size), limit):
+        size = max(1, min(sizer.size, math.ceil(scheduler.queued / limit)))
+        while call := scheduler.next_call(size, limit):
             running[workers.submit(call, fast=fast)] = call
         if not running:
             time.sleep(0.05)  # only delayed retries remain
@@ -320,15 +320,18 @@ def _execute(
         ready = warmup.take_ready(ready)
         for ref in ready:
             call = running.pop(ref)
+            workers.finished(ref)
             model = call[0][0].model  # a call holds units of one model
             scheduler.call_finished(model)
             try:
                 rows = ray.get(ref)
             except ray.exceptions.RayError as exc:
                 rows = [unit_row(_system_error_row(u, a, evals[u.eval_index], run_id, config.agent, exc)) for u, a in call]
+            else:
+                for row in rows:
+                    sizer.observe(row.seconds)
             stored = []
             for (unit, attempt), row in zip(call, rows):
-                sizer.observe(row.agent_s)  # a whole unit's wall time inflates with busy threads
                 if keep(unit, attempt, row):
                     stored.append(row.line)
             writer.add_lines(model, stored)

@@ -43,16 +43,43 @@ def unit_id_for(eval_: Eval, model: str, seed: int, agent: str) -> str:
     return _unit_id(_unit_key_prefix(eval_, agent), _canonical(model), int(seed))
 
 
+class Plan:
+    """The cross product evals × models × seeds in a stable order (eval, model, seed).
+
+    A unit is made from its position when asked for: a worker names the units of a call by
+    position and never builds the whole plan (the driver lists it for the manifest).
+    """
+
+    def __init__(self, evals: list[Eval], models: list[str], seeds: list[int], agent: str):
+        self.evals = evals
+        self.models = models
+        self.seeds = [int(seed) for seed in seeds]
+        self.agent = agent
+        self._model_json = [_canonical(model) for model in models]
+        self._prefixes: dict[int, str] = {}  # per eval, made on first use
+
+    def __len__(self) -> int:
+        return len(self.evals) * len(self.models) * len(self.seeds)
+
+    def unit(self, index: int) -> Unit:
+        if not 0 <= index < len(self):
+            raise IndexError(f"plan position {index} out of range (the plan has {len(self)} units)")
+        eval_index, rest = divmod(index, len(self.models) * len(self.seeds))
+        model_index, seed_index = divmod(rest, len(self.seeds))
+        prefix = self._prefixes.get(eval_index)
+        if prefix is None:
+            prefix = self._prefixes[eval_index] = _unit_key_prefix(self.evals[eval_index], self.agent)
+        seed = self.seeds[seed_index]
+        unit_id = _unit_id(prefix, self._model_json[model_index], seed)
+        return Unit(unit_id, eval_index, self.evals[eval_index].id, self.models[model_index], seed, index)
+
+    def units(self) -> list[Unit]:
+        return [self.unit(index) for index in range(len(self))]
+
+
 def plan_units(evals: list[Eval], models: list[str], seeds: list[int], agent: str) -> list[Unit]:
-    """Cross product in a stable order (eval, model, seed)."""
-    model_json = {model: _canonical(model) for model in models}
-    units: list[Unit] = []
-    for index, eval_ in enumerate(evals):
-        prefix = _unit_key_prefix(eval_, agent)
-        for model in models:
-            for seed in seeds:
-                units.append(Unit(_unit_id(prefix, model_json[model], int(seed)), index, eval_.id, model, seed, len(units)))
-    return units
+    """Every unit of the plan, in order."""
+    return Plan(evals, models, seeds, agent).units()
 
 
 def parse_seeds(text: str) -> list[int]:

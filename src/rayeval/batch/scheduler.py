@@ -10,14 +10,21 @@ from .plan import Unit
 
 Attempt = tuple[Unit, int]
 
-# A call carries about this much agent work; slow units still go one per call.
+# A call carries about this much work; slow units still go one per call.  Short calls also
+# keep the end of a run short: no worker is left with a long call while the others are idle.
 TARGET_CALL_SECONDS = 0.1
 # Each call costs the driver a few milliseconds of Ray work, so instant units go in hundreds.
 MAX_UNITS_PER_CALL = 256
+# Units quicker than this are mostly the harness's own work (agents that answer at once:
+# replay, cached or instant agents), which keeps a worker's core busy: more of them at once
+# only makes the worker's threads contend.  Slower units wait (on LLM calls, on subprocess
+# agents) and get the full concurrency, batched or not.
+INSTANT_UNIT_S = 0.005
 
 
 class ChunkSizer:
-    """Units per actor call from the observed agent time per unit (moving average)."""
+    """Units per actor call from the wall time per unit measured on the workers (moving
+    average; the agent's own time alone would ignore the harness and grading)."""
 
     def __init__(self) -> None:
         self.mean_s: float | None = None
@@ -34,6 +41,10 @@ class ChunkSizer:
         if self.mean_s is None:
             return 1
         return max(1, min(MAX_UNITS_PER_CALL, int(TARGET_CALL_SECONDS / max(self.mean_s, 1e-6))))
+
+    @property
+    def instant(self) -> bool:
+        return self.mean_s is not None and self.mean_s < INSTANT_UNIT_S
 
 
 class Scheduler:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,8 +20,7 @@ from ..harness.isolation import Isolation
 from ..harness.result import EvalResult
 from ..harness.runner import EvalRunner
 from ..harness.workspace import default_work_root
-from ..storage.row import ResultRow
-from .plan import Unit, plan_units
+from .plan import Plan, Unit
 from .rows import UnitRow, row_from_result, unit_row
 
 FAST_GROUP = "fast"
@@ -58,7 +58,7 @@ class UnitWorker:
         self._shared_key: tuple[str, ...] = ()
         self._loading = threading.Lock()
         self.evals: list[Eval] = []
-        self.units: list[Unit] = []
+        self.plan = Plan([], [], [], config.agent)
         self.agent: AgentFunction | None = None
         self.grade: GradeFunction = grade_execution
         # One parent folder per worker process: creating and removing work folders in a
@@ -73,7 +73,7 @@ class UnitWorker:
         elsewhere to be graded would cost more in Ray round trips than the grading itself.
         """
         self._load(shared)
-        return [unit_row(self._run_unit(self.units[index], attempt)) for index, attempt in zip(positions, attempts)]
+        return [self._run_unit(self.plan.unit(index), attempt) for index, attempt in zip(positions, attempts)]
 
     def prepare(self, shared: list[Any]) -> None:
         """Returns once the worker is up and holds the run's data: the start of its first unit."""
@@ -93,18 +93,20 @@ class UnitWorker:
             if key == self._shared_key:
                 return
             self.evals, agent, grade = ray.get(shared)
-            # the driver's plan, derived again here: cheaper than sending thousands of units
-            self.units = plan_units(self.evals, self.config.models, self.config.seeds, self.config.agent)
+            # the driver's plan, whose units are made here from their positions
+            self.plan = Plan(self.evals, self.config.models, self.config.seeds, self.config.agent)
             self.agent = agent if agent is not None else resolve_agent(self.config.agent)
             self.grade = grade or grade_execution
             self._shared_key = key
 
-    def _run_unit(self, unit: Unit, attempt: int) -> ResultRow:
+    def _run_unit(self, unit: Unit, attempt: int) -> UnitRow:
+        start = time.perf_counter()
         eval_ = self.evals[unit.eval_index]
         result = self.grade(eval_, self._execute(unit))
-        return row_from_result(
+        row = row_from_result(
             result, unit=unit, eval_=eval_, run_id=self.config.run_id, agent=self.config.agent, attempt=attempt, node=self.node
         )
+        return unit_row(row, time.perf_counter() - start)
 
     def _execute(self, unit: Unit) -> Execution:
         runner = EvalRunner(
@@ -125,7 +127,9 @@ class UnitWorker:
 
 
 class WorkerPool:
-    """The run's worker actors, called in turn; calls of fast units go through the fast group.
+    """The run's worker actors; each call goes to the worker with the fewest calls in flight,
+    so that no worker runs short of work while calls queue up at another.  Calls of fast
+    units go through the fast group.
 
     The evals and in-memory callables (cloudpickled) are put once and held for the whole run;
     every call carries the references (see ``UnitWorker._load``) and names its units by their
@@ -137,7 +141,8 @@ class WorkerPool:
         self.shared = shared
         self._threaded = [actor.run_units for actor in actors]
         self._fast = [actor.run_units.options(concurrency_group=FAST_GROUP) for actor in actors]
-        self._turn = 0
+        self._in_flight = [0] * len(actors)
+        self._worker_of: dict[Any, int] = {}
 
     @property
     def count(self) -> int:
@@ -148,11 +153,17 @@ class WorkerPool:
         return [actor.prepare.remote(self.shared) for actor in self.actors]
 
     def submit(self, call: list[tuple[Unit, int]], *, fast: bool) -> Any:
-        """Send a call to the next worker; ``fast``: through its fast group (see FAST_CALLS_PER_WORKER)."""
-        methods = self._fast if fast else self._threaded
-        self._turn += 1
-        positions = [unit.index for unit, _ in call]
-        return methods[self._turn % len(methods)].remote(positions, [attempt for _, attempt in call], self.shared)
+        """Send a call to the least busy worker; ``fast``: through its fast group (see FAST_CALLS_PER_WORKER)."""
+        index = self._in_flight.index(min(self._in_flight))
+        method = (self._fast if fast else self._threaded)[index]
+        ref = method.remote([unit.index for unit, _ in call], [attempt for _, attempt in call], self.shared)
+        self._in_flight[index] += 1
+        self._worker_of[ref] = index
+        return ref
+
+    def finished(self, ref: Any) -> None:
+        """The call behind ``ref`` is over (its result or error has been fetched)."""
+        self._in_flight[self._worker_of.pop(ref)] -= 1
 
 
 def start_workers(

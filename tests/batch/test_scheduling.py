@@ -1,0 +1,85 @@
+"""How the driver sizes, places and orders calls: no Ray needed for these decisions."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rayeval.batch.plan import Plan, Unit, plan_units
+from rayeval.batch.scheduler import INSTANT_UNIT_S, MAX_UNITS_PER_CALL, TARGET_CALL_SECONDS, ChunkSizer
+from rayeval.batch.worker import FAST_GROUP, WorkerPool
+from rayeval.evals import load_evals
+from tests.batch.conftest import write_mc_evals
+
+
+def test_call_size_follows_the_measured_unit_time() -> None:
+    sizer = ChunkSizer()
+    assert (sizer.known, sizer.size, sizer.instant) == (False, 1, False)  # nothing seen: one unit per call
+    sizer.observe(0.0002)  # harness-only units: hundreds to a call, on the fast path
+    assert sizer.instant and sizer.size == MAX_UNITS_PER_CALL
+    slow = ChunkSizer()
+    slow.observe(2.0)  # an LLM agent: one unit per call, full concurrency
+    assert (slow.size, slow.instant) == (1, False)
+    waiting = ChunkSizer()
+    waiting.observe(0.02)  # quick but waiting (a local model server): batched, yet not the fast path
+    assert waiting.size == int(TARGET_CALL_SECONDS / 0.02) and not waiting.instant
+
+
+def test_call_size_adapts_when_units_slow_down() -> None:
+    sizer = ChunkSizer()
+    sizer.observe(0.001)
+    for _ in range(40):
+        sizer.observe(1.0)
+    assert sizer.size == 1 and not sizer.instant
+    assert INSTANT_UNIT_S < TARGET_CALL_SECONDS
+
+
+def test_plan_makes_each_unit_from_its_position(tmp_path: Path) -> None:
+    evals = load_evals(write_mc_evals(tmp_path / "evals", ["a", "b", "c"]))
+    plan = Plan(evals, ["m1", "m2"], [7, 3, 5], "agent")
+    listed = plan_units(evals, ["m1", "m2"], [7, 3, 5], "agent")
+    assert len(plan) == len(listed) == 18
+    assert [plan.unit(i) for i in reversed(range(18))] == listed[::-1]  # any order, same units
+    assert listed[7] == Unit(listed[7].unit_id, 1, "b", "m1", 3, 7)
+    with pytest.raises(IndexError, match="18"):
+        plan.unit(18)
+    with pytest.raises(IndexError):
+        plan.unit(-1)
+
+
+class _FakeMethod:
+    """Stands in for an actor method: records where each call went."""
+
+    def __init__(self, worker: int, calls: list, group: str | None = None):
+        self.worker, self.calls, self.group = worker, calls, group
+
+    def options(self, *, concurrency_group: str) -> _FakeMethod:
+        return _FakeMethod(self.worker, self.calls, concurrency_group)
+
+    def remote(self, positions: list[int], attempts: list[int], shared: list) -> object:
+        self.calls.append((self.worker, self.group, positions))
+        return object()
+
+
+class _FakeActor:
+    def __init__(self, worker: int, calls: list):
+        self.run_units = _FakeMethod(worker, calls)
+
+
+def _call(*positions: int) -> list[tuple[Unit, int]]:
+    return [(Unit(f"id{p}", 0, "e", "m", 1, p), 1) for p in positions]
+
+
+def test_each_call_goes_to_the_worker_with_the_fewest_calls_in_flight() -> None:
+    calls: list = []
+    pool = WorkerPool([_FakeActor(0, calls), _FakeActor(1, calls)], shared=[])
+    first = pool.submit(_call(0), fast=True)
+    pool.submit(_call(1), fast=True)
+    pool.submit(_call(2), fast=True)  # both had one: the first worker again
+    assert [worker for worker, _, _ in calls] == [0, 1, 0]
+    pool.finished(first)  # worker 0 now has one in flight, worker 1 one
+    pool.submit(_call(3, 4), fast=False)
+    pool.submit(_call(5), fast=False)  # worker 0: 2, worker 1: 1 before this one
+    assert [worker for worker, _, _ in calls] == [0, 1, 0, 0, 1]
+    assert [group for _, group, _ in calls] == [FAST_GROUP] * 3 + [None, None]
+    assert calls[3][2] == [3, 4]  # units travel as their plan positions

@@ -93,6 +93,27 @@ def test_answer_file_written_by_the_agent(runner: EvalRunner) -> None:
     assert result.passed and result.answer_source == "eval_answer.json"
 
 
+def test_answer_file_in_the_reference_agent_workspace_folder(runner: EvalRunner) -> None:
+    """The reference looked in work_dir/agent_workspace/; files there are found too, after the
+    work folder's own, and a file (not a folder) of that name is no obstacle."""
+    def in_workspace(prompt: str, work_dir: Path) -> None:
+        (work_dir / "agent_workspace").mkdir()
+        (work_dir / "agent_workspace" / "analysis_output.json").write_text(json.dumps({"n_cells": 700}))
+
+    def in_both(prompt: str, work_dir: Path) -> None:
+        in_workspace(prompt, work_dir)
+        (work_dir / "eval_answer.json").write_text(json.dumps({"n_cells": 1}))
+
+    def workspace_is_a_file(prompt: str, work_dir: Path) -> None:
+        (work_dir / "agent_workspace").write_text("not a folder")
+        (work_dir / "eval_answer.json").write_text(json.dumps({"n_cells": 700}))
+
+    found = runner.run(in_workspace)
+    assert found.passed and found.answer_source == "agent_workspace/analysis_output.json"
+    assert runner.run(in_both).answer_source == "eval_answer.json"
+    assert runner.run(workspace_is_a_file).passed
+
+
 def test_returned_answer_beats_the_file(runner: EvalRunner) -> None:
     def agent(prompt: str, work_dir: Path) -> dict:
         (work_dir / "eval_answer.json").write_text(json.dumps({"n_cells": 1}))

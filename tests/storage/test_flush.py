@@ -38,6 +38,21 @@ def test_flush_by_row_count(local_store: ResultStore):
     assert local_store.read_table("rows").num_rows == 150
 
 
+def test_flush_by_buffered_bytes(local_store: ResultStore):
+    """Rows heavy with artifacts are stored once they add up to flush_bytes, however few."""
+    writer = local_store.open_writer("heavy", flush_rows=10_000, flush_seconds=3600, flush_bytes=200_000)
+    try:
+        heavy = [make_row("heavy", "m", i, artifacts_json='{"trajectory.json": "%s"}' % ("x" * 60_000)) for i in range(4)]
+        writer.add(heavy[:3])
+        time.sleep(0.3)
+        assert writer.parts_written == 0 and writer.pending == 3  # 180 kB: below the bound
+        writer.add(heavy[3])
+        assert _wait_for(lambda: writer.parts_written == 1)
+        assert writer.pending == 0 and local_store.read_table("heavy").num_rows == 4
+    finally:
+        writer.close()
+
+
 def test_flush_by_time(local_store: ResultStore):
     writer = local_store.open_writer("age", flush_rows=10_000, flush_seconds=0.3)
     try:

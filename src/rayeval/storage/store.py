@@ -13,7 +13,7 @@ partitioning decodes them on read.  Partition columns live only in the path.  Na
 temporary files never reach a reader.
 
 Write path of one row: ``RowWriter.add`` -> WAL line (flushed to the OS) -> in-memory buffer ->
-(after ``flush_rows`` rows or ``flush_seconds``) sealed into one immutable part per model with a
+(after ``flush_rows`` rows, ``flush_bytes`` of them or ``flush_seconds``) sealed into one immutable part per model with a
 name that is never reused -> stored (local: temp file, fsync, rename; S3: one PUT) -> the WAL
 segment holding those rows is deleted.  A failed part keeps its name and exact bytes and is
 retried with backoff, so a retry (or a stale request that lands late) can only rewrite identical
@@ -70,6 +70,9 @@ PART_COMPRESSION = "zstd"
 # pyarrow's S3 stream switches to a multipart upload above 10 MiB; stay below it so that every
 # part is one PUT (moto's multipart completion also confuses pyarrow 26).
 MAX_PART_BYTES = 8 * 1024 * 1024
+# A row can carry megabytes (artifacts, answers): buffered rows are sealed once their JSON
+# lines reach this size, however few they are, so the buffer's memory stays bounded.
+FLUSH_BUFFER_BYTES = 64 * 1024 * 1024
 BACKOFF_START_S = 0.25
 BACKOFF_CAP_S = 10.0
 
@@ -296,6 +299,7 @@ class ResultStore:
         writer_id: str | None = None,
         flush_rows: int = 1000,
         flush_seconds: float = 5.0,
+        flush_bytes: int = FLUSH_BUFFER_BYTES,
         wal_dir: str | Path | None = None,
         recover: bool = True,
     ) -> RowWriter:
@@ -330,6 +334,7 @@ class ResultStore:
             wal=wal,
             flush_rows=flush_rows,
             flush_seconds=flush_seconds,
+            flush_bytes=flush_bytes,
             start_seq=start_seq,
         )
         writer.recovered = recovered
@@ -438,23 +443,28 @@ class RowWriter:
         wal: WriteAheadLog,
         flush_rows: int = 1000,
         flush_seconds: float = 5.0,
+        flush_bytes: int = FLUSH_BUFFER_BYTES,
         start_seq: int = 0,
     ):
         if flush_rows < 1:
             raise ValueError("flush_rows must be >= 1")
         if flush_seconds <= 0:
             raise ValueError("flush_seconds must be > 0")
+        if flush_bytes < 1:
+            raise ValueError("flush_bytes must be >= 1")
         self.store = store
         self.run_id = run_id
         self.writer_id = writer_id
         self.flush_rows = flush_rows
         self.flush_seconds = flush_seconds
+        self.flush_bytes = flush_bytes
         self.recovered = 0
         self._wal = wal
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._io_lock = threading.Lock()
         self._buffer: list[tuple[str, bytes]] = []  # (model, JSON line) of rows not yet in a part
+        self._buffer_bytes = 0  # of those lines
         self._buffer_since: float | None = None  # monotonic time of the oldest buffered row
         self._returned_rows = False  # buffer holds rows of a closed WAL segment (encode failed)
         self._pending: dict[str, _Part] = {}  # sealed parts not stored yet
@@ -543,12 +553,16 @@ class RowWriter:
                     log.error("cannot write the WAL %s: %s (rows are kept in memory)", self._wal.active_path, exc)
                 self.wal_error = exc
             self._buffer.extend(entries)
+            self._buffer_bytes += sum(len(line) for _, line in entries)
             self.rows_added += len(entries)
             if self._buffer_since is None:  # the flush thread must start the age clock
                 self._buffer_since = time.monotonic()
                 self._wake.notify()
-            elif len(self._buffer) >= self.flush_rows:
+            elif self._buffer_full():
                 self._wake.notify()
+
+    def _buffer_full(self) -> bool:
+        return len(self._buffer) >= self.flush_rows or self._buffer_bytes >= self.flush_bytes
 
     # -- flushing ------------------------------------------------------------------------------
     def _wait_time(self, now: float) -> float | None:
@@ -559,7 +573,7 @@ class RowWriter:
             return self._next_attempt - now
         if self._pending:
             return 0.0
-        if len(self._buffer) >= self.flush_rows:
+        if self._buffer_full():
             return 0.0
         assert self._buffer_since is not None
         return max(0.0, self._buffer_since + self.flush_seconds - now)
@@ -587,9 +601,9 @@ class RowWriter:
         aged = self._buffer_since is not None and time.monotonic() - self._buffer_since >= self.flush_seconds
         # While parts wait for a retry, only a full buffer is sealed: an outage must not turn into
         # one small part per retry.
-        if not (force or len(self._buffer) >= self.flush_rows or (aged and not self._pending)):
+        if not (force or self._buffer_full() or (aged and not self._pending)):
             return []
-        entries, self._buffer, self._buffer_since = self._buffer, [], None
+        entries, self._buffer, self._buffer_since, self._buffer_bytes = self._buffer, [], None, 0
         self._sealing = len(entries)
         try:
             self._wal.rotate()
@@ -624,6 +638,7 @@ class RowWriter:
                     with self._lock:
                         self._sealing = 0
                         self._buffer[:0] = entries
+                        self._buffer_bytes += sum(len(line) for _, line in entries)
                         self._buffer_since = self._buffer_since or time.monotonic()
                         self._returned_rows = True
                     self._record_failure(exc)

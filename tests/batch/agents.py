@@ -46,3 +46,11 @@ def timed_sleep(task_prompt: str, work_dir: Path, context) -> dict:
         with open(log, "a") as handle:
             handle.write(json.dumps({"eval_id": context.eval_id, "seed": context.seed, "start": start, "end": time.time()}) + "\n")
     return {"answer": "B"}
+
+
+def instant_then_slow(task_prompt: str, work_dir: Path, context) -> dict:
+    """Answers at once, except on evals whose id holds "slow": those sleep ``seconds`` and are
+    logged with their start and end."""
+    if "slow" in context.eval_id:
+        return timed_sleep(task_prompt, work_dir, context)
+    return {"answer": "B"}

@@ -168,6 +168,29 @@ def test_quick_units_that_wait_get_the_full_concurrency(tmp_path: Path, invocati
     assert peak >= 10, f"at most {peak} agents ran at once with --max-concurrency 16"
 
 
+def test_units_that_turn_slow_are_not_held_in_big_calls(tmp_path: Path, invocation_log: Path) -> None:
+    """After 200 instant units, calls carry dozens of units. When 10 units in the middle of the
+    queue turn slow, the call holding them stops starting units after its time budget and the
+    rest go back to the queue: they spread over calls instead of running one after another in
+    the call that happened to hold them all."""
+    names = [f"a_fast_{i:02d}" for i in range(40)] + ["b_slow_0", "b_slow_1"] + [f"c_fast_{i:02d}" for i in range(80)]
+    summary = batch.run(
+        str(write_mc_evals(tmp_path / "evals", names)), agent="tests.batch.agents:instant_then_slow",
+        agent_args={"seconds": "0.2"}, seeds=[1, 2, 3, 4, 5], output=str(tmp_path / "out"), run_id="turn",
+        max_concurrency=8, workers=1, isolation="inline", **FAST,
+    )
+    assert summary.stored_rows == 610 and summary.models[0].passed == 610
+    assert pd.read_parquet(tmp_path / "out" / "run_id=turn")["unit_id"].is_unique
+    spans = read_invocations(invocation_log)
+    assert sorted((s["eval_id"], s["seed"]) for s in spans) == [(f"b_slow_{i}", s) for i in range(2) for s in range(1, 6)]
+    edges = sorted([(s["start"], 1) for s in spans] + [(s["end"], -1) for s in spans])
+    running = peak = 0
+    for _, step in edges:
+        running += step
+        peak = max(peak, running)
+    assert peak >= 2, "the slow units ran one after another"
+
+
 def test_killed_driver_then_resume_runs_every_unit_exactly_once(tmp_path: Path, invocation_log: Path) -> None:
     evals = write_mc_evals(tmp_path / "evals", [f"e{i}" for i in range(12)])
     out = tmp_path / "out"

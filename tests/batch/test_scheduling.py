@@ -1,13 +1,15 @@
 """How the driver sizes, places and orders calls: no Ray needed for these decisions."""
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 
 import pytest
 
 from rayeval.batch.plan import Plan, Unit, plan_units
-from rayeval.batch.scheduler import INSTANT_UNIT_S, MAX_UNITS_PER_CALL, TARGET_CALL_SECONDS, ChunkSizer
-from rayeval.batch.worker import FAST_GROUP, WorkerPool
+from rayeval.batch.scheduler import INSTANT_UNIT_S, MAX_UNITS_PER_CALL, TARGET_CALL_SECONDS, ChunkSizer, Scheduler
+from rayeval.batch.worker import FAST_GROUP, UnitWorker, WorkerConfig, WorkerPool
 from rayeval.evals import load_evals
 from tests.batch.conftest import write_mc_evals
 
@@ -56,7 +58,7 @@ class _FakeMethod:
     def options(self, *, concurrency_group: str) -> _FakeMethod:
         return _FakeMethod(self.worker, self.calls, concurrency_group)
 
-    def remote(self, positions: list[int], attempts: list[int], shared: list) -> object:
+    def remote(self, positions: list[int], attempts: list[int], shared: list, budget_s: float) -> object:
         self.calls.append((self.worker, self.group, positions))
         return object()
 
@@ -73,13 +75,53 @@ def _call(*positions: int) -> list[tuple[Unit, int]]:
 def test_each_call_goes_to_the_worker_with_the_fewest_calls_in_flight() -> None:
     calls: list = []
     pool = WorkerPool([_FakeActor(0, calls), _FakeActor(1, calls)], shared=[])
-    first = pool.submit(_call(0), fast=True)
-    pool.submit(_call(1), fast=True)
-    pool.submit(_call(2), fast=True)  # both had one: the first worker again
+    first = pool.submit(_call(0), fast=True, budget_s=1)
+    pool.submit(_call(1), fast=True, budget_s=1)
+    pool.submit(_call(2), fast=True, budget_s=1)  # both had one: the first worker again
     assert [worker for worker, _, _ in calls] == [0, 1, 0]
     pool.finished(first)  # worker 0 now has one in flight, worker 1 one
-    pool.submit(_call(3, 4), fast=False)
-    pool.submit(_call(5), fast=False)  # worker 0: 2, worker 1: 1 before this one
+    pool.submit(_call(3, 4), fast=False, budget_s=1)
+    pool.submit(_call(5), fast=False, budget_s=1)  # worker 0: 2, worker 1: 1 before this one
     assert [worker for worker, _, _ in calls] == [0, 1, 0, 0, 1]
     assert [group for _, group, _ in calls] == [FAST_GROUP] * 3 + [None, None]
     assert calls[3][2] == [3, 4]  # units travel as their plan positions
+
+
+def test_units_a_call_did_not_start_are_first_in_line_again(tmp_path: Path) -> None:
+    units = plan_units(load_evals(write_mc_evals(tmp_path / "evals", ["a", "b"])), ["m1", "m2"], [1, 2, 3], "agent")
+    scheduler = Scheduler(units, max_concurrency=4, model_limits={})
+    call = scheduler.next_call(3)
+    assert [unit.index for unit, _ in call] == [0, 1, 2]  # eval a, model m1, seeds 1-3
+    scheduler.call_finished("m1")
+    scheduler.put_back(call[1:])
+    assert [unit.index for unit, _ in scheduler.next_call(10)] == [3, 4, 5, 9, 10, 11]  # m2's turn
+    assert [unit.index for unit, _ in scheduler.next_call(10)] == [1, 2, 6, 7, 8]  # m1: put back first
+    assert scheduler.queued == 0
+
+
+def _worker_on(evals: list, agent) -> UnitWorker:
+    """A worker object outside Ray, holding the run's data as ``_load`` would."""
+    worker = UnitWorker(WorkerConfig(agent="test", models=["m"], seeds=list(range(10)), run_id="r", isolation="inline"))
+    worker.evals = evals
+    worker.plan = Plan(evals, ["m"], list(range(10)), "test")
+    worker.agent = agent
+    return worker
+
+
+def test_a_call_starts_no_unit_after_its_time_budget(tmp_path: Path) -> None:
+    evals = load_evals(write_mc_evals(tmp_path / "evals", ["a"]))
+
+    def slow(prompt: str, work_dir: Path) -> dict:
+        time.sleep(0.05)
+        return {"answer": "B"}
+
+    worker = _worker_on(evals, slow)
+    worker.work_root = tmp_path / "work"
+    rows = worker.run_units(list(range(10)), [1] * 10, [], budget_s=0.12)
+    assert 1 <= len(rows) <= 4  # each unit takes at least 0.05 s: the fourth starts at >= 0.15 s
+    assert [json.loads(row.line)["unit_id"] for row in rows] == [worker.plan.unit(i).unit_id for i in range(len(rows))]
+    assert all(row.status == "passed" and row.seconds >= 0.05 for row in rows)
+    instant = _worker_on(evals, lambda prompt, work_dir: {"answer": "B"})
+    instant.work_root = tmp_path / "work"
+    assert len(instant.run_units([0, 1, 2], [1, 1, 1], [], budget_s=0)) == 1  # the first unit always runs
+    assert len(instant.run_units(list(range(10)), [1] * 10, [], budget_s=10)) == 10

@@ -19,7 +19,7 @@ from ..storage import ResultRow, ResultStore, RowWriter, RunManifest
 from .plan import Unit, plan_units
 from .progress import Progress
 from .rows import UnitRow, row_from_result, unit_row
-from .scheduler import ChunkSizer, Scheduler
+from .scheduler import CALL_BUDGET_S, ChunkSizer, Scheduler
 from .summary import RunSummary, summarize
 from .worker import (
     FAST_CALLS_PER_WORKER,
@@ -309,7 +309,7 @@ def _execute(
         # the last units are spread over every call slot, so that all workers finish together
         size = max(1, min(sizer.size, math.ceil(scheduler.queued / limit)))
         while call := scheduler.next_call(size, limit):
-            running[workers.submit(call, fast=fast)] = call
+            running[workers.submit(call, fast=fast, budget_s=CALL_BUDGET_S)] = call
         if not running:
             time.sleep(0.05)  # only delayed retries remain
             continue
@@ -335,3 +335,4 @@ def _execute(
                 if keep(unit, attempt, row):
                     stored.append(row.line)
             writer.add_lines(model, stored)
+            scheduler.put_back(call[len(rows):])  # not started within the call's time budget

@@ -15,6 +15,8 @@ Attempt = tuple[Unit, int]
 TARGET_CALL_SECONDS = 0.1
 # Each call costs the driver a few milliseconds of Ray work, so instant units go in hundreds.
 MAX_UNITS_PER_CALL = 256
+# A call starts no unit after running this long (sizes are estimates; see UnitWorker.run_units).
+CALL_BUDGET_S = 2 * TARGET_CALL_SECONDS
 # Units quicker than this are mostly the harness's own work (agents that answer at once:
 # replay, cached or instant agents), which keeps a worker's core busy: more of them at once
 # only makes the worker's threads contend.  Slower units wait (on LLM calls, on subprocess
@@ -61,6 +63,13 @@ class Scheduler:
         self._sequence = 0
         self._order = deque(self.queues)
 
+    def put_back(self, attempts: list[Attempt]) -> None:
+        """Units a call did not start: first in line again, in their order."""
+        for unit, attempt in reversed(attempts):
+            self.queues.setdefault(unit.model, deque()).appendleft((unit, attempt))
+            if unit.model not in self._order:
+                self._order.append(unit.model)
+
     def retry_later(self, unit: Unit, attempt: int, delay_s: float) -> None:
         self._sequence += 1
         heapq.heappush(self.delayed, (time.monotonic() + delay_s, self._sequence, unit, attempt))
@@ -69,9 +78,7 @@ class Scheduler:
         now = time.monotonic()
         while self.delayed and self.delayed[0][0] <= now:
             _, _, unit, attempt = heapq.heappop(self.delayed)
-            self.queues.setdefault(unit.model, deque()).appendleft((unit, attempt))
-            if unit.model not in self._order:
-                self._order.append(unit.model)
+            self.put_back([(unit, attempt)])
 
     def next_call(self, size: int, limit: int | None = None) -> list[Attempt]:
         """Up to ``size`` units of one model for one call, or [] when nothing may start now.

@@ -65,15 +65,26 @@ class UnitWorker:
         # folder shared by several processes serialises them on its lock.
         self.work_root = Path(config.work_root or default_work_root()) / f"worker-{os.getpid()}"
 
-    def run_units(self, positions: list[int], attempts: list[int], shared: list[Any]) -> list[UnitRow]:
+    def run_units(self, positions: list[int], attempts: list[int], shared: list[Any], budget_s: float) -> list[UnitRow]:
         """Run, grade and turn into rows the units at these plan positions, one after another
         (a call is one agent slot).  Flat lists of ints: Ray encodes them far faster than tuples.
+
+        No unit starts once the call has run ``budget_s``: its rows cover a prefix of the
+        positions and the driver queues the rest again.  Calls are sized from the units seen so
+        far; when units turn slow (an API that answered errors at once recovers), a call of
+        hundreds must not hold them on one thread for hours.
 
         Grading happens here, batched per call: it costs microseconds, so sending executions
         elsewhere to be graded would cost more in Ray round trips than the grading itself.
         """
         self._load(shared)
-        return [self._run_unit(self.plan.unit(index), attempt) for index, attempt in zip(positions, attempts)]
+        start = time.perf_counter()
+        rows = []
+        for index, attempt in zip(positions, attempts):
+            if rows and time.perf_counter() - start >= budget_s:
+                break
+            rows.append(self._run_unit(self.plan.unit(index), attempt))
+        return rows
 
     def prepare(self, shared: list[Any]) -> None:
         """Returns once the worker is up and holds the run's data: the start of its first unit."""
@@ -152,11 +163,12 @@ class WorkerPool:
         """References that become ready as each worker is up and has loaded the run's data."""
         return [actor.prepare.remote(self.shared) for actor in self.actors]
 
-    def submit(self, call: list[tuple[Unit, int]], *, fast: bool) -> Any:
-        """Send a call to the least busy worker; ``fast``: through its fast group (see FAST_CALLS_PER_WORKER)."""
+    def submit(self, call: list[tuple[Unit, int]], *, fast: bool, budget_s: float) -> Any:
+        """Send a call to the least busy worker; ``fast``: through its fast group (see
+        FAST_CALLS_PER_WORKER); ``budget_s``: see ``UnitWorker.run_units``."""
         index = self._in_flight.index(min(self._in_flight))
         method = (self._fast if fast else self._threaded)[index]
-        ref = method.remote([unit.index for unit, _ in call], [attempt for _, attempt in call], self.shared)
+        ref = method.remote([unit.index for unit, _ in call], [attempt for _, attempt in call], self.shared, budget_s)
         self._in_flight[index] += 1
         self._worker_of[ref] = index
         return ref

@@ -13,9 +13,9 @@ partitioning decodes them on read.  Partition columns live only in the path.  Na
 temporary files never reach a reader.
 
 Write path of one row: ``RowWriter.add`` -> WAL line (flushed to the OS) -> in-memory buffer ->
-(after ``flush_rows`` rows, ``flush_bytes`` of them or ``flush_seconds``) sealed into one immutable part per model with a
-name that is never reused -> stored (local: temp file, fsync, rename; S3: one PUT) -> the WAL
-segment holding those rows is deleted.  A failed part keeps its name and exact bytes and is
+(after ``flush_rows`` rows, ``flush_bytes`` of them or ``flush_seconds``) sealed into one
+immutable part per model with a name that is never reused -> stored (local: temp file, fsync,
+rename; S3: one PUT) -> the WAL segment holding those rows is deleted.  A failed part keeps its name and exact bytes and is
 retried with backoff, so a retry (or a stale request that lands late) can only rewrite identical
 content: no row is lost or stored twice.
 """

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from rayeval.batch.plan import Plan, Unit, plan_units
-from rayeval.batch.scheduler import INSTANT_UNIT_S, MAX_UNITS_PER_CALL, TARGET_CALL_SECONDS, ChunkSizer, Scheduler
+from rayeval.batch.scheduler import INSTANT_AGENT_S, MAX_UNITS_PER_CALL, TARGET_CALL_SECONDS, ChunkSizer, Scheduler
 from rayeval.batch.worker import FAST_GROUP, UnitWorker, WorkerConfig, WorkerPool
 from rayeval.evals import load_evals
 from tests.batch.conftest import write_mc_evals
@@ -17,23 +17,32 @@ from tests.batch.conftest import write_mc_evals
 def test_call_size_follows_the_measured_unit_time() -> None:
     sizer = ChunkSizer()
     assert (sizer.known, sizer.size, sizer.instant) == (False, 1, False)  # nothing seen: one unit per call
-    sizer.observe(0.0002)  # harness-only units: hundreds to a call, on the fast path
+    sizer.observe(0.0002, 0.00001)  # an agent that answers at once: hundreds to a call, fast path
     assert sizer.instant and sizer.size == MAX_UNITS_PER_CALL
     slow = ChunkSizer()
-    slow.observe(2.0)  # an LLM agent: one unit per call, full concurrency
+    slow.observe(2.0, 1.99)  # an LLM agent: one unit per call, full concurrency
     assert (slow.size, slow.instant) == (1, False)
     waiting = ChunkSizer()
-    waiting.observe(0.02)  # quick but waiting (a local model server): batched, yet not the fast path
+    waiting.observe(0.02, 0.019)  # quick but waiting (a local model server): batched, yet not the fast path
     assert waiting.size == int(TARGET_CALL_SECONDS / 0.02) and not waiting.instant
+
+
+def test_instant_agents_stay_instant_when_threads_slow_their_units() -> None:
+    """Units of an instant agent that share a worker with many threads take longer (the GIL):
+    their calls get smaller, but they stay on the fast path, which ends that contention."""
+    sizer = ChunkSizer()
+    for _ in range(20):
+        sizer.observe(0.012, 0.00002)
+    assert sizer.instant and sizer.size == int(TARGET_CALL_SECONDS / 0.012)
 
 
 def test_call_size_adapts_when_units_slow_down() -> None:
     sizer = ChunkSizer()
-    sizer.observe(0.001)
+    sizer.observe(0.001, 0.0001)
     for _ in range(40):
-        sizer.observe(1.0)
+        sizer.observe(1.0, 1.0)
     assert sizer.size == 1 and not sizer.instant
-    assert INSTANT_UNIT_S < TARGET_CALL_SECONDS
+    assert INSTANT_AGENT_S < TARGET_CALL_SECONDS
 
 
 def test_plan_makes_each_unit_from_its_position(tmp_path: Path) -> None:

@@ -329,7 +329,7 @@ def _execute(
                 rows = [unit_row(_system_error_row(u, a, evals[u.eval_index], run_id, config.agent, exc)) for u, a in call]
             else:
                 for row in rows:
-                    sizer.observe(row.seconds)
+                    sizer.observe(row.seconds, row.agent_s)
             stored = []
             for (unit, attempt), row in zip(call, rows):
                 if keep(unit, attempt, row):

@@ -20,11 +20,12 @@ class UnitRow(NamedTuple):
     status: str
     passed: bool
     seconds: float  # the unit's wall time on its worker, harness and grading included
+    agent_s: float
     line: bytes
 
 
 def unit_row(row: ResultRow, seconds: float = 0.0) -> UnitRow:
-    return UnitRow(row.status, row.passed, seconds, row.to_line())
+    return UnitRow(row.status, row.passed, seconds, row.agent_s, row.to_line())
 
 
 def row_from_result(result: EvalResult, *, unit: Unit, eval_: Eval, run_id: str, agent: str, attempt: int, node: str) -> ResultRow:

@@ -17,22 +17,33 @@ TARGET_CALL_SECONDS = 0.1
 MAX_UNITS_PER_CALL = 256
 # A call starts no unit after running this long (sizes are estimates; see UnitWorker.run_units).
 CALL_BUDGET_S = 2 * TARGET_CALL_SECONDS
-# Units quicker than this are mostly the harness's own work (agents that answer at once:
-# replay, cached or instant agents), which keeps a worker's core busy: more of them at once
-# only makes the worker's threads contend.  Slower units wait (on LLM calls, on subprocess
-# agents) and get the full concurrency, batched or not.
-INSTANT_UNIT_S = 0.005
+# Agents quicker than this answer at once (replay, cached or instant agents): their units are
+# the harness's own work, which keeps a worker's core busy, so more of them at once only makes
+# the worker's threads contend.  Slower agents wait (on LLM calls, on subprocess agents) and
+# get the full concurrency, batched or not.
+INSTANT_AGENT_S = 0.005
+
+
+def _average(mean: float | None, value: float) -> float:
+    return value if mean is None else 0.9 * mean + 0.1 * value
 
 
 class ChunkSizer:
-    """Units per actor call from the wall time per unit measured on the workers (moving
-    average; the agent's own time alone would ignore the harness and grading)."""
+    """Units per actor call, and whether the agent answers at once, from what the workers
+    measure (moving averages).
+
+    Calls are sized by a unit's whole wall time (the agent's own time would ignore the harness
+    and grading); instant agents are told by the agent's time, which unlike the unit's does not
+    grow when many threads share a worker.
+    """
 
     def __init__(self) -> None:
         self.mean_s: float | None = None
+        self.agent_mean_s: float | None = None
 
-    def observe(self, seconds: float) -> None:
-        self.mean_s = seconds if self.mean_s is None else 0.9 * self.mean_s + 0.1 * seconds
+    def observe(self, seconds: float, agent_s: float) -> None:
+        self.mean_s = _average(self.mean_s, seconds)
+        self.agent_mean_s = _average(self.agent_mean_s, agent_s)
 
     @property
     def known(self) -> bool:
@@ -46,7 +57,7 @@ class ChunkSizer:
 
     @property
     def instant(self) -> bool:
-        return self.mean_s is not None and self.mean_s < INSTANT_UNIT_S
+        return self.agent_mean_s is not None and self.agent_mean_s < INSTANT_AGENT_S
 
 
 class Scheduler:

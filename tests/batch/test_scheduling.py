@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rayeval.batch.plan import Plan, Unit, plan_units
+from rayeval.batch.plan import Plan, Unit, plan_units, unit_id_for
 from rayeval.batch.scheduler import INSTANT_AGENT_S, MAX_UNITS_PER_CALL, TARGET_CALL_SECONDS, ChunkSizer, Scheduler
 from rayeval.batch.worker import FAST_GROUP, UnitWorker, WorkerConfig, WorkerPool
 from rayeval.evals import load_evals
@@ -51,7 +51,7 @@ def test_plan_makes_each_unit_from_its_position(tmp_path: Path) -> None:
     listed = plan_units(evals, ["m1", "m2"], [7, 3, 5], "agent")
     assert len(plan) == len(listed) == 18
     assert [plan.unit(i) for i in reversed(range(18))] == listed[::-1]  # any order, same units
-    assert listed[7] == Unit(listed[7].unit_id, 1, "b", "m1", 3, 7)
+    assert listed[7] == Unit(unit_id_for(evals[1], "m1", 3, "agent"), 1, "b", "m1", 3, 7)
     with pytest.raises(IndexError, match="18"):
         plan.unit(18)
     with pytest.raises(IndexError):

@@ -2,13 +2,26 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 
 import pytest
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from rayeval.batch.placement import (
+    MAX_THREADS_PER_WORKER,
+    nodes_for_new_workers,
+    worker_count,
+)
 from rayeval.batch.plan import Plan, Unit, plan_units, unit_id_for
-from rayeval.batch.scheduler import INSTANT_AGENT_S, MAX_UNITS_PER_CALL, TARGET_CALL_SECONDS, ChunkSizer, Scheduler
+from rayeval.batch.scheduler import (
+    INSTANT_AGENT_S,
+    MAX_UNITS_PER_CALL,
+    TARGET_CALL_SECONDS,
+    ChunkSizer,
+    Scheduler,
+)
 from rayeval.batch.worker import FAST_GROUP, UnitWorker, WorkerConfig, WorkerPool
 from rayeval.evals import load_evals
 from tests.batch.conftest import write_mc_evals
@@ -75,6 +88,20 @@ class _FakeMethod:
 class _FakeActor:
     def __init__(self, worker: int, calls: list):
         self.run_units = _FakeMethod(worker, calls)
+        self.prepare = self  # ``prepare.remote(shared)``: a reference to wait for
+
+    def remote(self, shared: list) -> object:
+        return object()
+
+
+def _fake_pool(calls: list, strategies: list) -> WorkerPool:
+    """A pool whose ``new_actor`` records each scheduling strategy and makes a fake actor."""
+
+    def new_actor(strategy: object) -> _FakeActor:
+        strategies.append(strategy)
+        return _FakeActor(len(strategies) - 1, calls)
+
+    return WorkerPool(new_actor, shared=[])
 
 
 def _call(*positions: int) -> list[tuple[Unit, int]]:
@@ -83,7 +110,8 @@ def _call(*positions: int) -> list[tuple[Unit, int]]:
 
 def test_each_call_goes_to_the_worker_with_the_fewest_calls_in_flight() -> None:
     calls: list = []
-    pool = WorkerPool([_FakeActor(0, calls), _FakeActor(1, calls)], shared=[])
+    pool = _fake_pool(calls, [])
+    pool.add(["SPREAD", "SPREAD"])
     first = pool.submit(_call(0), fast=True, budget_s=1)
     pool.submit(_call(1), fast=True, budget_s=1)
     pool.submit(_call(2), fast=True, budget_s=1)  # both had one: the first worker again
@@ -94,6 +122,45 @@ def test_each_call_goes_to_the_worker_with_the_fewest_calls_in_flight() -> None:
     assert [worker for worker, _, _ in calls] == [0, 1, 0, 0, 1]
     assert [group for _, group, _ in calls] == [FAST_GROUP] * 3 + [None, None]
     assert calls[3][2] == [3, 4]  # units travel as their plan positions
+
+
+def test_workers_added_for_a_new_node_get_the_next_calls() -> None:
+    calls: list = []
+    strategies: list = []
+    pool = _fake_pool(calls, strategies)
+    pool.add(["SPREAD", "SPREAD"])
+    assert len(pool.preparing) == 2 and pool.node_of == [None, None]
+    for _ in range(4):
+        pool.submit(_call(0), fast=False, budget_s=1)  # two calls on each
+    node = "ab" * 28  # a Ray node id
+    pool.add_on_nodes([node])
+    assert pool.count == 3 and len(pool.preparing) == 3
+    affinity = strategies[2]
+    assert isinstance(affinity, NodeAffinitySchedulingStrategy)
+    assert (affinity.node_id, affinity.soft) == (node, True)  # a node that died meanwhile: elsewhere
+    pool.submit(_call(1), fast=False, budget_s=1)
+    pool.submit(_call(2), fast=False, budget_s=1)
+    assert [worker for worker, _, _ in calls[4:]] == [2, 2]  # the idle new worker first
+
+
+def test_worker_count_is_one_per_cpu_within_the_concurrency() -> None:
+    assert worker_count(cpus=2, demand=64) == 2
+    assert worker_count(cpus=32, demand=8) == 8  # never more workers than units at once
+    assert worker_count(cpus=0, demand=10) == 1  # no CPU yet (a RayJob's workers still starting)
+    assert worker_count(cpus=2, demand=200) == math.ceil(200 / MAX_THREADS_PER_WORKER)  # threads bounded
+    assert worker_count(cpus=3.5, demand=64) == 3
+
+
+def test_new_workers_go_to_the_nodes_furthest_below_one_per_cpu() -> None:
+    cpus = {"head": 2.0, "joined": 4.0}
+    assert nodes_for_new_workers(cpus, {"head": 2}, wanted=2) == ["joined", "joined"]
+    assert nodes_for_new_workers(cpus, {"head": 2}, wanted=9) == ["joined"] * 4  # no node beyond its CPUs
+    assert nodes_for_new_workers(cpus, {"head": 2, "joined": 4}, wanted=3) == []
+    # a 0-CPU head (RayJob): the one worker started on the first worker node; the rest follow it
+    assert nodes_for_new_workers({"head": 0.0, "a": 8.0}, {"a": 1}, wanted=7) == ["a"] * 7
+    # spread: each new worker to the node with the largest deficit, ties in node order
+    assert nodes_for_new_workers({"a": 2.0, "b": 4.0, "c": 2.0}, {"a": 1}, wanted=5) == ["b", "b", "b", "c", "a"]
+    assert nodes_for_new_workers({}, {}, wanted=3) == []
 
 
 def test_units_a_call_did_not_start_are_first_in_line_again(tmp_path: Path) -> None:

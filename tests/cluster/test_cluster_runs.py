@@ -2,8 +2,8 @@
 
 Every run is a real ``rayeval run`` subprocess (or a ``scripts/submit_run.py`` subprocess that
 submits one as a Ray job) against the ``ray_cluster`` fixture. Each subprocess has a timeout;
-the module takes about a minute on a 2-core machine. The node-killing test is last: it leaves
-the cluster without its second node.
+the module takes about a minute and a half on a 2-core machine. The node-killing test leaves the
+cluster without its second node; the last test starts it again mid-run.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import pytest
 from rayeval.batch.plan import plan_units
 from rayeval.evals import load_evals
 
-from .conftest import REPO, RayTestCluster, kill_pids, wait_until
+from .conftest import NODE_CPUS, REPO, RayTestCluster, kill_pids, wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -42,14 +42,18 @@ def _outputs(done: subprocess.CompletedProcess | subprocess.Popen, out: str = ""
     return f"exit {done.returncode}\n--- stdout ---\n{out[-6000:]}\n--- stderr ---\n{err[-6000:]}"
 
 
-def start_sleep_run(cluster: RayTestCluster, tmp_path: Path, run_id: str) -> tuple[subprocess.Popen, Path]:
-    """A ``rayeval run`` of the sleep agent against the cluster, in the background."""
+def start_sleep_run(
+    cluster: RayTestCluster, tmp_path: Path, run_id: str, *, seeds: int = SLEEP_SEEDS, workers: int | None = 2
+) -> tuple[subprocess.Popen, Path]:
+    """A ``rayeval run`` of the sleep agent (units of 1 s, 4 at a time) against the cluster, in
+    the background; ``workers=None``: as many as the cluster's CPUs call for."""
     output = tmp_path / "results"
     command = [
         "rayeval", "run", str(EVALS),
         "--agent", "sleep", "--agent-arg", "seconds=1",
-        "--seeds", str(SLEEP_SEEDS),
-        "--max-concurrency", "4", "--workers", "2",
+        "--seeds", str(seeds),
+        "--max-concurrency", "4",
+        *(["--workers", str(workers)] if workers else []),
         "--address", cluster.gcs_address,
         "--output", str(output), "--run-id", run_id, "--no-progress",
     ]  # fmt: skip
@@ -185,3 +189,41 @@ def test_killed_second_node_loses_no_unit(ray_cluster: RayTestCluster, tmp_path:
     wait_until(lambda: ray_cluster.node_state(node2.node_id) == "DEAD", 30, 0.5, "node 2 reported DEAD")
     assert ray_cluster.alive_node_ids() == {ray_cluster.head.node_id}
     print(f"node 2 killed ({len(killed)} processes); run finished {finished_after:.1f} s later")
+
+
+# ------------------------------------------------------------------------------ growth
+
+
+GROW_SEEDS = 12  # 120 units of 1 s, 4 at a time: ~30 s, time for a node to join and be used
+
+
+def test_a_node_that_joins_mid_run_gets_workers(ray_cluster: RayTestCluster, tmp_path: Path) -> None:
+    """Workers follow the cluster: a node that joins during a run (an autoscaler's node, a
+    RayJob's worker pods starting after its driver) gets one worker per CPU, and units run there."""
+    if ray_cluster.workers:
+        ray_cluster.kill_node2()  # the run starts on the head alone
+    process, output = start_sleep_run(ray_cluster, tmp_path, "grow", seeds=GROW_SEEDS, workers=None)
+    try:
+        wait_until(
+            lambda: ray_cluster.actor_pids("UnitWorker", busy=True) or process.poll() is not None, 60, 0.2, "a busy UnitWorker"
+        )
+        assert process.poll() is None, "rayeval run ended before any UnitWorker was seen busy"
+        assert len(ray_cluster.actor_pids("UnitWorker", node=ray_cluster.head)) == NODE_CPUS  # one per head CPU
+        node2 = ray_cluster.start_node2()
+        joined_at = time.monotonic()
+        wait_until(
+            lambda: ray_cluster.actor_pids("UnitWorker", node=node2, busy=True) or process.poll() is not None,
+            60, 0.2, "a busy UnitWorker on the node that joined",
+        )  # fmt: skip
+        assert process.poll() is None, "the run ended before the node that joined ran a unit"
+        first_busy_s = time.monotonic() - joined_at
+        assert len(ray_cluster.actor_pids("UnitWorker", node=node2)) == NODE_CPUS
+        assert len(ray_cluster.actor_pids("UnitWorker", node=ray_cluster.head)) == NODE_CPUS  # none moved or added there
+    except BaseException:
+        kill_pids([process.pid])
+        raise
+    out, err = finish(process, RUN_TIMEOUT_S)
+    assert process.returncode == 0, _outputs(process, out, err)
+    rows = assert_every_unit_once(output, "grow", planned_unit_ids("sleep", GROW_SEEDS))
+    assert len(rows) == 10 * GROW_SEEDS
+    print(f"node 2 joined mid-run; its workers ran a unit {first_busy_s:.1f} s later")

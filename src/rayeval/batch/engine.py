@@ -16,6 +16,7 @@ from ..evals import Eval, load_evals
 from ..harness.context import AgentFunction
 from ..harness.execution import INT64_MAX, INT64_MIN, Execution, grade_execution
 from ..storage import ResultRow, ResultStore, RowWriter, RunManifest
+from .placement import nodes_for_new_workers, worker_count
 from .plan import Unit, plan_units
 from .progress import Progress
 from .rows import UnitRow, row_from_result, unit_row
@@ -30,10 +31,11 @@ from .worker import (
 )
 
 ERROR_STATUSES = frozenset({"error", "timeout", "config_error"})
-# Agent work waits on LLM calls, so a worker's threads mostly sleep; beyond this, add workers.
-MAX_THREADS_PER_WORKER = 64
 # A probe unit not back this long after its worker is up marks the agent as slow (see _Warmup).
 PROBE_S = 0.25
+# How often the driver looks for nodes that joined the cluster (an autoscaler's, a RayJob's
+# workers starting after the driver), to give them workers.
+CLUSTER_CHECK_S = 5.0
 
 
 class _Warmup:
@@ -46,7 +48,7 @@ class _Warmup:
     """
 
     def __init__(self, workers: WorkerPool):
-        self.pending = set(workers.prepare())
+        self.workers = workers
         self.first_up_at: float | None = None
 
     def over(self, sizer: ChunkSizer) -> bool:
@@ -54,9 +56,8 @@ class _Warmup:
 
     def take_ready(self, ready: list[Any]) -> list[Any]:
         """Note the workers that came up; returns the other (call) references."""
-        calls = [ref for ref in ready if ref not in self.pending]
+        calls = [ref for ref in ready if not self.workers.came_up(ref)]
         if len(calls) < len(ready):
-            self.pending.difference_update(ready)
             self.first_up_at = self.first_up_at or time.monotonic()
         return calls
 
@@ -254,11 +255,9 @@ def _start_pool(
     agent: AgentFunction | None,
     grade: GradeFunction | None,
 ) -> WorkerPool:
-    """One worker per CPU (a worker keeps about one core busy with fast units) and at least
-    enough workers that none needs more than MAX_THREADS_PER_WORKER threads."""
-    demand = max(1, min(config.max_concurrency, planned))
-    cpus = int(ray.cluster_resources().get("CPU", 1))
-    count = config.workers or max(1, min(cpus, demand), math.ceil(demand / MAX_THREADS_PER_WORKER))
+    """One worker per CPU of the cluster as it is now (see ``worker_count``); ``_grow_pool``
+    adds workers for nodes that join later."""
+    count = config.workers or worker_count(ray.cluster_resources().get("CPU", 0), _demand(config, planned))
     return start_workers(
         _worker_config(config, run_id),
         evals=evals,
@@ -267,6 +266,25 @@ def _start_pool(
         count=count,
         threads_per_worker=math.ceil(config.max_concurrency / count),
     )
+
+
+def _demand(config: BatchConfig, units: int) -> int:
+    """How many units may run at once."""
+    return max(1, min(config.max_concurrency, units))
+
+
+def _grow_pool(workers: WorkerPool, demand: int) -> None:
+    """Workers for the CPUs of nodes that joined since the pool was sized (``--workers`` unset).
+
+    Waits until every worker has said where it is: a worker still starting (no node with CPUs
+    yet, as on a RayJob whose worker pods are still coming up) must not be counted twice.
+    """
+    if workers.preparing:
+        return
+    node_cpus = {node["NodeID"]: node["Resources"].get("CPU", 0.0) for node in ray.nodes() if node["Alive"]}
+    wanted = worker_count(sum(node_cpus.values()), demand) - workers.count
+    if wanted > 0:
+        workers.add_on_nodes(nodes_for_new_workers(node_cpus, workers.workers_on(), wanted))
 
 
 def _execute(
@@ -295,7 +313,11 @@ def _execute(
         return True
 
     warmup = _Warmup(workers)
+    next_cluster_check = time.monotonic() + CLUSTER_CHECK_S
     while not scheduler.idle or running:
+        if config.workers is None and time.monotonic() >= next_cluster_check:
+            _grow_pool(workers, _demand(config, len(todo)))
+            next_cluster_check = time.monotonic() + CLUSTER_CHECK_S
         # Instant units: a worker runs FAST_CALLS_PER_WORKER calls at once; one more call per
         # worker waits queued, so it is busy while the driver stores rows.  Units that wait
         # (LLM calls) get the full concurrency.  Quick units of either kind travel many to a call.
@@ -313,7 +335,7 @@ def _execute(
         if not running:
             time.sleep(0.05)  # only delayed retries remain
             continue
-        refs = [*running, *warmup.pending]
+        refs = [*running, *workers.preparing]
         ready, _ = ray.wait(refs, num_returns=1, timeout=0.1 if warmup.over(sizer) else 0.02, fetch_local=True)
         if ready:  # and whatever else is done by now
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=True)

@@ -5,12 +5,14 @@ import os
 import socket
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import ray
 from pydantic import BaseModel
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ..agents.resolve import resolve_agent
 from ..evals import Eval
@@ -86,9 +88,11 @@ class UnitWorker:
             rows.append(self._run_unit(self.plan.unit(index), attempt))
         return rows
 
-    def prepare(self, shared: list[Any]) -> None:
-        """Returns once the worker is up and holds the run's data: the start of its first unit."""
+    def prepare(self, shared: list[Any]) -> str:
+        """Returns, with the id of the node the worker is on, once the worker is up and holds
+        the run's data: the start of its first unit."""
         self._load(shared)
+        return ray.get_runtime_context().get_node_id()
 
     def _load(self, shared: list[Any]) -> None:
         """The run's evals, plan and in-memory agent/grade callables, fetched once per process.
@@ -145,23 +149,54 @@ class WorkerPool:
     The evals and in-memory callables (cloudpickled) are put once and held for the whole run;
     every call carries the references (see ``UnitWorker._load``) and names its units by their
     position in the plan, which each worker derives from the evals, models and seeds.
+
+    ``new_actor(scheduling_strategy)`` starts one more actor: the pool grows when nodes join.
     """
 
-    def __init__(self, actors: list[Any], shared: list[Any]):
-        self.actors = actors
+    def __init__(self, new_actor: Callable[[Any], Any], shared: list[Any]):
+        self._new_actor = new_actor
         self.shared = shared
-        self._threaded = [actor.run_units for actor in actors]
-        self._fast = [actor.run_units.options(concurrency_group=FAST_GROUP) for actor in actors]
-        self._in_flight = [0] * len(actors)
+        self.actors: list[Any] = []
+        self._threaded: list[Any] = []
+        self._fast: list[Any] = []
+        self._in_flight: list[int] = []
         self._worker_of: dict[Any, int] = {}
+        self.node_of: list[str | None] = []  # as each worker reported when it came up
+        self.preparing: dict[Any, int] = {}  # ``prepare`` references of workers not up yet
 
     @property
     def count(self) -> int:
         return len(self.actors)
 
-    def prepare(self) -> list[Any]:
-        """References that become ready as each worker is up and has loaded the run's data."""
-        return [actor.prepare.remote(self.shared) for actor in self.actors]
+    def add(self, strategies: list[Any]) -> None:
+        """Start one worker per scheduling strategy ("SPREAD", or a node affinity)."""
+        for strategy in strategies:
+            actor = self._new_actor(strategy)
+            self.preparing[actor.prepare.remote(self.shared)] = len(self.actors)
+            self.actors.append(actor)
+            self._threaded.append(actor.run_units)
+            self._fast.append(actor.run_units.options(concurrency_group=FAST_GROUP))
+            self._in_flight.append(0)
+            self.node_of.append(None)
+
+    def add_on_nodes(self, node_ids: list[str]) -> None:
+        """Workers on these nodes (a node that dies meanwhile: elsewhere)."""
+        self.add([NodeAffinitySchedulingStrategy(node_id, soft=True) for node_id in node_ids])
+
+    def came_up(self, ref: Any) -> bool:
+        """Whether ``ref`` (ready) is a worker's ``prepare``; notes the worker's node if so."""
+        index = self.preparing.pop(ref, None)
+        if index is None:
+            return False
+        try:
+            self.node_of[index] = ray.get(ref)
+        except ray.exceptions.RayError:  # it failed to start: Ray restarts it, node unknown
+            pass
+        return True
+
+    def workers_on(self) -> Counter[str]:
+        """Workers per node, for those whose node is known."""
+        return Counter(node for node in self.node_of if node is not None)
 
     def submit(self, call: list[tuple[Unit, int]], *, fast: bool, budget_s: float) -> Any:
         """Send a call to the least busy worker; ``fast``: through its fast group (see
@@ -188,12 +223,17 @@ def start_workers(
     threads_per_worker: int,
 ) -> WorkerPool:
     """Actors restart when their process or node dies, and Ray retries their in-flight calls."""
-    actor_class = ray.remote(concurrency_groups={FAST_GROUP: FAST_CALLS_PER_WORKER})(UnitWorker).options(
-        num_cpus=0.01,
-        max_concurrency=threads_per_worker,
-        max_restarts=-1,
-        max_task_retries=3,
-        scheduling_strategy="SPREAD",
-    )
-    actors = [actor_class.remote(config) for _ in range(count)]
-    return WorkerPool(actors, [ray.put(evals), ray.put(agent), ray.put(grade)])
+    actor_class = ray.remote(concurrency_groups={FAST_GROUP: FAST_CALLS_PER_WORKER})(UnitWorker)
+
+    def new_actor(strategy: Any) -> Any:
+        return actor_class.options(
+            num_cpus=0.01,
+            max_concurrency=threads_per_worker,
+            max_restarts=-1,
+            max_task_retries=3,
+            scheduling_strategy=strategy,
+        ).remote(config)
+
+    pool = WorkerPool(new_actor, [ray.put(evals), ray.put(agent), ray.put(grade)])
+    pool.add(["SPREAD"] * count)
+    return pool

@@ -15,7 +15,7 @@ from ..agents.resolve import INLINE_AGENTS, resolve_agent
 from ..evals import Eval, load_evals
 from ..harness.context import AgentFunction
 from ..harness.execution import INT64_MAX, INT64_MIN, Execution, grade_execution
-from ..storage import ResultRow, ResultStore, RowWriter, RunManifest
+from ..storage import ERROR_STATUSES, ResultRow, ResultStore, RowWriter, RunManifest
 from .placement import nodes_for_new_workers, worker_count
 from .plan import Unit, plan_units
 from .progress import Progress
@@ -30,7 +30,6 @@ from .worker import (
     start_workers,
 )
 
-ERROR_STATUSES = frozenset({"error", "timeout", "config_error"})
 # A probe unit not back this long after its worker is up marks the agent as slow (see _Warmup).
 PROBE_S = 0.25
 # How often the driver looks for nodes that joined the cluster (an autoscaler's, a RayJob's

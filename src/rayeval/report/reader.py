@@ -1,19 +1,18 @@
 """Reading result rows back: hive-partitioned Parquet under a local or S3 results root.
 
-The reader lists ``ROOT/run_id=<id>/model=<m>/*.parquet`` itself (so a manifest or any other
-non-Parquet file beside the parts is ignored), prunes whole run folders when runs are asked
-for, pushes the model/eval filters down to pyarrow, and returns pandas frames whose key
-columns are categoricals. Everything after the read is vectorised (no per-row Python).
+The layout (run folders, visible part files, the manifest, partitioning) belongs to
+:class:`rayeval.storage.ResultStore`; this reader adds what reports need on top: whole run
+folders are pruned when runs are asked for, the model/eval filters are pushed down to pyarrow,
+problems become :class:`ReportError` messages, and pandas frames come back with categorical key
+columns. Everything after the read is vectorised (no per-row Python).
 
 A unit is never counted twice: :func:`latest_attempts` keeps, per ``(run_id, unit_id)``, the
 row with the highest ``attempt`` and then the latest ``finished_at``.
 """
 from __future__ import annotations
 
-import json
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
-from urllib.parse import unquote
 
 import numpy as np
 import pandas as pd
@@ -22,16 +21,8 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
-from ..storage.filesystem import resolve_root
-from ..storage.schema import FILE_SCHEMA, PARTITION_COLUMNS
-
-MANIFEST_NAME = "_manifest.json"  # <root>/run_id=<id>/_manifest.json (rayeval.storage)
-
-ERROR_STATUSES: tuple[str, ...] = ("error", "timeout", "config_error")
-"""Statuses that are errors (no verdict), counted apart from failures."""
-
-PARTITION_SCHEMA = pa.schema([(name, pa.string()) for name in PARTITION_COLUMNS])
-FULL_SCHEMA = pa.schema(list(PARTITION_SCHEMA) + list(FILE_SCHEMA))
+from ..storage.row import ERROR_STATUSES
+from ..storage.store import MANIFEST_NAME, TABLE_SCHEMA, ResultStore
 
 # Columns the reports need: the heavy free-text/JSON columns are left out unless asked for.
 REPORT_COLUMNS: tuple[str, ...] = (
@@ -65,7 +56,7 @@ REPORT_COLUMNS: tuple[str, ...] = (
     "time_horizon",
     "eval_type",
 )
-ALL_COLUMNS: tuple[str, ...] = tuple(FULL_SCHEMA.names)
+ALL_COLUMNS: tuple[str, ...] = tuple(TABLE_SCHEMA.names)
 # Read whenever a writer stored them (not in the canonical schema).
 OPTIONAL_COLUMNS: tuple[str, ...] = ("batch_id",)
 
@@ -107,76 +98,49 @@ def _as_list(value: str | Iterable[str] | None) -> list[str] | None:
     return items or None
 
 
-def _partition_value(name: str, key: str) -> str | None:
-    """``key=<percent-encoded value>`` → the decoded value, else None."""
-    prefix = key + "="
-    return unquote(name[len(prefix):]) if name.startswith(prefix) else None
-
-
-def _hidden(name: str) -> bool:
-    return name.startswith((".", "_"))
-
-
 class ResultsReader:
     """Result rows under one results root (a local folder or ``s3://bucket/prefix``)."""
 
     def __init__(self, root: str | Path, s3_endpoint_url: str | None = None):
         self.root = str(root)
         try:
-            self.filesystem, self.base = resolve_root(root, s3_endpoint_url)
+            self.store = ResultStore(root, s3_endpoint_url=s3_endpoint_url)
         except ValueError as exc:
             raise ReportError(str(exc)) from None
 
     # -- listing -----------------------------------------------------------------------
-    def _info(self, path: str, recursive: bool) -> list[pafs.FileInfo]:
-        try:
-            return self.filesystem.get_file_info(pafs.FileSelector(path, recursive=recursive, allow_not_found=True))
-        except OSError as exc:
-            raise ReportError(f"cannot list results root {self.root!r}: {exc}") from None
-
     def _check_root(self) -> None:
         try:
-            info = self.filesystem.get_file_info(self.base)
+            info = self.store.fs.get_file_info(self.store.base)
         except OSError as exc:
             raise ReportError(f"cannot open results root {self.root!r}: {exc}") from None
         # On S3 a prefix is not an object: NotFound is normal there and handled by listing.
         if info.type == pafs.FileType.File:
             raise ReportError(f"results root {self.root!r} is a file, not a folder")
-        if info.type == pafs.FileType.NotFound and isinstance(self.filesystem, pafs.LocalFileSystem):
+        if info.type == pafs.FileType.NotFound and not self.store.is_s3:
             raise ReportError(f"results root {self.root!r} does not exist")
 
     def run_ids(self) -> list[str]:
         """Every run under the root (decoded ``run_id=`` folder names), sorted."""
         self._check_root()
-        return sorted(self._run_dirs())
-
-    def _run_dirs(self) -> dict[str, str]:
-        """Decoded run id → its folder path."""
-        self._check_root()
-        out = {}
-        for info in self._info(self.base, recursive=False):
-            if info.type == pafs.FileType.Directory:
-                value = _partition_value(info.base_name, "run_id")
-                if value is not None:
-                    out[value] = info.path
-        return out
+        try:
+            return self.store.list_runs()
+        except OSError as exc:
+            raise ReportError(f"cannot list results root {self.root!r}: {exc}") from None
 
     def manifests(self, runs: str | Iterable[str] | None = None) -> dict[str, dict]:
         """Each run's ``_manifest.json`` (written by the batch engine) as a plain dict, for the
         runs that have one. Only ``status`` and ``total_units`` are used by the reports."""
         wanted = _as_list(runs)
         found: dict[str, dict] = {}
-        for run, path in self._run_dirs().items():
+        for run in self.run_ids():
             if wanted is not None and run not in wanted:
                 continue
             try:
-                with self.filesystem.open_input_stream(f"{path}/{MANIFEST_NAME}") as stream:
-                    data = json.loads(stream.read())
-            except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-                continue
+                data = self.store.read_manifest_data(run)
             except (OSError, ValueError) as exc:
                 raise ReportError(f"run {run!r}: unreadable {MANIFEST_NAME}: {exc}") from None
-            if isinstance(data, dict):
+            if data is not None:
                 found[run] = data
         return found
 
@@ -184,51 +148,19 @@ class ResultsReader:
         """Parquet part files (hidden/temporary ``.``/``_`` files skipped), pruned by run."""
         wanted = _as_list(runs)
         self._check_root()
-        if wanted is None:
-            infos = self._info(self.base, recursive=True)
-        else:
-            wanted_set = set(wanted)
-            infos = []
-            for info in self._info(self.base, recursive=False):
-                if info.type != pafs.FileType.Directory:
-                    continue
-                if _partition_value(info.base_name, "run_id") in wanted_set:
-                    infos.extend(self._info(info.path, recursive=True))
-        base = self.base.rstrip("/") + "/"
-        files = []
-        for info in infos:
-            if info.type != pafs.FileType.File or not info.base_name.endswith(".parquet"):
-                continue
-            relative = info.path[len(base):] if info.path.startswith(base) else info.path
-            if any(_hidden(part) for part in relative.split("/")):
-                continue
-            files.append(info.path)
-        return sorted(files)
+        try:
+            return self.store.part_paths(wanted)
+        except OSError as exc:
+            raise ReportError(f"cannot list results root {self.root!r}: {exc}") from None
 
     # -- reading -----------------------------------------------------------------------
     def dataset(self, runs: str | Iterable[str] | None = None) -> ds.Dataset | None:
+        """The selected runs' rows: the canonical columns plus any a writer added (e.g.
+        ``batch_id``); None when there are no part files."""
         files = self.part_files(runs)
         if not files:
             return None
-        partitioning = ds.HivePartitioning(PARTITION_SCHEMA, segment_encoding="uri")
-        discovered = ds.dataset(
-            files,
-            filesystem=self.filesystem,
-            format="parquet",
-            partitioning=partitioning,
-            partition_base_dir=self.base,
-        )
-        # The canonical schema, plus any extra column a writer added (first file's schema).
-        extra = [f for f in discovered.schema if f.name not in FULL_SCHEMA.names]
-        schema = pa.schema(list(FULL_SCHEMA) + extra)
-        return ds.dataset(
-            files,
-            schema=schema,
-            filesystem=self.filesystem,
-            format="parquet",
-            partitioning=partitioning,
-            partition_base_dir=self.base,
-        )
+        return self.store.dataset(files, extra_columns=True)
 
     def table(
         self,
@@ -247,7 +179,7 @@ class ResultsReader:
             if key not in wanted:
                 wanted.append(key)
         if dataset is None:
-            return FULL_SCHEMA.empty_table().select([c for c in wanted if c in FULL_SCHEMA.names])
+            return TABLE_SCHEMA.empty_table().select([c for c in wanted if c in TABLE_SCHEMA.names])
         unknown = [c for c in wanted if c not in dataset.schema.names]
         if unknown:
             raise ReportError(f"unknown column(s) {', '.join(unknown)}; known: {', '.join(dataset.schema.names)}")

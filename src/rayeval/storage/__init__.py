@@ -18,9 +18,11 @@ _EXPORTS = {
     "RunManifest": ".manifest",
     "RunStatus": ".manifest",
     "FILE_SCHEMA": ".schema",
+    "ERROR_STATUSES": ".row",
     "PARTITION_COLUMNS": ".row",
     "ResultRow": ".row",
     "rows_to_table": ".schema",
+    "MANIFEST_NAME": ".store",
     "PARTITIONING": ".store",
     "TABLE_SCHEMA": ".store",
     "ResultStore": ".store",
@@ -32,8 +34,10 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "ERROR_STATUSES",
     "EvalFileRef",
     "FILE_SCHEMA",
+    "MANIFEST_NAME",
     "PARTITIONING",
     "PARTITION_COLUMNS",
     "PlanEntry",

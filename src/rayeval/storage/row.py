@@ -14,6 +14,9 @@ from ..harness.result import Status
 # Hive partition keys: encoded in the path (run_id=<id>/model=<m>/), never stored in the files.
 PARTITION_COLUMNS = ("run_id", "model")
 
+#: Statuses that are errors (no verdict): counted apart from failures by the engine and reports.
+ERROR_STATUSES: frozenset[Status] = frozenset({"error", "timeout", "config_error"})
+
 
 class ResultRow(BaseModel):
     """Column names follow the reports spec; JSON-valued columns end in ``_json``.

@@ -22,12 +22,13 @@ content: no row is lost or stored twice.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -55,6 +56,7 @@ from .wal import (
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "MANIFEST_NAME",
     "PARTITIONING",
     "TABLE_SCHEMA",
     "ResultStore",
@@ -64,6 +66,7 @@ __all__ = [
     "encode_partition",
 ]
 
+#: File name of a run's manifest, ``<root>/run_id=<id>/_manifest.json``.
 MANIFEST_NAME = "_manifest.json"
 WAL_FOLDER = "_wal"
 PART_COMPRESSION = "zstd"
@@ -78,9 +81,9 @@ BACKOFF_CAP_S = 10.0
 
 _PARTITION_SCHEMA = pa.schema([(name, pa.string()) for name in PARTITION_COLUMNS])
 PARTITIONING = ds.partitioning(_PARTITION_SCHEMA, flavor="hive")
-#: Schema of :meth:`ResultStore.read_table`: the partition keys first, then the file columns.
+#: Schema of :meth:`ResultStore.read_table` and :meth:`ResultStore.dataset`: the partition keys
+#: first, then the file columns.
 TABLE_SCHEMA = pa.schema([*_PARTITION_SCHEMA, *FILE_SCHEMA])
-_DATASET_SCHEMA = pa.schema([*FILE_SCHEMA, *_PARTITION_SCHEMA])
 
 
 class StorageError(RuntimeError):
@@ -203,22 +206,41 @@ class ResultStore:
         except NotADirectoryError:
             return []
 
-    def part_paths(self, run_id: str | None = None) -> list[str]:
-        """Visible Parquet part files of one run (or of all runs), sorted."""
-        start = self.run_path(run_id) if run_id is not None else self.base
+    def part_paths(self, runs: str | Iterable[str] | None = None) -> list[str]:
+        """Visible Parquet part files of one run, of several runs or of all runs (None), sorted.
+
+        Only the folders of the runs asked for are listed, so reading a few runs of a large root
+        does not walk all of it.  Hidden names (``.``/``_``: temporary files, the WAL) are skipped.
+        """
+        if runs is None:
+            starts = [self.base]
+        else:
+            wanted = [runs] if isinstance(runs, str) else list(dict.fromkeys(runs))
+            starts = [self.run_path(run) for run in wanted]
         paths = []
-        for info in self._list_files(start):
-            if info.type != pafs.FileType.File or not info.path.endswith(".parquet"):
-                continue
-            if _hidden(info.path[len(self.base):]):
-                continue
-            paths.append(info.path)
+        for start in starts:
+            for info in self._list_files(start):
+                if info.type != pafs.FileType.File or not info.path.endswith(".parquet"):
+                    continue
+                if _hidden(info.path[len(self.base):]):
+                    continue
+                paths.append(info.path)
         return sorted(paths)
 
-    def _dataset(self, paths: list[str]) -> ds.Dataset:
+    def dataset(self, paths: Sequence[str], *, extra_columns: bool = False) -> ds.Dataset:
+        """A pyarrow dataset over part files (from :meth:`part_paths`) with the ``run_id`` and
+        ``model`` columns decoded from their folders and the canonical :data:`TABLE_SCHEMA`.
+
+        ``extra_columns=True`` also exposes columns a writer added beyond that schema (as found
+        in the first file), for readers that show whatever was stored.
+        """
+        schema = TABLE_SCHEMA
+        if extra_columns and paths:
+            found = pq.read_schema(paths[0], filesystem=self.fs)
+            schema = pa.schema([*TABLE_SCHEMA, *(f for f in found if f.name not in TABLE_SCHEMA.names)])
         return ds.dataset(
-            paths,
-            schema=_DATASET_SCHEMA,
+            list(paths),
+            schema=schema,
             format="parquet",
             filesystem=self.fs,
             partitioning=PARTITIONING,
@@ -245,7 +267,7 @@ class ResultStore:
         if eval_ids is not None:
             clause = ds.field("eval_id").isin(list(eval_ids))
             expression = clause if expression is None else expression & clause
-        table = self._dataset(paths).to_table(columns=schema.names, filter=expression)
+        table = self.dataset(paths).to_table(columns=schema.names, filter=expression)
         return table.select(schema.names)
 
     def stored_keys(self, run_id: str) -> set[tuple[str, int]]:
@@ -253,7 +275,7 @@ class ResultStore:
         paths = self.part_paths(run_id)
         if not paths:
             return set()
-        table = self._dataset(paths).to_table(columns=["unit_id", "attempt"])
+        table = self.dataset(paths).to_table(columns=["unit_id", "attempt"])
         return set(zip(table.column("unit_id").to_pylist(), table.column("attempt").to_pylist()))
 
     def stored_unit_ids(self, run_id: str) -> set[str]:
@@ -261,19 +283,20 @@ class ResultStore:
         paths = self.part_paths(run_id)
         if not paths:
             return set()
-        table = self._dataset(paths).to_table(columns=["unit_id"])
+        table = self.dataset(paths).to_table(columns=["unit_id"])
         return set(table.column("unit_id").to_pylist())
 
     def list_runs(self) -> list[str]:
+        """Every run under the root (decoded ``run_id=`` folder names), sorted; [] for a missing root."""
         selector = pafs.FileSelector(self.base, recursive=False, allow_not_found=True)
         try:
             infos = self.fs.get_file_info(selector)
         except (FileNotFoundError, NotADirectoryError):
             return []
-        runs = []
+        runs = set()
         for info in infos:
             if info.type == pafs.FileType.Directory and info.base_name.startswith("run_id="):
-                runs.append(decode_partition(info.base_name[len("run_id="):]))
+                runs.add(decode_partition(info.base_name[len("run_id="):]))
         return sorted(runs)
 
     # -- manifests -----------------------------------------------------------------------------
@@ -283,13 +306,27 @@ class ResultStore:
         self.put_atomic(self.manifest_path(stored.run_id), stored.model_dump_json(indent=2).encode())
         return stored
 
-    def read_manifest(self, run_id: str) -> RunManifest | None:
+    def _manifest_bytes(self, run_id: str) -> bytes | None:
         try:
             with self.fs.open_input_stream(self.manifest_path(run_id)) as stream:
-                data = stream.read()
+                return stream.read()
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             return None
-        return RunManifest.model_validate_json(data)
+
+    def read_manifest(self, run_id: str) -> RunManifest | None:
+        """A run's manifest, validated (None when the run has none)."""
+        data = self._manifest_bytes(run_id)
+        return None if data is None else RunManifest.model_validate_json(data)
+
+    def read_manifest_data(self, run_id: str) -> dict[str, Any] | None:
+        """A run's manifest as a plain dict, not validated, so that a manifest written by another
+        rayeval version is still read.  None when the run has none or it is not a JSON object;
+        raises ``ValueError`` for invalid JSON and ``OSError`` when it cannot be read."""
+        data = self._manifest_bytes(run_id)
+        if data is None:
+            return None
+        value = json.loads(data)
+        return value if isinstance(value, dict) else None
 
     # -- writing -------------------------------------------------------------------------------
     def open_writer(

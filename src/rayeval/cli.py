@@ -88,7 +88,7 @@ def _model_limits(pairs: list[str]) -> dict[str, int]:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from .agents.resolve import AgentNotFound, parse_agent_args
-    from .batch import BatchConfig, RunConflict, run_batch
+    from .batch import BatchConfig, RunCancelled, RunConflict, run_batch
     from .batch.plan import parse_models, parse_seeds
     from .storage import StorageError
 
@@ -122,6 +122,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise BadInput(str(exc)) from None
     except (StorageError, OSError) as exc:  # an unusable results root, before or after the units
         raise BadInput(f"results root {args.output}: {exc}") from None
+    except RunCancelled as exc:
+        print(
+            f"rayeval: {exc}; the units finished by then are stored under {args.output}. "
+            f"The same command with --resume --run-id {exc.run_id} runs the rest.",
+            file=sys.stderr,
+        )
+        return 128 + exc.signal_number  # as the shell reports a process ended by that signal
     print(summary.text())
     return EXIT_OK
 

@@ -14,8 +14,10 @@ import pandas as pd
 import pytest
 
 from rayeval import batch
+from rayeval.batch.engine import _close_run
 from rayeval.batch.plan import plan_units, unit_id_for
 from rayeval.evals import Eval, load_evals
+from rayeval.storage import ResultStore, RunManifest, StorageError
 from tests.batch.conftest import read_invocations, write_mc_evals
 from tests.conftest import read_jsonl, shared_path
 
@@ -220,6 +222,76 @@ def test_killed_driver_then_resume_runs_every_unit_exactly_once(tmp_path: Path, 
     # the others ran at most twice: once cut off by the kill, once on resume
     assert max(invocations.values()) <= 2
     assert not list((out / "run_id=r1").glob("_wal/*.jsonl"))  # recovered and compacted
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_stopped_run_stores_its_finished_units_then_resumes(tmp_path: Path, invocation_log: Path, stop: int) -> None:
+    """Ctrl-C, or SIGTERM as ``ray job stop`` and Kubernetes send it: the units finished by then
+    go to Parquet at once (not only to the driver's local WAL, which on a cluster may go with
+    the head node), the manifest says cancelled, and --resume runs the rest."""
+    evals = write_mc_evals(tmp_path / "evals", [f"e{i}" for i in range(12)])
+    out = tmp_path / "out"
+    run = out / "run_id=r1"
+    command = [
+        sys.executable, "-m", "rayeval.cli", "run", str(evals), "--agent", "tests.batch.agents:counting_sleep",
+        "--agent-arg", "seconds=0.5", "--seeds", "3", "--output", str(out), "--run-id", "r1",
+        "--max-concurrency", "4", "--no-progress",
+    ]  # fmt: skip
+    env = {**os.environ, "RAYEVAL_TEST_INVOCATION_LOG": str(invocation_log), "RAY_USAGE_STATS_ENABLED": "0"}
+    driver = subprocess.Popen(command, cwd=REPO, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and len(_completed_at(out, "r1")) < 4:
+            time.sleep(0.05)
+        finished = _completed_at(out, "r1")
+        assert driver.poll() is None, driver.communicate()
+        # rows are flushed to Parquet every 5 s: these are still buffered in the driver
+        assert not list(run.rglob("*.parquet")), "flushed before the stop: the test would prove nothing"
+        driver.send_signal(stop)
+        _, stderr = driver.communicate(timeout=60)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+    assert driver.returncode == 128 + stop, stderr
+    assert "--resume --run-id r1" in stderr and "Traceback" not in stderr
+    stored = pd.read_parquet(run)
+    assert finished <= set(zip(stored["eval_id"], stored["seed"])) and stored["unit_id"].is_unique
+    assert not list(run.glob("_wal/*.jsonl")), "rows left in the WAL only"
+    assert json.loads((run / "_manifest.json").read_text())["status"] == "cancelled"
+
+    done = subprocess.run([*command, "--resume"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    frame = pd.read_parquet(run)
+    assert len(frame) == 36 and frame["unit_id"].is_unique and (frame["status"] == "passed").all()
+    invocations = Counter((i["eval_id"], i["seed"]) for i in read_invocations(invocation_log))
+    assert all(invocations[unit] == 1 for unit in set(zip(stored["eval_id"], stored["seed"]))), "a stored unit ran again"
+    assert json.loads((run / "_manifest.json").read_text())["status"] == "completed"
+
+
+class _FailingWriter:
+    def close(self) -> None:
+        raise StorageError("could not store 3 rows; they remain in the WAL")
+
+
+def _manifest(run_id: str) -> RunManifest:
+    return RunManifest.model_validate({"run_id": run_id, "agent": "a", "models": ["m"], "seeds": [1], "eval_files": [], "plan": []})
+
+
+def test_rows_that_cannot_be_stored_at_the_end_fail_the_run_and_say_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The writer's final flush fails (storage down): the manifest says failed, not completed,
+    and the writer's error (naming the WAL) is what the caller sees, even when the manifest
+    cannot be written either."""
+    store = ResultStore(str(tmp_path / "out"))
+    with pytest.raises(StorageError, match="remain in the WAL"):
+        _close_run(store, _FailingWriter(), None, _manifest("r1"), "completed")
+    assert store.read_manifest("r1").status == "failed"
+
+    def storage_down(manifest: RunManifest) -> None:
+        raise OSError("connection refused")
+
+    monkeypatch.setattr(store, "write_manifest", storage_down)
+    with pytest.raises(StorageError, match="remain in the WAL"):
+        _close_run(store, _FailingWriter(), None, _manifest("r2"), "cancelled")
 
 
 def test_console_script_runs_an_agent_module_of_the_working_folder(tmp_path: Path) -> None:

@@ -1,12 +1,15 @@
 """The batch driver: fans units out to Ray actors, grades in batches, streams rows to storage."""
 from __future__ import annotations
 
+import logging
 import math
 import os
 import secrets
+import signal
+import threading
 import time
 from datetime import datetime, timezone
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
 import ray
 from pydantic import BaseModel, Field
@@ -15,7 +18,14 @@ from ..agents.resolve import INLINE_AGENTS, resolve_agent
 from ..evals import Eval, load_evals
 from ..harness.context import AgentFunction
 from ..harness.execution import INT64_MAX, INT64_MIN, Execution, grade_execution
-from ..storage import ERROR_STATUSES, ResultRow, ResultStore, RowWriter, RunManifest
+from ..storage import (
+    ERROR_STATUSES,
+    ResultRow,
+    ResultStore,
+    RowWriter,
+    RunManifest,
+    RunStatus,
+)
 from .placement import nodes_for_new_workers, worker_count
 from .plan import Unit, plan_units
 from .progress import Progress
@@ -29,6 +39,8 @@ from .worker import (
     WorkerPool,
     start_workers,
 )
+
+log = logging.getLogger(__name__)
 
 # A probe unit not back this long after its worker is up marks the agent as slow (see _Warmup).
 PROBE_S = 0.25
@@ -168,6 +180,9 @@ def run_batch(
     included: it travels to the workers with Ray's cloudpickle), replaces resolving
     ``config.agent``, which then only labels the run (rows, unit ids, manifest); ``grade``
     ``(eval, execution) -> EvalResult`` replaces the eval's graders on the workers.
+
+    Ctrl-C or SIGTERM stops the run: the units finished by then are stored, the manifest says
+    ``cancelled``, and :class:`RunCancelled` is raised.
     """
     if evals is None:
         evals = load_evals(*config.evals)  # every eval is validated before any work starts
@@ -189,44 +204,112 @@ def run_batch(
     owns_ray = False
     progress: Progress | None = None
     manifest: RunManifest | None = None
-    status = "failed"
-    try:
-        owns_ray = connect(config)
-        # Workers start (asynchronously) first: their start-up overlaps planning and the
-        # manifest.  A resumed run may need fewer; idle ones cost nothing.
-        planned = len(evals) * len(config.models) * len(config.seeds)
-        workers = _start_pool(config, run_id, evals, planned, agent=agent, grade=grade) if planned else None
-        units = plan_units(evals, config.models, config.seeds, config.agent)
-        done_ids = store.stored_unit_ids(run_id) if config.resume else set()
-        todo = [unit for unit in units if unit.unit_id not in done_ids]
-        progress = Progress(len(todo), enabled=config.show_progress)
-        # validated as one document: 6x faster than one PlanEntry(...) call per unit
-        manifest = RunManifest.model_validate({
-            "run_id": run_id,
-            "agent": config.agent,
-            "agent_args": config.agent_args,
-            "models": config.models,
-            "seeds": config.seeds,
-            "eval_files": [{"path": str(e.source_path or "<in-memory>"), "id": e.id, "eval_hash": e.content_hash()} for e in evals],
-            "plan": [{"unit_id": u.unit_id, "eval_id": u.eval_id, "model": u.model, "seed": u.seed} for u in units],
-            "created_at": previous.created_at if previous else started,
-        })
-        store.write_manifest(manifest)
-        if todo and workers is not None:
-            _execute(config, run_id, evals, todo, writer, progress, workers)
-        status = "completed"
-    except KeyboardInterrupt:
-        status = "cancelled"
-        raise
-    finally:
-        if progress is not None:
-            progress.close()
-        writer.close()
-        if manifest is not None:
-            store.write_manifest(manifest.with_status(status))
-        if owns_ray:
-            ray.shutdown()
+    status: RunStatus = "failed"
+    stopped_by: int | None = None
+    with _SigtermStopsTheRun() as sigterm:
+        try:
+            owns_ray = connect(config)
+            sigterm.claim()
+            # Workers start (asynchronously) first: their start-up overlaps planning and the
+            # manifest.  A resumed run may need fewer; idle ones cost nothing.
+            planned = len(evals) * len(config.models) * len(config.seeds)
+            workers = _start_pool(config, run_id, evals, planned, agent=agent, grade=grade) if planned else None
+            units = plan_units(evals, config.models, config.seeds, config.agent)
+            done_ids = store.stored_unit_ids(run_id) if config.resume else set()
+            todo = [unit for unit in units if unit.unit_id not in done_ids]
+            progress = Progress(len(todo), enabled=config.show_progress)
+            # validated as one document: 6x faster than one PlanEntry(...) call per unit
+            manifest = RunManifest.model_validate({
+                "run_id": run_id,
+                "agent": config.agent,
+                "agent_args": config.agent_args,
+                "models": config.models,
+                "seeds": config.seeds,
+                "eval_files": [{"path": str(e.source_path or "<in-memory>"), "id": e.id, "eval_hash": e.content_hash()} for e in evals],
+                "plan": [{"unit_id": u.unit_id, "eval_id": u.eval_id, "model": u.model, "seed": u.seed} for u in units],
+                "created_at": previous.created_at if previous else started,
+            })
+            store.write_manifest(manifest)
+            if todo and workers is not None:
+                _execute(config, run_id, evals, todo, writer, progress, workers)
+            status = "completed"
+        except KeyboardInterrupt:
+            status = "cancelled"
+            stopped_by = signal.SIGTERM if sigterm.received else signal.SIGINT
+        finally:
+            try:
+                _close_run(store, writer, progress, manifest, status)
+            finally:
+                if owns_ray:
+                    ray.shutdown()
+    if stopped_by is not None:
+        raise RunCancelled(run_id, stopped_by)
     return summarize(store, run_id, total_units=len(units), skipped=len(units) - len(todo), ran=len(todo), started=started)
+
+
+class RunCancelled(KeyboardInterrupt):
+    """The run was stopped by Ctrl-C or SIGTERM (``ray job stop``, a pod shutting down).
+
+    Every unit finished by then is stored and the manifest says ``cancelled``; the same run id
+    with ``resume`` runs the rest.  A KeyboardInterrupt, so code that stops on Ctrl-C still does.
+    """
+
+    def __init__(self, run_id: str, signal_number: int):
+        super().__init__(f"run {run_id} stopped by {signal.Signals(signal_number).name}")
+        self.run_id = run_id
+        self.signal_number = signal_number
+
+
+class _SigtermStopsTheRun:
+    """While a run goes on, SIGTERM ends it as Ctrl-C does: rows buffered in the driver are
+    stored and the manifest says cancelled (Ray's own handler would exit at once, leaving them
+    in the local WAL, which on a cluster may go with the head node).  A second SIGTERM does not
+    cut that short.  The handler found on entry is restored on exit.  Main thread only.
+    """
+
+    def __enter__(self) -> Self:
+        self.received = False
+        self._active = threading.current_thread() is threading.main_thread()
+        self._original = signal.getsignal(signal.SIGTERM) if self._active else None
+        self.claim()
+        return self
+
+    def claim(self) -> None:
+        """(Again) handle SIGTERM here: ``ray.init`` installs Ray's handler."""
+        if self._active:
+            signal.signal(signal.SIGTERM, self._stop)
+
+    def _stop(self, signum: int, frame: object) -> None:
+        # Ray's blocking calls turn whatever a signal handler raises into a plain
+        # KeyboardInterrupt: ``received`` tells it apart from Ctrl-C.
+        self.received = True
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise KeyboardInterrupt("SIGTERM")
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._active:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if self._original is None else self._original)
+
+
+def _close_run(
+    store: ResultStore, writer: RowWriter, progress: Progress | None, manifest: RunManifest | None, status: RunStatus
+) -> None:
+    """Store the buffered rows, then record how the run ended: failed if rows could not be
+    stored (they stay in the WAL for the next ``--resume``; the writer's error, which says so,
+    is what propagates, even when the manifest cannot be written either)."""
+    if progress is not None:
+        progress.close()
+    try:
+        writer.close()
+    except BaseException:
+        if manifest is not None:
+            try:
+                store.write_manifest(manifest.with_status("failed" if status == "completed" else status))
+            except OSError as exc:
+                log.warning("run %s: cannot record its status in the manifest: %s", manifest.run_id, exc)
+        raise
+    if manifest is not None:
+        store.write_manifest(manifest.with_status(status))
 
 
 def _worker_config(config: BatchConfig, run_id: str) -> WorkerConfig:

@@ -7,6 +7,7 @@ cluster without its second node; the last test starts it again mid-run.
 """
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -118,6 +119,40 @@ def test_submit_run_exit_status_follows_the_job(ray_cluster: RayTestCluster, tmp
     assert done.returncode == 2, _outputs(done, done.stdout, done.stderr)
     assert "FAILED" in done.stderr
     assert "no_such_folder" in done.stdout  # the job's own log was followed
+
+
+def test_ray_job_stop_stores_the_finished_units_and_cancels_the_run(ray_cluster: RayTestCluster, tmp_path: Path) -> None:
+    """``ray job stop`` sends the driver SIGTERM (then SIGKILL after a few seconds): the rows of
+    the units finished by then are in Parquet, none left in the driver's WAL, the manifest says
+    cancelled, and --resume runs the rest."""
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    output = tmp_path / "results"
+    run = output / "run_id=stopped"
+    args = f"{EVALS} --agent sleep --agent-arg seconds=1 --seeds 8 --max-concurrency 4 --output {output} --run-id stopped --no-progress"
+    client = JobSubmissionClient(ray_cluster.dashboard_url)
+    job_id = client.submit_job(entrypoint=f"rayeval run {args}")
+    try:
+        wal_rows = wait_until(
+            lambda: sum(len(wal.read_bytes().splitlines()) for wal in run.glob("_wal/*.jsonl"))
+            or client.get_job_status(job_id) in (JobStatus.SUCCEEDED, JobStatus.FAILED),
+            JOB_TIMEOUT_S, 0.1, "rows in the driver's WAL",
+        )  # fmt: skip
+        assert wal_rows is not True, client.get_job_logs(job_id)
+        assert not list(run.rglob("*.parquet")), "flushed before the stop (every 5 s): the test would prove nothing"
+    finally:
+        client.stop_job(job_id)
+    wait_until(lambda: client.get_job_status(job_id) == JobStatus.STOPPED, 60, 0.5, "the job STOPPED")
+    assert "stopped by SIGTERM" in client.get_job_logs(job_id)
+    rows = pd.read_parquet(run)
+    assert len(rows) >= wal_rows and rows["unit_id"].is_unique
+    assert not list(run.glob("_wal/*.jsonl")), "rows left in the driver's WAL only"
+    assert json.loads((run / "_manifest.json").read_text())["status"] == "cancelled"
+
+    command = ["rayeval", "run", *args.split(), "--resume", "--address", ray_cluster.gcs_address]
+    done = subprocess.run(command, check=False, cwd=tmp_path, env=ray_cluster.env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    assert done.returncode == 0, _outputs(done, done.stdout, done.stderr)
+    assert_every_unit_once(output, "stopped", planned_unit_ids("sleep", 8))
 
 
 # ------------------------------------------------------------------------------ faults

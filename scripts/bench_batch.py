@@ -3,7 +3,9 @@
   (a) sleep:   N units of the `sleep` agent at S seconds with --max-concurrency C; wall time
                against the ideal N*S/C (Ray start-up reported apart).
   (b) instant: N units of an instant agent, graded and written to Parquet, on the Ray engine
-               against a plain single-process loop over the same harness, graders and writer.
+               against a plain single-process loop over the same harness, graders and writer;
+               also the machine's ceiling: the same units in forked processes (one per CPU,
+               two threads each, as the engine's workers) that need no start-up and store nothing.
   (c) files:   Parquet files and bytes per 10,000 rows of run (b).
 
 Usage: python scripts/bench_batch.py [--which a,b] [--units-a 2000] [--units-b 10000] [--rounds-b 3]
@@ -13,11 +15,13 @@ from __future__ import annotations
 import argparse
 import compileall
 import json
+import multiprocessing
 import os
 import socket
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -128,6 +132,49 @@ def run_loop(work: Path, evals: list, plan: list, name: str) -> float:
     return time.monotonic() - start
 
 
+def _plain_share(work: Path, evals: list, plan: list, name: str, threads: int, barrier, results) -> None:
+    """One forked process of ``run_plain_processes``: its units on ``threads`` threads."""
+    chunks = [plan[k::threads] for k in range(threads)]
+
+    def run(units: list) -> None:
+        for unit in units:
+            eval_ = evals[unit.eval_index]
+            execution = EvalRunner(eval_, work_root=work / f"plain_work_{os.getpid()}", run_id=name).execute(
+                sleep_agent, model=unit.model, seed=unit.seed, agent_args={"seconds": "0"}, isolation="inline"
+            )
+            row_from_result(grade_execution(eval_, execution), unit=unit, eval_=eval_, run_id=name, agent="sleep", attempt=1, node="n")
+
+    barrier.wait()
+    pool = [threading.Thread(target=run, args=(chunk,)) for chunk in chunks]
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join()
+    results.put(time.time())
+
+
+def run_plain_processes(work: Path, evals: list, plan: list, name: str, threads: int = 2) -> float:
+    """The ceiling of any engine on this machine: the units split over forked processes, one
+    per CPU, with every module already imported (no start-up), ``threads`` threads each (the
+    engine's fast path), rows made but not stored (no driver); seconds from the start signal
+    to the last process done."""
+    context = multiprocessing.get_context("fork")
+    processes = os.cpu_count() or 1
+    barrier, results = context.Barrier(processes + 1), context.Queue()
+    workers = [
+        context.Process(target=_plain_share, args=(work, evals, plan[k::processes], name, threads, barrier, results))
+        for k in range(processes)
+    ]
+    for worker in workers:
+        worker.start()
+    barrier.wait()
+    start = time.time()
+    end = max(results.get() for _ in workers)
+    for worker in workers:
+        worker.join()
+    return end - start
+
+
 def bench_instant(work: Path, units: int, rounds: int) -> None:
     """Rounds alternate loop and engine (a fresh embedded Ray each): this machine's speed drifts
     by 10-20 % within a minute, so one pair of figures says little; the median ratio is reported."""
@@ -136,9 +183,11 @@ def bench_instant(work: Path, units: int, rounds: int) -> None:
     seeds = list(range(1, max(1, units // 100) + 1))
     plan = plan_units(evals, ["default"], seeds, "sleep")
     n = len(plan)
-    ratios, warm_ratios = [], []
+    ratios, warm_ratios, ceilings = [], [], []
     for round_ in range(1, rounds + 1):
         loop_s = run_loop(work, evals, plan, f"loop{round_}")
+        plain_s = run_plain_processes(work, evals, plan, f"plain{round_}")
+        ceilings.append(loop_s / plain_s)
         startup = ray_startup_seconds()
         start = time.monotonic()
         summary = run_batch(BatchConfig(
@@ -153,9 +202,11 @@ def bench_instant(work: Path, units: int, rounds: int) -> None:
         print(f"(b) round {round_}: {n} instant units: loop {n / loop_s:,.0f} units/s ({loop_s:.1f}s), "
               f"Ray engine {n / ray_s:,.0f} units/s ({ray_s:.1f}s) -> {loop_s / ray_s:.2f}x the loop "
               f"(Ray start-up {startup:.1f}s not included); stored {summary.stored_rows} rows; "
-              f"worker start-up {to_first:.1f}s, then {n / span:,.0f} units/s -> {loop_s / span:.2f}x the loop")
+              f"worker start-up {to_first:.1f}s, then {n / span:,.0f} units/s -> {loop_s / span:.2f}x the loop; "
+              f"ceiling (forked processes, no start-up, nothing stored) {n / plain_s:,.0f} units/s -> {loop_s / plain_s:.2f}x")
     print(f"(b) median over {rounds} rounds: {statistics.median(ratios):.2f}x the loop overall "
-          f"(rounds {', '.join(f'{r:.2f}' for r in ratios)}); after worker start-up {statistics.median(warm_ratios):.2f}x")
+          f"(rounds {', '.join(f'{r:.2f}' for r in ratios)}); after worker start-up {statistics.median(warm_ratios):.2f}x; "
+          f"ceiling {statistics.median(ceilings):.2f}x")
     files, size, stored = storage_figures(work / "out_b", f"instant{rounds}")
     print(f"(c) {stored} rows in {files} Parquet files, {size / 1e6:.2f} MB -> "
           f"{files * 10000 / stored:.1f} files and {size * 10000 / stored / 1e6:.2f} MB per 10,000 rows")

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from rayeval.batch import engine
 from rayeval.batch.placement import (
     MAX_THREADS_PER_WORKER,
     nodes_for_new_workers,
@@ -141,6 +142,47 @@ def test_workers_added_for_a_new_node_get_the_next_calls() -> None:
     pool.submit(_call(1), fast=False, budget_s=1)
     pool.submit(_call(2), fast=False, budget_s=1)
     assert [worker for worker, _, _ in calls[4:]] == [2, 2]  # the idle new worker first
+
+
+def _node(node_id: str, cpus: float, alive: bool = True) -> dict:
+    """An entry of ``ray.nodes()``."""
+    return {"NodeID": node_id, "Alive": alive, "Resources": {"CPU": cpus} if cpus else {}}
+
+
+def test_the_pool_grows_onto_nodes_that_joined(monkeypatch: pytest.MonkeyPatch) -> None:
+    head, joined, dead = "aa" * 28, "bb" * 28, "cc" * 28
+    strategies: list = []
+    pool = _fake_pool([], strategies)
+    pool.add(["SPREAD", "SPREAD"])
+    monkeypatch.setattr(engine.ray, "nodes", lambda: [_node(head, 2), _node(joined, 4), _node(dead, 8, alive=False)])
+    engine._grow_pool(pool, demand=16)
+    assert pool.count == 2, "workers still starting (node unknown): nothing is added yet"
+    pool.preparing.clear()
+    pool.node_of[:] = [head, head]
+    engine._grow_pool(pool, demand=16)
+    assert [strategy.node_id for strategy in strategies[2:]] == [joined] * 4  # one per CPU of the new node, none on the dead one
+    pool.preparing.clear()
+    pool.node_of[2:] = [joined] * 4
+    engine._grow_pool(pool, demand=16)
+    assert pool.count == 6  # every node has one worker per CPU
+    small = _fake_pool([], [])
+    small.add(["SPREAD"])
+    small.preparing.clear()
+    small.node_of[:] = [head]
+    engine._grow_pool(small, demand=3)
+    assert small.count == 3  # no more workers than units that may run at once
+
+
+def test_a_cluster_that_cannot_be_listed_leaves_the_pool_as_it_is(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    def unreachable() -> list:
+        raise ConnectionError("GCS unavailable")
+
+    pool = _fake_pool([], [])
+    pool.add(["SPREAD"])
+    pool.preparing.clear()
+    monkeypatch.setattr(engine.ray, "nodes", unreachable)
+    engine._grow_pool(pool, demand=8)
+    assert pool.count == 1 and "cannot list the cluster's nodes" in caplog.text
 
 
 def test_worker_count_is_one_per_cpu_within_the_concurrency() -> None:

@@ -363,7 +363,12 @@ def _grow_pool(workers: WorkerPool, demand: int) -> None:
     """
     if workers.preparing:
         return
-    node_cpus = {node["NodeID"]: node["Resources"].get("CPU", 0.0) for node in ray.nodes() if node["Alive"]}
+    try:
+        nodes = ray.nodes()
+    except Exception as exc:  # noqa: BLE001 - growth is an optimisation: the run goes on without it
+        log.warning("cannot list the cluster's nodes to add workers: %s", exc)
+        return
+    node_cpus = {node["NodeID"]: node["Resources"].get("CPU", 0.0) for node in nodes if node["Alive"]}
     wanted = worker_count(sum(node_cpus.values()), demand) - workers.count
     if wanted > 0:
         workers.add_on_nodes(nodes_for_new_workers(node_cpus, workers.workers_on(), wanted))

@@ -84,6 +84,14 @@ def assert_every_unit_once(output: Path, run_id: str, expected: set[str]) -> pd.
     return rows
 
 
+def finish_sleep_run(process: subprocess.Popen, output: Path, run_id: str, seeds: int) -> None:
+    """Wait for a ``start_sleep_run``: it must succeed with every planned unit stored once."""
+    out, err = finish(process, RUN_TIMEOUT_S)
+    assert process.returncode == 0, _outputs(process, out, err)
+    rows = assert_every_unit_once(output, run_id, planned_unit_ids("sleep", seeds))
+    assert len(rows) == 10 * seeds
+
+
 # ------------------------------------------------------------------------------ job submission
 
 
@@ -183,10 +191,7 @@ def test_killed_unit_worker_process_loses_no_unit(ray_cluster: RayTestCluster, t
     except BaseException:
         kill_pids([process.pid])
         raise
-    out, err = finish(process, RUN_TIMEOUT_S)
-    assert process.returncode == 0, _outputs(process, out, err)
-    rows = assert_every_unit_once(output, "kill-worker", planned_unit_ids("sleep", SLEEP_SEEDS))
-    assert len(rows) == 10 * SLEEP_SEEDS
+    finish_sleep_run(process, output, "kill-worker", SLEEP_SEEDS)
     print(f"worker {victim} killed; run finished {time.monotonic() - killed_at:.1f} s later")
 
 
@@ -216,10 +221,7 @@ def test_killed_second_node_loses_no_unit(ray_cluster: RayTestCluster, tmp_path:
     except BaseException:
         kill_pids([process.pid])
         raise
-    out, err = finish(process, RUN_TIMEOUT_S)
-    assert process.returncode == 0, _outputs(process, out, err)
-    rows = assert_every_unit_once(output, "kill-node", planned_unit_ids("sleep", SLEEP_SEEDS))
-    assert len(rows) == 10 * SLEEP_SEEDS
+    finish_sleep_run(process, output, "kill-node", SLEEP_SEEDS)
     finished_after = time.monotonic() - killed_at
     wait_until(lambda: ray_cluster.node_state(node2.node_id) == "DEAD", 30, 0.5, "node 2 reported DEAD")
     assert ray_cluster.alive_node_ids() == {ray_cluster.head.node_id}
@@ -257,8 +259,5 @@ def test_a_node_that_joins_mid_run_gets_workers(ray_cluster: RayTestCluster, tmp
     except BaseException:
         kill_pids([process.pid])
         raise
-    out, err = finish(process, RUN_TIMEOUT_S)
-    assert process.returncode == 0, _outputs(process, out, err)
-    rows = assert_every_unit_once(output, "grow", planned_unit_ids("sleep", GROW_SEEDS))
-    assert len(rows) == 10 * GROW_SEEDS
+    finish_sleep_run(process, output, "grow", GROW_SEEDS)
     print(f"node 2 joined mid-run; its workers ran a unit {first_busy_s:.1f} s later")

@@ -294,6 +294,33 @@ def test_rows_that_cannot_be_stored_at_the_end_fail_the_run_and_say_so(tmp_path:
         _close_run(store, _FailingWriter(), None, _manifest("r2"), "cancelled")
 
 
+def test_resume_refuses_inputs_that_changed_the_plan(tmp_path: Path) -> None:
+    """An eval edited between a run and its resume gets new unit ids: its old rows would stay
+    beside the new ones and the run would mix two experiments. Resume names what changed and
+    runs nothing; with the original inputs it finishes the run."""
+    evals = write_mc_evals(tmp_path / "evals", ["e1", "e2", "e3"])
+    options = {"evals": [str(evals)], "agent": "tests.batch.agents:instant", "models": ["m1"], "seeds": [1, 2], "output": str(tmp_path / "out"), "run_id": "r", **FAST}
+    first = batch.run_batch(batch.BatchConfig(**options))
+    assert first.stored_rows == 6
+    original = (evals / "e2.json").read_text()
+    (evals / "e2.json").write_text(original.replace("A or B?", "A or B, really?"))
+    with pytest.raises(batch.RunConflict, match=r"eval e2 changed since") as raised:
+        batch.run_batch(batch.BatchConfig(**options, resume=True))
+    assert "--run-id" in str(raised.value)
+    (evals / "e2.json").write_text(original)
+    with pytest.raises(batch.RunConflict, match=r"seed 3 added"):
+        batch.run_batch(batch.BatchConfig(**{**options, "seeds": [1, 2, 3]}, resume=True))
+    with pytest.raises(batch.RunConflict, match=r"model m2 added; model m1 removed"):
+        batch.run_batch(batch.BatchConfig(**{**options, "models": ["m2"]}, resume=True))
+    (evals / "e3.json").unlink()
+    with pytest.raises(batch.RunConflict, match=r"eval e3 removed"):
+        batch.run_batch(batch.BatchConfig(**options, resume=True))
+    assert len(pd.read_parquet(tmp_path / "out" / "run_id=r")) == 6  # nothing ran
+    write_mc_evals(evals, ["e3"])  # as it was: the run's own plan again
+    resumed = batch.run_batch(batch.BatchConfig(**options, resume=True))
+    assert (resumed.ran, resumed.skipped) == (0, 6)
+
+
 def test_console_script_runs_an_agent_module_of_the_working_folder(tmp_path: Path) -> None:
     """`rayeval run --agent my_agents:f` from a project folder: the driver and every Ray worker
     import the project's module (the script's own sys.path does not hold the folder)."""

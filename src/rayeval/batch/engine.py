@@ -197,6 +197,15 @@ def run_batch(
         raise RunConflict(f"run {run_id!r} already exists under {config.output}: pass --resume to finish it")
     if previous is not None and previous.agent != config.agent:
         raise RunConflict(f"run {run_id!r} was made with agent {previous.agent!r}, not {config.agent!r}")
+    units: list[Unit] | None = None
+    if previous is not None:  # resuming: only the plan the run started with may be finished
+        units = plan_units(evals, config.models, config.seeds, config.agent)
+        changed = _plan_changes(previous, units, evals, config)
+        if changed:
+            raise RunConflict(
+                f"--resume: run {run_id!r} was planned with other inputs ({changed}); its rows and new ones "
+                "would mix two experiments. Restore those inputs, or start a new run (another --run-id)."
+            )
 
     # opened before Ray starts: an unusable results root fails at once; recovers the WAL
     writer = store.open_writer(run_id, flush_rows=config.flush_rows, flush_seconds=config.flush_seconds)
@@ -214,7 +223,8 @@ def run_batch(
             # manifest.  A resumed run may need fewer; idle ones cost nothing.
             planned = len(evals) * len(config.models) * len(config.seeds)
             workers = _start_pool(config, run_id, evals, planned, agent=agent, grade=grade) if planned else None
-            units = plan_units(evals, config.models, config.seeds, config.agent)
+            if units is None:
+                units = plan_units(evals, config.models, config.seeds, config.agent)
             done_ids = store.stored_unit_ids(run_id) if config.resume else set()
             todo = [unit for unit in units if unit.unit_id not in done_ids]
             progress = Progress(len(todo), enabled=config.show_progress)
@@ -245,6 +255,33 @@ def run_batch(
     if stopped_by is not None:
         raise RunCancelled(run_id, stopped_by)
     return summarize(store, run_id, total_units=len(units), skipped=len(units) - len(todo), ran=len(todo), started=started)
+
+
+def _plan_changes(previous: RunManifest, units: list[Unit], evals: list[Eval], config: BatchConfig) -> str:
+    """How the plan differs from the one a run started with ("" when it is the same): an eval
+    edited since (its units get new ids, so its old rows would stay beside the new ones), evals,
+    models or seeds added or removed."""
+    if {entry.unit_id for entry in previous.plan} == {unit.unit_id for unit in units}:
+        return ""
+    before = {ref.id: ref.eval_hash for ref in previous.eval_files}
+    now = {eval_.id: eval_.content_hash() for eval_ in evals}
+    changes = [
+        _listed("eval", "changed since", sorted(i for i in before.keys() & now.keys() if before[i] != now[i])),
+        _listed("eval", "added", sorted(now.keys() - before.keys())),
+        _listed("eval", "removed", sorted(before.keys() - now.keys())),
+        _listed("model", "added", [m for m in config.models if m not in previous.models]),
+        _listed("model", "removed", [m for m in previous.models if m not in config.models]),
+        _listed("seed", "added", [str(s) for s in config.seeds if s not in previous.seeds]),
+        _listed("seed", "removed", [str(s) for s in previous.seeds if s not in config.seeds]),
+    ]
+    return "; ".join(change for change in changes if change) or "its units differ"
+
+
+def _listed(kind: str, what: str, names: list[str], most: int = 5) -> str:
+    if not names:
+        return ""
+    shown = ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
+    return f"{kind}{'s' if len(names) > 1 else ''} {shown} {what}"
 
 
 class RunCancelled(KeyboardInterrupt):

@@ -172,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--retries", type=int, default=2, help="retries of a unit whose agent errors (with backoff)")
     run.add_argument("--timeout", type=float, help="per-unit agent timeout in seconds (overrides the evals')")
     run.add_argument("--isolation", choices=["auto", "process", "inline"], default="auto")
-    run.add_argument("--workers", type=int, help="number of worker actors (default: from --max-concurrency)")
+    run.add_argument("--workers", type=int, help="number of worker actors (default: one per CPU of the cluster, within --max-concurrency, more as nodes join)")
     run.add_argument("--s3-endpoint", help="S3-compatible endpoint URL (or set AWS_ENDPOINT_URL)")
     run.add_argument("--no-progress", action="store_true")
     run.set_defaults(handler=_cmd_run)

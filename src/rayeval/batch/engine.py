@@ -6,10 +6,9 @@ import math
 import os
 import secrets
 import signal
-import threading
 import time
 from datetime import datetime, timezone
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, Literal
 
 import ray
 from pydantic import BaseModel, Field
@@ -27,10 +26,11 @@ from ..storage import (
     RunStatus,
 )
 from .placement import nodes_for_new_workers, worker_count
-from .plan import Unit, plan_units
+from .plan import Unit, plan_changes, plan_units
 from .progress import Progress
 from .rows import UnitRow, row_from_result, unit_row
 from .scheduler import CALL_BUDGET_S, ChunkSizer, Scheduler
+from .stopping import RunCancelled, SigtermStopsTheRun
 from .summary import RunSummary, summarize
 from .worker import (
     FAST_CALLS_PER_WORKER,
@@ -200,7 +200,7 @@ def run_batch(
     units: list[Unit] | None = None
     if previous is not None:  # resuming: only the plan the run started with may be finished
         units = plan_units(evals, config.models, config.seeds, config.agent)
-        changed = _plan_changes(previous, units, evals, config)
+        changed = plan_changes(previous, units, evals, config.models, config.seeds)
         if changed:
             raise RunConflict(
                 f"--resume: run {run_id!r} was planned with other inputs ({changed}); its rows and new ones "
@@ -215,7 +215,7 @@ def run_batch(
     manifest: RunManifest | None = None
     status: RunStatus = "failed"
     stopped_by: int | None = None
-    with _SigtermStopsTheRun() as sigterm:
+    with SigtermStopsTheRun() as sigterm:
         try:
             owns_ray = connect(config)
             sigterm.claim()
@@ -255,77 +255,6 @@ def run_batch(
     if stopped_by is not None:
         raise RunCancelled(run_id, stopped_by)
     return summarize(store, run_id, total_units=len(units), skipped=len(units) - len(todo), ran=len(todo), started=started)
-
-
-def _plan_changes(previous: RunManifest, units: list[Unit], evals: list[Eval], config: BatchConfig) -> str:
-    """How the plan differs from the one a run started with ("" when it is the same): an eval
-    edited since (its units get new ids, so its old rows would stay beside the new ones), evals,
-    models or seeds added or removed."""
-    if {entry.unit_id for entry in previous.plan} == {unit.unit_id for unit in units}:
-        return ""
-    before = {ref.id: ref.eval_hash for ref in previous.eval_files}
-    now = {eval_.id: eval_.content_hash() for eval_ in evals}
-    changes = [
-        _listed("eval", "changed since", sorted(i for i in before.keys() & now.keys() if before[i] != now[i])),
-        _listed("eval", "added", sorted(now.keys() - before.keys())),
-        _listed("eval", "removed", sorted(before.keys() - now.keys())),
-        _listed("model", "added", [m for m in config.models if m not in previous.models]),
-        _listed("model", "removed", [m for m in previous.models if m not in config.models]),
-        _listed("seed", "added", [str(s) for s in config.seeds if s not in previous.seeds]),
-        _listed("seed", "removed", [str(s) for s in previous.seeds if s not in config.seeds]),
-    ]
-    return "; ".join(change for change in changes if change) or "its units differ"
-
-
-def _listed(kind: str, what: str, names: list[str], most: int = 5) -> str:
-    if not names:
-        return ""
-    shown = ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
-    return f"{kind}{'s' if len(names) > 1 else ''} {shown} {what}"
-
-
-class RunCancelled(KeyboardInterrupt):
-    """The run was stopped by Ctrl-C or SIGTERM (``ray job stop``, a pod shutting down).
-
-    Every unit finished by then is stored and the manifest says ``cancelled``; the same run id
-    with ``resume`` runs the rest.  A KeyboardInterrupt, so code that stops on Ctrl-C still does.
-    """
-
-    def __init__(self, run_id: str, signal_number: int):
-        super().__init__(f"run {run_id} stopped by {signal.Signals(signal_number).name}")
-        self.run_id = run_id
-        self.signal_number = signal_number
-
-
-class _SigtermStopsTheRun:
-    """While a run goes on, SIGTERM ends it as Ctrl-C does: rows buffered in the driver are
-    stored and the manifest says cancelled (Ray's own handler would exit at once, leaving them
-    in the local WAL, which on a cluster may go with the head node).  A second SIGTERM does not
-    cut that short.  The handler found on entry is restored on exit.  Main thread only.
-    """
-
-    def __enter__(self) -> Self:
-        self.received = False
-        self._active = threading.current_thread() is threading.main_thread()
-        self._original = signal.getsignal(signal.SIGTERM) if self._active else None
-        self.claim()
-        return self
-
-    def claim(self) -> None:
-        """(Again) handle SIGTERM here: ``ray.init`` installs Ray's handler."""
-        if self._active:
-            signal.signal(signal.SIGTERM, self._stop)
-
-    def _stop(self, signum: int, frame: object) -> None:
-        # Ray's blocking calls turn whatever a signal handler raises into a plain
-        # KeyboardInterrupt: ``received`` tells it apart from Ctrl-C.
-        self.received = True
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        raise KeyboardInterrupt("SIGTERM")
-
-    def __exit__(self, *exc_info: object) -> None:
-        if self._active:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL if self._original is None else self._original)
 
 
 def _close_run(

@@ -3,9 +3,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from ..evals import Eval
+
+if TYPE_CHECKING:  # workers import this module: no storage layer for them
+    from ..storage.manifest import RunManifest
 
 
 class Unit(NamedTuple):
@@ -80,6 +83,33 @@ class Plan:
 def plan_units(evals: list[Eval], models: list[str], seeds: list[int], agent: str) -> list[Unit]:
     """Every unit of the plan, in order."""
     return Plan(evals, models, seeds, agent).units()
+
+
+def plan_changes(previous: RunManifest, units: list[Unit], evals: list[Eval], models: list[str], seeds: list[int]) -> str:
+    """How the plan differs from the one a run started with ("" when it is the same): an eval
+    edited since (its units get new ids, so its old rows would stay beside the new ones), evals,
+    models or seeds added or removed."""
+    if {entry.unit_id for entry in previous.plan} == {unit.unit_id for unit in units}:
+        return ""
+    before = {ref.id: ref.eval_hash for ref in previous.eval_files}
+    now = {eval_.id: eval_.content_hash() for eval_ in evals}
+    changes = [
+        _listed("eval", "changed since", sorted(i for i in before.keys() & now.keys() if before[i] != now[i])),
+        _listed("eval", "added", sorted(now.keys() - before.keys())),
+        _listed("eval", "removed", sorted(before.keys() - now.keys())),
+        _listed("model", "added", [m for m in models if m not in previous.models]),
+        _listed("model", "removed", [m for m in previous.models if m not in models]),
+        _listed("seed", "added", [str(s) for s in seeds if s not in previous.seeds]),
+        _listed("seed", "removed", [str(s) for s in previous.seeds if s not in seeds]),
+    ]
+    return "; ".join(change for change in changes if change) or "its units differ"
+
+
+def _listed(kind: str, what: str, names: list[str], most: int = 5) -> str:
+    if not names:
+        return ""
+    shown = ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
+    return f"{kind}{'s' if len(names) > 1 else ''} {shown} {what}"
 
 
 def parse_seeds(text: str) -> list[int]:

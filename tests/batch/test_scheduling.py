@@ -22,6 +22,7 @@ from rayeval.batch.scheduler import (
     TARGET_CALL_SECONDS,
     ChunkSizer,
     Scheduler,
+    retry_delay,
 )
 from rayeval.batch.worker import FAST_GROUP, UnitWorker, WorkerConfig, WorkerPool
 from rayeval.evals import load_evals
@@ -57,6 +58,14 @@ def test_call_size_adapts_when_units_slow_down() -> None:
         sizer.observe(1.0, 1.0)
     assert sizer.size == 1 and not sizer.instant
     assert INSTANT_AGENT_S < TARGET_CALL_SECONDS
+
+
+def test_retries_back_off_doubling_and_spread_out() -> None:
+    for attempt, base in [(1, 2.0), (2, 4.0), (3, 8.0)]:
+        delays = [retry_delay(attempt, 2.0) for _ in range(200)]
+        assert all(0.5 * base <= delay <= 1.5 * base for delay in delays)
+        assert max(delays) - min(delays) > 0.5 * base  # units that failed together come back apart
+    assert retry_delay(1, 0.0) == 0.0
 
 
 def test_plan_makes_each_unit_from_its_position(tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ from .placement import nodes_for_new_workers, worker_count
 from .plan import Unit, plan_changes, plan_units
 from .progress import Progress
 from .rows import UnitRow, row_from_result, unit_row
-from .scheduler import CALL_BUDGET_S, ChunkSizer, Scheduler
+from .scheduler import CALL_BUDGET_S, ChunkSizer, Scheduler, retry_delay
 from .stopping import RunCancelled, SigtermStopsTheRun
 from .summary import RunSummary, summarize
 from .worker import (
@@ -357,7 +357,7 @@ def _execute(
     def keep(unit: Unit, attempt: int, row: UnitRow) -> bool:
         """Whether to store the row: not when the unit is retried or was already stored."""
         if row.status == "error" and attempt <= config.retries:
-            scheduler.retry_later(unit, attempt + 1, config.retry_backoff_s * 2 ** (attempt - 1))
+            scheduler.retry_later(unit, attempt + 1, retry_delay(attempt, config.retry_backoff_s))
             return False
         if unit.unit_id in written:  # a retried Ray call may deliver a unit twice: keep the first
             return False

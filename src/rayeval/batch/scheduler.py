@@ -3,6 +3,7 @@ delayed retries, and calls sized so that fast units do not each pay a Ray round 
 from __future__ import annotations
 
 import heapq
+import random
 import time
 from collections import Counter, deque
 
@@ -22,6 +23,13 @@ CALL_BUDGET_S = 2 * TARGET_CALL_SECONDS
 # the worker's threads contend.  Slower agents wait (on LLM calls, on subprocess agents) and
 # get the full concurrency, batched or not.
 INSTANT_AGENT_S = 0.005
+
+
+def retry_delay(attempt: int, backoff_s: float) -> float:
+    """Seconds before attempt ``attempt + 1`` of a unit whose agent errored: doubling from
+    ``backoff_s``, each drawn between half and one and a half times that, so that units that
+    failed together (an API outage, a rate limit) do not all come back at the same instant."""
+    return backoff_s * 2 ** (attempt - 1) * random.uniform(0.5, 1.5)
 
 
 def _average(mean: float | None, value: float) -> float:

@@ -321,6 +321,17 @@ def test_resume_refuses_inputs_that_changed_the_plan(tmp_path: Path) -> None:
     assert (resumed.ran, resumed.skipped) == (0, 6)
 
 
+def test_progress_says_which_run_it_is_and_where_its_results_go(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """Printed first: a run killed outright never prints its summary, and is resumed by its id."""
+    evals = write_mc_evals(tmp_path / "evals", ["e1", "e2"])
+    options = {**FAST, "show_progress": True}
+    summary = batch.run(str(evals), agent="tests.batch.agents:instant", output=str(tmp_path / "out"), seeds=[1, 2], **options)
+    lines = capfd.readouterr().err.splitlines()
+    progress = [line for line in lines if line.startswith("[rayeval]")]
+    assert progress[0] == f"[rayeval] run {summary.run_id}: 4 units to run (0 already stored); results: {tmp_path / 'out'}/run_id={summary.run_id}"
+    assert progress[-1].startswith("[rayeval] 4/4 units done (100.0%), pass rate 100.0%, 0 errors")
+
+
 def test_console_script_runs_an_agent_module_of_the_working_folder(tmp_path: Path) -> None:
     """`rayeval run --agent my_agents:f` from a project folder: the driver and every Ray worker
     import the project's module (the script's own sys.path does not hold the folder)."""

@@ -227,7 +227,11 @@ def run_batch(
                 units = plan_units(evals, config.models, config.seeds, config.agent)
             done_ids = store.stored_unit_ids(run_id) if config.resume else set()
             todo = [unit for unit in units if unit.unit_id not in done_ids]
-            progress = Progress(len(todo), enabled=config.show_progress)
+            progress = Progress(
+                len(todo),
+                enabled=config.show_progress,
+                header=f"run {run_id}: {len(todo)} units to run ({len(units) - len(todo)} already stored); results: {store.run_uri(run_id)}",
+            )
             # validated as one document: 6x faster than one PlanEntry(...) call per unit
             manifest = RunManifest.model_validate({
                 "run_id": run_id,

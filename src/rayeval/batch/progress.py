@@ -7,7 +7,12 @@ from typing import TextIO
 
 
 class Progress:
-    def __init__(self, total: int, *, enabled: bool = True, stream: TextIO | None = None, log_every_s: float = 5.0):
+    """``header``, printed first, says what runs and where its results go: a run killed
+    outright (no summary) is resumed by its id."""
+
+    def __init__(
+        self, total: int, *, enabled: bool = True, stream: TextIO | None = None, log_every_s: float = 5.0, header: str = ""
+    ):
         self.total = total
         self.done = self.passed = self.errors = 0
         self.stream = stream or sys.stderr
@@ -16,6 +21,8 @@ class Progress:
         self.start = time.monotonic()
         self._last_log = 0.0
         self._live = None
+        if enabled and header:
+            print(f"[rayeval] {header}", file=self.stream, flush=True)
         if enabled and self.stream.isatty():
             from rich.progress import BarColumn, TextColumn, TimeRemainingColumn
             from rich.progress import Progress as RichProgress

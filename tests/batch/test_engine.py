@@ -116,19 +116,19 @@ def test_bad_inputs_fail_before_any_work(tmp_path: Path) -> None:
     (bad / "e.json").write_text("{")
     done = subprocess.run(
         [sys.executable, "-m", "rayeval.cli", "run", str(bad), "--agent", "reference", "--output", str(tmp_path / "o"), "--no-progress"],
-        capture_output=True, text=True, timeout=120,
+        check=False, capture_output=True, text=True, timeout=120,
     )
     assert done.returncode == 2 and "invalid JSON" in done.stderr and "Traceback" not in done.stderr
     done = subprocess.run(
         [sys.executable, "-m", "rayeval.cli", "run", str(REPO / "evals"), "--agent", "nope", "--output", str(tmp_path / "o")],
-        capture_output=True, text=True, timeout=120,
+        check=False, capture_output=True, text=True, timeout=120,
     )
     assert done.returncode == 2 and "unknown agent" in done.stderr
     blocker = tmp_path / "a_file"
     blocker.write_text("not a folder")
     done = subprocess.run(
         [sys.executable, "-m", "rayeval.cli", "run", str(REPO / "evals"), "--agent", "reference", "--output", str(blocker / "results"), "--no-progress"],
-        capture_output=True, text=True, timeout=120,
+        check=False, capture_output=True, text=True, timeout=120,
     )
     assert done.returncode == 2 and "results root" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "o").exists() or not list((tmp_path / "o").rglob("*.parquet"))
@@ -212,7 +212,7 @@ def test_killed_driver_then_resume_runs_every_unit_exactly_once(tmp_path: Path, 
     completed = _completed_at(out, "r1")
     assert 8 <= len(completed) < 36
 
-    done = subprocess.run(command + ["--resume"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(command + ["--resume"], cwd=REPO, env=env, check=False, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     frame = pd.read_parquet(out / "run_id=r1")
     assert len(frame) == 36 and frame["unit_id"].is_unique and (frame["status"] == "passed").all()
@@ -259,7 +259,7 @@ def test_a_stopped_run_stores_its_finished_units_then_resumes(tmp_path: Path, in
     assert not list(run.glob("_wal/*.jsonl")), "rows left in the WAL only"
     assert json.loads((run / "_manifest.json").read_text())["status"] == "cancelled"
 
-    done = subprocess.run([*command, "--resume"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run([*command, "--resume"], cwd=REPO, env=env, check=False, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     frame = pd.read_parquet(run)
     assert len(frame) == 36 and frame["unit_id"].is_unique and (frame["status"] == "passed").all()
@@ -343,7 +343,7 @@ def test_console_script_runs_an_agent_module_of_the_working_folder(tmp_path: Pat
     done = subprocess.run(
         [str(script), "run", "evals", "--agent", "my_agents:answer_b", "--seeds", "2", "--output", "out",
          "--run-id", "p", "--no-progress"],
-        cwd=project, env=env, capture_output=True, text=True, timeout=300,
+        cwd=project, env=env, check=False, capture_output=True, text=True, timeout=300,
     )
     assert done.returncode == 0, done.stderr
     frame = pd.read_parquet(project / "out" / "run_id=p")

@@ -90,7 +90,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from .agents.resolve import AgentNotFound, parse_agent_args
     from .batch import BatchConfig, RunCancelled, RunConflict, run_batch
     from .batch.plan import parse_models, parse_seeds
-    from .storage import StorageError
+    from .storage import ManifestError, StorageError
 
     try:
         config = BatchConfig(
@@ -118,7 +118,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise BadInput("--resume needs --run-id")
     try:
         summary = run_batch(config)
-    except (AgentNotFound, RunConflict) as exc:
+    except (AgentNotFound, RunConflict, ManifestError) as exc:
         raise BadInput(str(exc)) from None
     except (StorageError, OSError) as exc:  # an unusable results root, before or after the units
         raise BadInput(f"results root {args.output}: {exc}") from None

@@ -132,6 +132,17 @@ def test_bad_inputs_fail_before_any_work(tmp_path: Path) -> None:
     )
     assert done.returncode == 2 and "results root" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "o").exists() or not list((tmp_path / "o").rglob("*.parquet"))
+    damaged = tmp_path / "d" / "run_id=r1" / "_manifest.json"  # a run whose manifest was cut short
+    damaged.parent.mkdir(parents=True)
+    damaged.write_text('{"run_id": "r1", "agent": "refer')
+    for resume in ([], ["--resume"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "rayeval.cli", "run", str(REPO / "evals"), "--agent", "reference", "--output", str(tmp_path / "d"),
+             "--run-id", "r1", "--no-progress", *resume],
+            check=False, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert f"{damaged} is not a valid run manifest (file: Invalid JSON" in done.stderr
 
 
 def _completed_at(out: Path, run_id: str) -> set[tuple[str, int]]:

@@ -40,6 +40,7 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pydantic_core
+from pydantic import ValidationError
 
 from .filesystem import is_s3, resolve_root, s3_endpoint
 from .manifest import RunManifest
@@ -59,6 +60,7 @@ __all__ = [
     "MANIFEST_NAME",
     "PARTITIONING",
     "TABLE_SCHEMA",
+    "ManifestError",
     "ResultStore",
     "RowWriter",
     "StorageError",
@@ -84,6 +86,10 @@ PARTITIONING = ds.partitioning(_PARTITION_SCHEMA, flavor="hive")
 #: Schema of :meth:`ResultStore.read_table` and :meth:`ResultStore.dataset`: the partition keys
 #: first, then the file columns.
 TABLE_SCHEMA = pa.schema([*_PARTITION_SCHEMA, *FILE_SCHEMA])
+
+
+class ManifestError(ValueError):
+    """A run's manifest file exists but is not a run manifest (damaged, or not rayeval's)."""
 
 
 class StorageError(RuntimeError):
@@ -314,9 +320,16 @@ class ResultStore:
             return None
 
     def read_manifest(self, run_id: str) -> RunManifest | None:
-        """A run's manifest, validated (None when the run has none)."""
+        """A run's manifest, validated (None when the run has none; :class:`ManifestError`
+        naming the file when it is not a run manifest)."""
         data = self._manifest_bytes(run_id)
-        return None if data is None else RunManifest.model_validate_json(data)
+        if data is None:
+            return None
+        try:
+            return RunManifest.model_validate_json(data)
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'file'}: {e['msg']}" for e in exc.errors()[:3])
+            raise ManifestError(f"{self.manifest_path(run_id)} is not a valid run manifest ({problems})") from None
 
     def read_manifest_data(self, run_id: str) -> dict[str, Any] | None:
         """A run's manifest as a plain dict, not validated, so that a manifest written by another

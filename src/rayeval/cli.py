@@ -8,6 +8,8 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from .evals import EvalFileError, check_evals, load_eval
 from .grading import grade
 from .report.cli import add_report_commands
@@ -86,6 +88,22 @@ def _model_limits(pairs: list[str]) -> dict[str, int]:
     return limits
 
 
+# BatchConfig fields whose command-line spelling is not ``--field-name``
+_OPTION_OF_FIELD = {"evals": "EVALS", "agent_args": "--agent-arg", "s3_endpoint_url": "--s3-endpoint"}
+
+
+def _option_problems(exc: ValidationError) -> str:
+    """``--max-concurrency: Input should be greater than or equal to 1 (got 0)``, per problem:
+    the option as typed, not the configuration field behind it."""
+    problems = []
+    for error in exc.errors():
+        field = str(error["loc"][0]) if error["loc"] else ""
+        option = _OPTION_OF_FIELD.get(field, f"--{field.replace('_', '-')}")
+        message = error["msg"].removeprefix("Value error, ")
+        problems.append(f"{option}: {message} (got {error['input']!r})")
+    return "; ".join(problems)
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from .agents.resolve import AgentNotFound, parse_agent_args
     from .batch import BatchConfig, RunCancelled, RunConflict, run_batch
@@ -112,7 +130,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
             s3_endpoint_url=args.s3_endpoint,
             show_progress=not args.no_progress,
         )
-    except ValueError as exc:  # pydantic's ValidationError is a ValueError
+    except ValidationError as exc:
+        raise BadInput(_option_problems(exc)) from None
+    except ValueError as exc:
         raise BadInput(str(exc)) from None
     if args.resume and not args.run_id:
         raise BadInput("--resume needs --run-id")

@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from typing import Annotated, Any, Literal
 
 import ray
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field
 
 from ..agents.resolve import INLINE_AGENTS, resolve_agent
 from ..evals import Eval, load_evals
@@ -25,6 +25,7 @@ from ..storage import (
     RunManifest,
     RunStatus,
 )
+from ..storage.filesystem import check_root
 from .placement import nodes_for_new_workers, worker_count
 from .plan import Unit, plan_changes, plan_units
 from .progress import Progress
@@ -81,7 +82,7 @@ class BatchConfig(BaseModel):
     agent_args: dict[str, str] = Field(default_factory=dict)
     models: list[str] = Field(default_factory=lambda: ["default"])
     seeds: list[Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]] = Field(default_factory=lambda: [1])  # stored as int64
-    output: str
+    output: Annotated[str, AfterValidator(check_root)]
     run_id: str | None = None
     resume: bool = False
     max_concurrency: int = Field(32, ge=1)

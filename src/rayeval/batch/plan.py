@@ -112,6 +112,10 @@ def _listed(kind: str, what: str, names: list[str], most: int = 5) -> str:
     return f"{kind}{'s' if len(names) > 1 else ''} {shown} {what}"
 
 
+# ``--seeds N`` plans N runs of every eval and model: beyond this it is a typo, not a plan.
+MAX_SEEDS = 1_000_000
+
+
 def parse_seeds(text: str) -> list[int]:
     """``"1,2,3"`` → [1, 2, 3]; a single ``"N"`` → 1..N."""
     parts = [p.strip() for p in text.split(",") if p.strip()]
@@ -122,8 +126,8 @@ def parse_seeds(text: str) -> list[int]:
     if not numbers:
         raise ValueError("--seeds is empty")
     if len(numbers) == 1 and "," not in text:
-        if numbers[0] < 1:
-            raise ValueError(f"--seeds N needs N >= 1, got {numbers[0]}")
+        if not 1 <= numbers[0] <= MAX_SEEDS:
+            raise ValueError(f"--seeds N needs 1 <= N <= {MAX_SEEDS:,}, got {numbers[0]}")
         return list(range(1, numbers[0] + 1))
     if len(set(numbers)) != len(numbers):
         raise ValueError(f"--seeds has duplicates: {text!r}")

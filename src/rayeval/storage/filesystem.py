@@ -29,17 +29,26 @@ def is_s3(root: str) -> bool:
     return root.startswith("s3://")
 
 
+def check_root(root: str | Path) -> str:
+    """The results root as given, if it is one: a folder, or ``s3://bucket[/prefix]``
+    (ValueError otherwise, before anything is opened)."""
+    text = str(root)
+    if not text.strip():
+        raise ValueError("the results root is empty")
+    if is_s3(text) and not urlparse(text).netloc:
+        raise ValueError(f"results root {text!r} has no bucket")
+    return text
+
+
 def resolve_root(root: str | Path, s3_endpoint_url: str | None = None) -> tuple[pafs.FileSystem, str]:
     """(filesystem, base path without scheme) for a results root.
 
     S3 credentials come from the standard AWS chain; ``s3_endpoint_url`` (or
     ``AWS_ENDPOINT_URL``) points at MinIO, moto or another S3-compatible store.
     """
-    text = str(root)
+    text = check_root(root)
     if is_s3(text):
         parsed = urlparse(text)
-        if not parsed.netloc:
-            raise ValueError(f"results root {text!r} has no bucket")
         endpoint = s3_endpoint(s3_endpoint_url)
         options: dict = {
             "region": os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",

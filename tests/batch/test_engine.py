@@ -235,6 +235,13 @@ def test_killed_driver_then_resume_runs_every_unit_exactly_once(tmp_path: Path, 
     assert not list((out / "run_id=r1").glob("_wal/*.jsonl"))  # recovered and compacted
 
 
+# ``python -m rayeval.cli ARGS`` with Ctrl-C's handler in place whatever the parent left.
+_WITH_CTRL_C = (
+    "import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "runpy.run_module('rayeval.cli', run_name='__main__', alter_sys=True)"
+)
+
+
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_stopped_run_stores_its_finished_units_then_resumes(tmp_path: Path, invocation_log: Path, stop: int) -> None:
     """Ctrl-C, or SIGTERM as ``ray job stop`` and Kubernetes send it: the units finished by then
@@ -249,7 +256,12 @@ def test_a_stopped_run_stores_its_finished_units_then_resumes(tmp_path: Path, in
         "--max-concurrency", "4", "--no-progress",
     ]  # fmt: skip
     env = {**os.environ, "RAYEVAL_TEST_INVOCATION_LOG": str(invocation_log), "RAY_USAGE_STATS_ENABLED": "0"}
-    driver = subprocess.Popen(command, cwd=REPO, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # As started from a terminal: a test suite run in the background (``cmd &``) passes SIGINT on
+    # ignored, and Python then leaves it ignored instead of raising KeyboardInterrupt.
+    as_from_a_terminal = [sys.executable, "-c", _WITH_CTRL_C, *command[3:]]
+    driver = subprocess.Popen(
+        as_from_a_terminal, cwd=REPO, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and len(_completed_at(out, "r1")) < 4:

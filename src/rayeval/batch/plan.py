@@ -5,6 +5,7 @@ import hashlib
 import json
 from typing import TYPE_CHECKING, NamedTuple
 
+from .._messages import listed
 from ..evals import Eval
 
 if TYPE_CHECKING:  # workers import this module: no storage layer for them
@@ -105,11 +106,11 @@ def plan_changes(previous: RunManifest, units: list[Unit], evals: list[Eval], mo
     return "; ".join(change for change in changes if change) or "its units differ"
 
 
-def _listed(kind: str, what: str, names: list[str], most: int = 5) -> str:
+def _listed(kind: str, what: str, names: list[str]) -> str:
+    """``evals e1, e2 changed since``; "" when there are none."""
     if not names:
         return ""
-    shown = ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
-    return f"{kind}{'s' if len(names) > 1 else ''} {shown} {what}"
+    return f"{kind}{'s' if len(names) > 1 else ''} {listed(names)} {what}"
 
 
 # ``--seeds N`` plans N runs of every eval and model: beyond this it is a typo, not a plan.

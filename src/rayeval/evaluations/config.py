@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from .._messages import listed
 from ..evals.model import id_problem
 
 FileType = Literal["prompt", "tool", "flow", "agent", "evaluator"]
@@ -39,7 +40,6 @@ STATS_KIND: dict[str, str] = {
 # Return types whose aggregate is a share of logs: their thresholds are shares in [0, 1].
 SHARE_TYPES = frozenset({"boolean", "select", "multi_select"})
 
-MAX_LISTED = 5  # problems of one kind listed before "... and N more"
 
 
 class EvaluationConfigError(ValueError):
@@ -252,11 +252,6 @@ def _messages(exc: ValidationError, where: str) -> list[str]:
     return out
 
 
-def _listed(items: list[str]) -> str:
-    shown = ", ".join(items[:MAX_LISTED])
-    return shown + (f" and {len(items) - MAX_LISTED} more" if len(items) > MAX_LISTED else "")
-
-
 def _validate_file(file: Any, problems: list[str]) -> FileConfig | None:
     if isinstance(file, FileConfig):
         return file
@@ -375,13 +370,13 @@ def _check_fit(file: FileConfig, evaluators: list[EvaluatorConfig], dataset: Dat
         if problem:
             unfit.append(f"datapoints[{index}] ({problem})")
     if unfit:
-        problems.append(f"file {file.path!r}: callable cannot take the inputs of {_listed(unfit)}")
+        problems.append(f"file {file.path!r}: callable cannot take the inputs of {listed(unfit)}")
     missing = [f"datapoints[{i}]" for i, point in enumerate(dataset.datapoints) if not point.has_target]
     for index, evaluator in enumerate(evaluators):
         if evaluator.args_type == "target_required" and missing:
             problems.append(
                 f"evaluator {evaluator.path!r} (evaluators[{index}]) is target_required, "
-                f"but {_listed(missing)} of dataset {dataset.path!r} have no target"
+                f"but {listed(missing)} of dataset {dataset.path!r} have no target"
             )
 
 

@@ -3,6 +3,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 
@@ -24,7 +28,7 @@ from rayeval.batch.scheduler import (
     Scheduler,
     retry_delay,
 )
-from rayeval.batch.worker import FAST_GROUP, UnitWorker, WorkerConfig, WorkerPool
+from rayeval.batch.worker import FAST_GROUP, UnitWorker, WorkerConfig, WorkerPool, sweep_dead_workers
 from rayeval.evals import load_evals
 from tests.batch.conftest import write_mc_evals
 
@@ -252,3 +256,42 @@ def test_a_call_starts_no_unit_after_its_time_budget(tmp_path: Path) -> None:
     instant.work_root = tmp_path / "work"
     assert len(instant.run_units([0, 1, 2], [1, 1, 1], [], budget_s=0)) == 1  # the first unit always runs
     assert len(instant.run_units(list(range(10)), [1] * 10, [], budget_s=10)) == 10
+
+
+def test_each_thread_of_a_worker_has_its_own_parent_folder(tmp_path: Path) -> None:
+    """Threads creating and removing work folders in one parent wait on its lock: two threads
+    then run units no faster than one."""
+    evals = load_evals(write_mc_evals(tmp_path / "evals", ["a"]))
+    parents: dict[int, set[Path]] = {}
+
+    def record(prompt: str, work_dir: Path) -> dict:
+        parents.setdefault(threading.get_native_id(), set()).add(work_dir.parent)
+        return {"answer": "B"}
+
+    worker = _worker_on(evals, record)
+    worker.work_root = tmp_path / "work"
+    threads = [threading.Thread(target=worker.run_units, args=(positions, [1] * 5, [], 10)) for positions in ([0, 1, 2, 3, 4], [5, 6, 7, 8, 9])]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(parents) == 2 and all(len(folders) == 1 for folders in parents.values())
+    first, second = (folders.pop() for folders in parents.values())
+    assert first != second and first.is_relative_to(worker.work_root) and second.is_relative_to(worker.work_root)
+
+
+def test_workers_sweep_the_empty_folders_of_this_hosts_dead_workers(tmp_path: Path) -> None:
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
+    dead, alive = int(gone.stdout), os.getpid()
+    (tmp_path / f"worker-host-a-{dead}" / "thread-1" / "run1").mkdir(parents=True)
+    (tmp_path / f"worker-host-a-{dead}" / "thread-2" / "run1").mkdir(parents=True)
+    kept = tmp_path / f"worker-host-a-{dead}" / "thread-3" / "run2" / "unit"
+    kept.mkdir(parents=True)
+    (kept / "trajectory.json").write_text("{}")
+    for other in (f"worker-host-a-{alive}/thread-1", f"worker-host-b-{dead}/thread-1", "unrelated/empty"):
+        (tmp_path / other).mkdir(parents=True)
+    sweep_dead_workers(tmp_path, "host-a")
+    empty = sorted(str(path.relative_to(tmp_path)) for path in tmp_path.rglob("*") if path.is_dir() and not any(path.iterdir()))
+    assert empty == sorted([f"worker-host-a-{alive}/thread-1", f"worker-host-b-{dead}/thread-1", "unrelated/empty"])
+    assert (kept / "trajectory.json").exists()
+    sweep_dead_workers(tmp_path / "missing", "host-a")  # no work root yet: nothing to do

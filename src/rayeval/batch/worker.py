@@ -17,6 +17,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from ..agents.resolve import resolve_agent
 from ..evals import Eval
 from ..harness.context import AgentFunction
+from ..harness.cache import pid_alive
 from ..harness.execution import Execution, grade_execution
 from ..harness.isolation import Isolation
 from ..harness.result import EvalResult
@@ -29,6 +30,9 @@ FAST_GROUP = "fast"
 # Fast units (many to a call) run this many calls at once per worker: one call alone leaves the
 # core idle while it waits on the file system (work folders); two fill those gaps.
 FAST_CALLS_PER_WORKER = 2
+
+# A worker's folder under the work root: ``worker-<host>-<pid>``.
+WORKER_FOLDER_PREFIX = "worker-"
 
 # Replaces grading by the eval's graders: (eval, execution) -> result (see run_batch's ``grade``).
 GradeFunction = Callable[[Eval, Execution], EvalResult]
@@ -63,9 +67,11 @@ class UnitWorker:
         self.plan = Plan([], [], [], config.agent)
         self.agent: AgentFunction | None = None
         self.grade: GradeFunction = grade_execution
-        # One parent folder per worker process: creating and removing work folders in a
-        # folder shared by several processes serialises them on its lock.
-        self.work_root = Path(config.work_root or default_work_root()) / f"worker-{os.getpid()}"
+        # A folder per worker process (named by host and process, see ``sweep_dead_workers``),
+        # and in it one per thread (see ``_execute``).
+        root = Path(config.work_root or default_work_root())
+        self.work_root = root / f"{WORKER_FOLDER_PREFIX}{self.node}-{os.getpid()}"
+        threading.Thread(target=sweep_dead_workers, args=(root, self.node), daemon=True).start()
 
     def run_units(self, positions: list[int], attempts: list[int], shared: list[Any], budget_s: float) -> list[UnitRow]:
         """Run, grade and turn into rows the units at these plan positions, one after another
@@ -126,7 +132,9 @@ class UnitWorker:
     def _execute(self, unit: Unit) -> Execution:
         runner = EvalRunner(
             self.evals[unit.eval_index],
-            work_root=self.work_root,
+            # a parent folder per thread: threads creating and removing folders in a shared
+            # parent wait on its lock (two threads then go no faster than one)
+            work_root=self.work_root / f"thread-{threading.get_native_id()}",
             cache_dir=self.config.cache_dir,
             run_id=self.config.run_id,
             s3_endpoint_url=self.config.s3_endpoint_url,
@@ -139,6 +147,27 @@ class UnitWorker:
             agent_args=self.config.agent_args,
             isolation=self.config.isolation,
         )
+
+
+def sweep_dead_workers(root: Path, host: str) -> None:
+    """Remove the empty folders left under ``root`` by this host's worker processes that are
+    gone: Ray ends a worker without notice when its run is over, and its folder and one per
+    thread and run would pile up in the work root run after run.  Anything not empty (a kept
+    workspace) stays."""
+    prefix = f"{WORKER_FOLDER_PREFIX}{host}-"
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return
+    for name in names:
+        pid = name.removeprefix(prefix)
+        if pid == name or not pid.isdigit() or pid_alive(int(pid)):
+            continue
+        for folder, _, _ in os.walk(root / name, topdown=False):
+            try:
+                os.rmdir(folder)
+            except OSError:  # not empty, or another worker swept it first
+                pass
 
 
 class WorkerPool:

@@ -253,7 +253,7 @@ def remove_tree(path: Path) -> None:
     shutil.rmtree(path)
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -273,7 +273,7 @@ def _sweep_scratch(tmp_root: Path, h: str) -> None:
             old = now - stale.lstat().st_mtime > _STALE_TMP_SECONDS
         except OSError:
             continue
-        if pid == -1 or old or not _pid_alive(pid):
+        if pid == -1 or old or not pid_alive(pid):
             with contextlib.suppress(OSError):
                 remove_tree(stale)
 

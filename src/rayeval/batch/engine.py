@@ -1,6 +1,7 @@
 """The batch driver: fans units out to Ray actors, grades in batches, streams rows to storage."""
 from __future__ import annotations
 
+import gc
 import logging
 import math
 import os
@@ -220,6 +221,10 @@ def run_batch(
         try:
             owns_ray = connect(config)
             sigterm.claim()
+            # The collector leaves what exists now (Ray, pyarrow and their modules: ~150,000
+            # objects) out of its scans: a full scan of it costs ~80 ms, and a big plan's
+            # allocations would trigger several (100,000 units: 0.4 s to plan instead of 0.6-0.7 s).
+            gc.freeze()
             # Workers start (asynchronously) first: their start-up overlaps planning and the
             # manifest.  A resumed run may need fewer; idle ones cost nothing.
             planned = len(evals) * len(config.models) * len(config.seeds)
@@ -255,6 +260,7 @@ def run_batch(
             try:
                 _close_run(store, writer, progress, manifest, status)
             finally:
+                gc.unfreeze()
                 if owns_ray:
                     ray.shutdown()
     if stopped_by is not None:

@@ -79,6 +79,15 @@ def ray_startup_seconds() -> float:
     return time.monotonic() - start
 
 
+def settle(seconds: float = 1.0) -> None:
+    """Let the file system finish what the previous measurement left it (its journal, and the
+    discards of the thousands of folders it removed), so that no measurement pays for the one
+    before it: without this pause the loop, run after the engine, took 4.2-5.1 s in rounds 2-5
+    against 3.7-4.0 s in round 1."""
+    os.sync()
+    time.sleep(seconds)
+
+
 def unit_timing(root: Path, run_id: str) -> tuple[float, float]:
     """(seconds from the run's start to its first unit starting, first unit start to last unit end)."""
     import pandas as pd
@@ -139,7 +148,8 @@ def _plain_share(work: Path, evals: list, plan: list, name: str, threads: int, b
     def run(units: list) -> None:
         for unit in units:
             eval_ = evals[unit.eval_index]
-            execution = EvalRunner(eval_, work_root=work / f"plain_work_{os.getpid()}", run_id=name).execute(
+            thread_root = work / f"plain_work_{os.getpid()}" / f"thread-{threading.get_native_id()}"  # as the engine's workers
+            execution = EvalRunner(eval_, work_root=thread_root, run_id=name).execute(
                 sleep_agent, model=unit.model, seed=unit.seed, agent_args={"seconds": "0"}, isolation="inline"
             )
             row_from_result(grade_execution(eval_, execution), unit=unit, eval_=eval_, run_id=name, agent="sleep", attempt=1, node="n")
@@ -176,8 +186,9 @@ def run_plain_processes(work: Path, evals: list, plan: list, name: str, threads:
 
 
 def bench_instant(work: Path, units: int, rounds: int) -> None:
-    """Rounds alternate loop and engine (a fresh embedded Ray each): this machine's speed drifts
-    by 10-20 % within a minute, so one pair of figures says little; the median ratio is reported."""
+    """Rounds alternate loop and engine (a fresh embedded Ray each), each measurement after a
+    pause (``settle``): this machine's speed drifts by 10-20 % within a minute, so one pair of
+    figures says little; the median ratio is reported."""
     evals_dir = make_evals(work / "evals_b", 100)
     evals = load_evals(evals_dir)
     seeds = list(range(1, max(1, units // 100) + 1))
@@ -185,10 +196,13 @@ def bench_instant(work: Path, units: int, rounds: int) -> None:
     n = len(plan)
     ratios, warm_ratios, ceilings = [], [], []
     for round_ in range(1, rounds + 1):
+        settle()
         loop_s = run_loop(work, evals, plan, f"loop{round_}")
+        settle()
         plain_s = run_plain_processes(work, evals, plan, f"plain{round_}")
         ceilings.append(loop_s / plain_s)
         startup = ray_startup_seconds()
+        settle()
         start = time.monotonic()
         summary = run_batch(BatchConfig(
             evals=[str(evals_dir)], agent="sleep", agent_args={"seconds": "0"}, seeds=seeds,

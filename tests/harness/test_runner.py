@@ -288,6 +288,19 @@ def test_secrets_never_reach_the_result(runner: EvalRunner, monkeypatch: pytest.
     assert result.passed and secret not in result.model_dump_json()
 
 
+def test_a_secret_set_or_changed_after_earlier_runs_is_masked_too(runner: EvalRunner, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The environment's secrets are cached between runs: a key set, or rotated, later counts."""
+    def leaking(prompt: str, work_dir: Path) -> dict:
+        return {"answer": {"n_cells": 700, "note": os.environ.get("ANTHROPIC_API_KEY", "")}}
+
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    assert runner.run(leaking).passed
+    for key in ("sk-ant-first-987654321", "sk-ant-rotated-123456789"):
+        monkeypatch.setenv("ANTHROPIC_API_KEY", key)
+        result = runner.run(leaking)
+        assert result.passed and key not in result.model_dump_json() and "***" in result.model_dump_json()
+
+
 def test_agent_receives_context_when_it_asks_for_it(runner: EvalRunner, tmp_path: Path) -> None:
     def agent(prompt: str, work_dir: Path, context) -> dict:
         observe(tmp_path / "context.json", **context.model_dump())

@@ -160,13 +160,18 @@ def _redact(obj: Any, pattern: re.Pattern[str]) -> Any:
 
 
 @lru_cache(maxsize=8)
-def _environment_pattern(environment: frozenset[tuple[str, str]]) -> re.Pattern[str] | None:
-    return compile_secrets(secret_values(dict(environment)))
+def _environment_pattern(raw_environment: frozenset[tuple[Any, Any]]) -> re.Pattern[str] | None:
+    """``raw_environment`` is only the cache key: the pattern is made from ``os.environ``."""
+    return compile_secrets(secret_values(dict(os.environ)))
 
 
 def environment_secrets() -> re.Pattern[str] | None:
-    """The compiled secrets of ``os.environ``, recomputed only when the environment changes."""
-    return _environment_pattern(frozenset(os.environ.items()))
+    """The compiled secrets of ``os.environ``, recomputed only when the environment changes.
+
+    Keyed on the environment's undecoded mapping: ``os.environ.items()`` decodes every
+    variable, ≈18 µs a call, which every unit paid (a twentieth of an instant unit's harness
+    time); its raw mapping compares in ≈2 µs."""
+    return _environment_pattern(frozenset(os.environ._data.items()))  # type: ignore[attr-defined]
 
 
 def compile_secrets(secrets: Iterable[str]) -> re.Pattern[str] | None:

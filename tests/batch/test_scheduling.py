@@ -280,18 +280,18 @@ def test_each_thread_of_a_worker_has_its_own_parent_folder(tmp_path: Path) -> No
     assert first != second and first.is_relative_to(worker.work_root) and second.is_relative_to(worker.work_root)
 
 
-def test_workers_sweep_the_empty_folders_of_this_hosts_dead_workers(tmp_path: Path) -> None:
+def test_workers_sweep_the_folders_of_this_hosts_dead_workers(tmp_path: Path) -> None:
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
     dead, alive = int(gone.stdout), os.getpid()
     (tmp_path / f"worker-host-a-{dead}" / "thread-1" / "run1").mkdir(parents=True)
-    (tmp_path / f"worker-host-a-{dead}" / "thread-2" / "run1").mkdir(parents=True)
-    kept = tmp_path / f"worker-host-a-{dead}" / "thread-3" / "run2" / "unit"
-    kept.mkdir(parents=True)
-    (kept / "trajectory.json").write_text("{}")
-    for other in (f"worker-host-a-{alive}/thread-1", f"worker-host-b-{dead}/thread-1", "unrelated/empty"):
+    interrupted = tmp_path / f"worker-host-a-{dead}" / "thread-2" / "run2" / "unit"  # killed mid-unit
+    (interrupted / "data").mkdir(parents=True)
+    (interrupted / "data" / "input.h5ad").write_text("staged")
+    (interrupted / "data").chmod(0o555)
+    (interrupted / "agent_stdout.log").write_text("")
+    for other in (f"worker-host-a-{alive}/thread-1/run1/unit", f"worker-host-b-{dead}/thread-1", "unrelated/empty"):
         (tmp_path / other).mkdir(parents=True)
     sweep_dead_workers(tmp_path, "host-a")
-    empty = sorted(str(path.relative_to(tmp_path)) for path in tmp_path.rglob("*") if path.is_dir() and not any(path.iterdir()))
-    assert empty == sorted([f"worker-host-a-{alive}/thread-1", f"worker-host-b-{dead}/thread-1", "unrelated/empty"])
-    assert (kept / "trajectory.json").exists()
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted([f"worker-host-a-{alive}", f"worker-host-b-{dead}", "unrelated"])
+    assert (tmp_path / f"worker-host-a-{alive}/thread-1/run1/unit").is_dir()  # a live worker's unit
     sweep_dead_workers(tmp_path / "missing", "host-a")  # no work root yet: nothing to do

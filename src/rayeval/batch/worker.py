@@ -17,7 +17,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from ..agents.resolve import resolve_agent
 from ..evals import Eval
 from ..harness.context import AgentFunction
-from ..harness.cache import pid_alive
+from ..harness.cache import pid_alive, remove_tree
 from ..harness.execution import Execution, grade_execution
 from ..harness.isolation import Isolation
 from ..harness.result import EvalResult
@@ -150,10 +150,12 @@ class UnitWorker:
 
 
 def sweep_dead_workers(root: Path, host: str) -> None:
-    """Remove the empty folders left under ``root`` by this host's worker processes that are
-    gone: Ray ends a worker without notice when its run is over, and its folder and one per
-    thread and run would pile up in the work root run after run.  Anything not empty (a kept
-    workspace) stays."""
+    """Remove the folders left under ``root`` by this host's worker processes that are gone.
+
+    Ray ends a worker without notice when its run is over, so its folder, one per thread and
+    run, stays behind, and a worker killed mid-unit (its node out of memory, a test killing
+    it) leaves that unit's work folder with its staged data.  No row refers to them: the unit
+    ran again elsewhere.  Other hosts' folders (a shared work root) are left to their hosts."""
     prefix = f"{WORKER_FOLDER_PREFIX}{host}-"
     try:
         names = os.listdir(root)
@@ -163,11 +165,10 @@ def sweep_dead_workers(root: Path, host: str) -> None:
         pid = name.removeprefix(prefix)
         if pid == name or not pid.isdigit() or pid_alive(int(pid)):
             continue
-        for folder, _, _ in os.walk(root / name, topdown=False):
-            try:
-                os.rmdir(folder)
-            except OSError:  # not empty, or another worker swept it first
-                pass
+        try:
+            remove_tree(root / name)
+        except OSError:  # another worker is sweeping it too
+            pass
 
 
 class WorkerPool:

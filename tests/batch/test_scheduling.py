@@ -289,6 +289,7 @@ def test_workers_sweep_the_folders_of_this_hosts_dead_workers(tmp_path: Path) ->
     (interrupted / "data" / "input.h5ad").write_text("staged")
     (interrupted / "data").chmod(0o555)
     (interrupted / "agent_stdout.log").write_text("")
+    (tmp_path / f"worker-host-a-{10**20}" / "thread-1").mkdir(parents=True)  # no process has that id
     for other in (f"worker-host-a-{alive}/thread-1/run1/unit", f"worker-host-b-{dead}/thread-1", "unrelated/empty"):
         (tmp_path / other).mkdir(parents=True)
     sweep_dead_workers(tmp_path, "host-a")

@@ -256,7 +256,7 @@ def remove_tree(path: Path) -> None:
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):  # OverflowError: beyond any process id
         return False
     except PermissionError:
         return True

@@ -68,7 +68,7 @@ class UnitWorker:
         self.agent: AgentFunction | None = None
         self.grade: GradeFunction = grade_execution
         # A folder per worker process (named by host and process, see ``sweep_dead_workers``),
-        # and in it one per thread (see ``_execute``).
+        # and in it one per thread (see ``run_units``).
         root = Path(config.work_root or default_work_root())
         self.work_root = root / f"{WORKER_FOLDER_PREFIX}{self.node}-{os.getpid()}"
         threading.Thread(target=sweep_dead_workers, args=(root, self.node), daemon=True).start()
@@ -86,12 +86,15 @@ class UnitWorker:
         elsewhere to be graded would cost more in Ray round trips than the grading itself.
         """
         self._load(shared)
+        # a parent folder per thread: threads creating and removing folders in a shared
+        # parent wait on its lock (two threads then go no faster than one)
+        work_root = self.work_root / f"thread-{threading.get_native_id()}"
         start = time.perf_counter()
         rows = []
         for index, attempt in zip(positions, attempts):
             if rows and time.perf_counter() - start >= budget_s:
                 break
-            rows.append(self._run_unit(self.plan.unit(index), attempt))
+            rows.append(self._run_unit(self.plan.unit(index), attempt, work_root))
         return rows
 
     def prepare(self, shared: list[Any]) -> str:
@@ -120,21 +123,19 @@ class UnitWorker:
             self.grade = grade or grade_execution
             self._shared_key = key
 
-    def _run_unit(self, unit: Unit, attempt: int) -> UnitRow:
+    def _run_unit(self, unit: Unit, attempt: int, work_root: Path) -> UnitRow:
         start = time.perf_counter()
         eval_ = self.evals[unit.eval_index]
-        result = self.grade(eval_, self._execute(unit))
+        result = self.grade(eval_, self._execute(unit, work_root))
         row = row_from_result(
             result, unit=unit, eval_=eval_, run_id=self.config.run_id, agent=self.config.agent, attempt=attempt, node=self.node
         )
         return unit_row(row, time.perf_counter() - start)
 
-    def _execute(self, unit: Unit) -> Execution:
+    def _execute(self, unit: Unit, work_root: Path) -> Execution:
         runner = EvalRunner(
             self.evals[unit.eval_index],
-            # a parent folder per thread: threads creating and removing folders in a shared
-            # parent wait on its lock (two threads then go no faster than one)
-            work_root=self.work_root / f"thread-{threading.get_native_id()}",
+            work_root=work_root,
             cache_dir=self.config.cache_dir,
             run_id=self.config.run_id,
             s3_endpoint_url=self.config.s3_endpoint_url,

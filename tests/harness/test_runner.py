@@ -217,6 +217,96 @@ def test_keep_workspace_keeps_it_and_artifacts_are_collected(tmp_path: Path) -> 
     assert "hello from the agent" in result.artifacts["agent_stdout.log"]
 
 
+def _count_listings(monkeypatch: pytest.MonkeyPatch, root: Path) -> list[str]:
+    """Every listing of a folder under ``root``, from now on."""
+    listed: list[str] = []
+    real_listdir = os.listdir
+
+    def listdir(path="."):
+        if str(path).startswith(str(root)):
+            listed.append(str(path))
+        return real_listdir(path)
+
+    monkeypatch.setattr(os, "listdir", listdir)
+    return listed
+
+
+def test_what_the_agent_left_is_listed_once_and_an_empty_folder_not_at_all(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Answer files and artifacts are found from one listing; an agent that answered by its
+    return value and wrote nothing costs no listing at all (instant agents run thousands)."""
+    data_free = EvalRunner(make_eval(tmp_path, grader=MC_GRADER), work_root=tmp_path / "w", cache_dir=tmp_path / "c")
+    listed = _count_listings(monkeypatch, tmp_path / "w")
+    seen = []
+
+    def writer(prompt: str, work_dir: Path) -> None:
+        seen.append(work_dir)
+        (work_dir / "eval_answer.json").write_text('{"answer": "B"}')
+        (work_dir / "trajectory.json").write_text("[]")
+
+    def returner(prompt: str, work_dir: Path) -> dict:
+        seen.append(work_dir)
+        return {"answer": "B"}
+
+    writer.needs_data = returner.needs_data = False  # type: ignore[attr-defined]
+    from_file = data_free.run(writer, isolation="inline")
+    assert from_file.passed and from_file.answer_source == "eval_answer.json" and from_file.artifacts == {"trajectory.json": "[]"}
+    assert listed == [str(seen[0])]
+    listed.clear()
+    returned = data_free.run(returner, isolation="inline")
+    assert returned.passed and returned.artifacts == {} and listed == []
+    assert not seen[0].exists() and not seen[1].exists()
+
+
+def test_an_empty_work_folder_is_kept_when_asked(tmp_path: Path) -> None:
+    runner = EvalRunner(make_eval(tmp_path, grader=MC_GRADER), work_root=tmp_path / "w", keep_workspace=True)
+
+    def returner(prompt: str, work_dir: Path) -> dict:
+        return {"answer": "B"}
+
+    returner.needs_data = False  # type: ignore[attr-defined]
+    result = runner.run(returner, isolation="inline")
+    assert result.passed and Path(result.metadata["work_dir"]).is_dir()
+
+
+def test_work_folder_names_ignore_the_agents_random_seed_and_a_taken_name_is_drawn_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import random
+
+    from rayeval.harness import workspace
+
+    names = []
+    for _ in range(2):
+        random.seed(7)  # as an agent seeding for determinism would
+        names.append(workspace.make_work_dir(tmp_path, run_id="r", eval_id="e", model="m", seed=1).name)
+    assert names[0] != names[1]
+    draws = iter([0xABC, 0xABC, 0xDEF])
+    monkeypatch.setattr(workspace._SUFFIXES, "getrandbits", lambda bits: next(draws))
+    first = workspace.make_work_dir(tmp_path, run_id="r", eval_id="e", model="m", seed=1)
+    second = workspace.make_work_dir(tmp_path, run_id="r", eval_id="e", model="m", seed=1)
+    assert first.name.endswith("__0000000abc") and second.name.endswith("__0000000def")
+
+
+def test_forked_processes_draw_work_folder_names_of_their_own(tmp_path: Path) -> None:
+    from rayeval.harness import workspace
+
+    reader, writer = os.pipe()
+    children = []
+    for child in range(2):
+        pid = os.fork()
+        if pid == 0:  # the child: one name (in a root of its own: no collision to redraw), to the pipe
+            name = workspace.make_work_dir(tmp_path / str(child), run_id="r", eval_id="e", model="m", seed=1).name
+            os.write(writer, f"{name}\n".encode())
+            os._exit(0)
+        children.append(pid)
+    for pid in children:
+        os.waitpid(pid, 0)
+    os.close(writer)
+    with os.fdopen(reader) as pipe:
+        drawn = pipe.read().split()
+    assert len(drawn) == 2 and drawn[0] != drawn[1]
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

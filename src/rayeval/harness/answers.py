@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -10,10 +9,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from .._json import dumps
+from .workspace import Listing
 
 # Benchmark convention first, as in the reference; both are accepted.
 ANSWER_FILE_NAMES = ("analysis_output.json", "eval_answer.json")
-LEGACY_SUBDIR = "agent_workspace"
 FINISHED_FILE = "finished.txt"
 
 _TAGGED = re.compile(r"<EVAL_ANSWER>(.*?)</EVAL_ANSWER>", re.DOTALL)
@@ -68,30 +67,14 @@ def extract_tagged(text: str) -> Any:
     return None
 
 
-def _listing(work_dir: Path) -> list[tuple[Path, set[str]]]:
-    """The names in the work folder and in its legacy subfolder, if it has one (listed once
-    per search)."""
-    try:
-        names = set(os.listdir(work_dir))
-    except OSError:
-        return []
-    listed = [(work_dir, names)]
-    if LEGACY_SUBDIR in names:
-        try:
-            listed.append((work_dir / LEGACY_SUBDIR, set(os.listdir(work_dir / LEGACY_SUBDIR))))
-        except OSError:  # a file of that name, or gone
-            pass
-    return listed
-
-
-def _existing(listing: list[tuple[Path, set[str]]], names: tuple[str, ...]) -> list[Path]:
+def _existing(listing: Listing, names: tuple[str, ...]) -> list[Path]:
     """Those of ``names`` present as files in the listed folders, in order."""
     return [base / name for base, present in listing for name in names if name in present and (base / name).is_file()]
 
 
-def read_answer_files(work_dir: Path) -> FoundAnswer:
-    """The first existing answer file; a broken one is reported, never silently skipped."""
-    listing = _listing(work_dir)
+def read_answer_files(work_dir: Path, listing: Listing) -> FoundAnswer:
+    """The first existing answer file of the work folder's ``listing``; a broken one is
+    reported, never silently skipped."""
     for path in _existing(listing, ANSWER_FILE_NAMES):
         source = str(path.relative_to(work_dir))
         try:
@@ -104,8 +87,9 @@ def read_answer_files(work_dir: Path) -> FoundAnswer:
     return FoundAnswer(problem="the agent returned no answer and wrote no eval_answer.json")
 
 
-def find_answer(returned: Any, work_dir: Path) -> FoundAnswer:
-    """Return value first (envelope, dict, tagged text), then answer files in the work folder."""
+def find_answer(returned: Any, work_dir: Path, listing: Listing) -> FoundAnswer:
+    """Return value first (envelope, dict, tagged text), then answer files in the work folder
+    (``listing``: see ``workspace.list_work_dir``)."""
     answer, metadata = unwrap_return(returned)
     if isinstance(answer, str):
         tagged = extract_tagged(answer)
@@ -115,6 +99,6 @@ def find_answer(returned: Any, work_dir: Path) -> FoundAnswer:
     if answer is not None:
         # graded and stored as JSON: numpy scalars, tuples and the like become plain JSON values
         return FoundAnswer(answer=json.loads(dumps(answer)), source="returned value", metadata=metadata)
-    from_files = read_answer_files(work_dir)
+    from_files = read_answer_files(work_dir, listing)
     from_files.metadata = metadata
     return from_files

@@ -14,7 +14,14 @@ from .prompt import build_prompt
 from .result import EvalResult
 from .secrets import environment_secrets, redact
 from .staging import StagingError, stage_data
-from .workspace import collect_artifacts, default_work_root, make_work_dir
+from .workspace import (
+    Listing,
+    collect_artifacts,
+    default_work_root,
+    list_work_dir,
+    make_work_dir,
+    remove_if_empty,
+)
 
 
 class EvalRunner:
@@ -67,11 +74,19 @@ class EvalRunner:
         limit = timeout if timeout is not None else self.eval.effective_timeout
         context = AgentContext(eval_id=self.eval.id, model=model, seed=seed, run_id=self.run_id, timeout=limit, args=agent_args or {})
         work_dir = make_work_dir(self.work_root, run_id=self.run_id, eval_id=self.eval.id, model=model, seed=seed)
+        removed = False
         try:
-            fields = self._run_in(work_dir, agent_function, context, limit, isolation)
-            fields["artifacts"] = collect_artifacts(work_dir)
+            ran = self._run_agent(work_dir, agent_function, context, limit, isolation)
+            # what the agent left is listed once, for its answer files and its artifacts
+            removed = not self.keep_workspace and remove_if_empty(work_dir)
+            listing = [] if removed else list_work_dir(work_dir)
+            if isinstance(ran, StagingError):
+                fields = {"outcome": "error", "error_type": "StagingError", "error_message": str(ran)}
+            else:
+                fields = _find_answer(ran, work_dir, listing)
+            fields["artifacts"] = collect_artifacts(listing)
         finally:
-            if not self.keep_workspace:
+            if not self.keep_workspace and not removed:
                 remove_tree(work_dir)
         if self.keep_workspace:
             fields.setdefault("metadata", {})["work_dir"] = str(work_dir)
@@ -89,7 +104,10 @@ class EvalRunner:
             duration_s=round(time.monotonic() - start, 6),
         )
 
-    def _run_in(self, work_dir: Path, agent: AgentFunction, context: AgentContext, limit: float | None, isolation: Isolation) -> dict:
+    def _run_agent(
+        self, work_dir: Path, agent: AgentFunction, context: AgentContext, limit: float | None, isolation: Isolation
+    ) -> Outcome | StagingError:
+        """Stage the data and run the agent in ``work_dir``: its outcome, or why staging failed."""
         base_dir = self.eval.source_path.parent if self.eval.source_path else None
         # Agents that never read inputs (replay, sleep) set ``needs_data = False``.
         nodes = self.eval.data_nodes if getattr(agent, "needs_data", True) else []
@@ -103,20 +121,19 @@ class EvalRunner:
                 s3_endpoint_url=self.s3_endpoint_url,
             )
         except StagingError as exc:
-            return {"outcome": "error", "error_type": "StagingError", "error_message": str(exc)}
+            return exc
         if staged:
             (work_dir / "data").chmod(0o555)  # nothing may be added to or removed from the inputs
         prompt = build_prompt(self.eval.task, work_dir, [node.path for node in staged])
-        outcome = run_agent_isolated(
+        return run_agent_isolated(
             lambda: call_agent(agent, prompt, work_dir, context),
             timeout=limit,
             isolation=isolation,
             log_path=work_dir / "agent_stdout.log",
         )
-        return _find_answer(outcome, work_dir)
 
 
-def _find_answer(outcome: Outcome, work_dir: Path) -> dict:
+def _find_answer(outcome: Outcome, work_dir: Path, listing: Listing) -> dict:
     fields: dict = {"agent_s": round(outcome.seconds, 6)}
     if outcome.kind == "timeout":
         return {**fields, "outcome": "timeout", "error_type": outcome.error_type, "error_message": outcome.error_message}
@@ -125,7 +142,7 @@ def _find_answer(outcome: Outcome, work_dir: Path) -> dict:
         if outcome.traceback:
             message = f"{message}\n{outcome.traceback}".strip()
         return {**fields, "outcome": "error", "error_type": outcome.error_type, "error_message": message}
-    found = find_answer(outcome.value, work_dir)
+    found = find_answer(outcome.value, work_dir, listing)
     fields.update(answer=found.answer, answer_source=found.source, metadata=found.metadata)
     if found.found:
         return {**fields, "outcome": "answered"}

@@ -94,8 +94,8 @@ class _FakeMethod:
     def options(self, *, concurrency_group: str) -> _FakeMethod:
         return _FakeMethod(self.worker, self.calls, concurrency_group)
 
-    def remote(self, positions: list[int], attempts: list[int], shared: list, budget_s: float) -> object:
-        self.calls.append((self.worker, self.group, positions))
+    def remote(self, positions: list[int], attempts: list[int], shared: list, budget_s: float, instant: bool) -> object:
+        self.calls.append((self.worker, self.group, positions, instant))
         return object()
 
 
@@ -129,12 +129,13 @@ def test_each_call_goes_to_the_worker_with_the_fewest_calls_in_flight() -> None:
     first = pool.submit(_call(0), fast=True, budget_s=1)
     pool.submit(_call(1), fast=True, budget_s=1)
     pool.submit(_call(2), fast=True, budget_s=1)  # both had one: the first worker again
-    assert [worker for worker, _, _ in calls] == [0, 1, 0]
+    assert [worker for worker, *_ in calls] == [0, 1, 0]
     pool.finished(first)  # worker 0 now has one in flight, worker 1 one
     pool.submit(_call(3, 4), fast=False, budget_s=1)
     pool.submit(_call(5), fast=False, budget_s=1)  # worker 0: 2, worker 1: 1 before this one
-    assert [worker for worker, _, _ in calls] == [0, 1, 0, 0, 1]
-    assert [group for _, group, _ in calls] == [FAST_GROUP] * 3 + [None, None]
+    assert [worker for worker, *_ in calls] == [0, 1, 0, 0, 1]
+    assert [group for _, group, *_ in calls] == [FAST_GROUP] * 3 + [None, None]
+    assert [instant for *_, instant in calls] == [True] * 3 + [False, False]  # the worker shares a CPU for fast calls only
     assert calls[3][2] == [3, 4]  # units travel as their plan positions
 
 
@@ -154,7 +155,7 @@ def test_workers_added_for_a_new_node_get_the_next_calls() -> None:
     assert (affinity.node_id, affinity.soft) == (node, True)  # a node that died meanwhile: elsewhere
     pool.submit(_call(1), fast=False, budget_s=1)
     pool.submit(_call(2), fast=False, budget_s=1)
-    assert [worker for worker, _, _ in calls[4:]] == [2, 2]  # the idle new worker first
+    assert [worker for worker, *_ in calls[4:]] == [2, 2]  # the idle new worker first
 
 
 def _node(node_id: str, cpus: float, alive: bool = True) -> dict:

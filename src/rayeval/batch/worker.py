@@ -23,6 +23,7 @@ from ..harness.isolation import Isolation
 from ..harness.result import EvalResult
 from ..harness.runner import EvalRunner
 from ..harness.workspace import default_work_root
+from .cpu_share import CpuShare
 from .plan import Plan, Unit
 from .rows import UnitRow, row_from_result, unit_row
 
@@ -72,10 +73,14 @@ class UnitWorker:
         root = Path(config.work_root or default_work_root())
         self.work_root = root / f"{WORKER_FOLDER_PREFIX}{self.node}-{os.getpid()}"
         threading.Thread(target=sweep_dead_workers, args=(root, self.node), daemon=True).start()
+        self.cpus = CpuShare()
 
-    def run_units(self, positions: list[int], attempts: list[int], shared: list[Any], budget_s: float) -> list[UnitRow]:
+    def run_units(
+        self, positions: list[int], attempts: list[int], shared: list[Any], budget_s: float, instant: bool = False
+    ) -> list[UnitRow]:
         """Run, grade and turn into rows the units at these plan positions, one after another
         (a call is one agent slot).  Flat lists of ints: Ray encodes them far faster than tuples.
+        ``instant``: a call of the fast group (see ``CpuShare``).
 
         No unit starts once the call has run ``budget_s``: its rows cover a prefix of the
         positions and the driver queues the rest again.  Calls are sized from the units seen so
@@ -91,10 +96,11 @@ class UnitWorker:
         work_root = self.work_root / f"thread-{threading.get_native_id()}"
         start = time.perf_counter()
         rows = []
-        for index, attempt in zip(positions, attempts):
-            if rows and time.perf_counter() - start >= budget_s:
-                break
-            rows.append(self._run_unit(self.plan.unit(index), attempt, work_root))
+        with self.cpus.call(instant=instant):
+            for index, attempt in zip(positions, attempts):
+                if rows and time.perf_counter() - start >= budget_s:
+                    break
+                rows.append(self._run_unit(self.plan.unit(index), attempt, work_root))
         return rows
 
     def prepare(self, shared: list[Any]) -> str:
@@ -234,7 +240,7 @@ class WorkerPool:
         FAST_CALLS_PER_WORKER); ``budget_s``: see ``UnitWorker.run_units``."""
         index = self._in_flight.index(min(self._in_flight))
         method = (self._fast if fast else self._threaded)[index]
-        ref = method.remote([unit.index for unit, _ in call], [attempt for _, attempt in call], self.shared, budget_s)
+        ref = method.remote([unit.index for unit, _ in call], [attempt for _, attempt in call], self.shared, budget_s, fast)
         self._in_flight[index] += 1
         self._worker_of[ref] = index
         return ref

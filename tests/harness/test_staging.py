@@ -464,3 +464,17 @@ def test_existing_target_is_replaced_and_errors_pickle(tmp_path: Path, cache_dir
     err = pickle.loads(pickle.dumps(StagingError("s3://b/k", "no such S3 key: s3://b/k")))
     assert (err.uri, err.problem) == ("s3://b/k", "no such S3 key: s3://b/k")
     assert str(err) == "cannot stage data node 's3://b/k': no such S3 key: s3://b/k"
+
+
+def test_nothing_to_stage_needs_no_working_folder_or_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An eval without data (or an agent that reads none) stages nothing, even in a process
+    whose working folder is gone and whose cache location cannot be worked out."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    monkeypatch.delenv("HOME", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setattr(Path, "home", classmethod(lambda cls: (_ for _ in ()).throw(RuntimeError("no home"))))
+    assert stage_data([], tmp_path / "data") == [] and stage_data(None, tmp_path / "data") == []
+    assert not (tmp_path / "data").exists()

@@ -318,14 +318,14 @@ def stage_data(
         nodes = [nodes]
     if timeout is not None and not timeout > 0:
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    if not nodes:
+        return []  # nothing to stage: no data folder either (and no cwd or cache lookups per unit)
     data_dir = Path(data_dir)
     base = Path(base_dir) if base_dir is not None else Path.cwd()
     cache_root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     deadline = None if timeout is None else time.monotonic() + timeout
 
-    sources = [_parse(uri, base) for uri in nodes or []]  # fail fast on bad URIs
-    if not sources:
-        return []  # nothing to stage: no data folder either
+    sources = [_parse(uri, base) for uri in nodes]  # fail fast on bad URIs
     data_dir.mkdir(parents=True, exist_ok=True)
     os.chmod(data_dir, 0o755)  # read-only again below, whatever happens
     used: set[str] = set()

@@ -121,12 +121,16 @@ def bench_sleep(work: Path, units: int, seconds: float, concurrency: int) -> Non
           f"worker start-up {to_first:.1f}s, first unit start to last unit end {span:.1f}s -> {span / ideal:.2f}x ideal")
 
 
-def run_loop(work: Path, evals: list, plan: list, name: str) -> float:
-    """The baseline: one process, the same harness, graders, rows and Parquet writer; seconds.
+def run_loop(work: Path, evals_dir: Path, seeds: list[int], name: str) -> float:
+    """The baseline: one process, the same harness, graders, rows and Parquet writer; seconds
+    from the eval files to the rows in Parquet, as for the engine (which loads and plans too).
 
     Work folders go under a folder of their own per run, as on the engine's workers (a folder
     that has held thousands of entries stays slower to create entries in)."""
+    node = socket.gethostname()
     start = time.monotonic()
+    evals = load_evals(evals_dir)
+    plan = plan_units(evals, ["default"], seeds, "sleep")
     rows = []
     for unit in plan:
         eval_ = evals[unit.eval_index]
@@ -134,7 +138,7 @@ def run_loop(work: Path, evals: list, plan: list, name: str) -> float:
             sleep_agent, model=unit.model, seed=unit.seed, agent_args={"seconds": "0"}, isolation="inline"
         )
         result = grade_execution(eval_, execution)
-        rows.append(row_from_result(result, unit=unit, eval_=eval_, run_id=name, agent="sleep", attempt=1, node=socket.gethostname()))
+        rows.append(row_from_result(result, unit=unit, eval_=eval_, run_id=name, agent="sleep", attempt=1, node=node))
     out = work / "out_loop" / f"run_id={name}" / "model=default"
     out.mkdir(parents=True)
     pq.write_table(rows_to_table(rows), out / "part-0.parquet")
@@ -197,7 +201,7 @@ def bench_instant(work: Path, units: int, rounds: int) -> None:
     ratios, warm_ratios, ceilings = [], [], []
     for round_ in range(1, rounds + 1):
         settle()
-        loop_s = run_loop(work, evals, plan, f"loop{round_}")
+        loop_s = run_loop(work, evals_dir, seeds, f"loop{round_}")
         settle()
         plain_s = run_plain_processes(work, evals, plan, f"plain{round_}")
         ceilings.append(loop_s / plain_s)

@@ -17,7 +17,7 @@ Attempt = tuple[Unit, int]
 # 0.1 s made runs 6 % slower than calls of 0.25 s (A/B, 12 runs each).  Short enough to keep
 # the end of a run short (its last units are spread over every call slot anyway).
 TARGET_CALL_SECONDS = 0.25
-# Each call costs the driver a few milliseconds of Ray work, so instant units go in hundreds.
+# And no more units than this: a call's rows (about 1 KB a unit) come back as one object.
 MAX_UNITS_PER_CALL = 256
 # A call starts no unit after running this long (sizes are estimates; see UnitWorker.run_units).
 CALL_BUDGET_S = 2 * TARGET_CALL_SECONDS

@@ -118,3 +118,14 @@ def test_an_unusable_lock_folder_means_no_pinning(tmp_path: Path) -> None:
     share = CpuShare(blocker / "cpus")
     with share.call(instant=True):
         assert share.cpu is None and not share.pinned
+
+
+def test_the_lock_folder_can_be_shared_through_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Containers on one host, each with its own temporary folder, share a mounted one."""
+    monkeypatch.setenv("RAYEVAL_CPU_LOCKS", str(tmp_path / "shared"))
+    share = CpuShare()
+    with share.call(instant=True):
+        assert share.pinned
+    assert (tmp_path / "shared" / f"cpu-{share.cpu}.lock").exists()
+    monkeypatch.delenv("RAYEVAL_CPU_LOCKS")
+    assert CpuShare().lock_folder.name == "rayeval-cpus"

@@ -112,6 +112,28 @@ def test_unit_ids_do_not_change_between_versions() -> None:
     assert [(u.eval_index, u.model, u.seed) for u in units[:4]] == [(0, "claude-x", 3), (0, "claude-x", 4), (0, "m2", 3), (0, "m2", 4)]
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2, reason="needs CPU affinity and two CPUs")
+def test_instant_units_run_on_one_cpu_per_worker_and_units_that_wait_on_all(
+    tmp_path: Path, invocation_log: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Workers pin their threads to a CPU of their own while they run instant units (their
+    threads pass the GIL at every system call); units that wait keep every CPU."""
+    monkeypatch.setenv("RAYEVAL_CPU_LOCKS", str(tmp_path / "cpus"))  # no other test's claims
+    every_cpu = sorted(os.sched_getaffinity(0))
+    evals = str(write_mc_evals(tmp_path / "evals", [f"e{i:02d}" for i in range(50)]))
+    options = {"agent": "tests.batch.agents:cpu_recorder", "output": str(tmp_path / "out"), "isolation": "inline", "workers": 2, **FAST}
+    batch.run(evals, seeds=[1, 2, 3, 4, 5, 6], run_id="instant", **options)
+    units = read_invocations(invocation_log)
+    pinned = [unit for unit in units if unit["cpus"] != every_cpu]
+    assert len(units) == 300 and len(pinned) >= 250  # all but the probes and the first calls
+    cpu_of = {unit["pid"]: unit["cpus"] for unit in pinned}
+    assert all(unit["cpus"] == cpu_of[unit["pid"]] and len(unit["cpus"]) == 1 for unit in pinned)
+    assert len(cpu_of) == 2 and len({cpus[0] for cpus in cpu_of.values()}) == 2  # a CPU each
+    invocation_log.unlink()
+    batch.run(evals, seeds=[1], run_id="waiting", agent_args={"seconds": "0.05"}, max_concurrency=8, **options)
+    assert [unit["cpus"] for unit in read_invocations(invocation_log)] == [every_cpu] * 50
+
+
 def test_bad_inputs_fail_before_any_work(tmp_path: Path) -> None:
     bad = tmp_path / "bad"
     bad.mkdir()

@@ -8,9 +8,9 @@ rose from 260 µs on one thread to 350-370 µs on two.  On one CPU the passes co
 
 Only while instant units run: agents that wait (LLM calls, CLI agents in their own
 processes) are left where the scheduler puts them, and no process they start inherits a
-single CPU.  Workers on a node take different CPUs by holding a lock file per CPU in the
-node's temporary folder for as long as they live; when every CPU is taken (more workers than
-CPUs, another run on the node), a worker simply stays where the scheduler puts it.
+single CPU.  Workers on a node take different CPUs by holding a lock file per CPU (see
+``lock_folder``) for as long as they live; when every CPU is taken (more workers than CPUs,
+another run on the node), a worker simply stays where the scheduler puts it.
 """
 from __future__ import annotations
 
@@ -22,7 +22,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-LOCK_FOLDER = Path(tempfile.gettempdir()) / "rayeval-cpus"
+LOCKS_ENV = "RAYEVAL_CPU_LOCKS"
+
+
+def lock_folder() -> Path:
+    """``$RAYEVAL_CPU_LOCKS``, else ``<temp folder>/rayeval-cpus``.  Workers that must take
+    different CPUs must share it: containers on one host with temp folders of their own need a
+    folder they all mount."""
+    return Path(os.environ.get(LOCKS_ENV) or Path(tempfile.gettempdir()) / "rayeval-cpus")
 
 
 def _current_cpu() -> int | None:
@@ -46,8 +53,8 @@ def _set_process_cpus(cpus: set[int]) -> None:
 class CpuShare:
     """Counts the calls a worker runs; pins the process to its CPU while only instant calls run."""
 
-    def __init__(self, lock_folder: Path = LOCK_FOLDER):
-        self.lock_folder = lock_folder
+    def __init__(self, locks: Path | None = None):
+        self.lock_folder = locks if locks is not None else lock_folder()
         self.cpu: int | None = None  # the CPU this process holds the lock of
         self._claim_fd: int | None = None
         self._lock = threading.Lock()

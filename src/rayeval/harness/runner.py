@@ -20,7 +20,7 @@ from .workspace import (
     default_work_root,
     list_work_dir,
     make_work_dir,
-    remove_if_empty,
+    list_or_retire,
 )
 
 
@@ -78,8 +78,12 @@ class EvalRunner:
         try:
             ran = self._run_agent(work_dir, agent_function, context, limit, isolation)
             # what the agent left is listed once, for its answer files and its artifacts
-            removed = not self.keep_workspace and remove_if_empty(work_dir)
-            listing = [] if removed else list_work_dir(work_dir)
+            if self.keep_workspace:
+                listing = list_work_dir(work_dir)
+            else:
+                agent_done = not (isinstance(ran, Outcome) and ran.kind == "timeout")
+                left = list_or_retire(work_dir, reuse=agent_done)
+                removed, listing = left is None, left or []
             if isinstance(ran, StagingError):
                 fields = {"outcome": "error", "error_type": "StagingError", "error_message": str(ran)}
             else:

@@ -1,0 +1,139 @@
+"""Work folders: an empty one an agent is done with serves the next unit (renamed), and only then."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rayeval import EvalRunner
+from rayeval.evals import Eval
+from rayeval.harness import workspace
+
+QUICK_EVAL = {"id": "quick", "task": 'A or B? <EVAL_ANSWER>{"answer": "A|B"}</EVAL_ANSWER>', "grader": {"type": "multiple_choice", "config": {"correct_answer": "B"}}}
+
+
+def _runner(root: Path, **extra) -> EvalRunner:
+    return EvalRunner(Eval.model_validate({**QUICK_EVAL, **extra}), work_root=root, run_id="r")
+
+
+def _recording(seen: list[os.stat_result], action=None):
+    """An agent that notes its work folder (its stat) and answers B."""
+
+    def agent(prompt: str, work_dir: Path) -> dict:
+        seen.append(os.stat(work_dir))
+        if action:
+            action(work_dir)
+        return {"answer": "B"}
+
+    agent.needs_data = False  # type: ignore[attr-defined]
+    return agent
+
+
+def _unit_folders(root: Path) -> list[str]:
+    return sorted(name for name in os.listdir(root / "r") if not name.startswith("."))
+
+
+@pytest.fixture
+def folder_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The folder-making, -renaming and -removing system calls from now on, by kind."""
+    calls: list[str] = []
+    for name in ("mkdir", "rmdir", "rename"):
+        real = getattr(os, name)
+
+        def spy(*args, _real=real, _name=name, **kwargs):
+            calls.append(_name)
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(os, name, spy)
+    return calls
+
+
+def test_an_empty_folder_serves_the_next_unit_under_the_next_units_name(tmp_path: Path, folder_calls: list[str]) -> None:
+    runner, seen = _runner(tmp_path), []
+    agent = _recording(seen)
+    for _ in range(3):
+        assert runner.run(agent, isolation="inline").passed
+        assert _unit_folders(tmp_path) == []  # no unit's name is left behind
+    # made once (with its parents), then renamed to each unit's name and back
+    assert folder_calls == ["mkdir"] * 3 + ["rename"] * 5
+    assert len({info.st_ino for info in seen}) == 1
+    assert [name.startswith(".spare-") for name in os.listdir(tmp_path / "r")] == [True]
+
+
+def test_a_folder_the_agent_wrote_in_or_changed_is_not_reused(tmp_path: Path, folder_calls: list[str]) -> None:
+    runner, seen = _runner(tmp_path), []
+    runner.run(_recording(seen), isolation="inline")  # leaves a spare
+    folder_calls.clear()
+    runner.run(_recording(seen, lambda work_dir: work_dir.chmod(0o700 if seen[0].st_mode & 0o077 else 0o755)), isolation="inline")
+    assert folder_calls == ["rename", "rmdir"]  # took the spare; changed, it is removed, not kept
+    folder_calls.clear()
+    runner.run(_recording(seen, lambda work_dir: (work_dir / "notes.txt").write_text("x")), isolation="inline")
+    assert folder_calls[:1] == ["mkdir"] and "rename" not in folder_calls  # a new folder; not kept with a file in it
+    runner.run(_recording(seen), isolation="inline")
+    assert [info.st_mode for info in seen] == [seen[0].st_mode] * 4  # every unit's folder as made
+    assert _unit_folders(tmp_path) == []
+
+
+def test_the_folder_of_an_agent_that_timed_out_is_never_reused(tmp_path: Path, folder_calls: list[str]) -> None:
+    slow = _runner(tmp_path, agent_timeout=0.2)
+
+    def hung(prompt: str, work_dir: Path) -> dict:
+        import time
+
+        time.sleep(1.0)  # still running, in its thread, after the unit is over
+        return {"answer": "B"}
+
+    hung.needs_data = False  # type: ignore[attr-defined]
+    assert slow.run(hung, isolation="inline").status == "timeout"
+    assert folder_calls == ["mkdir"] * 3 + ["rmdir"]
+    folder_calls.clear()
+    _runner(tmp_path).run(_recording([]), isolation="inline")
+    assert folder_calls[:1] == ["mkdir"]
+
+
+def test_a_taken_name_is_drawn_again_when_a_spare_is_at_hand(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rename would replace an empty folder of that name: the spare must not take it."""
+    runner, seen = _runner(tmp_path), []
+    runner.run(_recording(seen), isolation="inline")  # leaves a spare
+    taken = tmp_path / "r" / "x__m__s1__0000000abc"  # another unit's, empty
+    taken.mkdir()
+    draws = iter([0xABC, 0xDEF])
+    monkeypatch.setattr(workspace._SUFFIXES, "getrandbits", lambda bits: next(draws))
+    second = workspace.make_work_dir(tmp_path, run_id="r", eval_id="x", model="m", seed=1)
+    assert second.name.endswith("__0000000def") and taken.is_dir()
+    assert not [name for name in os.listdir(tmp_path / "r") if name.startswith(".spare-")]  # the spare is the second
+
+
+def test_a_forked_child_does_not_take_its_parents_spares(tmp_path: Path) -> None:
+    runner, seen = _runner(tmp_path), []
+    runner.run(_recording(seen), isolation="inline")  # leaves a spare in this process
+    reader, writer = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        inode = os.stat(workspace.make_work_dir(tmp_path, run_id="r", eval_id="x", model="m", seed=1)).st_ino
+        os.write(writer, f"{inode}\n".encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    os.close(writer)
+    with os.fdopen(reader) as pipe:
+        child_inode = int(pipe.read())
+    spares = [name for name in os.listdir(tmp_path / "r") if name.startswith(".spare-")]
+    assert child_inode != seen[0].st_ino and len(spares) == 1  # the spare stayed the parent's
+
+
+def test_spares_are_removed_when_the_process_exits(tmp_path: Path) -> None:
+    script = f"""
+from pathlib import Path
+from rayeval import EvalRunner
+from rayeval.evals import Eval
+agent = lambda prompt, work_dir: {{"answer": "B"}}
+agent.needs_data = False
+runner = EvalRunner(Eval.model_validate({QUICK_EVAL!r}), work_root=Path({str(tmp_path)!r}), run_id="r")
+assert runner.run(agent, isolation="inline").passed
+assert any(name.startswith(".spare-") for name in __import__("os").listdir({str(tmp_path / "r")!r}))
+"""
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
+    assert os.listdir(tmp_path / "r") == []

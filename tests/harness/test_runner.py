@@ -401,6 +401,32 @@ def test_agent_receives_context_when_it_asks_for_it(runner: EvalRunner, tmp_path
     assert (seen["eval_id"], seen["model"], seen["seed"], seen["args"]) == ("count_cells", "gpt-x", 3, {"k": "v"})
 
 
+def test_an_agents_signature_is_read_once_and_unhashable_agents_still_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import inspect
+
+    from rayeval.harness import context as context_module
+
+    runner = EvalRunner(Eval.model_validate({"id": "e", "task": "t", "grader": MC_GRADER}), work_root=tmp_path / "w")
+    reads = []
+    real_signature = inspect.signature
+    monkeypatch.setattr(context_module.inspect, "signature", lambda f: reads.append(f) or real_signature(f))
+
+    def with_context(prompt: str, work_dir: Path, context) -> dict:
+        return {"answer": "B" if context.seed == 2 else "A"}
+
+    class Unhashable:
+        __hash__ = None  # type: ignore[assignment]
+
+        def __call__(self, prompt: str, work_dir: Path, **extra) -> dict:
+            return {"answer": "B" if extra["context"].seed == 2 else "A"}
+
+    unhashable = Unhashable()
+    for seed in (1, 2, 2):
+        assert runner.run(with_context, seed=seed, isolation="inline").passed is (seed == 2)
+        assert runner.run(unhashable, seed=seed, isolation="inline").passed is (seed == 2)
+    assert reads.count(with_context) == 1 and reads.count(unhashable) == 3
+
+
 def test_staging_failure_is_an_error_result(tmp_path: Path) -> None:
     path = tmp_path / "e.json"
     path.write_text(json.dumps({"id": "e", "task": "t", "data_node": "missing.h5ad", "grader": MC_GRADER}))

@@ -1,4 +1,5 @@
-"""Work folders: an empty one an agent is done with serves the next unit (renamed), and only then."""
+"""Work folders: an empty one an agent is done with serves the next unit (renamed), and only then:
+when the agent leaves nothing running (it says so), left it as made, and did not time out."""
 from __future__ import annotations
 
 import os
@@ -19,7 +20,7 @@ def _runner(root: Path, **extra) -> EvalRunner:
     return EvalRunner(Eval.model_validate({**QUICK_EVAL, **extra}), work_root=root, run_id="r")
 
 
-def _recording(seen: list[os.stat_result], action=None):
+def _recording(seen: list[os.stat_result], action=None, leaves_nothing_running: bool = True):
     """An agent that notes its work folder (its stat) and answers B."""
 
     def agent(prompt: str, work_dir: Path) -> dict:
@@ -29,6 +30,7 @@ def _recording(seen: list[os.stat_result], action=None):
         return {"answer": "B"}
 
     agent.needs_data = False  # type: ignore[attr-defined]
+    agent.leaves_nothing_running = leaves_nothing_running  # type: ignore[attr-defined]
     return agent
 
 
@@ -63,6 +65,16 @@ def test_an_empty_folder_serves_the_next_unit_under_the_next_units_name(tmp_path
     assert [name.startswith(".spare-") for name in os.listdir(tmp_path / "r")] == [True]
 
 
+def test_only_agents_that_leave_nothing_running_get_a_used_folder(tmp_path: Path, folder_calls: list[str]) -> None:
+    """Something an agent started and left running (a subprocess in its folder) would write
+    into the next unit's folder: agents that do not say otherwise get a new folder each time."""
+    runner = _runner(tmp_path)
+    for _ in range(3):
+        assert runner.run(_recording([], leaves_nothing_running=False), isolation="inline").passed
+    assert folder_calls == ["mkdir"] * 3 + ["rmdir", "mkdir", "rmdir", "mkdir", "rmdir"]
+    assert os.listdir(tmp_path / "r") == []
+
+
 def test_a_folder_the_agent_wrote_in_or_changed_is_not_reused(tmp_path: Path, folder_calls: list[str]) -> None:
     runner, seen = _runner(tmp_path), []
     runner.run(_recording(seen), isolation="inline")  # leaves a spare
@@ -87,6 +99,7 @@ def test_the_folder_of_an_agent_that_timed_out_is_never_reused(tmp_path: Path, f
         return {"answer": "B"}
 
     hung.needs_data = False  # type: ignore[attr-defined]
+    hung.leaves_nothing_running = True  # type: ignore[attr-defined]  # it says so, but it timed out
     assert slow.run(hung, isolation="inline").status == "timeout"
     assert folder_calls == ["mkdir"] * 3 + ["rmdir"]
     folder_calls.clear()
@@ -131,9 +144,22 @@ from rayeval import EvalRunner
 from rayeval.evals import Eval
 agent = lambda prompt, work_dir: {{"answer": "B"}}
 agent.needs_data = False
+agent.leaves_nothing_running = True
 runner = EvalRunner(Eval.model_validate({QUICK_EVAL!r}), work_root=Path({str(tmp_path)!r}), run_id="r")
 assert runner.run(agent, isolation="inline").passed
 assert any(name.startswith(".spare-") for name in __import__("os").listdir({str(tmp_path / "r")!r}))
 """
     subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
     assert os.listdir(tmp_path / "r") == []
+
+
+def test_rayevals_in_process_agents_say_they_leave_nothing_running(tmp_path: Path, folder_calls: list[str]) -> None:
+    from rayeval.agents.sleep import sleep_agent
+
+    runner = _runner(tmp_path)
+    for _ in range(2):
+        runner.run(sleep_agent, isolation="inline", agent_args={"seconds": "0"})
+    assert folder_calls.count("rename") == 3 and "rmdir" not in folder_calls
+    from rayeval.agents.replay import replay_agent
+
+    assert replay_agent.leaves_nothing_running is True  # type: ignore[attr-defined]

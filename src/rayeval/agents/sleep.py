@@ -18,3 +18,4 @@ def sleep_agent(task_prompt: str, work_dir: Path, context: AgentContext) -> dict
 
 
 sleep_agent.needs_data = False  # type: ignore[attr-defined]
+sleep_agent.leaves_nothing_running = True  # type: ignore[attr-defined]

@@ -18,9 +18,9 @@ from .workspace import (
     Listing,
     collect_artifacts,
     default_work_root,
+    list_or_retire,
     list_work_dir,
     make_work_dir,
-    list_or_retire,
 )
 
 
@@ -81,8 +81,7 @@ class EvalRunner:
             if self.keep_workspace:
                 listing = list_work_dir(work_dir)
             else:
-                agent_done = not (isinstance(ran, Outcome) and ran.kind == "timeout")
-                left = list_or_retire(work_dir, reuse=agent_done)
+                left = list_or_retire(work_dir, reuse=_done_with(agent_function, ran))
                 removed, listing = left is None, left or []
             if isinstance(ran, StagingError):
                 fields = {"outcome": "error", "error_type": "StagingError", "error_message": str(ran)}
@@ -135,6 +134,15 @@ class EvalRunner:
             isolation=isolation,
             log_path=work_dir / "agent_stdout.log",
         )
+
+
+def _done_with(agent: AgentFunction, ran: Outcome | StagingError) -> bool:
+    """Whether nothing the agent started can still use its work folder, which may then serve
+    the next unit: only agents that say so (``leaves_nothing_running = True``: rayeval's
+    in-process agents), and not after a timeout (an inline agent's thread may still run).
+    A process an agent leaves behind could otherwise write into another unit's folder."""
+    timed_out = isinstance(ran, Outcome) and ran.kind == "timeout"
+    return bool(getattr(agent, "leaves_nothing_running", False)) and not timed_out
 
 
 def _find_answer(outcome: Outcome, work_dir: Path, listing: Listing) -> dict:

@@ -151,8 +151,8 @@ def make_work_dir(root: Path, *, run_id: str | None, eval_id: str, model: str | 
 
 def list_or_retire(work_dir: Path, *, reuse: bool) -> Listing | None:
     """What the agent left behind (see ``list_work_dir``), or None when it left nothing: the
-    folder is then gone under its name.  ``reuse``: the agent is done with it (it did not
-    time out while still running), so the folder may serve the next unit (``_SpareFolders``)."""
+    folder is then gone under its name.  ``reuse``: nothing the agent started can still use
+    it, so it may serve the next unit (see ``_SpareFolders``)."""
     try:
         info = os.lstat(work_dir)
         names = os.listdir(work_dir) if stat.S_ISDIR(info.st_mode) else None

@@ -82,13 +82,13 @@ class _SpareFolders:
             return False
         return True
 
-    def retire(self, work_dir: Path, info: os.stat_result, reuse: bool) -> bool:
+    def retire(self, work_dir: Path, info: os.stat_result) -> bool:
         """Whether the empty ``work_dir`` (``info``: its lstat) is gone under its name: kept as
-        a spare when ``reuse`` and it is as it was made (an agent may have changed its mode),
-        else removed.  A spare's name is this process's own; should a host sharing the work
-        root use it too, the rename replaces an empty folder, whose owner then makes another."""
+        a spare when it is as it was made (an agent may have changed its mode) and there is
+        room, else removed.  A spare's name is this process's own; should a host sharing the
+        work root use it too, the rename replaces an empty folder, whose owner makes another."""
         parent = work_dir.parent
-        if reuse and (info.st_mode, info.st_uid, info.st_gid) == self._made.get(parent):
+        if (info.st_mode, info.st_uid, info.st_gid) == self._made.get(parent):
             with self._lock:
                 room = len(self._free.get(parent, ())) < self.PER_PARENT
             if room:
@@ -153,6 +153,12 @@ def list_or_retire(work_dir: Path, *, reuse: bool) -> Listing | None:
     """What the agent left behind (see ``list_work_dir``), or None when it left nothing: the
     folder is then gone under its name.  ``reuse``: nothing the agent started can still use
     it, so it may serve the next unit (see ``_SpareFolders``)."""
+    if not reuse:
+        try:
+            os.rmdir(work_dir)  # one system call tells an empty folder, and removes it
+        except OSError:
+            return list_work_dir(work_dir)
+        return None
     try:
         info = os.lstat(work_dir)
         names = os.listdir(work_dir) if stat.S_ISDIR(info.st_mode) else None
@@ -160,7 +166,7 @@ def list_or_retire(work_dir: Path, *, reuse: bool) -> Listing | None:
         names = None
     if names is None:  # gone, or replaced by the agent
         return []
-    if not names and _SPARES.retire(work_dir, info, reuse):
+    if not names and _SPARES.retire(work_dir, info):
         return None
     return _listing(work_dir, set(names))
 

@@ -166,8 +166,10 @@ def list_or_retire(work_dir: Path, *, reuse: bool) -> Listing | None:
         names = None
     if names is None:  # gone, or replaced by the agent
         return []
-    if not names and _SPARES.retire(work_dir, info):
-        return None
+    if not names:
+        if _SPARES.retire(work_dir, info):
+            return None
+        return list_work_dir(work_dir)  # something appeared in it since the listing
     return _listing(work_dir, set(names))
 
 

@@ -176,8 +176,12 @@ def test_killed_unit_worker_process_loses_no_unit(ray_cluster: RayTestCluster, t
         )  # fmt: skip
         assert process.poll() is None, "rayeval run ended before any UnitWorker was seen busy"
         time.sleep(2.0)  # mid-run: some units done, some in flight
-        busy = ray_cluster.actor_pids("UnitWorker", busy=True)
-        assert busy and process.poll() is None, "the run finished before the kill: make it longer"
+        # a threaded actor's title reads idle whenever one of its calls ends, even with others
+        # running: one snapshot can miss every busy worker, so look again for a while
+        busy = wait_until(
+            lambda: ray_cluster.actor_pids("UnitWorker", busy=True) or process.poll() is not None, 10, 0.05, "a busy UnitWorker"
+        )
+        assert busy is not True and process.poll() is None, "the run finished before the kill: make it longer"
         victim = busy[0]
         before = set(ray_cluster.actor_pids("UnitWorker"))
         kill_pids([victim])

@@ -159,3 +159,31 @@ def test_reads_what_the_storage_writer_writes(tmp_path: Path) -> None:
     assert manifests[RUN_ID]["status"] == "running" and manifests[RUN_ID]["total_units"] == 300
     stats = evaluation_stats(units, planned_units={RUN_ID: 300}, run_status=manifests)
     assert stats.status == "running" and stats.progress.startswith("273/300 units done (91.0%), 0 errors, ETA ")
+
+
+def test_a_column_only_later_parts_carry_is_read(tmp_path: Path) -> None:
+    """A writer's extra column (``batch_id``) is read from every part that has it, even when
+    the first part (sorted by path: another run, an older writer) has none."""
+    root = write_root(tmp_path, [base_row(run_id="a-run", eval_id="e1")])
+    later = root / "run_id=b-run" / "model=m"
+    later.mkdir(parents=True)
+    row = {k: v for k, v in base_row(run_id="b-run", eval_id="e2").items() if k not in ("run_id", "model")}
+    pq.write_table(pa.Table.from_pylist([row]).append_column("batch_id", pa.array(["batch-7"])), later / "part-0.parquet")
+
+    units = read_units(root)
+    batches = dict(zip(units["run_id"], units["batch_id"]))
+    assert pd.isna(batches["a-run"]) and batches["b-run"] == "batch-7"
+    stats = evaluation_stats(units)
+    assert {rs.run_id: rs.batch_id for rs in stats.run_stats} == {"a-run": "a-run", "b-run": "batch-7"}
+
+
+def test_an_extra_column_with_conflicting_types_is_named(tmp_path: Path) -> None:
+    """Parts that disagree on an extra column's type: a clear error naming it, not a crash deep in Arrow."""
+    root = tmp_path / "root"
+    for run, value in (("a-run", pa.array(["batch-7"])), ("b-run", pa.array([[1, 2]]))):
+        folder = root / f"run_id={run}" / "model=m"
+        folder.mkdir(parents=True)
+        row = {k: v for k, v in base_row(run_id=run).items() if k not in ("run_id", "model")}
+        pq.write_table(pa.Table.from_pylist([row]).append_column("batch_id", value), folder / "part-0.parquet")
+    with pytest.raises(ReportError, match="batch_id"):
+        read_units(root)

@@ -160,7 +160,10 @@ class ResultsReader:
         files = self.part_files(runs)
         if not files:
             return None
-        return self.store.dataset(files, extra_columns=True)
+        try:
+            return self.store.dataset(files, extra_columns=True)
+        except (OSError, ValueError) as exc:  # a footer unreadable, parts disagreeing on a type
+            raise ReportError(f"cannot read results under {self.root!r}: {exc}") from None
 
     def table(
         self,

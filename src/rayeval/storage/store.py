@@ -237,13 +237,14 @@ class ResultStore:
         """A pyarrow dataset over part files (from :meth:`part_paths`) with the ``run_id`` and
         ``model`` columns decoded from their folders and the canonical :data:`TABLE_SCHEMA`.
 
-        ``extra_columns=True`` also exposes columns a writer added beyond that schema (as found
-        in the first file), for readers that show whatever was stored.
+        ``extra_columns=True`` also exposes columns a writer added beyond that schema, found in
+        any of the files (each file's footer is read), for readers that show whatever was
+        stored; files without such a column read it as null.  Raises ``ValueError`` naming the
+        column when files disagree on its type.
         """
         schema = TABLE_SCHEMA
         if extra_columns and paths:
-            found = pq.read_schema(paths[0], filesystem=self.fs)
-            schema = pa.schema([*TABLE_SCHEMA, *(f for f in found if f.name not in TABLE_SCHEMA.names)])
+            schema = pa.schema([*TABLE_SCHEMA, *self._extra_fields(paths)])
         return ds.dataset(
             list(paths),
             schema=schema,
@@ -252,6 +253,16 @@ class ResultStore:
             partitioning=PARTITIONING,
             partition_base_dir=self.base,
         )
+
+    def _extra_fields(self, paths: Sequence[str]) -> list[pa.Field]:
+        """Columns beyond :data:`TABLE_SCHEMA` in any of these files, in order of appearance."""
+        options = ds.FileSystemFactoryOptions(partition_base_dir=self.base, partitioning=PARTITIONING)
+        factory = ds.FileSystemDatasetFactory(self.fs, list(paths), ds.ParquetFileFormat(), options)
+        try:
+            found = factory.inspect(promote_options="permissive", fragments=None)
+        except (pa.ArrowTypeError, pa.ArrowInvalid) as exc:
+            raise ValueError(f"part files under {self.base} disagree on a column's type: {exc}") from None
+        return [field for field in found if field.name not in TABLE_SCHEMA.names]
 
     # -- reading -------------------------------------------------------------------------------
     def read_table(

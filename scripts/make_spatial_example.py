@@ -145,8 +145,8 @@ def adjacency_metrics(csv_text: str) -> dict[str, float]:
     np.fill_diagonal(ic_to_ic, np.inf)
     mixed = (ic_to_pc <= 55.0).any(axis=1) & (ic_to_ic <= 55.0).any(axis=1)
     return {
-        "n_ic": int(len(ic)),
-        "n_pc": int(len(pc)),
+        "n_ic": len(ic),
+        "n_pc": len(pc),
         "median_ic_to_pc_um": float(np.median(nearest)),
         "p90_ic_to_pc_um": float(np.percentile(nearest, 90)),
         "pct_ic_within_15um": float((nearest <= 15.0).mean() * 100),

@@ -1,8 +1,9 @@
 """Package exports that import their module on first use (PEP 562)."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from importlib import import_module
-from typing import Any, Callable
+from typing import Any
 
 
 def lazy_exports(package: str, exports: dict[str, str]) -> Callable[[str], Any]:

@@ -80,7 +80,7 @@ class FakeModelServer:
             self._httpd.server_close()
             self._httpd = None
 
-    def __enter__(self) -> FakeModelServer:
+    def __enter__(self) -> FakeModelServer:  # noqa: PYI034 - start() returns the server
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -124,7 +124,7 @@ class _Handler(BaseHTTPRequestHandler):
     owner: FakeModelServer
     protocol_version = "HTTP/1.1"
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - silence stderr
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
     # --------------------------------------------------------------- plumbing
@@ -182,7 +182,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(chunk.encode())
         self.wfile.flush()
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         self._record(None)
         path = self.path.split("?")[0]
         if path.startswith("http://") and "127.0.0.1" not in path.split("/")[2]:
@@ -195,7 +195,7 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._send_json({}, 404)
 
-    def do_CONNECT(self) -> None:  # noqa: N802 - used as HTTPS_PROXY: record and refuse
+    def do_CONNECT(self) -> None:
         self._record(None)
         with self.owner._lock:
             self.owner.external_attempts.append(self.path)
@@ -205,13 +205,13 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.close_connection = True
 
-    def do_HEAD(self) -> None:  # noqa: N802
+    def do_HEAD(self) -> None:
         self._record(None)
         self.send_response(200)
         self.send_header("Content-Length", "0")
         self.end_headers()
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         body = self._read_body()
         self._record(body)
         path = self.path.split("?")[0]

@@ -28,7 +28,13 @@ from rayeval.batch.scheduler import (
     Scheduler,
     retry_delay,
 )
-from rayeval.batch.worker import FAST_GROUP, UnitWorker, WorkerConfig, WorkerPool, sweep_dead_workers
+from rayeval.batch.worker import (
+    FAST_GROUP,
+    UnitWorker,
+    WorkerConfig,
+    WorkerPool,
+    sweep_dead_workers,
+)
 from rayeval.evals import load_evals
 from tests.batch.conftest import write_mc_evals
 

@@ -13,7 +13,7 @@ CORPUS_EVALS = shared_path("corpus")
 
 def rayeval(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "rayeval.cli", *args], capture_output=True, text=True, input=stdin, timeout=120
+        [sys.executable, "-m", "rayeval.cli", *args], check=False, capture_output=True, text=True, input=stdin, timeout=120
     )
 
 

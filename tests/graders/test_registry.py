@@ -8,8 +8,14 @@ from pathlib import Path
 import pytest
 
 from rayeval import grade, load_evals
-from rayeval.graders import GRADER_REGISTRY, Grader, GraderResult, get_grader, register_grader
-from rayeval.graders import registry
+from rayeval.graders import (
+    GRADER_REGISTRY,
+    Grader,
+    GraderResult,
+    get_grader,
+    register_grader,
+    registry,
+)
 
 BUILT_IN = {
     "numeric_tolerance", "numeric_range", "label_set_jaccard", "jaccard_label_set",
@@ -97,3 +103,18 @@ def test_user_grader_by_entry_point(tmp_path: Path, monkeypatch, clean_registry)
     registry._entry_points_loaded = False
     assert get_grader("always_pass").evaluate_answer(None, {}).passed is True
     sys.modules.pop("my_plugin_graders", None)
+
+
+def test_a_broken_grader_plugin_is_skipped_with_a_warning_naming_it(tmp_path: Path, monkeypatch, caplog, clean_registry) -> None:
+    (tmp_path / "broken_plugin_graders.py").write_text("raise ImportError('needs torch')\n")
+    dist = tmp_path / "broken_plugin-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-plugin\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[rayeval.graders]\nbroken_type = broken_plugin_graders:Broken\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry._entry_points_loaded = False
+    with caplog.at_level("WARNING", logger="rayeval.graders.registry"):
+        assert get_grader("multiple_choice") is not None  # the built-ins still work
+        assert registry.is_registered("broken_type") is False
+    assert "'broken_type'" in caplog.text and "ImportError: needs torch" in caplog.text
+    sys.modules.pop("broken_plugin_graders", None)

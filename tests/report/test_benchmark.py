@@ -13,7 +13,15 @@ import pytest
 from scipy import stats
 
 from rayeval import load_evals
-from rayeval.report import benchmark_table, breakdown_table, eval_frame, to_csv, to_json, to_json_data, to_text
+from rayeval.report import (
+    benchmark_table,
+    breakdown_table,
+    eval_frame,
+    to_csv,
+    to_json,
+    to_json_data,
+    to_text,
+)
 from tests.conftest import read_jsonl, shared_path
 
 from .helpers import base_row, write_root

@@ -11,14 +11,21 @@ from pathlib import Path
 
 import pytest
 
-from rayeval.report.cli import EXIT_BAD_INPUT, EXIT_GATE_FAILED, EXIT_OK, add_report_commands, main, parse_by
+from rayeval.report.cli import (
+    EXIT_BAD_INPUT,
+    EXIT_GATE_FAILED,
+    EXIT_OK,
+    add_report_commands,
+    main,
+    parse_by,
+)
 
 from .helpers import base_row, write_root
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
     """A real subprocess, as a user runs it."""
-    return subprocess.run([sys.executable, "-m", "rayeval.report.cli", *args], capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-m", "rayeval.report.cli", *args], check=False, capture_output=True, text=True, timeout=300)
 
 
 @pytest.fixture

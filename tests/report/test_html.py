@@ -5,13 +5,12 @@ import base64
 from html.parser import HTMLParser
 from pathlib import Path
 
+import matplotlib  # noqa: F401  (the report extra; part of dev)
 import pandas as pd
 import pytest
 
-import matplotlib  # noqa: E402,F401  (the report extra; part of dev)
-
-from rayeval.report import ReportError, read_units, render_html, write_html  # noqa: E402
-from rayeval.report.reader import ALL_COLUMNS  # noqa: E402
+from rayeval.report import ReportError, read_units, render_html, write_html
+from rayeval.report.reader import ALL_COLUMNS
 
 
 class Collector(HTMLParser):

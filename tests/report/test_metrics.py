@@ -8,7 +8,13 @@ import pandas as pd
 import pytest
 from scipy.special import comb
 
-from rayeval.report import ReportError, majority_vote, pass_at_k, pass_at_k_estimate, pass_hat_k_estimate
+from rayeval.report import (
+    ReportError,
+    majority_vote,
+    pass_at_k,
+    pass_at_k_estimate,
+    pass_hat_k_estimate,
+)
 
 from .helpers import base_row
 

@@ -17,7 +17,12 @@ from rayeval.report import (
     infer_kind,
     judgments_from_metrics,
 )
-from rayeval.report.stats import EVALUATOR_STATS_ADAPTER, EvaluationStats, format_duration, progress_text
+from rayeval.report.stats import (
+    EVALUATOR_STATS_ADAPTER,
+    EvaluationStats,
+    format_duration,
+    progress_text,
+)
 from tests.conftest import read_jsonl, shared_path
 
 from .helpers import T0, base_row

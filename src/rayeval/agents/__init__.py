@@ -25,12 +25,12 @@ from .codex import CodexAgent, codex
 from .mini_swe import MiniSweAgent, mini_swe_agent
 
 __all__ = [
+    "NPM_PINS",
     "AgentConfigError",
     "AgentNotInstalledError",
     "ClaudeCodeAgent",
     "CodexAgent",
     "MiniSweAgent",
-    "NPM_PINS",
     "ProgramAgent",
     "claude_code",
     "codex",

@@ -121,7 +121,7 @@ class ProgramAgent:
             )
             try:
                 summary = self.summarize(result.events, state, work_dir)
-            except Exception as exc:  # a surprise in the event stream must not lose the answer
+            except Exception as exc:  # noqa: BLE001 - a surprise in the event stream must not lose the answer
                 summary = Summary(extra={"summary_error": f"{type(exc).__name__}: {exc}"})
         return _cli.finish(
             harness=self.harness,

@@ -171,7 +171,7 @@ class _Stream:
 
     def __post_init__(self) -> None:
         self.lock = threading.Lock()
-        self.log = open(self.work_dir / LOG_NAME, "a", encoding="utf-8")
+        self.log = open(self.work_dir / LOG_NAME, "a", encoding="utf-8")  # noqa: SIM115 - open for the run, closed by close()
         self.traj_path = self.work_dir / TRAJECTORY_NAME
         self._last_flush = 0.0
         self._dirty = False

@@ -188,7 +188,7 @@ def _runs(argv: list[str], env: dict[str, str]) -> str | None:
     with tempfile.TemporaryDirectory(prefix="rayeval-version-") as scratch:
         env = {**env, "CODEX_HOME": scratch, "CLAUDE_CONFIG_DIR": scratch}
         try:
-            out = subprocess.run(argv + ["--version"], capture_output=True, text=True, timeout=60, env=env)
+            out = subprocess.run(argv + ["--version"], check=False, capture_output=True, text=True, timeout=60, env=env)
         except (OSError, subprocess.SubprocessError):
             return None
     return out.stdout.strip() if out.returncode == 0 else None
@@ -248,7 +248,7 @@ def install(root: Path | None = None, *, force: bool = False, log=print) -> bool
     npm = npm_command()
     argv = npm + ["install", "--prefix", str(root), "--no-audit", "--no-fund", "--no-update-notifier", "--omit=dev"]
     log("running: " + " ".join(argv))
-    done = subprocess.run(argv, cwd=root, env=env, timeout=1800)
+    done = subprocess.run(argv, check=False, cwd=root, env=env, timeout=1800)
     if done.returncode != 0:
         log(f"npm install failed with exit code {done.returncode}")
         return False
@@ -262,7 +262,7 @@ def install(root: Path | None = None, *, force: bool = False, log=print) -> bool
         node = node_executable()
         if node:
             log("running Claude Code's postinstall (install.cjs)")
-            subprocess.run([node, "install.cjs"], cwd=claude_pkg, env=env, timeout=600)
+            subprocess.run([node, "install.cjs"], check=False, cwd=claude_pkg, env=env, timeout=600)  # _check reports what it missed
     problems = _check(root, env)
     ok = not any(problems.values())
     for program in PROGRAMS:

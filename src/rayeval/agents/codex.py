@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 from . import _cli, _tools
 from ._base import AgentConfigError, ProgramAgent, Summary, strip_provider
 
-__all__ = ["CodexAgent", "codex", "PRICES_PER_MTOK"]
+__all__ = ["PRICES_PER_MTOK", "CodexAgent", "codex"]
 
 PROVIDER_ID = "rayeval"
 

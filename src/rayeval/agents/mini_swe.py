@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 from . import _cli
 from ._base import AgentConfigError, ProgramAgent, Summary
 
-__all__ = ["MiniSweAgent", "mini_swe_agent", "SYSTEM_TEMPLATE", "INSTANCE_TEMPLATE"]
+__all__ = ["INSTANCE_TEMPLATE", "SYSTEM_TEMPLATE", "MiniSweAgent", "mini_swe_agent"]
 
 COMPLETION_MARKER = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import importlib
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..harness.context import AgentContext, AgentFunction
 

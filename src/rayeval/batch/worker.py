@@ -16,8 +16,8 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ..agents.resolve import resolve_agent
 from ..evals import Eval
-from ..harness.context import AgentFunction
 from ..harness.cache import pid_alive, remove_tree
+from ..harness.context import AgentFunction
 from ..harness.execution import Execution, grade_execution
 from ..harness.isolation import Isolation
 from ..harness.result import EvalResult

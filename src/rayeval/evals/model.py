@@ -76,7 +76,7 @@ def _positive_timeout(value: Any) -> float | int | None:
         except ValueError:
             raise ValueError(f"must be a positive number of seconds, got {value!r}") from None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"must be a positive number of seconds, got {value!r}")
+        raise ValueError(f"must be a positive number of seconds, got {value!r}")  # noqa: TRY004 - pydantic reports ValueError
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"must be a positive number of seconds, got {value!r}")
     return value
@@ -115,7 +115,7 @@ class Eval(BaseModel):
         return _positive_timeout(value)
 
     @model_validator(mode="after")
-    def _one_grader_selection(self) -> "Eval":
+    def _one_grader_selection(self) -> Eval:
         problem = selection_problem(self.grader, self.graders)
         if problem:
             raise ValueError(problem[1])

@@ -65,7 +65,7 @@ def _canonical(value: Any) -> str:
 
 def _real(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"must be a number, got {value!r} ({type(value).__name__})")
+        raise ValueError(f"must be a number, got {value!r} ({type(value).__name__})")  # noqa: TRY004 - pydantic reports ValueError
     if not math.isfinite(value):
         raise ValueError(f"must be finite, got {value!r}")
     return float(value)

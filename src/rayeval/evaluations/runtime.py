@@ -97,7 +97,7 @@ class LocalEvaluator:
                 value = self.fn(copy.deepcopy(log), copy.deepcopy(datapoint))
             else:
                 value = self.fn(copy.deepcopy(log))
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a failing evaluator is that judgment's error, not the run's
             tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-MAX_ERROR_CHARS:]
             return {"error": f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS], "traceback": tail}
         try:

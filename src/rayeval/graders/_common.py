@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from .result import GraderResult
 
@@ -10,9 +11,9 @@ from .result import GraderResult
 class _Missing:
     """Marks "the answer never supplied this field", as distinct from an explicit null."""
 
-    _instance: "_Missing | None" = None
+    _instance: _Missing | None = None
 
-    def __new__(cls) -> "_Missing":
+    def __new__(cls) -> _Missing:  # noqa: PYI034 - a singleton: always the one instance
         if cls._instance is None:
             cls._instance = super().__new__(cls)
         return cls._instance

@@ -27,7 +27,7 @@ class Grader:
             return config_error(f"config must be an object, got {type(config).__name__}", answer)
         try:
             return self._evaluate(answer, config)
-        except Exception as exc:  # RecursionError included
+        except Exception as exc:  # noqa: BLE001 - a grader fails closed, never raises (RecursionError included)
             return GraderResult(
                 passed=False,
                 score=0.0,

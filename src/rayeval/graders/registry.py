@@ -1,10 +1,14 @@
 """Grader registry: built-in types, aliases, user registrations and entry points."""
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from importlib import metadata
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 from .base import Grader
+
+log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "rayeval.graders"
 
@@ -45,7 +49,8 @@ def _load_entry_points() -> None:
             continue
         try:
             cls = ep.load()
-        except Exception:  # a broken plugin must not take the built-ins down with it
+        except Exception as exc:  # noqa: BLE001 - a broken plugin must not take the built-ins down with it
+            log.warning("grader plugin %r (entry point %s) cannot be loaded, skipped: %s: %s", ep.name, ep.value, type(exc).__name__, exc)
             continue
         if isinstance(cls, type) and issubclass(cls, Grader):
             GRADER_REGISTRY[ep.name] = cls

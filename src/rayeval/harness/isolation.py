@@ -7,6 +7,7 @@ that moved to another group.
 """
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
@@ -15,8 +16,9 @@ import threading
 import time
 import traceback
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -50,20 +52,18 @@ def _child_main(fn: Callable[[], Any], sender: Any, marker: str, log_path: Path 
         os.dup2(fd, 2)
         os.close(fd)
         # the parent's sys.stdout may not even be fd 1 (pytest, notebooks): rebind both
-        sys.stdout = open(1, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)
-        sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)
+        sys.stdout = open(1, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115 - the child's stdout
+        sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115 - the child's stderr
     try:
         payload: tuple = ("returned", fn())
-    except BaseException as exc:  # the parent decides what an exception means
+    except BaseException as exc:  # noqa: BLE001 - the parent decides what an exception means
         payload = ("raised", *_describe(exc))
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(Exception):  # a closed or broken stream: the payload still goes back
             stream.flush()
-        except Exception:
-            pass
     try:
         sender.send(payload)
-    except Exception as exc:  # e.g. an unpicklable return value
+    except Exception as exc:  # noqa: BLE001 - e.g. an unpicklable return value
         sender.send(("raised", "UnsendableResult", f"agent result could not be sent back: {exc}", ""))
     finally:
         sender.close()
@@ -137,7 +137,7 @@ def _run_inline(fn: Callable[[], Any], timeout: float | None) -> Outcome:
     def target() -> None:
         try:
             box["outcome"] = Outcome(kind="returned", value=fn())
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - reported as the agent's outcome
             name, message, trace = _describe(exc)
             box["outcome"] = Outcome(kind="raised", error_type=name, error_message=message, traceback=trace)
 

@@ -21,12 +21,12 @@ from typing import Any
 __all__ = [
     "MASK",
     "MIN_SECRET_LENGTH",
-    "is_secret_name",
-    "secret_values",
-    "redact",
-    "redact_text",
     "compile_secrets",
     "environment_secrets",
+    "is_secret_name",
+    "redact",
+    "redact_text",
+    "secret_values",
 ]
 
 MASK = "***"

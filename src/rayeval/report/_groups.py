@@ -5,8 +5,8 @@ count, mean or variance over integer-coded groups, which ``np.bincount`` does in
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import pandas as pd

@@ -13,9 +13,10 @@ from __future__ import annotations
 import io
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -281,7 +282,7 @@ def to_json_data(table: pd.DataFrame) -> Any:
     return {
         "metadata": {
             "ci_method": CI_METHOD,
-            "description": f"Accuracy by {label} with {int(round(table.attrs.get('confidence', 0.95) * 100))}% confidence intervals",
+            "description": f"Accuracy by {label} with {round(table.attrs.get('confidence', 0.95) * 100)}% confidence intervals",
             "n_runs": table.attrs.get("n_runs_per_eval", 0),
             "errors": error_policy_note(table.attrs.get("errors", "fail")),
         },
@@ -321,7 +322,7 @@ def to_text(table: pd.DataFrame) -> str:
     cols = [c for c in _export_columns(table)]
     text = format_text(table, cols)
     note = error_policy_note(table.attrs.get("errors", "fail"), int(table[ERRORS].sum()) if ERRORS in table else None)
-    conf = int(round(table.attrs.get("confidence", 0.95) * 100))
+    conf = round(table.attrs.get("confidence", 0.95) * 100)
     return f"{text}\n\n{conf}% CI: {CI_METHOD} (none with a single eval). {note}"
 
 

@@ -53,14 +53,16 @@ class PairedComparison(BaseModel):
         def p(v: float | None) -> str:
             return "-" if v is None else f"{v:.4g}"
 
-        conf = int(round(self.confidence * 100))
+        conf = round(self.confidence * 100)
         lines = [
             f"A: {self.a}",
             f"B: {self.b}",
             f"common evals: {self.n_evals} (only A: {self.only_a}, only B: {self.only_b})",
             f"accuracy A: {pct(self.accuracy_a)}%   accuracy B: {pct(self.accuracy_b)}%",
-            f"mean difference A − B: {pct(self.mean_diff, True)} pp, {conf}% paired-bootstrap CI "
-            f"[{pct(self.ci_lower, True)}, {pct(self.ci_upper, True)}] ({self.n_boot} resamples, seed {self.seed})",
+            (
+                f"mean difference A − B: {pct(self.mean_diff, True)} pp, {conf}% paired-bootstrap CI "
+                f"[{pct(self.ci_lower, True)}, {pct(self.ci_upper, True)}] ({self.n_boot} resamples, seed {self.seed})"
+            ),
             f"per eval: A better {self.wins_a}, B better {self.wins_b}, ties {self.ties}; exact sign test p = {p(self.sign_test_p)}",
         ]
         if self.mcnemar_p is not None:
@@ -207,7 +209,7 @@ def paired_comparison(
         joined = pd.concat([seeds_a.rename("a"), seeds_b.rename("b")], axis=1, join="inner")
         joined = joined[joined.index.get_level_values(0).isin(common)]
         if len(joined):
-            mc_pairs = int(len(joined))
+            mc_pairs = len(joined)
             mc_a = int((joined["a"] & ~joined["b"]).sum())
             mc_b = int((~joined["a"] & joined["b"]).sum())
             mc_p = exact_binomial_p(mc_a, mc_a + mc_b)

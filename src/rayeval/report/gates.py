@@ -6,7 +6,7 @@ without a value (no scored eval) fails a gate: it did not show it meets the bar.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict

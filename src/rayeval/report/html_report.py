@@ -11,9 +11,10 @@ import base64
 import html
 import io
 import math
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -199,10 +200,14 @@ def render_html(
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>",
         f"<h1>{html.escape(title)}</h1>",
-        f'<p class="meta">{html.escape(source)} · generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC} · '
-        f'status <span class="status">{html.escape(stats.status)}</span> · {html.escape(stats.progress)}</p>',
-        f'<p class="note">{html.escape(error_policy_note(errors, int(main["Errors"].sum())))} '
-        "Confidence intervals: 95%, t-distribution over per-eval means (none with a single eval), not clipped.</p>",
+        (
+            f'<p class="meta">{html.escape(source)} · generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC} · '
+            f'status <span class="status">{html.escape(stats.status)}</span> · {html.escape(stats.progress)}</p>'
+        ),
+        (
+            f'<p class="note">{html.escape(error_policy_note(errors, int(main["Errors"].sum())))} '
+            "Confidence intervals: 95%, t-distribution over per-eval means (none with a single eval), not clipped.</p>"
+        ),
         "<h2>Accuracy by model</h2>",
         _img(accuracy_plot(main), "Accuracy with 95% CI per model and harness"),
         html_table(rounded(main)),

@@ -11,7 +11,7 @@ Errored runs count as failed seeds by default (``errors="fail"``), as in the ben
 """
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import pandas as pd

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
-from typing import Annotated, Any, Literal, Mapping, Sequence, Union
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -97,7 +98,7 @@ class TextEvaluatorStats(_EvaluatorStatsBase):
 
 
 EvaluatorStats = Annotated[
-    Union[BooleanEvaluatorStats, NumberEvaluatorStats, SelectEvaluatorStats, TextEvaluatorStats],
+    BooleanEvaluatorStats | NumberEvaluatorStats | SelectEvaluatorStats | TextEvaluatorStats,
     Field(discriminator="kind"),
 ]
 EVALUATOR_STATS_ADAPTER: TypeAdapter[EvaluatorStats] = TypeAdapter(EvaluatorStats)
@@ -417,9 +418,9 @@ def format_duration(seconds: float) -> str:
     if seconds < 3600:
         return f"{seconds / 60:.0f}m"
     if seconds < 86400:
-        hours, rest = divmod(int(round(seconds)), 3600)
+        hours, rest = divmod(round(seconds), 3600)
         return f"{hours}h{rest // 60:02d}m"
-    days, rest = divmod(int(round(seconds)), 86400)
+    days, rest = divmod(round(seconds), 86400)
     return f"{days}d{rest // 3600:02d}h"
 
 

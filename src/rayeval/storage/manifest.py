@@ -97,7 +97,7 @@ def _rayeval_version() -> str:
         from .. import __version__
 
         return __version__
-    except Exception:  # pragma: no cover - partial installs
+    except Exception:  # noqa: BLE001 - partial installs  # pragma: no cover
         return _version("rayeval") or "unknown"
 
 

@@ -548,7 +548,7 @@ class RowWriter:
     def __repr__(self) -> str:
         return f"RowWriter(run_id={self.run_id!r}, writer_id={self.writer_id!r}, pending={self.pending})"
 
-    def __enter__(self) -> RowWriter:
+    def __enter__(self) -> RowWriter:  # noqa: PYI034 - typing.Self needs Python 3.11; we support 3.10
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -695,7 +695,7 @@ class RowWriter:
             if entries:
                 try:
                     parts = self._make_parts(entries)
-                except Exception as exc:  # an unencodable row: keep everything, report
+                except Exception as exc:  # noqa: BLE001 - an unencodable row: keep everything, report
                     with self._lock:
                         self._sealing = 0
                         self._buffer[:0] = entries
@@ -716,7 +716,7 @@ class RowWriter:
                 part.attempts += 1
                 try:
                     self.store.put_atomic(part.path, part.data)
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - any storage fault: the part stays pending, retried
                     error = exc
                     continue
                 with self._lock:

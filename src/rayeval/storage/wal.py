@@ -116,7 +116,7 @@ class WriteAheadLog:
                 "run ResultStore.recover first or use another writer id"
             )
         self._next_segment = 1
-        self._file = open(self.active_path, "ab")
+        self._file = open(self.active_path, "ab")  # noqa: SIM115 - the log's open segment, closed by close()
         self._active_bytes = 0
         self.closed_segments: list[Path] = []
 
@@ -139,7 +139,7 @@ class WriteAheadLog:
         self._next_segment += 1
         os.replace(self.active_path, closed)
         self.closed_segments.append(closed)
-        self._file = open(self.active_path, "ab")
+        self._file = open(self.active_path, "ab")  # noqa: SIM115 - the log's open segment, closed by close()
         self._active_bytes = 0
         return closed
 

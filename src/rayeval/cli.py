@@ -7,12 +7,16 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
 from .evals import EvalFileError, check_evals, load_eval
 from .grading import grade
 from .report.cli import add_report_commands
+
+if TYPE_CHECKING:  # imported when a run starts: `rayeval validate` needs no Ray
+    from .batch import BatchConfig
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -104,6 +108,24 @@ def _option_problems(exc: ValidationError) -> str:
     return "; ".join(problems)
 
 
+def _unfinished_runs_hint(config: BatchConfig) -> str:
+    """``; unfinished runs under ROOT, newest first: ID (status, started ...), ...``, or "":
+    the run a user wants to resume after a crash is usually the newest of these."""
+    from .storage import ResultStore
+
+    try:
+        store = ResultStore(config.output, s3_endpoint_url=config.s3_endpoint_url)
+        manifests = [m for m in (store.read_manifest(run) for run in store.list_runs()) if m is not None]
+    except (OSError, ValueError):  # only a hint: the error stays "--resume needs --run-id"
+        return ""
+    unfinished = sorted((m for m in manifests if m.status != "completed"), key=lambda m: m.created_at, reverse=True)
+    if not unfinished:
+        return f" (no unfinished run under {config.output})"
+    listed = ", ".join(f"{m.run_id} ({m.status}, started {m.created_at:%Y-%m-%d %H:%M} UTC)" for m in unfinished[:5])
+    more = f" and {len(unfinished) - 5} more" if len(unfinished) > 5 else ""
+    return f"; unfinished runs under {config.output}, newest first: {listed}{more}"
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from .agents.resolve import AgentNotFound, parse_agent_args
     from .batch import BatchConfig, RunCancelled, RunConflict, run_batch
@@ -135,7 +157,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise BadInput(str(exc)) from None
     if args.resume and not args.run_id:
-        raise BadInput("--resume needs --run-id")
+        raise BadInput("--resume needs --run-id" + _unfinished_runs_hint(config))
     try:
         summary = run_batch(config)
     except (AgentNotFound, RunConflict, ManifestError) as exc:

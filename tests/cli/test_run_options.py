@@ -37,3 +37,22 @@ def test_bad_run_options_exit_2_naming_the_option(
     assert code == 2, err
     assert message in err and "Traceback" not in err and "errors.pydantic.dev" not in err
     assert not (tmp_path / "out").exists()
+
+
+def test_resume_without_run_id_lists_the_unfinished_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The run to finish after a crash is usually the newest unfinished one: the error names them."""
+    from datetime import datetime, timezone
+
+    from rayeval.storage import ResultStore, RunManifest
+
+    store = ResultStore(tmp_path / "out")
+    for run_id, status, day in (("old-crash", "running", 1), ("done", "completed", 2), ("stopped", "cancelled", 3)):
+        store.write_manifest(RunManifest(run_id=run_id, status=status, created_at=datetime(2026, 11, day, 8, 30, tzinfo=timezone.utc)))
+    code = main(["run", str(REPO / "evals"), "--agent", "reference", "--output", str(tmp_path / "out"), "--no-progress", "--resume"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert (
+        f"--resume needs --run-id; unfinished runs under {tmp_path / 'out'}, newest first: "
+        "stopped (cancelled, started 2026-11-03 08:30 UTC), old-crash (running, started 2026-11-01 08:30 UTC)"
+    ) in err
+    assert "done" not in err

@@ -111,17 +111,28 @@ def _option_problems(exc: ValidationError) -> str:
 def _unfinished_runs_hint(config: BatchConfig) -> str:
     """``; unfinished runs under ROOT, newest first: ID (status, started ...), ...``, or "":
     the run a user wants to resume after a crash is usually the newest of these."""
+    from datetime import datetime
+
     from .storage import ResultStore
 
     try:
         store = ResultStore(config.output, s3_endpoint_url=config.s3_endpoint_url)
-        manifests = [m for m in (store.read_manifest(run) for run in store.list_runs()) if m is not None]
+        runs = store.list_runs()
     except (OSError, ValueError):  # only a hint: the error stays "--resume needs --run-id"
         return ""
-    unfinished = sorted((m for m in manifests if m.status != "completed"), key=lambda m: m.created_at, reverse=True)
+    unfinished = []
+    for run in runs:
+        try:  # as stored, not validated: a big plan need not be checked for a hint
+            data = store.read_manifest_data(run) or {}
+            started = datetime.fromisoformat(data["created_at"].replace("Z", "+00:00"))  # 3.10 reads no "Z"
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if data.get("status") != "completed":
+            unfinished.append((started, run, data.get("status", "unknown")))
     if not unfinished:
         return f" (no unfinished run under {config.output})"
-    listed = ", ".join(f"{m.run_id} ({m.status}, started {m.created_at:%Y-%m-%d %H:%M} UTC)" for m in unfinished[:5])
+    unfinished.sort(reverse=True)
+    listed = ", ".join(f"{run} ({status}, started {started:%Y-%m-%d %H:%M} UTC)" for started, run, status in unfinished[:5])
     more = f" and {len(unfinished) - 5} more" if len(unfinished) > 5 else ""
     return f"; unfinished runs under {config.output}, newest first: {listed}{more}"
 

@@ -48,6 +48,8 @@ def test_resume_without_run_id_lists_the_unfinished_runs(tmp_path: Path, capsys:
     store = ResultStore(tmp_path / "out")
     for run_id, status, day in (("old-crash", "running", 1), ("done", "completed", 2), ("stopped", "cancelled", 3)):
         store.write_manifest(RunManifest(run_id=run_id, status=status, created_at=datetime(2026, 11, day, 8, 30, tzinfo=timezone.utc)))
+    (tmp_path / "out" / "run_id=garbled").mkdir()
+    (tmp_path / "out" / "run_id=garbled" / "_manifest.json").write_text("{not json")  # skipped: only a hint
     code = main(["run", str(REPO / "evals"), "--agent", "reference", "--output", str(tmp_path / "out"), "--no-progress", "--resume"])
     err = capsys.readouterr().err
     assert code == 2

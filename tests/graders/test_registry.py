@@ -87,34 +87,33 @@ def test_register_grader_rejects_non_graders() -> None:
         register_grader("")
 
 
+def install_plugin(folder: Path, monkeypatch, module: str, source: str, entry_point: str) -> None:
+    """A distribution on sys.path whose ``rayeval.graders`` entry point is ``entry_point``."""
+    (folder / f"{module}.py").write_text(source)
+    dist = folder / f"{module}-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module}\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(f"[rayeval.graders]\n{entry_point}\n")
+    monkeypatch.syspath_prepend(str(folder))
+    registry._entry_points_loaded = False
+
+
 def test_user_grader_by_entry_point(tmp_path: Path, monkeypatch, clean_registry) -> None:
-    module = tmp_path / "my_plugin_graders.py"
-    module.write_text(
+    source = (
         "from rayeval.graders import Grader, GraderResult\n"
         "class Always(Grader):\n"
         "    def _evaluate(self, answer, config):\n"
         "        return GraderResult(passed=True, score=1.0)\n"
     )
-    dist = tmp_path / "my_plugin-1.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: my-plugin\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text("[rayeval.graders]\nalways_pass = my_plugin_graders:Always\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    registry._entry_points_loaded = False
+    install_plugin(tmp_path, monkeypatch, "my_plugin_graders", source, "always_pass = my_plugin_graders:Always")
     assert get_grader("always_pass").evaluate_answer(None, {}).passed is True
     sys.modules.pop("my_plugin_graders", None)
 
 
 def test_a_broken_grader_plugin_is_skipped_with_a_warning_naming_it(tmp_path: Path, monkeypatch, caplog, clean_registry) -> None:
-    (tmp_path / "broken_plugin_graders.py").write_text("raise ImportError('needs torch')\n")
-    dist = tmp_path / "broken_plugin-1.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-plugin\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text("[rayeval.graders]\nbroken_type = broken_plugin_graders:Broken\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    registry._entry_points_loaded = False
+    source = "raise ImportError('needs torch')\n"
+    install_plugin(tmp_path, monkeypatch, "broken_plugin_graders", source, "broken_type = broken_plugin_graders:Broken")
     with caplog.at_level("WARNING", logger="rayeval.graders.registry"):
         assert get_grader("multiple_choice") is not None  # the built-ins still work
         assert registry.is_registered("broken_type") is False
     assert "'broken_type'" in caplog.text and "ImportError: needs torch" in caplog.text
-    sys.modules.pop("broken_plugin_graders", None)

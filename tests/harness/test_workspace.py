@@ -163,3 +163,31 @@ def test_rayevals_in_process_agents_say_they_leave_nothing_running(tmp_path: Pat
     from rayeval.agents.replay import replay_agent
 
     assert replay_agent.leaves_nothing_running is True  # type: ignore[attr-defined]
+
+
+def test_spares_of_a_killed_process_are_removed_by_the_next_one(tmp_path: Path) -> None:
+    """A process killed before its exit handler left its spare: the next process to make a
+    folder in that parent removes it, and leaves the spares of live processes alone."""
+    script = f"""
+import os, signal
+from pathlib import Path
+from rayeval import EvalRunner
+from rayeval.evals import Eval
+agent = lambda prompt, work_dir: {{"answer": "B"}}
+agent.needs_data = False
+agent.leaves_nothing_running = True
+runner = EvalRunner(Eval.model_validate({QUICK_EVAL!r}), work_root=Path({str(tmp_path)!r}), run_id="r")
+assert runner.run(agent, isolation="inline").passed
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+    done = subprocess.run([sys.executable, "-c", script], check=False, timeout=120)
+    assert done.returncode == -9
+    left = [name for name in os.listdir(tmp_path / "r") if name.startswith(".spare-")]
+    assert len(left) == 1, left
+    live = tmp_path / "r" / f".spare-{os.getppid()}-0"  # a live process's (this one's parent)
+    live.mkdir()
+
+    runner, seen = _runner(tmp_path), []
+    assert runner.run(_recording(seen), isolation="inline").passed
+    spares = sorted(name for name in os.listdir(tmp_path / "r") if name.startswith(".spare-"))
+    assert left[0] not in spares and live.name in spares

@@ -11,6 +11,8 @@ import tempfile
 import threading
 from pathlib import Path
 
+from .cache import pid_alive
+
 WORK_ROOT_ENV = "RAYEVAL_WORK_ROOT"
 ARTIFACT_NAMES = ("trajectory.json", "agent_output.log", "agent_stdout.log", "refusal_verdict.json")
 MAX_ARTIFACT_BYTES = 2_000_000
@@ -19,6 +21,7 @@ MAX_ARTIFACT_BYTES = 2_000_000
 LEGACY_SUBDIR = "agent_workspace"
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_SPARE_NAME = re.compile(r"\.spare-(\d+)-\d+")
 
 # Work-folder name suffixes.  A generator of our own, not ``random``'s (an agent seeding it for
 # determinism would make every process draw the same names) nor ``uuid4`` (``os.urandom`` is a
@@ -90,7 +93,10 @@ class _SpareFolders:
         parent = work_dir.parent
         if (info.st_mode, info.st_uid, info.st_gid) == self._made.get(parent):
             with self._lock:
+                first = parent not in self._free
                 room = len(self._free.get(parent, ())) < self.PER_PARENT
+            if first:  # the first spare this process keeps there
+                _remove_dead_spares(parent)
             if room:
                 spare = parent / f".spare-{os.getpid()}-{next(self._names)}"
                 try:
@@ -123,6 +129,23 @@ class _SpareFolders:
             try:
                 os.rmdir(spare)
             except OSError:
+                pass
+
+
+def _remove_dead_spares(parent: Path) -> None:
+    """The spares a process that is gone left in ``parent`` (killed, it never ran its exit
+    handler), removed by the next process that keeps spares there.  A live process's spare on another host sharing the folder may go too; its owner
+    then finds it gone and makes a folder instead (see ``_SpareFolders.take``)."""
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return
+    for name in names:
+        match = _SPARE_NAME.fullmatch(name)
+        if match and int(match[1]) != os.getpid() and not pid_alive(int(match[1])):
+            try:
+                os.rmdir(parent / name)
+            except OSError:  # taken meanwhile, or not empty: not ours to judge
                 pass
 
 

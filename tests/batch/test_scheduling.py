@@ -193,6 +193,68 @@ def test_the_pool_grows_onto_nodes_that_joined(monkeypatch: pytest.MonkeyPatch) 
     assert small.count == 3  # no more workers than units that may run at once
 
 
+def test_workers_return_to_a_node_that_comes_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dead node's workers run on elsewhere (Ray restarts them); when a node joins again,
+    new workers go there, and each, once up, retires one of them: it gets no more calls and
+    is ended when its calls are back, never with a call in flight."""
+    head, gone, back = "aa" * 28, "bb" * 28, "cc" * 28
+    calls: list = []
+    strategies: list = []
+    ended: list = []
+    pool = _fake_pool(calls, strategies)
+    pool.add(["SPREAD"] * 4)
+    pool.preparing.clear()
+    pool.node_of[:] = [head, head, gone, gone]
+    monkeypatch.setattr(engine.ray, "kill", lambda actor, no_restart: ended.append((actor.run_units.worker, no_restart)))
+    monkeypatch.setattr(engine.ray, "nodes", lambda: [_node(head, 2), _node(gone, 2, alive=False)])
+    engine._grow_pool(pool, demand=16)
+    assert pool.count == 4 and len(strategies) == 4, "no node to go to: the displaced workers keep working"
+    busy = [pool.submit(_call(n), fast=False, budget_s=1) for n in range(4)]  # one call on each
+
+    monkeypatch.setattr(engine.ray, "nodes", lambda: [_node(head, 2), _node(gone, 2, alive=False), _node(back, 2)])
+    engine._grow_pool(pool, demand=16)
+    assert [strategy.node_id for strategy in strategies[4:]] == [back, back]
+    assert pool.count == 6 and not ended  # the old ones work on until the new ones are up
+    monkeypatch.setattr(engine.ray, "get", lambda ref: back)
+    for ref in list(pool.preparing):
+        assert pool.came_up(ref)
+    assert pool.count == 4 and pool.workers_on() == {head: 2, back: 2}
+    assert not ended, "a retired worker with a call in flight is not ended"
+    pool.submit(_call(4), fast=False, budget_s=1)
+    pool.submit(_call(5), fast=False, budget_s=1)
+    assert [worker for worker, *_ in calls[4:]] == [4, 5]  # never to a retired worker
+    pool.finished(busy[2])
+    pool.finished(busy[0])
+    assert ended == [(2, True)]  # ended once its call was back, and not restarted by Ray
+    pool.finished(busy[3])
+    assert ended == [(2, True), (3, True)]
+    engine._grow_pool(pool, demand=16)
+    assert len(strategies) == 6  # the pool is whole again: nothing more to add
+
+
+def test_a_node_with_more_workers_than_cpus_hands_the_last_ones_to_a_node_that_joins(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker that was still starting when its node died comes up where Ray restarted it:
+    its node then has more workers than CPUs, and a node that joins takes over the last ones."""
+    head, joined = "aa" * 28, "bb" * 28
+    strategies: list = []
+    ended: list = []
+    pool = _fake_pool([], strategies)
+    pool.add(["SPREAD"] * 3)
+    pool.preparing.clear()
+    pool.node_of[:] = [head, head, head]
+    monkeypatch.setattr(engine.ray, "kill", lambda actor, no_restart: ended.append(actor.run_units.worker))
+    monkeypatch.setattr(engine.ray, "nodes", lambda: [_node(head, 2)])
+    engine._grow_pool(pool, demand=3)
+    assert len(strategies) == 3, "nowhere better to go: the third worker stays"
+    monkeypatch.setattr(engine.ray, "nodes", lambda: [_node(head, 2), _node(joined, 2)])
+    engine._grow_pool(pool, demand=3)
+    assert [strategy.node_id for strategy in strategies[3:]] == [joined]
+    monkeypatch.setattr(engine.ray, "get", lambda ref: joined)
+    (ref,) = pool.preparing
+    pool.came_up(ref)
+    assert ended == [2] and pool.workers_on() == {head: 2, joined: 1}
+
+
 def test_a_cluster_that_cannot_be_listed_leaves_the_pool_as_it_is(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     def unreachable() -> list:
         raise ConnectionError("GCS unavailable")

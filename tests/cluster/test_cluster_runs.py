@@ -274,3 +274,47 @@ def test_a_node_that_joins_mid_run_gets_workers(ray_cluster: RayTestCluster, tmp
         raise
     finish_sleep_run(process, output, "grow", GROW_SEEDS)
     print(f"node 2 joined mid-run; its workers ran a unit {first_busy_s:.1f} s later")
+
+
+RETURN_SEEDS = 24  # 240 units of 1 s, 4 at a time: ~60 s, time for a node to die and come back
+
+
+def test_workers_return_to_a_node_that_comes_back(ray_cluster: RayTestCluster, tmp_path: Path) -> None:
+    """The second node dies mid-run (its workers restart on the head) and comes back (an
+    autoscaler replacing a lost node): each node has one worker per CPU again, the head's
+    extra ones ended once their units were back."""
+    if not ray_cluster.workers:
+        ray_cluster.start_node2()
+    process, output = start_sleep_run(ray_cluster, tmp_path, "return", seeds=RETURN_SEEDS, workers=None)
+    try:
+        wait_until(
+            lambda: ray_cluster.actor_pids("UnitWorker", node=ray_cluster.node2, busy=True) or process.poll() is not None,
+            60, 0.2, "a busy UnitWorker on the second node",
+        )  # fmt: skip
+        assert process.poll() is None, "rayeval run ended before a UnitWorker on node 2 was busy"
+        total = 2 * NODE_CPUS  # one worker per CPU of the cluster (--max-concurrency 4)
+        wait_until(lambda: len(ray_cluster.actor_pids("UnitWorker")) == total, 30, 0.2, f"{total} workers")
+        ray_cluster.kill_node2(wait_dead=False)
+        wait_until(
+            lambda: len(ray_cluster.actor_pids("UnitWorker", node=ray_cluster.head)) == total or process.poll() is not None,
+            60, 0.2, "node 2's workers restarting on the head",
+        )  # fmt: skip
+        assert process.poll() is None, "the run ended before node 2's workers were restarted on the head"
+        node2 = ray_cluster.start_node2()
+        returned_at = time.monotonic()
+        wait_until(
+            lambda: ray_cluster.actor_pids("UnitWorker", node=node2, busy=True) or process.poll() is not None,
+            60, 0.2, "a busy UnitWorker on the node that came back",
+        )  # fmt: skip
+        wait_until(
+            lambda: len(ray_cluster.actor_pids("UnitWorker", node=ray_cluster.head)) == NODE_CPUS or process.poll() is not None,
+            30, 0.2, "the head back to one worker per CPU",
+        )  # fmt: skip
+        assert process.poll() is None, "the run ended before the workers were back on node 2"
+        assert len(ray_cluster.actor_pids("UnitWorker", node=node2)) == NODE_CPUS
+        back_s = time.monotonic() - returned_at
+    except BaseException:
+        kill_pids([process.pid])
+        raise
+    finish_sleep_run(process, output, "return", RETURN_SEEDS)
+    print(f"node 2 came back; its workers were there again and the head's extra ones ended {back_s:.1f} s later")

@@ -333,7 +333,9 @@ def _demand(config: BatchConfig, units: int) -> int:
 
 
 def _grow_pool(workers: WorkerPool, demand: int) -> None:
-    """Workers for the CPUs of nodes that joined since the pool was sized (``--workers`` unset).
+    """Workers for the CPUs of nodes that joined since the pool was sized (``--workers`` unset),
+    each replacing, once up, a worker whose node has died or that its node has beyond its
+    CPUs (see ``WorkerPool``).
 
     Waits until every worker has said where it is: a worker still starting (no node with CPUs
     yet, as on a RayJob whose worker pods are still coming up) must not be counted twice.
@@ -346,9 +348,11 @@ def _grow_pool(workers: WorkerPool, demand: int) -> None:
         log.warning("cannot list the cluster's nodes to add workers: %s", exc)
         return
     node_cpus = {node["NodeID"]: node["Resources"].get("CPU", 0.0) for node in nodes if node["Alive"]}
-    wanted = worker_count(sum(node_cpus.values()), demand) - workers.count
+    excess = workers.excess(node_cpus)
+    wanted = worker_count(sum(node_cpus.values()), demand) - (workers.count - len(excess))
     if wanted > 0:
-        workers.add_on_nodes(nodes_for_new_workers(node_cpus, workers.workers_on(), wanted))
+        new_nodes = nodes_for_new_workers(node_cpus, workers.workers_on(), wanted)
+        workers.add_on_nodes(new_nodes, replacing=excess[: len(new_nodes)])
 
 
 def _execute(

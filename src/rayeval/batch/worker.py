@@ -1,12 +1,13 @@
 """The Ray actor that runs units: threaded, because agent work waits on LLM calls, not CPU."""
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,8 @@ from ..harness.workspace import default_work_root
 from .cpu_share import CpuShare
 from .plan import Plan, Unit
 from .rows import UnitRow, row_from_result, unit_row
+
+log = logging.getLogger(__name__)
 
 FAST_GROUP = "fast"
 # Fast units (many to a call) run this many calls at once per worker: one call alone leaves the
@@ -188,6 +191,10 @@ class WorkerPool:
     position in the plan, which each worker derives from the evals, models and seeds.
 
     ``new_actor(scheduling_strategy)`` starts one more actor: the pool grows when nodes join.
+    A worker whose node died runs on elsewhere (Ray restarts it, on whatever node has room),
+    and a node can end up with more workers than CPUs; when a new worker replaces such a
+    worker on a node that joined, the old one gets no more calls and is ended once its calls
+    are back, so that a node that comes back gets its share of the work again.
     """
 
     def __init__(self, new_actor: Callable[[Any], Any], shared: list[Any]):
@@ -200,15 +207,21 @@ class WorkerPool:
         self._worker_of: dict[Any, int] = {}
         self.node_of: list[str | None] = []  # as each worker reported when it came up
         self.preparing: dict[Any, int] = {}  # ``prepare`` references of workers not up yet
+        self._replaces: dict[int, int] = {}  # new worker -> the displaced one it replaces
+        self._retiring: set[int] = set()  # no more calls; ended once theirs are back
 
     @property
     def count(self) -> int:
-        return len(self.actors)
+        """Workers that take calls."""
+        return len(self.actors) - len(self._retiring)
 
-    def add(self, strategies: list[Any]) -> None:
-        """Start one worker per scheduling strategy ("SPREAD", or a node affinity)."""
-        for strategy in strategies:
+    def add(self, strategies: list[Any], *, replacing: list[int] = ()) -> None:
+        """Start one worker per scheduling strategy ("SPREAD", or a node affinity); the first
+        ones retire the workers ``replacing`` names once they are up."""
+        for position, strategy in enumerate(strategies):
             actor = self._new_actor(strategy)
+            if position < len(replacing):
+                self._replaces[len(self.actors)] = replacing[position]
             self.preparing[actor.prepare.remote(self.shared)] = len(self.actors)
             self.actors.append(actor)
             self._threaded.append(actor.run_units)
@@ -216,29 +229,62 @@ class WorkerPool:
             self._in_flight.append(0)
             self.node_of.append(None)
 
-    def add_on_nodes(self, node_ids: list[str]) -> None:
+    def add_on_nodes(self, node_ids: list[str], *, replacing: list[int] = ()) -> None:
         """Workers on these nodes (a node that dies meanwhile: elsewhere)."""
-        self.add([NodeAffinitySchedulingStrategy(node_id, soft=True) for node_id in node_ids])
+        self.add([NodeAffinitySchedulingStrategy(node_id, soft=True) for node_id in node_ids], replacing=replacing)
 
     def came_up(self, ref: Any) -> bool:
-        """Whether ``ref`` (ready) is a worker's ``prepare``; notes the worker's node if so."""
+        """Whether ``ref`` (ready) is a worker's ``prepare``; notes the worker's node if so,
+        and retires the worker it replaces."""
         index = self.preparing.pop(ref, None)
         if index is None:
             return False
+        replaced = self._replaces.pop(index, None)
         try:
             self.node_of[index] = ray.get(ref)
         except ray.exceptions.RayError:  # it failed to start: Ray restarts it, node unknown
-            pass
+            return True  # the one it was to replace keeps working
+        if replaced is not None:
+            self._retire(replaced)
         return True
 
+    def excess(self, node_cpus: Mapping[str, float]) -> list[int]:
+        """Workers taking calls that another node would serve better: those whose node has
+        died since they came up (Ray has restarted them elsewhere, where the pool does not
+        know), then the last ones beyond one per CPU of an alive node."""
+        displaced, beyond = [], []
+        seen: Counter[str] = Counter()
+        for index, node in enumerate(self.node_of):
+            if node is None or index in self._retiring:
+                continue
+            if node not in node_cpus:
+                displaced.append(index)
+            else:
+                seen[node] += 1
+                if seen[node] > int(node_cpus[node]):
+                    beyond.append(index)
+        return displaced + beyond
+
     def workers_on(self) -> Counter[str]:
-        """Workers per node, for those whose node is known."""
-        return Counter(node for node in self.node_of if node is not None)
+        """Workers taking calls per node, for those whose node is known."""
+        return Counter(node for index, node in enumerate(self.node_of) if node is not None and index not in self._retiring)
+
+    def _retire(self, index: int) -> None:
+        self._retiring.add(index)
+        if self._in_flight[index] == 0:
+            self._end(index)
+
+    def _end(self, index: int) -> None:
+        try:
+            ray.kill(self.actors[index], no_restart=True)
+        except ray.exceptions.RayError as exc:  # gone already: nothing to end
+            log.debug("worker %d: %s", index, exc)
 
     def submit(self, call: list[tuple[Unit, int]], *, fast: bool, budget_s: float) -> Any:
         """Send a call to the least busy worker; ``fast``: through its fast group (see
         FAST_CALLS_PER_WORKER); ``budget_s``: see ``UnitWorker.run_units``."""
-        index = self._in_flight.index(min(self._in_flight))
+        taking = range(len(self.actors)) if not self._retiring else [i for i in range(len(self.actors)) if i not in self._retiring]
+        index = min(taking, key=self._in_flight.__getitem__)
         method = (self._fast if fast else self._threaded)[index]
         ref = method.remote([unit.index for unit, _ in call], [attempt for _, attempt in call], self.shared, budget_s, fast)
         self._in_flight[index] += 1
@@ -247,7 +293,10 @@ class WorkerPool:
 
     def finished(self, ref: Any) -> None:
         """The call behind ``ref`` is over (its result or error has been fetched)."""
-        self._in_flight[self._worker_of.pop(ref)] -= 1
+        index = self._worker_of.pop(ref)
+        self._in_flight[index] -= 1
+        if index in self._retiring and self._in_flight[index] == 0:
+            self._end(index)
 
 
 def start_workers(

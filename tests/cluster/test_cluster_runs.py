@@ -247,6 +247,18 @@ def _one_worker_per_cpu(ray_cluster: RayTestCluster, node: RayNode, process: sub
     assert len(ray_cluster.actor_pids("UnitWorker", node=node)) == NODE_CPUS
 
 
+def _start_node2_until_busy(ray_cluster: RayTestCluster, process: subprocess.Popen, what: str) -> tuple[RayNode, float]:
+    """Start the second node again; returns it, and when it started, once one of its workers runs a unit."""
+    node2 = ray_cluster.start_node2()
+    started_at = time.monotonic()
+    wait_until(
+        lambda: ray_cluster.actor_pids("UnitWorker", node=node2, busy=True) or process.poll() is not None,
+        60, 0.2, f"a busy UnitWorker on {what}",
+    )  # fmt: skip
+    assert process.poll() is None, f"the run ended before {what} ran a unit"
+    return node2, started_at
+
+
 def test_a_node_that_joins_mid_run_gets_workers(ray_cluster: RayTestCluster, tmp_path: Path) -> None:
     """Workers follow the cluster: a node that joins during a run (an autoscaler's node, a
     RayJob's worker pods starting after its driver) gets one worker per CPU, and units run there."""
@@ -259,13 +271,7 @@ def test_a_node_that_joins_mid_run_gets_workers(ray_cluster: RayTestCluster, tmp
         )
         assert process.poll() is None, "rayeval run ended before any UnitWorker was seen busy"
         _one_worker_per_cpu(ray_cluster, ray_cluster.head, process)
-        node2 = ray_cluster.start_node2()
-        joined_at = time.monotonic()
-        wait_until(
-            lambda: ray_cluster.actor_pids("UnitWorker", node=node2, busy=True) or process.poll() is not None,
-            60, 0.2, "a busy UnitWorker on the node that joined",
-        )  # fmt: skip
-        assert process.poll() is None, "the run ended before the node that joined ran a unit"
+        node2, joined_at = _start_node2_until_busy(ray_cluster, process, "the node that joined")
         first_busy_s = time.monotonic() - joined_at
         _one_worker_per_cpu(ray_cluster, node2, process)
         assert len(ray_cluster.actor_pids("UnitWorker", node=ray_cluster.head)) == NODE_CPUS  # none moved or added there
@@ -300,12 +306,7 @@ def test_workers_return_to_a_node_that_comes_back(ray_cluster: RayTestCluster, t
             60, 0.2, "node 2's workers restarting on the head",
         )  # fmt: skip
         assert process.poll() is None, "the run ended before node 2's workers were restarted on the head"
-        node2 = ray_cluster.start_node2()
-        returned_at = time.monotonic()
-        wait_until(
-            lambda: ray_cluster.actor_pids("UnitWorker", node=node2, busy=True) or process.poll() is not None,
-            60, 0.2, "a busy UnitWorker on the node that came back",
-        )  # fmt: skip
+        node2, returned_at = _start_node2_until_busy(ray_cluster, process, "the node that came back")
         wait_until(
             lambda: len(ray_cluster.actor_pids("UnitWorker", node=ray_cluster.head)) == NODE_CPUS or process.poll() is not None,
             30, 0.2, "the head back to one worker per CPU",

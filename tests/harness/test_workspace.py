@@ -3,6 +3,7 @@ when the agent leaves nothing running (it says so), left it as made, and did not
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -137,19 +138,27 @@ def test_a_forked_child_does_not_take_its_parents_spares(tmp_path: Path) -> None
     assert child_inode != seen[0].st_ino and len(spares) == 1  # the spare stayed the parent's
 
 
-def test_spares_are_removed_when_the_process_exits(tmp_path: Path) -> None:
+def _run_one_unit_in_a_process(root: Path, then: str) -> int:
+    """A Python process that runs one unit of a reusing agent under ``root`` (leaving a spare),
+    then the statement ``then``; returns its exit code."""
     script = f"""
+import os, signal
 from pathlib import Path
 from rayeval import EvalRunner
 from rayeval.evals import Eval
 agent = lambda prompt, work_dir: {{"answer": "B"}}
 agent.needs_data = False
 agent.leaves_nothing_running = True
-runner = EvalRunner(Eval.model_validate({QUICK_EVAL!r}), work_root=Path({str(tmp_path)!r}), run_id="r")
+runner = EvalRunner(Eval.model_validate({QUICK_EVAL!r}), work_root=Path({str(root)!r}), run_id="r")
 assert runner.run(agent, isolation="inline").passed
-assert any(name.startswith(".spare-") for name in __import__("os").listdir({str(tmp_path / "r")!r}))
+assert any(name.startswith(".spare-") for name in os.listdir({str(root / "r")!r}))
+{then}
 """
-    subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
+    return subprocess.run([sys.executable, "-c", script], check=False, timeout=120).returncode
+
+
+def test_spares_are_removed_when_the_process_exits(tmp_path: Path) -> None:
+    assert _run_one_unit_in_a_process(tmp_path, "pass") == 0
     assert os.listdir(tmp_path / "r") == []
 
 
@@ -168,20 +177,7 @@ def test_rayevals_in_process_agents_say_they_leave_nothing_running(tmp_path: Pat
 def test_spares_of_a_killed_process_are_removed_by_the_next_one(tmp_path: Path) -> None:
     """A process killed before its exit handler left its spare: the next process to make a
     folder in that parent removes it, and leaves the spares of live processes alone."""
-    script = f"""
-import os, signal
-from pathlib import Path
-from rayeval import EvalRunner
-from rayeval.evals import Eval
-agent = lambda prompt, work_dir: {{"answer": "B"}}
-agent.needs_data = False
-agent.leaves_nothing_running = True
-runner = EvalRunner(Eval.model_validate({QUICK_EVAL!r}), work_root=Path({str(tmp_path)!r}), run_id="r")
-assert runner.run(agent, isolation="inline").passed
-os.kill(os.getpid(), signal.SIGKILL)
-"""
-    done = subprocess.run([sys.executable, "-c", script], check=False, timeout=120)
-    assert done.returncode == -9
+    assert _run_one_unit_in_a_process(tmp_path, "os.kill(os.getpid(), signal.SIGKILL)") == -signal.SIGKILL
     left = [name for name in os.listdir(tmp_path / "r") if name.startswith(".spare-")]
     assert len(left) == 1, left
     live = tmp_path / "r" / f".spare-{os.getppid()}-0"  # a live process's (this one's parent)

@@ -17,7 +17,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ..agents.resolve import resolve_agent
 from ..evals import Eval
-from ..harness.cache import pid_alive, remove_tree
+from ..harness.cache import left_by_gone_processes, remove_tree
 from ..harness.context import AgentFunction
 from ..harness.execution import Execution, grade_execution
 from ..harness.isolation import Isolation
@@ -167,16 +167,14 @@ def sweep_dead_workers(root: Path, host: str) -> None:
     it) leaves that unit's work folder with its staged data.  No row refers to them: the unit
     ran again elsewhere.  Other hosts' folders (a shared work root) are left to their hosts."""
     prefix = f"{WORKER_FOLDER_PREFIX}{host}-"
-    try:
-        names = os.listdir(root)
-    except OSError:
-        return
-    for name in names:
+
+    def owner(name: str) -> int | None:
         pid = name.removeprefix(prefix)
-        if pid == name or not pid.isdigit() or pid_alive(int(pid)):
-            continue
+        return int(pid) if pid != name and pid.isdigit() else None
+
+    for folder in left_by_gone_processes(root, owner):
         try:
-            remove_tree(root / name)
+            remove_tree(folder)
         except OSError:  # another worker is sweeping it too
             pass
 

@@ -263,6 +263,17 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def left_by_gone_processes(folder: Path, owner: Callable[[str], int | None]) -> list[Path]:
+    """The entries of ``folder`` whose name ``owner`` maps to the id of a process that no
+    longer runs on this host; [] when the folder cannot be listed."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    here = os.getpid()
+    return [folder / name for name in names if (pid := owner(name)) is not None and pid != here and not pid_alive(pid)]
+
+
 def _sweep_scratch(tmp_root: Path, h: str) -> None:
     """Drop scratch dirs of this key left by dead processes (called under the exclusive lock)."""
     now = time.time()

@@ -11,7 +11,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from .cache import pid_alive
+from .cache import left_by_gone_processes
 
 WORK_ROOT_ENV = "RAYEVAL_WORK_ROOT"
 ARTIFACT_NAMES = ("trajectory.json", "agent_output.log", "agent_stdout.log", "refusal_verdict.json")
@@ -134,19 +134,19 @@ class _SpareFolders:
 
 def _remove_dead_spares(parent: Path) -> None:
     """The spares a process that is gone left in ``parent`` (killed, it never ran its exit
-    handler), removed by the next process that keeps spares there.  A live process's spare on another host sharing the folder may go too; its owner
-    then finds it gone and makes a folder instead (see ``_SpareFolders.take``)."""
-    try:
-        names = os.listdir(parent)
-    except OSError:
-        return
-    for name in names:
-        match = _SPARE_NAME.fullmatch(name)
-        if match and int(match[1]) != os.getpid() and not pid_alive(int(match[1])):
-            try:
-                os.rmdir(parent / name)
-            except OSError:  # taken meanwhile, or not empty: not ours to judge
-                pass
+    handler), removed by the next process that keeps spares there.  A live process's spare on
+    another host sharing the folder may go too; its owner then finds it gone and makes a
+    folder instead (see ``_SpareFolders.take``)."""
+    for spare in left_by_gone_processes(parent, _spare_owner):
+        try:
+            os.rmdir(spare)
+        except OSError:  # taken meanwhile, or not empty: not ours to judge
+            pass
+
+
+def _spare_owner(name: str) -> int | None:
+    match = _SPARE_NAME.fullmatch(name)
+    return int(match[1]) if match else None
 
 
 _SPARES = _SpareFolders()

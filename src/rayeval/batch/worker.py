@@ -205,7 +205,7 @@ class WorkerPool:
         self._worker_of: dict[Any, int] = {}
         self.node_of: list[str | None] = []  # as each worker reported when it came up
         self.preparing: dict[Any, int] = {}  # ``prepare`` references of workers not up yet
-        self._replaces: dict[int, int] = {}  # new worker -> the displaced one it replaces
+        self._replaces: dict[int, int] = {}  # new worker -> the one it replaces (see ``excess``)
         self._retiring: set[int] = set()  # no more calls; ended once theirs are back
 
     @property
@@ -281,7 +281,7 @@ class WorkerPool:
     def submit(self, call: list[tuple[Unit, int]], *, fast: bool, budget_s: float) -> Any:
         """Send a call to the least busy worker; ``fast``: through its fast group (see
         FAST_CALLS_PER_WORKER); ``budget_s``: see ``UnitWorker.run_units``."""
-        taking = range(len(self.actors)) if not self._retiring else [i for i in range(len(self.actors)) if i not in self._retiring]
+        taking = (i for i in range(len(self.actors)) if i not in self._retiring)
         index = min(taking, key=self._in_flight.__getitem__)
         method = (self._fast if fast else self._threaded)[index]
         ref = method.remote([unit.index for unit, _ in call], [attempt for _, attempt in call], self.shared, budget_s, fast)

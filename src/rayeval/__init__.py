@@ -1,12 +1,26 @@
 """rayeval: run AI-agent evaluations at scale, reproducibly, with exact graders."""
+from __future__ import annotations
+
 from importlib import import_module
 from typing import Any
 
+from ._lazy import lazy_exports
 from ._version import __version__
-from .evals import Eval, EvalFileError, EvalProblem, GraderSpec, load_eval, load_evals
-from .graders import GraderResult, get_grader, register_grader
-from .grading import grade
-from .harness import EvalResult, EvalRunner
+
+_EXPORTS = {
+    "Eval": ".evals",
+    "EvalFileError": ".evals",
+    "EvalProblem": ".evals",
+    "GraderSpec": ".evals",
+    "load_eval": ".evals",
+    "load_evals": ".evals",
+    "GraderResult": ".graders",
+    "get_grader": ".graders",
+    "register_grader": ".graders",
+    "grade": ".grading",
+    "EvalResult": ".harness",
+    "EvalRunner": ".harness",
+}
 
 __all__ = [
     "Eval",
@@ -25,9 +39,12 @@ __all__ = [
     "register_grader",
 ]
 
+_export = lazy_exports(__name__, _EXPORTS)
+
 
 def __getattr__(name: str) -> Any:
-    """``rayeval.evaluations`` loads on first use (it brings Ray and the reports with ``run``)."""
+    """Exports load on first use: ``rayeval.evaluations`` brings Ray and the reports, and the
+    unit runner (a process per worker) imports only the few modules it needs."""
     if name == "evaluations":
         return import_module(".evaluations", __name__)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return _export(name)

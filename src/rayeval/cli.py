@@ -13,6 +13,8 @@ from pydantic import ValidationError
 
 from .evals import EvalFileError, check_evals, load_eval
 from .grading import grade
+from .harness.cache import default_cache_dir
+from .harness.sandbox import SandboxConfig, UnitLimits
 from .report.cli import add_report_commands
 
 if TYPE_CHECKING:  # imported when a run starts: `rayeval validate` needs no Ray
@@ -26,7 +28,7 @@ class BadInput(Exception):
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    evals, problems = check_evals(*args.paths)
+    evals, problems = check_evals(*args.paths, data_roots=args.data_root)
     for problem in problems:
         print(problem, file=sys.stderr)
     if problems:
@@ -48,7 +50,7 @@ def _read_answer(path: str) -> object:
 
 
 def _cmd_grade(args: argparse.Namespace) -> int:
-    eval_ = load_eval(args.eval_file)
+    eval_ = load_eval(args.eval_file, check_data_nodes=False)  # grading stages no data
     result = grade(eval_, _read_answer(args.answer_file))
     print(result.to_json(indent=2))
     return EXIT_OK if result.passed else EXIT_FAILED
@@ -56,30 +58,52 @@ def _cmd_grade(args: argparse.Namespace) -> int:
 
 def _cmd_run_one(args: argparse.Namespace) -> int:
     from .agents.resolve import (
-        INLINE_AGENTS,
         AgentNotFound,
+        agent_ref,
         parse_agent_args,
         resolve_agent,
     )
     from .harness import EvalRunner
+    from .harness.sandbox import AgentUnavailable, SandboxError, check_runs_here
 
-    eval_ = load_eval(args.eval_file)
-    try:
-        agent = resolve_agent(args.agent)
-        agent_args = parse_agent_args(args.agent_arg)
-    except (AgentNotFound, ValueError) as exc:
-        raise BadInput(str(exc)) from None
+    eval_ = load_eval(args.eval_file, data_roots=args.data_root)
+    sandbox = _sandbox_config(args)
     runner = EvalRunner(eval_, work_root=args.work_root, keep_workspace=args.keep_workspace)
+    try:
+        agent_args = parse_agent_args(args.agent_arg)
+        if args.isolation == "inline":
+            agent = resolve_agent(args.agent)
+        else:  # imported only in the unit's own process; the check also starts the sandbox once
+            agent = agent_ref(args.agent)
+            config = sandbox.model_copy(update={"hide": (*sandbox.hide, *map(str, runner.data_roots))})
+            check_runs_here(config, args.isolation, runner.work_root, default_cache_dir(), agent)
+    except (AgentNotFound, AgentUnavailable, SandboxError, ValueError) as exc:
+        raise BadInput(str(exc)) from None
     result = runner.run(
         agent,
         model=args.model,
         seed=args.seed,
         timeout=args.timeout,
         agent_args=agent_args,
-        isolation="inline" if args.agent in INLINE_AGENTS else "process",
+        isolation=args.isolation,
+        sandbox=sandbox,
     )
     print(result.model_dump_json(indent=2))
     return EXIT_OK if result.passed else EXIT_FAILED
+
+
+def _sandbox_config(args: argparse.Namespace) -> SandboxConfig:
+    try:
+        limits = UnitLimits(
+            memory_mb=args.limit_memory_mb or None,
+            processes=args.limit_processes or None,
+            file_size_mb=args.limit_file_size_mb or None,
+            tmp_mb=args.limit_tmp_mb,
+            max_output_mb=args.limit_output_mb,
+        )
+    except ValidationError as exc:
+        raise BadInput(_option_problems(exc, prefix="--limit-")) from None
+    return SandboxConfig(network=args.network, limits=limits, hide=tuple(args.sandbox_hide), env_names=tuple(args.agent_env))
 
 
 def _model_limits(pairs: list[str]) -> dict[str, int]:
@@ -93,16 +117,16 @@ def _model_limits(pairs: list[str]) -> dict[str, int]:
 
 
 # BatchConfig fields whose command-line spelling is not ``--field-name``
-_OPTION_OF_FIELD = {"evals": "EVALS", "agent_args": "--agent-arg", "s3_endpoint_url": "--s3-endpoint"}
+_OPTION_OF_FIELD = {"evals": "EVALS", "agent_args": "--agent-arg", "s3_endpoint_url": "--s3-endpoint", "data_roots": "--data-root"}
 
 
-def _option_problems(exc: ValidationError) -> str:
+def _option_problems(exc: ValidationError, prefix: str = "--") -> str:
     """``--max-concurrency: Input should be greater than or equal to 1 (got 0)``, per problem:
     the option as typed, not the configuration field behind it."""
     problems = []
     for error in exc.errors():
         field = str(error["loc"][0]) if error["loc"] else ""
-        option = _OPTION_OF_FIELD.get(field, f"--{field.replace('_', '-')}")
+        option = _OPTION_OF_FIELD.get(field, f"{prefix}{field.replace('_', '-')}")
         message = error["msg"].removeprefix("Value error, ")
         problems.append(f"{option}: {message} (got {error['input']!r})")
     return "; ".join(problems)
@@ -141,11 +165,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from .agents.resolve import AgentNotFound, parse_agent_args
     from .batch import BatchConfig, RunCancelled, RunConflict, run_batch
     from .batch.plan import parse_models, parse_seeds
+    from .harness.sandbox import AgentUnavailable, SandboxError
     from .storage import ManifestError, StorageError
 
     try:
         config = BatchConfig(
             evals=args.evals,
+            data_roots=args.data_root,
             agent=args.agent,
             agent_args=parse_agent_args(args.agent_arg),
             models=parse_models(args.models),
@@ -159,6 +185,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             retries=args.retries,
             timeout=args.timeout,
             isolation=args.isolation,
+            sandbox=_sandbox_config(args),
             workers=args.workers,
             s3_endpoint_url=args.s3_endpoint,
             show_progress=not args.no_progress,
@@ -171,7 +198,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise BadInput("--resume needs --run-id" + _unfinished_runs_hint(config))
     try:
         summary = run_batch(config)
-    except (AgentNotFound, RunConflict, ManifestError) as exc:
+    except (AgentNotFound, AgentUnavailable, SandboxError, RunConflict, ManifestError) as exc:
         raise BadInput(str(exc)) from None
     except (StorageError, OSError) as exc:  # an unusable results root, before or after the units
         raise BadInput(f"results root {args.output}: {exc}") from None
@@ -186,12 +213,44 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _add_data_root_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--data-root",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a folder local data_node paths may also come from, besides the evals folder given (repeatable)",
+    )
+
+
+def _add_sandbox_options(parser: argparse.ArgumentParser) -> None:
+    """How agents run: the isolation level, and what a sandboxed unit sees, gets and may use."""
+    group = parser.add_argument_group("isolation of the agent (see the README's Security section)")
+    group.add_argument(
+        "--isolation",
+        choices=["sandbox", "process", "inline"],
+        default="sandbox",
+        help="sandbox (default): namespaces via bubblewrap; process: a fresh process without a sandbox "
+        "(where the sandbox cannot start); inline: in the worker, for trusted agents only",
+    )
+    group.add_argument("--network", choices=["host", "none"], default="host", help="none: the agent gets loopback only")
+    group.add_argument("--agent-env", action="append", default=[], metavar="NAME", help="environment variable the agent receives (repeatable)")
+    group.add_argument("--sandbox-hide", action="append", default=[], metavar="PATH", help="a further path agents must not see (repeatable)")
+    defaults = UnitLimits()
+    group.add_argument("--limit-memory-mb", type=int, default=defaults.memory_mb, help="memory per agent process, MB (0: none)")
+    group.add_argument("--limit-processes", type=int, default=defaults.processes, help="processes and threads per unit (0: none)")
+    group.add_argument("--limit-file-size-mb", type=int, default=defaults.file_size_mb, help="largest file an agent may write, MB (0: none)")
+    group.add_argument("--limit-tmp-mb", type=int, default=defaults.tmp_mb, help="size of the private /tmp, MB")
+    group.add_argument("--limit-output-mb", type=float, default=defaults.max_output_mb, help="largest return value, MB")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rayeval", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
     validate = sub.add_parser("validate", help="check eval files and their grader configs")
     validate.add_argument("paths", nargs="+", help="eval files or folders (searched recursively)")
+    _add_data_root_option(validate)
     validate.set_defaults(handler=_cmd_validate)
 
     grade_cmd = sub.add_parser("grade", help="grade one answer file against one eval file")
@@ -208,6 +267,8 @@ def build_parser() -> argparse.ArgumentParser:
     run_one.add_argument("--timeout", type=float, help="seconds; overrides the eval's agent_timeout/timeout")
     run_one.add_argument("--work-root", help="where work folders are created (default: $RAYEVAL_WORK_ROOT or the temp dir)")
     run_one.add_argument("--keep-workspace", action="store_true")
+    _add_data_root_option(run_one)
+    _add_sandbox_options(run_one)
     run_one.set_defaults(handler=_cmd_run_one)
 
     run = sub.add_parser("run", help="run evals x models x seeds on Ray, streaming results to Parquet")
@@ -224,10 +285,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--address", help="auto, HOST:PORT or local (default: embedded Ray, or the job's cluster)")
     run.add_argument("--retries", type=int, default=2, help="retries of a unit whose agent errors (with backoff)")
     run.add_argument("--timeout", type=float, help="per-unit agent timeout in seconds (overrides the evals')")
-    run.add_argument("--isolation", choices=["auto", "process", "inline"], default="auto")
     run.add_argument("--workers", type=int, help="number of worker actors (default: one per CPU of the cluster, within --max-concurrency, more as nodes join)")
     run.add_argument("--s3-endpoint", help="S3-compatible endpoint URL (or set AWS_ENDPOINT_URL)")
     run.add_argument("--no-progress", action="store_true")
+    _add_data_root_option(run)
+    _add_sandbox_options(run)
     run.set_defaults(handler=_cmd_run)
 
     add_report_commands(sub)

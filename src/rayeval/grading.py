@@ -58,9 +58,14 @@ def combine_entries(specs: list[GraderSpec], results: list[GraderResult], answer
     )
 
 
-def grade(eval_: Eval, answer: Any) -> GraderResult:
-    """Grade ``answer`` against ``eval_``. Never raises for any JSON answer."""
-    specs = eval_.grader_specs
-    if eval_.grader is not None:
+def grade_specs(specs: list[GraderSpec], answer: Any, *, single: bool) -> GraderResult:
+    """Grade ``answer`` with an eval's grader entries: its one ``grader`` (``single``) or its
+    ``graders`` list. Never raises for any JSON answer."""
+    if single:
         return grade_spec(specs[0], answer)
     return combine_entries(specs, [grade_spec(s, answer) for s in specs], answer)
+
+
+def grade(eval_: Eval, answer: Any) -> GraderResult:
+    """Grade ``answer`` against ``eval_``. Never raises for any JSON answer."""
+    return grade_specs(eval_.grader_specs, answer, single=eval_.grader is not None)

@@ -22,7 +22,7 @@ def run_one(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
 
 
 def test_reference_agent_passes_an_example_eval(tmp_path: Path) -> None:
-    done = run_one("evals/pbmc/pbmc_bulk_label_composition.json", "--agent", "reference", "--work-root", str(tmp_path))
+    done = run_one("evals/pbmc/pbmc_bulk_label_composition.json", "--agent", "reference", "--work-root", str(tmp_path), "--data-root", "evals")
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["status"] == "passed" and result["eval_id"] == "pbmc_bulk_label_composition"
@@ -30,7 +30,8 @@ def test_reference_agent_passes_an_example_eval(tmp_path: Path) -> None:
 
 
 def test_sleep_agent_answers_nothing_and_fails_with_exit_1(tmp_path: Path) -> None:
-    done = run_one("evals/pbmc/pbmc_qc_mito_and_genes.json", "--agent", "sleep", "--agent-arg", "seconds=0.2", "--work-root", str(tmp_path))
+    args = ("--agent", "sleep", "--agent-arg", "seconds=0.2", "--work-root", str(tmp_path), "--data-root", "evals")
+    done = run_one("evals/pbmc/pbmc_qc_mito_and_genes.json", *args)
     assert done.returncode == 1, done.stderr
     result = json.loads(done.stdout)
     assert result["status"] == "failed" and result["error_type"] == "NoAnswer" and result["agent_s"] >= 0.2
@@ -55,9 +56,10 @@ def test_module_function_agent_and_timeout(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "args, fragment",
     [
-        (["evals/pbmc/pbmc_qc_mito_and_genes.json", "--agent", "nope"], "unknown agent 'nope'"),
-        (["evals/pbmc/pbmc_qc_mito_and_genes.json", "--agent", "no_such_module:f"], "cannot import module"),
-        (["evals/pbmc/pbmc_qc_mito_and_genes.json", "--agent", "sleep", "--agent-arg", "novalue"], "key=value"),
+        (["evals/pbmc/pbmc_qc_mito_and_genes.json", "--data-root", "evals", "--agent", "nope"], "unknown agent 'nope'"),
+        (["evals/pbmc/pbmc_qc_mito_and_genes.json", "--data-root", "evals", "--agent", "no_such_module:f"], "cannot import module"),
+        (["evals/pbmc/pbmc_qc_mito_and_genes.json", "--data-root", "evals", "--agent", "sleep", "--agent-arg", "novalue"], "key=value"),
+        (["evals/pbmc/pbmc_qc_mito_and_genes.json", "--agent", "sleep"], "data_node: local data node '../data/pbmc68k_reduced.h5ad'"),
         (["evals/does_not_exist.json", "--agent", "reference"], "no such file"),
     ],
 )

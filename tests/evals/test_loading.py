@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 
 import pytest
 
-from rayeval import Eval, EvalFileError, load_evals
+from rayeval import Eval, EvalFileError, load_eval, load_evals
 from rayeval.evals import check_evals
 
 GOOD_GRADER = {"type": "multiple_choice", "config": {"correct_answer": "B"}}
@@ -158,3 +159,89 @@ def test_grader_config_dry_check_can_be_turned_off(tmp_path: Path) -> None:
     path = write(tmp_path / "e.json", good_eval(grader={"type": "numeric_tolerance", "config": {}}))
     assert "configuration error" in problems_for(path)[0][2]
     assert [e.id for e in load_evals(path, check_grader_configs=False)] == ["e1"]
+
+
+# --------------------------------------------------------------------------- data roots
+
+
+def evals_folder(root: Path, data_node: object) -> Path:
+    """``root/evals/sub/e.json`` naming ``data_node``; ``root/evals/data/ok.csv`` exists."""
+    write(root / "evals" / "data" / "ok.csv", "a,b\n")
+    write(root / "evals" / "sub" / "e.json", good_eval(data_node=data_node))
+    return root / "evals"
+
+
+@pytest.mark.parametrize(
+    "node, fragment",
+    [
+        ("/etc/shadow", "resolves to /etc/shadow, outside the allowed data roots"),
+        ("/proc/self/environ", "under /proc"),
+        ("file:///etc/passwd", "resolves to /etc/passwd, outside the allowed data roots"),
+        ("../../../../../../../../..", "resolves to /, outside the allowed data roots"),
+        ("/dev/zero", "under /dev"),
+        ("/sys/kernel", "under /sys"),
+        ("file://fileserver/share/x.csv", "must name a local path"),
+    ],
+)
+def test_local_data_node_outside_the_evals_root_is_a_problem(tmp_path: Path, node: str, fragment: str) -> None:
+    evals = evals_folder(tmp_path, node)
+    path = str(evals / "sub" / "e.json")
+    ((file, field, message),) = problems_for(evals)
+    assert (file, field) == (path, "data_node") and repr(node) in message and fragment in message, message
+    if "outside" in fragment:  # names the allowed roots and how to allow more
+        assert f"({evals})" in message and "--data-root DIR" in message
+    with pytest.raises(EvalFileError, match="data_node"):
+        load_evals(evals)
+
+
+def test_symlink_in_the_evals_folder_pointing_out_is_a_problem(tmp_path: Path) -> None:
+    evals = evals_folder(tmp_path, ["../data/ok.csv", "../data/link.csv"])
+    write(tmp_path / "secret.txt", "host secret")
+    (evals / "data" / "link.csv").symlink_to(tmp_path / "secret.txt")
+    ((_, field, message),) = problems_for(evals)
+    assert field == "data_node[1]" and f"resolves to {tmp_path / 'secret.txt'}" in message
+
+
+def test_the_evals_root_is_the_folder_given_or_the_files_own_folder(tmp_path: Path) -> None:
+    evals = evals_folder(tmp_path, "../data/ok.csv")
+    (eval_,) = load_evals(evals)
+    assert eval_.data_roots == (evals,)
+    ((_, field, message),) = problems_for(evals / "sub" / "e.json")  # root: evals/sub
+    assert field == "data_node" and f"outside the allowed data roots ({evals / 'sub'})" in message
+    with pytest.raises(EvalFileError, match="--data-root"):
+        load_eval(evals / "sub" / "e.json")
+    assert load_eval(evals / "sub" / "e.json", data_roots=[evals]).data_roots == (evals / "sub", evals)
+
+
+def test_an_explicit_data_root_allows_a_folder_outside_the_evals(tmp_path: Path) -> None:
+    evals = evals_folder(tmp_path, str(tmp_path / "shared" / "ref.csv"))
+    write(tmp_path / "shared" / "ref.csv", "ref")
+    assert problems_for(evals)
+    (eval_,) = load_evals(evals, data_roots=[tmp_path / "shared"])
+    assert eval_.data_roots == (evals, tmp_path / "shared")
+
+
+def test_system_folders_stay_refused_inside_a_data_root(tmp_path: Path) -> None:
+    evals = evals_folder(tmp_path, ["/etc/hostname", "/proc/self/environ"])
+    _, problems = check_evals(evals, data_roots=["/"])
+    assert [(p.field, "under /proc" in p.message) for p in problems] == [("data_node[1]", True)]
+
+
+def test_missing_and_remote_nodes_load_as_before(tmp_path: Path) -> None:
+    """Existence is checked when the data is staged (the run's error row names the file)."""
+    nodes = ["../data/not_yet_there.h5ad", "s3://bucket/key.csv", "https://example.org/x.csv", "latch://123.node"]
+    (eval_,) = load_evals(evals_folder(tmp_path, nodes))
+    assert eval_.data_nodes == nodes
+
+
+def test_data_roots_survive_pickling_and_in_memory_evals_have_none(tmp_path: Path) -> None:
+    import cloudpickle
+
+    (eval_,) = load_evals(evals_folder(tmp_path, "../data/ok.csv"))
+    assert pickle.loads(pickle.dumps(eval_)).data_roots == cloudpickle.loads(cloudpickle.dumps(eval_)).data_roots == eval_.data_roots
+    assert Eval.model_validate(good_eval(data_node="/etc/passwd")).data_roots == ()
+
+
+def test_the_data_node_check_can_be_turned_off_for_grading(tmp_path: Path) -> None:
+    evals = evals_folder(tmp_path, "/etc/shadow")
+    assert load_eval(evals / "sub" / "e.json", check_data_nodes=False).data_nodes == ["/etc/shadow"]

@@ -4,21 +4,31 @@ from __future__ import annotations
 
 import hashlib
 import http.server
+import json
 import multiprocessing
 import os
 import pickle
 import stat
+import tempfile
 import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import pytest
 
+from rayeval.evals import load_evals
+from rayeval.harness import cache
 from rayeval.harness.cache import key_hash, remove_tree
 from rayeval.harness.resolvers import Resolved, register_resolver, unregister_resolver
-from rayeval.harness.staging import StagingError, stage_data
+from rayeval.harness.staging import StagingError
+from rayeval.harness.staging import stage_data as stage_data_within
+
+# These tests keep their local data in pytest's temporary folders: the data root they stage
+# local nodes from, as a run stages from its evals folder. The data-root tests pass their own.
+stage_data = partial(stage_data_within, data_roots=[tempfile.gettempdir()])
 
 # --------------------------------------------------------------------------- helpers
 
@@ -223,6 +233,84 @@ def test_basename_collisions_get_distinct_deterministic_names(tmp_path, cache_di
     assert [n.path for n in again] == [n.path for n in staged]
 
 
+# --------------------------------------------------------------------------- data roots
+
+
+def eval_folder(root: Path, data_node: object) -> Path:
+    """``root/evals/e.json`` naming ``data_node``, beside ``root/evals/inputs/ok.csv`` and a
+    host-like secret outside the evals folder, ``root/secret.txt``."""
+    write_tree(root, {"evals/inputs/ok.csv": b"a,b\n", "secret.txt": b"host secret"})
+    grader = {"type": "multiple_choice", "config": {"correct_answer": "B"}}
+    (root / "evals" / "e.json").write_text(json.dumps({"id": "e", "task": "t", "data_node": data_node, "grader": grader}))
+    return root / "evals"
+
+
+@pytest.mark.parametrize(
+    "node, fragment",
+    [
+        ("/etc/shadow", "outside the allowed data roots"),
+        ("/proc/self/environ", "under /proc"),
+        ("file:///etc/passwd", "outside the allowed data roots"),
+        ("../../..", "outside the allowed data roots"),
+        ("/dev/null", "under /dev"),
+        ("../secret.txt", "outside the allowed data roots"),
+    ],
+)
+def test_local_node_outside_the_data_roots_is_refused(tmp_path: Path, cache_dir: Path, node: str, fragment: str) -> None:
+    evals = tmp_path / "evals"
+    evals.mkdir()
+    data_dir = tmp_path / "w" / "data"
+    with pytest.raises(StagingError) as err:
+        stage_data_within([node], data_dir, base_dir=evals, cache_dir=cache_dir, data_roots=[evals])
+    assert err.value.uri == node and fragment in err.value.problem
+    if "outside" in fragment:  # names the allowed roots and how to allow more
+        assert f"({evals})" in err.value.problem and "--data-root DIR" in err.value.problem
+    assert not data_dir.exists() and not cache_dir.exists()  # refused before anything is read or made
+
+
+def test_no_data_roots_means_no_local_node(tmp_path: Path, cache_dir: Path) -> None:
+    write_tree(tmp_path, {"ok.csv": b"x"})
+    with pytest.raises(StagingError, match=r"outside the allowed data roots \(none\)"):
+        stage_data_within(["ok.csv"], tmp_path / "data", base_dir=tmp_path, cache_dir=cache_dir)
+
+
+def test_symlink_swapped_after_loading_is_refused_at_staging(tmp_path: Path, cache_dir: Path) -> None:
+    evals = eval_folder(tmp_path, "inputs/data.csv")
+    link = evals / "inputs" / "data.csv"
+    link.symlink_to("ok.csv")
+    (eval_,) = load_evals(evals)  # the link points inside the evals folder: accepted
+    stage = partial(stage_data_within, eval_.data_nodes, base_dir=eval_.source_path.parent, cache_dir=cache_dir, data_roots=eval_.data_roots)
+    [node] = stage(tmp_path / "w1" / "data")
+    assert node.path == "data/data.csv" and (tmp_path / "w1" / "data" / "data.csv").read_bytes() == b"a,b\n"
+    link.unlink()
+    link.symlink_to(tmp_path / "secret.txt")  # what an agent writing into the evals folder could do
+    with pytest.raises(StagingError) as err:
+        stage(tmp_path / "w2" / "data")
+    assert err.value.uri == "inputs/data.csv" and f"resolves to {tmp_path / 'secret.txt'}" in err.value.problem
+    assert not (tmp_path / "w2" / "data").exists()
+
+
+def test_symlink_inside_a_staged_directory_pointing_out_is_refused(tmp_path: Path, cache_dir: Path) -> None:
+    evals = eval_folder(tmp_path, "inputs")
+    (evals / "inputs" / "leak.txt").symlink_to(tmp_path / "secret.txt")
+    (eval_,) = load_evals(evals)
+    with pytest.raises(StagingError) as err:
+        stage_data_within(["inputs"], tmp_path / "w" / "data", base_dir=evals, cache_dir=cache_dir, data_roots=eval_.data_roots)
+    assert err.value.uri == "inputs" and "holds leak.txt, which resolves to" in err.value.problem
+    (evals / "inputs" / "leak.txt").unlink()
+    [node] = stage_data_within(["inputs"], tmp_path / "w" / "data", base_dir=evals, cache_dir=cache_dir, data_roots=eval_.data_roots)
+    assert node.kind == "directory"
+
+
+def test_a_data_root_outside_the_evals_folder_is_staged_from(tmp_path: Path, cache_dir: Path) -> None:
+    evals = eval_folder(tmp_path, ["inputs/ok.csv", "../shared/ref.csv"])
+    write_tree(tmp_path, {"shared/ref.csv": b"ref"})
+    (eval_,) = load_evals(evals, data_roots=[tmp_path / "shared"])
+    staged = stage_data_within(eval_.data_nodes, tmp_path / "w" / "data", base_dir=evals, cache_dir=cache_dir, data_roots=eval_.data_roots)
+    assert [n.path for n in staged] == ["data/ok.csv", "data/ref.csv"]
+    assert (tmp_path / "w" / "data" / "ref.csv").read_bytes() == b"ref"
+
+
 # --------------------------------------------------------------------------- http
 
 
@@ -239,7 +327,10 @@ def test_http_download_then_cache_reuse_makes_no_request(tmp_path: Path, cache_d
     staged = tmp_path / "w2" / "data" / "counts.h5ad"
     assert staged.read_bytes() == body
     assert mode(staged) == 0o444
-    assert staged.stat().st_nlink >= 3  # cache entry + two work dirs: hard links, not copies
+    payload = cache_dir / "entries" / key_hash(url) / "payload"
+    # the work dir holds its own copy: not the payload's inode, and no link to anything
+    assert staged.stat().st_ino != payload.stat().st_ino
+    assert staged.stat().st_nlink == payload.stat().st_nlink == 1
     meta = (cache_dir / "entries" / key_hash(url) / "meta.json").read_text()
     assert sha(body) in meta and str(len(body)) in meta
 
@@ -435,7 +526,7 @@ def test_resolver_failures_are_reported_without_secrets(tmp_path, cache_dir, htt
         stage_data(["latch://1.account/unknown.csv"], tmp_path / "data", cache_dir=cache_dir)
 
 
-def test_cache_on_another_filesystem_falls_back_to_copies(tmp_path: Path, http_files) -> None:
+def test_cache_on_another_filesystem_still_copies(tmp_path: Path, http_files) -> None:
     shm = Path("/dev/shm")
     other_fs = shm if shm.is_dir() and os.access(shm, os.W_OK) else tmp_path
     cache_dir = other_fs / f"rayeval-test-{os.getpid()}-{time.time_ns()}"
@@ -444,8 +535,7 @@ def test_cache_on_another_filesystem_falls_back_to_copies(tmp_path: Path, http_f
         stage_data([url], tmp_path / "w" / "data", cache_dir=cache_dir)
         staged = tmp_path / "w" / "data" / "x.bin"
         assert staged.read_bytes() == b"bytes across devices" and mode(staged) == 0o444
-        if cache_dir.stat().st_dev != staged.stat().st_dev:
-            assert staged.stat().st_nlink == 1  # a copy, since a link cannot cross devices
+        assert staged.stat().st_nlink == 1  # a byte copy: no reflink across devices
     finally:
         remove_tree(cache_dir)
 
@@ -478,3 +568,150 @@ def test_nothing_to_stage_needs_no_working_folder_or_cache(tmp_path: Path, monke
     monkeypatch.setattr(Path, "home", classmethod(lambda cls: (_ for _ in ()).throw(RuntimeError("no home"))))
     assert stage_data([], tmp_path / "data") == [] and stage_data(None, tmp_path / "data") == []
     assert not (tmp_path / "data").exists()
+
+
+# --------------------------------------------------------------------------- integrity
+
+
+def let_clock_tick() -> None:
+    """Sleep past a coarse kernel timestamp tick, so the next change moves the ctime."""
+    time.sleep(0.05)
+
+
+def tamper(path: Path, data: bytes) -> None:
+    """What a hostile agent can do to a file it owns: rewrite it and hide the change
+    from size and mtime (only the ctime, which user space cannot set, moves)."""
+    before = path.stat()
+    assert len(data) == before.st_size
+    path.chmod(0o644)
+    path.write_bytes(data)
+    path.chmod(stat.S_IMODE(before.st_mode))
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
+def payload_of(cache_dir: Path, key: str) -> Path:
+    return cache_dir / "entries" / key_hash(key) / "payload"
+
+
+def test_agent_rewriting_its_staged_copy_cannot_poison_the_cache(tmp_path, cache_dir, http_files) -> None:
+    url = http_files.add("/ref/genome.fa", b"ACGTACGT")
+    src = write_tree(tmp_path / "atlas", {"a.csv": b"1,2\n", "sub/b.txt": b"bee"})
+    stage = partial(stage_data, cache_dir=cache_dir, data_roots=[tmp_path])
+    w1 = tmp_path / "w1" / "data"
+    stage([url, str(src)], w1)
+
+    tamper(w1 / "genome.fa", b"TTTTTTTT")  # the agent owns its copies...
+    tamper(w1 / "atlas" / "sub" / "b.txt", b"BAD")
+    assert (w1 / "genome.fa").read_bytes() == b"TTTTTTTT"
+
+    w2 = tmp_path / "w2" / "data"
+    again = stage([url, str(src)], w2)
+    # ...but they were never the cache's bytes: the next unit gets the originals, unfetched
+    assert [n.from_cache for n in again] == [True, True]
+    assert http_files.hits["/ref/genome.fa"] == 1
+    assert (w2 / "genome.fa").read_bytes() == b"ACGTACGT"
+    assert (w2 / "atlas" / "sub" / "b.txt").read_bytes() == b"bee"
+    assert payload_of(cache_dir, url).read_bytes() == b"ACGTACGT"
+    local_payload = payload_of(cache_dir, f"file://{src}")
+    assert (local_payload / "sub" / "b.txt").read_bytes() == b"bee"
+    assert (src / "sub" / "b.txt").read_bytes() == b"bee"
+    # no file in a work dir shares an inode with the cache or the source
+    for staged, cached, source in [
+        (w2 / "genome.fa", payload_of(cache_dir, url), None),
+        (w2 / "atlas" / "a.csv", local_payload / "a.csv", src / "a.csv"),
+    ]:
+        assert staged.stat().st_nlink == cached.stat().st_nlink == 1
+        assert staged.stat().st_ino != cached.stat().st_ino
+        if source is not None:
+            assert source.stat().st_nlink == 1
+            assert len({staged.stat().st_ino, cached.stat().st_ino, source.stat().st_ino}) == 3
+
+
+def test_tampered_cache_payload_is_detected_and_rebuilt(tmp_path, cache_dir, http_files) -> None:
+    url = http_files.add("/t.bin", b"good bytes")
+    src = write_tree(tmp_path / "tree", {"x.txt": b"xx", "y/z.txt": b"zzz"})
+    stage = partial(stage_data, cache_dir=cache_dir, data_roots=[tmp_path])
+    stage([url, str(src)], tmp_path / "w1" / "data")
+    file_payload, tree_payload = payload_of(cache_dir, url), payload_of(cache_dir, f"file://{src}")
+    before = file_payload.stat()
+
+    let_clock_tick()
+    tamper(file_payload, b"evil bytes")
+    tamper(tree_payload / "y" / "z.txt", b"ZZZ")
+    after = file_payload.stat()  # what the old size + mtime check looked at is unchanged
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (before.st_ino, before.st_size, before.st_mtime_ns)
+
+    w2 = tmp_path / "w2" / "data"
+    nodes = stage([url, str(src)], w2)
+    assert [n.from_cache for n in nodes] == [False, False]  # re-hashed, found wrong, rebuilt
+    assert http_files.hits["/t.bin"] == 2
+    assert (w2 / "t.bin").read_bytes() == file_payload.read_bytes() == b"good bytes"
+    assert (w2 / "tree" / "y" / "z.txt").read_bytes() == (tree_payload / "y" / "z.txt").read_bytes() == b"zzz"
+    assert nodes[0].sha256 == sha(b"good bytes")
+
+    (tree_payload / "y").chmod(0o755)  # a file slipped into a directory payload
+    (tree_payload / "y" / "extra.txt").write_bytes(b"")
+    assert stage([str(src)], tmp_path / "w3" / "data")[0].from_cache is False
+    assert not (tmp_path / "w3" / "data" / "tree" / "y" / "extra.txt").exists()
+
+
+def test_innocent_ctime_change_is_rehashed_once(tmp_path, cache_dir, monkeypatch) -> None:
+    src = write_tree(tmp_path / "tree", {"a.bin": os.urandom(3 * 1024 * 1024), "b.txt": b"b", "c.txt": b"c"})
+    stage = partial(stage_data, [str(src)], cache_dir=cache_dir, data_roots=[tmp_path])
+    stage(tmp_path / "w1" / "data")
+    payload = payload_of(cache_dir, f"file://{src}")
+    hashed: list[Path] = []
+    real_hash = cache._hash_file
+    monkeypatch.setattr(cache, "_hash_file", lambda path: hashed.append(path) or real_hash(path))
+
+    assert stage(tmp_path / "w2" / "data")[0].from_cache
+    assert hashed == []  # unchanged stat: trusted without reading
+
+    let_clock_tick()
+    touched = payload / "a.bin"
+    st = touched.stat()
+    touched.chmod(0o444)  # same mode, same times: only the ctime moves
+    os.utime(touched, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert touched.stat().st_ctime_ns != st.st_ctime_ns
+
+    node = stage(tmp_path / "w3" / "data")[0]
+    assert node.from_cache and hashed == [touched]  # only the changed file was read
+    meta = json.loads((payload.parent / "meta.json").read_text())
+    [record] = [f for f in meta["files"] if f["path"] == "a.bin"]
+    assert record["ctime_ns"] == touched.stat().st_ctime_ns  # its new stat is recorded
+
+    assert stage(tmp_path / "w4" / "data")[0].from_cache
+    assert hashed == [touched]  # so the next reuse reads nothing again
+    assert (tmp_path / "w4" / "data" / "tree" / "a.bin").read_bytes() == (src / "a.bin").read_bytes()
+
+
+def test_mount_mode_stages_placeholders_and_payload_paths(tmp_path, cache_dir, monkeypatch) -> None:
+    single = write_tree(tmp_path / "in", {"pbmc.h5ad": b"cells"}) / "pbmc.h5ad"
+    tree = write_tree(tmp_path / "atlas", {"a.csv": b"1,2\n", "sub/b.txt": b"bee"})
+    data_dir = tmp_path / "w" / "data"
+    monkeypatch.chdir(tmp_path)  # a relative cache dir still yields absolute payload paths
+    stage = partial(stage_data, cache_dir=Path("cache"), data_roots=[tmp_path])
+
+    nodes = stage([str(single), str(tree)], data_dir, mode="mount")
+
+    assert [(n.path, n.kind, n.from_cache) for n in nodes] == [
+        ("data/pbmc.h5ad", "file", False),
+        ("data/atlas", "directory", False),
+    ]
+    assert (nodes[0].sha256, nodes[0].size_bytes) == (sha(b"cells"), 5)
+    assert nodes[1].sha256 == tree_sha({"a.csv": b"1,2\n", "sub/b.txt": b"bee"})
+    placeholder_file, placeholder_dir = data_dir / "pbmc.h5ad", data_dir / "atlas"
+    assert placeholder_file.is_file() and placeholder_file.stat().st_size == 0 and mode(placeholder_file) == 0o444
+    assert placeholder_dir.is_dir() and list(placeholder_dir.iterdir()) == [] and mode(placeholder_dir) == 0o555
+    assert mode(data_dir) == 0o555 and sorted(p.name for p in data_dir.iterdir()) == ["atlas", "pbmc.h5ad"]
+    # what a sandbox bind-mounts onto the placeholders: the cache payloads
+    assert nodes[0].view_source == str(payload_of(cache_dir, f"file://{single}"))
+    assert nodes[1].view_source == str(payload_of(cache_dir, f"file://{tree}"))
+    assert Path(nodes[0].view_source).read_bytes() == b"cells"
+    assert (Path(nodes[1].view_source) / "sub" / "b.txt").read_bytes() == b"bee"
+    assert Path(nodes[0].view_source).stat().st_ino != single.stat().st_ino
+
+    copied = stage([str(single)], tmp_path / "w2" / "data")[0]
+    assert copied.from_cache and copied.view_source is None
+    with pytest.raises(ValueError, match="mode must be 'copy' or 'mount'"):
+        stage([str(single)], tmp_path / "w3" / "data", mode="link")  # type: ignore[arg-type]

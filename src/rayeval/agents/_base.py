@@ -58,6 +58,9 @@ class ProgramAgent:
 
     harness: ClassVar[str] = "program"
     key_names: ClassVar[tuple[str, ...]] = ()
+    #: Further variables the program reads (endpoints, provider switches): a sandboxed unit
+    #: gets them, with ``key_names``, from the worker's environment.
+    config_names: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self) -> None:
         self.extra_args = tuple(str(a) for a in (self.extra_args or ()))

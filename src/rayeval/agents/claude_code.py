@@ -42,6 +42,9 @@ class ClaudeCodeAgent(ProgramAgent):
 
     harness: ClassVar[str] = "claude-code"
     key_names: ClassVar[tuple[str, ...]] = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
+    config_names: ClassVar[tuple[str, ...]] = (
+        "ANTHROPIC_BASE_URL", "CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX", "CLAUDE_CODE_USE_FOUNDRY",
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -101,6 +101,7 @@ class CodexAgent(ProgramAgent):
 
     harness: ClassVar[str] = "codex"
     key_names: ClassVar[tuple[str, ...]] = ("OPENAI_API_KEY", "CODEX_API_KEY")
+    config_names: ClassVar[tuple[str, ...]] = ("OPENAI_BASE_URL",)
 
     def program_argv(self) -> list[str]:
         return _tools.find_program(_tools.CODEX)

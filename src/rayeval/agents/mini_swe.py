@@ -113,6 +113,7 @@ class MiniSweAgent(ProgramAgent):
     python: str | None = None
 
     harness: ClassVar[str] = "mini-swe-agent"
+    config_names: ClassVar[tuple[str, ...]] = ("OPENAI_BASE_URL", "OPENAI_API_BASE", "ANTHROPIC_BASE_URL", "EXTRA_ENV_KEYS")
 
     def __post_init__(self) -> None:
         super().__post_init__()

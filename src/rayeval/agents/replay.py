@@ -84,3 +84,4 @@ def replay_agent(task_prompt: str, work_dir: Path, context: AgentContext) -> dic
 
 replay_agent.needs_data = False  # type: ignore[attr-defined]
 replay_agent.leaves_nothing_running = True  # type: ignore[attr-defined]
+replay_agent.replays_recorded_runs = True  # type: ignore[attr-defined]

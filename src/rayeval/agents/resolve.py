@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..harness.context import AgentContext, AgentFunction
+from ..harness.context import AgentContext, AgentFunction, AgentRef
 
 
 def _reference() -> AgentFunction:
@@ -36,6 +36,21 @@ def _option_value(text: str) -> Any:
         return text
 
 
+def _program_env_names(factory_name: str) -> tuple[str, ...]:
+    """The variables a real agent program reads: its API keys and its endpoint settings."""
+    if factory_name == "claude-code":
+        from .claude_code import ClaudeCodeAgent
+
+        return (*ClaudeCodeAgent.key_names, *ClaudeCodeAgent.config_names)
+    if factory_name == "codex":
+        from .codex import CodexAgent
+
+        return (*CodexAgent.key_names, *CodexAgent.config_names)
+    from .mini_swe import PROVIDER_KEYS, MiniSweAgent
+
+    return (*(name for names in PROVIDER_KEYS.values() for name in names), *MiniSweAgent.config_names)
+
+
 def _program(factory_name: str) -> Callable[[], AgentFunction]:
     """A real agent program configured per unit: the unit's model, ``--agent-arg`` options."""
 
@@ -47,6 +62,7 @@ def _program(factory_name: str) -> Callable[[], AgentFunction]:
             options = {key: _option_value(value) for key, value in context.args.items()}
             return factory(model=context.model, **options)(task_prompt, work_dir)
 
+        program_agent.env_names = _program_env_names(factory_name)  # type: ignore[attr-defined]
         return program_agent
 
     return load
@@ -88,6 +104,27 @@ def resolve_agent(name: str) -> AgentFunction:
     if not callable(target):
         raise AgentNotFound(f"agent {name!r} is not callable")
     return target
+
+
+def agent_ref(name: str) -> AgentRef:
+    """``name`` for a runner that imports it where it runs. A built-in is rayeval's own code
+    and is asked for its traits here; a ``module:function`` is never imported here (its
+    module would run code in this process): it gets the defaults, and is checked where it
+    runs."""
+    if name in BUILT_IN_AGENTS:
+        function = BUILT_IN_AGENTS[name]()
+        return AgentRef(
+            name=name,
+            needs_data=getattr(function, "needs_data", True),
+            leaves_nothing_running=getattr(function, "leaves_nothing_running", False),
+            replays_recorded_runs=getattr(function, "replays_recorded_runs", False),
+            env_names=tuple(getattr(function, "env_names", ())),
+        )
+    module_name, sep, attribute = name.partition(":")
+    if not sep or not module_name or not attribute:
+        known = ", ".join(sorted(BUILT_IN_AGENTS))
+        raise AgentNotFound(f"unknown agent {name!r}: use a built-in ({known}) or module:function")
+    return AgentRef(name=name)
 
 
 def parse_agent_args(pairs: list[str]) -> dict[str, str]:

@@ -9,15 +9,20 @@ import secrets
 import signal
 import time
 from datetime import datetime, timezone
-from typing import Annotated, Any, Literal
+from pathlib import Path
+from typing import Annotated, Any
 
 import ray
 from pydantic import AfterValidator, BaseModel, Field
 
-from ..agents.resolve import INLINE_AGENTS, resolve_agent
+from ..agents.resolve import agent_ref, resolve_agent
 from ..evals import Eval, load_evals
+from ..harness.cache import default_cache_dir
 from ..harness.context import AgentFunction
 from ..harness.execution import INT64_MAX, INT64_MIN, Execution, grade_execution
+from ..harness.isolation import Isolation
+from ..harness.sandbox import SandboxConfig, check_runs_here
+from ..harness.workspace import default_work_root
 from ..storage import (
     ERROR_STATUSES,
     ResultRow,
@@ -26,7 +31,7 @@ from ..storage import (
     RunManifest,
     RunStatus,
 )
-from ..storage.filesystem import check_root
+from ..storage.filesystem import check_root, is_s3
 from .placement import nodes_for_new_workers, worker_count
 from .plan import Unit, plan_changes, plan_units
 from .progress import Progress
@@ -79,6 +84,8 @@ class BatchConfig(BaseModel):
     """Everything a run needs; the CLI and the Python API both build one."""
 
     evals: list[str]
+    #: folders besides the evals roots that local data nodes may come from (``--data-root``)
+    data_roots: list[str] = Field(default_factory=list)
     agent: str
     agent_args: dict[str, str] = Field(default_factory=dict)
     models: list[str] = Field(default_factory=lambda: ["default"])
@@ -92,7 +99,10 @@ class BatchConfig(BaseModel):
     retries: int = Field(2, ge=0)
     retry_backoff_s: float = Field(2.0, ge=0)
     timeout: float | None = Field(None, gt=0)
-    isolation: Literal["auto", "process", "inline"] = "auto"
+    #: how agents run: ``sandbox`` (the default), ``process`` (no sandbox: the explicit
+    #: opt-out where it cannot start) or ``inline`` (trusted in-process agents only)
+    isolation: Isolation = "sandbox"
+    sandbox: SandboxConfig = SandboxConfig()
     workers: int | None = Field(None, ge=1)
     s3_endpoint_url: str | None = None
     work_root: str | None = None
@@ -187,10 +197,10 @@ def run_batch(
     ``cancelled``, and :class:`RunCancelled` is raised.
     """
     if evals is None:
-        evals = load_evals(*config.evals)  # every eval is validated before any work starts
-    if agent is None:
-        resolve_agent(config.agent)  # an unknown agent is a usage error, not thousands of error rows
+        evals = load_evals(*config.evals, data_roots=config.data_roots)  # every eval is validated before any work starts
     store = ResultStore(config.output, s3_endpoint_url=config.s3_endpoint_url)
+    # an unknown agent, or a sandbox that cannot start here, is a usage error, not thousands of error rows
+    check_agent(config, evals, agent)
     run_id = config.run_id or new_run_id()
     previous = store.read_manifest(run_id)
     if config.resume and previous is None:
@@ -243,6 +253,8 @@ def run_batch(
                 "run_id": run_id,
                 "agent": config.agent,
                 "agent_args": config.agent_args,
+                "isolation": config.isolation,
+                "network": config.sandbox.network if config.isolation == "sandbox" else None,
                 "models": config.models,
                 "seeds": config.seeds,
                 "eval_files": [{"path": str(e.source_path or "<in-memory>"), "id": e.id, "eval_hash": e.content_hash()} for e in evals],
@@ -289,8 +301,31 @@ def _close_run(
         store.write_manifest(manifest.with_status(status))
 
 
-def _worker_config(config: BatchConfig, run_id: str) -> WorkerConfig:
-    isolation = config.isolation if config.isolation != "auto" else ("inline" if config.agent in INLINE_AGENTS else "process")
+def sandbox_config(config: BatchConfig, evals: list[Eval]) -> SandboxConfig:
+    """The run's sandbox: the configured one, with the results root (and its write-ahead log)
+    and every eval's folders (answer keys) hidden from agents as well."""
+    hidden = [*config.sandbox.hide, *(str(root) for eval_ in evals for root in eval_.data_roots)]
+    if not is_s3(config.output):
+        hidden.append(str(config.output))
+    return config.sandbox.model_copy(update={"hide": tuple(dict.fromkeys(hidden))})
+
+
+def check_agent(config: BatchConfig, evals: list[Eval], agent: AgentFunction | None) -> None:
+    """The agent can be found, and run as configured: a sandboxed or ``process`` agent is
+    looked up in a unit runner on this machine (its module is never imported here), which
+    also tells at once whether the sandbox can start."""
+    if config.isolation == "inline":
+        if agent is None:
+            resolve_agent(config.agent)
+        return
+    named = agent if agent is not None else agent_ref(config.agent)
+    work_root = Path(config.work_root) if config.work_root else default_work_root()
+    cache_dir = Path(config.cache_dir) if config.cache_dir else default_cache_dir()
+    check_runs_here(sandbox_config(config, evals), config.isolation, work_root, cache_dir, named)
+
+
+def _worker_config(config: BatchConfig, run_id: str, evals: list[Eval]) -> WorkerConfig:
+    isolation = config.isolation
     return WorkerConfig(
         agent=config.agent,
         models=config.models,
@@ -298,6 +333,7 @@ def _worker_config(config: BatchConfig, run_id: str) -> WorkerConfig:
         agent_args=config.agent_args,
         run_id=run_id,
         isolation=isolation,
+        sandbox=sandbox_config(config, evals),
         timeout=config.timeout,
         work_root=config.work_root,
         cache_dir=config.cache_dir,
@@ -318,7 +354,7 @@ def _start_pool(
     adds workers for nodes that join later."""
     count = config.workers or worker_count(ray.cluster_resources().get("CPU", 0), _demand(config, planned))
     return start_workers(
-        _worker_config(config, run_id),
+        _worker_config(config, run_id, evals),
         evals=evals,
         agent=agent,
         grade=grade,

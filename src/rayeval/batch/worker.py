@@ -15,14 +15,15 @@ import ray
 from pydantic import BaseModel
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from ..agents.resolve import resolve_agent
+from ..agents.resolve import agent_ref, resolve_agent
 from ..evals import Eval
 from ..harness.cache import left_by_gone_processes, remove_tree
-from ..harness.context import AgentFunction
+from ..harness.context import AgentFunction, AgentRef
 from ..harness.execution import Execution, grade_execution
 from ..harness.isolation import Isolation
 from ..harness.result import EvalResult
 from ..harness.runner import EvalRunner
+from ..harness.sandbox import SandboxConfig
 from ..harness.workspace import default_work_root
 from .cpu_share import CpuShare
 from .plan import Plan, Unit
@@ -49,6 +50,7 @@ class WorkerConfig(BaseModel):
     agent_args: dict[str, str] = {}
     run_id: str
     isolation: Isolation
+    sandbox: SandboxConfig = SandboxConfig()
     timeout: float | None = None
     work_root: str | None = None
     cache_dir: str | None = None
@@ -69,7 +71,7 @@ class UnitWorker:
         self._loading = threading.Lock()
         self.evals: list[Eval] = []
         self.plan = Plan([], [], [], config.agent)
-        self.agent: AgentFunction | None = None
+        self.agent: AgentFunction | AgentRef | None = None
         self.grade: GradeFunction = grade_execution
         # A folder per worker process (named by host and process, see ``sweep_dead_workers``),
         # and in it one per thread (see ``run_units``).
@@ -128,9 +130,16 @@ class UnitWorker:
             self.evals, agent, grade = ray.get(shared)
             # the driver's plan, whose units are made here from their positions
             self.plan = Plan(self.evals, self.config.models, self.config.seeds, self.config.agent)
-            self.agent = agent if agent is not None else resolve_agent(self.config.agent)
+            self.agent = agent if agent is not None else self._named_agent()
             self.grade = grade or grade_execution
             self._shared_key = key
+
+    def _named_agent(self) -> AgentFunction | AgentRef:
+        """The run's agent by name: imported here only to run inline; otherwise only in
+        each unit's own process, never in this one, which holds every eval."""
+        if self.config.isolation == "inline":
+            return resolve_agent(self.config.agent)
+        return agent_ref(self.config.agent)
 
     def _run_unit(self, unit: Unit, attempt: int, work_root: Path) -> UnitRow:
         start = time.perf_counter()
@@ -156,6 +165,7 @@ class UnitWorker:
             timeout=self.config.timeout,
             agent_args=self.config.agent_args,
             isolation=self.config.isolation,
+            sandbox=self.config.sandbox,
         )
 
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..graders.registry import get_grader
+from .data_roots import checked_data_path, local_node_path, resolve_roots
 from .model import Eval, selection_problem
 
 SKIPPED_FILE_NAMES = frozenset({"manifest.json"})
@@ -95,8 +96,39 @@ def grader_config_problems(eval_: Eval, path: str) -> list[EvalProblem]:
     return problems
 
 
-def parse_eval(data: dict, path: str, *, check_grader_configs: bool = True) -> tuple[Eval | None, list[EvalProblem]]:
-    """Validate one decoded eval object; returns the Eval or the problems found."""
+def data_node_problems(eval_: Eval, path: str) -> list[EvalProblem]:
+    """One problem per local data node outside the eval's data roots (see ``data_roots.py``)."""
+    base = eval_.source_path.parent if eval_.source_path else Path.cwd()
+    problems = []
+    for index, node in enumerate(eval_.data_nodes):
+        field = "data_node" if isinstance(eval_.data_node, str) else f"data_node[{index}]"
+        try:
+            local = local_node_path(node, base)
+        except ValueError as exc:  # file://host/...
+            problems.append(EvalProblem(path, field, f"data node {node!r}: {exc}"))
+            continue
+        if local is None:
+            continue
+        try:
+            checked_data_path(local, eval_.data_roots)
+        except ValueError as exc:
+            problems.append(EvalProblem(path, field, f"local data node {node!r} {exc}"))
+    return problems
+
+
+def parse_eval(
+    data: dict,
+    path: str,
+    *,
+    data_roots: Sequence[Path] = (),
+    check_grader_configs: bool = True,
+    check_data_nodes: bool = True,
+) -> tuple[Eval | None, list[EvalProblem]]:
+    """Validate one decoded eval object; returns the Eval or the problems found.
+
+    ``data_roots`` are the real folders (see ``resolve_roots``) its local data nodes may
+    come from: ``check_evals`` passes the evals root and the user's ``--data-root`` folders.
+    """
     try:
         eval_ = Eval.model_validate(data)
     except ValidationError as exc:
@@ -106,7 +138,10 @@ def parse_eval(data: dict, path: str, *, check_grader_configs: bool = True) -> t
             problems.append(EvalProblem(path, *selection))
         return None, problems
     eval_._source_path = Path(path).resolve()
+    eval_._data_roots = tuple(data_roots)
     problems = grader_config_problems(eval_, path) if check_grader_configs else []
+    if check_data_nodes:
+        problems += data_node_problems(eval_, path)
     return (None if problems else eval_), problems
 
 
@@ -116,8 +151,17 @@ def discover_eval_files(target: Path) -> list[Path]:
     return [target]
 
 
-def check_evals(*paths: str | Path, check_grader_configs: bool = True) -> tuple[list[Eval], list[EvalProblem]]:
-    """Load what can be loaded and collect every problem (used by ``validate`` and the planner)."""
+def check_evals(
+    *paths: str | Path,
+    data_roots: Sequence[str | Path] = (),
+    check_grader_configs: bool = True,
+    check_data_nodes: bool = True,
+) -> tuple[list[Eval], list[EvalProblem]]:
+    """Load what can be loaded and collect every problem (used by ``validate`` and the planner).
+
+    Local data nodes must resolve inside the evals root (the folder argument an eval was
+    found under, or an eval file's own folder) or one of ``data_roots``.
+    """
     evals: list[Eval] = []
     problems: list[EvalProblem] = []
     seen_ids: dict[str, str] = {}
@@ -128,6 +172,7 @@ def check_evals(*paths: str | Path, check_grader_configs: bool = True) -> tuple[
             problems.append(EvalProblem(str(target), "", "no such file or folder"))
             continue
         files = discover_eval_files(target)
+        roots = resolve_roots([target if target.is_dir() else target.parent, *data_roots])
         if not files:
             problems.append(EvalProblem(str(target), "", "folder contains no *.json eval files"))
         for file in files:
@@ -135,7 +180,9 @@ def check_evals(*paths: str | Path, check_grader_configs: bool = True) -> tuple[
             if problem:
                 problems.append(problem)
                 continue
-            eval_, found = parse_eval(data, str(file), check_grader_configs=check_grader_configs)
+            eval_, found = parse_eval(
+                data, str(file), data_roots=roots, check_grader_configs=check_grader_configs, check_data_nodes=check_data_nodes
+            )
             problems.extend(found)
             if eval_ is None:
                 continue
@@ -147,17 +194,27 @@ def check_evals(*paths: str | Path, check_grader_configs: bool = True) -> tuple[
     return evals, problems
 
 
-def load_evals(*paths: str | Path, check_grader_configs: bool = True) -> list[Eval]:
-    """Every eval under ``paths`` (files or folders, recursively), or EvalFileError listing all problems."""
-    evals, problems = check_evals(*paths, check_grader_configs=check_grader_configs)
+def load_evals(
+    *paths: str | Path,
+    data_roots: Sequence[str | Path] = (),
+    check_grader_configs: bool = True,
+    check_data_nodes: bool = True,
+) -> list[Eval]:
+    """Every eval under ``paths`` (files or folders, recursively), or EvalFileError listing all problems.
+
+    ``data_roots``: folders besides the evals roots that local data nodes may come from.
+    """
+    evals, problems = check_evals(
+        *paths, data_roots=data_roots, check_grader_configs=check_grader_configs, check_data_nodes=check_data_nodes
+    )
     if problems:
         raise EvalFileError(problems)
     return evals
 
 
-def load_eval(path: str | Path) -> Eval:
-    """Exactly one eval file."""
-    evals = load_evals(path)
+def load_eval(path: str | Path, *, data_roots: Sequence[str | Path] = (), check_data_nodes: bool = True) -> Eval:
+    """Exactly one eval file; its local data nodes must be in its own folder or ``data_roots``."""
+    evals = load_evals(path, data_roots=data_roots, check_data_nodes=check_data_nodes)
     if len(evals) != 1:
         raise EvalFileError([EvalProblem(str(path), "", f"expected one eval file, found {len(evals)}")])
     return evals[0]

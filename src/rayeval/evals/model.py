@@ -99,6 +99,7 @@ class Eval(BaseModel):
     notes: str | None = None
 
     _source_path: Path | None = PrivateAttr(default=None)
+    _data_roots: tuple[Path, ...] = PrivateAttr(default=())
     _content_hash: str | None = PrivateAttr(default=None)
 
     @field_validator("id")
@@ -135,6 +136,12 @@ class Eval(BaseModel):
     def source_path(self) -> Path | None:
         """The file this eval was loaded from; relative ``data_node`` paths resolve against it."""
         return self._source_path
+
+    @property
+    def data_roots(self) -> tuple[Path, ...]:
+        """The real folders local ``data_node`` paths may be staged from: the evals root the
+        eval was loaded from and the ``--data-root`` folders; none for an eval built in memory."""
+        return self._data_roots
 
     @property
     def effective_timeout(self) -> float | None:

@@ -1,10 +1,27 @@
-"""Running one agent on one eval."""
-from .context import AgentContext
-from .execution import Execution, grade_execution
-from .resolvers import Resolved, register_resolver, unregister_resolver
-from .result import STATUSES, EvalResult, Status
-from .runner import EvalRunner
-from .staging import StagedNode, StagingError, stage_data
+"""Running one agent on one eval.
+
+Exports load on first use: the unit runner, a process started for every worker, imports
+only the few modules it needs from this package.
+"""
+from __future__ import annotations
+
+from .._lazy import lazy_exports
+
+_EXPORTS = {
+    "AgentContext": ".context",
+    "Execution": ".execution",
+    "grade_execution": ".execution",
+    "Resolved": ".resolvers",
+    "register_resolver": ".resolvers",
+    "unregister_resolver": ".resolvers",
+    "STATUSES": ".result",
+    "EvalResult": ".result",
+    "Status": ".result",
+    "EvalRunner": ".runner",
+    "StagedNode": ".staging",
+    "StagingError": ".staging",
+    "stage_data": ".staging",
+}
 
 __all__ = [
     "STATUSES",
@@ -21,3 +38,5 @@ __all__ = [
     "stage_data",
     "unregister_resolver",
 ]
+
+__getattr__ = lazy_exports(__name__, _EXPORTS)

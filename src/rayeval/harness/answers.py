@@ -2,21 +2,23 @@
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
+from string import ascii_letters
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from .._json import dumps
-from .workspace import Listing
+from .workspace import FileTooLarge, Listing, read_left_file
 
 # Benchmark convention first, as in the reference; both are accepted.
 ANSWER_FILE_NAMES = ("analysis_output.json", "eval_answer.json")
 FINISHED_FILE = "finished.txt"
+#: Largest answer file read (the same default as the cap on a returned answer).
+MAX_ANSWER_FILE_BYTES = 10 << 20
 
-_TAGGED = re.compile(r"<EVAL_ANSWER>(.*?)</EVAL_ANSWER>", re.DOTALL)
-_FENCE = re.compile(r"^```[a-zA-Z]*\s*\n?(.*?)\n?```$", re.DOTALL)
+OPEN_TAG, CLOSE_TAG = "<EVAL_ANSWER>", "</EVAL_ANSWER>"
+FENCE = "```"
 
 
 class FoundAnswer(BaseModel):
@@ -52,38 +54,82 @@ def unwrap_return(value: Any) -> tuple[Any, dict[str, Any]]:
     return value, {}
 
 
+def tagged_spans(text: str) -> list[tuple[int, int]]:
+    """Where the tag bodies of ``text`` are, in order: the matches of
+    ``<EVAL_ANSWER>(.*?)</EVAL_ANSWER>`` (DOTALL), found in one pass.
+
+    Each open tag pairs with the first close tag after it and the scan goes on after that close.
+    An open tag with no close after it ends the scan, as no later one has a close either: the
+    regex instead retried from every open tag to the end of the text, quadratic in hostile text.
+    """
+    spans = []
+    position = 0
+    while (start := text.find(OPEN_TAG, position)) >= 0:
+        start += len(OPEN_TAG)
+        end = text.find(CLOSE_TAG, start)
+        if end < 0:
+            break
+        spans.append((start, end))
+        position = end + len(CLOSE_TAG)
+    return spans
+
+
+def unfence(body: str) -> str | None:
+    """The content, stripped, of a stripped body that is a code fence (three backticks, an
+    optional language, the content, three backticks), else None: what
+    ``^```[a-zA-Z]*\\s*\\n?(.*?)\\n?```$`` (DOTALL) captures, stripped.
+
+    Computed directly, in linear time: with both fences pinned to the ends, that pattern's first
+    match takes every leading ASCII letter as the language and the rest is content, whereas its
+    backtracking was quadratic in a long run of letters or blanks.
+    """
+    if len(body) < 2 * len(FENCE) or not (body.startswith(FENCE) and body.endswith(FENCE)):
+        return None
+    return body[len(FENCE) : -len(FENCE)].lstrip(ascii_letters).strip()
+
+
 def extract_tagged(text: str) -> Any:
-    """The last well-formed ``<EVAL_ANSWER>{json}</EVAL_ANSWER>`` in ``text``, else None."""
-    for raw in reversed(_TAGGED.findall(text)):
-        body = raw.strip()
-        fenced = _FENCE.match(body)
-        for candidate in (body, fenced.group(1).strip() if fenced else None):
+    """The last well-formed ``<EVAL_ANSWER>{json}</EVAL_ANSWER>`` in ``text`` (its body may be
+    fenced), else None. Linear in the size of ``text``: the answer is hostile input."""
+    for start, end in reversed(tagged_spans(text)):
+        body = text[start:end].strip()
+        for candidate in (body, unfence(body)):
             if candidate is None:
                 continue
             try:
                 return json.loads(candidate)
-            except (json.JSONDecodeError, RecursionError):
+            except (ValueError, RecursionError):  # ValueError: also an integer over Python's digit limit
                 continue
     return None
 
 
 def _existing(listing: Listing, names: tuple[str, ...]) -> list[Path]:
-    """Those of ``names`` present as files in the listed folders, in order."""
-    return [base / name for base, present in listing for name in names if name in present and (base / name).is_file()]
+    """Those of ``names`` present in the listed folders, in order."""
+    return [base / name for base, present in listing for name in names if name in present]
 
 
-def read_answer_files(work_dir: Path, listing: Listing) -> FoundAnswer:
-    """The first existing answer file of the work folder's ``listing``; a broken one is
-    reported, never silently skipped."""
+def read_answer_files(work_dir: Path, listing: Listing, limit: int = MAX_ANSWER_FILE_BYTES) -> FoundAnswer:
+    """The first answer file of the work folder's ``listing`` that is a regular file (never a
+    link out of the work folder); a broken or oversized one is reported, never skipped."""
     for path in _existing(listing, ANSWER_FILE_NAMES):
         source = str(path.relative_to(work_dir))
         try:
-            return FoundAnswer(answer=json.loads(path.read_text(encoding="utf-8")), source=source)
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+            data = read_left_file(path, limit)
+            if data is None:
+                continue
+            return FoundAnswer(answer=json.loads(data.decode("utf-8")), source=source)
+        except FileTooLarge as exc:
+            return FoundAnswer(source=source, problem=str(exc))
+        except (ValueError, RecursionError) as exc:  # bad UTF-8, bad JSON, an integer over the digit limit
             return FoundAnswer(source=source, problem=f"{source} is not valid JSON: {exc}")
     for path in _existing(listing, (FINISHED_FILE,)):
-        text = path.read_text(encoding="utf-8", errors="replace")
-        return FoundAnswer(answer={"finished_file_contents": text}, source=str(path.relative_to(work_dir)))
+        try:
+            data = read_left_file(path, limit)
+        except FileTooLarge as exc:
+            return FoundAnswer(source=str(path.relative_to(work_dir)), problem=str(exc))
+        if data is not None:
+            text = data.decode("utf-8", errors="replace")
+            return FoundAnswer(answer={"finished_file_contents": text}, source=str(path.relative_to(work_dir)))
     return FoundAnswer(problem="the agent returned no answer and wrote no eval_answer.json")
 
 

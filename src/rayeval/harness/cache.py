@@ -4,16 +4,22 @@ Many Ray workers stage the same nodes at once, so the cache must download each U
 and never expose a half-written entry. Layout under the cache root::
 
     entries/<h>/meta.json   sidecar: key, kind, size, sha256, per-file records, source
-    entries/<h>/payload     the file, or the directory tree, exactly as fetched
+    entries/<h>/payload     the file, or the directory tree, exactly as fetched (read-only)
     locks/<h>.lock          flock target for the entry (never deleted)
     tmp/<h>.<pid>.<token>/  scratch for an entry being built; renamed to entries/<h>
 
 ``<h>`` is the first 32 hex digits of sha256(key); the key is the exact URI (local paths:
 ``file://`` + absolute path). An entry appears only by renaming a fully written and
 fsynced scratch dir, so readers see either nothing or a complete entry. Builders hold an
-exclusive lock on the key; readers hold a shared one while they link/copy from it, so a
-stale entry is never replaced under a reader. Payload files are read-only (0o444) because
-staging hard-links them into work dirs.
+exclusive lock on the key; readers hold a shared one while they copy from it, so a stale
+entry is never replaced under a reader.
+
+Staging never links payload files anywhere, yet the cache does not take their bytes on
+trust: each file's record keeps its sha256 and its (inode, size, mtime, ctime) as of
+the commit. A reuse whose files all still show that stat reads nothing (ctime cannot be
+set from user space, so any chmod, write or utime since shows); otherwise the changed
+files are hashed again, and the entry is reused (their stat recorded anew) only if every
+byte is as recorded, else rebuilt from its source.
 """
 from __future__ import annotations
 
@@ -34,7 +40,7 @@ from typing import Literal
 from pydantic import BaseModel, ValidationError, computed_field
 
 CACHE_ENV = "RAYEVAL_CACHE_DIR"
-META_VERSION = 1
+META_VERSION = 2
 CHUNK = 1 << 20
 _STALE_TMP_SECONDS = 24 * 3600
 
@@ -51,7 +57,15 @@ class FileRecord(BaseModel):
     path: str
     size: int
     sha256: str
+
+
+class StoredFile(FileRecord):
+    """A committed payload file with its stat when its bytes were last known to be
+    ``sha256``: while its inode, size, mtime and ctime stay the same, so do its bytes."""
+
+    ino: int
     mtime_ns: int
+    ctime_ns: int
 
 
 class Payload(BaseModel):
@@ -89,7 +103,7 @@ class EntryMeta(BaseModel):
     kind: Kind
     size_bytes: int
     sha256: str
-    files: list[FileRecord]
+    files: list[StoredFile]
     source: list[tuple[str, int, int]] | None = None
     created_at: float
 
@@ -136,7 +150,7 @@ def write_file(dest: Path, chunks: Iterable[bytes], rel: str = "") -> FileRecord
         out.flush()
         os.fsync(out.fileno())
     os.chmod(dest, 0o444)
-    return FileRecord(path=rel, size=size, sha256=h.hexdigest(), mtime_ns=dest.stat().st_mtime_ns)
+    return FileRecord(path=rel, size=size, sha256=h.hexdigest())
 
 
 def list_tree(root: Path) -> tuple[list[str], list[tuple[str, Path, os.stat_result]]]:
@@ -177,38 +191,110 @@ def walk_files(root: Path) -> list[tuple[str, Path, os.stat_result]]:
     return list_tree(root)[1]
 
 
-def _payload_matches(payload: Path, meta: EntryMeta) -> bool:
-    """Cheap integrity check on reuse: every recorded file present with its size and mtime."""
+def _stamp(st: os.stat_result) -> dict[str, int]:
+    return {"ino": st.st_ino, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns}
+
+
+def _same_stat(rec: StoredFile, st: os.stat_result) -> bool:
+    return (rec.ino, rec.size, rec.mtime_ns, rec.ctime_ns) == (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _payload_stats(payload: Path, kind: Kind) -> dict[str, os.stat_result] | None:
+    """lstat of each payload file by relative path; None when the payload is missing or
+    holds anything but real directories and regular files (never built so: tampered)."""
     try:
-        if meta.kind == "file":
-            st = payload.lstat()
-            rec = meta.files[0]
-            return stat.S_ISREG(st.st_mode) and st.st_size == rec.size and st.st_mtime_ns == rec.mtime_ns
-        if not payload.is_dir() or payload.is_symlink():
-            return False
-        present = {rel: st for rel, _, st in walk_files(payload)}
-    except (OSError, IndexError):
-        return False
-    if len(present) != len(meta.files):
-        return False
+        st = payload.lstat()
+        if kind == "file":
+            return {"": st} if stat.S_ISREG(st.st_mode) else None
+        if not stat.S_ISDIR(st.st_mode):
+            return None
+        found: dict[str, os.stat_result] = {}
+
+        def fail(exc: OSError) -> None:
+            raise exc
+
+        for dirpath, dirnames, filenames in os.walk(payload, onerror=fail):
+            for name in dirnames + filenames:  # symlinks land in either list, unfollowed
+                path = Path(dirpath, name)
+                st = path.lstat()
+                if stat.S_ISREG(st.st_mode):
+                    found[path.relative_to(payload).as_posix()] = st
+                elif not stat.S_ISDIR(st.st_mode):
+                    return None
+        return found
+    except OSError:
+        return None
+
+
+def _hash_file(path: Path) -> tuple[os.stat_result, str]:
+    """The file's stat, taken before reading (a write during the read changes its ctime,
+    so the next reuse hashes again), and the sha256 of its bytes."""
+    with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as fh:
+        st = os.fstat(fh.fileno())
+        h = hashlib.sha256()
+        while chunk := fh.read(CHUNK):
+            h.update(chunk)
+    return st, h.hexdigest()
+
+
+def _verified(payload: Path, meta: EntryMeta, *, rehash: bool) -> list[StoredFile] | None:
+    """The payload's records with their current stat if it holds exactly the recorded
+    files and bytes, else None. A file still showing its recorded stat is trusted unread;
+    any other is hashed again, or with ``rehash`` False, makes the answer None at once."""
+    stats = _payload_stats(payload, meta.kind)
+    if stats is None or stats.keys() != {rec.path for rec in meta.files}:
+        return None
+    files = []
     for rec in meta.files:
-        st = present.get(rec.path)
-        if st is None or st.st_size != rec.size or st.st_mtime_ns != rec.mtime_ns:
-            return False
-    return True
+        if _same_stat(rec, stats[rec.path]):
+            files.append(rec)
+            continue
+        if not rehash:
+            return None
+        try:
+            st, digest = _hash_file(payload / rec.path)
+        except OSError:
+            return None
+        if st.st_size != rec.size or digest != rec.sha256:
+            return None
+        files.append(rec.model_copy(update=_stamp(st)))
+    return files
 
 
-def _load_valid(entry_dir: Path, key: str, is_fresh: Callable[[EntryMeta], bool] | None) -> EntryMeta | None:
+def _write_meta(entry_dir: Path, meta: EntryMeta) -> None:
+    """Write ``meta.json`` durably, replacing any old one in a single rename."""
+    tmp = entry_dir / f".meta.{secrets.token_hex(6)}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(meta.model_dump_json(indent=1))
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, entry_dir / "meta.json")
+
+
+def _reusable(
+    entry_dir: Path, key: str, is_fresh: Callable[[EntryMeta], bool] | None, *, rehash: bool
+) -> EntryMeta | None:
+    """The entry's sidecar if its payload can be staged from, else None (rebuild).
+
+    A payload whose files all keep their recorded stat is trusted unread. Otherwise, and
+    only with ``rehash`` (the caller holds the exclusive lock), the changed files are
+    hashed again: when every byte is as recorded the entry stands and the new stat is
+    recorded, so the next reuse is cheap again.
+    """
     try:
         meta = EntryMeta.model_validate_json((entry_dir / "meta.json").read_bytes())
     except (OSError, ValidationError, ValueError):
         return None
     if meta.version != META_VERSION or meta.key != key or not meta.files:
         return None
-    if not _payload_matches(entry_dir / "payload", meta):
-        return None
     if is_fresh is not None and not is_fresh(meta):
         return None
+    files = _verified(entry_dir / "payload", meta, rehash=rehash)
+    if files is None:
+        return None
+    if files != meta.files:
+        meta = meta.model_copy(update={"files": files})
+        _write_meta(entry_dir, meta)
     return meta
 
 
@@ -299,11 +385,13 @@ def _commit(root: Path, h: str, key: str, uri: str, name: str, build: Callable[[
         payload = build(scratch / "payload")
         fields = payload.model_dump()
         fields["name"] = fields["name"] or name
+        # The builder's chmod came last: from here on the payload's ctime stays put.
+        fields["files"] = [
+            StoredFile(**rec.model_dump(), **_stamp((scratch / "payload" / rec.path).lstat()))
+            for rec in payload.files
+        ]
         meta = EntryMeta(key=key, uri=uri, created_at=time.time(), **fields)
-        with open(scratch / "meta.json", "w", encoding="utf-8") as fh:
-            fh.write(meta.model_dump_json(indent=1))
-            fh.flush()
-            os.fsync(fh.fileno())
+        _write_meta(scratch, meta)
         if meta.kind == "directory":
             for dirpath, _, _ in os.walk(scratch / "payload"):
                 _fsync_dir(Path(dirpath))
@@ -338,9 +426,11 @@ def open_entry(
     ``build(dest)`` writes the payload at ``dest`` (a file or a directory; ``dest.parent``
     is private scratch space) and returns its ``Payload``; it runs only when no valid entry
     exists, under the key's exclusive lock; ``name`` is the staged basename unless the
-    payload reports its own (kept in the sidecar, so hits need no resolver). ``is_fresh`` can reject an otherwise intact
-    entry (a local source that changed). The entry stays valid (shared lock) until the
-    block exits. ``deadline`` (time.monotonic) bounds lock waits: ``LockTimeout``.
+    payload reports its own (kept in the sidecar, so hits need no resolver). An entry whose
+    files changed stat since they were hashed is hashed again first (``_reusable``);
+    ``is_fresh`` can reject an otherwise intact entry (a local source that changed). The
+    entry stays valid (shared lock) until the block exits. ``deadline`` (time.monotonic)
+    bounds lock waits: ``LockTimeout``.
     """
     for sub in ("entries", "locks", "tmp"):
         (root / sub).mkdir(parents=True, exist_ok=True)
@@ -349,12 +439,13 @@ def open_entry(
     fd = os.open(root / "locks" / f"{h}.lock", os.O_RDWR | os.O_CREAT, 0o644)
     try:
         _flock(fd, fcntl.LOCK_SH, deadline)
-        meta = _load_valid(entry_dir, key, is_fresh)
+        meta = _reusable(entry_dir, key, is_fresh, rehash=False)
         from_cache = meta is not None
         if meta is None:
-            # Upgrading drops the shared lock first; whoever wins builds, the rest re-check.
+            # Upgrading drops the shared lock first; whoever wins re-hashes or rebuilds, the
+            # rest re-check and find a valid entry with its stat recorded afresh.
             _flock(fd, fcntl.LOCK_EX, deadline)
-            meta = _load_valid(entry_dir, key, is_fresh)
+            meta = _reusable(entry_dir, key, is_fresh, rehash=True)
             from_cache = meta is not None
             if meta is None:
                 meta = _commit(root, h, key, uri, name, build)

@@ -25,6 +25,21 @@ class AgentContext(BaseModel):
     args: dict[str, str] = Field(default_factory=dict)
 
 
+class AgentRef(BaseModel):
+    """An agent by name (a built-in or ``module:function``), imported only where it runs: a
+    sandbox never lets an agent's module run code in the process that holds the evals.
+    The rest says what the trusted side needs to know without importing it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    needs_data: bool = True
+    leaves_nothing_running: bool = False
+    #: rayeval's replay agent: the durations it reports are the recorded runs'
+    replays_recorded_runs: bool = False
+    env_names: tuple[str, ...] = ()
+
+
 # Per agent: reading a signature costs ~20 µs, a tenth of a unit whose agent answers at once.
 _WANTS_CONTEXT: weakref.WeakKeyDictionary[AgentFunction, bool] = weakref.WeakKeyDictionary()
 

@@ -8,7 +8,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..evals import Eval
+from ..graders.result import GraderResult
 from ..grading import grade
+from .grading_pool import DEFAULT_TIMEOUT_S, GradingError, GradingTimeout, grade_bounded
 from .result import EvalResult, Status
 
 ExecutionOutcome = Literal["answered", "no_answer", "error", "timeout"]
@@ -26,6 +28,11 @@ class Execution(BaseModel):
     model: str | None = None
     seed: int | None = None
     run_id: str | None = None
+    #: how the agent ran: sandbox, process or inline (see ``isolation.py``)
+    isolation: str | None = None
+    #: the agent is rayeval's replay agent (set by the runner, never by the agent): its
+    #: reported duration is the recorded run's
+    replayed: bool = False
     outcome: ExecutionOutcome
     answer: Any = None
     answer_source: str | None = None
@@ -56,8 +63,11 @@ def _number(value: Any, kind: type) -> Any:
     return number
 
 
-def lift_metadata(metadata: dict) -> dict:
-    """Cost, tokens, turns and harness reported by the agent, as typed result fields."""
+def lift_metadata(metadata: dict, *, recorded_duration: bool = False) -> dict:
+    """Cost, tokens, turns and harness reported by the agent, as typed result fields.
+
+    ``recorded_duration``: the agent is rayeval's replay, whose ``duration_s`` is the recorded
+    run's; any other agent's reported duration is ignored (the measured one is kept)."""
     lifted: dict[str, Any] = {}
     if isinstance(metadata.get("harness"), str):
         lifted["harness"] = metadata["harness"]
@@ -69,23 +79,38 @@ def lift_metadata(metadata: dict) -> dict:
         if count is not None:
             lifted[key] = count
     recorded = _number(metadata.get("duration_s"), float)
-    if metadata.get("replayed") and recorded is not None:
-        lifted["duration_s"] = recorded  # a replay reports the recorded run's time
+    if recorded_duration and recorded is not None:
+        lifted["duration_s"] = recorded
     return lifted
 
 
-def grade_execution(eval_: Eval, execution: Execution) -> EvalResult:
-    """Turn an execution into a result: errors and timeouts are not graded, everything else is."""
+def grade_execution(eval_: Eval, execution: Execution, *, grade_timeout: float | None = DEFAULT_TIMEOUT_S) -> EvalResult:
+    """Turn an execution into a result: errors and timeouts are not graded, everything else is.
+
+    The grading runs in a grading subprocess stopped after ``grade_timeout`` seconds (a
+    ``timeout`` result, ``GradingTimeout``); a failed subprocess gives an ``error`` result.
+    ``grade_timeout=None`` grades in this process, without a limit.
+    """
     fields = execution.model_dump(exclude={"outcome", "answer"})
     fields["agent_answer"] = execution.answer
     if execution.outcome in ("error", "timeout"):
         status: Status = execution.outcome
         return EvalResult(**fields, status=status, passed=False)
     start = time.monotonic()
-    grader_result = grade(eval_, execution.answer)
+    grader_result: GraderResult | None
+    try:
+        if grade_timeout is None:
+            grader_result = grade(eval_, execution.answer)
+        else:
+            grader_result = grade_bounded(eval_, execution.answer, grade_timeout)
+    except GradingError as exc:
+        grader_result = None
+        status = "timeout" if isinstance(exc, GradingTimeout) else "error"
+        fields.update(error_type=type(exc).__name__, error_message=str(exc))
+    else:
+        status = "config_error" if grader_result.is_configuration_error else ("passed" if grader_result.passed else "failed")
     grade_s = time.monotonic() - start
-    status = "config_error" if grader_result.is_configuration_error else ("passed" if grader_result.passed else "failed")
-    lifted = lift_metadata(execution.metadata)
+    lifted = lift_metadata(execution.metadata, recorded_duration=execution.replayed)
     fields.update(lifted)
     if "duration_s" not in lifted:
         fields["duration_s"] = round(fields["duration_s"] + grade_s, 6)

@@ -28,6 +28,7 @@ class EvalResult(BaseModel):
     model: str | None = None
     seed: int | None = None
     run_id: str | None = None
+    isolation: str | None = None
     harness: str | None = None
     error_type: str | None = None
     error_message: str | None = None

@@ -2,16 +2,19 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from ..evals import Eval, load_eval
+from ..evals.data_roots import resolve_roots
 from .answers import find_answer
-from .cache import remove_tree
-from .context import AgentContext, AgentFunction, call_agent
+from .cache import default_cache_dir, remove_tree
+from .context import AgentContext, AgentFunction, AgentRef, call_agent
 from .execution import Execution, grade_execution, now
-from .isolation import Isolation, Outcome, run_agent_isolated
+from .isolation import Isolation, Outcome, run_inline
 from .prompt import build_prompt
 from .result import EvalResult
+from .sandbox import SandboxConfig, SandboxError, unit_runner
 from .secrets import environment_secrets, redact
 from .staging import StagingError, stage_data
 from .workspace import (
@@ -36,8 +39,11 @@ class EvalRunner:
         keep_workspace: bool = False,
         run_id: str | None = None,
         s3_endpoint_url: str | None = None,
+        data_roots: Sequence[str | Path] = (),
     ):
-        self.eval = eval_or_path if isinstance(eval_or_path, Eval) else load_eval(eval_or_path)
+        self.eval = eval_or_path if isinstance(eval_or_path, Eval) else load_eval(eval_or_path, data_roots=data_roots)
+        # local data nodes are staged from the eval's data roots (none for an eval built in memory) and these
+        self.data_roots = (*self.eval.data_roots, *resolve_roots(data_roots))
         self.work_root = Path(work_root) if work_root is not None else default_work_root()
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         self.keep_workspace = keep_workspace
@@ -46,29 +52,38 @@ class EvalRunner:
 
     def run(
         self,
-        agent_function: AgentFunction,
+        agent: AgentFunction | AgentRef,
         *,
         model: str | None = None,
         seed: int | None = None,
         timeout: float | None = None,
         agent_args: dict[str, str] | None = None,
-        isolation: Isolation = "process",
+        isolation: Isolation = "sandbox",
+        sandbox: SandboxConfig | None = None,
     ) -> EvalResult:
         """Stage, run, find the answer, grade. Never raises for anything the agent does."""
-        execution = self.execute(agent_function, model=model, seed=seed, timeout=timeout, agent_args=agent_args, isolation=isolation)
+        execution = self.execute(
+            agent, model=model, seed=seed, timeout=timeout, agent_args=agent_args, isolation=isolation, sandbox=sandbox
+        )
         return grade_execution(self.eval, execution)
 
     def execute(
         self,
-        agent_function: AgentFunction,
+        agent: AgentFunction | AgentRef,
         *,
         model: str | None = None,
         seed: int | None = None,
         timeout: float | None = None,
         agent_args: dict[str, str] | None = None,
-        isolation: Isolation = "process",
+        isolation: Isolation = "sandbox",
+        sandbox: SandboxConfig | None = None,
     ) -> Execution:
-        """Everything but grading, so a batch engine can grade many executions in one task."""
+        """Everything but grading, so a batch engine can grade many executions in one task.
+
+        ``agent``: a function (or callable object), or an :class:`AgentRef` naming one, which
+        is imported only where it runs. ``isolation``: see :mod:`rayeval.harness.isolation`;
+        ``sandbox``: what a sandboxed (or ``process``) unit sees, gets and may use.
+        """
         started_at = now()
         start = time.monotonic()
         limit = timeout if timeout is not None else self.eval.effective_timeout
@@ -76,15 +91,15 @@ class EvalRunner:
         work_dir = make_work_dir(self.work_root, run_id=self.run_id, eval_id=self.eval.id, model=model, seed=seed)
         removed = False
         try:
-            ran = self._run_agent(work_dir, agent_function, context, limit, isolation)
+            ran = self._run_agent(work_dir, agent, context, limit, isolation, sandbox or SandboxConfig())
             # what the agent left is listed once, for its answer files and its artifacts
             if self.keep_workspace:
                 listing = list_work_dir(work_dir)
             else:
-                left = list_or_retire(work_dir, reuse=_done_with(agent_function, ran))
+                left = list_or_retire(work_dir, reuse=_done_with(agent, ran, isolation))
                 removed, listing = left is None, left or []
-            if isinstance(ran, StagingError):
-                fields = {"outcome": "error", "error_type": "StagingError", "error_message": str(ran)}
+            if isinstance(ran, Exception):
+                fields = {"outcome": "error", "error_type": type(ran).__name__, "error_message": str(ran)}
             else:
                 fields = _find_answer(ran, work_dir, listing)
             fields["artifacts"] = collect_artifacts(listing)
@@ -102,47 +117,82 @@ class EvalRunner:
             model=model,
             seed=seed,
             run_id=self.run_id,
+            isolation=isolation,
+            replayed=_replays(agent),
             started_at=started_at,
             finished_at=now(),
             duration_s=round(time.monotonic() - start, 6),
         )
 
     def _run_agent(
-        self, work_dir: Path, agent: AgentFunction, context: AgentContext, limit: float | None, isolation: Isolation
-    ) -> Outcome | StagingError:
-        """Stage the data and run the agent in ``work_dir``: its outcome, or why staging failed."""
+        self,
+        work_dir: Path,
+        agent: AgentFunction | AgentRef,
+        context: AgentContext,
+        limit: float | None,
+        isolation: Isolation,
+        sandbox: SandboxConfig,
+    ) -> Outcome | StagingError | SandboxError:
+        """Stage the data and run the agent in ``work_dir``: its outcome, or why it could not run."""
         base_dir = self.eval.source_path.parent if self.eval.source_path else None
         # Agents that never read inputs (replay, sleep) set ``needs_data = False``.
         nodes = self.eval.data_nodes if getattr(agent, "needs_data", True) else []
+        cache_dir = self.cache_dir or default_cache_dir()
         try:
             staged = stage_data(
                 nodes,
                 work_dir / "data",
                 base_dir=base_dir,
-                cache_dir=self.cache_dir,
+                cache_dir=cache_dir,
                 timeout=self.eval.download_timeout,
                 s3_endpoint_url=self.s3_endpoint_url,
+                data_roots=self.data_roots,
+                mode="mount" if isolation == "sandbox" else "copy",
             )
         except StagingError as exc:
             return exc
-        if staged:
-            (work_dir / "data").chmod(0o555)  # nothing may be added to or removed from the inputs
         prompt = build_prompt(self.eval.task, work_dir, [node.path for node in staged])
-        return run_agent_isolated(
-            lambda: call_agent(agent, prompt, work_dir, context),
-            timeout=limit,
-            isolation=isolation,
-            log_path=work_dir / "agent_stdout.log",
-        )
+        if isolation == "inline":
+            function = _resolved(agent)
+            return run_inline(lambda: call_agent(function, prompt, work_dir, context), limit)
+        # the evals' folders (answer keys) are hidden from the agent, as the config's paths
+        config = sandbox.model_copy(update={"hide": (*sandbox.hide, *map(str, self.data_roots))})
+        runner = unit_runner(config, isolation, self.work_root, cache_dir)
+        inputs = [(node.view_source, str(work_dir / node.path)) for node in staged if node.view_source]
+        try:
+            return runner.run(runner.spec(agent, prompt, work_dir, context, inputs, {}), limit)
+        except SandboxError as exc:
+            return exc
 
 
-def _done_with(agent: AgentFunction, ran: Outcome | StagingError) -> bool:
+def _replays(agent: AgentFunction | AgentRef) -> bool:
+    """Whether ``agent`` is rayeval's replay agent, told by the trusted side: a named agent by
+    its built-in name, a function by identity."""
+    if isinstance(agent, AgentRef):
+        return agent.replays_recorded_runs
+    from ..agents.replay import replay_agent
+
+    return agent is replay_agent
+
+
+def _resolved(agent: AgentFunction | AgentRef) -> AgentFunction:
+    """The function itself, for an agent run in this process (imported here if named)."""
+    if not isinstance(agent, AgentRef):
+        return agent
+    from ..agents.resolve import resolve_agent
+
+    return resolve_agent(agent.name)
+
+
+def _done_with(agent: AgentFunction | AgentRef, ran: Outcome | Exception, isolation: Isolation) -> bool:
     """Whether nothing the agent started can still use its work folder, which may then serve
-    the next unit: only agents that say so (``leaves_nothing_running = True``: rayeval's
-    in-process agents), and not after a timeout (an inline agent's thread may still run).
-    A process an agent leaves behind could otherwise write into another unit's folder."""
-    timed_out = isinstance(ran, Outcome) and ran.kind == "timeout"
-    return bool(getattr(agent, "leaves_nothing_running", False)) and not timed_out
+    the next unit: a sandboxed unit's processes all ended with its namespace; otherwise only
+    agents that say so (``leaves_nothing_running = True``: rayeval's in-process agents). Never
+    after a timeout (an inline agent's thread may still run). A process an agent leaves
+    behind could otherwise write into another unit's folder."""
+    if isinstance(ran, Outcome) and ran.kind == "timeout":
+        return False
+    return isolation == "sandbox" or bool(getattr(agent, "leaves_nothing_running", False))
 
 
 def _find_answer(outcome: Outcome, work_dir: Path, listing: Listing) -> dict:

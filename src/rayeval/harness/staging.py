@@ -1,38 +1,57 @@
 """Stage an eval's ``data_node`` inputs read-only into a run's ``data/`` folder.
 
 Every node goes through the node-local cache (``cache.py``): concurrent runs on one
-machine download a URI once, and the work dir gets hard links to the cached bytes (or
-copies when the cache sits on another filesystem). Local sources are copied into the
-cache too, so a user's own file is never linked into a work dir and chmod-ed there.
+machine download a URI once. The agent under evaluation is untrusted and owns whatever
+is in its work dir, so nothing there shares an inode with the cache or a source:
+
+- ``mode="copy"``: each staged file is its own read-only copy of the cached bytes (a
+  reflink, sharing extents copy-on-write, where the filesystem allows; else a byte copy).
+- ``mode="mount"``: nothing is copied; ``data/<name>`` is an empty placeholder (file or
+  directory) and ``StagedNode.view_source`` names the cache payload for a sandbox to
+  bind-mount read-only onto it.
+
+Local sources are copied into the cache too (never linked), so a user's own file never
+reaches a work dir, and a changed one is copied again.
 
 Supported nodes: local paths (relative ones against ``base_dir``), ``file://``,
 ``http(s)://``, ``s3://bucket/key`` (a file), ``s3://bucket/prefix/`` (a directory), and
-any scheme with a registered resolver (``resolvers.py``), such as ``latch://``.
+any scheme with a registered resolver (``resolvers.py``), such as ``latch://``. Local nodes
+must resolve inside the data roots given (``evals/data_roots.py``): the loader checked them
+already, staging checks again, as a symlink may have changed since.
 """
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import os
 import secrets
 import shutil
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 from urllib.parse import unquote, urlsplit
-from urllib.request import url2pathname
 
 from pydantic import BaseModel, ConfigDict
 
+from ..evals.data_roots import (
+    checked_data_path,
+    file_url_path,
+    local_node_path,
+    resolve_roots,
+)
 from .cache import (
+    CHUNK,
     EntryMeta,
     LockTimeout,
     Payload,
     default_cache_dir,
     open_entry,
     remove_tree,
+    walk_files,
 )
 from .fetch import (
     DEFAULT_SOCKET_TIMEOUT,
@@ -50,6 +69,10 @@ from .resolvers import BUILTIN_SCHEMES, Resolved, get_resolver, missing_resolver
 
 __all__ = ["StagedNode", "StagingError", "stage_data"]
 
+StageMode = Literal["copy", "mount"]
+#: ioctl making the destination file share the source's extents (btrfs, XFS, bcachefs...).
+_FICLONE = 0x40049409
+
 
 class StagedNode(BaseModel):
     """Where one data node landed, and what it contained (for provenance in results)."""
@@ -65,6 +88,10 @@ class StagedNode(BaseModel):
     sha256: str
     #: True when a valid cache entry already existed (this call downloaded/copied nothing).
     from_cache: bool
+    #: Mount mode: absolute path of the cache payload to bind-mount read-only onto ``path``
+    #: (an empty placeholder). Bind it before the entry can be rebuilt (its local source
+    #: changes). None in copy mode.
+    view_source: str | None = None
 
 
 class StagingError(Exception):
@@ -102,31 +129,22 @@ def _last_segment(path: str) -> str:
 
 
 def _file_url_path(uri: str) -> str:
-    parts = urlsplit(uri)
-    if parts.netloc not in ("", "localhost"):
-        raise FetchError(f"a file:// URI must name a local path, not host {parts.netloc!r}")
-    return url2pathname(parts.path)
-
-
-def _local_source(uri: str, raw: str, base_dir: Path) -> _Source:
-    path = Path(raw).expanduser()
-    if not path.is_absolute():
-        path = base_dir / path
-    path = Path(os.path.abspath(path))
-    return _Source(uri, "local", f"file://{path}", _safe_name(path.name), path)
+    try:
+        return file_url_path(uri)
+    except ValueError as exc:
+        raise FetchError(str(exc)) from None
 
 
 def _parse(uri: str, base_dir: Path) -> _Source:
     if not isinstance(uri, str) or not uri.strip():
         raise StagingError(str(uri), "a data node must be a non-empty string")
+    try:
+        path = local_node_path(uri, base_dir)
+    except ValueError as exc:
+        raise StagingError(uri, str(exc)) from None
+    if path is not None:
+        return _Source(uri, "local", f"file://{path}", _safe_name(path.name), path)
     scheme = urlsplit(uri).scheme
-    if scheme == "":
-        return _local_source(uri, uri, base_dir)
-    if scheme == "file":
-        try:
-            return _local_source(uri, _file_url_path(uri), base_dir)
-        except FetchError as exc:
-            raise StagingError(uri, str(exc)) from None
     parts = urlsplit(uri)
     if scheme == "s3":
         if not uri[len("s3://") :].partition("/")[0] or uri[:5].lower() != "s3://":
@@ -147,6 +165,27 @@ def _parse(uri: str, base_dir: Path) -> _Source:
     return _Source(uri, scheme, uri, _safe_name(_last_segment(parts.path) or parts.netloc))
 
 
+def _inside_roots(src: _Source, roots: Sequence[Path]) -> _Source:
+    """A local source checked against the data roots, with every file of a directory (whose
+    symlinks copying follows), to be copied from its real path: what is copied is what was
+    checked. Other sources are returned as they are."""
+    if src.local is None:
+        return src
+    try:
+        real = checked_data_path(src.local, roots)
+        if real.is_dir():
+            for rel, path, _ in walk_files(real):
+                try:
+                    checked_data_path(path, roots)
+                except ValueError as exc:
+                    raise ValueError(f"holds {rel}, which {exc}") from None
+    except ValueError as exc:
+        raise StagingError(src.uri, str(exc)) from None
+    except OSError as exc:  # an unreadable folder of the directory
+        raise StagingError(src.uri, f"cannot read {exc.filename or src.local}: {exc.strerror or exc}") from None
+    return replace(src, local=real)
+
+
 def _claim_name(name: str, uri: str, used: set[str]) -> str:
     """``name``, or ``<stem>-<8 hex of sha256(uri)><suffix>`` when an earlier node took it."""
     if name not in used:
@@ -162,27 +201,35 @@ def _claim_name(name: str, uri: str, used: set[str]) -> str:
     return candidate
 
 
-def _link_or_copy(src: Path, dst: Path) -> None:
-    """Hard-link (cache payloads are already 0o444); copy when linking is impossible."""
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copyfile(src, dst)
-        os.chmod(dst, 0o444)
+def _make_file(dst: Path, copy_of: Path | None) -> None:
+    """Create ``dst`` read-only, holding its own copy of ``copy_of`` (a reflink where the
+    filesystem can, else the bytes), or empty (a mount placeholder) for None. Never a
+    link: the agent owns ``dst`` and may chmod and rewrite it."""
+    with open(dst, "xb") as out:
+        if copy_of is not None:
+            with open(copy_of, "rb") as fh:
+                try:
+                    fcntl.ioctl(out.fileno(), _FICLONE, fh.fileno())
+                except OSError:  # no shared extents here (ext4, tmpfs, across filesystems)
+                    shutil.copyfileobj(fh, out, CHUNK)
+    os.chmod(dst, 0o444)
 
 
-def _place(payload: Path, kind: str, target: Path) -> None:
-    """Build the staged copy beside ``target`` and rename it into place (never half-visible)."""
+def _place(payload: Path, kind: str, target: Path, mode: StageMode) -> None:
+    """Build the staged copy (or mount placeholder) beside ``target`` and rename it into
+    place, so it is never half-visible."""
     scratch = target.parent / f".{target.name}.staging-{secrets.token_hex(4)}"
     try:
         if kind == "file":
-            _link_or_copy(payload, scratch)
+            _make_file(scratch, payload if mode == "copy" else None)
+        elif mode == "mount":
+            scratch.mkdir()
         else:
             for dirpath, _, filenames in os.walk(payload):
                 here = scratch / Path(dirpath).relative_to(payload)
                 here.mkdir()
                 for name in filenames:
-                    _link_or_copy(Path(dirpath, name), here / name)
+                    _make_file(here / name, Path(dirpath, name))
         if target.exists() or target.is_symlink():
             remove_tree(target)  # the reference replaces whatever was there
         os.rename(scratch, target)
@@ -264,6 +311,7 @@ def _stage_one(
     deadline: float | None,
     endpoint_url: str | None,
     placed: list[Path],
+    mode: StageMode,
 ) -> StagedNode:
     if src.local is not None:
         if not src.local.exists():
@@ -283,7 +331,7 @@ def _stage_one(
         opened = open_entry(cache_dir, src.key, src.uri, build, name=src.name, deadline=deadline)
     with opened as (entry, from_cache):
         name = _claim_name(entry.meta.name, src.uri, used)
-        _place(entry.payload, entry.meta.kind, data_dir / name)
+        _place(entry.payload, entry.meta.kind, data_dir / name, mode)
         placed.append(data_dir / name)
         return StagedNode(
             uri=src.uri,
@@ -292,6 +340,7 @@ def _stage_one(
             size_bytes=entry.meta.size_bytes,
             sha256=entry.meta.sha256,
             from_cache=from_cache,
+            view_source=os.path.abspath(entry.payload) if mode == "mount" else None,
         )
 
 
@@ -303,8 +352,14 @@ def stage_data(
     cache_dir: Path | None = None,
     timeout: float | None = None,
     s3_endpoint_url: str | None = None,
+    mode: StageMode = "copy",
+    data_roots: Sequence[str | Path] = (),
 ) -> list[StagedNode]:
     """Stage every node read-only into ``data_dir``; one ``StagedNode`` per input, in order.
+
+    Local nodes (plain paths, ``file://``) must resolve, symlinks included, inside one of
+    ``data_roots`` and not under /proc, /sys or /dev (with no data roots, none is staged);
+    so must every file of a local directory. ``StagingError`` names the node otherwise.
 
     ``timeout`` (the eval's ``download_timeout``) is one deadline for all network and
     resolver fetches of this call, including waits for another process fetching the same
@@ -313,11 +368,15 @@ def stage_data(
     path) is staged once and reported at both positions. An existing ``data_dir/<name>``
     is replaced (reference behaviour); same-named nodes within one call get distinct names.
     ``data_dir`` itself is left read-only (0o555), like everything staged into it.
+    ``mode`` says how the bytes reach ``data_dir`` (copies, or placeholders to mount the
+    cache payloads on: ``view_source``); nothing staged is ever a link.
     """
     if isinstance(nodes, str):
         nodes = [nodes]
     if timeout is not None and not timeout > 0:
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    if mode not in ("copy", "mount"):
+        raise ValueError(f"mode must be 'copy' or 'mount', got {mode!r}")
     if not nodes:
         return []  # nothing to stage: no data folder either (and no cwd or cache lookups per unit)
     data_dir = Path(data_dir)
@@ -325,7 +384,8 @@ def stage_data(
     cache_root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     deadline = None if timeout is None else time.monotonic() + timeout
 
-    sources = [_parse(uri, base) for uri in nodes]  # fail fast on bad URIs
+    roots = resolve_roots(data_roots)
+    sources = [_inside_roots(_parse(uri, base), roots) for uri in nodes]  # fail fast on bad URIs
     data_dir.mkdir(parents=True, exist_ok=True)
     os.chmod(data_dir, 0o755)  # read-only again below, whatever happens
     used: set[str] = set()
@@ -338,7 +398,7 @@ def stage_data(
                 staged.append(by_key[src.key].model_copy(update={"uri": src.uri}))
                 continue
             try:
-                node = _stage_one(src, data_dir, used, cache_root, deadline, s3_endpoint_url, placed)
+                node = _stage_one(src, data_dir, used, cache_root, deadline, s3_endpoint_url, placed, mode)
             except (FetchTimeout, LockTimeout) as exc:
                 limit = f" after {timeout:g}s (download_timeout)" if timeout is not None else ""
                 raise StagingError(src.uri, f"download timed out{limit}: {exc}") from None

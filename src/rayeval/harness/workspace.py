@@ -207,12 +207,38 @@ def list_work_dir(work_dir: Path) -> Listing:
 
 def _listing(work_dir: Path, names: set[str]) -> Listing:
     listing = [(work_dir, names)]
-    if LEGACY_SUBDIR in names:
+    legacy = work_dir / LEGACY_SUBDIR
+    if LEGACY_SUBDIR in names and not legacy.is_symlink():  # a link would lead out of the work folder
         try:
-            listing.append((work_dir / LEGACY_SUBDIR, set(os.listdir(work_dir / LEGACY_SUBDIR))))
+            listing.append((legacy, set(os.listdir(legacy))))
         except OSError:  # a file of that name, or gone
             pass
     return listing
+
+
+class FileTooLarge(ValueError):
+    """A file the agent left is larger than what may be read of it."""
+
+
+def read_left_file(path: Path, limit: int, *, tail: bool = False) -> bytes | None:
+    """The bytes of a regular file the agent left, without following a symbolic link (a link
+    would lead the trusted side to a file the agent cannot read itself) and without reading
+    more than ``limit`` bytes: beyond it, the last ``limit`` (``tail``) or ``FileTooLarge``.
+    None when ``path`` is not a regular file (a link, a folder, a pipe) or is gone."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        if info.st_size > limit:
+            if not tail:
+                raise FileTooLarge(f"{path.name} is {info.st_size} bytes, more than the {limit} that are read")
+            handle.seek(info.st_size - limit)
+            return b"[... truncated ...]\n" + handle.read(limit)
+        return handle.read(limit + 1)[:limit]
 
 
 def collect_artifacts(listing: Listing) -> dict[str, str]:
@@ -222,10 +248,8 @@ def collect_artifacts(listing: Listing) -> dict[str, str]:
     work_dir, present = listing[0]
     found = {}
     for name in ARTIFACT_NAMES:
-        path = work_dir / name
-        if name in present and path.is_file():
-            data = path.read_bytes()
-            if len(data) > MAX_ARTIFACT_BYTES:
-                data = b"[... truncated ...]\n" + data[-MAX_ARTIFACT_BYTES:]
-            found[name] = data.decode("utf-8", errors="replace")
+        if name in present:
+            data = read_left_file(work_dir / name, MAX_ARTIFACT_BYTES, tail=True)
+            if data is not None:
+                found[name] = data.decode("utf-8", errors="replace")
     return found

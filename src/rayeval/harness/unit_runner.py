@@ -263,15 +263,13 @@ def _build_view(spec: dict[str, Any]) -> None:
     tmp_options = f"size={spec['limits']['tmp_bytes']},mode=1777"
     covers = [(path, "size=1m,mode=755") for path in spec["hide"]]
     covers += [("/tmp", tmp_options), ("/dev/shm", tmp_options)]
-    for path, options in sorted(covers, key=lambda cover: len(cover[0])):
-        if os.path.isdir(path) and not os.path.islink(path):
-            ns.mount("tmpfs", path, "tmpfs", ns.MS_NOSUID | ns.MS_NODEV, options)
-        elif os.path.lexists(path):
-            ns.mount("/dev/null", path, None, ns.MS_BIND)
+    _cover(covers)
     for tree, path, directory in kept_trees:
         _mount_point(path, directory=directory)
         ns.attach_tree(tree, path)
         ns.remount_read_only(path)
+    # what a kept folder brought back of the covered ones is covered again
+    _cover([(path, options) for path, options in covers if any(_inside(path, kept) for _, kept, _ in kept_trees)])
     os.makedirs(work_dir, exist_ok=True)
     ns.attach_tree(work_tree, work_dir)
     data_dir = os.path.join(work_dir, "data")
@@ -283,6 +281,19 @@ def _build_view(spec: dict[str, Any]) -> None:
     if input_trees:
         ns.remount_read_only(data_dir)
     ns.mount("proc", "/proc", "proc", ns.MS_NOSUID | ns.MS_NODEV | ns.MS_NOEXEC)
+
+
+def _cover(covers: list[tuple[str, str]]) -> None:
+    """An empty tmpfs over each existing folder (outer ones first), /dev/null over a file."""
+    for path, options in sorted(covers, key=lambda cover: len(cover[0])):
+        if os.path.isdir(path) and not os.path.islink(path):
+            ns.mount("tmpfs", path, "tmpfs", ns.MS_NOSUID | ns.MS_NODEV, options)
+        elif os.path.lexists(path):
+            ns.mount("/dev/null", path, None, ns.MS_BIND)
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path.startswith(folder.rstrip("/") + "/")
 
 
 def _mount_point(path: str, *, directory: bool) -> None:

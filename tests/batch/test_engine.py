@@ -4,6 +4,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -41,7 +42,9 @@ def test_reference_agent_on_the_example_evals(tmp_path: Path) -> None:
     assert json.loads(row["metrics_json"])
 
 
-def test_units_that_raise_hang_or_return_garbage_get_their_own_rows(tmp_path: Path, invocation_log: Path) -> None:
+def test_units_that_raise_hang_or_return_garbage_get_their_own_rows(tmp_path: Path) -> None:
+    """Sandboxed (the default): a unit that raises is retried, then stored as an error; a hung
+    one is ended at its timeout; each unit gets exactly one row, which says its attempt."""
     evals = write_mc_evals(tmp_path / "evals", ["ok_1", "ok_2", "raise_1", "hang_1", "garbage_1"])
     summary = batch.run(
         str(evals), agent="tests.batch.agents:misbehaving", output=str(tmp_path / "out"), run_id="mixed",
@@ -57,10 +60,24 @@ def test_units_that_raise_hang_or_return_garbage_get_their_own_rows(tmp_path: Pa
         assert status[("garbage_1", model)] == "failed"
     raised = frame[frame["eval_id"] == "raise_1"].iloc[0]
     assert raised["error_type"] == "RuntimeError" and "agent exploded" in raised["error_message"] and raised["attempt"] == 2
-    counts = Counter(i["eval_id"] for i in read_invocations(invocation_log))
-    assert counts["raise_1"] == 4  # 2 models x (1 try + 1 retry)
-    assert counts["ok_1"] == 2
+    # A sandboxed agent cannot report to the test (no side channel out of the unit): the row
+    # says which attempt it is. Only errors are retried, each once (retries=1).
+    attempts = {(r.eval_id, r.model): r.attempt for r in frame.itertuples()}
+    assert {unit: n for unit, n in attempts.items() if n != 1} == {("raise_1", "m1"): 2, ("raise_1", "m2"): 2}
+    assert set(frame["isolation"]) == {"sandbox"}
     assert {m.model: m.errors for m in summary.models} == {"m1": 2, "m2": 2}
+
+
+@pytest.mark.parametrize("options, isolation, network", [({}, "sandbox", "host"), ({"isolation": "process"}, "process", None)], ids=["default", "process"])
+def test_rows_and_the_manifest_record_how_agents_ran(tmp_path: Path, options: dict, isolation: str, network: str | None) -> None:
+    """Sandboxed unless asked otherwise; every row and the run's manifest say which it was
+    (and, sandboxed, the agents' network)."""
+    evals = write_mc_evals(tmp_path / "evals", ["e1", "e2"])
+    batch.run(str(evals), agent="tests.batch.agents:instant", output=str(tmp_path / "out"), run_id="iso", **options, **FAST)
+    frame = pd.read_parquet(tmp_path / "out" / "run_id=iso")
+    assert len(frame) == 2 and (frame["status"] == "passed").all() and list(frame["isolation"]) == [isolation] * 2
+    manifest = ResultStore(str(tmp_path / "out")).read_manifest("iso")
+    assert (manifest.isolation, manifest.network, manifest.status) == (isolation, network, "completed")
 
 
 def test_replay_of_the_scbench_corpus_gives_the_recorded_verdicts(tmp_path: Path) -> None:
@@ -228,15 +245,24 @@ def test_units_that_turn_slow_are_not_held_in_big_calls(tmp_path: Path, invocati
     assert peak >= 2, "the slow units ran one after another"
 
 
-def test_killed_driver_then_resume_runs_every_unit_exactly_once(tmp_path: Path, invocation_log: Path) -> None:
+def _ran_now(stdout: str) -> tuple[int, int]:
+    """(units run now, units already done) from the summary ``rayeval run`` prints."""
+    match = re.search(r"\((\d+) run now, (\d+) already done\)", stdout)
+    assert match, stdout
+    return int(match[1]), int(match[2])
+
+
+def test_killed_driver_then_resume_runs_every_unit_exactly_once(tmp_path: Path) -> None:
+    """Sandboxed (the default): the agent cannot tell the test it ran, so the rows do. The rows
+    stored before the kill are the ones the run ends with; every other unit ran on resume."""
     evals = write_mc_evals(tmp_path / "evals", [f"e{i}" for i in range(12)])
     out = tmp_path / "out"
     command = [
         sys.executable, "-m", "rayeval.cli", "run", str(evals), "--agent", "tests.batch.agents:counting_sleep",
         "--agent-arg", "seconds=0.5", "--seeds", "3", "--output", str(out), "--run-id", "r1",
         "--max-concurrency", "4", "--no-progress",
-    ]
-    env = {**os.environ, "RAYEVAL_TEST_INVOCATION_LOG": str(invocation_log), "RAY_USAGE_STATS_ENABLED": "0"}
+    ]  # fmt: skip
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
     driver = subprocess.Popen(command, cwd=REPO, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and len(_completed_at(out, "r1")) < 8:
@@ -245,17 +271,19 @@ def test_killed_driver_then_resume_runs_every_unit_exactly_once(tmp_path: Path, 
     os.killpg(driver.pid, signal.SIGKILL)  # the driver and everything it started
     driver.wait(timeout=30)
     completed = _completed_at(out, "r1")
+    killed_at = pd.Timestamp.now(tz="UTC")
     assert 8 <= len(completed) < 36
 
     done = subprocess.run(command + ["--resume"], cwd=REPO, env=env, check=False, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
+    assert _ran_now(done.stdout) == (36 - len(completed), len(completed))
     frame = pd.read_parquet(out / "run_id=r1")
     assert len(frame) == 36 and frame["unit_id"].is_unique and (frame["status"] == "passed").all()
-    invocations = Counter((i["eval_id"], i["seed"]) for i in read_invocations(invocation_log))
-    assert set(invocations) == {(f"e{i}", s) for i in range(12) for s in (1, 2, 3)}
-    assert all(invocations[unit] == 1 for unit in completed), "a completed unit ran again"
-    # the others ran at most twice: once cut off by the kill, once on resume
-    assert max(invocations.values()) <= 2
+    assert set(zip(frame["eval_id"], frame["seed"])) == {(f"e{i}", s) for i in range(12) for s in (1, 2, 3)}
+    before = frame[[unit in completed for unit in zip(frame["eval_id"], frame["seed"])]]
+    assert (before["finished_at"] < killed_at).all(), "a completed unit ran again"
+    assert (frame.drop(before.index)["started_at"] > killed_at).all()  # the rest ran on resume
+    assert (frame["attempt"] == 1).all() and set(frame["isolation"]) == {"sandbox"}
     assert not list((out / "run_id=r1").glob("_wal/*.jsonl"))  # recovered and compacted
 
 
@@ -266,8 +294,12 @@ _WITH_CTRL_C = (
 )
 
 
-@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_a_stopped_run_stores_its_finished_units_then_resumes(tmp_path: Path, invocation_log: Path, stop: int) -> None:
+@pytest.mark.parametrize(
+    "stop, isolation",
+    [(signal.SIGTERM, "sandbox"), (signal.SIGINT, "process")],
+    ids=["SIGTERM-sandbox", "SIGINT-process"],
+)
+def test_a_stopped_run_stores_its_finished_units_then_resumes(tmp_path: Path, invocation_log: Path, stop: int, isolation: str) -> None:
     """Ctrl-C, or SIGTERM as ``ray job stop`` and Kubernetes send it: the units finished by then
     go to Parquet at once (not only to the driver's local WAL, which on a cluster may go with
     the head node), the manifest says cancelled, and --resume runs the rest."""
@@ -277,8 +309,10 @@ def test_a_stopped_run_stores_its_finished_units_then_resumes(tmp_path: Path, in
     command = [
         sys.executable, "-m", "rayeval.cli", "run", str(evals), "--agent", "tests.batch.agents:counting_sleep",
         "--agent-arg", "seconds=0.5", "--seeds", "3", "--output", str(out), "--run-id", "r1",
-        "--max-concurrency", "4", "--no-progress",
+        "--max-concurrency", "4", "--no-progress", "--isolation", isolation,
     ]  # fmt: skip
+    if isolation == "process":  # counts the agent's invocations: a side channel the sandbox blocks
+        command += ["--agent-env", "RAYEVAL_TEST_INVOCATION_LOG"]
     env = {**os.environ, "RAYEVAL_TEST_INVOCATION_LOG": str(invocation_log), "RAY_USAGE_STATS_ENABLED": "0"}
     # As started from a terminal: a test suite run in the background (``cmd &``) passes SIGINT on
     # ignored, and Python then leaves it ignored instead of raising KeyboardInterrupt.
@@ -308,10 +342,17 @@ def test_a_stopped_run_stores_its_finished_units_then_resumes(tmp_path: Path, in
 
     done = subprocess.run([*command, "--resume"], cwd=REPO, env=env, check=False, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
+    assert _ran_now(done.stdout) == (36 - len(stored), len(stored))
     frame = pd.read_parquet(run)
     assert len(frame) == 36 and frame["unit_id"].is_unique and (frame["status"] == "passed").all()
-    invocations = Counter((i["eval_id"], i["seed"]) for i in read_invocations(invocation_log))
-    assert all(invocations[unit] == 1 for unit in set(zip(stored["eval_id"], stored["seed"]))), "a stored unit ran again"
+    assert set(frame["isolation"]) == {isolation}
+    # the rows stored at the stop are the run's rows of those units: none of them ran again
+    kept = frame.set_index("unit_id").loc[stored["unit_id"]]
+    assert (kept["started_at"].to_numpy() == stored["started_at"].to_numpy()).all(), "a stored unit ran again"
+    if isolation == "process":
+        invocations = Counter((i["eval_id"], i["seed"]) for i in read_invocations(invocation_log))
+        assert set(invocations) == set(zip(frame["eval_id"], frame["seed"]))
+        assert all(invocations[unit] == 1 for unit in set(zip(stored["eval_id"], stored["seed"]))), "a stored unit ran again"
     assert json.loads((run / "_manifest.json").read_text())["status"] == "completed"
 
 

@@ -9,8 +9,9 @@ import pandas as pd
 import pytest
 
 from rayeval import batch
+from rayeval.harness.sandbox import SandboxConfig
 from rayeval.storage import pandas_storage_options
-from tests.batch.conftest import write_mc_evals
+from tests.batch.conftest import read_invocations, write_mc_evals
 
 REPO = Path(__file__).resolve().parents[2]
 FAST = {"show_progress": False, "flush_seconds": 0.5, "flush_rows": 10, "retry_backoff_s": 0.1}
@@ -45,7 +46,7 @@ def test_s3_outage_mid_run_loses_no_row(s3_bucket, s3_proxy, tmp_path: Path, inv
             if listing.get("KeyCount", 0):
                 break
             time.sleep(0.05)
-        observed["invocations_at_down"] = len(invocation_log.read_text().splitlines())
+        observed["invocations_at_down"] = len(read_invocations(invocation_log))
         s3_proxy.down()
         time.sleep(4.0)
         s3_proxy.up()
@@ -54,7 +55,9 @@ def test_s3_outage_mid_run_loses_no_row(s3_bucket, s3_proxy, tmp_path: Path, inv
     thread.start()
     summary = batch.run(
         str(evals), agent="tests.batch.agents:counting_sleep", agent_args={"seconds": "0.5"}, seeds=[1, 2, 3, 4, 5, 6],
-        output=root, run_id="outage", s3_endpoint_url=s3_proxy.endpoint_url, max_concurrency=8, **FAST,
+        output=root, run_id="outage", s3_endpoint_url=s3_proxy.endpoint_url, max_concurrency=8,
+        # the agents log their invocations to the test: a side channel the sandbox blocks
+        isolation="process", sandbox=SandboxConfig(env_names=("RAYEVAL_TEST_INVOCATION_LOG",)), **FAST,
     )
     thread.join()
     frame = pd.read_parquet(f"{root}/run_id=outage", storage_options=pandas_storage_options(root, s3_bucket.endpoint_url))

@@ -44,7 +44,9 @@ def test_module_function_agent_and_timeout(tmp_path: Path) -> None:
         "def always_b(task_prompt, work_dir):\n    return {'answer': 'B'}\n"
         "def hang(task_prompt, work_dir):\n    time.sleep(60)\n"
     )
-    eval_file = tmp_path / "mc.json"
+    # not beside the module: the eval's folder (answer keys) is hidden from the agent
+    eval_file = tmp_path / "evals" / "mc.json"
+    eval_file.parent.mkdir()
     eval_file.write_text(json.dumps({"id": "mc", "task": "A or B?", "grader": {"type": "multiple_choice", "config": {"correct_answer": "B"}}}))
     env_cwd = tmp_path
     done = run_one(str(eval_file), "--agent", "my_agents:always_b", "--work-root", str(tmp_path / "w"), cwd=env_cwd)

@@ -1,11 +1,18 @@
-"""EvalRunner end to end: every answer-delivery form, failures, timeouts, isolation, secrets."""
+"""EvalRunner end to end: every answer-delivery form, failures, timeouts, isolation, secrets.
+
+Agents run in the sandbox unless a test says otherwise: they report what they saw through
+their return value's metadata (``{"answer": ..., "metadata": {"seen": ...}}``), the only thing
+that comes back from a sandboxed unit."""
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
 import sys
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,8 +21,9 @@ from rayeval import EvalRunner, load_evals
 from rayeval.batch.plan import plan_units
 from rayeval.batch.rows import row_from_result
 from rayeval.evals import Eval
-from rayeval.harness.isolation import UNIT_MARKER_ENV, processes_with_marker
+from rayeval.harness.sandbox import BASE_ENV_NAMES, SandboxConfig
 from rayeval.storage import ResultStore
+from tests.pings import Pings, pinger_code
 
 MC_GRADER = {"type": "multiple_choice", "config": {"correct_answer": "B"}}
 NUM_GRADER = {"type": "numeric_tolerance", "config": {"ground_truth": {"n_cells": 700}, "tolerances": {"n_cells": {"type": "absolute", "value": 0}}}}
@@ -38,6 +46,12 @@ def runner(tmp_path: Path) -> EvalRunner:
 
 def count_rows(work_dir: Path) -> int:
     return len((work_dir / "data" / "cells.csv").read_text().splitlines()) - 1
+
+
+def seen_by(result) -> dict:
+    """What the agent reported it saw (``metadata.seen`` of its envelope)."""
+    assert "seen" in result.metadata, (result.status, result.error_type, result.error_message)
+    return result.metadata["seen"]
 
 
 def test_returned_dict_answer_is_graded(runner: EvalRunner) -> None:
@@ -164,42 +178,82 @@ def test_configuration_error_status(tmp_path: Path) -> None:
     assert result.status == "config_error" and result.passed is False
 
 
-def observe(path: Path, **facts) -> None:
-    """Agents run in a forked child: they report what they saw through a file."""
-    path.write_text(json.dumps(facts, default=str))
-
-
-def test_prompt_says_where_data_and_answer_go_and_reveals_no_answer_key(runner: EvalRunner, tmp_path: Path) -> None:
-    report = tmp_path / "seen.json"
+def test_prompt_says_where_data_and_answer_go_and_reveals_no_answer_key(runner: EvalRunner) -> None:
+    eval_file = str(runner.eval.source_path)  # a string: the agent must not carry the eval in
 
     def agent(prompt: str, work_dir: Path) -> dict:
         files = sorted(str(p.relative_to(work_dir)) for p in work_dir.rglob("*"))
-        observe(report, prompt=prompt, work_dir=work_dir, files=files, env=dict(os.environ))
-        return {"n_cells": 700}
+        seen = {"prompt": prompt, "work_dir": str(work_dir), "files": files, "env": dict(os.environ), "eval_file": os.path.exists(eval_file)}
+        return {"answer": {"n_cells": 700}, "metadata": {"seen": seen}}
 
-    assert runner.run(agent).passed
-    seen = json.loads(report.read_text())
+    result = runner.run(agent)
+    assert result.passed and result.isolation == "sandbox"
+    seen = seen_by(result)
     prompt, work_dir = seen["prompt"], Path(seen["work_dir"])
     assert prompt.startswith(runner.eval.task)
     assert str(work_dir / "data" / "cells.csv") in prompt
     assert str(work_dir / "eval_answer.json") in prompt
     assert "700" not in prompt and "ground_truth" not in prompt and "tolerance" not in prompt
     assert seen["files"] == ["agent_stdout.log", "data", "data/cells.csv"]
-    assert not any("ground_truth" in v or "multiple_choice" in v for v in seen["env"].values())
+    assert seen["eval_file"] is False and Path(eval_file).is_file()  # the answer key's file is out of sight
+    assert seen["env"] and set(seen["env"]) <= {*BASE_ENV_NAMES, "HOME", "TMPDIR"}, sorted(seen["env"])
+    assert not any("ground_truth" in v or "multiple_choice" in v or "numeric_tolerance" in v for v in seen["env"].values())
 
 
-def test_staged_data_is_read_only_and_work_dirs_are_unique_and_removed(runner: EvalRunner, tmp_path: Path) -> None:
-    def agent(prompt: str, work_dir: Path) -> dict:
-        staged = work_dir / "data" / "cells.csv"
-        observe(tmp_path / f"{work_dir.name}.json", work_dir=work_dir, mode=staged.stat().st_mode, dir_mode=staged.parent.stat().st_mode)
-        return {"n_cells": 700}
+def _tamper_with_the_inputs(prompt: str, work_dir: Path) -> dict:
+    """Answer with the rows it was given, then try to change its input every way there is;
+    report each attempt's error."""
+    data = work_dir / "data"
+    staged = data / "cells.csv"
+    seen = {"work_dir": str(work_dir), "mode": staged.stat().st_mode, "dir_mode": data.stat().st_mode}
+    answer = {"n_cells": count_rows(work_dir)}
+    attempts = {
+        "append": lambda: staged.open("a").write("c700,T\n"),
+        "chmod": lambda: staged.chmod(0o666),
+        "create": lambda: (data / "more.csv").write_text("cell,type\n"),
+        "rename": lambda: staged.rename(data / "moved.csv"),
+        "remove": lambda: (data / "moved.csv" if (data / "moved.csv").exists() else staged).unlink(),
+    }
+    seen["attempts"] = {}
+    for name, attempt in attempts.items():
+        try:
+            attempt()
+            seen["attempts"][name] = "done"
+        except OSError as exc:
+            seen["attempts"][name] = errno.errorcode.get(exc.errno, str(exc.errno))
+    return {"answer": answer, "metadata": {"seen": seen}}
 
-    assert runner.run(agent, model="m", seed=1).passed
-    assert runner.run(agent, model="m", seed=1).passed
-    seen = [json.loads(p.read_text()) for p in tmp_path.glob("count_cells__m__s1__*.json")]
-    assert len(seen) == 2 and seen[0]["work_dir"] != seen[1]["work_dir"]
-    assert all(s["mode"] & 0o222 == 0 and s["dir_mode"] & 0o222 == 0 for s in seen)
+
+def test_staged_data_is_read_only_and_work_dirs_are_unique_and_removed(runner: EvalRunner) -> None:
+    source = runner.eval.source_path.parent / "cells.csv"
+    original = source.read_text()
+    first = runner.run(_tamper_with_the_inputs, model="m", seed=1)
+    second = runner.run(_tamper_with_the_inputs, model="m", seed=1)
+    seen = [seen_by(first), seen_by(second)]
+    assert first.passed and second.passed  # the input each read was the original, 700 rows
+    for attempts in (s["attempts"] for s in seen):
+        # read-only twice: by its mode (the agent may not write it) and by its mount (not even
+        # the file's owner may lift the mode, nor may anything be added, renamed or removed)
+        assert attempts.pop("append") in ("EACCES", "EROFS")
+        assert attempts == dict.fromkeys(["chmod", "create", "rename", "remove"], "EROFS"), attempts
+    assert source.read_text() == original
+    assert seen[0]["work_dir"] != seen[1]["work_dir"]
+    assert all(Path(s["work_dir"]).name.startswith("count_cells__m__s1__") for s in seen)
     assert not any(Path(s["work_dir"]).exists() for s in seen)
+
+
+def test_with_process_isolation_staged_data_is_a_read_only_copy_of_its_own(runner: EvalRunner) -> None:
+    """No mount without the sandbox: each unit gets a copy, read-only by its mode (an agent
+    running as root may still change it), so what one unit does to it no other unit sees."""
+    source = runner.eval.source_path.parent / "cells.csv"
+    original = source.read_text()
+    first = runner.run(_tamper_with_the_inputs, isolation="process")
+    second = runner.run(_tamper_with_the_inputs, isolation="process")
+    seen = [seen_by(first), seen_by(second)]
+    assert first.isolation == second.isolation == "process"
+    assert all(s["mode"] & 0o222 == 0 and s["dir_mode"] & 0o222 == 0 for s in seen)
+    assert first.passed and second.passed and source.read_text() == original
+    assert seen[0]["work_dir"] != seen[1]["work_dir"] and not any(Path(s["work_dir"]).exists() for s in seen)
 
 
 def test_keep_workspace_keeps_it_and_artifacts_are_collected(tmp_path: Path) -> None:
@@ -249,6 +303,8 @@ def test_what_the_agent_left_is_listed_once_and_an_empty_folder_not_at_all(tmp_p
         return {"answer": "B"}
 
     writer.needs_data = returner.needs_data = False  # type: ignore[attr-defined]
+    # inline: the agents note their folders in this process's list, and a sandboxed unit
+    # never leaves its folder empty (its agent_stdout.log)
     from_file = data_free.run(writer, isolation="inline")
     assert from_file.passed and from_file.answer_source == "eval_answer.json" and from_file.artifacts == {"trajectory.json": "[]"}
     assert listed == [str(seen[0])]
@@ -265,8 +321,9 @@ def test_an_empty_work_folder_is_kept_when_asked(tmp_path: Path) -> None:
         return {"answer": "B"}
 
     returner.needs_data = False  # type: ignore[attr-defined]
-    result = runner.run(returner, isolation="inline")
-    assert result.passed and Path(result.metadata["work_dir"]).is_dir()
+    result = runner.run(returner, isolation="inline")  # inline: only an in-process agent leaves its folder empty
+    work_dir = Path(result.metadata["work_dir"])
+    assert result.passed and work_dir.is_dir() and os.listdir(work_dir) == []
 
 
 def test_work_folder_names_ignore_the_agents_random_seed_and_a_taken_name_is_drawn_again(
@@ -308,98 +365,158 @@ def test_forked_processes_draw_work_folder_names_of_their_own(tmp_path: Path) ->
     assert len(drawn) == 2 and drawn[0] != drawn[1]
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is dead for our purposes
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
+@pytest.fixture
+def pings() -> Iterator[Pings]:
+    with Pings.serving() as server:
+        yield server
 
 
-def test_timeout_kills_the_whole_process_tree(tmp_path: Path) -> None:
-    pid_file = tmp_path / "pids.txt"
-    runner = EvalRunner(make_eval(tmp_path, agent_timeout=1.5), work_root=tmp_path / "w", cache_dir=tmp_path / "c")
-
-    def agent(prompt: str, work_dir: Path) -> None:
-        child = subprocess.Popen(["sleep", "300"])
-        # a grandchild that escapes into its own session: only the unit marker can find it
-        escaped = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], start_new_session=True)
-        pid_file.write_text(f"{child.pid} {escaped.pid} {os.environ[UNIT_MARKER_ENV]}")
-        time.sleep(300)
-
-    start = time.monotonic()
-    result = runner.run(agent)
-    assert time.monotonic() - start < 20
-    assert result.status == "timeout" and result.passed is False and "1.5 s" in result.error_message
-    child_pid, escaped_pid, marker = pid_file.read_text().split()
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and (_pid_alive(int(child_pid)) or _pid_alive(int(escaped_pid))):
-        time.sleep(0.05)
-    assert not _pid_alive(int(child_pid)) and not _pid_alive(int(escaped_pid))
-    assert processes_with_marker(marker) == []
-
-
-def test_background_processes_do_not_outlive_a_finished_unit(runner: EvalRunner, tmp_path: Path) -> None:
-    pid_file = tmp_path / "bg.txt"
+def _spawning_agent(pings: Pings, *, hang: bool):
+    """An agent that starts a child pinging ``pings``, which starts a grandchild pinging too, in
+    a new session with an empty environment (out of the agent's process group and session);
+    it waits for both to have pinged, then hangs (``hang``) or answers. Their tags."""
+    token = uuid.uuid4().hex[:8]
+    child, escapee = f"child-{token}", f"escapee-{token}"
+    code = pinger_code(pings.port, child, spawn=pinger_code(pings.port, escapee))
 
     def agent(prompt: str, work_dir: Path) -> dict:
-        pid_file.write_text(str(subprocess.Popen(["sleep", "300"]).pid))
+        subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not all((work_dir / f"{tag}.started").exists() for tag in (child, escapee)):
+            time.sleep(0.05)
+        if hang:
+            time.sleep(300)
         return {"n_cells": 700}
 
-    assert runner.run(agent).passed
-    time.sleep(0.2)
-    assert not _pid_alive(int(pid_file.read_text()))
+    return agent, child, escapee
+
+
+def test_timeout_ends_everything_the_agent_started(tmp_path: Path, pings: Pings) -> None:
+    """A sandboxed unit that times out ends its pid namespace: the processes its agent started
+    die with it, even one in a new session and with a clean environment (pids seen inside the
+    namespace are not the host's: the processes tell they still run by pinging the test)."""
+    runner = EvalRunner(make_eval(tmp_path, agent_timeout=6), work_root=tmp_path / "w", cache_dir=tmp_path / "c")
+    agent, child, escapee = _spawning_agent(pings, hang=True)
+    start = time.monotonic()
+    result = runner.run(agent)
+    assert time.monotonic() - start < 40
+    assert result.status == "timeout" and result.passed is False and "6 s" in result.error_message
+    assert result.isolation == "sandbox"
+    assert pings.counts[child] > 0 and pings.counts[escapee] > 0  # both ran during the unit
+    assert pings.pings_after() == {}
+
+
+def test_with_process_isolation_a_timeout_ends_the_agents_process_group(tmp_path: Path, pings: Pings) -> None:
+    """Without a pid namespace, what a timeout can end is the agent's process group: its child
+    dies. A process that moved to a new session is out of its reach and survives the unit:
+    the guarantee ``process`` isolation does not give (the sandbox's, above)."""
+    runner = EvalRunner(make_eval(tmp_path, agent_timeout=6), work_root=tmp_path / "w", cache_dir=tmp_path / "c")
+    agent, child, escapee = _spawning_agent(pings, hang=True)
+    try:
+        start = time.monotonic()
+        result = runner.run(agent, isolation="process")
+        assert time.monotonic() - start < 40
+        assert result.status == "timeout" and result.isolation == "process"
+        assert pings.counts[child] > 0 and pings.counts[escapee] > 0
+        after = pings.pings_after()
+        assert after[child] == 0
+        assert after[escapee] > 0  # the escapee, documented: process isolation cannot find it
+    finally:
+        pings.kill(escapee)  # a host pid here: no namespace
+
+
+def test_background_processes_do_not_outlive_a_finished_unit(runner: EvalRunner, pings: Pings) -> None:
+    agent, child, escapee = _spawning_agent(pings, hang=False)
+    result = runner.run(agent)
+    assert result.passed and result.isolation == "sandbox"
+    assert pings.counts[child] > 0 and pings.counts[escapee] > 0  # both ran before the agent answered
+    assert pings.pings_after() == {}
 
 
 def test_run_timeout_argument_overrides_the_eval(runner: EvalRunner) -> None:
+    assert runner.eval.effective_timeout is None or runner.eval.effective_timeout > 30
+    start = time.monotonic()
     result = runner.run(lambda p, w: time.sleep(30), timeout=0.5)
-    assert result.status == "timeout"
+    assert result.status == "timeout" and "0.5 s" in result.error_message
+    assert time.monotonic() - start < 25
+
+
+GETS_OPENAI_KEY = SandboxConfig(env_names=("OPENAI_API_KEY",))
 
 
 def test_secrets_never_reach_the_result(runner: EvalRunner, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An agent given a key (``env_names``) leaks it everywhere it can: in its log, its
+    trajectory, its exception, its answer and its metadata; the result keeps none of it."""
     secret = "sk-test-SECRET-123456"
     monkeypatch.setenv("OPENAI_API_KEY", secret)
 
     def agent(prompt: str, work_dir: Path) -> dict:
-        print(f"using key {os.environ['OPENAI_API_KEY']}")
-        (work_dir / "trajectory.json").write_text(json.dumps([{"headers": {"authorization": f"Bearer {secret}"}}]))
-        raise RuntimeError(f"auth failed for {secret}")
+        key = os.environ["OPENAI_API_KEY"]  # from its environment: the test's closure holds no key
+        print(f"using key {key}")
+        (work_dir / "trajectory.json").write_text(json.dumps([{"headers": {"authorization": f"Bearer {key}"}}]))
+        raise RuntimeError(f"auth failed for {key}")
 
-    result = runner.run(agent)
-    assert result.status == "error"
+    result = runner.run(agent, sandbox=GETS_OPENAI_KEY)
+    assert result.status == "error" and result.error_type == "RuntimeError"
     assert secret not in result.model_dump_json()
+    assert result.error_message.startswith("auth failed for ***")  # it had the key, and it is masked
+    assert "using key ***" in result.artifacts["agent_stdout.log"]
+    assert "Bearer ***" in result.artifacts["trajectory.json"]
 
     def answering(prompt: str, work_dir: Path) -> dict:
-        return {"answer": {"n_cells": 700, "note": secret}, "metadata": {"env": {"OPENAI_API_KEY": secret}}}
+        key = os.environ["OPENAI_API_KEY"]
+        return {"answer": {"n_cells": 700, "note": key}, "metadata": {"env": {"OPENAI_API_KEY": key}}}
 
-    result = runner.run(answering)
+    result = runner.run(answering, sandbox=GETS_OPENAI_KEY)
     assert result.passed and secret not in result.model_dump_json()
+    assert result.agent_answer["note"] == "***" and result.metadata["env"] == {"OPENAI_API_KEY": "***"}
+
+
+@pytest.mark.parametrize("isolation", ["sandbox", "process"])
+def test_an_agent_gets_only_the_variables_it_is_given(runner: EvalRunner, monkeypatch: pytest.MonkeyPatch, isolation: str) -> None:
+    """The test's environment holds a key and a plain variable: the agent sees neither unless
+    they are named (``env_names``), and then only those."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-SECRET-123456")
+    monkeypatch.setenv("RAYEVAL_TEST_PLAIN", "plain value")
+
+    def agent(prompt: str, work_dir: Path) -> dict:
+        return {"answer": {"n_cells": 700}, "metadata": {"seen": {"names": sorted(os.environ)}}}
+
+    default = seen_by(runner.run(agent, isolation=isolation))["names"]
+    assert "OPENAI_API_KEY" not in default and "RAYEVAL_TEST_PLAIN" not in default
+    assert set(default) <= {*BASE_ENV_NAMES, "HOME", "TMPDIR"} and "PATH" in default
+    given = seen_by(runner.run(agent, isolation=isolation, sandbox=GETS_OPENAI_KEY))["names"]
+    assert "OPENAI_API_KEY" in given and "RAYEVAL_TEST_PLAIN" not in given
 
 
 def test_a_secret_set_or_changed_after_earlier_runs_is_masked_too(runner: EvalRunner, monkeypatch: pytest.MonkeyPatch) -> None:
     """The environment's secrets are cached between runs: a key set, or rotated, later counts."""
+    gets_key = SandboxConfig(env_names=("ANTHROPIC_API_KEY",))
+
     def leaking(prompt: str, work_dir: Path) -> dict:
         return {"answer": {"n_cells": 700, "note": os.environ.get("ANTHROPIC_API_KEY", "")}}
 
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    assert runner.run(leaking).passed
+    assert runner.run(leaking, sandbox=gets_key).passed
     for key in ("sk-ant-first-987654321", "sk-ant-rotated-123456789"):
         monkeypatch.setenv("ANTHROPIC_API_KEY", key)
-        result = runner.run(leaking)
-        assert result.passed and key not in result.model_dump_json() and "***" in result.model_dump_json()
+        result = runner.run(leaking, sandbox=gets_key)
+        assert result.passed and key not in result.model_dump_json() and result.agent_answer["note"] == "***"
 
 
-def test_agent_receives_context_when_it_asks_for_it(runner: EvalRunner, tmp_path: Path) -> None:
+def test_agent_receives_context_when_it_asks_for_it(runner: EvalRunner) -> None:
     def agent(prompt: str, work_dir: Path, context) -> dict:
-        observe(tmp_path / "context.json", **context.model_dump())
-        return {"n_cells": 700}
+        return {"answer": {"n_cells": 700}, "metadata": {"seen": context.model_dump()}}
 
-    runner.run(agent, model="gpt-x", seed=3, agent_args={"k": "v"})
-    seen = json.loads((tmp_path / "context.json").read_text())
+    result = runner.run(agent, model="gpt-x", seed=3, agent_args={"k": "v"})
+    seen = seen_by(result)
     assert (seen["eval_id"], seen["model"], seen["seed"], seen["args"]) == ("count_cells", "gpt-x", 3, {"k": "v"})
+    assert seen["timeout"] == runner.eval.effective_timeout
+
+    def without_context(prompt: str, work_dir: Path) -> dict:
+        return {"answer": {"n_cells": 700}}
+
+    assert runner.run(without_context, model="gpt-x").passed  # called with two arguments only
 
 
 def test_an_agents_signature_is_read_once_and_unhashable_agents_still_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -422,6 +539,7 @@ def test_an_agents_signature_is_read_once_and_unhashable_agents_still_work(tmp_p
             return {"answer": "B" if extra["context"].seed == 2 else "A"}
 
     unhashable = Unhashable()
+    # inline: the signature reads are counted in this process (a sandboxed unit reads it in its own)
     for seed in (1, 2, 2):
         assert runner.run(with_context, seed=seed, isolation="inline").passed is (seed == 2)
         assert runner.run(unhashable, seed=seed, isolation="inline").passed is (seed == 2)
@@ -437,5 +555,26 @@ def test_staging_failure_is_an_error_result(tmp_path: Path) -> None:
 
 def test_runner_accepts_an_eval_object_without_a_source_file(tmp_path: Path) -> None:
     eval_ = Eval.model_validate({"id": "inline", "task": "t", "grader": MC_GRADER})
-    result = EvalRunner(eval_, work_root=tmp_path / "w").run(lambda p, w: {"answer": "b"}, isolation="inline")
-    assert result.passed
+    runner = EvalRunner(eval_, work_root=tmp_path / "w")
+    for isolation in ("sandbox", "inline"):
+        result = runner.run(lambda p, w: {"answer": "b"}, isolation=isolation)
+        assert result.passed and result.isolation == isolation
+
+
+@pytest.mark.parametrize("isolation", [None, "sandbox", "process", "inline"])
+def test_results_and_rows_record_how_the_agent_ran(runner: EvalRunner, isolation: str | None) -> None:
+    """The default is the sandbox; the agent ran where its row says: pid 1 of a pid namespace
+    of its own (sandbox), a process of its own (process), this very process (inline)."""
+    def agent(prompt: str, work_dir: Path) -> dict:
+        return {"answer": {"n_cells": count_rows(work_dir)}, "metadata": {"seen": {"pid": os.getpid()}}}
+
+    result = runner.run(agent) if isolation is None else runner.run(agent, isolation=isolation)
+    expected = isolation or "sandbox"
+    assert result.passed and result.isolation == expected
+    unit = plan_units([runner.eval], ["m"], [1], "agent")[0]
+    row = row_from_result(result, unit=unit, eval_=runner.eval, run_id="r", agent="agent", attempt=1, node="n")
+    assert row.isolation == expected
+    pid = seen_by(result)["pid"]
+    assert pid == {"sandbox": 1, "inline": os.getpid()}.get(expected, pid)
+    if expected == "process":
+        assert pid not in (1, os.getpid())

@@ -1,5 +1,9 @@
 """Work folders: an empty one an agent is done with serves the next unit (renamed), and only then:
-when the agent leaves nothing running (it says so), left it as made, and did not time out."""
+when nothing the agent started can still run (a sandboxed unit, or an agent that says so), it
+left the folder as made, and did not time out.
+
+Most tests here run agents inline: they count the folder system calls of this process, and a
+sandboxed unit never leaves its folder empty (its agent_stdout.log)."""
 from __future__ import annotations
 
 import os
@@ -74,6 +78,34 @@ def test_only_agents_that_leave_nothing_running_get_a_used_folder(tmp_path: Path
         assert runner.run(_recording([], leaves_nothing_running=False), isolation="inline").passed
     assert folder_calls == ["mkdir"] * 3 + ["rmdir", "mkdir", "rmdir", "mkdir", "rmdir"]
     assert os.listdir(tmp_path / "r") == []
+
+
+def test_a_sandboxed_units_folder_serves_the_next_unit_without_the_agent_saying_so(tmp_path: Path) -> None:
+    """Nothing a sandboxed agent started outlives its unit (its pid namespace ends with it): the
+    empty folder it leaves serves the next unit, though the agent does not say it leaves
+    nothing running. Without the sandbox, the same agent's folder is removed."""
+
+    def agent(prompt: str, work_dir: Path) -> dict:
+        (work_dir / "agent_stdout.log").unlink()  # what every unit leaves: its log, and
+        for folder in (".home", ".tmp"):  # without the sandbox, its HOME and TMPDIR
+            if (work_dir / folder).is_dir():
+                (work_dir / folder).rmdir()
+        return {"answer": {"answer": "B"}, "metadata": {"seen": {"inode": os.stat(work_dir).st_ino, "left": os.listdir(work_dir)}}}
+
+    agent.needs_data = False  # type: ignore[attr-defined]
+    runner = _runner(tmp_path)
+
+    def spares() -> list[str]:
+        return [name for name in os.listdir(tmp_path / "r") if name.startswith(".spare-")]
+
+    seen = []
+    for isolation in ("process", "sandbox", "sandbox"):
+        result = runner.run(agent, isolation=isolation)
+        assert result.passed and result.isolation == isolation, result.error_message
+        seen.append(result.metadata["seen"])
+        assert seen[-1]["left"] == [] and _unit_folders(tmp_path) == []
+        assert len(spares()) == (0 if isolation == "process" else 1)
+    assert seen[2]["inode"] == seen[1]["inode"]  # the second sandboxed unit got the first's folder
 
 
 def test_a_folder_the_agent_wrote_in_or_changed_is_not_reused(tmp_path: Path, folder_calls: list[str]) -> None:

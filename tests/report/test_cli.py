@@ -155,3 +155,20 @@ def test_run_manifest_gives_status_and_plan(tmp_path: Path, cli) -> None:
     (root / "run_id=r1" / "_manifest.json").write_text("{broken")
     bad = cli("report", str(root))
     assert bad.returncode == EXIT_BAD_INPUT and "unreadable _manifest.json" in bad.stderr
+
+
+def test_the_report_says_when_units_ran_without_a_sandbox(tmp_path: Path, cli) -> None:
+    sandboxed = [base_row(eval_id=f"e{i}", isolation="sandbox") for i in range(3)]
+    root = write_root(tmp_path / "sandboxed", sandboxed)
+    text = cli("report", str(root)).stdout
+    assert "sandbox" not in text.lower()
+    mixed = [*sandboxed, base_row(eval_id="e3", isolation="process"), base_row(eval_id="e4", isolation="inline")]
+    root = write_root(tmp_path / "mixed", mixed)
+    header = cli("report", str(root)).stdout.splitlines()[1]
+    assert header.startswith("Warning: 2 of 5 units did not run in a sandbox (inline: 1, process: 1)")
+    assert "did not run in a sandbox" in cli("report", str(root), "--format", "csv").stderr
+    out = tmp_path / "report.html"
+    assert cli("report", str(root), "--format", "html", "--out", str(out)).returncode == EXIT_OK
+    assert '<p class="warning">Warning: 2 of 5 units did not run in a sandbox' in out.read_text()
+    legacy = write_root(tmp_path / "legacy", [base_row(eval_id="e0")])  # rows from before the column
+    assert "1 of 1 units did not run in a sandbox (not recorded: 1)" in cli("report", str(legacy)).stdout

@@ -85,7 +85,7 @@ def attack(row: dict[str, Any]) -> dict[str, Any]:
 def test_the_workers_memory_holds_no_answer_key(site: dict[str, Any], tmp_path: Path) -> None:
     sandboxed = rayeval_run(site, tmp_path / "s", "memory")
     assert [r["passed"] for r in sandboxed] == [False, False]
-    assert all(r["isolation"] == "sandbox" and attack(r)["objects"] > 1000 for r in sandboxed)
+    assert all(r["isolation"] == "sandbox" and attack(r)["objects"] > 100 for r in sandboxed)
     inline = rayeval_run(site, tmp_path / "i", "memory", "--isolation", "inline")  # the control
     assert all(r["passed"] for r in inline)
 

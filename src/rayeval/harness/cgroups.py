@@ -4,7 +4,7 @@ Resource limits (``setrlimit``) count per process, and the kernel does not apply
 count limit to processes of user id 0 outside a namespace's mapping (a worker running as
 root, as in most containers). Where this process may create control groups (cgroup v1
 ``pids``/``memory`` hierarchies it can write, or a cgroup v2 subtree with those controllers
-delegated), each unit gets its own group with ``pids``/``memory`` limits; the unit's keeper
+delegated), each unit gets its own group with ``pids``/``memory`` limits; the unit's agent
 joins it through a descriptor of its ``cgroup.procs`` file, opened here and passed over the
 unit's socket, so the sandbox never sees the control-group file system. Elsewhere the
 rlimits alone apply.
@@ -88,6 +88,8 @@ class UnitGroups:
 
     def __init__(self) -> None:
         self.hierarchies = _find_hierarchies()
+        self._lock = threading.Lock()
+        self._pending: list[Path] = []  # groups whose processes had not yet gone
 
     @property
     def controllers(self) -> set[str]:
@@ -95,7 +97,7 @@ class UnitGroups:
 
     def create(self, limits: dict[str, int | None]) -> tuple[list[Path], list[int]]:
         """Groups for one unit with ``limits`` (``pids``/``memory`` values, None: none), and a
-        descriptor of each group's ``cgroup.procs`` for the unit's keeper to join it by."""
+        descriptor of each group's ``cgroup.procs`` for the unit's agent process to join it by (before it starts anything)."""
         folders: list[Path] = []
         fds: list[int] = []
         name = f"rayeval-{os.getpid()}-{_TOKEN}-{next(_NAMES)}"
@@ -126,26 +128,37 @@ class UnitGroups:
                             return True
         return False
 
-    @staticmethod
-    def remove(folders: list[Path], fds: list[int]) -> None:
-        """Close the descriptors and remove the groups once their processes are gone (the
-        kernel refuses while one remains; a leftover is tried again a moment later)."""
+    def remove(self, folders: list[Path], fds: list[int]) -> None:
+        """Close the descriptors and remove the groups. The kernel refuses while a process
+        remains (the unit's last processes are still exiting): those are removed by a later call, or
+        at exit, so that no unit waits for another's."""
         for fd in fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
-        for folder in folders:
-            for _ in range(50):
-                try:
-                    folder.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    threading.Event().wait(0.01)
+        with self._lock:
+            pending, self._pending = [*self._pending, *folders], []
+        left = [folder for folder in pending if not _removed(folder)]
+        with self._lock:
+            self._pending.extend(left)
+
+    def close(self) -> None:
+        """Remove what is left, waiting a moment for the last units' processes to go."""
+        for _ in range(100):
+            with self._lock:
+                pending, self._pending = self._pending, []
+            left = [folder for folder in pending if not _removed(folder)]
+            if not left:
+                return
+            with self._lock:
+                self._pending.extend(left)
+            threading.Event().wait(0.02)
 
 
-def join_groups(fds: list[int]) -> None:
-    """In the unit's keeper: move this process (and so everything it starts) into the groups."""
-    for fd in fds:
-        os.write(fd, b"0")
-        os.close(fd)
+def _removed(folder: Path) -> bool:
+    try:
+        folder.rmdir()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return True

@@ -11,7 +11,9 @@ import ctypes.util
 import errno
 import fcntl
 import os
+import platform
 import resource
+import signal
 import socket
 import struct
 
@@ -61,12 +63,35 @@ def _check(result: int, call: str, target: str = "") -> int:
     return result
 
 
-def unshare(flags: int) -> None:
-    _check(_libc.unshare(ctypes.c_int(flags)), "unshare", hex(flags))
+# clone(2) numbers (the calls Python does not offer); the arguments are in the same order on both
+_SYS_CLONE = {"x86_64": 56, "aarch64": 220}.get(platform.machine())
+_pylibc = ctypes.PyDLL(ctypes.util.find_library("c") or None, use_errno=True)  # keeps the GIL
+_pylibc.syscall.restype = ctypes.c_long
+
+
+def clone(flags: int) -> int:
+    """``fork()`` into new namespaces (``flags``): 0 in the child, its pid in the parent.
+
+    As ``os.fork`` does, around the system call: the interpreter's fork hooks, so the child
+    is a consistent single-threaded copy (callers must be single-threaded)."""
+    if not flags:
+        return os.fork()
+    if _SYS_CLONE is None:
+        raise OSError(errno.ENOSYS, f"clone: unsupported architecture {platform.machine()}")
+    ctypes.pythonapi.PyOS_BeforeFork()
+    pid = _pylibc.syscall(_SYS_CLONE, ctypes.c_ulong(flags | signal.SIGCHLD), None, None, None, None)
+    code = ctypes.get_errno()
+    if pid == 0:
+        ctypes.pythonapi.PyOS_AfterFork_Child()
+        return 0
+    ctypes.pythonapi.PyOS_AfterFork_Parent()
+    if pid < 0:
+        raise OSError(code, f"clone({hex(flags)}): {os.strerror(code)}")
+    return pid
 
 
 def map_user(inner_uid: int, inner_gid: int, outer_uid: int, outer_gid: int) -> None:
-    """After ``unshare(CLONE_NEWUSER)``: this process is ``inner_uid`` inside, ``outer_uid``
+    """In a new user namespace: this process is ``inner_uid`` inside, ``outer_uid``
     outside (the only mapping an unprivileged process may write for itself)."""
     with open("/proc/self/setgroups", "w") as fh:
         fh.write("deny")

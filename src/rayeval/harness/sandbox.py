@@ -24,6 +24,7 @@ import json
 import os
 import pickle
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -40,8 +41,12 @@ from .cgroups import UnitGroups
 from .context import AgentContext, AgentFunction, AgentRef
 from .isolation import Outcome
 from .unit_runner import (
-    KILL_REQUEST,
+    EXIT,
+    RESULT,
     SETUP_FAILED_EXIT,
+    SPEC,
+    FrameTooLarge,
+    recv_fds,
     recv_frame,
     send_fds,
     send_frame,
@@ -102,7 +107,7 @@ class SandboxConfig(BaseModel):
     #: Variables passed from the worker's environment besides ``BASE_ENV_NAMES``.
     env_names: tuple[str, ...] = ()
     #: Modules the runner imports once for every unit: rayeval's own, never an agent's.
-    preload: tuple[str, ...] = ("rayeval.harness.context", "rayeval.agents.resolve")
+    preload: tuple[str, ...] = ("rayeval.harness.context", "rayeval.agents.resolve", "rayeval.agents.sleep", "rayeval.agents.replay")
 
 
 class UnitSpec(BaseModel):
@@ -196,6 +201,7 @@ class UnitRunner:
         entries = [os.path.abspath(p or ".") for p in [*sys.path, os.getcwd()] if os.path.exists(p or ".")]
         self.sys_path = list(dict.fromkeys(entries))
         self._lock = threading.Lock()
+        self._mode = b"P" if isolation == "process" else (b"N" if config.network == "none" else b"S")
         self.groups = UnitGroups()
         self._process: subprocess.Popen[bytes] | None = None
         self._control: socket.socket | None = None
@@ -246,7 +252,7 @@ class UnitRunner:
             for attempt in range(2):
                 control = self._control or self._start()
                 try:
-                    send_fds(control, [unit_end.fileno()])
+                    send_fds(control, [unit_end.fileno()], self._mode)
                     return
                 except OSError:
                     self._stop_locked()
@@ -270,6 +276,7 @@ class UnitRunner:
             if self._process.stderr is not None:
                 self._process.stderr.close()
             self._process = None
+        self.groups.close()  # the units are gone with the runner
 
     def failure(self) -> str:
         """What the runner printed when it died (bubblewrap's reason when it cannot start)."""
@@ -361,61 +368,116 @@ class UnitRunner:
             finally:
                 theirs.close()
             try:
-                send_frame(ours, spec.model_dump_json().encode())
-                if group_fds:
-                    send_fds(ours, group_fds)
-                header, payload = _receive(ours, spec.max_output, None if timeout is None else start + timeout)
-            except TimeoutError:
-                return _stopped(ours, start, timeout)
-            except (OSError, EOFError, ValueError) as exc:
+                ours.settimeout(30)
+                started = recv_fds(ours, 1)
+                if started is None or started[0] != b"P" or len(started[1]) != 1:
+                    raise EOFError("the unit runner did not start the unit")
+            except (OSError, EOFError) as exc:
                 detail = self.failure()
                 raise SandboxError(f"the unit runner failed: {exc}{': ' + detail if detail else ''}") from exc
-        return _outcome(header, payload, spec.max_output, time.monotonic() - start)
+            agent = _AgentProcess(started[1][0], group=self.isolation == "process")
+            try:
+                send_frame(ours, SPEC, spec.model_dump_json().encode())
+                if group_fds:
+                    send_fds(ours, group_fds)
+                ended = _collect(ours, agent, spec.max_output, None if timeout is None else start + timeout)
+            except OSError as exc:  # the agent's process died before it read its spec
+                ended = _Ended(exit_code=None, problem=f"{type(exc).__name__}: {exc}")
+            finally:
+                agent.close()
+        return _outcome(ended, spec.max_output, timeout, time.monotonic() - start)
 
 
-def _receive(sock: socket.socket, max_output: int, deadline: float | None) -> tuple[dict[str, Any], bytes]:
-    """The keeper's header and the agent's payload; TimeoutError once ``deadline`` passes."""
-    if deadline is not None:
-        sock.settimeout(max(deadline - time.monotonic(), 0.001))
-    header = json.loads(recv_frame(sock, 1 << 16))
-    sock.settimeout(30)  # the payload follows the header at once
-    payload = recv_frame(sock, max_output)
-    return header, payload
+class _AgentProcess:
+    """A unit's agent process, by pidfd: killing it ends its pid namespace (or, unsandboxed,
+    its process group)."""
+
+    def __init__(self, pidfd: int, *, group: bool):
+        self.pidfd = pidfd
+        self.group = group
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            if self.group:  # without a namespace: its process group, found by its pid here
+                with contextlib.suppress(OSError, ValueError, StopIteration):
+                    status = Path(f"/proc/self/fdinfo/{self.pidfd}").read_text().splitlines()
+                    pid = int(next(line.split()[1] for line in status if line.startswith("Pid:")))
+                    if pid > 0:
+                        os.killpg(pid, signal.SIGKILL)
+            signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+
+    def close(self) -> None:
+        os.close(self.pidfd)
 
 
-def _stopped(sock: socket.socket, start: float, timeout: float | None) -> Outcome:
-    """The agent ran past its deadline: ask its keeper to end it, and wait for that."""
-    with contextlib.suppress(OSError):
-        sock.settimeout(30)
-        sock.sendall(KILL_REQUEST)
-        recv_frame(sock, 1 << 16)
-    return Outcome(
-        kind="timeout",
-        error_type="Timeout",
-        error_message=f"agent exceeded its {timeout:g} s timeout",
-        seconds=time.monotonic() - start,
-    )
+class _Ended(BaseModel):
+    """How a unit's agent process ended, as its socket told."""
+
+    result: bytes | None = None
+    exit_code: int | None = None
+    overflow: bool = False
+    timed_out: bool = False
+    problem: str | None = None
 
 
-def _outcome(header: dict[str, Any], payload: bytes, max_output: int, seconds: float) -> Outcome:
-    if header.get("overflow"):
+def _collect(sock: socket.socket, agent: _AgentProcess, max_output: int, deadline: float | None) -> _Ended:
+    """The agent's result and exit status; past ``deadline`` (or past ``max_output``) the
+    agent is killed first. Bounded: after a kill, 30 s for the runner's exit report."""
+    ended = _Ended()
+    after_kill: float | None = None
+    while True:
+        now = time.monotonic()
+        limit = after_kill if after_kill is not None else deadline
+        if limit is not None and now >= limit:
+            if after_kill is not None:
+                return ended  # no exit report: the runner is gone
+            agent.kill()
+            ended.timed_out = ended.result is None
+            after_kill = now + 30
+            continue
+        sock.settimeout(None if limit is None else limit - now)
+        try:
+            kind, data = recv_frame(sock, max_output)
+        except TimeoutError:
+            continue
+        except FrameTooLarge as exc:
+            if exc.kind != RESULT:
+                return ended
+            ended.overflow = True  # its bytes are not read: the exit report is behind them
+            agent.kill()
+            return ended
+        except (EOFError, OSError) as exc:
+            ended.problem = ended.problem or f"{type(exc).__name__}: {exc}"
+            return ended
+        if kind == RESULT and ended.result is None:
+            ended.result = data
+        elif kind == EXIT:
+            with contextlib.suppress(ValueError):
+                ended.exit_code = int(data)
+            return ended
+
+
+def _outcome(ended: _Ended, max_output: int, timeout: float | None, seconds: float) -> Outcome:
+    if ended.timed_out:
+        return Outcome(kind="timeout", error_type="Timeout", error_message=f"agent exceeded its {timeout:g} s timeout", seconds=seconds)
+    if ended.overflow:
         return Outcome(
             kind="raised",
             error_type="AnswerTooLarge",
             error_message=f"the agent's return value exceeded the {max_output / MiB:g} MB limit (max_output_mb)",
             seconds=seconds,
         )
-    if not payload:
-        code = header.get("exit_code")
+    if not ended.result:
+        code = ended.exit_code
         reason = f"killed by signal {-code}" if isinstance(code, int) and code < 0 else f"exited with code {code}"
         return Outcome(kind="crashed", error_type="AgentProcessDied", error_message=f"agent process {reason} before returning", seconds=seconds)
     try:
-        message = json.loads(payload)
+        message = json.loads(ended.result)
         json.dumps(message, ensure_ascii=False).encode("utf-8")  # lone surrogates cannot be stored
         kind = message["kind"]
     except (ValueError, RecursionError, TypeError, KeyError, UnicodeEncodeError) as exc:
         return Outcome(kind="raised", error_type="BadAgentResult", error_message=f"the agent's result is not usable JSON: {exc}", seconds=seconds)
-    if kind == "setup_failed" or header.get("exit_code") == SETUP_FAILED_EXIT:
+    if kind == "setup_failed" or ended.exit_code == SETUP_FAILED_EXIT:
         raise SandboxError(f"the unit's sandbox could not be set up: {message.get('message')}")
     if kind == "returned":
         return Outcome(kind="returned", value=message.get("value"), seconds=seconds)

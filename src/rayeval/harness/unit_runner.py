@@ -2,24 +2,27 @@
 
 Started once per worker process by exec (under bubblewrap when sandboxed, see
 ``sandbox.py``), it never receives an eval, a grader config, a result or a credential. It
-waits on its control socket for requests, each carrying one end of a socket pair, and forks
-for each. The child (the unit's *keeper*) reads its unit's spec from that socket, enters new
-namespaces (user, mount, pid, ipc, uts, and net when the network is off) and forks the agent
-process, pid 1 of the unit's pid namespace, which builds the unit's view of the file system,
-drops every capability and runs the agent. Killing that process ends the namespace: the
-kernel kills every process in it, whatever session or process group they moved to.
+waits on its control socket for requests, each a mode byte and one end of a socket pair, and
+for each starts the unit's agent process with ``clone``: sandboxed, straight into new user,
+mount, pid, ipc and uts namespaces (and net when the network is off), as pid 1 of its own pid
+namespace. It hands the worker a pidfd of that process over the unit's socket: killing it
+ends the namespace, and the kernel kills every process in it, whatever session or process
+group they moved to. When the process has ended, the runner sends its exit status.
 
-Only JSON crosses: the spec in, the agent's return value out (at most ``max_output`` bytes;
-beyond it the agent is killed and the unit reports it). The keeper sends two frames back: a
-header (exit status, overflow) and the agent's payload, which trusted code parses.
+The agent process reads its unit's spec from the socket, builds its view of the file system,
+drops every capability, runs the agent and sends its return value back as JSON. Trusted code
+reads it with a size cap; nothing crosses but JSON.
 
-Standard library only at import (plus ``namespaces``): the runner stays small, and forking
-it is cheap.
+On the unit socket: the runner's pidfd message, then frames of one kind byte and a length:
+``S`` the spec (worker to agent), ``R`` the result (agent to worker), ``X`` the exit status
+(runner to worker). Standard library only (plus ``namespaces``): the runner stays small, and
+starting a unit from it is cheap.
 """
 from __future__ import annotations
 
 import array
 import contextlib
+import gc
 import importlib
 import json
 import os
@@ -37,19 +40,22 @@ from typing import Any
 
 from . import namespaces as ns
 
-_FRAME = struct.Struct("!Q")
-#: Largest spec a keeper reads (the task and a pickled agent): beyond it the unit fails.
+_FRAME = struct.Struct("!cQ")
+SPEC, RESULT, EXIT = b"S", b"R", b"X"
+#: Largest spec an agent process reads (the task and a pickled agent).
 MAX_SPEC_BYTES = 256 << 20
 #: The uid and gid an agent has inside its user namespace when the runner is root outside
 #: (root inside would give it every capability again on exec).
 INNER_ID = 1000
 SETUP_FAILED_EXIT = 111
-KILL_REQUEST = b"K"
+#: Request modes: sandboxed with the network on or off, or a plain process.
+MODES = {b"S": "sandbox", b"N": "sandbox-no-network", b"P": "process"}
+_NAMESPACES = ns.CLONE_NEWUSER | ns.CLONE_NEWNS | ns.CLONE_NEWPID | ns.CLONE_NEWIPC | ns.CLONE_NEWUTS
 
 
 # ------------------------------------------------------------------------------------ frames
-def send_frame(sock: socket.socket, data: bytes) -> None:
-    sock.sendall(_FRAME.pack(len(data)) + data)
+def send_frame(sock: socket.socket, kind: bytes, data: bytes) -> None:
+    sock.sendall(_FRAME.pack(kind, len(data)) + data)
 
 
 def _read_exactly(sock: socket.socket, size: int) -> bytes:
@@ -63,19 +69,27 @@ def _read_exactly(sock: socket.socket, size: int) -> bytes:
     return b"".join(chunks)
 
 
-def recv_frame(sock: socket.socket, limit: int) -> bytes:
-    (size,) = _FRAME.unpack(_read_exactly(sock, _FRAME.size))
+def recv_frame(sock: socket.socket, limit: int) -> tuple[bytes, bytes]:
+    """The next frame's kind and data; ``FrameTooLarge`` (nothing read of its data) past ``limit``."""
+    kind, size = _FRAME.unpack(_read_exactly(sock, _FRAME.size))
     if size > limit:
-        raise ValueError(f"frame of {size} bytes exceeds the limit of {limit}")
-    return _read_exactly(sock, size)
+        raise FrameTooLarge(kind, size)
+    return kind, _read_exactly(sock, size)
 
 
-def send_fds(sock: socket.socket, fds: list[int]) -> None:
-    sock.sendmsg([b"F"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+class FrameTooLarge(ValueError):
+    def __init__(self, kind: bytes, size: int):
+        self.kind = kind
+        self.size = size
+        super().__init__(f"a frame of {size} bytes")
 
 
-def recv_fds(sock: socket.socket, count: int) -> list[int] | None:
-    """The descriptors of the next message; None when the other side has closed the socket."""
+def send_fds(sock: socket.socket, fds: list[int], message: bytes = b"F") -> None:
+    sock.sendmsg([message], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+
+
+def recv_fds(sock: socket.socket, count: int) -> tuple[bytes, list[int]] | None:
+    """The next message's byte and descriptors; None when the other side has closed."""
     fds = array.array("i")
     message, ancillary, _, _ = sock.recvmsg(1, socket.CMSG_SPACE(count * fds.itemsize))
     if not message:
@@ -83,136 +97,144 @@ def recv_fds(sock: socket.socket, count: int) -> list[int] | None:
     for level, kind, data in ancillary:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
-    return list(fds)
+    return message, list(fds)
 
 
 # ------------------------------------------------------------------------------------ runner
-def serve(control: socket.socket) -> None:
-    """Fork a keeper per request until the worker closes the control socket."""
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # keepers are reaped by the kernel
-    while True:
-        fds = recv_fds(control, 1)
-        if fds is None:
+class _Runner:
+    """The runner's loop: start units on request, report each one's exit to its worker."""
+
+    def __init__(self, control: socket.socket):
+        self.control = control
+        self.ids = (os.geteuid(), os.getegid())
+        self.units: dict[int, socket.socket] = {}  # agent pid -> the runner's end of its unit socket
+        self.exits: dict[int, tuple[socket.socket, bytes]] = {}  # socket fd -> exit frame not yet sent
+        self.wake_read, wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        os.set_blocking(wake_write, False)
+        signal.set_wakeup_fd(wake_write)
+        signal.signal(signal.SIGCHLD, lambda signum, frame: None)  # wakes the loop through the pipe
+        self.wake_write = wake_write
+
+    def serve(self) -> None:
+        """Until the worker closes the control socket (then every unit ends with the runner)."""
+        while True:
+            poller = select.poll()
+            poller.register(self.control, select.POLLIN)
+            poller.register(self.wake_read, select.POLLIN)
+            for fd in self.exits:
+                poller.register(fd, select.POLLOUT)
+            for fd, _ in poller.poll():
+                if fd == self.control.fileno():
+                    request = recv_fds(self.control, 1)
+                    if request is None:
+                        return
+                    self._start(*request)
+                elif fd == self.wake_read:
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(self.wake_read, 4096)
+                    self._reap()
+                else:
+                    self._send_exit(fd)
+
+    def _start(self, mode: bytes, fds: list[int]) -> None:
+        if len(fds) != 1 or mode not in MODES:
+            for fd in fds:
+                os.close(fd)
             return
-        if not fds:
-            continue
-        fd = fds[0]
+        (fd,) = fds
+        flags = 0 if mode == b"P" else _NAMESPACES | (ns.CLONE_NEWNET if mode == b"N" else 0)
         try:
-            pid = os.fork()
+            pid = ns.clone(flags)
         except OSError:  # the worker sees the socket close: the unit reports it
             os.close(fd)
-            continue
+            return
         if pid == 0:
-            code = 1
+            self._become_unit(fd, mode)
+        unit = socket.socket(fileno=fd)
+        try:
+            pidfd = os.pidfd_open(pid)
             try:
-                control.close()
-                code = _keep(socket.socket(fileno=fd))
+                send_fds(unit, [pidfd], b"P")
             finally:
-                os._exit(code)
-        os.close(fd)
+                os.close(pidfd)
+        except OSError:  # the worker is gone: the unit ends when it finds no spec
+            os.kill(pid, signal.SIGKILL)
+        self.units[pid] = unit
 
+    def _become_unit(self, fd: int, mode: bytes) -> None:
+        """In the new process: drop the runner's state, keep only this unit's socket."""
+        code = 1
+        try:
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            os.closerange(3, fd)
+            os.closerange(fd + 1, 1 << 20)  # other units' sockets, the control socket, the pipe
+            code = _unit(socket.socket(fileno=fd), self.ids, mode)
+        finally:
+            os._exit(code)
 
-# ------------------------------------------------------------------------------------ keeper
-def _keep(unit: socket.socket) -> int:
-    """Run one unit: read its spec, start its agent in new namespaces, relay the outcome."""
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    ns.set_parent_death_signal(signal.SIGKILL)  # the runner gone: so is the unit
-    spec = json.loads(recv_frame(unit, MAX_SPEC_BYTES))
-    if spec["cgroups"]:  # join the unit's control groups: everything it starts counts there
-        for fd in recv_fds(unit, spec["cgroups"]) or []:
-            os.write(fd, b"0")
-            os.close(fd)
-    if spec["sandbox"]:
-        uid, gid = os.geteuid(), os.getegid()
-        flags = ns.CLONE_NEWUSER | ns.CLONE_NEWNS | ns.CLONE_NEWPID | ns.CLONE_NEWIPC | ns.CLONE_NEWUTS
-        if spec["network"] == "none":
-            flags |= ns.CLONE_NEWNET
-        ns.unshare(flags)
-        ns.map_user(uid or INNER_ID, gid or INNER_ID, uid, gid)
-    read_end, write_end = os.pipe()
-    agent_pid = os.fork()
-    if agent_pid == 0:
-        os.close(read_end)
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            unit = self.units.pop(pid, None)
+            if unit is not None:
+                code = str(os.waitstatus_to_exitcode(status)).encode()
+                self.exits[unit.fileno()] = (unit, _FRAME.pack(EXIT, len(code)) + code)
+
+    def _send_exit(self, fd: int) -> None:
+        unit, frame = self.exits[fd]
+        try:
+            sent = unit.send(frame, socket.MSG_DONTWAIT)
+        except BlockingIOError:  # the worker has not read the result yet
+            return
+        except OSError:  # the worker is gone
+            sent = len(frame)
+        if sent < len(frame):
+            self.exits[fd] = (unit, frame[sent:])
+            return
+        del self.exits[fd]
         unit.close()
-        os._exit(_agent_process(spec, write_end))
-    os.close(write_end)
-    payload, overflow = _collect(agent_pid, read_end, unit, spec["max_output"], spec["sandbox"])
-    _, status = os.waitpid(agent_pid, 0)
-    header = {
-        "exit_code": os.waitstatus_to_exitcode(status),
-        "overflow": overflow,
-        "killed": payload is None,
-    }
-    send_frame(unit, json.dumps(header).encode())
-    send_frame(unit, payload or b"")
-    return 0
 
 
-def _kill(agent_pid: int, sandbox: bool) -> None:
-    """pid 1 of the unit's namespace: its death ends every process in it. Without a
-    namespace, the agent's own process group is all that can be found."""
-    with contextlib.suppress(ProcessLookupError):
-        if sandbox:
-            os.kill(agent_pid, signal.SIGKILL)
-        else:
-            os.killpg(agent_pid, signal.SIGKILL)
+def serve(control: socket.socket) -> None:
+    _Runner(control).serve()
 
 
-def _collect(agent_pid: int, read_end: int, unit: socket.socket, limit: int, sandboxed: bool) -> tuple[bytes | None, bool]:
-    """The agent's payload (None: killed at the worker's request), and whether it passed
-    ``limit`` (the agent is then killed). Reading stops when the agent process ends, even if
-    something it started still holds the pipe (possible only without a namespace)."""
-    exited = os.pidfd_open(agent_pid)
-    chunks: list[bytes] = []
-    size = 0
-    poller = select.poll()
-    for fd in (read_end, unit.fileno(), exited):
-        poller.register(fd, select.POLLIN)
-    open_fds = {read_end, unit.fileno(), exited}
-    result: tuple[bytes | None, bool] | None = None
-    while result is None:
-        for fd, _ in poller.poll():
-            if fd == read_end:
-                chunk = os.read(read_end, 1 << 20)
-                if not chunk:
-                    poller.unregister(read_end)
-                    open_fds.discard(read_end)
-                    continue
-                size += len(chunk)
-                if size > limit:
-                    _kill(agent_pid, sandboxed)
-                    result = (b"", True)
-                    break
-                chunks.append(chunk)
-            elif fd == exited:
-                os.set_blocking(read_end, False)
-                with contextlib.suppress(BlockingIOError):
-                    while chunk := os.read(read_end, 1 << 20):
-                        size += len(chunk)
-                        if size > limit:
-                            result = (b"", True)
-                            break
-                        chunks.append(chunk)
-                if result is None:
-                    result = (b"".join(chunks), False)
-                break
-            else:  # the worker asks for the kill (its deadline passed), or is gone
-                _kill(agent_pid, sandboxed)
-                result = (None, False)
-                break
-    os.close(exited)
-    os.close(read_end)
-    return result
+# ------------------------------------------------------------------------------------ unit
+def _unit(sock: socket.socket, ids: tuple[int, int], mode: bytes) -> int:
+    """The agent's process: its user mapping, spec, control groups; then set up and run.
+    Whether it is sandboxed is what it was started as (``mode``), whatever the spec says."""
+    ns.set_parent_death_signal(signal.SIGKILL)  # the runner gone: so is the unit
+    if mode != b"P":
+        uid, gid = ids
+        ns.map_user(uid or INNER_ID, gid or INNER_ID, uid, gid)
+    kind, data = recv_frame(sock, MAX_SPEC_BYTES)
+    if kind != SPEC:
+        return SETUP_FAILED_EXIT
+    spec = json.loads(data)
+    spec["sandbox"] = mode != b"P"
+    spec["network"] = "none" if mode == b"N" else "host"
+    if spec["cgroups"]:  # join the unit's control groups: everything it starts counts there
+        received = recv_fds(sock, spec["cgroups"])
+        for group in received[1] if received else []:
+            os.write(group, b"0")
+            os.close(group)
+    sock.set_inheritable(False)
+    return _agent_process(spec, sock)
 
 
 # ------------------------------------------------------------------------------------ agent
-def _agent_process(spec: dict[str, Any], out_fd: int) -> int:
+def _agent_process(spec: dict[str, Any], sock: socket.socket) -> int:
     """pid 1 of the unit (sandboxed) or its process-group leader: set up, run, answer."""
     try:
-        ns.set_parent_death_signal(signal.SIGKILL)  # the keeper gone: so is the unit
         _enter(spec)
     except BaseException as exc:  # noqa: BLE001 - reported as the unit's sandbox failure
-        _write_all(out_fd, _encode({"kind": "setup_failed", "message": f"{type(exc).__name__}: {exc}"}))
+        _send_result(sock, _encode({"kind": "setup_failed", "message": f"{type(exc).__name__}: {exc}"}))
         return SETUP_FAILED_EXIT
     try:
         payload = {"kind": "returned", "value": _call_agent(spec)}
@@ -222,7 +244,7 @@ def _agent_process(spec: dict[str, Any], out_fd: int) -> int:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):  # a closed or broken stream: the payload still goes back
             stream.flush()
-    _write_all(out_fd, _encode(payload))
+    _send_result(sock, _encode(payload))
     return 0
 
 
@@ -353,11 +375,9 @@ def _encode(payload: dict[str, Any]) -> bytes:
         return json.dumps({"kind": "raised", "error_type": "UnsendableResult", "error_message": message}).encode("ascii")
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    with contextlib.suppress(BrokenPipeError):  # the keeper stopped reading: too large
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+def _send_result(sock: socket.socket, data: bytes) -> None:
+    with contextlib.suppress(OSError):  # the worker stopped reading (too large, or gone)
+        send_frame(sock, RESULT, data)
 
 
 def main() -> None:
@@ -365,4 +385,7 @@ def main() -> None:
     sys.path[:] = json.loads(sys.argv[1])
     for module in json.loads(sys.argv[2]):  # rayeval's own modules, never an agent's
         importlib.import_module(module)
+    # what is loaded now is shared by every unit: the collector leaves it alone, so that a
+    # unit's collections do not copy the whole heap page by page
+    gc.freeze()
     serve(socket.socket(fileno=int(sys.argv[3])))

@@ -110,7 +110,14 @@ def _guarded(handler):  # type: ignore[no-untyped-def]
 
 @_guarded
 def cmd_report(args: argparse.Namespace) -> int:
-    from .benchmark import benchmark_table, format_text, to_csv, to_json, to_text
+    from .benchmark import (
+        benchmark_table,
+        format_text,
+        isolation_note,
+        to_csv,
+        to_json,
+        to_text,
+    )
     from .gates import accuracy_gate, error_rate_gate, gate_summary, gates_passed
     from .reader import REPORT_COLUMNS, ReportError, ResultsReader
     from .stats import evaluation_stats
@@ -140,6 +147,9 @@ def cmd_report(args: argparse.Namespace) -> int:
         planned = {run: int(manifests[run]["total_units"]) for run in selected}
 
     table = benchmark_table(units, by=by, errors=args.errors)
+    unsandboxed = isolation_note(units)
+    if unsandboxed and args.format in ("csv", "json"):
+        print(f"rayeval: {unsandboxed}", file=sys.stderr)
     if args.format == "csv":
         _emit(to_csv(table), args.out)
     elif args.format == "json":
@@ -154,7 +164,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         from .metrics import pass_at_k
 
         stats = evaluation_stats(units, planned_units=planned, run_status=run_status, errors=args.errors, report=False)
-        text = f"status: {stats.status}; {stats.progress}\n\n{to_text(table)}\n"
+        text = f"status: {stats.status}; {stats.progress}\n" + (f"{unsandboxed}\n" if unsandboxed else "")
+        text += f"\n{to_text(table)}\n"
         if args.pass_k_table:
             text += "\n" + format_text(pass_at_k(units, k=ks, by=[c for c in by if c in MODEL_KEYS] or ["model", "harness"], errors=args.errors)) + "\n"
         _emit(text, args.out)

@@ -28,6 +28,7 @@ from .benchmark import (
     benchmark_table,
     breakdown_table,
     error_policy_note,
+    isolation_note,
     rounded,
 )
 from .metrics import majority_vote, pass_at_k
@@ -41,6 +42,7 @@ h1{font-size:1.6rem;margin-bottom:.2rem}h2{font-size:1.2rem;margin-top:2rem;bord
 table{border-collapse:collapse;font-size:.85rem;margin:.5rem 0}th,td{border:1px solid #d0d7de;padding:.25rem .5rem}
 th{background:#f6f8fa;text-align:left}td.num{text-align:right;font-variant-numeric:tabular-nums}
 img{max-width:100%;height:auto;display:block;margin:.5rem 0}.status{font-weight:600}
+.warning{background:#fff8c5;border:1px solid #d4a72c;padding:.4rem .6rem;font-size:.9rem}
 """
 
 
@@ -204,6 +206,7 @@ def render_html(
             f'<p class="meta">{html.escape(source)} · generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC} · '
             f'status <span class="status">{html.escape(stats.status)}</span> · {html.escape(stats.progress)}</p>'
         ),
+        *([f'<p class="warning">{html.escape(note)}</p>'] if (note := isolation_note(units)) else []),
         (
             f'<p class="note">{html.escape(error_policy_note(errors, int(main["Errors"].sum())))} '
             "Confidence intervals: 95%, t-distribution over per-eval means (none with a single eval), not clipped.</p>"

@@ -1,6 +1,7 @@
 """The batch engine on an embedded Ray: real actors, real Parquet, real failures."""
 from __future__ import annotations
 
+import functools
 import gc
 import json
 import os
@@ -20,6 +21,7 @@ from rayeval.batch import engine
 from rayeval.batch.engine import _close_run
 from rayeval.batch.plan import plan_units, unit_id_for
 from rayeval.evals import Eval, load_evals
+from rayeval.harness.execution import grade_execution
 from rayeval.storage import ResultStore, RunManifest, StorageError
 from tests.batch.conftest import read_invocations, write_mc_evals
 from tests.conftest import read_jsonl, shared_path
@@ -139,7 +141,12 @@ def test_instant_units_run_on_one_cpu_per_worker_and_units_that_wait_on_all(
     every_cpu = sorted(os.sched_getaffinity(0))
     evals = str(write_mc_evals(tmp_path / "evals", [f"e{i:02d}" for i in range(50)]))
     options = {"agent": "tests.batch.agents:cpu_recorder", "output": str(tmp_path / "out"), "isolation": "inline", "workers": 2, **FAST}
-    batch.run(evals, seeds=[1, 2, 3, 4, 5, 6], run_id="instant", **options)
+    # Graded in the worker: a worker's first bounded grading starts its grading subprocess
+    # (0.5-1 s on a busy machine), which makes the probe units look slow and keeps the first
+    # calls, and every worker running one, unpinned (see engine._Warmup): not this test's subject.
+    in_process = functools.partial(grade_execution, grade_timeout=None)
+    config = {"evals": [evals], **options}
+    batch.run_batch(batch.BatchConfig(**config, seeds=[1, 2, 3, 4, 5, 6], run_id="instant"), grade=in_process)
     units = read_invocations(invocation_log)
     pinned = [unit for unit in units if unit["cpus"] != every_cpu]
     assert len(units) == 300 and len(pinned) >= 250  # all but the probes and the first calls
@@ -147,7 +154,8 @@ def test_instant_units_run_on_one_cpu_per_worker_and_units_that_wait_on_all(
     assert all(unit["cpus"] == cpu_of[unit["pid"]] and len(unit["cpus"]) == 1 for unit in pinned)
     assert len(cpu_of) == 2 and len({cpus[0] for cpus in cpu_of.values()}) == 2  # a CPU each
     invocation_log.unlink()
-    batch.run(evals, seeds=[1], run_id="waiting", agent_args={"seconds": "0.05"}, max_concurrency=8, **options)
+    waiting = batch.BatchConfig(**config, seeds=[1], run_id="waiting", agent_args={"seconds": "0.05"}, max_concurrency=8)
+    batch.run_batch(waiting, grade=in_process)
     assert [unit["cpus"] for unit in read_invocations(invocation_log)] == [every_cpu] * 50
 
 

@@ -297,8 +297,9 @@ class UnitRunner:
     ) -> UnitSpec:
         config = self.config
         sandboxed = self.isolation == "sandbox"
-        covered = [*self.hidden, self.work_root, *([self.cache_dir] if self.cache_dir else [])]
-        keep = _kept_paths(self.sys_path, covered)
+        # what the runner sees and the unit must not (the rest is hidden from the runner too)
+        covered = [self.work_root, *([self.cache_dir] if self.cache_dir else [])]
+        keep = _kept_paths(self.sys_path, [*self.hidden, *covered])
         names = {*BASE_ENV_NAMES, *config.env_names, *getattr(agent, "env_names", ())}
         env = {name: os.environ[name] for name in sorted(names) if name in os.environ}
         home = "/tmp/home" if sandboxed else str(work_dir / ".home")

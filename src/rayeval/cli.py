@@ -106,6 +106,28 @@ def _sandbox_config(args: argparse.Namespace) -> SandboxConfig:
     return SandboxConfig(network=args.network, limits=limits, hide=tuple(args.sandbox_hide), env_names=tuple(args.agent_env))
 
 
+def _cmd_check_sandbox(args: argparse.Namespace) -> int:
+    """Start one sandboxed unit here, as a run would: for node set-up scripts and images."""
+    from .agents.resolve import agent_ref
+    from .harness.cgroups import UnitGroups
+    from .harness.sandbox import (
+        AgentUnavailable,
+        SandboxError,
+        bwrap_path,
+        check_runs_here,
+    )
+    from .harness.workspace import default_work_root
+
+    try:
+        check_runs_here(_sandbox_config(args), "sandbox", default_work_root(), default_cache_dir(), agent_ref("sleep"))
+    except (SandboxError, AgentUnavailable) as exc:
+        raise BadInput(str(exc)) from None
+    groups = sorted(UnitGroups().controllers)
+    limits = f"control groups for {', '.join(groups)}" if groups else "no writable control group: per-process limits"
+    print(f"sandbox works here: bubblewrap {bwrap_path()}, network {args.network}, {limits}")
+    return EXIT_OK
+
+
 def _model_limits(pairs: list[str]) -> dict[str, int]:
     limits = {}
     for pair in pairs:
@@ -223,16 +245,17 @@ def _add_data_root_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_sandbox_options(parser: argparse.ArgumentParser) -> None:
+def _add_sandbox_options(parser: argparse.ArgumentParser, *, isolation: bool = True) -> None:
     """How agents run: the isolation level, and what a sandboxed unit sees, gets and may use."""
     group = parser.add_argument_group("isolation of the agent (see the README's Security section)")
-    group.add_argument(
-        "--isolation",
-        choices=["sandbox", "process", "inline"],
-        default="sandbox",
-        help="sandbox (default): namespaces via bubblewrap; process: a fresh process without a sandbox "
-        "(where the sandbox cannot start); inline: in the worker, for trusted agents only",
-    )
+    if isolation:
+        group.add_argument(
+            "--isolation",
+            choices=["sandbox", "process", "inline"],
+            default="sandbox",
+            help="sandbox (default): namespaces via bubblewrap; process: a fresh process without a sandbox "
+            "(where the sandbox cannot start); inline: in the worker, for trusted agents only",
+        )
     group.add_argument("--network", choices=["host", "none"], default="host", help="none: the agent gets loopback only")
     group.add_argument("--agent-env", action="append", default=[], metavar="NAME", help="environment variable the agent receives (repeatable)")
     group.add_argument("--sandbox-hide", action="append", default=[], metavar="PATH", help="a further path agents must not see (repeatable)")
@@ -270,6 +293,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_data_root_option(run_one)
     _add_sandbox_options(run_one)
     run_one.set_defaults(handler=_cmd_run_one)
+
+    check = sub.add_parser("check-sandbox", help="start one sandboxed unit on this machine, as a run would (exit 2: it cannot)")
+    _add_sandbox_options(check, isolation=False)
+    check.set_defaults(handler=_cmd_check_sandbox)
 
     run = sub.add_parser("run", help="run evals x models x seeds on Ray, streaming results to Parquet")
     run.add_argument("evals", nargs="+", help="eval files or folders")

@@ -69,6 +69,7 @@ def test_aws_cluster_config() -> None:
         start = " ".join(config[key])
         assert "ray start" in start and "rayeval_node_env.py" in start and "RAY_AUTH_MODE=token" in start
     assert "get_parameters_by_path" in setup and "WithDecryption=True" in setup
+    assert "rayeval check-sandbox" in setup  # a node that cannot sandbox units fails its set-up
 
 
 def test_rayjob_manifest() -> None:
@@ -92,6 +93,12 @@ def test_rayjob_manifest() -> None:
                 if is_secret_name(name):  # only ever from a Kubernetes Secret
                     assert "value" not in item, f"{container['name']}: {name} has a literal value"
                     assert item["valueFrom"]["secretKeyRef"]["name"], name
+            # units are sandboxed in user namespaces: the pod's seccomp profile must allow them
+            assert container["securityContext"]["seccompProfile"]["type"] == "Unconfined", container["name"]
+            assert not container["securityContext"].get("privileged"), container["name"]
+    for group in cluster["workerGroupSpecs"]:
+        for container in group["template"]["spec"]["containers"]:
+            assert container["lifecycle"]["postStart"]["exec"]["command"] == ["rayeval", "check-sandbox"]
 
 
 def test_readme_covers_all_three_setups() -> None:

@@ -107,6 +107,12 @@ def processes(task_prompt: str, work_dir: Path) -> dict:
     return _answer(found, processes=len(pids), leads=len(leads), looked=looked, leaked_secret=leaked)
 
 
+def search_folder(task_prompt: str, work_dir: Path, context: Any) -> dict:
+    """Search a folder (named by the test, as one found by searching) for answer keys."""
+    found, looked = _walk_for_keys([context.args["folder"]])
+    return _answer(found, looked=looked)
+
+
 def forge_results(task_prompt: str, work_dir: Path, context: Any) -> dict:
     """Write a Parquet part claiming every unit of the run passed into the results root (the
     test names it, as an agent that found it by searching would know it)."""
@@ -196,24 +202,17 @@ def poison_inputs(task_prompt: str, work_dir: Path, context: Any) -> dict:
 
 
 def outlive(task_prompt: str, work_dir: Path, context: Any) -> dict:
-    """Leave a process in a new session, with a clean environment, that reports to the test's
-    server every 0.1 s for a minute; then hang until the unit's timeout."""
+    """Leave processes that report to the test's server every 0.1 s for a minute: one in a new
+    session with a clean environment, one double-forked; then hang until the unit's timeout."""
+    from tests.pings import pinger_code
+
     port = int(context.args["port"])
-    code = (
-        "import socket, time\n"
-        "for _ in range(600):\n"
-        "    try:\n"
-        f"        socket.create_connection(('127.0.0.1', {port}), timeout=1).close()\n"
-        "    except OSError:\n"
-        "        pass\n"
-        "    time.sleep(0.1)\n"
-    )
-    subprocess.Popen([sys.executable, "-c", code], start_new_session=True, env={}, stdin=subprocess.DEVNULL,
-                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    if os.fork() == 0:  # and a double-forked one
+    subprocess.Popen([sys.executable, "-c", pinger_code(port, "session")], start_new_session=True, env={},
+                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    if os.fork() == 0:
         os.setsid()
         if os.fork() == 0:
-            os.execv(sys.executable, [sys.executable, "-c", code])
+            os.execv(sys.executable, [sys.executable, "-c", pinger_code(port, "double")])
         os._exit(0)
     time.sleep(600)
     return _answer(None)

@@ -10,10 +10,10 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import shutil
 import socket
-import socketserver
+import tempfile
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ import pytest
 import ray
 
 from rayeval.cli import main as rayeval_main
+from tests.pings import Pings
 from tests.security.attack_agents import MARKER
 
 KEY = 7391.25
@@ -143,43 +144,18 @@ def test_staged_inputs_and_the_cache_cannot_be_poisoned(site: dict[str, Any], tm
         assert source.read_text() == original
 
 
-class _Pings(socketserver.ThreadingTCPServer):
-    allow_reuse_address = True
-    daemon_threads = True
-
-    def __init__(self) -> None:
-        self.count = 0
-        super().__init__(("127.0.0.1", 0), _PingHandler)
-
-
-class _PingHandler(socketserver.BaseRequestHandler):
-    def handle(self) -> None:
-        self.server.count += 1  # type: ignore[attr-defined]
-
-
-@pytest.fixture
-def pings() -> Iterator[_Pings]:
-    server = _Pings()
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server
-    server.shutdown()
-    server.server_close()
-
-
-def _pings_after_the_run(server: _Pings) -> int:
-    time.sleep(1.0)
-    server.count = 0
-    time.sleep(2.0)
-    return server.count
-
-
-def test_nothing_an_agent_starts_outlives_its_unit(site: dict[str, Any], tmp_path: Path, pings: _Pings) -> None:
-    options = ["--timeout", "3", "--agent-arg", f"port={pings.server_address[1]}"]
-    (row,) = rayeval_run(site, tmp_path / "s", "outlive", *options, evals=str(site["eval_file"]))
-    assert row["status"] == "timeout"
-    assert _pings_after_the_run(pings) == 0
-    rayeval_run(site, tmp_path / "p", "outlive", *options, "--isolation", "process", evals=str(site["eval_file"]))
-    assert _pings_after_the_run(pings) > 0  # the control: without a namespace, a new session escapes
+def test_nothing_an_agent_starts_outlives_its_unit(site: dict[str, Any], tmp_path: Path) -> None:
+    with Pings.serving() as pings:
+        options = ["--timeout", "4", "--agent-arg", f"port={pings.port}"]
+        (row,) = rayeval_run(site, tmp_path / "s", "outlive", *options, evals=str(site["eval_file"]))
+        assert row["status"] == "timeout"
+        assert sum(pings.pings_after().values()) == 0
+        rayeval_run(site, tmp_path / "p", "outlive", *options, "--isolation", "process", evals=str(site["eval_file"]))
+        try:  # the control: without a namespace, a new session escapes
+            assert set(pings.pings_after()) == {"session", "double"}
+        finally:
+            pings.kill("session")
+            pings.kill("double")
 
 
 def test_hidden_folders_cannot_be_uncovered(site: dict[str, Any], tmp_path: Path) -> None:
@@ -269,3 +245,19 @@ def test_with_the_network_off_only_loopback_remains(site: dict[str, Any], tmp_pa
         server.server_close()
     (row,) = result
     assert row["status"] == "error" and "URLError" in (row["error_type"] or "") + (row["error_message"] or ""), (host, row["error_message"])
+
+
+def test_an_evals_folder_outside_the_temp_folder_is_hidden(site: dict[str, Any], tmp_path: Path) -> None:
+    """The evals above live under /tmp, private in every unit anyway: these do not."""
+    evals = Path(tempfile.mkdtemp(prefix="rayeval-attack-", dir="/var/tmp"))
+    try:
+        shutil.copy(site["eval_file"], evals / "alpha.json")
+        (evals / "data").mkdir()
+        shutil.copy(site["evals"] / "data" / "input.txt", evals / "data" / "input.txt")
+        options = ["--agent-arg", f"folder={evals}"]
+        (row,) = rayeval_run(site, tmp_path / "s", "search_folder", *options, evals=str(evals))
+        assert not row["passed"] and attack(row)["looked"] == 0, attack(row)
+        (control,) = rayeval_run(site, tmp_path / "p", "search_folder", *options, "--isolation", "process", evals=str(evals))
+        assert control["passed"]  # without the sandbox the key is in reach
+    finally:
+        shutil.rmtree(evals)

@@ -281,9 +281,14 @@ class UnitRunner:
     def failure(self) -> str:
         """What the runner printed when it died (bubblewrap's reason when it cannot start)."""
         process = self._process
-        if process is None or process.poll() is None or process.stderr is None:
+        if process is None or process.stderr is None:
             return ""
-        return process.stderr.read().decode("utf-8", "replace").strip()[-2000:]
+        try:
+            code = process.wait(timeout=2)
+        except subprocess.TimeoutExpired:  # still running: it has not failed
+            return ""
+        said = process.stderr.read().decode("utf-8", "replace").strip()[-2000:]
+        return f"{said} (exit code {code})" if said else f"it exited with code {code}"
 
     # ------------------------------------------------------------------------ one unit
     def spec(

@@ -244,6 +244,9 @@ def _agent_process(spec: dict[str, Any], sock: socket.socket) -> int:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):  # a closed or broken stream: the payload still goes back
             stream.flush()
+    with contextlib.suppress(OSError):  # an empty log is no artifact, and an empty folder is cheaper to retire
+        if os.lstat(spec["log_path"]).st_size == 0:
+            os.unlink(spec["log_path"])
     _send_result(sock, _encode(payload))
     return 0
 

@@ -1,0 +1,57 @@
+"""Where the sandbox cannot start, a run stops before any unit and names the way out."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.dataset as ds
+
+REPO = Path(__file__).resolve().parents[2]
+NO_USER_NAMESPACES = "bwrap: No permissions to create new namespace, likely because the kernel does not allow non-privileged user namespaces."
+
+
+def _rayeval(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rayeval.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600, check=False)
+
+
+def _evals(tmp_path: Path) -> Path:
+    folder = tmp_path / "evals"
+    folder.mkdir()
+    body = {"id": "mc", "task": "A or B?", "grader": {"type": "multiple_choice", "config": {"correct_answer": "B"}}}
+    (folder / "mc.json").write_text(json.dumps(body))
+    return folder
+
+
+def test_a_run_stops_before_any_unit_and_names_the_opt_out(tmp_path: Path) -> None:
+    fake = tmp_path / "bwrap"  # a bubblewrap that fails as it does without user namespaces
+    fake.write_text(f"#!/bin/sh\necho '{NO_USER_NAMESPACES}' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    env = {**os.environ, "RAYEVAL_BWRAP": str(fake), "RAY_USAGE_STATS_ENABLED": "0"}
+    evals, out = _evals(tmp_path), tmp_path / "results"
+
+    checked = _rayeval("check-sandbox", env=env, cwd=tmp_path)
+    assert checked.returncode == 2 and NO_USER_NAMESPACES in checked.stderr and "--isolation process" in checked.stderr
+
+    refused = _rayeval("run", str(evals), "--agent", "sleep", "--agent-arg", "seconds=0", "--output", str(out), "--no-progress", env=env, cwd=tmp_path)
+    assert refused.returncode == 2, refused.stderr
+    assert "--isolation process" in refused.stderr and NO_USER_NAMESPACES in refused.stderr
+    assert "Traceback" not in refused.stderr and not list(out.rglob("*.parquet"))
+
+    opted_out = _rayeval(
+        "run", str(evals), "--agent", "sleep", "--agent-arg", "seconds=0", "--isolation", "process", "--output", str(out), "--no-progress",
+        env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert opted_out.returncode == 0, opted_out.stderr
+    rows = ds.dataset(out, format="parquet", partitioning="hive").to_table().to_pylist()
+    assert [row["isolation"] for row in rows] == ["process"]
+    report = _rayeval("report", str(out), "--run", "latest", env=env, cwd=tmp_path)
+    assert "1 of 1 units did not run in a sandbox (process: 1)" in report.stdout
+
+
+def test_check_sandbox_says_what_works_here(tmp_path: Path) -> None:
+    done = _rayeval("check-sandbox", env={**os.environ}, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("sandbox works here: bubblewrap ")

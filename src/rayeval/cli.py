@@ -12,13 +12,14 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 
 from .evals import EvalFileError, check_evals, load_eval
-from .grading import grade
 from .harness.cache import default_cache_dir
+from .harness.grading_pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
 from .harness.sandbox import SandboxConfig, UnitLimits
 from .report.cli import add_report_commands
 
 if TYPE_CHECKING:  # imported when a run starts: `rayeval validate` needs no Ray
     from .batch import BatchConfig
+    from .harness.context import AgentFunction, AgentRef
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -50,8 +51,14 @@ def _read_answer(path: str) -> object:
 
 
 def _cmd_grade(args: argparse.Namespace) -> int:
+    from .harness.grading_pool import GradingError, grade_bounded
+
     eval_ = load_eval(args.eval_file, check_data_nodes=False)  # grading stages no data
-    result = grade(eval_, _read_answer(args.answer_file))
+    try:  # the answer may be hostile: graded in a subprocess, within --grade-timeout
+        result = grade_bounded(eval_, _read_answer(args.answer_file), args.grade_timeout)
+    except GradingError as exc:
+        print(f"rayeval: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     print(result.to_json(indent=2))
     return EXIT_OK if result.passed else EXIT_FAILED
 
@@ -69,6 +76,7 @@ def _cmd_run_one(args: argparse.Namespace) -> int:
     eval_ = load_eval(args.eval_file, data_roots=args.data_root)
     sandbox = _sandbox_config(args)
     runner = EvalRunner(eval_, work_root=args.work_root, keep_workspace=args.keep_workspace)
+    agent: AgentFunction | AgentRef
     try:
         agent_args = parse_agent_args(args.agent_arg)
         if args.isolation == "inline":
@@ -87,6 +95,7 @@ def _cmd_run_one(args: argparse.Namespace) -> int:
         agent_args=agent_args,
         isolation=args.isolation,
         sandbox=sandbox,
+        grade_timeout=args.grade_timeout,
     )
     print(result.model_dump_json(indent=2))
     return EXIT_OK if result.passed else EXIT_FAILED
@@ -208,6 +217,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             timeout=args.timeout,
             isolation=args.isolation,
             sandbox=_sandbox_config(args),
+            grade_timeout=args.grade_timeout,
             workers=args.workers,
             s3_endpoint_url=args.s3_endpoint,
             show_progress=not args.no_progress,
@@ -265,6 +275,8 @@ def _add_sandbox_options(parser: argparse.ArgumentParser, *, isolation: bool = T
     group.add_argument("--limit-file-size-mb", type=int, default=defaults.file_size_mb, help="largest file an agent may write, MB (0: none)")
     group.add_argument("--limit-tmp-mb", type=int, default=defaults.tmp_mb, help="size of the private /tmp, MB")
     group.add_argument("--limit-output-mb", type=float, default=defaults.max_output_mb, help="largest return value, MB")
+    if isolation:
+        group.add_argument("--grade-timeout", type=float, default=DEFAULT_GRADE_TIMEOUT_S, help="seconds a unit's grading may take")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -279,6 +291,7 @@ def build_parser() -> argparse.ArgumentParser:
     grade_cmd = sub.add_parser("grade", help="grade one answer file against one eval file")
     grade_cmd.add_argument("eval_file")
     grade_cmd.add_argument("answer_file", help="JSON answer file, or - for standard input")
+    grade_cmd.add_argument("--grade-timeout", type=float, default=DEFAULT_GRADE_TIMEOUT_S, help="seconds the grading may take")
     grade_cmd.set_defaults(handler=_cmd_grade)
 
     run_one = sub.add_parser("run-one", help="run one agent on one eval locally and grade it")

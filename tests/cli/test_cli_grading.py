@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 import sys
 from pathlib import Path
 
@@ -59,3 +60,17 @@ def test_grade_bad_inputs_exit_2_with_one_clean_message(tmp_path: Path) -> None:
         done = rayeval("grade", *args)
         assert done.returncode == 2, (args, done.stderr)
         assert "Traceback" not in done.stderr and done.stderr.strip()
+
+
+def test_grade_stops_a_grading_that_runs_past_its_limit(tmp_path: Path) -> None:
+    """longest_subsequence is O(answer steps x ground-truth steps): a crafted answer takes
+    seconds; ``rayeval grade`` stops it at --grade-timeout instead of hanging."""
+    config = {"answer_field": "steps", "ground_truth": [[f"step {i}"] for i in range(300)]}
+    eval_file = tmp_path / "seq.json"
+    eval_file.write_text(json.dumps({"id": "seq", "task": "t", "grader": {"type": "longest_subsequence", "config": config}}))
+    answer = tmp_path / "answer.json"
+    answer.write_text(json.dumps({"steps": [["x"]] * 300_000}))
+    started = time.monotonic()
+    done = rayeval("grade", str(eval_file), str(answer), "--grade-timeout", "0.5")
+    assert done.returncode == 1 and "GradingTimeout" in done.stderr, done.stderr
+    assert time.monotonic() - started < 60

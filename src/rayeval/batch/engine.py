@@ -20,6 +20,7 @@ from ..evals import Eval, load_evals
 from ..harness.cache import default_cache_dir
 from ..harness.context import AgentFunction
 from ..harness.execution import INT64_MAX, INT64_MIN, Execution, grade_execution
+from ..harness.grading_pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
 from ..harness.isolation import Isolation
 from ..harness.sandbox import SandboxConfig, check_runs_here
 from ..harness.workspace import default_work_root
@@ -103,6 +104,8 @@ class BatchConfig(BaseModel):
     #: opt-out where it cannot start) or ``inline`` (trusted in-process agents only)
     isolation: Isolation = "sandbox"
     sandbox: SandboxConfig = SandboxConfig()
+    #: seconds a unit's grading may take (in a grading subprocess) before it is a timeout row
+    grade_timeout: float = Field(DEFAULT_GRADE_TIMEOUT_S, gt=0)
     workers: int | None = Field(None, ge=1)
     s3_endpoint_url: str | None = None
     work_root: str | None = None
@@ -334,6 +337,7 @@ def _worker_config(config: BatchConfig, run_id: str, evals: list[Eval]) -> Worke
         run_id=run_id,
         isolation=isolation,
         sandbox=sandbox_config(config, evals),
+        grade_timeout=config.grade_timeout,
         timeout=config.timeout,
         work_root=config.work_root,
         cache_dir=config.cache_dir,

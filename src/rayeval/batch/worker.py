@@ -1,6 +1,7 @@
 """The Ray actor that runs units: threaded, because agent work waits on LLM calls, not CPU."""
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
@@ -20,6 +21,7 @@ from ..evals import Eval
 from ..harness.cache import left_by_gone_processes, remove_tree
 from ..harness.context import AgentFunction, AgentRef
 from ..harness.execution import Execution, grade_execution
+from ..harness.grading_pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
 from ..harness.isolation import Isolation
 from ..harness.result import EvalResult
 from ..harness.runner import EvalRunner
@@ -51,6 +53,7 @@ class WorkerConfig(BaseModel):
     run_id: str
     isolation: Isolation
     sandbox: SandboxConfig = SandboxConfig()
+    grade_timeout: float = DEFAULT_GRADE_TIMEOUT_S
     timeout: float | None = None
     work_root: str | None = None
     cache_dir: str | None = None
@@ -131,7 +134,7 @@ class UnitWorker:
             # the driver's plan, whose units are made here from their positions
             self.plan = Plan(self.evals, self.config.models, self.config.seeds, self.config.agent)
             self.agent = agent if agent is not None else self._named_agent()
-            self.grade = grade or grade_execution
+            self.grade = grade or functools.partial(grade_execution, grade_timeout=self.config.grade_timeout)
             self._shared_key = key
 
     def _named_agent(self) -> AgentFunction | AgentRef:

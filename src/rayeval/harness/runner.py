@@ -4,6 +4,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from ..evals import Eval, load_eval
 from ..evals.data_roots import resolve_roots
@@ -11,6 +12,7 @@ from .answers import find_answer
 from .cache import default_cache_dir, remove_tree
 from .context import AgentContext, AgentFunction, AgentRef, call_agent
 from .execution import Execution, grade_execution, now
+from .grading_pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
 from .isolation import Isolation, Outcome, run_inline
 from .prompt import build_prompt
 from .result import EvalResult
@@ -60,12 +62,14 @@ class EvalRunner:
         agent_args: dict[str, str] | None = None,
         isolation: Isolation = "sandbox",
         sandbox: SandboxConfig | None = None,
+        grade_timeout: float = DEFAULT_GRADE_TIMEOUT_S,
     ) -> EvalResult:
-        """Stage, run, find the answer, grade. Never raises for anything the agent does."""
+        """Stage, run, find the answer, grade (in a grading subprocess, at most ``grade_timeout``
+        seconds). Never raises for anything the agent does."""
         execution = self.execute(
             agent, model=model, seed=seed, timeout=timeout, agent_args=agent_args, isolation=isolation, sandbox=sandbox
         )
-        return grade_execution(self.eval, execution)
+        return grade_execution(self.eval, execution, grade_timeout=grade_timeout)
 
     def execute(
         self,
@@ -98,6 +102,7 @@ class EvalRunner:
             else:
                 left = list_or_retire(work_dir, reuse=_done_with(agent, ran, isolation))
                 removed, listing = left is None, left or []
+            fields: dict[str, Any]
             if isinstance(ran, Exception):
                 fields = {"outcome": "error", "error_type": type(ran).__name__, "error_message": str(ran)}
             else:

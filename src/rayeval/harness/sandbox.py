@@ -33,7 +33,7 @@ import time
 import weakref
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -87,11 +87,16 @@ class UnitLimits(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    memory_mb: int | None = Field(4096, gt=0, description="address space a process may allocate (RLIMIT_DATA), per process")
-    processes: int | None = Field(512, gt=0, description="processes and threads of the unit (RLIMIT_NPROC in its user namespace)")
-    file_size_mb: int | None = Field(2048, gt=0, description="largest file the agent may write (RLIMIT_FSIZE)")
-    tmp_mb: int = Field(1024, gt=0, description="size of the private /tmp (and /dev/shm), in memory")
-    max_output_mb: float = Field(10.0, gt=0, description="largest return value the agent may send back, as JSON")
+    #: memory of the unit's processes together (a control group), else per process (RLIMIT_DATA)
+    memory_mb: Annotated[int, Field(gt=0)] | None = 4096
+    #: processes and threads of the unit (a control group, and RLIMIT_NPROC)
+    processes: Annotated[int, Field(gt=0)] | None = 512
+    #: largest file the agent may write (RLIMIT_FSIZE)
+    file_size_mb: Annotated[int, Field(gt=0)] | None = 2048
+    #: size of the private /tmp (and /dev/shm), in memory
+    tmp_mb: Annotated[int, Field(gt=0)] = 1024
+    #: largest return value the agent may send back, as JSON
+    max_output_mb: Annotated[float, Field(gt=0)] = 10.0
 
 
 class SandboxConfig(BaseModel):
@@ -431,6 +436,7 @@ def _collect(sock: socket.socket, agent: _AgentProcess, max_output: int, deadlin
     agent is killed first. Bounded: after a kill, 30 s for the runner's exit report."""
     ended = _Ended()
     after_kill: float | None = None
+    budget = max_output + (1 << 20)  # what may be read in all: the result, and little else
     while True:
         now = time.monotonic()
         limit = after_kill if after_kill is not None else deadline
@@ -454,6 +460,10 @@ def _collect(sock: socket.socket, agent: _AgentProcess, max_output: int, deadlin
             return ended
         except (EOFError, OSError) as exc:
             ended.problem = ended.problem or f"{type(exc).__name__}: {exc}"
+            return ended
+        budget -= len(data)
+        if budget < 0:  # frames after frames: the agent's, not the runner's
+            agent.kill()
             return ended
         if kind == RESULT and ended.result is None:
             ended.result = data

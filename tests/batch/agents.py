@@ -8,6 +8,8 @@ from pathlib import Path
 
 
 def _log_invocation(context) -> None:
+    """A side channel to the test: only ``process`` or ``inline`` units that are passed the
+    variable (``--agent-env``) can write it; a sandboxed unit sees neither."""
     log = os.environ.get("RAYEVAL_TEST_INVOCATION_LOG")
     if log:
         with open(log, "a") as handle:

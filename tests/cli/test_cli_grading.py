@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 import sys
+import time
 from pathlib import Path
 
 from tests.conftest import shared_path

@@ -336,3 +336,6 @@ def reference_agent(task_prompt: str, work_dir: Path) -> dict[str, Any]:
 
 
 __all__ = ["ANSWER_FILE", "SOLVERS", "answer_template_keys", "find_input", "reference_agent"]
+
+
+reference_agent.preload = ("anndata",)  # type: ignore[attr-defined]  # read by every unit: loaded once per runner

@@ -119,6 +119,7 @@ def agent_ref(name: str) -> AgentRef:
             leaves_nothing_running=getattr(function, "leaves_nothing_running", False),
             replays_recorded_runs=getattr(function, "replays_recorded_runs", False),
             env_names=tuple(getattr(function, "env_names", ())),
+            preload=(function.__module__, *getattr(function, "preload", ())),
         )
     module_name, sep, attribute = name.partition(":")
     if not sep or not module_name or not attribute:

@@ -157,6 +157,7 @@ class UnitWorker:
         runner = EvalRunner(
             self.evals[unit.eval_index],
             work_root=work_root,
+            runner_root=self.work_root,  # one unit runner for all of this worker's threads
             cache_dir=self.config.cache_dir,
             run_id=self.config.run_id,
             s3_endpoint_url=self.config.s3_endpoint_url,

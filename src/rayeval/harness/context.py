@@ -38,6 +38,9 @@ class AgentRef(BaseModel):
     #: rayeval's replay agent: the durations it reports are the recorded runs'
     replays_recorded_runs: bool = False
     env_names: tuple[str, ...] = ()
+    #: modules a built-in agent's runner imports once, not every unit (rayeval's own and their
+    #: dependencies; never a ``module:function`` agent's module)
+    preload: tuple[str, ...] = ()
 
 
 # Per agent: reading a signature costs ~20 µs, a tenth of a unit whose agent answers at once.

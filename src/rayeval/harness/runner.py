@@ -42,11 +42,14 @@ class EvalRunner:
         run_id: str | None = None,
         s3_endpoint_url: str | None = None,
         data_roots: Sequence[str | Path] = (),
+        runner_root: str | Path | None = None,
     ):
         self.eval = eval_or_path if isinstance(eval_or_path, Eval) else load_eval(eval_or_path, data_roots=data_roots)
         # local data nodes are staged from the eval's data roots (none for an eval built in memory) and these
         self.data_roots = (*self.eval.data_roots, *resolve_roots(data_roots))
         self.work_root = Path(work_root) if work_root is not None else default_work_root()
+        #: what this process's unit runner binds: work roots under one folder share one runner
+        self.runner_root = Path(runner_root) if runner_root is not None else self.work_root
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         self.keep_workspace = keep_workspace
         self.run_id = run_id
@@ -161,8 +164,9 @@ class EvalRunner:
             function = _resolved(agent)
             return run_inline(lambda: call_agent(function, prompt, work_dir, context), limit)
         # the evals' folders (answer keys) are hidden from the agent, as the config's paths
-        config = sandbox.model_copy(update={"hide": (*sandbox.hide, *map(str, self.data_roots))})
-        runner = unit_runner(config, isolation, self.work_root, cache_dir)
+        preload = getattr(agent, "preload", ()) if isinstance(agent, AgentRef) else ()
+        config = sandbox.model_copy(update={"hide": (*sandbox.hide, *map(str, self.data_roots)), "preload": (*sandbox.preload, *preload)})
+        runner = unit_runner(config, isolation, self.runner_root, cache_dir)
         inputs = [(node.view_source, str(work_dir / node.path)) for node in staged if node.view_source]
         try:
             return runner.run(runner.spec(agent, prompt, work_dir, context, inputs, {}), limit)

@@ -17,10 +17,9 @@ inspect_ai at the same shape, each level against the others measured in the same
                its live descendants: bubblewrap, the runner, which reaps every unit, so their
                CPU is in its cutime/cstime), and machine-wide busy CPU from /proc/stat (for
                context: it counts other processes too). Then 1,000 units at 0.5 s from 250
-               threads: wall against ideal (1,000 x 0.5 / 250 = 2 s), on that one runner, and
-               again with a runner per thread, as the engine's workers have them (a work root
-               per thread, and `unit_runner` keeps a runner per work root). inline: a thread
-               per unit (`run_inline`), the same agent.
+               threads on that one runner (as a worker's threads share one): wall against ideal
+               (1,000 x 0.5 / 250 = 2 s). inline: a thread per unit (`run_inline`), the same
+               agent.
   (c) inspect: inspect_ai (a separate virtual environment, never a dependency of rayeval) at
                the shape of (a): a Task of 2,000 samples whose solver runs `sleep 0.5` in the
                `local` sandbox (sandbox().exec: a subprocess in a temporary folder, no isolation;
@@ -263,13 +262,7 @@ def bench_inspect(work: Path, python: str, mode: str, units: int, seconds: float
 
 # ------------------------------------------------------------------------------ (b) one runner
 def bench_unit_cost(work: Path, isolation: str, seq_units: int, conc_units: int, concurrency: int, seconds: float, tag: str) -> dict:
-    """Units on one UnitRunner (or inline threads), driven directly from this process; then,
-    for sandbox and process, the concurrent units again with a runner per thread, as the
-    engine's workers have (a work root per thread, and ``unit_runner`` keeps one runner per
-    work root)."""
-    import itertools
-    import threading
-
+    """Units on one UnitRunner (or inline threads), driven directly from this process."""
     from rayeval import load_evals
     from rayeval.agents.resolve import agent_ref, resolve_agent
     from rayeval.harness.cache import default_cache_dir
@@ -332,36 +325,16 @@ def bench_unit_cost(work: Path, isolation: str, seq_units: int, conc_units: int,
         with ThreadPoolExecutor(max_workers=concurrency) as pool:
             list(pool.map(lambda folder: run_one(shared, folder, seconds), dirs[1 + seq_units :]))
 
-    numbers, local = itertools.count(), threading.local()
-
-    def per_thread(index: int) -> None:
-        if not hasattr(local, "root"):  # this thread's work root, and so its own runner
-            local.root = root / f"thread-{next(numbers)}"
-        folder = local.root / f"u{index:05d}"  # made here: under the thread's root (≈50 µs)
-        folder.mkdir(parents=True)
-        run_one(runner_for(local.root), folder, seconds)
-
-    def concurrent_per_thread() -> None:
-        with ThreadPoolExecutor(max_workers=concurrency) as pool:
-            list(pool.map(per_thread, range(conc_units)))
-
     result: dict[str, Any] = {"first_unit_s": first_unit}
     try:
         result["sequential"] = measure(seq_units, sequential)
         settle(0.5)
         result["concurrent"] = measure(conc_units, concurrent)
-        if isolation != "inline":
-            settle(0.5)
-            runners.remove(shared)  # only the new runners' CPU (the shared one idles meanwhile)
-            result["concurrent_runner_per_thread"] = measure(conc_units, concurrent_per_thread)
-            runners.append(shared)
     finally:
         for runner in runners:
             runner.close()
         shutil.rmtree(root, ignore_errors=True)
-    for key in ("concurrent", "concurrent_runner_per_thread"):
-        if key in result:
-            result[key]["ratio"] = result[key]["wall_s"] / result[key]["ideal_s"]
+    result["concurrent"]["ratio"] = result["concurrent"]["wall_s"] / result["concurrent"]["ideal_s"]
     return result
 
 
@@ -407,7 +380,7 @@ def summarize_units(records: dict[str, list[dict]]) -> dict[str, dict]:
     summary = {}
     for level, rounds in records.items():
         summary[level] = {"first_unit_s": _median(rounds, "first_unit_s")}
-        for key in ("sequential", "concurrent", "concurrent_runner_per_thread"):
+        for key in ("sequential", "concurrent"):
             parts = [r[key] for r in rounds if key in r]
             if parts:
                 summary[level][key] = {k: _median(parts, k) for k in parts[0]}
@@ -424,17 +397,14 @@ def print_units(summary: dict[str, dict], seq_units: int, conc_units: int, concu
         print(f"  {level:8} {s['first_unit_s']:10.3f} {q['wall_ms_per_unit']:7.2f} {q['caller_cpu_ms_per_unit']:10.2f} "
               f"{q['runner_cpu_ms_per_unit']:10.2f} {q['machine_cpu_ms_per_unit']:11.2f}")
     print(f"  {conc_units} units at {seconds} s from {concurrency} threads:")
-    print(f"  {'level':8} {'runners':>7} {'wall s':>7} {'ideal':>5} {'ratio':>5} {'caller CPU':>10} {'runner CPU':>10} {'machine CPU':>11}  rounds (wall s)")
+    print(f"  {'level':8} {'wall s':>7} {'ideal':>5} {'ratio':>5} {'caller CPU':>10} {'runner CPU':>10} {'machine CPU':>11}  rounds (wall s)")
     for level, s in summary.items():
-        for key, runners in (("concurrent", "1"), ("concurrent_runner_per_thread", "1/thread")):
-            if key in s:
-                c = s[key]
-                print(f"  {level:8} {runners:>7} {c['wall_s']:7.2f} {c['ideal_s']:5.1f} {c['ratio']:5.2f} {c['caller_cpu_ms_per_unit']:10.2f} "
-                      f"{c['runner_cpu_ms_per_unit']:10.2f} {c['machine_cpu_ms_per_unit']:11.2f}  {','.join(f'{w:.2f}' for w in c['rounds_wall_s'])}")
+        c = s["concurrent"]
+        print(f"  {level:8} {c['wall_s']:7.2f} {c['ideal_s']:5.1f} {c['ratio']:5.2f} {c['caller_cpu_ms_per_unit']:10.2f} "
+              f"{c['runner_cpu_ms_per_unit']:10.2f} {c['machine_cpu_ms_per_unit']:11.2f}  {','.join(f'{w:.2f}' for w in c['rounds_wall_s'])}")
     print("  1st unit: the runner's start plus one unit (once per runner); caller CPU: this process (time.process_time: "
           "spec, sockets, control groups, starting runners); runner CPU: the runners' process trees, units included; "
-          "machine CPU: /proc/stat, all processes (on a busy machine, others' too); 1/thread: a runner per thread "
-          "(the engine's workers have a work root per thread, and a runner per work root)")
+          "machine CPU: /proc/stat, all processes (on a busy machine, others' too)")
 
 
 def main() -> int:
@@ -499,13 +469,10 @@ def main() -> int:
                 record = bench_unit_cost(work, level, args.seq_units, args.conc_units, args.concurrency, args.seconds, f"r{round_}")
                 records.append(record)
                 q, c = record["sequential"], record["concurrent"]
-                t = record.get("concurrent_runner_per_thread")
                 print(f"round {round_} unit cost {level}: first unit {record['first_unit_s']:.3f} s; sequential "
                       f"{q['wall_ms_per_unit']:.2f} ms/unit wall, CPU caller {q['caller_cpu_ms_per_unit']:.2f} + runner "
                       f"{q['runner_cpu_ms_per_unit']:.2f} ms (machine {q['machine_cpu_ms_per_unit']:.2f}); concurrent "
-                      f"{c['wall_s']:.2f} s = {c['ratio']:.2f}x ideal"
-                      + (f"; a runner per thread ({t['runners']}) {t['wall_s']:.2f} s = {t['ratio']:.2f}x ideal" if t else "")
-                      + f", load {q['load1_before']:.1f}", flush=True)
+                      f"{c['wall_s']:.2f} s = {c['ratio']:.2f}x ideal, load {q['load1_before']:.1f}", flush=True)
     ended = loadavg()
     shape_summary = summarize_shape(shape, ideal) if shape else {}
     units_summary = summarize_units(units) if units else {}

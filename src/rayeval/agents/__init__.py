@@ -18,22 +18,11 @@ environment; everything returned or left in the work folder is redacted
 """
 from __future__ import annotations
 
-from .._lazy import lazy_exports
-
-# Exports load on first use: a unit runner that preloads one built-in agent need not load the
-# real programs' harnesses too.
-_EXPORTS = {
-    "AgentConfigError": "._base",
-    "ProgramAgent": "._base",
-    "NPM_PINS": "._tools",
-    "AgentNotInstalledError": "._tools",
-    "ClaudeCodeAgent": ".claude_code",
-    "claude_code": ".claude_code",
-    "CodexAgent": ".codex",
-    "codex": ".codex",
-    "MiniSweAgent": ".mini_swe",
-    "mini_swe_agent": ".mini_swe",
-}
+from ._base import AgentConfigError, ProgramAgent
+from ._tools import NPM_PINS, AgentNotInstalledError
+from .claude_code import ClaudeCodeAgent, claude_code
+from .codex import CodexAgent, codex
+from .mini_swe import MiniSweAgent, mini_swe_agent
 
 __all__ = [
     "NPM_PINS",
@@ -47,5 +36,3 @@ __all__ = [
     "codex",
     "mini_swe_agent",
 ]
-
-__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -60,17 +60,18 @@ def error_policy_note(errors: str, n_errors: int | None = None) -> str:
 
 def isolation_note(units: pd.DataFrame) -> str | None:
     """A warning when units ran without the sandbox (their agents could read answer keys
-    and write results), or when the rows do not say how they ran; None when all were sandboxed."""
-    if "isolation" not in units.columns or units.empty:
-        return "Isolation not recorded: these rows do not say whether their agents ran in a sandbox."
+    and write results), or their rows do not say how they ran; None when all were sandboxed."""
+    if "isolation" not in units.columns:
+        units = units.assign(isolation=None)
     levels = units["isolation"].astype("object").fillna("not recorded").value_counts()
     unsandboxed = {str(level): int(count) for level, count in levels.items() if level != "sandbox"}
     if not unsandboxed:
         return None
     described = ", ".join(f"{level}: {count}" for level, count in sorted(unsandboxed.items()))
     return (
-        f"Warning: {sum(unsandboxed.values())} of {len(units)} units did not run in a sandbox ({described}); "
-        "their agents could read what the worker could (answer keys included) and write where it could."
+        f"Warning: {sum(unsandboxed.values())} of {len(units)} units are not known to have run in a sandbox "
+        f"({described}); their agents may have read what the worker could (answer keys included) and "
+        "written where it could."
     )
 
 

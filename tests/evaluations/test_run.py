@@ -146,3 +146,24 @@ def test_errors_thresholds_and_the_delta_of_a_second_run(tmp_path: Path) -> None
     # another name under the same root is a first run again
     other = evaluations.run("qa-other", {"path": "qa/answerer", "callable": answer}, config[:1], qa_dataset(), output=output, **FAST)
     assert other.previous_run_id is None and other.checks[0].delta is None and other.checks[0].score == pytest.approx(0.8)
+
+
+def others_seen(question: str, **kwargs) -> str:
+    """What a hostile callable finds of the other datapoints in its process's memory."""
+    import gc
+
+    texts = [getattr(obj, "task", "") for obj in gc.get_objects() if type(obj).__name__ == "Eval"]
+    seen = {f"secret question {i}" for i in range(4) for text in texts if isinstance(text, str) and f"secret question {i}" in text}
+    return json.dumps(sorted(seen - {question}))
+
+
+def test_sandboxed_datapoints_see_their_own_inputs_only(tmp_path: Path) -> None:
+    dataset = {"path": "qa/private", "datapoints": [{"inputs": {"question": f"secret question {i}"}, "target": {"answer": "x"}} for i in range(4)]}
+    checks = [{"path": "length", "return_type": "number", "callable": lambda log: len(log["output"])}]
+    for isolation, expect_leak in (("sandbox", False), ("inline", True)):
+        output = results_root(tmp_path / isolation)
+        evaluations.run("private", {"path": "spy", "callable": others_seen}, checks, dataset, workers=2, output=output, isolation=isolation, **FAST)
+        rows = pd.read_parquet(output)
+        assert set(rows["isolation"]) == {isolation}
+        leaked = [json.loads(json.loads(answer)["output"]) for answer in rows["answer_json"]]
+        assert any(leaked) is expect_leak, leaked  # inline: the worker holds every datapoint

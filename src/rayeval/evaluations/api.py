@@ -10,10 +10,11 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from ..harness.isolation import Isolation
 from ..report import (
     REPORT_COLUMNS,
     EvaluationStats,
@@ -304,7 +305,7 @@ def run(
     run_id: str | None = None,
     timeout: float | None = None,
     retries: int = 0,
-    isolation: Literal["inline", "process"] = "inline",
+    isolation: Isolation = "sandbox",
     **engine_options: Any,
 ) -> EvaluationResult:
     """Evaluate ``file`` over ``dataset`` with ``evaluators`` on Ray; rows go to ``output``.
@@ -330,8 +331,10 @@ def run(
     stopped here, loopback only) unless ``address`` names a cluster or Ray is already
     initialised. Every argument is validated before any Ray work
     (:class:`~rayeval.evaluations.EvaluationConfigError`). ``timeout`` (seconds per call of
-    the file callable), ``retries`` (of a callable that raised), ``isolation`` (``"process"``
-    forks a child per datapoint) and other ``BatchConfig`` options (``flush_seconds``,
+    the file callable), ``retries`` (of a callable that raised), ``isolation`` (``"sandbox"``, the
+    default: each datapoint in a sandboxed process of its own that holds that datapoint's inputs
+    only, as an agent's unit; ``"process"``: a fresh process without the sandbox; ``"inline"``:
+    in the Ray workers, for a callable you trust) and other ``BatchConfig`` options (``flush_seconds``,
     ``work_root``…) pass to the engine. Returns the run's EvaluationStats and a check per
     evaluator, with the delta against the previous run of the same ``name`` under ``output``.
     """
@@ -367,10 +370,7 @@ def run(
         **engine_options,
     )
     assert config.run_id is not None
-    caller = DatapointCaller(
-        spec.file.callable,
-        {dp_id: (point.inputs, point.messages) for dp_id, point in zip(spec.datapoint_ids, spec.dataset.datapoints)},
-    )
+    caller = DatapointCaller(spec.file.callable)
     grader = EvaluatorsGrader(
         [LocalEvaluator(e.path, e.args_type, e.return_type, e.threshold, e.callable) for e in spec.evaluators],
         name=spec.name,

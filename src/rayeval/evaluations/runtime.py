@@ -36,8 +36,8 @@ from typing import Any
 from .._json import dumps
 from ..evals import Eval
 from ..graders.result import GraderResult
-from ..harness.context import AgentContext
 from ..harness.execution import Execution, grade_execution, lift_metadata
+from ..harness.prompt import task_of
 from ..harness.result import EvalResult
 
 MAX_ERROR_CHARS = 2000
@@ -61,21 +61,22 @@ def output_text(value: Any) -> str:
 class DatapointCaller:
     """The engine's agent: ``callable(**inputs, messages=messages)`` for the unit's datapoint.
 
-    ``messages`` is passed only when the datapoint has messages (not None). The output goes
-    back in an answer envelope, so the harness stores it verbatim in ``answer_json``.
+    The datapoint (inputs and messages, never the target) is the unit's task, as JSON: the
+    caller holds no other datapoint, so a sandboxed unit sees its own only. ``messages`` is
+    passed only when the datapoint has messages. The output goes back in an answer envelope,
+    so the harness stores it verbatim in ``answer_json``.
     """
 
     needs_data = False  # nothing to stage
 
-    def __init__(self, fn: Callable[..., Any], datapoints: dict[str, tuple[dict[str, Any], list | None]]):
+    def __init__(self, fn: Callable[..., Any]):
         self.fn = fn
-        self.datapoints = datapoints
 
-    def __call__(self, task_prompt: str, work_dir: Path, context: AgentContext) -> dict[str, Any]:
-        inputs, messages = self.datapoints[context.eval_id]
-        kwargs = copy.deepcopy(inputs)  # a callable that mutates its inputs cannot change a retry's
-        if messages is not None:
-            kwargs["messages"] = copy.deepcopy(messages)
+    def __call__(self, task_prompt: str, work_dir: Path) -> dict[str, Any]:
+        point = json.loads(task_of(task_prompt))
+        kwargs = point["inputs"]
+        if point.get("messages") is not None:
+            kwargs["messages"] = point["messages"]
         return {"answer": {"output": output_text(self.fn(**kwargs))}, "metadata": {}}
 
 

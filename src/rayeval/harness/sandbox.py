@@ -42,10 +42,12 @@ from .context import AgentContext, AgentFunction, AgentRef
 from .isolation import Outcome
 from .unit_runner import (
     EXIT,
+    PID_DIGITS,
     RESULT,
     SETUP_FAILED_EXIT,
     SPEC,
     FrameTooLarge,
+    read_exactly,
     recv_fds,
     recv_frame,
     send_fds,
@@ -380,13 +382,10 @@ class UnitRunner:
                 theirs.close()
             try:
                 ours.settimeout(30)
-                started = recv_fds(ours, 1)
-                if started is None or started[0] != b"P" or len(started[1]) != 1:
-                    raise EOFError("the unit runner did not start the unit")
-            except (OSError, EOFError) as exc:
+                agent = _started(ours, group=self.isolation == "process")
+            except (OSError, EOFError, ValueError) as exc:
                 detail = self.failure()
                 raise SandboxError(f"the unit runner failed: {exc}{': ' + detail if detail else ''}") from exc
-            agent = _AgentProcess(started[1][0], group=self.isolation == "process")
             try:
                 send_frame(ours, SPEC, spec.model_dump_json().encode())
                 if group_fds:
@@ -400,25 +399,49 @@ class UnitRunner:
 
 
 class _AgentProcess:
-    """A unit's agent process, by pidfd: killing it ends its pid namespace (or, unsandboxed,
-    its process group)."""
+    """A unit's agent process: killing it ends its pid namespace (or, unsandboxed, its process
+    group). By pidfd on Linux; elsewhere (no namespaces there) by pid."""
 
-    def __init__(self, pidfd: int, *, group: bool):
+    def __init__(self, pidfd: int | None, pid: int | None, *, group: bool):
         self.pidfd = pidfd
+        self.pid = pid if pid is not None else _pid_of(pidfd)
         self.group = group
 
     def kill(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            if self.group:  # without a namespace: its process group, found by its pid here
-                with contextlib.suppress(OSError, ValueError, StopIteration):
-                    status = Path(f"/proc/self/fdinfo/{self.pidfd}").read_text().splitlines()
-                    pid = int(next(line.split()[1] for line in status if line.startswith("Pid:")))
-                    if pid > 0:
-                        os.killpg(pid, signal.SIGKILL)
-            signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            if self.group and self.pid:
+                os.killpg(self.pid, signal.SIGKILL)
+            if self.pidfd is not None:
+                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+            elif self.pid:
+                os.kill(self.pid, signal.SIGKILL)
 
     def close(self) -> None:
-        os.close(self.pidfd)
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+
+
+def _pid_of(pidfd: int | None) -> int | None:
+    """The pid behind a pidfd, as this process sees it (0 when its namespace hides it)."""
+    with contextlib.suppress(OSError, ValueError, StopIteration):
+        lines = Path(f"/proc/self/fdinfo/{pidfd}").read_text().splitlines()
+        return int(next(line.split()[1] for line in lines if line.startswith("Pid:")))
+    return None
+
+
+def _started(sock: socket.socket, *, group: bool) -> _AgentProcess:
+    """The unit's process, as the runner hands it over (see ``unit_runner._hand_over``)."""
+    started = recv_fds(sock, 1)
+    if started is None:
+        raise EOFError("the unit runner did not start the unit")
+    kind, fds = started
+    if kind == b"P" and len(fds) == 1:
+        return _AgentProcess(fds[0], None, group=group)
+    if kind == b"p" and not fds:
+        return _AgentProcess(None, int(read_exactly(sock, PID_DIGITS)), group=group)
+    for fd in fds:
+        os.close(fd)
+    raise EOFError("the unit runner did not start the unit")
 
 
 class _Ended(BaseModel):

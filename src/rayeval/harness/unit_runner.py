@@ -48,6 +48,7 @@ MAX_SPEC_BYTES = 256 << 20
 #: (root inside would give it every capability again on exec).
 INNER_ID = 1000
 SETUP_FAILED_EXIT = 111
+PID_DIGITS = 20  # a pid handed over as text: this many digits, space-padded
 #: Request modes: sandboxed with the network on or off, or a plain process.
 MODES = {b"S": "sandbox", b"N": "sandbox-no-network", b"P": "process"}
 _NAMESPACES = ns.CLONE_NEWUSER | ns.CLONE_NEWNS | ns.CLONE_NEWPID | ns.CLONE_NEWIPC | ns.CLONE_NEWUTS
@@ -58,7 +59,7 @@ def send_frame(sock: socket.socket, kind: bytes, data: bytes) -> None:
     sock.sendall(_FRAME.pack(kind, len(data)) + data)
 
 
-def _read_exactly(sock: socket.socket, size: int) -> bytes:
+def read_exactly(sock: socket.socket, size: int) -> bytes:
     chunks, left = [], size
     while left:
         chunk = sock.recv(min(left, 1 << 20))
@@ -71,10 +72,10 @@ def _read_exactly(sock: socket.socket, size: int) -> bytes:
 
 def recv_frame(sock: socket.socket, limit: int) -> tuple[bytes, bytes]:
     """The next frame's kind and data; ``FrameTooLarge`` (nothing read of its data) past ``limit``."""
-    kind, size = _FRAME.unpack(_read_exactly(sock, _FRAME.size))
+    kind, size = _FRAME.unpack(read_exactly(sock, _FRAME.size))
     if size > limit:
         raise FrameTooLarge(kind, size)
-    return kind, _read_exactly(sock, size)
+    return kind, read_exactly(sock, size)
 
 
 class FrameTooLarge(ValueError):
@@ -109,7 +110,8 @@ class _Runner:
         self.ids = (os.geteuid(), os.getegid())
         self.units: dict[int, socket.socket] = {}  # agent pid -> the runner's end of its unit socket
         self.exits: dict[int, tuple[socket.socket, bytes]] = {}  # socket fd -> exit frame not yet sent
-        self.wake_read, wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.wake_read, wake_write = os.pipe()
+        os.set_blocking(self.wake_read, False)
         os.set_blocking(wake_write, False)
         signal.set_wakeup_fd(wake_write)
         signal.signal(signal.SIGCHLD, lambda signum, frame: None)  # wakes the loop through the pipe
@@ -152,11 +154,7 @@ class _Runner:
             self._become_unit(fd, mode)
         unit = socket.socket(fileno=fd)
         try:
-            pidfd = os.pidfd_open(pid)
-            try:
-                send_fds(unit, [pidfd], b"P")
-            finally:
-                os.close(pidfd)
+            _hand_over(unit, pid)
         except OSError:  # the worker is gone: the unit ends when it finds no spec
             os.kill(pid, signal.SIGKILL)
         self.units[pid] = unit
@@ -201,6 +199,19 @@ class _Runner:
         unit.close()
 
 
+def _hand_over(unit: socket.socket, pid: int) -> None:
+    """Tell the worker its unit's process: a pidfd (Linux: it can end the process, whatever
+    pid namespace it is in), else its pid, as text (no pid namespace there)."""
+    if not hasattr(os, "pidfd_open"):
+        unit.sendall(b"p" + str(pid).encode().rjust(PID_DIGITS))
+        return
+    pidfd = os.pidfd_open(pid)
+    try:
+        send_fds(unit, [pidfd], b"P")
+    finally:
+        os.close(pidfd)
+
+
 def serve(control: socket.socket) -> None:
     _Runner(control).serve()
 
@@ -209,7 +220,8 @@ def serve(control: socket.socket) -> None:
 def _unit(sock: socket.socket, ids: tuple[int, int], mode: bytes) -> int:
     """The agent's process: its user mapping, spec, control groups; then set up and run.
     Whether it is sandboxed is what it was started as (``mode``), whatever the spec says."""
-    ns.set_parent_death_signal(signal.SIGKILL)  # the runner gone: so is the unit
+    if sys.platform == "linux":
+        ns.set_parent_death_signal(signal.SIGKILL)  # the runner gone: so is the unit
     if mode != b"P":
         uid, gid = ids
         ns.map_user(uid or INNER_ID, gid or INNER_ID, uid, gid)

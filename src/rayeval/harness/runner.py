@@ -165,7 +165,9 @@ class EvalRunner:
             return run_inline(lambda: call_agent(function, prompt, work_dir, context), limit)
         # the evals' folders (answer keys) are hidden from the agent, as the config's paths
         preload = getattr(agent, "preload", ()) if isinstance(agent, AgentRef) else ()
-        config = sandbox.model_copy(update={"hide": (*sandbox.hide, *map(str, self.data_roots)), "preload": (*sandbox.preload, *preload)})
+        # as sets: units whose evals add nothing new share their worker's one runner
+        hide = tuple(sorted({*sandbox.hide, *map(str, self.data_roots)}))
+        config = sandbox.model_copy(update={"hide": hide, "preload": tuple(dict.fromkeys((*sandbox.preload, *preload)))})
         runner = unit_runner(config, isolation, self.runner_root, cache_dir)
         inputs = [(node.view_source, str(work_dir / node.path)) for node in staged if node.view_source]
         try:

@@ -369,3 +369,26 @@ def honest(task_prompt: str, work_dir: Path, context: Any) -> dict:
         "metadata": {"seen": {"input_sha256": digest, "echo": echo, "served": served, "home": os.environ.get("HOME"),
                               "tmp": Path("/tmp/scratch.txt").read_text() if Path("/tmp/scratch.txt").exists() else None}},
     }  # fmt: skip
+
+
+def hostile_answers(task_prompt: str, work_dir: Path, context: Any) -> Any:
+    """Answers no store should choke on, one kind per seed (the last one honest)."""
+    kind = ["huge_int", "surrogate", "not_finite", "deep", "too_large", "big_file", "honest"][(context.seed - 1) % 7]
+    if kind == "huge_int":
+        return {"value": 10**5000}
+    if kind == "surrogate":
+        return {"value": "\ud800"}
+    if kind == "not_finite":
+        return {"value": float("nan"), "other": float("inf")}
+    if kind == "deep":
+        deep: Any = 0
+        for _ in range(100_000):
+            deep = [deep]
+        return {"value": deep}
+    if kind == "too_large":
+        return {"value": "x" * (12 << 20)}
+    if kind == "big_file":
+        (work_dir / "eval_answer.json").write_text('{"value": "' + "x" * (12 << 20) + '"}')
+        (work_dir / "trajectory.json").write_text("[" + "0," * (3 << 20) + "0]")
+        return None
+    return {"value": float(context.args["key"])}

@@ -261,3 +261,18 @@ def test_an_evals_folder_outside_the_temp_folder_is_hidden(site: dict[str, Any],
         assert control["passed"]  # without the sandbox the key is in reach
     finally:
         shutil.rmtree(evals)
+
+
+def test_hostile_answers_are_confined_to_their_own_units(site: dict[str, Any], tmp_path: Path) -> None:
+    result = rayeval_run(site, tmp_path / "s", "hostile_answers", "--seeds", "7", "--max-concurrency", "7", "--agent-arg", f"key={KEY}", evals=str(site["eval_file"]))
+    by_seed = {row["seed"]: row for row in result}
+    assert len(by_seed) == 7 and by_seed[7]["passed"]  # the honest unit beside them is untouched
+    for seed in (1, 2, 4, 5, 6):
+        row = by_seed[seed]
+        assert row["status"] == "error" and row["error_message"], row
+    assert by_seed[3]["status"] == "failed" and json.loads(by_seed[3]["answer_json"])["other"] == float("inf")
+    assert by_seed[1]["error_type"] == "UnsendableResult"  # an integer no JSON reader takes
+    assert by_seed[2]["error_type"] == "BadAgentResult"  # text that is not Unicode
+    assert by_seed[4]["error_type"] == "UnsendableResult"  # nesting beyond any parser
+    assert by_seed[5]["error_type"] == "AnswerTooLarge"
+    assert by_seed[6]["error_type"] == "AnswerTooLarge" and len(by_seed[6]["artifacts_json"] or "") < 3 << 20

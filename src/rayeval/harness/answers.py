@@ -30,6 +30,8 @@ class FoundAnswer(BaseModel):
     source: str | None = None
     metadata: dict[str, Any] = {}
     problem: str | None = None
+    #: the answer was there but could not be taken (larger than what is read)
+    oversized: bool = False
 
     @property
     def found(self) -> bool:
@@ -119,14 +121,14 @@ def read_answer_files(work_dir: Path, listing: Listing, limit: int = MAX_ANSWER_
                 continue
             return FoundAnswer(answer=json.loads(data.decode("utf-8")), source=source)
         except FileTooLarge as exc:
-            return FoundAnswer(source=source, problem=str(exc))
+            return FoundAnswer(source=source, problem=str(exc), oversized=True)
         except (ValueError, RecursionError) as exc:  # bad UTF-8, bad JSON, an integer over the digit limit
             return FoundAnswer(source=source, problem=f"{source} is not valid JSON: {exc}")
     for path in _existing(listing, (FINISHED_FILE,)):
         try:
             data = read_left_file(path, limit)
         except FileTooLarge as exc:
-            return FoundAnswer(source=str(path.relative_to(work_dir)), problem=str(exc))
+            return FoundAnswer(source=str(path.relative_to(work_dir)), problem=str(exc), oversized=True)
         if data is not None:
             text = data.decode("utf-8", errors="replace")
             return FoundAnswer(answer={"finished_file_contents": text}, source=str(path.relative_to(work_dir)))

@@ -219,6 +219,8 @@ def _find_answer(outcome: Outcome, work_dir: Path, listing: Listing) -> dict:
     fields.update(answer=found.answer, answer_source=found.source, metadata=found.metadata)
     if found.found:
         return {**fields, "outcome": "answered"}
+    if found.oversized:  # an answer no store takes is the unit's error, as a returned one is
+        return {**fields, "outcome": "error", "error_type": "AnswerTooLarge", "error_message": found.problem}
     details = found.metadata.get("error_details")
     detail = details.get("error") if isinstance(details, dict) else None
     message = "; ".join(text for text in (found.problem, detail) if text)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -97,11 +98,20 @@ def _guarded(handler):  # type: ignore[no-untyped-def]
     def run(args: argparse.Namespace) -> int:
         from .reader import ReportError
 
+        # Warnings (a part left out because it cannot be read, naming it) are one
+        # "rayeval: warning: ..." line each on stderr; the report goes on with the other parts.
+        warnings = logging.StreamHandler(sys.stderr)
+        warnings.setLevel(logging.WARNING)
+        warnings.setFormatter(logging.Formatter("rayeval: warning: %(message)s"))
+        logger = logging.getLogger("rayeval")
+        logger.addHandler(warnings)
         try:
             return handler(args)
         except ReportError as exc:
             print(f"rayeval: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT
+        finally:
+            logger.removeHandler(warnings)
 
     run.__name__ = handler.__name__
     run.__doc__ = handler.__doc__

@@ -6,6 +6,11 @@ folders are pruned when runs are asked for, the model/eval filters are pushed do
 problems become :class:`ReportError` messages, and pandas frames come back with categorical key
 columns. Everything after the read is vectorised (no per-row Python).
 
+A file that is no part, or a part that cannot be read (checked from its footer, see
+:meth:`ResultStore.parts`), is left out with a warning naming it (``logging``; ``rayeval report``
+prints it on stderr) and listed in :attr:`ResultsReader.skipped`: one damaged run never stops the
+report of the others.  The reader never modifies the root (only ``--resume`` moves such parts aside).
+
 A unit is never counted twice: :func:`latest_attempts` keeps, per ``(run_id, unit_id)``, the
 row with the highest ``attempt`` and then the latest ``finished_at``.
 """
@@ -22,7 +27,7 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
 from ..storage.row import ERROR_STATUSES
-from ..storage.store import MANIFEST_NAME, TABLE_SCHEMA, ResultStore
+from ..storage.store import MANIFEST_NAME, TABLE_SCHEMA, Parts, ResultStore, SkippedFile
 
 # Columns the reports need: the heavy free-text/JSON columns are left out unless asked for.
 REPORT_COLUMNS: tuple[str, ...] = (
@@ -105,10 +110,16 @@ class ResultsReader:
 
     def __init__(self, root: str | Path, s3_endpoint_url: str | None = None):
         self.root = str(root)
+        #: Files left out of what was read so far (each also logged as a warning), by path.
+        self.skipped: list[SkippedFile] = []
         try:
             self.store = ResultStore(root, s3_endpoint_url=s3_endpoint_url)
         except ValueError as exc:
             raise ReportError(str(exc)) from None
+
+    def _note(self, skipped: Iterable[SkippedFile]) -> None:
+        known = {item.path for item in self.skipped}
+        self.skipped += [item for item in skipped if item.path not in known]
 
     # -- listing -----------------------------------------------------------------------
     def _check_root(self) -> None:
@@ -156,16 +167,24 @@ class ResultsReader:
             raise ReportError(f"cannot list results root {self.root!r}: {exc}") from None
 
     # -- reading -----------------------------------------------------------------------
-    def dataset(self, runs: str | Iterable[str] | None = None) -> ds.Dataset | None:
-        """The selected runs' rows: the canonical columns plus any a writer added (e.g.
-        ``batch_id``); None when there are no part files."""
-        files = self.part_files(runs)
-        if not files:
-            return None
+    def parts(self, runs: str | Iterable[str] | None = None) -> Parts:
+        """The selected runs' readable parts (checked from their footers; the others are left
+        out with a warning and added to :attr:`skipped`), with the canonical columns plus any a
+        writer added (e.g. ``batch_id``)."""
+        wanted = _as_list(runs)
+        self._check_root()
         try:
-            return self.store.dataset(files, extra_columns=True)
-        except (OSError, ValueError) as exc:  # a footer unreadable, parts disagreeing on a type
+            parts = self.store.parts(wanted, extra_columns=True)
+        except (OSError, ValueError) as exc:  # the storage failing, parts disagreeing on a type
             raise ReportError(f"cannot read results under {self.root!r}: {exc}") from None
+        self._note(parts.skipped)
+        return parts
+
+    def dataset(self, runs: str | Iterable[str] | None = None) -> ds.Dataset | None:
+        """The selected runs' rows (readable parts only, see :meth:`parts`); None when there
+        are no readable part files."""
+        parts = self.parts(runs)
+        return parts.dataset() if parts.fragments else None
 
     def table(
         self,
@@ -176,27 +195,30 @@ class ResultsReader:
     ) -> pa.Table:
         """The selected rows as an Arrow table (all attempts, no deduplication)."""
         run_list, model_list, eval_list = _as_list(runs), _as_list(models), _as_list(evals)
-        dataset = self.dataset(run_list)
+        parts = self.parts(run_list)
         wanted = list(columns) if columns is not None else list(REPORT_COLUMNS)
-        if dataset is not None:
-            wanted += [c for c in OPTIONAL_COLUMNS if c in dataset.schema.names and c not in wanted]
+        if parts.fragments:
+            wanted += [c for c in OPTIONAL_COLUMNS if c in parts.schema.names and c not in wanted]
         for key in ("run_id", "unit_id", "attempt", "finished_at"):  # needed to deduplicate
             if key not in wanted:
                 wanted.append(key)
-        if dataset is None:
+        if not parts.fragments:
             return TABLE_SCHEMA.empty_table().select([c for c in wanted if c in TABLE_SCHEMA.names])
-        unknown = [c for c in wanted if c not in dataset.schema.names]
+        unknown = [c for c in wanted if c not in parts.schema.names]
         if unknown:
-            raise ReportError(f"unknown column(s) {', '.join(unknown)}; known: {', '.join(dataset.schema.names)}")
+            raise ReportError(f"unknown column(s) {', '.join(unknown)}; known: {', '.join(parts.schema.names)}")
         expr = None
         for name, values in (("run_id", run_list), ("model", model_list), ("eval_id", eval_list)):
             if values is not None:
                 term = ds.field(name).isin(values)
                 expr = term if expr is None else expr & term
         try:
-            return dataset.to_table(columns=wanted, filter=expr)
-        except (OSError, pa.ArrowInvalid) as exc:
+            # a part whose data cannot be decoded is left out there, with a warning
+            return parts.to_table(columns=wanted, filter=expr)
+        except (OSError, pa.ArrowInvalid) as exc:  # the storage failing
             raise ReportError(f"cannot read results under {self.root!r}: {exc}") from None
+        finally:
+            self._note(parts.skipped)
 
     def all_attempts(
         self,

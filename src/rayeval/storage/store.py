@@ -18,6 +18,19 @@ immutable part per model with a name that is never reused -> stored (local: temp
 rename; S3: one PUT) -> the WAL segment holding those rows is deleted.  A failed part keeps its name and exact bytes and is
 retried with backoff, so a retry (or a stale request that lands late) can only rewrite identical
 content: no row is lost or stored twice.
+
+Read path: the readers (:meth:`ResultStore.parts`, ``read_table``, ``stored_unit_ids``, the report)
+check every part from its Parquet footer alone (no row is read for that; one ranged GET per part on
+S3, in parallel) and leave out, with a logging warning naming the file and the problem, a part that
+cannot be read (empty, truncated, not Parquet, a schema rayeval cannot read as rows) and a file that
+is no part at all (``notes.txt``, ``part-x.csv``, a Parquet file outside ``run_id=*/model=*/``).  A
+part whose footer is fine but whose data cannot be decoded is left out when it is read.  The units of
+a left-out part count as not stored, so ``--resume`` runs them again.  Readers never modify the root;
+:meth:`ResultStore.open_writer` (the write path, hence ``rayeval run --resume``) moves a run's
+unreadable parts to ``run_id=<id>/_quarantine/`` (hidden from every reader, pandas included), keeping
+their bytes for inspection; files that are no part are only warned about, never moved.  An error of
+the storage itself (network, permissions, a disk) is not a corrupt part: it propagates, so that an
+outage never makes a resume run every unit again.
 """
 from __future__ import annotations
 
@@ -29,7 +42,8 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -59,10 +73,14 @@ log = logging.getLogger(__name__)
 __all__ = [
     "MANIFEST_NAME",
     "PARTITIONING",
+    "QUARANTINE_FOLDER",
+    "REQUIRED_COLUMNS",
     "TABLE_SCHEMA",
     "ManifestError",
+    "Parts",
     "ResultStore",
     "RowWriter",
+    "SkippedFile",
     "StorageError",
     "decode_partition",
     "encode_partition",
@@ -71,6 +89,14 @@ __all__ = [
 #: File name of a run's manifest, ``<root>/run_id=<id>/_manifest.json``.
 MANIFEST_NAME = "_manifest.json"
 WAL_FOLDER = "_wal"
+#: Where :meth:`ResultStore.quarantine` moves a run's unreadable parts: ``run_id=<id>/_quarantine/``
+#: (a ``_`` name: pyarrow/pandas discovery and rayeval's readers never look inside).
+QUARANTINE_FOLDER = "_quarantine"
+#: Columns every result part has: a Parquet file without them is not a part of rayeval's.
+REQUIRED_COLUMNS = ("unit_id", "eval_id", "attempt", "status")
+# Footers are read in parallel (the reads release the GIL): S3 reads are round trips.
+FOOTER_THREADS_LOCAL = 8
+FOOTER_THREADS_S3 = 32
 PART_COMPRESSION = "zstd"
 # pyarrow's S3 stream switches to a multipart upload above 10 MiB; stay below it so that every
 # part is one PUT (moto's multipart completion also confuses pyarrow 26).
@@ -86,6 +112,7 @@ PARTITIONING = ds.partitioning(_PARTITION_SCHEMA, flavor="hive")
 #: Schema of :meth:`ResultStore.read_table` and :meth:`ResultStore.dataset`: the partition keys
 #: first, then the file columns.
 TABLE_SCHEMA = pa.schema([*_PARTITION_SCHEMA, *FILE_SCHEMA])
+_PARQUET = ds.ParquetFileFormat()
 
 
 class ManifestError(ValueError):
@@ -137,6 +164,147 @@ def _line_prefix(run_id: str, model: str) -> bytes:
     return pydantic_core.to_json({"run_id": run_id, "model": model})[:-1] + b","
 
 
+def _file_error(exc: BaseException) -> bool:
+    """True for an error about one file's content (not Parquet, truncated, undecodable, a column
+    that does not cast), or a file gone since it was listed: that file is left out.  False for
+    anything else, which propagates: an error of the storage itself (network, permissions, a
+    disk: an ``OSError`` with an errno, or an AWS SDK error) taken for a corrupt part would make
+    an outage look like damage, and a resume run every unit again."""
+    if isinstance(exc, FileNotFoundError):  # listed, then gone (moved aside meanwhile)
+        return True
+    if isinstance(exc, MemoryError) or not isinstance(exc, (OSError, pa.ArrowException)):
+        return False
+    return not (isinstance(exc, OSError) and (exc.errno is not None or "AWS Error" in str(exc)))
+
+
+def _describe(exc: BaseException) -> str:
+    """An Arrow error as one short line, without the path Arrow repeats in it."""
+    text = str(exc).strip()
+    if text.startswith("Could not open Parquet input source") and "': " in text:
+        text = text.split("': ", 1)[1]
+    text = " ".join(line.strip() for line in text.splitlines() if line.strip())
+    return (text[:300] + " ...") if len(text) > 300 else text or type(exc).__name__
+
+
+def _string_like(kind: pa.DataType) -> bool:
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind) or str(kind) == "string_view"
+
+
+def _fits(actual: pa.DataType, expected: pa.DataType) -> bool:
+    """A file column of type ``actual`` reads as ``expected`` without surprises: the same type,
+    all nulls, or a widening (int32 -> int64, another timestamp unit, a dictionary of strings)."""
+    if actual == expected or pa.types.is_null(actual):
+        return True
+    if pa.types.is_dictionary(actual):
+        actual = actual.value_type
+    if _string_like(expected):
+        return _string_like(actual)
+    if pa.types.is_integer(expected):
+        return pa.types.is_integer(actual)
+    if pa.types.is_floating(expected):
+        return pa.types.is_floating(actual) or pa.types.is_integer(actual)
+    if pa.types.is_timestamp(expected):
+        return pa.types.is_timestamp(actual)
+    return actual == expected
+
+
+def _schema_problem(physical: pa.Schema) -> str | None:
+    """Why a Parquet file with this schema is not a readable result part (None: it is)."""
+    missing = [name for name in REQUIRED_COLUMNS if name not in physical.names]
+    if missing:
+        return f"incompatible schema: no {', '.join(missing)} column{'s' if len(missing) > 1 else ''} (not a result part)"
+    for column in physical:
+        if column.name in PARTITION_COLUMNS or column.name not in FILE_SCHEMA.names:
+            continue  # partition values come from the path; extra columns are read as they are
+        expected = FILE_SCHEMA.field(column.name).type
+        if not _fits(column.type, expected):
+            return f"incompatible schema: column {column.name} is {column.type}, not {expected}"
+    return None
+
+
+def _layout_problem(relative: str) -> str | None:
+    """Why a visible file (path relative to the root) is not a part of the layout (None: it is)."""
+    if not relative.endswith(".parquet"):
+        return "not a Parquet part file (ignored)"
+    segments = relative.split("/")
+    if len(segments) != 3 or not segments[0].startswith("run_id=") or not segments[1].startswith("model="):
+        return "a Parquet file outside the run_id=<run>/model=<model>/ folders (ignored)"
+    return None
+
+
+@dataclass(frozen=True)
+class SkippedFile:
+    """A file under a results root that the readers leave out, and why."""
+
+    path: str  #: as a user names it: a local path or ``s3://bucket/key``
+    problem: str
+    #: True: a part of the layout that cannot be read (its units count as not stored; moved
+    #: aside by :meth:`ResultStore.quarantine`); False: a file that is no part (left alone)
+    part: bool
+    location: str = field(default="", repr=False, compare=False)  # the path on ``store.fs``
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.problem}"
+
+
+class Parts:
+    """The readable parts of a selection (checked from their footers) and the files left out.
+
+    :meth:`to_table` reads the rows; :meth:`dataset` is a pyarrow dataset over the same
+    fragments, whose footers are already read (a scan does not read them again).
+    """
+
+    def __init__(self, store: ResultStore, fragments: list[ds.Fragment], schema: pa.Schema, skipped: list[SkippedFile]):
+        self.store = store
+        self.fragments = fragments
+        self.schema = schema
+        self.skipped = skipped
+
+    def __repr__(self) -> str:
+        return f"Parts({len(self.fragments)} readable, {len(self.skipped)} skipped, under {self.store.root!r})"
+
+    @property
+    def paths(self) -> list[str]:
+        return [fragment.path for fragment in self.fragments]
+
+    def dataset(self) -> ds.Dataset:
+        return ds.FileSystemDataset(self.fragments, self.schema, _PARQUET, self.store.fs)
+
+    def to_table(self, columns: Sequence[str] | None = None, filter: ds.Expression | None = None) -> pa.Table:
+        """The rows of the readable parts (``columns`` of :attr:`schema`, in that order).
+
+        A part whose footer was fine but whose data cannot be decoded is left out with a warning
+        (and added to :attr:`skipped`): only then are the parts read one by one to find it.
+        """
+        names = list(self.schema.names if columns is None else columns)
+        unknown = [name for name in names if name not in self.schema.names]
+        if unknown:
+            raise KeyError(f"unknown column(s) {', '.join(unknown)}")
+        if not self.fragments:
+            return pa.schema([self.schema.field(name) for name in names]).empty_table()
+        try:
+            return self.dataset().to_table(columns=names, filter=filter)
+        except Exception as exc:
+            if not _file_error(exc):
+                raise
+        tables, readable = [], []
+        for fragment in self.fragments:
+            try:
+                tables.append(fragment.to_table(schema=self.schema, columns=names, filter=filter))
+            except Exception as exc:
+                if not _file_error(exc):
+                    raise
+                skipped = self.store._skipped(fragment.path, f"unreadable Parquet data: {_describe(exc)}", part=True)
+                self.store._warn(skipped)
+                self.skipped.append(skipped)
+                continue
+            readable.append(fragment)
+        self.fragments = readable
+        if not tables:
+            return pa.schema([self.schema.field(name) for name in names]).empty_table()
+        return pa.concat_tables(tables)
+
+
 class ResultStore:
     """Result rows and run manifests under one root (a folder or ``s3://bucket/prefix``)."""
 
@@ -147,6 +315,7 @@ class ResultStore:
         fs, base = resolve_root(self.root, s3_endpoint_url)
         self.fs: pafs.FileSystem = fs
         self.base = base.rstrip("/") if self.is_s3 else base
+        self._warned: set[SkippedFile] = set()  # each file left out is warned about once per store
 
     def __repr__(self) -> str:
         return f"ResultStore({self.root!r})"
@@ -203,6 +372,12 @@ class ResultStore:
             raise
         fsync_dir(directory)
 
+    def move(self, source: str, target: str) -> None:
+        """Move one file (local: a rename; S3: a copy, then a delete), making folders as needed."""
+        if not self.is_s3:  # S3 has no folders to make
+            self.fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+        self.fs.move(source, target)
+
     def _list_files(self, path: str) -> list[pafs.FileInfo]:
         selector = pafs.FileSelector(path, recursive=True, allow_not_found=True)
         try:
@@ -212,57 +387,151 @@ class ResultStore:
         except NotADirectoryError:
             return []
 
-    def part_paths(self, runs: str | Iterable[str] | None = None) -> list[str]:
-        """Visible Parquet part files of one run, of several runs or of all runs (None), sorted.
-
-        Only the folders of the runs asked for are listed, so reading a few runs of a large root
-        does not walk all of it.  Hidden names (``.``/``_``: temporary files, the WAL) are skipped.
-        """
+    def _visible_files(self, runs: str | Iterable[str] | None) -> list[pafs.FileInfo]:
+        """Files of one run, of several runs or of all runs (None), hidden names (``.``/``_``:
+        temporary files, the WAL, the manifest, the quarantine) left out, sorted by path.  Only
+        the folders of the runs asked for are listed: reading a few runs of a large root does not
+        walk all of it."""
         if runs is None:
             starts = [self.base]
         else:
             wanted = [runs] if isinstance(runs, str) else list(dict.fromkeys(runs))
             starts = [self.run_path(run) for run in wanted]
-        paths = []
+        files = []
         for start in starts:
             for info in self._list_files(start):
-                if info.type != pafs.FileType.File or not info.path.endswith(".parquet"):
-                    continue
-                if _hidden(info.path[len(self.base):]):
-                    continue
-                paths.append(info.path)
-        return sorted(paths)
+                if info.type == pafs.FileType.File and not _hidden(info.path[len(self.base):]):
+                    files.append(info)
+        return sorted(files, key=lambda info: info.path)
 
-    def dataset(self, paths: Sequence[str], *, extra_columns: bool = False) -> ds.Dataset:
-        """A pyarrow dataset over part files (from :meth:`part_paths`) with the ``run_id`` and
-        ``model`` columns decoded from their folders and the canonical :data:`TABLE_SCHEMA`.
+    def part_paths(self, runs: str | Iterable[str] | None = None) -> list[str]:
+        """Visible Parquet part files of one run, of several runs or of all runs (None), sorted,
+        as listed (not checked: :meth:`parts` leaves out those that cannot be read)."""
+        return [info.path for info in self._visible_files(runs) if info.path.endswith(".parquet")]
 
-        ``extra_columns=True`` also exposes columns a writer added beyond that schema, found in
-        any of the files (each file's footer is read), for readers that show whatever was
-        stored; files without such a column read it as null.  Raises ``ValueError`` naming the
-        column when files disagree on its type.
+    def _display(self, path: str) -> str:
+        return f"s3://{path}" if self.is_s3 else path
+
+    def _skipped(self, path: str, problem: str, *, part: bool) -> SkippedFile:
+        return SkippedFile(self._display(path), problem, part, location=path)
+
+    def _warn(self, item: SkippedFile) -> None:
+        if item not in self._warned:
+            self._warned.add(item)
+            log.warning("skipping %s", item)
+
+    def parts(self, runs: str | Iterable[str] | None = None, *, extra_columns: bool = False, warn: bool = True) -> Parts:
+        """The readable parts of one run, of several runs or of all runs (None), checked from
+        their Parquet footers (read in parallel; no row is read), and the files left out: those
+        that are no part (``notes.txt``; a Parquet file outside ``run_id=*/model=*/``), and parts
+        that are empty, truncated, not Parquet, or whose columns cannot be read as result rows.
+        Each file left out is logged as a warning naming it and the problem, once per store
+        (``warn=False``: not at all).
+
+        ``extra_columns=True`` also exposes the columns a writer added beyond
+        :data:`TABLE_SCHEMA`, found in any of the parts (parts without one read it as null);
+        raises ``ValueError`` naming the column when parts disagree on its type.  An error of the
+        storage itself (see the module doc) propagates as ``OSError``.
         """
-        schema = TABLE_SCHEMA
-        if extra_columns and paths:
-            schema = pa.schema([*TABLE_SCHEMA, *self._extra_fields(paths)])
-        return ds.dataset(
-            list(paths),
-            schema=schema,
-            format="parquet",
-            filesystem=self.fs,
-            partitioning=PARTITIONING,
-            partition_base_dir=self.base,
-        )
+        return self._check(self._visible_files(runs), extra_columns=extra_columns, warn=warn)
 
-    def _extra_fields(self, paths: Sequence[str]) -> list[pa.Field]:
-        """Columns beyond :data:`TABLE_SCHEMA` in any of these files, in order of appearance."""
-        options = ds.FileSystemFactoryOptions(partition_base_dir=self.base, partitioning=PARTITIONING)
-        factory = ds.FileSystemDatasetFactory(self.fs, list(paths), ds.ParquetFileFormat(), options)
+    def _check(self, files: Sequence[pafs.FileInfo], *, extra_columns: bool, warn: bool) -> Parts:
+        skipped: list[SkippedFile] = []
+        fragments = []
+        for info in files:
+            relative = info.path[len(self.base):].lstrip("/")
+            problem = _layout_problem(relative)
+            if problem is not None:
+                skipped.append(self._skipped(info.path, problem, part=False))
+            elif info.size == 0:
+                skipped.append(self._skipped(info.path, "empty file (0 bytes), not a Parquet part", part=True))
+            else:
+                fragments.append(self._fragment(info, relative.rsplit("/", 1)[0] + "/"))
+        readable, schemas = [], []
+        for fragment, footer in zip(fragments, self._footers(fragments)):
+            if isinstance(footer, BaseException):
+                if not _file_error(footer):
+                    raise footer
+                gone = isinstance(footer, FileNotFoundError)
+                problem = "gone since it was listed" if gone else f"unreadable Parquet file: {_describe(footer)}"
+                skipped.append(self._skipped(fragment.path, problem, part=not gone))
+                continue
+            problem = _schema_problem(footer)
+            if problem is not None:
+                skipped.append(self._skipped(fragment.path, problem, part=True))
+                continue
+            readable.append(fragment)
+            schemas.append(footer)
+        schema = TABLE_SCHEMA
+        if extra_columns and schemas:
+            schema = pa.schema([*TABLE_SCHEMA, *self._extra_fields(schemas)])
+        if warn:
+            for item in sorted(skipped, key=lambda item: item.path):
+                self._warn(item)
+        return Parts(self, readable, schema, skipped)
+
+    def _fragment(self, info: pafs.FileInfo, folder: str) -> ds.Fragment:
+        partition = PARTITIONING.parse(folder)  # "run_id=<r>/model=<m>/": values decoded
+        try:  # the listed size spares S3 a HEAD request per part (pyarrow >= 16)
+            return _PARQUET.make_fragment(info.path, self.fs, partition_expression=partition, file_size=info.size)
+        except TypeError:
+            return _PARQUET.make_fragment(info.path, self.fs, partition_expression=partition)
+
+    def _footers(self, fragments: Sequence[ds.Fragment]) -> list[pa.Schema | BaseException]:
+        """Each fragment's physical schema (its footer, kept by the fragment for the scan), or the
+        error reading it."""
+
+        def footer(fragment: ds.Fragment) -> pa.Schema | BaseException:
+            try:
+                return fragment.physical_schema
+            except Exception as exc:  # noqa: BLE001 - judged by the caller
+                return exc
+
+        if len(fragments) < 2:
+            return [footer(fragment) for fragment in fragments]
+        threads = min(len(fragments), FOOTER_THREADS_S3 if self.is_s3 else FOOTER_THREADS_LOCAL)
+        with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="rayeval-footers") as pool:
+            return list(pool.map(footer, fragments))
+
+    def _extra_fields(self, schemas: Sequence[pa.Schema]) -> list[pa.Field]:
+        """Columns beyond :data:`TABLE_SCHEMA` in any of these schemas, in order of appearance."""
+        extras = [pa.schema([f for f in schema if f.name not in TABLE_SCHEMA.names]) for schema in schemas]
         try:
-            found = factory.inspect(promote_options="permissive", fragments=None)
+            found = pa.unify_schemas(extras, promote_options="permissive")
         except (pa.ArrowTypeError, pa.ArrowInvalid) as exc:
             raise ValueError(f"part files under {self.base} disagree on a column's type: {exc}") from None
-        return [field for field in found if field.name not in TABLE_SCHEMA.names]
+        return list(found)
+
+    def dataset(self, paths: Sequence[str], *, extra_columns: bool = False) -> ds.Dataset:
+        """A pyarrow dataset over the readable ones of these part files (from :meth:`part_paths`;
+        the others are left out with a warning, as by :meth:`parts`) with the ``run_id`` and
+        ``model`` columns decoded from their folders and the canonical :data:`TABLE_SCHEMA`
+        (``extra_columns``: see :meth:`parts`)."""
+        files = self.fs.get_file_info(list(paths)) if paths else []
+        return self._check(files, extra_columns=extra_columns, warn=True).dataset()
+
+    def quarantine(self, run_id: str) -> list[SkippedFile]:
+        """Move the parts of a run that cannot be read (empty, truncated, not Parquet, columns of
+        other types: see :meth:`parts`) to ``run_id=<id>/_quarantine/``, where no reader looks, and
+        return them; each is logged as a warning.  Files that are no part (``notes.txt``) stay
+        where they are.  A write path (:meth:`open_writer` calls it): readers never move anything.
+        A part that cannot be moved is left where it is (and stays skipped by the readers)."""
+        moved = []
+        run_folder = self.run_path(run_id)
+        for item in self.parts(run_id, warn=False).skipped:
+            if not item.part or not item.location.startswith(run_folder + "/"):
+                continue
+            target = f"{run_folder}/{QUARANTINE_FOLDER}/{item.location[len(run_folder) + 1:]}"
+            try:
+                if self.fs.get_file_info(target).type != pafs.FileType.NotFound:
+                    target = f"{target}.{uuid.uuid4().hex[:8]}"
+                self.move(item.location, target)
+            except OSError as exc:
+                log.warning("skipping %s (cannot move it to %s: %s)", item, QUARANTINE_FOLDER, exc)
+                continue
+            log.warning("moved %s to %s: %s", item.path, self._display(target), item.problem)
+            moved.append(item)
+        return moved
 
     # -- reading -------------------------------------------------------------------------------
     def read_table(
@@ -273,34 +542,26 @@ class ResultStore:
         eval_ids: Iterable[str] | None = None,
         columns: list[str] | None = None,
     ) -> pa.Table:
-        """Stored rows (all runs, or one) with ``run_id`` and ``model`` columns from the path."""
+        """Stored rows (all runs, or one) with ``run_id`` and ``model`` columns from the path;
+        parts that cannot be read are left out with a warning (see :meth:`parts`)."""
         schema = TABLE_SCHEMA if columns is None else pa.schema([TABLE_SCHEMA.field(c) for c in columns])
-        paths = self.part_paths(run_id)
-        if not paths:
-            return schema.empty_table()
         expression = None
         if models is not None:
             expression = ds.field("model").isin(list(models))
         if eval_ids is not None:
             clause = ds.field("eval_id").isin(list(eval_ids))
             expression = clause if expression is None else expression & clause
-        table = self.dataset(paths).to_table(columns=schema.names, filter=expression)
-        return table.select(schema.names)
+        return self.parts(run_id).to_table(columns=schema.names, filter=expression)
 
     def stored_keys(self, run_id: str) -> set[tuple[str, int]]:
-        """(unit_id, attempt) of every stored row of a run."""
-        paths = self.part_paths(run_id)
-        if not paths:
-            return set()
-        table = self.dataset(paths).to_table(columns=["unit_id", "attempt"])
+        """(unit_id, attempt) of every stored row of a run (readable parts only)."""
+        table = self.parts(run_id).to_table(columns=["unit_id", "attempt"])
         return set(zip(table.column("unit_id").to_pylist(), table.column("attempt").to_pylist()))
 
     def stored_unit_ids(self, run_id: str) -> set[str]:
-        """unit_ids that already have a row in a run (reads only that column)."""
-        paths = self.part_paths(run_id)
-        if not paths:
-            return set()
-        table = self.dataset(paths).to_table(columns=["unit_id"])
+        """unit_ids that already have a row in a run (reads only that column).  The units of a
+        part that cannot be read are not among them: ``--resume`` runs them again."""
+        table = self.parts(run_id).to_table(columns=["unit_id"])
         return set(table.column("unit_id").to_pylist())
 
     def list_runs(self) -> list[str]:
@@ -366,8 +627,10 @@ class ResultStore:
     ) -> RowWriter:
         """A buffered, WAL-backed writer for one run.
 
-        ``recover=True`` first stores the rows left in the WAL by writers of this run that died
-        (see :meth:`recover`); a storage failure there is logged and left for later.
+        ``recover=True`` first moves the run's unreadable parts aside (:meth:`quarantine`: their
+        units count as not stored, so a resume runs them again) and stores the rows left in the
+        WAL by writers of this run that died (see :meth:`recover`); a storage failure there is
+        logged and left for later.
         """
         if flush_rows < 1:
             raise ValueError("flush_rows must be >= 1")
@@ -382,6 +645,10 @@ class ResultStore:
                 raise ValueError(f"invalid writer id {writer_id!r}: use letters, digits, '_' and '-'")
         recovered = 0
         if recover:
+            try:
+                self.quarantine(run_id)
+            except OSError as exc:
+                log.warning("checking the parts of run %s deferred: %s", run_id, exc)
             try:
                 recovered = self.recover(run_id, wal_dir=wal_dir)
             except StorageError as exc:

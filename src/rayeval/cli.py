@@ -1,4 +1,5 @@
-"""The ``rayeval`` command line. Exit codes: 0 ok/passed, 1 graded but failed, 2 bad input."""
+"""The ``rayeval`` command line. Exit codes: 0 ok/passed, 1 graded but failed, 2 bad input
+(``run``: also another driver holding the run, or taking it over while this one ran)."""
 from __future__ import annotations
 
 import argparse
@@ -197,7 +198,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from .batch import BatchConfig, RunCancelled, RunConflict, run_batch
     from .batch.plan import parse_models, parse_seeds
     from .harness.sandbox import AgentUnavailable, SandboxError
-    from .storage import ManifestError, StorageError
+    from .storage import LeaseError, ManifestError, StorageError
 
     try:
         config = BatchConfig(
@@ -231,6 +232,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     try:
         summary = run_batch(config)
     except (AgentNotFound, AgentUnavailable, SandboxError, RunConflict, ManifestError) as exc:
+        raise BadInput(str(exc)) from None
+    except LeaseError as exc:  # another driver holds the run (LeaseHeld), or took it over (LeaseLost)
         raise BadInput(str(exc)) from None
     except (StorageError, OSError) as exc:  # an unusable results root, before or after the units
         raise BadInput(f"results root {args.output}: {exc}") from None

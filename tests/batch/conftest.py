@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 
@@ -37,3 +38,19 @@ def invocation_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("RAYEVAL_TEST_INVOCATION_LOG", str(path))
     return path
 
+
+def completed_units(out: Path, run_id: str = "r1") -> set[tuple[str, int]]:
+    """Units with a stored row: in Parquet parts or in the write-ahead log."""
+    run = out / f"run_id={run_id}"
+    done = set()
+    for wal in run.glob("_wal/*.jsonl"):
+        for line in wal.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut by the kill
+            done.add((row["eval_id"], row["seed"]))
+    if list(run.rglob("*.parquet")):
+        frame = pd.read_parquet(run)
+        done |= set(zip(frame["eval_id"], frame["seed"]))
+    return done

@@ -23,7 +23,7 @@ from rayeval.batch.plan import plan_units, unit_id_for
 from rayeval.evals import Eval, load_evals
 from rayeval.harness.execution import grade_execution
 from rayeval.storage import ResultStore, RunManifest, StorageError
-from tests.batch.conftest import read_invocations, write_mc_evals
+from tests.batch.conftest import completed_units, read_invocations, write_mc_evals
 from tests.conftest import read_jsonl, shared_path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -194,23 +194,6 @@ def test_bad_inputs_fail_before_any_work(tmp_path: Path) -> None:
         assert f"{damaged} is not a valid run manifest (file: Invalid JSON" in done.stderr
 
 
-def _completed_at(out: Path, run_id: str) -> set[tuple[str, int]]:
-    """Units with a stored row: in Parquet parts or in the write-ahead log."""
-    run = out / f"run_id={run_id}"
-    done = set()
-    for wal in run.glob("_wal/*.jsonl"):
-        for line in wal.read_text().splitlines():
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line cut by the kill
-            done.add((row["eval_id"], row["seed"]))
-    if list(run.rglob("*.parquet")):
-        frame = pd.read_parquet(run)
-        done |= set(zip(frame["eval_id"], frame["seed"]))
-    return done
-
-
 def test_quick_units_that_wait_get_the_full_concurrency(tmp_path: Path, invocation_log: Path) -> None:
     """Units of a few tens of ms that wait (a local model server, a cache) are batched several
     to a call, yet all 16 agent slots stay in use: only units that are the harness's own CPU
@@ -273,12 +256,12 @@ def test_killed_driver_then_resume_runs_every_unit_exactly_once(tmp_path: Path) 
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
     driver = subprocess.Popen(command, cwd=REPO, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and len(_completed_at(out, "r1")) < 8:
+    while time.monotonic() < deadline and len(completed_units(out, "r1")) < 8:
         time.sleep(0.1)
     assert driver.poll() is None, driver.communicate()
     os.killpg(driver.pid, signal.SIGKILL)  # the driver and everything it started
     driver.wait(timeout=30)
-    completed = _completed_at(out, "r1")
+    completed = completed_units(out, "r1")
     killed_at = pd.Timestamp.now(tz="UTC")
     assert 8 <= len(completed) < 36
 
@@ -330,9 +313,9 @@ def test_a_stopped_run_stores_its_finished_units_then_resumes(tmp_path: Path, in
     )
     try:
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and len(_completed_at(out, "r1")) < 4:
+        while time.monotonic() < deadline and len(completed_units(out, "r1")) < 4:
             time.sleep(0.05)
-        finished = _completed_at(out, "r1")
+        finished = completed_units(out, "r1")
         assert driver.poll() is None, driver.communicate()
         # rows are flushed to Parquet every 5 s: these are still buffered in the driver
         assert not list(run.rglob("*.parquet")), "flushed before the stop: the test would prove nothing"

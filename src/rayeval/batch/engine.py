@@ -33,6 +33,8 @@ from ..storage import (
     RunStatus,
 )
 from ..storage.filesystem import check_root, is_s3
+from ..storage.lease import RunLease, run_lease
+from ..storage.store import StorageError
 from .placement import nodes_for_new_workers, worker_count
 from .plan import Unit, plan_changes, plan_units
 from .progress import Progress
@@ -201,29 +203,36 @@ def run_batch(
     """
     if evals is None:
         evals = load_evals(*config.evals, data_roots=config.data_roots)  # every eval is validated before any work starts
-    store = ResultStore(config.output, s3_endpoint_url=config.s3_endpoint_url)
+    store = _LeasedStore(config.output, s3_endpoint_url=config.s3_endpoint_url)
     # an unknown agent, or a sandbox that cannot start here, is a usage error, not thousands of error rows
     check_agent(config, evals, agent)
     run_id = config.run_id or new_run_id()
-    previous = store.read_manifest(run_id)
-    if config.resume and previous is None:
-        raise RunConflict(f"--resume: no run {run_id!r} under {config.output}")
-    if not config.resume and previous is not None:
-        raise RunConflict(f"run {run_id!r} already exists under {config.output}: pass --resume to finish it")
-    if previous is not None and previous.agent != config.agent:
-        raise RunConflict(f"run {run_id!r} was made with agent {previous.agent!r}, not {config.agent!r}")
-    units: list[Unit] | None = None
-    if previous is not None:  # resuming: only the plan the run started with may be finished
-        units = plan_units(evals, config.models, config.seeds, config.agent)
-        changed = plan_changes(previous, units, evals, config.models, config.seeds)
-        if changed:
-            raise RunConflict(
-                f"--resume: run {run_id!r} was planned with other inputs ({changed}); its rows and new ones "
-                "would mix two experiments. Restore those inputs, or start a new run (another --run-id)."
-            )
+    # One driver at a time (LeaseHeld names the other one): taken before the run is read or
+    # written, renewed in the background, released at the end; the store writes only while it is held.
+    lease = store.lease = run_lease(store, run_id).take().start_renewing()
+    try:
+        previous = store.read_manifest(run_id)
+        if config.resume and previous is None:
+            raise RunConflict(f"--resume: no run {run_id!r} under {config.output}")
+        if not config.resume and previous is not None:
+            raise RunConflict(f"run {run_id!r} already exists under {config.output}: pass --resume to finish it")
+        if previous is not None and previous.agent != config.agent:
+            raise RunConflict(f"run {run_id!r} was made with agent {previous.agent!r}, not {config.agent!r}")
+        units: list[Unit] | None = None
+        if previous is not None:  # resuming: only the plan the run started with may be finished
+            units = plan_units(evals, config.models, config.seeds, config.agent)
+            changed = plan_changes(previous, units, evals, config.models, config.seeds)
+            if changed:
+                raise RunConflict(
+                    f"--resume: run {run_id!r} was planned with other inputs ({changed}); its rows and new ones "
+                    "would mix two experiments. Restore those inputs, or start a new run (another --run-id)."
+                )
 
-    # opened before Ray starts: an unusable results root fails at once; recovers the WAL
-    writer = store.open_writer(run_id, flush_rows=config.flush_rows, flush_seconds=config.flush_seconds)
+        # opened before Ray starts: an unusable results root fails at once; recovers the WAL
+        writer = store.open_writer(run_id, flush_rows=config.flush_rows, flush_seconds=config.flush_seconds)
+    except BaseException:
+        lease.release()
+        raise
     started = datetime.now(timezone.utc)
     owns_ray = False
     progress: Progress | None = None
@@ -266,21 +275,58 @@ def run_batch(
             })
             store.write_manifest(manifest)
             if todo and workers is not None:
-                _execute(config, run_id, evals, todo, writer, progress, workers)
+                with lease.interrupts():  # a lost lease stops the run: another driver has it now
+                    _execute(config, run_id, evals, todo, writer, progress, workers)
             status = "completed"
         except KeyboardInterrupt:
             status = "cancelled"
             stopped_by = signal.SIGTERM if sigterm.received else signal.SIGINT
         finally:
             try:
-                _close_run(store, writer, progress, manifest, status)
+                if lease.lost is None:
+                    _close_run(store, writer, progress, manifest, status)
+                else:
+                    _abandon_run(writer, progress)
             finally:
+                lease.release()
                 gc.unfreeze()
                 if owns_ray:
                     ray.shutdown()
+    if lease.lost is not None:
+        raise lease.lost
     if stopped_by is not None:
         raise RunCancelled(run_id, stopped_by)
     return summarize(store, run_id, total_units=len(units), skipped=len(units) - len(todo), ran=len(todo), started=started)
+
+
+class _LeasedStore(ResultStore):
+    """The results root as the driver writes it: nothing is stored (parts, manifest) or moved
+    (damaged parts to the quarantine) once the run's lease is lost to another driver, nor while
+    it has lapsed unrenewed (see RunLease)."""
+
+    lease: RunLease | None = None
+
+    def put_atomic(self, path: str, data: bytes) -> None:
+        if self.lease is not None:
+            self.lease.check_writable()
+        super().put_atomic(path, data)
+
+    def move(self, source: str, target: str) -> None:
+        if self.lease is not None:
+            self.lease.check_writable()
+        super().move(source, target)
+
+
+def _abandon_run(writer: RowWriter, progress: Progress | None) -> None:
+    """End a run whose lease another driver holds now: store nothing more (the leased store
+    refuses; rows not stored stay in the WAL, where a later --resume finds those still missing)
+    and leave the manifest to that driver."""
+    if progress is not None:
+        progress.close()
+    try:
+        writer.close(timeout=0)
+    except StorageError as exc:
+        log.warning("%s", exc)
 
 
 def _close_run(

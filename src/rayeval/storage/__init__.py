@@ -1,7 +1,8 @@
 """Result storage: hive-partitioned Parquet under a local or S3 root.
 
 ``ResultStore(root)`` reads and writes one results root; ``store.open_writer(run_id)`` gives a
-buffered, write-ahead-logged :class:`RowWriter`; :class:`RunManifest` describes a run.
+buffered, write-ahead-logged :class:`RowWriter`; :class:`RunManifest` describes a run;
+``run_lease(store, run_id)`` is the :class:`RunLease` that lets one driver at a time write it.
 Exports load on first use: a Ray worker that only builds rows needs ``schema`` alone, not
 pyarrow.dataset and pandas.
 """
@@ -13,6 +14,13 @@ _EXPORTS = {
     "is_s3": ".filesystem",
     "pandas_storage_options": ".filesystem",
     "resolve_root": ".filesystem",
+    "LEASE_NAME": ".lease",
+    "LeaseError": ".lease",
+    "LeaseHeld": ".lease",
+    "LeaseLapsed": ".lease",
+    "LeaseLost": ".lease",
+    "RunLease": ".lease",
+    "run_lease": ".lease",
     "EvalFileRef": ".manifest",
     "PlanEntry": ".manifest",
     "RunManifest": ".manifest",
@@ -37,16 +45,22 @@ _EXPORTS = {
 __all__ = [
     "ERROR_STATUSES",
     "FILE_SCHEMA",
+    "LEASE_NAME",
     "MANIFEST_NAME",
     "PARTITIONING",
     "PARTITION_COLUMNS",
     "TABLE_SCHEMA",
     "EvalFileRef",
+    "LeaseError",
+    "LeaseHeld",
+    "LeaseLapsed",
+    "LeaseLost",
     "ManifestError",
     "PlanEntry",
     "ResultRow",
     "ResultStore",
     "RowWriter",
+    "RunLease",
     "RunManifest",
     "RunStatus",
     "StorageError",
@@ -57,6 +71,7 @@ __all__ = [
     "pandas_storage_options",
     "resolve_root",
     "rows_to_table",
+    "run_lease",
 ]
 
 

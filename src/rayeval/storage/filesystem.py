@@ -66,6 +66,22 @@ def resolve_root(root: str | Path, s3_endpoint_url: str | None = None) -> tuple[
     return pafs.LocalFileSystem(), str(Path(text).expanduser().resolve())
 
 
+def s3_client(s3_endpoint_url: str | None = None):
+    """A boto3 S3 client for the same store as :func:`resolve_root`: the standard AWS credential
+    chain and region, the endpoint override, and the same bounded timeouts.  For what pyarrow's
+    filesystem cannot do, such as conditional PUTs (``If-None-Match``/``If-Match``)."""
+    import boto3
+    from botocore.config import Config
+
+    config = Config(
+        region_name=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
+        connect_timeout=S3_CONNECT_TIMEOUT_S,
+        read_timeout=S3_REQUEST_TIMEOUT_S,
+        retries={"max_attempts": S3_MAX_ATTEMPTS, "mode": "standard"},
+    )
+    return boto3.session.Session().client("s3", endpoint_url=s3_endpoint(s3_endpoint_url), config=config)
+
+
 def pandas_storage_options(root: str | Path, s3_endpoint_url: str | None = None) -> dict | None:
     """``storage_options`` for ``pandas.read_parquet`` on the same root (s3fs)."""
     if not is_s3(str(root)):

@@ -59,7 +59,7 @@ def _segment_files(directory: Path, writer_id: str | None = None) -> dict[str, l
     return found
 
 
-def _try_lock(path: Path) -> int | None:
+def try_lock(path: Path) -> int | None:
     """An fd holding an exclusive flock on ``path`` (created if missing), or None if held elsewhere."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -100,7 +100,7 @@ class WriteAheadLog:
         for attempt in range(3):  # a concurrent recovery may remove an empty run folder under us
             self.directory.mkdir(parents=True, exist_ok=True)
             try:
-                self._lock_fd = _try_lock(self.lock_path)
+                self._lock_fd = try_lock(self.lock_path)
                 break
             except FileNotFoundError:
                 if attempt == 2:
@@ -258,7 +258,7 @@ def claim_orphans(directory: str | Path) -> list[OrphanLog]:
     claimed: list[OrphanLog] = []
     for writer_id in sorted(_segment_files(directory)):
         try:
-            fd = _try_lock(directory / f"{writer_id}.lock")
+            fd = try_lock(directory / f"{writer_id}.lock")
         except FileNotFoundError:  # folder removed meanwhile
             continue
         if fd is None:

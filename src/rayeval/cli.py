@@ -1,9 +1,11 @@
-"""The ``rayeval`` command line. Exit codes: 0 ok/passed, 1 graded but failed, 2 bad input
-(``run``: also another driver holding the run, or taking it over while this one ran)."""
+"""The ``rayeval`` command line. Exit codes: 0 ok/passed, 1 graded but failed (``run``: every
+unit errored, or more than ``--max-error-rate`` did), 2 bad input (``run``: also another driver
+holding the run, or taking it over while this one ran)."""
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -20,6 +22,7 @@ from .report.cli import add_report_commands
 
 if TYPE_CHECKING:  # imported when a run starts: `rayeval validate` needs no Ray
     from .batch import BatchConfig
+    from .batch.summary import RunSummary
     from .harness.context import AgentFunction, AgentRef
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
@@ -68,6 +71,7 @@ def _cmd_run_one(args: argparse.Namespace) -> int:
     from .agents.resolve import (
         AgentNotFound,
         agent_ref,
+        check_agent_args,
         parse_agent_args,
         resolve_agent,
     )
@@ -80,6 +84,7 @@ def _cmd_run_one(args: argparse.Namespace) -> int:
     agent: AgentFunction | AgentRef
     try:
         agent_args = parse_agent_args(args.agent_arg)
+        check_agent_args(args.agent, agent_args, [args.model])
         if args.isolation == "inline":
             agent = resolve_agent(args.agent)
         else:  # imported only in the unit's own process; the check also starts the sandbox once
@@ -194,7 +199,7 @@ def _unfinished_runs_hint(config: BatchConfig) -> str:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from .agents.resolve import AgentNotFound, parse_agent_args
+    from .agents.resolve import AgentArgsError, AgentNotFound, parse_agent_args
     from .batch import BatchConfig, RunCancelled, RunConflict, run_batch
     from .batch.plan import parse_models, parse_seeds
     from .harness.sandbox import AgentUnavailable, SandboxError
@@ -231,7 +236,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise BadInput("--resume needs --run-id" + _unfinished_runs_hint(config))
     try:
         summary = run_batch(config)
-    except (AgentNotFound, AgentUnavailable, SandboxError, RunConflict, ManifestError) as exc:
+    except (AgentNotFound, AgentArgsError, AgentUnavailable, SandboxError, RunConflict, ManifestError) as exc:
         raise BadInput(str(exc)) from None
     except LeaseError as exc:  # another driver holds the run (LeaseHeld), or took it over (LeaseLost)
         raise BadInput(str(exc)) from None
@@ -245,7 +250,33 @@ def _cmd_run(args: argparse.Namespace) -> int:
         )
         return 128 + exc.signal_number  # as the shell reports a process ended by that signal
     print(summary.text())
-    return EXIT_OK
+    return _error_gate(summary, args.max_error_rate)
+
+
+def _percent(text: str) -> float:
+    """A number of percent in [0, 100] (``--max-error-rate``, as ``rayeval report``'s)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0.0 <= value <= 100.0:
+        raise argparse.ArgumentTypeError(f"expected a number of percent between 0 and 100, got {text!r}")
+    return value
+
+
+def _error_gate(summary: RunSummary, max_error_rate: float | None) -> int:
+    """EXIT_FAILED when every stored unit errored (nothing was evaluated: a broken agent or
+    setup, not a score), or when a model × harness has more than ``max_error_rate`` percent of
+    errored units (the gate of ``rayeval report --max-error-rate``); else EXIT_OK."""
+    if summary.stored_rows and summary.errors == summary.stored_rows:
+        print(f"rayeval: every unit of run {summary.run_id} errored ({summary.errors} units): nothing was evaluated; "
+              "see error_type and error_message in its rows", file=sys.stderr)  # fmt: skip
+        return EXIT_FAILED
+    over = [m for m in summary.models if max_error_rate is not None and 100.0 * m.errors / m.units > max_error_rate]
+    for m in over:
+        print(f"rayeval: {m.model} ({m.harness}): {m.errors} of {m.units} units errored "
+              f"({100.0 * m.errors / m.units:.1f}%), more than --max-error-rate {max_error_rate:g}%", file=sys.stderr)  # fmt: skip
+    return EXIT_FAILED if over else EXIT_OK
 
 
 def _add_data_root_option(parser: argparse.ArgumentParser) -> None:
@@ -330,7 +361,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--timeout", type=float, help="per-unit agent timeout in seconds (overrides the evals')")
     run.add_argument("--workers", type=int, help="number of worker actors (default: one per CPU of the cluster, within --max-concurrency, more as nodes join)")
     run.add_argument("--s3-endpoint", help="S3-compatible endpoint URL (or set AWS_ENDPOINT_URL)")
-    run.add_argument("--no-progress", action="store_true")
+    run.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    run.add_argument(
+        "--max-error-rate",
+        type=_percent,
+        metavar="PCT",
+        help="exit 1 when any model × harness has more than PCT%% errored units (a run whose every unit errored always exits 1)",
+    )
     _add_data_root_option(run)
     _add_sandbox_options(run)
     run.set_defaults(handler=_cmd_run)

@@ -22,6 +22,7 @@ from rayeval.batch.engine import _close_run
 from rayeval.batch.plan import plan_units, unit_id_for
 from rayeval.evals import Eval, load_evals
 from rayeval.harness.execution import grade_execution
+from rayeval.report import benchmark_table, read_units
 from rayeval.storage import ResultStore, RunManifest, StorageError
 from tests.batch.conftest import completed_units, read_invocations, write_mc_evals
 from tests.conftest import read_jsonl, shared_path
@@ -93,19 +94,24 @@ def test_replay_of_the_scbench_corpus_gives_the_recorded_verdicts(tmp_path: Path
     )
     frame = pd.read_parquet(tmp_path / "out" / "run_id=replay")
     assert len(frame) == 6 * len(models) * 3 and frame["unit_id"].is_unique
-    recorded = {(r["eval_id"], f"{r['model']}@{r['harness']}", r["trial"]): r for r in rows}
+    # rows name the model and the harness apart, errors included: model@harness is the unit's selector
+    assert set(zip(frame["model"], frame["harness"])) == set(pairs)
+    recorded = {(r["eval_id"], r["model"], r["harness"], r["trial"]): r for r in rows}
     answered = frame[frame["status"] != "error"]
     assert len(answered) == len(rows) == 273  # units with no recorded trial are error rows
     for r in answered.itertuples():
-        expected = recorded[(r.eval_id, r.model, r.seed)]
+        expected = recorded[(r.eval_id, r.model, r.harness, r.seed)]
         assert r.passed is expected["recorded_passed"] or r.passed == expected["recorded_passed"]
-        assert r.harness == expected["harness"]
         if expected["cost_usd"] is None:
             assert pd.isna(r.cost_usd)
         else:
             assert r.cost_usd == pytest.approx(expected["cost_usd"])
     missing = frame[frame["status"] == "error"]
-    assert missing["error_message"].str.contains("no recorded trial").all()
+    assert len(missing) and missing["error_message"].str.contains("no recorded trial").all()
+    # one leaderboard row per model x harness, its errors counted in it as failures
+    table = benchmark_table(read_units(tmp_path / "out"))
+    assert len(table) == len(pairs) and table["Errors"].sum() == len(missing)
+    assert set(zip(table["model_name"], table["harness"])) == set(pairs)
 
 
 def test_unit_ids_are_stable_content_hashes(tmp_path: Path) -> None:

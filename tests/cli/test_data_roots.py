@@ -105,4 +105,4 @@ def test_run_stages_from_a_data_root_on_the_workers(tmp_path: Path) -> None:
     done = rayeval("run", EXAMPLE, *args, timeout=300)
     assert done.returncode == 0, done.stderr
     (row,) = [line.split() for line in done.stdout.splitlines() if line.startswith("default ")]
-    assert row[1:5] == ["1", "1", "0", "0"], done.stdout  # units, passed, failed, errors
+    assert row[1:6] == ["reference", "1", "1", "0", "0"], done.stdout  # harness, units, passed, failed, errors

@@ -58,3 +58,45 @@ def test_resume_without_run_id_lists_the_unfinished_runs(tmp_path: Path, capsys:
         "stopped (cancelled, started 2026-11-03 08:30 UTC), old-crash (running, started 2026-11-01 08:30 UTC)"
     ) in err
     assert "done" not in err
+
+
+@pytest.mark.parametrize(
+    ("agent", "options", "message"),
+    [
+        ("replay", [], "agent 'replay' needs --agent-arg trials=PATH"),
+        ("replay", ["--agent-arg", "trials=/no/such/trials.jsonl"], "cannot read trials file /no/such/trials.jsonl"),
+        ("reference", ["--agent-arg", "answer=42"], "agent 'reference': unknown --agent-arg answer (it takes no options)"),
+        ("sleep", ["--agent-arg", "seconds=soon"], "agent 'sleep': --agent-arg seconds must be a number >= 0, got 'soon'"),
+        ("claude-code", ["--agent-arg", "tiemout=5"], "agent 'claude-code': unknown --agent-arg tiemout (it takes "),
+        ("claude-code", ["--agent-arg", "timeout=-5"], "agent 'claude-code' with model 'default': timeout must be positive"),
+        ("claude-code", [], "agent 'claude-code': claude_code needs ANTHROPIC_API_KEY"),
+    ],
+)
+def test_bad_agent_options_and_missing_keys_exit_2_before_any_unit(
+    agent: str, options: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "RAY_ADDRESS"):
+        monkeypatch.delenv(name, raising=False)
+    code = main(["run", str(REPO / "evals"), "--agent", agent, "--output", str(tmp_path / "out"), "--no-progress", *options])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert message in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
+AGENTS = """
+def broken(task_prompt, work_dir):
+    raise RuntimeError("no model behind this agent")
+"""
+
+
+def test_a_run_whose_every_unit_errored_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "failing_agents.py").write_text(AGENTS)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code = main(["run", str(REPO / "evals" / "pbmc"), "--data-root", str(REPO / "evals"), "--agent", "failing_agents:broken",
+                 "--output", str(tmp_path / "out"), "--retries", "0", "--no-progress"])  # fmt: skip
+    captured = capsys.readouterr()
+    assert code == 1, captured.err
+    assert "errored" in captured.err and "nothing was evaluated" in captured.err
+    assert "accuracy %" in captured.out  # the summary is still printed

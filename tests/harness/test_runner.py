@@ -82,7 +82,7 @@ def test_garbage_usage_numbers_are_not_lifted_and_the_row_still_stores(runner: E
     assert result.passed and result.output_tokens == 5
     assert (result.input_tokens, result.n_turns, result.cost_usd) == (None, None, cost)
     unit = plan_units([runner.eval], ["m"], [1], "agent")[0]
-    row = row_from_result(result, unit=unit, eval_=runner.eval, run_id="r", agent="agent", attempt=1, node="n")
+    row = row_from_result(result, unit=unit, eval_=runner.eval, run_id="r", agent="agent", agent_args={}, attempt=1, node="n")
     store = ResultStore(tmp_path / "results")
     store.write_rows("r", [row])
     assert store.read_table("r", columns=["input_tokens", "output_tokens"]).to_pylist() == [{"input_tokens": None, "output_tokens": 5}]
@@ -572,7 +572,7 @@ def test_results_and_rows_record_how_the_agent_ran(runner: EvalRunner, isolation
     expected = isolation or "sandbox"
     assert result.passed and result.isolation == expected
     unit = plan_units([runner.eval], ["m"], [1], "agent")[0]
-    row = row_from_result(result, unit=unit, eval_=runner.eval, run_id="r", agent="agent", attempt=1, node="n")
+    row = row_from_result(result, unit=unit, eval_=runner.eval, run_id="r", agent="agent", agent_args={}, attempt=1, node="n")
     assert row.isolation == expected
     pid = seen_by(result)["pid"]
     assert pid == {"sandbox": 1, "inline": os.getpid()}.get(expected, pid)

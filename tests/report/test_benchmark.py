@@ -54,8 +54,8 @@ def expected_rows(group_of) -> dict[tuple, dict[str, float]]:
         cost = np.array(costs[key])
         out[key] = {
             "Accuracy (%)": acc,
-            "ci_lower": acc - half,
-            "ci_upper": acc + half,
+            "ci_lower": max(acc - half, 0.0),  # an accuracy's interval stays inside [0, 100]
+            "ci_upper": min(acc + half, 100.0),
             "Cost ($)": np.nanmean(cost) if (~np.isnan(cost)).any() else np.nan,
             "Duration (s)": np.mean(durations[key]),
             "N": sum(len(v) for v in evals.values()),
@@ -185,3 +185,13 @@ def test_single_eval_has_no_interval_and_unknown_policy_is_rejected() -> None:
 
     with pytest.raises(ReportError):
         benchmark_table(units, errors="ignore")
+
+
+def test_intervals_stay_inside_0_to_100() -> None:
+    """Two evals, one passed and one failed: the t-interval (df = 1) spans about ±635 points;
+    an accuracy's bounds are clipped to what an accuracy can be."""
+    units = pd.DataFrame([base_row(eval_id="e1", passed=True, status="passed"), base_row(eval_id="e2", passed=False, status="failed")])
+    row = benchmark_table(units).iloc[0]
+    assert row["Accuracy (%)"] == pytest.approx(50.0)
+    assert (row["ci_lower"], row["ci_upper"]) == (0.0, 100.0)
+    assert "clipped to [0, 100]" in to_text(benchmark_table(units))

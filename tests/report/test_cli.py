@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from rayeval.report.cli import (
@@ -104,7 +105,8 @@ def test_html_format(corpus_root: Path, tmp_path: Path, cli) -> None:
         (["report", "{root}", "--run", "missing-run"], "no results under"),
         (["report", "{root}", "--fail-under", "150"], "between 0 and 100"),
         (["report", "{root}", "--pass-k", "0"], "--pass-k"),
-        (["report", "{root}", "--out", "{root}/no/such/dir/x.txt"], "cannot write"),
+        (["report", "{root}", "--out", "{root}/no/such/dir/x.txt"], "inside the results root"),
+        (["report", "{root}", "--out", "/proc/no/such/dir/x.txt"], "cannot write"),
         (["compare", "{root}", "--a", "nobody", "--b", "gpt-5.5"], "names no run or model"),
     ],
 )
@@ -174,3 +176,14 @@ def test_the_report_says_when_units_ran_without_a_sandbox(tmp_path: Path, cli) -
     assert '<p class="warning">Warning: 2 of 5 units are not known to have run in a sandbox' in out.read_text()
     legacy = write_root(tmp_path / "legacy", [base_row(eval_id="e0")])  # rows from before the column
     assert "1 of 1 units are not known to have run in a sandbox (not recorded: 1)" in cli("report", str(legacy)).stdout
+
+
+def test_a_report_is_never_written_inside_a_results_root(tmp_path: Path, cli) -> None:
+    root = write_root(tmp_path / "results", [base_row(eval_id="e0")])
+    inside = root / "report.html"
+    done = cli("report", str(root), "--format", "html", "--out", str(inside))
+    assert done.returncode == EXIT_BAD_INPUT and "inside the results root" in done.stderr
+    assert not inside.exists()
+    assert len(pd.read_parquet(root)) == 1  # still a Parquet dataset
+    beside = tmp_path / "report.html"
+    assert cli("report", str(root), "--format", "html", "--out", str(beside)).returncode == EXIT_OK and beside.exists()

@@ -55,6 +55,19 @@ def find_trial(path: str, eval_id: str, model: str | None, seed: int | None) -> 
     return rows[0]
 
 
+def recorded_harness(path: str | None, model: str) -> str | None:
+    """The one harness recorded for ``model`` in the trials file (None: several, none, or no
+    readable file): a unit named ``model`` without ``@harness`` replays that harness."""
+    if not path:
+        return None
+    try:
+        trials = load_trials(str(Path(path).resolve()))
+    except ReplayError:
+        return None
+    harnesses = {str(row.get("harness")) for (_, name, _), rows in trials.items() if name == model for row in rows}
+    return harnesses.pop() if len(harnesses) == 1 else None
+
+
 def replay_agent(task_prompt: str, work_dir: Path, context: AgentContext) -> dict:
     """``--agent-arg trials=PATH`` (a JSONL file of recorded trials)."""
     path = context.args.get("trials")

@@ -1,8 +1,10 @@
 """Naming an agent on the command line: a built-in name or a ``module:function`` path."""
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -51,14 +53,30 @@ def _program_env_names(factory_name: str) -> tuple[str, ...]:
     return (*(name for names in PROVIDER_KEYS.values() for name in names), *MiniSweAgent.config_names)
 
 
+def _program_factory(name: str) -> tuple[Callable[..., Any], type]:
+    """A real agent program's factory and the dataclass it makes."""
+    from . import (
+        ClaudeCodeAgent,
+        CodexAgent,
+        MiniSweAgent,
+        claude_code,
+        codex,
+        mini_swe_agent,
+    )
+
+    return {
+        "claude-code": (claude_code, ClaudeCodeAgent),
+        "codex": (codex, CodexAgent),
+        "mini-swe-agent": (mini_swe_agent, MiniSweAgent),
+    }[name]
+
+
 def _program(factory_name: str) -> Callable[[], AgentFunction]:
     """A real agent program configured per unit: the unit's model, ``--agent-arg`` options."""
 
     def load() -> AgentFunction:
         def program_agent(task_prompt: str, work_dir: Path, context: AgentContext) -> Any:
-            from . import claude_code, codex, mini_swe_agent
-
-            factory = {"claude-code": claude_code, "codex": codex, "mini-swe-agent": mini_swe_agent}[factory_name]
+            factory, _ = _program_factory(factory_name)
             options = {key: _option_value(value) for key, value in context.args.items()}
             return factory(model=context.model, **options)(task_prompt, work_dir)
 
@@ -126,6 +144,73 @@ def agent_ref(name: str) -> AgentRef:
         known = ", ".join(sorted(BUILT_IN_AGENTS))
         raise AgentNotFound(f"unknown agent {name!r}: use a built-in ({known}) or module:function")
     return AgentRef(name=name)
+
+
+class AgentArgsError(ValueError):
+    """A built-in agent's ``--agent-arg`` options or credentials cannot work: found before any
+    unit starts, instead of as one error row per unit."""
+
+
+# The options of the built-ins that are plain functions (the programs take their factory's).
+_FUNCTION_OPTIONS: dict[str, tuple[str, ...]] = {"reference": (), "replay": ("trials",), "sleep": ("seconds",)}
+_PROGRAMS = ("claude-code", "codex", "mini-swe-agent")
+
+
+def check_agent_args(name: str, args: dict[str, str], models: list[str | None], *, environment: bool = True) -> None:
+    """Raise :class:`AgentArgsError` when a built-in agent cannot run with these options: an
+    option it does not take, a value it refuses, the replay agent's trials file missing or
+    unreadable, and (``environment``: where units run with this process's environment, as on
+    an embedded Ray) a program's API key absent.  A ``module:function`` agent is not imported
+    here, so its options are its own business."""
+    if name in _FUNCTION_OPTIONS:
+        unknown = sorted(set(args) - set(_FUNCTION_OPTIONS[name]))
+        if unknown:
+            takes = ", ".join(_FUNCTION_OPTIONS[name]) or "no options"
+            raise AgentArgsError(f"agent {name!r}: unknown --agent-arg {', '.join(unknown)} (it takes {takes})")
+        _check_function_args(name, args, environment=environment)
+    elif name in _PROGRAMS:
+        for model in models:
+            _check_program(name, args, model, environment=environment)
+
+
+def _check_function_args(name: str, args: dict[str, str], *, environment: bool) -> None:
+    if name == "sleep":
+        try:
+            seconds = float(args.get("seconds", "1"))
+        except ValueError:
+            seconds = -1.0
+        if not seconds >= 0:
+            raise AgentArgsError(f"agent 'sleep': --agent-arg seconds must be a number >= 0, got {args['seconds']!r}")
+    if name == "replay":
+        from .replay import ReplayError, load_trials
+
+        if not args.get("trials"):
+            raise AgentArgsError("agent 'replay' needs --agent-arg trials=PATH (a JSONL file of recorded trials)")
+        if environment:
+            try:
+                load_trials(str(Path(args["trials"]).resolve()))
+            except ReplayError as exc:
+                raise AgentArgsError(f"agent 'replay': --agent-arg trials: {exc}") from None
+
+
+def _check_program(name: str, args: dict[str, str], model: str | None, *, environment: bool) -> None:
+    from ._base import AgentConfigError
+
+    factory, program = _program_factory(name)
+    options = {key: _option_value(value) for key, value in args.items()}
+    try:
+        agent = factory(model=model, **options)
+    except TypeError:  # an option the program's dataclass has no field for
+        fields = {f.name for f in dataclasses.fields(program)} - {"model"}
+        unknown = sorted(set(options) - fields)
+        raise AgentArgsError(f"agent {name!r}: unknown --agent-arg {', '.join(unknown)} (it takes {', '.join(sorted(fields))})") from None
+    except (AgentConfigError, ValueError) as exc:
+        raise AgentArgsError(f"agent {name!r} with model {model!r}: {exc}") from None
+    if environment:
+        try:
+            agent.check_env(dict(os.environ))
+        except AgentConfigError as exc:
+            raise AgentArgsError(f"agent {name!r}: {exc}") from None
 
 
 def parse_agent_args(pairs: list[str]) -> dict[str, str]:

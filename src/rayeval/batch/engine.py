@@ -15,7 +15,8 @@ from typing import Annotated, Any
 import ray
 from pydantic import AfterValidator, BaseModel, Field
 
-from ..agents.resolve import agent_ref, resolve_agent
+from ..agents.labels import row_labels
+from ..agents.resolve import agent_ref, check_agent_args, resolve_agent
 from ..evals import Eval, load_evals
 from ..harness.cache import default_cache_dir
 from ..harness.context import AgentFunction
@@ -165,7 +166,7 @@ def connect(config: BatchConfig) -> bool:
     return False
 
 
-def _system_error_row(unit: Unit, attempt: int, eval_: Eval, run_id: str, agent: str, exc: BaseException) -> ResultRow:
+def _system_error_row(unit: Unit, attempt: int, eval_: Eval, run_id: str, config: BatchConfig, exc: BaseException) -> ResultRow:
     """The row of a unit Ray could not run even after its own retries (e.g. a node kept dying)."""
     stamp = datetime.now(timezone.utc)
     execution = Execution(
@@ -180,7 +181,9 @@ def _system_error_row(unit: Unit, attempt: int, eval_: Eval, run_id: str, agent:
         finished_at=stamp,
     )
     result = grade_execution(eval_, execution)
-    return row_from_result(result, unit=unit, eval_=eval_, run_id=run_id, agent=agent, attempt=attempt, node="unknown")
+    return row_from_result(
+        result, unit=unit, eval_=eval_, run_id=run_id, agent=config.agent, agent_args=config.agent_args, attempt=attempt, node="unknown"
+    )
 
 
 def run_batch(
@@ -363,6 +366,8 @@ def check_agent(config: BatchConfig, evals: list[Eval], agent: AgentFunction | N
     """The agent can be found, and run as configured: a sandboxed or ``process`` agent is
     looked up in a unit runner on this machine (its module is never imported here), which
     also tells at once whether the sandbox can start."""
+    if agent is None:  # a built-in's options and, where units share this environment, its key
+        check_agent_args(config.agent, config.agent_args, config.models, environment=_embedded(config))
     if config.isolation == "inline":
         if agent is None:
             resolve_agent(config.agent)
@@ -371,6 +376,11 @@ def check_agent(config: BatchConfig, evals: list[Eval], agent: AgentFunction | N
     work_root = Path(config.work_root) if config.work_root else default_work_root()
     cache_dir = Path(config.cache_dir) if config.cache_dir else default_cache_dir()
     check_runs_here(sandbox_config(config, evals), config.isolation, work_root, cache_dir, named)
+
+
+def _embedded(config: BatchConfig) -> bool:
+    """The run starts its own Ray on this machine: its units see this process's environment."""
+    return config.address in (None, "local") and not os.environ.get("RAY_ADDRESS")
 
 
 def _worker_config(config: BatchConfig, run_id: str, evals: list[Eval]) -> WorkerConfig:
@@ -502,7 +512,7 @@ def _execute(
             try:
                 rows = ray.get(ref)
             except ray.exceptions.RayError as exc:
-                rows = [unit_row(_system_error_row(u, a, evals[u.eval_index], run_id, config.agent, exc)) for u, a in call]
+                rows = [unit_row(_system_error_row(u, a, evals[u.eval_index], run_id, config, exc)) for u, a in call]
             else:
                 for row in rows:
                     sizer.observe(row.seconds, row.agent_s)
@@ -510,5 +520,5 @@ def _execute(
             for (unit, attempt), row in zip(call, rows):
                 if keep(unit, attempt, row):
                     stored.append(row.line)
-            writer.add_lines(model, stored)
+            writer.add_lines(row_labels(config.agent, model, config.agent_args)[0], stored)
             scheduler.put_back(call[len(rows):])  # not started within the call's time budget

@@ -5,6 +5,7 @@ from typing import Any, NamedTuple
 
 from .._json import dumps
 from .._version import __version__
+from ..agents.labels import row_labels
 from ..evals import Eval
 from ..harness.result import EvalResult
 from ..storage.row import ResultRow
@@ -28,21 +29,26 @@ def unit_row(row: ResultRow, seconds: float = 0.0) -> UnitRow:
     return UnitRow(row.status, row.passed, seconds, row.agent_s, row.to_line())
 
 
-def row_from_result(result: EvalResult, *, unit: Unit, eval_: Eval, run_id: str, agent: str, attempt: int, node: str) -> ResultRow:
+def row_from_result(
+    result: EvalResult, *, unit: Unit, eval_: Eval, run_id: str, agent: str, agent_args: dict[str, str], attempt: int, node: str
+) -> ResultRow:
+    """The stored row; its model and harness come from the run's configuration (see
+    :func:`row_labels`), what the agent says of its harness stays in ``metadata_json``."""
     grader = result.grader_result
     meta = eval_.metadata or {}
     metadata = {k: v for k, v in result.metadata.items() if k not in _METADATA_DROPPED}
     artifacts = dict(result.artifacts)
     if "trajectory" in result.metadata and "trajectory.json" not in artifacts:
         artifacts["trajectory.json"] = dumps(result.metadata["trajectory"])
+    model, harness = row_labels(agent, unit.model, agent_args)
     return ResultRow(
         run_id=run_id,
-        model=unit.model,
+        model=model,
         unit_id=unit.unit_id,
         eval_id=unit.eval_id,
         eval_hash=eval_.content_hash(),
         agent=agent,
-        harness=result.harness or agent,
+        harness=harness,
         seed=unit.seed,
         attempt=attempt,
         status=result.status,

@@ -5,17 +5,23 @@ from datetime import datetime, timezone
 
 from pydantic import BaseModel
 
-from ..storage import ResultStore
+from ..storage import ERROR_STATUSES, ResultStore
 
 
 class ModelSummary(BaseModel):
+    """One model × harness of a run, counted as the report counts it: errors are failures."""
+
     model: str
+    harness: str
     units: int
     passed: int
     failed: int
     errors: int
-    mean_score: float
-    cost_usd: float | None
+    #: passed units in percent of all units, errored ones included (as ``rayeval report``)
+    accuracy_pct: float
+    #: mean cost per unit (as the report's ``Cost ($)``), and the total; None when unreported
+    mean_cost_usd: float | None
+    total_cost_usd: float | None
 
 
 class RunSummary(BaseModel):
@@ -28,37 +34,53 @@ class RunSummary(BaseModel):
     models: list[ModelSummary]
     duration_s: float
 
+    @property
+    def errors(self) -> int:
+        return sum(m.errors for m in self.models)
+
     def text(self) -> str:
-        header = f"{'model':32} {'units':>6} {'passed':>7} {'failed':>7} {'errors':>7} {'score':>7} {'cost $':>9}"
+        header = (
+            f"{'model':32} {'harness':16} {'units':>6} {'passed':>7} {'failed':>7} {'errors':>7} "
+            f"{'accuracy %':>10} {'cost $/unit':>11}"
+        )
         lines = [header, "-" * len(header)]
         for m in self.models:
-            cost = f"{m.cost_usd:9.2f}" if m.cost_usd is not None else f"{'-':>9}"
-            lines.append(f"{m.model[:32]:32} {m.units:6d} {m.passed:7d} {m.failed:7d} {m.errors:7d} {m.mean_score:7.3f} {cost}")
+            cost = f"{m.mean_cost_usd:11.4f}" if m.mean_cost_usd is not None else f"{'-':>11}"
+            lines.append(
+                f"{m.model[:32]:32} {m.harness[:16]:16} {m.units:6d} {m.passed:7d} {m.failed:7d} {m.errors:7d} "
+                f"{m.accuracy_pct:10.2f} {cost}"
+            )
+        costs = [m.total_cost_usd for m in self.models if m.total_cost_usd is not None]
+        total = f"; total cost ${sum(costs):.2f}" if costs else ""
         lines.append(
             f"run {self.run_id}: {self.stored_rows}/{self.total_units} units stored "
-            f"({self.ran} run now, {self.skipped} already done) in {self.duration_s:.1f}s"
+            f"({self.ran} run now, {self.skipped} already done) in {self.duration_s:.1f}s{total}"
         )
-        lines.append(f"results: {self.results_path}")
+        lines.append(f"accuracy counts errored units as failures; results: {self.results_path}")
         return "\n".join(lines)
 
 
 def summarize(store: ResultStore, run_id: str, *, total_units: int, skipped: int, ran: int, started: datetime) -> RunSummary:
     # only the columns it needs: a run's answers and artifacts can be most of its bytes
-    columns = ["model", "unit_id", "status", "normalized_score", "cost_usd", "attempt"]
+    columns = ["model", "harness", "unit_id", "status", "cost_usd", "attempt"]
     frame = store.read_table(run_id, columns=columns).to_pandas()
     frame = frame.sort_values("attempt").drop_duplicates("unit_id", keep="last")
+    frame["harness"] = frame["harness"].astype(object).fillna("")
     models = []
-    for model, group in frame.groupby("model", sort=True, observed=True):
+    for (model, harness), group in frame.groupby(["model", "harness"], sort=True, observed=True):
         cost = group["cost_usd"].dropna()
+        passed = int((group["status"] == "passed").sum())
         models.append(
             ModelSummary(
                 model=str(model),
+                harness=str(harness),
                 units=len(group),
-                passed=int((group["status"] == "passed").sum()),
+                passed=passed,
                 failed=int((group["status"] == "failed").sum()),
-                errors=int(group["status"].isin(["error", "timeout", "config_error"]).sum()),
-                mean_score=float(group["normalized_score"].mean()) if len(group) else 0.0,
-                cost_usd=float(cost.sum()) if len(cost) else None,
+                errors=int(group["status"].isin(list(ERROR_STATUSES)).sum()),
+                accuracy_pct=100.0 * passed / len(group),
+                mean_cost_usd=float(cost.mean()) if len(cost) else None,
+                total_cost_usd=float(cost.sum()) if len(cost) else None,
             )
         )
     return RunSummary(

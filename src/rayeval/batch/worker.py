@@ -149,7 +149,14 @@ class UnitWorker:
         eval_ = self.evals[unit.eval_index]
         result = self.grade(eval_, self._execute(unit, work_root))
         row = row_from_result(
-            result, unit=unit, eval_=eval_, run_id=self.config.run_id, agent=self.config.agent, attempt=attempt, node=self.node
+            result,
+            unit=unit,
+            eval_=eval_,
+            run_id=self.config.run_id,
+            agent=self.config.agent,
+            agent_args=self.config.agent_args,
+            attempt=attempt,
+            node=self.node,
         )
         return unit_row(row, time.perf_counter() - start)
 

@@ -3,8 +3,9 @@
 Per group (model × harness by default): ``Accuracy (%)`` is the mean over evals of the
 per-eval pass rate across seeds (trials); the 95% confidence interval comes from the
 t-distribution over those per-eval means (n = number of evals, df = n − 1, half-width
-``t.ppf(0.975, n − 1) · sd(ddof=1) / √n``; no interval when n = 1; not clipped to [0, 100],
-as published); ``Cost ($)`` and ``Duration (s)`` are means per run; ``N`` is the number of
+``t.ppf(0.975, n − 1) · sd(ddof=1) / √n``; no interval when n = 1), clipped to [0, 100]:
+an accuracy cannot leave that range, though the published tables print such bounds (e.g.
+104.73); ``Cost ($)`` and ``Duration (s)`` are means per run; ``N`` is the number of
 runs. ``Errors`` (status error/timeout/config_error) is shown apart: by default an errored
 run counts as a failure, as the references count a run with no answer.
 """
@@ -44,7 +45,7 @@ ROUNDING = {ACCURACY: 2, CI_LOWER: 2, CI_UPPER: 2, COST: 4, DURATION: 2}
 MODEL_KEYS = ("model", "harness", "agent", "run_id")
 BREAKDOWN_KEYS = {"task": "tasks", "kit": "platforms"}
 BREAKDOWN_DESCRIPTIONS = {"task": "task category", "kit": "platform"}
-CI_METHOD = "t-distribution, computed over per-evaluation means"
+CI_METHOD = "t-distribution, computed over per-evaluation means, clipped to [0, 100]"
 
 
 def error_policy_note(errors: str, n_errors: int | None = None) -> str:
@@ -201,8 +202,8 @@ def benchmark_table(
 
     table = _output_keys(es.keys, by)
     table[ACCURACY] = mean
-    table[CI_LOWER] = lower
-    table[CI_UPPER] = upper
+    table[CI_LOWER] = np.clip(lower, 0.0, 100.0)
+    table[CI_UPPER] = np.clip(upper, 0.0, 100.0)
     table[COST] = es.groups.nanmean(_numeric(units, "cost_usd"))
     table[DURATION] = es.groups.nanmean(_numeric(units, "duration_s"))
     table[N_RUNS] = es.groups.count().astype(np.int64)

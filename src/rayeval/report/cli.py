@@ -81,6 +81,20 @@ def _ks(text: str) -> list[int]:
     return ks
 
 
+def _check_out(out: str | None, root: str) -> None:
+    """``--out`` may not lie inside the results root: a file there would make the root no
+    longer a Parquet dataset (``pandas.read_parquet(root)`` fails on it)."""
+    from ..storage.filesystem import is_s3
+    from .reader import ReportError
+
+    if out is None or is_s3(root):
+        return
+    target, base = Path(out).expanduser().resolve(), Path(root).expanduser().resolve()
+    if target == base or base in target.parents:
+        raise ReportError(f"--out {out} is inside the results root {root}: write reports elsewhere (e.g. --out report.html), "
+                          "the root must stay a Parquet dataset")  # fmt: skip
+
+
 def _emit(text: str, out: str | None) -> None:
     from .reader import ReportError
 
@@ -134,6 +148,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     by = parse_by(args.by)
     ks = _ks(args.pass_k)
+    _check_out(args.out, args.root)
     reader = ResultsReader(args.root, args.s3_endpoint)
     runs = _resolve_latest(reader, _split(args.run))
     columns = list(REPORT_COLUMNS) + (["answer_json"] if args.format == "html" else [])
@@ -200,6 +215,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     if args.n_boot < 100:
         raise ReportError(f"--n-boot must be at least 100, got {args.n_boot}")
+    _check_out(args.out, args.root)
     reader = ResultsReader(args.root, args.s3_endpoint)
     units = reader.units(runs=_resolve_latest(reader, _split(args.run)), models=_split(args.model), evals=_split(args.eval))
     if units.empty:

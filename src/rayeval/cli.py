@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
+from ._version import __version__
 from .evals import EvalFileError, check_evals, load_eval
 from .harness.cache import default_cache_dir
 from .harness.grading_pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
@@ -65,6 +66,16 @@ def _cmd_grade(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     print(result.to_json(indent=2))
     return EXIT_OK if result.passed else EXIT_FAILED
+
+
+def _cmd_agents(args: argparse.Namespace) -> int:
+    from .agents.resolve import built_in_agents
+
+    for name, description, options in built_in_agents():
+        print(f"{name:16} {description}")
+        print(f"{'':16} options: {', '.join(options) if options else 'none'}")
+    print("\nor module:function: your own agent function, with your own options (context.args)")
+    return EXIT_OK
 
 
 def _cmd_run_one(args: argparse.Namespace) -> int:
@@ -315,7 +326,11 @@ def _add_sandbox_options(parser: argparse.ArgumentParser, *, isolation: bool = T
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rayeval", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"rayeval {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
+
+    agents = sub.add_parser("agents", help="list the built-in agents and their options")
+    agents.set_defaults(handler=_cmd_agents)
 
     validate = sub.add_parser("validate", help="check eval files and their grader configs")
     validate.add_argument("paths", nargs="+", help="eval files or folders (searched recursively)")
@@ -323,20 +338,20 @@ def build_parser() -> argparse.ArgumentParser:
     validate.set_defaults(handler=_cmd_validate)
 
     grade_cmd = sub.add_parser("grade", help="grade one answer file against one eval file")
-    grade_cmd.add_argument("eval_file")
+    grade_cmd.add_argument("eval_file", help="the eval file (JSON)")
     grade_cmd.add_argument("answer_file", help="JSON answer file, or - for standard input")
     grade_cmd.add_argument("--grade-timeout", type=float, default=DEFAULT_GRADE_TIMEOUT_S, help="seconds the grading may take")
     grade_cmd.set_defaults(handler=_cmd_grade)
 
     run_one = sub.add_parser("run-one", help="run one agent on one eval locally and grade it")
-    run_one.add_argument("eval_file")
+    run_one.add_argument("eval_file", help="the eval file (JSON)")
     run_one.add_argument("--agent", required=True, help="built-in name (reference, replay, sleep, ...) or module:function")
     run_one.add_argument("--agent-arg", action="append", default=[], metavar="KEY=VALUE", help="agent option (repeatable)")
-    run_one.add_argument("--model")
-    run_one.add_argument("--seed", type=int)
+    run_one.add_argument("--model", help="model name handed to the agent (the replay agent: MODEL or MODEL@HARNESS)")
+    run_one.add_argument("--seed", type=int, help="seed handed to the agent (the replay agent: the recorded trial)")
     run_one.add_argument("--timeout", type=float, help="seconds; overrides the eval's agent_timeout/timeout")
     run_one.add_argument("--work-root", help="where work folders are created (default: $RAYEVAL_WORK_ROOT or the temp dir)")
-    run_one.add_argument("--keep-workspace", action="store_true")
+    run_one.add_argument("--keep-workspace", action="store_true", help="keep the unit's work folder (printed) instead of removing it")
     _add_data_root_option(run_one)
     _add_sandbox_options(run_one)
     run_one.set_defaults(handler=_cmd_run_one)
@@ -347,15 +362,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run evals x models x seeds on Ray, streaming results to Parquet")
     run.add_argument("evals", nargs="+", help="eval files or folders")
-    run.add_argument("--agent", required=True, help="built-in name or module:function")
-    run.add_argument("--agent-arg", action="append", default=[], metavar="KEY=VALUE")
+    run.add_argument("--agent", required=True, help="built-in name (see `rayeval agents`) or module:function")
+    run.add_argument("--agent-arg", action="append", default=[], metavar="KEY=VALUE", help="agent option (repeatable)")
     run.add_argument("--models", default="default", help="comma-separated model names (default: 'default')")
     run.add_argument("--seeds", default="1", help="N (meaning 1..N) or a comma-separated list")
     run.add_argument("--output", required=True, help="results root: a folder or s3://bucket/prefix")
-    run.add_argument("--run-id")
+    run.add_argument("--run-id", help="the run's id (default: a new one from the time); with --resume, the run to finish")
     run.add_argument("--resume", action="store_true", help="finish run --run-id: only units without a stored row run")
-    run.add_argument("--max-concurrency", type=int, default=32)
-    run.add_argument("--model-concurrency", action="append", default=[], metavar="MODEL=N")
+    run.add_argument("--max-concurrency", type=int, default=32, help="units running at once, over the whole cluster (default 32)")
+    run.add_argument("--model-concurrency", action="append", default=[], metavar="MODEL=N", help="at most N units of MODEL at once (repeatable)")
     run.add_argument("--address", help="auto, HOST:PORT or local (default: embedded Ray, or the job's cluster)")
     run.add_argument("--retries", type=int, default=2, help="retries of a unit whose agent errors (with backoff)")
     run.add_argument("--timeout", type=float, help="per-unit agent timeout in seconds (overrides the evals')")

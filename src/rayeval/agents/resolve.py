@@ -156,6 +156,28 @@ _FUNCTION_OPTIONS: dict[str, tuple[str, ...]] = {"reference": (), "replay": ("tr
 _PROGRAMS = ("claude-code", "codex", "mini-swe-agent")
 
 
+_DESCRIPTIONS = {
+    "reference": "solves the example evals in evals/ by computing the answer from their data",
+    "replay": "answers as a recorded run did (--models MODEL or MODEL@HARNESS, seed = recorded trial)",
+    "sleep": "waits, then answers nothing (benchmarks of the engine)",
+    "claude-code": "Anthropic's Claude Code program (ANTHROPIC_API_KEY), the unit's model",
+    "codex": "OpenAI's Codex program (OPENAI_API_KEY or CODEX_API_KEY), the unit's model",
+    "mini-swe-agent": "mini-swe-agent through litellm (the provider's key), the unit's model as provider/model",
+}
+
+
+def built_in_agents() -> list[tuple[str, str, tuple[str, ...]]]:
+    """``(name, what it does, the --agent-arg options it takes)`` of every built-in agent."""
+    listed = []
+    for name in BUILT_IN_AGENTS:
+        if name in _FUNCTION_OPTIONS:
+            options = _FUNCTION_OPTIONS[name]
+        else:
+            options = tuple(sorted(f.name for f in dataclasses.fields(_program_factory(name)[1]) if f.name != "model"))
+        listed.append((name, _DESCRIPTIONS[name], options))
+    return listed
+
+
 def check_agent_args(name: str, args: dict[str, str], models: list[str | None], *, environment: bool = True) -> None:
     """Raise :class:`AgentArgsError` when a built-in agent cannot run with these options: an
     option it does not take, a value it refuses, the replay agent's trials file missing or

@@ -253,7 +253,7 @@ def add_report_commands(subparsers: argparse._SubParsersAction) -> None:
     )
     _common(report)
     report.add_argument("--by", default="model,harness", help="model,harness (default) | model | task | kit | a comma list of columns")
-    report.add_argument("--format", choices=("table", "csv", "json", "html"), default="table")
+    report.add_argument("--format", choices=("table", "csv", "json", "html"), default="table", help="table (default), csv, json or a self-contained html file")
     report.add_argument("--fail-under", type=float, metavar="PCT", help="exit 1 when any model × harness accuracy is below PCT percent")
     report.add_argument("--max-error-rate", type=float, metavar="PCT", help="exit 1 when any model × harness has more than PCT%% errored runs")
     report.add_argument("--planned-units", type=int, metavar="N", help="planned unit count, for progress/ETA and status")
@@ -268,11 +268,11 @@ def add_report_commands(subparsers: argparse._SubParsersAction) -> None:
         "exact McNemar test. A/B: a run id, a model, model/harness, or key=value[,key=value] (run, model, harness, task, kit).",
     )
     _common(compare)
-    compare.add_argument("--a", required=True, metavar="RUN_OR_MODEL")
-    compare.add_argument("--b", required=True, metavar="RUN_OR_MODEL")
+    compare.add_argument("--a", required=True, metavar="RUN_OR_MODEL", help="the first side: a run id or a model name")
+    compare.add_argument("--b", required=True, metavar="RUN_OR_MODEL", help="the second side: a run id or a model name")
     compare.add_argument("--n-boot", type=int, default=10000, help="bootstrap resamples (default 10000)")
     compare.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
-    compare.add_argument("--format", choices=("text", "json"), default="text")
+    compare.add_argument("--format", choices=("text", "json"), default="text", help="text (default) or json")
     compare.set_defaults(handler=cmd_compare)
 
 

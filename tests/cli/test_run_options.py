@@ -100,3 +100,10 @@ def test_a_run_whose_every_unit_errored_exits_1(tmp_path: Path, capsys: pytest.C
     assert code == 1, captured.err
     assert "errored" in captured.err and "nothing was evaluated" in captured.err
     assert "accuracy %" in captured.out  # the summary is still printed
+    import pandas as pd
+
+    rows = pd.read_parquet(tmp_path / "out")
+    assert (rows["error_type"] == "RuntimeError").all()
+    assert (rows["error_message"] == "no model behind this agent").all()  # the message alone
+    assert rows["error_traceback"].str.startswith("Traceback (most recent call last)").all()
+    assert rows["error_traceback"].str.contains("in broken").all()

@@ -176,7 +176,8 @@ def _system_error_row(unit: Unit, attempt: int, eval_: Eval, run_id: str, config
         run_id=run_id,
         outcome="error",
         error_type=type(exc).__name__,
-        error_message=f"Ray could not run the unit: {exc}"[:4000],
+        error_message=f"Ray could not run the unit: {str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}",
+        error_traceback=str(exc),
         started_at=stamp,
         finished_at=stamp,
     )

@@ -12,6 +12,9 @@ from ..storage.row import ResultRow
 from .plan import Unit
 
 _METADATA_DROPPED = ("trajectory",)  # kept in artifacts_json, not twice
+#: a row's error_message is a line or a few, to read in a table; the traceback has room
+ERROR_MESSAGE_CHARS = 1_000
+ERROR_TRACEBACK_CHARS = 64_000
 
 
 class UnitRow(NamedTuple):
@@ -62,7 +65,8 @@ def row_from_result(
         answer_json=None if result.agent_answer is None else dumps(result.agent_answer),
         answer_source=result.answer_source,
         error_type=result.error_type,
-        error_message=result.error_message,
+        error_message=_short(result.error_message, ERROR_MESSAGE_CHARS),
+        error_traceback=_short(result.error_traceback, ERROR_TRACEBACK_CHARS, keep_end=True),
         duration_s=result.duration_s,
         agent_s=result.agent_s,
         grade_s=result.grade_s,
@@ -82,6 +86,15 @@ def row_from_result(
         artifacts_json=dumps(artifacts) if artifacts else None,
         rayeval_version=__version__,
     )
+
+
+def _short(text: str | None, limit: int, *, keep_end: bool = False) -> str | None:
+    """``text`` cut to ``limit`` characters, saying how much was left out (a traceback keeps
+    its end, where the exception is)."""
+    if text is None or len(text) <= limit:
+        return text
+    cut = f"[{len(text) - limit:,} characters left out]"
+    return f"{cut}\n{text[-limit:]}" if keep_end else f"{text[:limit]}… {cut}"
 
 
 def _text(value: Any) -> str | None:

@@ -39,6 +39,7 @@ class Execution(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict)
     error_type: str | None = None
     error_message: str | None = None
+    error_traceback: str | None = None
     agent_s: float = 0.0
     duration_s: float = 0.0
     started_at: datetime

@@ -32,6 +32,8 @@ class EvalResult(BaseModel):
     harness: str | None = None
     error_type: str | None = None
     error_message: str | None = None
+    #: where the agent's exception came from (Python's traceback), apart from the message
+    error_traceback: str | None = None
     answer_source: str | None = None
     duration_s: float = 0.0
     agent_s: float = 0.0

@@ -211,10 +211,13 @@ def _find_answer(outcome: Outcome, work_dir: Path, listing: Listing) -> dict:
     if outcome.kind == "timeout":
         return {**fields, "outcome": "timeout", "error_type": outcome.error_type, "error_message": outcome.error_message}
     if outcome.kind in ("raised", "crashed"):
-        message = outcome.error_message or ""
-        if outcome.traceback:
-            message = f"{message}\n{outcome.traceback}".strip()
-        return {**fields, "outcome": "error", "error_type": outcome.error_type, "error_message": message}
+        return {
+            **fields,
+            "outcome": "error",
+            "error_type": outcome.error_type,
+            "error_message": outcome.error_message,
+            "error_traceback": outcome.traceback,
+        }
     found = find_answer(outcome.value, work_dir, listing)
     fields.update(answer=found.answer, answer_source=found.source, metadata=found.metadata)
     if found.found:

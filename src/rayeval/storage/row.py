@@ -48,7 +48,9 @@ class ResultRow(BaseModel):
     answer_json: str | None = None
     answer_source: str | None = None
     error_type: str | None = None
+    #: what went wrong, short (at most ERROR_MESSAGE_CHARS); the traceback is apart
     error_message: str | None = None
+    error_traceback: str | None = None
     duration_s: float
     agent_s: float
     grade_s: float

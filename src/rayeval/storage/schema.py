@@ -33,6 +33,7 @@ FILE_SCHEMA = pa.schema(
         ("answer_source", pa.string()),
         ("error_type", pa.string()),
         ("error_message", pa.string()),
+        ("error_traceback", pa.string()),
         ("duration_s", pa.float64()),
         ("agent_s", pa.float64()),
         ("grade_s", pa.float64()),

@@ -22,3 +22,24 @@ def test_long_messages_and_tracebacks_are_cut_saying_so() -> None:
     assert row.error_message.startswith("x" * ERROR_MESSAGE_CHARS) and row.error_message.endswith("[4,000 characters left out]")
     assert row.error_traceback.endswith("ValueError: the cause")  # the end, where the exception is
     assert row.error_traceback.startswith(f"[{len(trace) - ERROR_TRACEBACK_CHARS:,} characters left out]")
+
+
+def test_numeric_and_yes_no_metrics_become_typed_columns() -> None:
+    from rayeval import grade
+    from rayeval.report.reader import table_to_frame
+    from rayeval.storage.schema import lines_to_table
+
+    config = {"ground_truth": {"n": 100}, "tolerances": {"n": {"type": "absolute", "value": 5}}}
+    eval_ = Eval.model_validate({"id": "e", "task": "t", "grader": {"type": "numeric_tolerance", "config": config}})
+    unit = plan_units([eval_], ["m"], [1], "a")[0]
+    stamp = "2026-01-01T00:00:00Z"
+    rows = []
+    for answer in (103, 10**400):  # the second's error no float holds: left to metrics_json
+        graded = grade(eval_, {"n": answer})
+        result = EvalResult(eval_id="e", status="passed" if graded.passed else "failed", passed=graded.passed,
+                            grader_result=graded, started_at=stamp, finished_at=stamp)  # fmt: skip
+        rows.append(row_from_result(result, unit=unit, eval_=eval_, run_id="r", agent="a", agent_args={}, attempt=1, node="n"))
+    assert rows[0].metrics == {"n_actual": 103.0, "n_expected": 100.0, "n_error": 3.0, "n_pass": 1.0}
+    frame = table_to_frame(lines_to_table([row.to_line() for row in rows]))
+    assert frame["metric.n_pass"].tolist() == [1.0, 0.0]
+    assert frame["metric.n_error"].iloc[0] == 3.0 and "metrics" not in frame.columns

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rayeval import grade, load_evals
+from rayeval.batch.rows import typed_metrics
 from rayeval.storage.schema import FILE_SCHEMA, PARTITION_COLUMNS
 from tests.conftest import read_jsonl, shared_path
 
@@ -95,6 +96,7 @@ def corpus_rows() -> tuple[dict[str, Any], ...]:
                 normalized_score=result.normalized_score(),
                 grader_type=eval_.grader_specs[0].type,
                 metrics_json=json.dumps(result.metrics, default=str),
+                metrics=list(typed_metrics(result.metrics).items()),
                 reasoning=result.reasoning,
                 answer_json=json.dumps(trial["answer"], sort_keys=True),
                 answer_source="replay",

@@ -32,8 +32,13 @@ def test_reads_every_corpus_row_with_partition_values(corpus_root: Path, corpus_
     assert isinstance(corpus_units["eval_id"].dtype, pd.CategoricalDtype)
     assert "reasoning" not in corpus_units.columns
     full = read_units(corpus_root, columns=ALL_COLUMNS)
-    assert set(ALL_COLUMNS) <= set(full.columns)
+    assert set(ALL_COLUMNS) - {"metrics"} <= set(full.columns)
     assert full["answer_json"].notna().all()
+    # the typed metrics: one float column per metric name, NaN where a grader has none
+    degs = full["metric.n_degs_expected"].notna()  # the evals whose answer field is n_degs
+    assert degs.any() and not degs.all()
+    assert (full.loc[degs, "metric.n_degs_error"] == (full.loc[degs, "metric.n_degs_actual"] - 1150).abs()).all()
+    assert set(full["metric.n_degs_pass"].dropna()) == {0.0, 1.0}
 
 
 def test_filters_by_run_model_and_eval(tmp_path: Path) -> None:

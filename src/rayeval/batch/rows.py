@@ -61,6 +61,7 @@ def row_from_result(
         normalized_score=grader.normalized_score() if grader else 0.0,
         grader_type="+".join(spec.type for spec in eval_.grader_specs),
         metrics_json=dumps(grader.to_dict()["metrics"] if grader else {}),
+        metrics=typed_metrics(grader.metrics) if grader else {},
         reasoning=grader.reasoning if grader else "",
         answer_json=None if result.agent_answer is None else dumps(result.agent_answer),
         answer_source=result.answer_source,
@@ -86,6 +87,20 @@ def row_from_result(
         artifacts_json=dumps(artifacts) if artifacts else None,
         rayeval_version=__version__,
     )
+
+
+def typed_metrics(metrics: dict[str, Any]) -> dict[str, float]:
+    """The numeric and yes/no metrics (yes = 1.0) among the grader's, by name: the typed
+    ``metrics`` column.  Text, lists, nested values and numbers no float holds stay in
+    ``metrics_json`` only."""
+    typed = {}
+    for name, value in metrics.items():
+        if isinstance(value, (bool, int, float)) and isinstance(name, str):
+            try:
+                typed[name] = float(value)
+            except OverflowError:
+                continue
+    return typed
 
 
 def _short(text: str | None, limit: int, *, keep_end: bool = False) -> str | None:

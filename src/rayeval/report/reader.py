@@ -250,15 +250,46 @@ class ResultsReader:
 
 
 def table_to_frame(table: pa.Table) -> pd.DataFrame:
-    """Arrow → pandas with key string columns as categoricals (dictionary-encoded in Arrow)."""
-    arrays = []
+    """Arrow → pandas with key string columns as categoricals (dictionary-encoded in Arrow), and
+    the ``metrics`` map as one float column per metric, ``metric.<name>`` (NaN where a row's
+    grader has no such metric), sorted by name after the other columns."""
+    arrays, names = [], []
+    metric_columns: dict[str, pa.Array] = {}
     for name, column in zip(table.column_names, table.columns):
         kind = column.type
+        if name == "metrics" and pa.types.is_map(kind):
+            metric_columns = metric_arrays(column)
+            continue
         if name in CATEGORY_COLUMNS and (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
             column = pc.dictionary_encode(column)
         arrays.append(column)
-    frame = pa.table(arrays, names=table.column_names).to_pandas(split_blocks=True, self_destruct=True)
-    return frame
+        names.append(name)
+    for metric in sorted(metric_columns):
+        arrays.append(metric_columns[metric])
+        names.append(f"metric.{metric}")
+    return pa.table(arrays, names=names).to_pandas(split_blocks=True, self_destruct=True)
+
+
+def metric_arrays(metrics: pa.ChunkedArray) -> dict[str, pa.Array]:
+    """A ``metrics`` map column as one float array per metric name (null where a row has none)."""
+    column = metrics.combine_chunks()
+    offsets = column.offsets.to_numpy()
+    start, end = int(offsets[0]), int(offsets[-1])
+    if end == start:
+        return {}
+    keys = column.keys.slice(start, end - start).to_numpy(zero_copy_only=False)
+    values = column.items.slice(start, end - start).to_numpy(zero_copy_only=False)
+    rows = np.repeat(np.arange(len(column)), np.diff(offsets))  # each entry's row
+    names, which = np.unique(keys, return_inverse=True)
+    out = {}
+    for index, name in enumerate(names):
+        picked = which == index
+        dense = np.full(len(column), np.nan)
+        dense[rows[picked]] = values[picked]
+        present = np.zeros(len(column), dtype=bool)
+        present[rows[picked]] = True
+        out[str(name)] = pa.array(dense, mask=~present)
+    return out
 
 
 def read_units(

@@ -6,8 +6,9 @@ import pyarrow.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_serializer, field_validator
 
 from ..harness.result import Status
 
@@ -44,6 +45,9 @@ class ResultRow(BaseModel):
     normalized_score: float
     grader_type: str
     metrics_json: str
+    #: the grader's numeric and yes/no metrics (yes = 1.0) by name, typed: a Parquet map
+    #: (``metric.<name>`` columns through rayeval's readers); every metric is in ``metrics_json``
+    metrics: dict[str, float] = {}
     reasoning: str
     answer_json: str | None = None
     answer_source: str | None = None
@@ -70,6 +74,20 @@ class ResultRow(BaseModel):
     metadata_json: str
     artifacts_json: str | None = None
     rayeval_version: str
+
+    @field_validator("metrics", mode="before")
+    @classmethod
+    def _metrics_from_pairs(cls, value: Any) -> Any:
+        """``[{"key": k, "value": v}, ...]`` (a line's form) or ``[(k, v), ...]`` (pyarrow's form of
+        a map) → a dict."""
+        if isinstance(value, list):
+            return dict((item["key"], item["value"]) if isinstance(item, dict) else item for item in value)
+        return value
+
+    @field_serializer("metrics")
+    def _metrics_as_pairs(self, metrics: dict[str, float]) -> list[dict[str, Any]]:
+        # Arrow's JSON reader takes a list of key/value objects, never an object of unknown keys
+        return [{"key": key, "value": value} for key, value in metrics.items()]
 
     def to_line(self) -> bytes:
         """One JSON line (UTF-8, no newline), ``run_id`` and ``model`` first."""

@@ -8,9 +8,13 @@ import pyarrow.json as pa_json
 
 from .row import PARTITION_COLUMNS, ResultRow
 
-__all__ = ["FILE_SCHEMA", "PARTITION_COLUMNS", "ResultRow", "lines_to_table", "rows_to_table"]
+__all__ = ["FILE_SCHEMA", "METRICS_TYPE", "PARTITION_COLUMNS", "ResultRow", "lines_to_table", "rows_to_table"]
 
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
+#: ``ResultRow.metrics``: metric name → value
+METRICS_TYPE = pa.map_(pa.string(), pa.float64())
+# how a JSON line holds it (see ResultRow): Arrow's JSON reader has no map type
+_METRIC_PAIRS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.float64())]))
 
 FILE_SCHEMA = pa.schema(
     [
@@ -28,6 +32,7 @@ FILE_SCHEMA = pa.schema(
         ("normalized_score", pa.float64()),
         ("grader_type", pa.string()),
         ("metrics_json", pa.string()),
+        ("metrics", METRICS_TYPE),
         ("reasoning", pa.string()),
         ("answer_json", pa.string()),
         ("answer_source", pa.string()),
@@ -56,7 +61,18 @@ FILE_SCHEMA = pa.schema(
 )
 
 
-_LINE_PARSING = pa_json.ParseOptions(explicit_schema=FILE_SCHEMA, unexpected_field_behavior="ignore")
+_LINE_SCHEMA = FILE_SCHEMA.set(FILE_SCHEMA.get_field_index("metrics"), pa.field("metrics", _METRIC_PAIRS))
+_LINE_PARSING = pa_json.ParseOptions(explicit_schema=_LINE_SCHEMA, unexpected_field_behavior="ignore")
+
+
+def _pairs_to_map(pairs: pa.ChunkedArray) -> pa.ChunkedArray:
+    """list<struct<key, value>> → map<key, value>, sharing the buffers (no copy per value)."""
+    chunks = []
+    for chunk in pairs.chunks:
+        entries = chunk.values
+        mask = chunk.is_null() if chunk.null_count else None
+        chunks.append(pa.MapArray.from_arrays(chunk.offsets, entries.field("key"), entries.field("value"), type=METRICS_TYPE, mask=mask))
+    return pa.chunked_array(chunks, type=METRICS_TYPE)
 
 
 def lines_to_table(lines: list[bytes]) -> pa.Table:
@@ -67,7 +83,9 @@ def lines_to_table(lines: list[bytes]) -> pa.Table:
     data = b"\n".join(lines)
     # one block: Arrow's reader cannot split a line across blocks, and a line may be large
     options = pa_json.ReadOptions(use_threads=False, block_size=len(data) + 1)
-    return pa_json.read_json(io.BytesIO(data), read_options=options, parse_options=_LINE_PARSING)
+    table = pa_json.read_json(io.BytesIO(data), read_options=options, parse_options=_LINE_PARSING)
+    index = table.schema.get_field_index("metrics")
+    return table.set_column(index, FILE_SCHEMA.field("metrics"), _pairs_to_map(table.column(index)))
 
 
 def rows_to_table(rows: list[ResultRow]) -> pa.Table:

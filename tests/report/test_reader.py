@@ -14,9 +14,9 @@ from rayeval.report import (
     ReportError,
     ResultsReader,
     benchmark_table,
+    eval_frame,
     evaluation_stats,
     latest_attempts,
-    per_eval_table,
     read_units,
 )
 
@@ -54,8 +54,7 @@ def test_filters_by_run_model_and_eval(tmp_path: Path) -> None:
         [r for r in other if r["eval_id"] in ("DE01_pseudobulk_de", "NRM01_sparse_normalization")]
     )
     assert reader.units(runs="no-such-run").empty
-    per_eval = reader.per_eval(runs=RUN_ID)
-    assert len(per_eval) == len(per_eval_table(reader.units(runs=RUN_ID)))
+    per_eval = eval_frame(reader.units(runs=RUN_ID))
     assert per_eval["n_runs"].sum() == 273
 
 

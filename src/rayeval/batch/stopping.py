@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import signal
 import threading
-from typing import Self
 
 
 class RunCancelled(KeyboardInterrupt):
@@ -26,7 +25,7 @@ class SigtermStopsTheRun:
     cut that short.  The handler found on entry is restored on exit.  Main thread only.
     """
 
-    def __enter__(self) -> Self:
+    def __enter__(self) -> SigtermStopsTheRun:  # noqa: PYI034 - typing.Self needs Python 3.11; we support 3.10
         self.received = False
         self._active = threading.current_thread() is threading.main_thread()
         self._original = signal.getsignal(signal.SIGTERM) if self._active else None

@@ -50,7 +50,6 @@ from .reader import (
     ReportError,
     ResultsReader,
     latest_attempts,
-    per_eval_table,
     read_units,
 )
 from .stats import (
@@ -133,7 +132,6 @@ __all__ = [
     "pass_at_k",
     "pass_at_k_estimate",
     "pass_hat_k_estimate",
-    "per_eval_table",
     "per_model_table",
     "read_units",
     "render_html",

@@ -240,14 +240,6 @@ class ResultsReader:
         """One row per unit: the latest attempt per ``(run_id, unit_id)``."""
         return latest_attempts(self.all_attempts(runs, models, evals, columns))
 
-    def per_eval(self, runs=None, models=None, evals=None, by: Sequence[str] = ("model", "harness")) -> pd.DataFrame:
-        return per_eval_table(self.units(runs, models, evals), by=by)
-
-    def per_model(self, runs=None, models=None, evals=None, by: Sequence[str] = ("model", "harness")) -> pd.DataFrame:
-        from .benchmark import benchmark_table
-
-        return benchmark_table(self.units(runs, models, evals), by=by)
-
 
 def table_to_frame(table: pa.Table) -> pd.DataFrame:
     """Arrow → pandas with key string columns as categoricals (dictionary-encoded in Arrow), and
@@ -380,17 +372,6 @@ def passed_array(frame: pd.DataFrame) -> np.ndarray:
     return values & ~error_mask(frame)
 
 
-def per_eval_table(units: pd.DataFrame, by: Sequence[str] = ("model", "harness"), errors: str = "fail") -> pd.DataFrame:
-    """One row per group × eval: runs, passes, errors, pass rate, mean score, cost and duration.
-
-    ``errors="fail"`` (default) counts error rows as failures; ``"exclude"`` leaves them out
-    of ``n_runs``/``pass_rate`` (they still show in ``n_errors``).
-    """
-    from .benchmark import eval_frame
-
-    return eval_frame(units, by=by, errors=errors)
-
-
 __all__ = [
     "ALL_COLUMNS",
     "ERROR_STATUSES",
@@ -400,7 +381,6 @@ __all__ = [
     "error_mask",
     "latest_attempts",
     "passed_array",
-    "per_eval_table",
     "read_units",
     "table_to_frame",
 ]

@@ -13,8 +13,9 @@ not session) carries that node's session id:
 (``c1`` is the first attempt: a ``ray start`` that exits during startup, e.g. because a chosen
 port was taken meanwhile, is retried once under ``c2`` with new ports.)
 
-Servers and clients share ``RAY_AUTH_MODE=disabled`` and ``RAY_USAGE_STATS_ENABLED=0`` (the
-fixture exports both while the module runs and hands ``cluster.env`` to subprocesses). GCS
+Servers and clients share ``RAY_AUTH_MODE=token`` with one random ``RAY_AUTH_TOKEN`` per test
+session, and ``RAY_USAGE_STATS_ENABLED=0`` (the fixture exports them while the module runs and
+hands ``cluster.env`` to subprocesses). GCS
 health checks are tightened (1 s period, 3 failures) so a killed node is declared dead in
 seconds. Every port is chosen free on this machine; the dashboard binds 127.0.0.1 only.
 
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -55,7 +57,9 @@ NODE_LABEL = "rayeval-test-node"
 LOOPBACK_RAY_START = Path(__file__).with_name("loopback_ray_start.py")
 
 CLUSTER_ENV = {
-    "RAY_AUTH_MODE": "disabled",
+    # Token authentication, as Ray 2.60 clusters have it by default: one token per test session
+    "RAY_AUTH_MODE": "token",
+    "RAY_AUTH_TOKEN": secrets.token_hex(32),
     "RAY_USAGE_STATS_ENABLED": "0",
     # Nodes, drivers and workers register 127.0.0.1, never the machine's routable address.
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
@@ -237,9 +241,14 @@ class RayTestCluster:
 
     # --- state -----------------------------------------------------------------------
 
+    def dashboard_get(self, path: str, timeout: float):  # type: ignore[no-untyped-def]
+        """A GET on the dashboard with the cluster's token (token authentication is on)."""
+        headers = {"Authorization": f"Bearer {self.env['RAY_AUTH_TOKEN']}"}
+        return urllib.request.urlopen(urllib.request.Request(f"{self.dashboard_url}{path}", headers=headers), timeout=timeout)
+
     def nodes(self) -> list[dict]:
         """The GCS's node table through the dashboard (no driver needed)."""
-        with urllib.request.urlopen(f"{self.dashboard_url}/nodes?view=summary", timeout=10) as response:
+        with self.dashboard_get("/nodes?view=summary", timeout=10) as response:
             payload = json.load(response)
         return payload["data"]["summary"]
 
@@ -331,7 +340,7 @@ def _wait_head_ready(cluster: RayTestCluster) -> str:
         if head.process.poll() is not None:
             raise RayStartFailed(f"`ray start --head` exited {head.process.returncode}:\n{head.log_tail()}")
         try:  # the job API answers only once the head's dashboard agent is up
-            with urllib.request.urlopen(f"{cluster.dashboard_url}/api/jobs/", timeout=5) as response:
+            with cluster.dashboard_get("/api/jobs/", timeout=5) as response:
                 return response.status == 200
         except (OSError, urllib.error.URLError, ValueError):
             return False

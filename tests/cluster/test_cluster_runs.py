@@ -8,6 +8,7 @@ cluster without its second node; the last test starts it again mid-run.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -115,6 +116,30 @@ def test_submit_run_as_ray_job(ray_cluster: RayTestCluster, tmp_path: Path) -> N
     assert rows["passed"].all(), rows.loc[~rows["passed"], ["eval_id", "status", "reasoning", "error_message"]].to_string()
     assert (output / "run_id=job1" / "_manifest.json").is_file()
     print(f"job run: {time.monotonic() - started:.1f} s")
+
+
+def test_the_readmes_ray_job_submit_runs_as_written(ray_cluster: RayTestCluster, tmp_path: Path) -> None:
+    """The README's two lines, run from the repository as written: the cluster's address and
+    token, and a local results root for the S3 one, are the only substitutions. Without the
+    token, the same submission is refused."""
+    block = next(b for b in re.findall(r"```bash\n(.*?)```", (REPO / "README.md").read_text(), re.DOTALL) if "ray job submit" in b)
+    lines = re.sub(r"\\\n\s*", " ", block).splitlines()
+    export = next(line for line in lines if line.startswith("export RAY_AUTH_MODE=token"))
+    submit = next(line for line in lines if line.startswith("ray job submit"))
+    output = tmp_path / "results"
+    script = "\n".join([
+        export.replace("<the cluster's token>", ray_cluster.env["RAY_AUTH_TOKEN"]),
+        submit.replace("http://127.0.0.1:8265", ray_cluster.dashboard_url).replace("s3://bucket/results", str(output)),
+    ])  # fmt: skip
+    env = {k: v for k, v in ray_cluster.env.items() if k not in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
+    done = subprocess.run(["bash", "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=JOB_TIMEOUT_S, check=False)
+    assert done.returncode == 0, _outputs(done, done.stdout, done.stderr)
+    (run_id,) = [p.name.removeprefix("run_id=") for p in output.iterdir()]
+    assert len(assert_every_unit_once(output, run_id, planned_unit_ids("reference", 1))) == 10
+
+    wrong = script.replace(ray_cluster.env["RAY_AUTH_TOKEN"], "not-the-token")
+    refused = subprocess.run(["bash", "-c", wrong], cwd=REPO, env=env, capture_output=True, text=True, timeout=JOB_TIMEOUT_S, check=False)
+    assert refused.returncode != 0 and len(list(output.iterdir())) == 1  # no second run
 
 
 def test_submit_run_exit_status_follows_the_job(ray_cluster: RayTestCluster, tmp_path: Path) -> None:

@@ -123,6 +123,15 @@ def clip(value: Any, limit: int = MAX_TEXT_CHARS) -> dict[str, Any] | None:
     return {"text": text[:limit], "length": len(text)}
 
 
+_HTML_SAFE = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
+
+
+def json_text(value: Any) -> str:
+    """Compact ASCII JSON with ``<``, ``>`` and ``&`` escaped: no agent text in it can read as
+    markup, whatever a client takes it for."""
+    return json.dumps(value, ensure_ascii=True, allow_nan=False, separators=(",", ":")).translate(_HTML_SAFE)
+
+
 def json_value(value: Any) -> Any:
     """A numpy/pandas scalar as a JSON value (NaN and NaT → None)."""
     if value is None or value is pd.NaT:
@@ -462,6 +471,7 @@ __all__ = [
     "UnitQuery",
     "ViewData",
     "index_frame",
+    "json_text",
     "leaderboard",
     "plot_svg",
     "unit_detail",

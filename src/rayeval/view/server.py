@@ -8,7 +8,6 @@ and images from this server only, nothing inline, no frames, nowhere else to con
 """
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Callable
@@ -19,7 +18,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from ..report.reader import ReportError
 from .assets import ASSETS, CONTENT_SECURITY_POLICY, asset_bytes, index_html
-from .data import NotFound, UnitQuery, ViewData
+from .data import NotFound, UnitQuery, ViewData, json_text
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +90,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
     def _json(self, status: int, value: Any) -> None:
-        body = json.dumps(value, ensure_ascii=True, allow_nan=False).encode()
+        body = json_text(value).encode("ascii")
         self._send(status, body, "application/json; charset=utf-8")
 
     def _error(self, status: HTTPStatus, message: str) -> None:

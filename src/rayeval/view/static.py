@@ -4,11 +4,11 @@ The same page as the server's, reading its data from ``data/`` instead of the AP
 list, each run's unit index in chunks of :data:`INDEX_CHUNK` units, the units' pages in chunks
 of :data:`DETAIL_CHUNK`, the leaderboard and its SVG plots. Each data file is one JSON value
 wrapped in a ``rayevalData(key, value)`` call, since a page opened from ``file://`` may load
-scripts but not fetch files; JSON is written ASCII-only, so no agent text can end the call.
+scripts but not fetch files; the JSON is ASCII with ``<>&`` escaped (:func:`json_text`), and a
+JSON string cannot end the call, so no agent text becomes code.
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from collections.abc import Callable
@@ -19,7 +19,15 @@ import pandas as pd
 
 from ..report.reader import ReportError
 from .assets import ASSETS, asset_bytes, index_html
-from .data import TABLE_COLUMNS, NotFound, RunIndex, ViewData, json_value, unit_detail
+from .data import (
+    TABLE_COLUMNS,
+    NotFound,
+    RunIndex,
+    ViewData,
+    json_text,
+    json_value,
+    unit_detail,
+)
 
 INDEX_CHUNK = 5000
 DETAIL_CHUNK = 100
@@ -45,9 +53,8 @@ def check_out_dir(out_dir: str | Path, results_root: str) -> Path:
 def _write_data(folder: Path, key: str, value: Any) -> None:
     path = folder / "data" / f"{key}.js"
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(value, ensure_ascii=True, allow_nan=False, separators=(",", ":"))
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(f"rayevalData({json.dumps(key)},{text});\n", encoding="ascii")
+    tmp.write_text(f"rayevalData({json_text(key)},{json_text(value)});\n", encoding="ascii")
     os.replace(tmp, path)
 
 

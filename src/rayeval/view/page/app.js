@@ -26,7 +26,7 @@
       else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
       else node.setAttribute(key, String(value));
     }
-    for (const child of children.flat()) {
+    for (const child of present(children)) {
       if (child === null || child === undefined) continue;
       node.appendChild(child instanceof Node ? child : document.createTextNode(String(child)));
     }
@@ -189,14 +189,15 @@
   }
   function setNav(run) {
     const nav = document.getElementById("nav");
-    nav.replaceChildren(
+    nav.replaceChildren(...present([
       link("", {}, "Runs"),
       run ? link("units", { run }, "Units") : null,
       run ? link("compare", { run }, "Compare") : null,
       run ? link("leaderboard", { run }, "Leaderboard") : null,
-    );
+    ]));
   }
-  function show(...nodes) { main.replaceChildren(...nodes); }
+  function present(nodes) { return nodes.flat(Infinity).filter((n) => n !== null && n !== undefined); }
+  function show(...nodes) { main.replaceChildren(...present(nodes)); }
 
   // -- pages ------------------------------------------------------------------------------
   async function runsPage() {

@@ -284,6 +284,7 @@ class RunIndex:
     loaded_at: float = field(default_factory=time.monotonic)
     _orders: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
     _positions: dict[str, int] | None = None
+    _facets: dict[str, list[Any]] | None = None
 
     @property
     def finished(self) -> bool:
@@ -300,6 +301,12 @@ class RunIndex:
         }
 
     def facets(self) -> dict[str, list[Any]]:
+        """The values each filter can take (computed once)."""
+        if self._facets is None:
+            self._facets = self._distinct_values()
+        return self._facets
+
+    def _distinct_values(self) -> dict[str, list[Any]]:
         units = self.units
         return {
             "eval": sorted(map(str, units["eval_id"].dropna().unique())),

@@ -12,6 +12,7 @@ heavy columns read for that unit only). Each figure after the first is the best 
 ``--repeat`` requests; the first page is timed once, as a user meets it. Last, the static
 folder of the same run is written (``--static``): its time, file count and largest file.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,7 +37,10 @@ T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 
 def _trajectory(i: int) -> str:
-    steps = [{"role": "assistant", "content": f"step {k} of unit {i}: " + "x" * 160} for k in range(10)]
+    steps = [
+        {"role": "assistant", "content": f"step {k} of unit {i}: " + "x" * 160}
+        for k in range(10)
+    ]
     return json.dumps({"trajectory.json": json.dumps(steps)})
 
 
@@ -44,25 +48,62 @@ def write_rows(root: Path, units: int, seed: int = 3) -> None:
     rng = np.random.default_rng(seed)
     store = ResultStore(root)
     n_evals = max(1, units // (N_MODELS * N_SEEDS))
-    store.write_manifest(RunManifest(run_id=RUN_ID, status="completed", models=[f"model-{m}" for m in range(N_MODELS)],
-                                     seeds=list(range(1, N_SEEDS + 1)), total_units=units))
+    store.write_manifest(
+        RunManifest(
+            run_id=RUN_ID,
+            status="completed",
+            models=[f"model-{m}" for m in range(N_MODELS)],
+            seeds=list(range(1, N_SEEDS + 1)),
+            total_units=units,
+        )
+    )
     draw = rng.random(units)
-    with store.open_writer(RUN_ID, flush_rows=20_000, wal_dir=root.parent / "wal") as writer:
+    with store.open_writer(
+        RUN_ID, flush_rows=20_000, wal_dir=root.parent / "wal"
+    ) as writer:
         for i in range(units):
-            status = "error" if draw[i] < 0.02 else "failed" if draw[i] < 0.12 else "passed"
+            status = (
+                "error" if draw[i] < 0.02 else "failed" if draw[i] < 0.12 else "passed"
+            )
             duration = float(rng.gamma(3.0, 100.0))
-            writer.add(ResultRow(
-                run_id=RUN_ID, model=f"model-{i % N_MODELS}", unit_id=f"u{i:08d}", eval_id=f"eval-{(i // N_MODELS) % n_evals:05d}",
-                eval_hash="h", agent="bench", harness="bench", seed=1 + (i // (N_MODELS * n_evals)) % N_SEEDS, attempt=1,
-                status=status, passed=status == "passed", score=float(status == "passed"), score_max=1.0,
-                normalized_score=float(status == "passed"), grader_type="numeric_tolerance", metrics_json='{"error": 0.1}',
-                reasoning="r" * 300, answer_json=json.dumps({"answer": "a" * 280}),
-                error_type="AgentCrashed" if status == "error" else None, error_message="boom" if status == "error" else None,
-                duration_s=duration, agent_s=duration, grade_s=0.01, cost_usd=float(rng.gamma(2.0, 0.3)),
-                input_tokens=int(rng.integers(1_000, 100_000)), output_tokens=int(rng.integers(100, 10_000)), n_turns=int(rng.integers(1, 40)),
-                started_at=T0 + timedelta(seconds=i), finished_at=T0 + timedelta(seconds=i + duration), node="bench",
-                isolation="sandbox", metadata_json="{}", artifacts_json=_trajectory(i), rayeval_version="bench",
-            ))
+            writer.add(
+                ResultRow(
+                    run_id=RUN_ID,
+                    model=f"model-{i % N_MODELS}",
+                    unit_id=f"u{i:08d}",
+                    eval_id=f"eval-{(i // N_MODELS) % n_evals:05d}",
+                    eval_hash="h",
+                    agent="bench",
+                    harness="bench",
+                    seed=1 + (i // (N_MODELS * n_evals)) % N_SEEDS,
+                    attempt=1,
+                    status=status,
+                    passed=status == "passed",
+                    score=float(status == "passed"),
+                    score_max=1.0,
+                    normalized_score=float(status == "passed"),
+                    grader_type="numeric_tolerance",
+                    metrics_json='{"error": 0.1}',
+                    reasoning="r" * 300,
+                    answer_json=json.dumps({"answer": "a" * 280}),
+                    error_type="AgentCrashed" if status == "error" else None,
+                    error_message="boom" if status == "error" else None,
+                    duration_s=duration,
+                    agent_s=duration,
+                    grade_s=0.01,
+                    cost_usd=float(rng.gamma(2.0, 0.3)),
+                    input_tokens=int(rng.integers(1_000, 100_000)),
+                    output_tokens=int(rng.integers(100, 10_000)),
+                    n_turns=int(rng.integers(1, 40)),
+                    started_at=T0 + timedelta(seconds=i),
+                    finished_at=T0 + timedelta(seconds=i + duration),
+                    node="bench",
+                    isolation="sandbox",
+                    metadata_json="{}",
+                    artifacts_json=_trajectory(i),
+                    rayeval_version="bench",
+                )
+            )
 
 
 def timed(url: str) -> tuple[float, dict]:
@@ -81,7 +122,9 @@ def main() -> None:
         root = Path(tmp) / "results"
         start = time.perf_counter()
         write_rows(root, args.units)
-        print(f"wrote {args.units:,} rows through ResultStore in {time.perf_counter() - start:.1f} s")
+        print(
+            f"wrote {args.units:,} rows through ResultStore in {time.perf_counter() - start:.1f} s"
+        )
         server = ViewServer(ViewData(ResultsReader(root)))
         server.start()
         base = server.url + "api/"
@@ -105,7 +148,9 @@ def main() -> None:
         site = write_static(ViewData(ResultsReader(root)), Path(tmp) / "site")
         files = list((site / "data").rglob("*"))
         largest = max(path.stat().st_size for path in files if path.is_file())
-        print(f"--static folder: {time.perf_counter() - start:.1f} s, {len(files):,} data files, largest {largest / 1e6:.1f} MB")
+        print(
+            f"--static folder: {time.perf_counter() - start:.1f} s, {len(files):,} data files, largest {largest / 1e6:.1f} MB"
+        )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ root); elsewhere the script says what to install and exits 2.
     python scripts/install_test_tools.py            # install or verify
     python scripts/install_test_tools.py --force    # reinstall the agent CLIs
 """
+
 from __future__ import annotations
 
 import os
@@ -30,7 +31,9 @@ BROWSER_PROGRAMS = ("chromium", "chromedriver")
 
 def _apt_knows(package: str) -> bool:
     """Whether apt has a candidate version for ``package`` (its lists are present)."""
-    shown = subprocess.run(["apt-cache", "policy", package], capture_output=True, text=True, check=False)
+    shown = subprocess.run(
+        ["apt-cache", "policy", package], capture_output=True, text=True, check=False
+    )
     return "Candidate:" in shown.stdout and "Candidate: (none)" not in shown.stdout
 
 
@@ -57,10 +60,17 @@ def install_browser() -> int:
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     if not all(_apt_knows(package) for package in BROWSER_PACKAGES):
         subprocess.run(["apt-get", "update"], check=True, env=env)
-    subprocess.run(["apt-get", "install", "-y", "--no-install-recommends", *BROWSER_PACKAGES], check=True, env=env)
+    subprocess.run(
+        ["apt-get", "install", "-y", "--no-install-recommends", *BROWSER_PACKAGES],
+        check=True,
+        env=env,
+    )
     still = [program for program in BROWSER_PROGRAMS if shutil.which(program) is None]
     if still:
-        print(f"error: apt-get installed {', '.join(BROWSER_PACKAGES)} but {', '.join(still)} is not on PATH", file=sys.stderr)
+        print(
+            f"error: apt-get installed {', '.join(BROWSER_PACKAGES)} but {', '.join(still)} is not on PATH",
+            file=sys.stderr,
+        )
         return 2
     print(f"browser: installed {', '.join(BROWSER_PACKAGES)}")
     return 0
@@ -73,7 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return install_browser()
     except subprocess.CalledProcessError as exc:
-        print(f"error: {' '.join(map(str, exc.cmd))} failed with exit code {exc.returncode}", file=sys.stderr)
+        print(
+            f"error: {' '.join(map(str, exc.cmd))} failed with exit code {exc.returncode}",
+            file=sys.stderr,
+        )
         return 2
 
 

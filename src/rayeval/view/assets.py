@@ -1,4 +1,5 @@
 """The page's files, shipped in the package (``page/``): no build step, nothing from a CDN."""
+
 from __future__ import annotations
 
 from functools import cache
@@ -16,9 +17,7 @@ CONTENT_SECURITY_POLICY = (
     "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 )
 # The static folder's policy, as a <meta> tag (frame-ancestors is not allowed there).
-STATIC_CONTENT_SECURITY_POLICY = (
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'"
-)
+STATIC_CONTENT_SECURITY_POLICY = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'"
 
 
 @cache
@@ -33,9 +32,21 @@ def index_html(*, static: bool) -> bytes:
     """The page for the server (data from its API) or for a static folder (data from
     ``data/*.js`` chunks, policy in a ``<meta>`` tag)."""
     text = asset_bytes("index.html").decode("utf-8")
-    meta = f'<meta http-equiv="Content-Security-Policy" content="{STATIC_CONTENT_SECURITY_POLICY}">' if static else ""
-    text = text.replace("<!--CSP-->", meta).replace('data-source="SOURCE"', f'data-source="{"static" if static else "api"}"')
+    meta = (
+        f'<meta http-equiv="Content-Security-Policy" content="{STATIC_CONTENT_SECURITY_POLICY}">'
+        if static
+        else ""
+    )
+    text = text.replace("<!--CSP-->", meta).replace(
+        'data-source="SOURCE"', f'data-source="{"static" if static else "api"}"'
+    )
     return text.encode("utf-8")
 
 
-__all__ = ["ASSETS", "CONTENT_SECURITY_POLICY", "STATIC_CONTENT_SECURITY_POLICY", "asset_bytes", "index_html"]
+__all__ = [
+    "ASSETS",
+    "CONTENT_SECURITY_POLICY",
+    "STATIC_CONTENT_SECURITY_POLICY",
+    "asset_bytes",
+    "index_html",
+]

@@ -7,6 +7,7 @@ artifacts, error message) are read only for the unit shown, pruned to its model 
 eval.  Every text the agent could have written is clipped (:data:`MAX_TEXT_CHARS`) with its
 full length, so the page can say it was truncated.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -42,7 +43,9 @@ MAX_PAGE_SIZE = 500
 REFRESH_S = 10.0
 
 Verdict = Literal["passed", "failed", "error"]
-SortKey = Literal["eval", "model", "seed", "duration", "cost", "tokens", "score", "turns"]
+SortKey = Literal[
+    "eval", "model", "seed", "duration", "cost", "tokens", "score", "turns"
+]
 SORT_COLUMNS: dict[str, str] = {
     "eval": "eval_id",
     "model": "model",
@@ -111,7 +114,9 @@ class UnitQuery(BaseModel):
         try:
             return cls.model_validate(values)
         except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()
+            )
             raise ValueError(problems) from None
 
 
@@ -119,7 +124,11 @@ def clip(value: Any, limit: int = MAX_TEXT_CHARS) -> dict[str, Any] | None:
     """A text for the page: ``{"text", "length"}``, the text cut at ``limit`` characters."""
     if value is None:
         return None
-    text = value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    text = (
+        value
+        if isinstance(value, str)
+        else json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    )
     return {"text": text[:limit], "length": len(text)}
 
 
@@ -129,7 +138,9 @@ _HTML_SAFE = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
 def json_text(value: Any) -> str:
     """Compact ASCII JSON with ``<``, ``>`` and ``&`` escaped: no agent text in it can read as
     markup, whatever a client takes it for."""
-    return json.dumps(value, ensure_ascii=True, allow_nan=False, separators=(",", ":")).translate(_HTML_SAFE)
+    return json.dumps(
+        value, ensure_ascii=True, allow_nan=False, separators=(",", ":")
+    ).translate(_HTML_SAFE)
 
 
 def json_value(value: Any) -> Any:
@@ -167,7 +178,12 @@ def metric_rows(metrics: Any, prefix: str = "", depth: int = 0) -> list[list[Any
     lists as JSON text), at most :data:`MAX_METRICS`."""
     rows: list[list[Any]] = []
     if not isinstance(metrics, dict):
-        return [[prefix or "value", clip(metrics, 2000)["text"] if metrics is not None else None]]
+        return [
+            [
+                prefix or "value",
+                clip(metrics, 2000)["text"] if metrics is not None else None,
+            ]
+        ]
     for key, value in metrics.items():
         name = f"{prefix}.{key}" if prefix else str(key)
         if isinstance(value, dict) and value and depth < 3:
@@ -181,21 +197,33 @@ def metric_rows(metrics: Any, prefix: str = "", depth: int = 0) -> list[list[Any
     return rows
 
 
-def artifacts_view(artifacts_json: Any) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+def artifacts_view(
+    artifacts_json: Any,
+) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     """The artifacts (name + clipped text) and the trajectory as a conversation, if any."""
     artifacts = _parse_json(artifacts_json)
     if not isinstance(artifacts, dict):
-        return ([{"name": "artifacts", **clip(artifacts)}] if artifacts is not None else []), None
+        return (
+            [{"name": "artifacts", **clip(artifacts)}] if artifacts is not None else []
+        ), None
     listed, trajectory = [], None
     for name, content in artifacts.items():
         listed.append({"name": str(name), **clip(content)})
         if name == TRAJECTORY_ARTIFACT:
-            fmt, steps, total = conversation(_parse_json(content) if isinstance(content, str) else content)
-            trajectory = {"format": fmt, "steps": [s._asdict() for s in steps], "total": total}
+            fmt, steps, total = conversation(
+                _parse_json(content) if isinstance(content, str) else content
+            )
+            trajectory = {
+                "format": fmt,
+                "steps": [s._asdict() for s in steps],
+                "total": total,
+            }
     return listed, trajectory
 
 
-def unit_detail(light: Mapping[str, Any], heavy: Mapping[str, Any], task: dict[str, Any]) -> dict[str, Any]:
+def unit_detail(
+    light: Mapping[str, Any], heavy: Mapping[str, Any], task: dict[str, Any]
+) -> dict[str, Any]:
     """The unit page's data: the index row, its heavy columns made readable, and its task."""
     artifacts, trajectory = artifacts_view(heavy.get("artifacts_json"))
     metrics = _parse_json(heavy.get("metrics_json"))
@@ -215,7 +243,9 @@ def unit_detail(light: Mapping[str, Any], heavy: Mapping[str, Any], task: dict[s
 
 def verdicts(units: pd.DataFrame) -> np.ndarray:
     """``passed`` / ``failed`` / ``error`` per unit (an error status is never a pass)."""
-    return np.where(error_mask(units), "error", np.where(passed_array(units), "passed", "failed"))
+    return np.where(
+        error_mask(units), "error", np.where(passed_array(units), "passed", "failed")
+    )
 
 
 def index_frame(units: pd.DataFrame) -> pd.DataFrame:
@@ -247,10 +277,18 @@ def leaderboard(units: pd.DataFrame) -> dict[str, Any]:
         plots.append("cost")
     for column, label in BREAKDOWNS:
         if column in units.columns and units[column].notna().any():
-            tables.append(_leaderboard_table(f"Accuracy by {label}", breakdown_table(units, column)))
+            tables.append(
+                _leaderboard_table(
+                    f"Accuracy by {label}", breakdown_table(units, column)
+                )
+            )
             plots.append(column)
     if importlib.util.find_spec("matplotlib") is None:
-        return {"tables": tables, "plots": [], "note": "plots need matplotlib: pip install 'rayeval[report]'"}
+        return {
+            "tables": tables,
+            "plots": [],
+            "note": "plots need matplotlib: pip install 'rayeval[report]'",
+        }
     return {"tables": tables, "plots": plots, "note": None}
 
 
@@ -266,7 +304,12 @@ def plot_svg(units: pd.DataFrame, name: str) -> bytes:
         figure = html_report.cost_figure(main)
     elif name in labels:
         table = breakdown_table(units, name)
-        figure = html_report.heatmap_figure(table, name, f"Accuracy (%) by {labels[name]}", order=html_report.plot_labels(main))
+        figure = html_report.heatmap_figure(
+            table,
+            name,
+            f"Accuracy (%) by {labels[name]}",
+            order=html_report.plot_labels(main),
+        )
     else:
         raise NotFound(f"no plot {name!r}")
     if figure is None:
@@ -292,7 +335,15 @@ class RunIndex:
 
     def summary(self) -> dict[str, Any]:
         counts = self.units["verdict"].value_counts()
-        keys = ("status", "created_at", "finished_at", "agent", "models", "seeds", "total_units")
+        keys = (
+            "status",
+            "created_at",
+            "finished_at",
+            "agent",
+            "models",
+            "seeds",
+            "total_units",
+        )
         return {
             "run_id": self.run_id,
             **{k: self.manifest.get(k) for k in keys},
@@ -343,7 +394,12 @@ class RunIndex:
     def query(self, query: UnitQuery) -> dict[str, Any]:
         units = self.units
         mask = np.ones(len(units), dtype=bool)
-        for name, column in (("eval", "eval_id"), ("model", "model"), ("verdict", "verdict"), ("error", "error_type")):
+        for name, column in (
+            ("eval", "eval_id"),
+            ("model", "model"),
+            ("verdict", "verdict"),
+            ("error", "error_type"),
+        ):
             value = getattr(query, name)
             if value is not None:
                 mask &= (units[column].astype("object") == value).to_numpy(dtype=bool)
@@ -363,7 +419,10 @@ class RunIndex:
             "pages": max(1, -(-int(mask.sum()) // query.size)),
             "size": query.size,
             "columns": list(TABLE_COLUMNS),
-            "rows": [[json_value(v) for v in record] for record in page[list(TABLE_COLUMNS)].itertuples(index=False)],
+            "rows": [
+                [json_value(v) for v in record]
+                for record in page[list(TABLE_COLUMNS)].itertuples(index=False)
+            ],
             "facets": self.facets(),
         }
 
@@ -391,13 +450,17 @@ class ViewData:
             return found
         missing = [run for run in self.only if run not in found]
         if missing:
-            raise ReportError(f"no run {', '.join(map(repr, missing))} under {self.reader.root}")
+            raise ReportError(
+                f"no run {', '.join(map(repr, missing))} under {self.reader.root}"
+            )
         return list(self.only)
 
     def run(self, run_id: str) -> RunIndex:
         with self._lock:
             cached = self._runs.get(run_id)
-            if cached is not None and (cached.finished or time.monotonic() - cached.loaded_at < REFRESH_S):
+            if cached is not None and (
+                cached.finished or time.monotonic() - cached.loaded_at < REFRESH_S
+            ):
                 return cached
             if run_id not in self.run_ids():
                 raise NotFound(f"no run {run_id!r}")
@@ -409,7 +472,11 @@ class ViewData:
     def runs(self) -> list[dict[str, Any]]:
         """Every run's summary, newest first."""
         summaries = [self.run(run).summary() for run in self.run_ids()]
-        return sorted(summaries, key=lambda s: (str(s.get("created_at") or ""), s["run_id"]), reverse=True)
+        return sorted(
+            summaries,
+            key=lambda s: (str(s.get("created_at") or ""), s["run_id"]),
+            reverse=True,
+        )
 
     def units(self, run_id: str, query: UnitQuery) -> dict[str, Any]:
         return self.run(run_id).query(query)
@@ -417,34 +484,64 @@ class ViewData:
     def unit(self, run_id: str, unit_id: str) -> dict[str, Any]:
         index = self.run(run_id)
         light = index.units.iloc[index.position(unit_id)]
-        heavy = self.heavy_rows(run_id, str(light["model"]), [str(light["eval_id"])], {unit_id})
-        return unit_detail(light.to_dict(), heavy.get(unit_id, {}), self.task(index, str(light["eval_id"]), heavy.get(unit_id, {})))
+        heavy = self.heavy_rows(
+            run_id, str(light["model"]), [str(light["eval_id"])], {unit_id}
+        )
+        return unit_detail(
+            light.to_dict(),
+            heavy.get(unit_id, {}),
+            self.task(index, str(light["eval_id"]), heavy.get(unit_id, {})),
+        )
 
-    def heavy_rows(self, run_id: str, model: str, evals: list[str] | None, unit_ids: set[str] | None = None) -> dict[str, dict[str, Any]]:
+    def heavy_rows(
+        self,
+        run_id: str,
+        model: str,
+        evals: list[str] | None,
+        unit_ids: set[str] | None = None,
+    ) -> dict[str, dict[str, Any]]:
         """The heavy columns of the latest attempt of each unit (pruned to one model and, when
         given, some evals), by unit id."""
-        frame = latest_attempts(self.reader.all_attempts(runs=[run_id], models=[model], evals=evals, columns=list(DETAIL_COLUMNS)))
+        frame = latest_attempts(
+            self.reader.all_attempts(
+                runs=[run_id], models=[model], evals=evals, columns=list(DETAIL_COLUMNS)
+            )
+        )
         if unit_ids is not None:
             frame = frame[frame["unit_id"].astype("object").isin(unit_ids)]
         return {str(row["unit_id"]): row for row in frame.to_dict("records")}
 
-    def task(self, index: RunIndex, eval_id: str, heavy: Mapping[str, Any]) -> dict[str, Any]:
+    def task(
+        self, index: RunIndex, eval_id: str, heavy: Mapping[str, Any]
+    ) -> dict[str, Any]:
         """The eval's task text, from the eval file the run's manifest names, when it is still
         there and unchanged (same content hash as the row's); else a note why not."""
         key = (index.run_id, eval_id)
         if key not in self._tasks:
-            self._tasks[key] = _task_from_manifest(index.manifest, eval_id, heavy.get("eval_hash"))
+            self._tasks[key] = _task_from_manifest(
+                index.manifest, eval_id, heavy.get("eval_hash")
+            )
         return self._tasks[key]
 
-    def compare(self, run_id: str, eval_id: str, seed: int, models: tuple[str, str]) -> dict[str, Any]:
+    def compare(
+        self, run_id: str, eval_id: str, seed: int, models: tuple[str, str]
+    ) -> dict[str, Any]:
         """The units of two models on one eval and seed, side by side (None where missing)."""
         units = self.run(run_id).units
-        same = (units["eval_id"].astype("object") == eval_id) & (units["seed"] == seed).fillna(False)
+        same = (units["eval_id"].astype("object") == eval_id) & (
+            units["seed"] == seed
+        ).fillna(False)
         sides: dict[str, Any] = {}
         for side, model in zip(("a", "b"), models):
             found = units["unit_id"][same & (units["model"].astype("object") == model)]
             sides[side] = self.unit(run_id, str(found.iloc[0])) if len(found) else None
-        return {"run_id": run_id, "eval": eval_id, "seed": seed, "models": list(models), **sides}
+        return {
+            "run_id": run_id,
+            "eval": eval_id,
+            "seed": seed,
+            "models": list(models),
+            **sides,
+        }
 
     def leaderboard(self, run_id: str) -> dict[str, Any]:
         return {"run_id": run_id, **leaderboard(self.run(run_id).units)}
@@ -453,19 +550,34 @@ class ViewData:
         return plot_svg(self.run(run_id).units, name)
 
 
-def _task_from_manifest(manifest: Mapping[str, Any], eval_id: str, eval_hash: Any) -> dict[str, Any]:
-    refs = [ref for ref in manifest.get("eval_files") or [] if isinstance(ref, dict) and ref.get("id") == eval_id]
+def _task_from_manifest(
+    manifest: Mapping[str, Any], eval_id: str, eval_hash: Any
+) -> dict[str, Any]:
+    refs = [
+        ref
+        for ref in manifest.get("eval_files") or []
+        if isinstance(ref, dict) and ref.get("id") == eval_id
+    ]
     if not refs:
-        return {"text": None, "note": "the run's manifest names no eval file for this eval"}
+        return {
+            "text": None,
+            "note": "the run's manifest names no eval file for this eval",
+        }
     path = str(refs[0].get("path") or "")
     if not path or not Path(path).is_file():
-        return {"text": None, "note": f"eval file {path or '(none)'} is not on this machine"}
+        return {
+            "text": None,
+            "note": f"eval file {path or '(none)'} is not on this machine",
+        }
     try:
         eval_ = load_eval(path, check_data_nodes=False)
     except (EvalFileError, OSError) as exc:
         return {"text": None, "note": f"eval file {path} cannot be read: {exc}"}
     if eval_hash is not None and eval_.content_hash() != eval_hash:
-        return {"text": None, "note": f"eval file {path} changed since the run (its content hash differs)"}
+        return {
+            "text": None,
+            "note": f"eval file {path} changed since the run (its content hash differs)",
+        }
     return {"text": clip(eval_.task), "note": f"from {path}"}
 
 

@@ -6,6 +6,7 @@ Routes (GET and HEAD only): ``/`` the page; ``/assets/<name>`` one of the packag
 ``/api/plot`` (SVG). Every response carries a strict Content-Security-Policy: scripts, styles
 and images from this server only, nothing inline, no frames, nowhere else to connect.
 """
+
 from __future__ import annotations
 
 import logging
@@ -63,9 +64,14 @@ def _api(data: ViewData) -> dict[str, Callable[[dict[str, str]], Any]]:
     return {
         "/api/runs": lambda params: {"root": data.reader.root, "runs": data.runs()},
         "/api/units": units,
-        "/api/unit": lambda params: data.unit(_required(params, "run"), _required(params, "id")),
+        "/api/unit": lambda params: data.unit(
+            _required(params, "run"), _required(params, "id")
+        ),
         "/api/compare": lambda params: data.compare(
-            _required(params, "run"), _required(params, "eval"), _seed(params), (_required(params, "a"), _required(params, "b"))
+            _required(params, "run"),
+            _required(params, "eval"),
+            _seed(params),
+            (_required(params, "a"), _required(params, "b")),
         ),
         "/api/leaderboard": lambda params: data.leaderboard(_required(params, "run")),
     }
@@ -112,16 +118,23 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(HTTPStatus.BAD_GATEWAY, f"cannot read the results: {exc}")
         except Exception:
             log.exception("rayeval view: %s failed", url.path)
-            self._error(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error (see the server's log)")
+            self._error(
+                HTTPStatus.INTERNAL_SERVER_ERROR,
+                "internal error (see the server's log)",
+            )
 
     def _route(self, path: str, params: dict[str, str]) -> None:
         if path in ("/", "/index.html"):
-            self._send(HTTPStatus.OK, index_html(static=False), "text/html; charset=utf-8")
+            self._send(
+                HTTPStatus.OK, index_html(static=False), "text/html; charset=utf-8"
+            )
         elif path.startswith("/assets/") and path[len("/assets/") :] in ASSETS:
             name = path[len("/assets/") :]
             self._send(HTTPStatus.OK, asset_bytes(name), ASSETS[name])
         elif path == "/api/plot":
-            svg = self.server.data.plot(_required(params, "run"), _required(params, "name"))
+            svg = self.server.data.plot(
+                _required(params, "run"), _required(params, "name")
+            )
             self._send(HTTPStatus.OK, svg, "image/svg+xml")
         elif path in self.server.api:
             self._json(HTTPStatus.OK, self.server.api[path](params))
@@ -151,7 +164,9 @@ class ViewServer(ThreadingHTTPServer):
 
     def start(self) -> threading.Thread:
         """Serve in a background thread (stop with ``shutdown()`` then ``server_close()``)."""
-        thread = threading.Thread(target=self.serve_forever, name="rayeval-view", daemon=True)
+        thread = threading.Thread(
+            target=self.serve_forever, name="rayeval-view", daemon=True
+        )
         thread.start()
         return thread
 

@@ -7,6 +7,7 @@ wrapped in a ``rayevalData(key, value)`` call, since a page opened from ``file:/
 scripts but not fetch files; the JSON is ASCII with ``<>&`` escaped (:func:`json_text`), and a
 JSON string cannot end the call, so no agent text becomes code.
 """
+
 from __future__ import annotations
 
 import os
@@ -42,11 +43,15 @@ def check_out_dir(out_dir: str | Path, results_root: str) -> Path:
     written there) or is a non-empty folder that is not an earlier static view."""
     out = Path(out_dir).resolve()
     if "://" not in results_root and _inside(out, Path(results_root).resolve()):
-        raise ReportError(f"--static {out_dir}: inside the results root {results_root}; choose a folder outside it")
+        raise ReportError(
+            f"--static {out_dir}: inside the results root {results_root}; choose a folder outside it"
+        )
     if out.exists() and not out.is_dir():
         raise ReportError(f"--static {out_dir}: is a file, not a folder")
     if out.is_dir() and any(out.iterdir()) and not (out / "index.html").is_file():
-        raise ReportError(f"--static {out_dir}: a non-empty folder that is not a static view; choose an empty or new one")
+        raise ReportError(
+            f"--static {out_dir}: a non-empty folder that is not a static view; choose an empty or new one"
+        )
     return out
 
 
@@ -54,7 +59,9 @@ def _write_data(folder: Path, key: str, value: Any) -> None:
     path = folder / "data" / f"{key}.js"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(f"rayevalData({json_text(key)},{json_text(value)});\n", encoding="ascii")
+    tmp.write_text(
+        f"rayevalData({json_text(key)},{json_text(value)});\n", encoding="ascii"
+    )
     os.replace(tmp, path)
 
 
@@ -63,17 +70,26 @@ def _detail_chunks(units: pd.DataFrame) -> pd.Series:
     model partition is read once."""
     model_codes = pd.factorize(units["model"].astype("object"), sort=True)[0]
     rank = units.groupby(model_codes, sort=False).cumcount().to_numpy()
-    return pd.Series([f"{m}_{r // DETAIL_CHUNK}" for m, r in zip(model_codes, rank)], index=units.index)
+    return pd.Series(
+        [f"{m}_{r // DETAIL_CHUNK}" for m, r in zip(model_codes, rank)],
+        index=units.index,
+    )
 
 
-def _write_run(data: ViewData, index: RunIndex, folder: Path, run_dir: str) -> dict[str, Any]:
+def _write_run(
+    data: ViewData, index: RunIndex, folder: Path, run_dir: str
+) -> dict[str, Any]:
     units = index.units.assign(detail_chunk=_detail_chunks(index.units))
     columns = [*TABLE_COLUMNS, "detail_chunk"]
     chunks = 0
     for start in range(0, len(units), INDEX_CHUNK):
         part = units.iloc[start : start + INDEX_CHUNK][columns]
-        rows = [[json_value(v) for v in record] for record in part.itertuples(index=False)]
-        _write_data(folder, f"{run_dir}/index-{chunks}", {"columns": columns, "rows": rows})
+        rows = [
+            [json_value(v) for v in record] for record in part.itertuples(index=False)
+        ]
+        _write_data(
+            folder, f"{run_dir}/index-{chunks}", {"columns": columns, "rows": rows}
+        )
         chunks += 1
     for model, group in units.groupby(units["model"].astype("object"), sort=True):
         heavy = data.heavy_rows(index.run_id, str(model), None)
@@ -81,19 +97,30 @@ def _write_run(data: ViewData, index: RunIndex, folder: Path, run_dir: str) -> d
             details = {}
             for _, light in members.drop(columns="detail_chunk").iterrows():
                 row = heavy.get(str(light["unit_id"]), {})
-                details[str(light["unit_id"])] = unit_detail(light.to_dict(), row, data.task(index, str(light["eval_id"]), row))
+                details[str(light["unit_id"])] = unit_detail(
+                    light.to_dict(), row, data.task(index, str(light["eval_id"]), row)
+                )
             _write_data(folder, f"{run_dir}/units-{chunk}", details)
     board = data.leaderboard(index.run_id)
     _write_data(folder, f"{run_dir}/leaderboard", board)
     for name in board["plots"]:
         try:
-            (folder / "data" / run_dir / f"plot-{name}.svg").write_bytes(data.plot(index.run_id, name))
+            (folder / "data" / run_dir / f"plot-{name}.svg").write_bytes(
+                data.plot(index.run_id, name)
+            )
         except NotFound:
             continue
-    return {**index.summary(), "dir": run_dir, "chunks": chunks, "facets": index.facets()}
+    return {
+        **index.summary(),
+        "dir": run_dir,
+        "chunks": chunks,
+        "facets": index.facets(),
+    }
 
 
-def write_static(data: ViewData, out_dir: str | Path, progress: Callable[[str], None] | None = None) -> Path:
+def write_static(
+    data: ViewData, out_dir: str | Path, progress: Callable[[str], None] | None = None
+) -> Path:
     """Write the static viewer of ``data``'s runs into ``out_dir`` (see the module's doc)."""
     out = check_out_dir(out_dir, data.reader.root)
     if (out / "data").is_dir():  # an earlier static view: replaced as a whole

@@ -7,6 +7,7 @@ and mini-swe-agent's message list (``role`` / ``content``; OpenAI-style ``tool_c
 Each becomes a list of :class:`Step`; a shape none of them fits is shown as pretty JSON.
 Everything here is text written by the agent: the page renders it as text only.
 """
+
 from __future__ import annotations
 
 import json
@@ -38,7 +39,9 @@ def _text(value: Any) -> str:
 
 def _step(role: Any, kind: StepKind, text: Any, title: Any = "") -> Step:
     full = _text(text)
-    return Step(str(role or "?"), kind, str(title or ""), full[:MAX_STEP_CHARS], len(full))
+    return Step(
+        str(role or "?"), kind, str(title or ""), full[:MAX_STEP_CHARS], len(full)
+    )
 
 
 def _block_steps(role: str, content: Any) -> list[Step]:
@@ -53,16 +56,27 @@ def _block_steps(role: str, content: Any) -> list[Step]:
         elif kind == "thinking":
             steps.append(_step(role, "thinking", block.get("thinking", "")))
         elif kind == "tool_use":
-            steps.append(_step(role, "tool_call", block.get("input", {}), block.get("name")))
+            steps.append(
+                _step(role, "tool_call", block.get("input", {}), block.get("name"))
+            )
         elif kind == "tool_result":
-            steps.append(_step("tool", "tool_result", _tool_result_text(block.get("content")), "error" if block.get("is_error") else "output"))
+            steps.append(
+                _step(
+                    "tool",
+                    "tool_result",
+                    _tool_result_text(block.get("content")),
+                    "error" if block.get("is_error") else "output",
+                )
+            )
         else:
             steps.append(_step(role, "event", block, kind or "block"))
     return steps
 
 
 def _tool_result_text(content: Any) -> Any:
-    if isinstance(content, list) and all(isinstance(b, dict) and b.get("type") == "text" for b in content):
+    if isinstance(content, list) and all(
+        isinstance(b, dict) and b.get("type") == "text" for b in content
+    ):
         return "\n".join(str(b.get("text", "")) for b in content)
     return content
 
@@ -73,11 +87,27 @@ def _claude_steps(events: list[dict[str, Any]]) -> list[Step]:
         kind = event.get("type")
         message = event.get("message")
         if kind in ("assistant", "user") and isinstance(message, dict):
-            steps += _block_steps(str(message.get("role") or kind), message.get("content"))
+            steps += _block_steps(
+                str(message.get("role") or kind), message.get("content")
+            )
         elif kind == "result":
-            steps.append(_step("harness", "event", event.get("result", event), f"result ({event.get('subtype', '')})"))
+            steps.append(
+                _step(
+                    "harness",
+                    "event",
+                    event.get("result", event),
+                    f"result ({event.get('subtype', '')})",
+                )
+            )
         elif kind == "system":
-            steps.append(_step("harness", "event", {k: v for k, v in event.items() if k != "type"}, f"system {event.get('subtype', '')}"))
+            steps.append(
+                _step(
+                    "harness",
+                    "event",
+                    {k: v for k, v in event.items() if k != "type"},
+                    f"system {event.get('subtype', '')}",
+                )
+            )
     return steps
 
 
@@ -87,7 +117,14 @@ def _codex_steps(events: list[dict[str, Any]]) -> list[Step]:
         item = event.get("item")
         if event.get("type") != "item.completed" or not isinstance(item, dict):
             if event.get("type") in ("turn.failed", "error"):
-                steps.append(_step("harness", "event", event.get("error") or event.get("message") or event, event.get("type")))
+                steps.append(
+                    _step(
+                        "harness",
+                        "event",
+                        event.get("error") or event.get("message") or event,
+                        event.get("type"),
+                    )
+                )
             continue
         kind = item.get("type")
         if kind == "agent_message":
@@ -95,9 +132,18 @@ def _codex_steps(events: list[dict[str, Any]]) -> list[Step]:
         elif kind == "reasoning":
             steps.append(_step("assistant", "thinking", item.get("text", "")))
         elif kind == "command_execution":
-            steps.append(_step("assistant", "tool_call", item.get("command", ""), "shell"))
+            steps.append(
+                _step("assistant", "tool_call", item.get("command", ""), "shell")
+            )
             exit_code = item.get("exit_code")
-            steps.append(_step("tool", "tool_result", item.get("aggregated_output", ""), f"exit {exit_code}"))
+            steps.append(
+                _step(
+                    "tool",
+                    "tool_result",
+                    item.get("aggregated_output", ""),
+                    f"exit {exit_code}",
+                )
+            )
         else:
             steps.append(_step("assistant", "event", item, kind or "item"))
     return steps
@@ -108,14 +154,28 @@ def _message_steps(messages: list[dict[str, Any]]) -> list[Step]:
     for message in messages:
         role = str(message.get("role") or "?")
         if role == "tool":
-            steps.append(_step("tool", "tool_result", _tool_result_text(message.get("content")), message.get("name") or "output"))
+            steps.append(
+                _step(
+                    "tool",
+                    "tool_result",
+                    _tool_result_text(message.get("content")),
+                    message.get("name") or "output",
+                )
+            )
             continue
         if message.get("content") not in (None, "", []):
             steps += _block_steps(role, message.get("content"))
         for call in message.get("tool_calls") or []:
             function = call.get("function") if isinstance(call, dict) else None
             if isinstance(function, dict):
-                steps.append(_step(role, "tool_call", function.get("arguments", ""), function.get("name")))
+                steps.append(
+                    _step(
+                        role,
+                        "tool_call",
+                        function.get("arguments", ""),
+                        function.get("name"),
+                    )
+                )
             else:
                 steps.append(_step(role, "tool_call", call, "tool call"))
     return steps
@@ -124,10 +184,16 @@ def _message_steps(messages: list[dict[str, Any]]) -> list[Step]:
 def _detect(data: Any) -> TrajectoryFormat:
     if isinstance(data, dict) and isinstance(data.get("messages"), list):
         data = data["messages"]
-    if not isinstance(data, list) or not data or not all(isinstance(e, dict) for e in data):
+    if (
+        not isinstance(data, list)
+        or not data
+        or not all(isinstance(e, dict) for e in data)
+    ):
         return "json"
     types = {e.get("type") for e in data}
-    if types & {"assistant", "user"} and any(isinstance(e.get("message"), dict) for e in data):
+    if types & {"assistant", "user"} and any(
+        isinstance(e.get("message"), dict) for e in data
+    ):
         return "claude-code"
     if any(str(t).startswith(("item.", "thread.", "turn.")) for t in types):
         return "codex"

@@ -123,7 +123,7 @@ def _rayeval(*args: str, cwd: Path = REPO) -> None:
     )
 
 
-def _row(**values: object) -> ResultRow:
+def crafted_row(**values: object) -> ResultRow:
     return ResultRow(
         **base_row(
             **{"run_id": "crafted", "agent": "test", "isolation": "sandbox", **values}
@@ -144,7 +144,7 @@ def crafted_rows(eval_hash: str) -> list[ResultRow]:
         "grader_type": "numeric_tolerance",
     }
     return [
-        _row(
+        crafted_row(
             model="claude",
             harness="claude-code",
             cost_usd=0.5,
@@ -157,7 +157,7 @@ def crafted_rows(eval_hash: str) -> list[ResultRow]:
             artifacts_json=trajectory(CLAUDE_TRAJECTORY),
             **common,
         ),
-        _row(
+        crafted_row(
             model="codex",
             harness="codex",
             status="failed",
@@ -172,7 +172,7 @@ def crafted_rows(eval_hash: str) -> list[ResultRow]:
             artifacts_json=trajectory(CODEX_TRAJECTORY),
             **common,
         ),
-        _row(
+        crafted_row(
             model="mini",
             harness="mini-swe-agent",
             cost_usd=0.05,
@@ -181,7 +181,7 @@ def crafted_rows(eval_hash: str) -> list[ResultRow]:
             artifacts_json=trajectory(MINI_SWE_TRAJECTORY),
             **common,
         ),
-        _row(
+        crafted_row(
             model="hostile",
             harness="h",
             eval_id="hostile_eval",
@@ -198,7 +198,7 @@ def crafted_rows(eval_hash: str) -> list[ResultRow]:
                 [{"role": "assistant", "content": HOSTILE_ANSWER}]
             ),
         ),
-        _row(
+        crafted_row(
             model="hostile",
             harness="h",
             eval_id="crash_eval",
@@ -211,7 +211,7 @@ def crafted_rows(eval_hash: str) -> list[ResultRow]:
             error_message="x" * HUGE_ERROR_CHARS,
         ),
         # a unit retried: the viewer shows its latest attempt only
-        _row(
+        crafted_row(
             model="mini",
             harness="mini-swe-agent",
             unit_id="retried-unit",
@@ -223,7 +223,7 @@ def crafted_rows(eval_hash: str) -> list[ResultRow]:
             error_type="Flaky",
             error_message="first attempt",
         ),
-        _row(
+        crafted_row(
             model="mini",
             harness="mini-swe-agent",
             unit_id="retried-unit",

@@ -9,6 +9,7 @@ from importlib import resources
 ASSETS: dict[str, str] = {
     "app.js": "text/javascript; charset=utf-8",
     "app.css": "text/css; charset=utf-8",
+    "favicon.svg": "image/svg+xml",
 }
 # Scripts, styles and images from the page's own origin only; nothing inline, no plugins,
 # no frames, no forms, no base tag; the API is the only place to connect to.

@@ -20,6 +20,7 @@ from .harness.cache import default_cache_dir
 from .harness.grading_pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
 from .harness.sandbox import SandboxConfig, UnitLimits
 from .report.cli import add_report_commands
+from .view.cli import add_view_command
 
 if TYPE_CHECKING:  # imported when a run starts: `rayeval validate` needs no Ray
     from .batch import BatchConfig
@@ -388,6 +389,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(handler=_cmd_run)
 
     add_report_commands(sub)
+    add_view_command(sub)
     return parser
 
 

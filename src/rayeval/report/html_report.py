@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -54,21 +54,29 @@ def _matplotlib() -> Any:
     return Figure
 
 
-def _png_data_uri(fig: Any) -> str:
+def figure_bytes(fig: Any, fmt: Literal["png", "svg"] = "png") -> bytes:
+    """A figure as a PNG or SVG file's bytes."""
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+    fig.savefig(buffer, format=fmt, dpi=100, bbox_inches="tight")
+    return buffer.getvalue()
 
 
-def _labels(table: pd.DataFrame) -> list[str]:
+def _png_data_uri(fig: Any) -> str | None:
+    if fig is None:
+        return None
+    return "data:image/png;base64," + base64.b64encode(figure_bytes(fig)).decode("ascii")
+
+
+def plot_labels(table: pd.DataFrame) -> list[str]:
+    """One label per model × harness row of a benchmark table."""
     keys = [c for c in ("model_name", "harness") if c in table.columns]
     return ["/".join(str(row[k]) for k in keys if str(row[k])) or "all" for _, row in table[keys].iterrows()]
 
 
-def accuracy_plot(table: pd.DataFrame) -> str:
+def accuracy_figure(table: pd.DataFrame) -> Any:
     """Horizontal bars of Accuracy (%) with CI error bars, best at the top."""
     Figure = _matplotlib()
-    labels = _labels(table)
+    labels = plot_labels(table)
     acc = table[ACCURACY].to_numpy(dtype=float)
     low = acc - table[CI_LOWER].to_numpy(dtype=float)
     high = table[CI_UPPER].to_numpy(dtype=float) - acc
@@ -86,17 +94,17 @@ def accuracy_plot(table: pd.DataFrame) -> str:
     ax.set_xlim(0, max(100.0, float(right) + 2))
     ax.axvline(100, color="#bbbbbb", lw=0.8, ls="--")
     ax.grid(axis="x", alpha=0.3)
-    return _png_data_uri(fig)
+    return fig
 
 
-def cost_plot(table: pd.DataFrame) -> str | None:
+def cost_figure(table: pd.DataFrame) -> Any:
     """Cost ($ per run) vs Accuracy (%); None when no row has a cost."""
     Figure = _matplotlib()
     cost = table[COST].to_numpy(dtype=float)
     keep = ~np.isnan(cost) & ~np.isnan(table[ACCURACY].to_numpy(dtype=float))
     if not keep.any():
         return None
-    labels = [label for label, k in zip(_labels(table), keep) if k]
+    labels = [label for label, k in zip(plot_labels(table), keep) if k]
     acc = table[ACCURACY].to_numpy(dtype=float)[keep]
     fig = Figure(figsize=(8, 5.5))
     ax = fig.subplots()
@@ -106,15 +114,15 @@ def cost_plot(table: pd.DataFrame) -> str | None:
     ax.set_xlabel("Cost ($ per run, mean)")
     ax.set_ylabel("Accuracy (%)")
     ax.grid(alpha=0.3)
-    return _png_data_uri(fig)
+    return fig
 
 
-def heatmap_plot(table: pd.DataFrame, column: str, title: str, order: Sequence[str] | None = None) -> str | None:
+def heatmap_figure(table: pd.DataFrame, column: str, title: str, order: Sequence[str] | None = None) -> Any:
     """Accuracy (%) per model × harness (rows, in ``order`` when given) and ``column`` value."""
     if table.empty:
         return None
     Figure = _matplotlib()
-    frame = table.assign(_label=_labels(table))
+    frame = table.assign(_label=plot_labels(table))
     grid = frame.pivot_table(index="_label", columns=column, values=ACCURACY, aggfunc="mean", sort=True)
     if order is None:
         order = list(frame.groupby("_label")[ACCURACY].mean().sort_values(ascending=False).index)
@@ -130,7 +138,22 @@ def heatmap_plot(table: pd.DataFrame, column: str, title: str, order: Sequence[s
             ax.text(j, i, f"{v:.0f}", ha="center", va="center", fontsize=7, color="white" if v < 60 else "black")
     ax.set_title(title)
     fig.colorbar(image, ax=ax, label="Accuracy (%)")
-    return _png_data_uri(fig)
+    return fig
+
+
+def accuracy_plot(table: pd.DataFrame) -> str | None:
+    """The accuracy figure as a PNG data URI."""
+    return _png_data_uri(accuracy_figure(table))
+
+
+def cost_plot(table: pd.DataFrame) -> str | None:
+    """The cost vs accuracy figure as a PNG data URI; None when no row has a cost."""
+    return _png_data_uri(cost_figure(table))
+
+
+def heatmap_plot(table: pd.DataFrame, column: str, title: str, order: Sequence[str] | None = None) -> str | None:
+    """The accuracy heatmap as a PNG data URI; None for an empty table."""
+    return _png_data_uri(heatmap_figure(table, column, title, order))
 
 
 def _cell(value: Any, column: str) -> tuple[str, bool]:
@@ -222,7 +245,7 @@ def render_html(
             table = breakdown_table(units, column, errors=errors)
             parts += [
                 f"<h2>Accuracy by {label}</h2>",
-                _img(heatmap_plot(table, column, f"Accuracy (%) by {label}", order=_labels(main)), f"Accuracy heatmap by {label}"),
+                _img(heatmap_plot(table, column, f"Accuracy (%) by {label}", order=plot_labels(main)), f"Accuracy heatmap by {label}"),
                 html_table(rounded(table)),
             ]
     seeds = pass_at_k(units, k=list(ks), errors=errors)
@@ -252,4 +275,16 @@ def write_html(path: str | Path, units: pd.DataFrame, **kwargs: Any) -> Path:
     return target
 
 
-__all__ = ["accuracy_plot", "cost_plot", "heatmap_plot", "html_table", "render_html", "write_html"]
+__all__ = [
+    "accuracy_figure",
+    "accuracy_plot",
+    "cost_figure",
+    "cost_plot",
+    "figure_bytes",
+    "heatmap_figure",
+    "heatmap_plot",
+    "html_table",
+    "plot_labels",
+    "render_html",
+    "write_html",
+]

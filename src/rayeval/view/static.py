@@ -1,0 +1,142 @@
+"""``rayeval view ROOT --static OUT_DIR``: the viewer as one folder of files, for sharing.
+
+The same page as the server's, reading its data from ``data/`` instead of the API: the run
+list, each run's unit index in chunks of :data:`INDEX_CHUNK` units, the units' pages in chunks
+of :data:`DETAIL_CHUNK`, the leaderboard and its SVG plots. Each data file is one JSON value
+wrapped in a ``rayevalData(key, value)`` call, since a page opened from ``file://`` may load
+scripts but not fetch files; the JSON is ASCII with ``<>&`` escaped (:func:`json_text`), and a
+JSON string cannot end the call, so no agent text becomes code.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ..report.reader import ReportError
+from .assets import ASSETS, asset_bytes, index_html
+from .data import (
+    TABLE_COLUMNS,
+    NotFound,
+    RunIndex,
+    ViewData,
+    json_text,
+    json_value,
+    unit_detail,
+)
+
+INDEX_CHUNK = 5000
+DETAIL_CHUNK = 100
+
+
+def _inside(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def check_out_dir(out_dir: str | Path, results_root: str) -> Path:
+    """The output folder, refused when it lies inside the results root (nothing is ever
+    written there) or is a non-empty folder that is not an earlier static view."""
+    out = Path(out_dir).resolve()
+    if "://" not in results_root and _inside(out, Path(results_root).resolve()):
+        raise ReportError(
+            f"--static {out_dir}: inside the results root {results_root}; choose a folder outside it"
+        )
+    if out.exists() and not out.is_dir():
+        raise ReportError(f"--static {out_dir}: is a file, not a folder")
+    if out.is_dir() and any(out.iterdir()) and not (out / "index.html").is_file():
+        raise ReportError(
+            f"--static {out_dir}: a non-empty folder that is not a static view; choose an empty or new one"
+        )
+    return out
+
+
+def _write_data(folder: Path, key: str, value: Any) -> None:
+    path = folder / "data" / f"{key}.js"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(
+        f"rayevalData({json_text(key)},{json_text(value)});\n", encoding="ascii"
+    )
+    os.replace(tmp, path)
+
+
+def _detail_chunks(units: pd.DataFrame) -> pd.Series:
+    """Each unit's detail chunk, ``<model number>_<k>``: chunks never span two models, so each
+    model partition is read once."""
+    model_codes = pd.factorize(units["model"].astype("object"), sort=True)[0]
+    rank = units.groupby(model_codes, sort=False).cumcount().to_numpy()
+    return pd.Series(
+        [f"{m}_{r // DETAIL_CHUNK}" for m, r in zip(model_codes, rank)],
+        index=units.index,
+    )
+
+
+def _write_run(
+    data: ViewData, index: RunIndex, folder: Path, run_dir: str
+) -> dict[str, Any]:
+    units = index.units.assign(detail_chunk=_detail_chunks(index.units))
+    columns = [*TABLE_COLUMNS, "detail_chunk"]
+    chunks = 0
+    for start in range(0, len(units), INDEX_CHUNK):
+        part = units.iloc[start : start + INDEX_CHUNK][columns]
+        rows = [
+            [json_value(v) for v in record] for record in part.itertuples(index=False)
+        ]
+        _write_data(
+            folder, f"{run_dir}/index-{chunks}", {"columns": columns, "rows": rows}
+        )
+        chunks += 1
+    for model, group in units.groupby(units["model"].astype("object"), sort=True):
+        heavy = data.heavy_rows(index.run_id, str(model), None)
+        for chunk, members in group.groupby("detail_chunk", sort=False):
+            details = {}
+            for _, light in members.drop(columns="detail_chunk").iterrows():
+                row = heavy.get(str(light["unit_id"]), {})
+                details[str(light["unit_id"])] = unit_detail(
+                    light.to_dict(), row, data.task(index, str(light["eval_id"]), row)
+                )
+            _write_data(folder, f"{run_dir}/units-{chunk}", details)
+    board = data.leaderboard(index.run_id)
+    _write_data(folder, f"{run_dir}/leaderboard", board)
+    for name in board["plots"]:
+        try:
+            (folder / "data" / run_dir / f"plot-{name}.svg").write_bytes(
+                data.plot(index.run_id, name)
+            )
+        except NotFound:
+            continue
+    return {
+        **index.summary(),
+        "dir": run_dir,
+        "chunks": chunks,
+        "facets": index.facets(),
+    }
+
+
+def write_static(
+    data: ViewData, out_dir: str | Path, progress: Callable[[str], None] | None = None
+) -> Path:
+    """Write the static viewer of ``data``'s runs into ``out_dir`` (see the module's doc)."""
+    out = check_out_dir(out_dir, data.reader.root)
+    if (out / "data").is_dir():  # an earlier static view: replaced as a whole
+        shutil.rmtree(out / "data")
+    (out / "assets").mkdir(parents=True, exist_ok=True)
+    for name in ASSETS:
+        (out / "assets" / name).write_bytes(asset_bytes(name))
+    runs = []
+    for number, run_id in enumerate(data.run_ids()):
+        if progress is not None:
+            progress(f"run {run_id}")
+        runs.append(_write_run(data, data.run(run_id), out, f"r{number}"))
+    runs.sort(key=lambda s: (str(s.get("created_at") or ""), s["run_id"]), reverse=True)
+    _write_data(out, "runs", {"root": data.reader.root, "runs": runs})
+    (out / "index.html").write_bytes(index_html(static=True))
+    return out
+
+
+__all__ = ["DETAIL_CHUNK", "INDEX_CHUNK", "check_out_dir", "write_static"]

@@ -163,7 +163,8 @@ def test_ray_job_stop_stores_the_finished_units_and_cancels_the_run(ray_cluster:
     output = tmp_path / "results"
     run = output / "run_id=stopped"
     args = f"{EVALS} --agent sleep --agent-arg seconds=1 --seeds 8 --max-concurrency 4 --output {output} --run-id stopped --no-progress"
-    client = JobSubmissionClient(ray_cluster.dashboard_url)
+    # the token in a header: Ray reads its auth mode once per process, maybe before the fixture set it
+    client = JobSubmissionClient(ray_cluster.dashboard_url, headers={"Authorization": f"Bearer {ray_cluster.env['RAY_AUTH_TOKEN']}"})
     job_id = client.submit_job(entrypoint=f"rayeval run {args}")
     try:
         wal_rows = wait_until(

@@ -79,7 +79,9 @@ class ResultRow(BaseModel):
     @classmethod
     def _metrics_from_pairs(cls, value: Any) -> Any:
         """``[{"key": k, "value": v}, ...]`` (a line's form) or ``[(k, v), ...]`` (pyarrow's form of
-        a map) → a dict."""
+        a map) → a dict; None (rows stored before the column) → no metrics."""
+        if value is None:
+            return {}
         if isinstance(value, list):
             return dict((item["key"], item["value"]) if isinstance(item, dict) else item for item in value)
         return value

@@ -151,7 +151,13 @@ def _model_limits(pairs: list[str]) -> dict[str, int]:
 
 
 # BatchConfig fields whose command-line spelling is not ``--field-name``
-_OPTION_OF_FIELD = {"evals": "EVALS", "agent_args": "--agent-arg", "s3_endpoint_url": "--s3-endpoint", "data_roots": "--data-root"}
+_OPTION_OF_FIELD = {
+    "evals": "EVALS",
+    "agent_args": "--agent-arg",
+    "s3_endpoint_url": "--s3-endpoint",
+    "data_roots": "--data-root",
+    "max_output_mb": "--limit-output-mb",
+}
 
 
 def _option_problems(exc: ValidationError, prefix: str = "--") -> str:

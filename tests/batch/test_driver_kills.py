@@ -23,7 +23,8 @@ from typing import Literal
 import pandas as pd
 import pytest
 
-from tests.batch.conftest import completed_units, write_mc_evals
+from rayeval.storage import ResultStore, run_lease
+from tests.batch.conftest import write_mc_evals
 
 REPO = Path(__file__).resolve().parents[2]
 EVALS, SEEDS = 6, 2
@@ -131,20 +132,21 @@ def _end_of_the_killed_driver(tree: Descendants, why: str) -> None:
 
 @dataclass
 class Trial:
+    """One run driven to completion through kills, on a local or an S3 results root (``output``;
+    ``endpoint``: the S3 server's)."""
+
     seed: int
     tmp: Path
+    output: str
+    endpoint: str | None = None
     log: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
         self.evals = write_mc_evals(self.tmp / "evals", [f"e{i}" for i in range(EVALS)])
-        self.out = self.tmp / "out"
-        self.run = self.out / "run_id=r1"
-        self.env = {
-            **os.environ,
-            "RAY_USAGE_STATS_ENABLED": "0",
-            "RAYEVAL_WORK_ROOT": str(self.tmp / "work"),
-        }
+        self.store = ResultStore(self.output, s3_endpoint_url=self.endpoint)
+        self.env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+        self.root_options = ["--s3-endpoint", self.endpoint] if self.endpoint else []
 
     def why(self) -> str:
         return (
@@ -155,23 +157,28 @@ class Trial:
     def command(self, resume: bool) -> list[str]:
         return [
             sys.executable, "-m", "rayeval.cli", "run", str(self.evals), "--agent", "tests.batch.agents:counting_sleep",
-            "--agent-arg", "seconds=0.4", "--seeds", str(SEEDS), "--output", str(self.out), "--run-id", "r1",
-            "--max-concurrency", "4", "--no-progress", *(["--resume"] if resume else []),
+            "--agent-arg", "seconds=0.4", "--seeds", str(SEEDS), "--output", self.output, *self.root_options,
+            "--run-id", "r1", "--max-concurrency", "4", "--no-progress", *(["--resume"] if resume else []),
         ]  # fmt: skip
+
+    def stored(self) -> set[str]:
+        """Units with a stored row: in Parquet parts or in the write-ahead log."""
+        units = set(self.store.stored_unit_ids("r1"))
+        for wal in self.store.wal_run_dir("r1").glob("*.jsonl"):
+            for line in wal.read_bytes().splitlines():
+                try:
+                    units.add(json.loads(line)["unit_id"])
+                except (ValueError, KeyError):
+                    continue  # a line cut by the kill
+        return units
 
     def drive(self, kill_at: KillPoint | None) -> None:
         """One ``rayeval run``: ``--resume`` once the run has a manifest (before it, a user's
         ``--resume`` is told there is no such run), killed at ``kill_at`` unless None."""
-        resume = (self.run / "_manifest.json").exists()
+        resume = self.store.read_manifest_data("r1") is not None
         driver = subprocess.Popen(
-            self.command(resume),
-            cwd=REPO,
-            env=self.env,
-            start_new_session=True,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+            self.command(resume), cwd=REPO, env=self.env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )  # fmt: skip
         tree = Descendants(driver.pid)
         try:
             if kill_at is not None:
@@ -183,8 +190,9 @@ class Trial:
             if driver.poll() is None:
                 driver.kill()
                 driver.wait()
+        verb = "resume" if resume else "run"
         self.log.append(
-            f"{'resume' if resume else 'run'} killed {kill_at or 'never'}: exit {driver.returncode}, {len(completed_units(self.out))} units stored"
+            f"{verb} killed {kill_at or 'never'}: exit {driver.returncode}, {len(self.stored())} units stored"
         )
         if driver.returncode == -signal.SIGKILL:
             _end_of_the_killed_driver(tree, self.why())
@@ -203,59 +211,84 @@ class Trial:
         }[kill_at]
         delay = self.rng.uniform(0, 4 if kill_at == "starting" else 0.5)
         deadline = time.monotonic() + 300
-        while len(completed_units(self.out)) < stored and driver.poll() is None:
+        while len(self.stored()) < stored and driver.poll() is None:
             assert time.monotonic() < deadline, (
                 f"{self.why()}: {stored} units not stored within 300 s"
             )
-            time.sleep(0.05)
+            time.sleep(0.1)
         time.sleep(delay)
+
+    def check(self) -> None:
+        """Every planned unit exactly once in the Parquet parts, the run completed and released,
+        nothing left in its write-ahead log or the work root, and its report works."""
+        why = self.why()
+        manifest = self.store.read_manifest("r1")
+        assert manifest is not None and manifest.status == "completed", why
+        planned = Counter(entry.unit_id for entry in manifest.plan)
+        assert len(planned) == UNITS, why
+        # every Parquet file of the run, as pandas reads it (leaving _wal/ and _quarantine/ out)
+        options = (
+            {"client_kwargs": {"endpoint_url": self.endpoint}}
+            if self.endpoint
+            else None
+        )
+        rows = pd.read_parquet(self.store.run_uri("r1"), storage_options=options)
+        assert Counter(rows["unit_id"]) == planned, (
+            f"{why}: not every planned unit exactly once"
+        )
+        assert (rows["status"] == "passed").all(), why
+        assert not list(self.store.wal_run_dir("r1").glob("*.jsonl")), why
+        assert run_lease(self.store, "r1").read() is None, why
+        leftovers = [
+            p
+            for p in Path(os.environ["RAYEVAL_WORK_ROOT"]).rglob("*")
+            if not p.is_dir()
+        ]
+        assert not leftovers, f"{why}: files left in the work root: {leftovers[:5]}"
+        report = subprocess.run(
+            [sys.executable, "-m", "rayeval.cli", "report", self.output, *self.root_options, "--run", "r1", "--format", "json"],
+            cwd=REPO, env=self.env, capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        assert report.returncode == 0, f"{why}: {report.stderr}"
+        assert json.loads(report.stdout), why
 
 
 def _kill_point(rng: random.Random) -> KillPoint:
     return rng.choice(["starting", "running", "running", "closing"])
 
 
-def _run_trial(tmp: Path, seed: int) -> None:
-    trial = Trial(seed, tmp)
-    trial.drive(_kill_point(trial.rng))
-    for _ in range(trial.rng.randint(0, 2)):  # resumes killed in turn
-        trial.drive(_kill_point(trial.rng))
-    trial.drive(None)
-
-    why = trial.why()
-    manifest = json.loads((trial.run / "_manifest.json").read_text())
-    assert manifest["status"] == "completed", why
-    planned = Counter(entry["unit_id"] for entry in manifest["plan"])
-    assert len(planned) == UNITS, why
-    # the Parquet parts: pandas leaves _wal/ and _quarantine/ out
-    rows = pd.read_parquet(trial.run)
-    assert Counter(rows["unit_id"]) == planned, (
-        f"{why}: not every planned unit exactly once"
-    )
-    assert (rows["status"] == "passed").all(), why
-    assert not list(trial.run.glob("_wal/*.jsonl")), why
-    assert not (trial.run / "_lease.json").exists(), why
-    leftovers = [p for p in (tmp / "work").rglob("*") if not p.is_dir()]
-    assert not leftovers, f"{why}: files left in the work root: {leftovers[:5]}"
-
-    report = subprocess.run(
-        [sys.executable, "-m", "rayeval.cli", "report", str(trial.out), "--run", "r1", "--format", "json"],
-        cwd=REPO, env=trial.env, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
-    assert report.returncode == 0, f"{why}: {report.stderr}"
-    assert json.loads(report.stdout), why
+def _run_trial(request: pytest.FixtureRequest, trial: int) -> None:
+    """Even trials on a local root, odd ones on S3 (moto on loopback)."""
+    tmp_path: Path = request.getfixturevalue("tmp_path")
+    monkeypatch: pytest.MonkeyPatch = request.getfixturevalue("monkeypatch")
+    monkeypatch.setenv("RAYEVAL_WORK_ROOT", str(tmp_path / "work"))
+    monkeypatch.setenv(
+        "XDG_CACHE_HOME", str(tmp_path / "cache")
+    )  # an S3 root's WAL lives here
+    if trial % 2:
+        bucket = request.getfixturevalue("s3_bucket")
+        run = Trial(
+            _BASE_SEED + trial, tmp_path, bucket.uri("results"), bucket.endpoint_url
+        )
+    else:
+        run = Trial(_BASE_SEED + trial, tmp_path, str(tmp_path / "out"))
+    run.drive(_kill_point(run.rng))
+    for _ in range(run.rng.randint(0, 2)):  # resumes killed in turn
+        run.drive(_kill_point(run.rng))
+    run.drive(None)
+    run.check()
 
 
 @pytest.mark.parametrize("trial", range(2))
 def test_a_killed_driver_is_resumed_to_every_unit_exactly_once(
-    tmp_path: Path, trial: int
+    request: pytest.FixtureRequest, trial: int
 ) -> None:
-    _run_trial(tmp_path, _BASE_SEED + trial)
+    _run_trial(request, trial)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("trial", range(2, 22))
 def test_many_killed_drivers_are_each_resumed_to_every_unit_exactly_once(
-    tmp_path: Path, trial: int
+    request: pytest.FixtureRequest, trial: int
 ) -> None:
-    _run_trial(tmp_path, _BASE_SEED + trial)
+    _run_trial(request, trial)

@@ -127,6 +127,8 @@ def _sandbox_config(args: argparse.Namespace) -> SandboxConfig:
             file_size_mb=args.limit_file_size_mb or None,
             tmp_mb=args.limit_tmp_mb,
             max_output_mb=args.limit_output_mb,
+            answer_file_mb=args.limit_answer_file_mb,
+            artifact_mb=args.limit_artifact_mb,
         )
     except ValidationError as exc:
         raise BadInput(_option_problems(exc, prefix="--limit-")) from None
@@ -166,7 +168,13 @@ def _model_limits(pairs: list[str]) -> dict[str, int]:
 
 
 # BatchConfig fields whose command-line spelling is not ``--field-name``
-_OPTION_OF_FIELD = {"evals": "EVALS", "agent_args": "--agent-arg", "s3_endpoint_url": "--s3-endpoint", "data_roots": "--data-root"}
+_OPTION_OF_FIELD = {
+    "evals": "EVALS",
+    "agent_args": "--agent-arg",
+    "s3_endpoint_url": "--s3-endpoint",
+    "data_roots": "--data-root",
+    "max_output_mb": "--limit-output-mb",
+}
 
 
 def _option_problems(exc: ValidationError, prefix: str = "--") -> str:
@@ -321,6 +329,10 @@ def _add_sandbox_options(parser: argparse.ArgumentParser, *, isolation: bool = T
     group.add_argument("--limit-file-size-mb", type=int, default=defaults.file_size_mb, help="largest file an agent may write, MB (0: none)")
     group.add_argument("--limit-tmp-mb", type=int, default=defaults.tmp_mb, help="size of the private /tmp, MB")
     group.add_argument("--limit-output-mb", type=float, default=defaults.max_output_mb, help="largest return value, MB")
+    group.add_argument("--limit-answer-file-mb", type=float, default=defaults.answer_file_mb, help="largest answer file read, MB")
+    group.add_argument(
+        "--limit-artifact-mb", type=float, default=defaults.artifact_mb, help="what is kept of each artifact (trajectory.json, logs): its last MB"
+    )
     if isolation:
         group.add_argument("--grade-timeout", type=float, default=DEFAULT_GRADE_TIMEOUT_S, help="seconds a unit's grading may take")
 

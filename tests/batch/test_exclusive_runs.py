@@ -209,3 +209,32 @@ def test_s3_run_refused_while_another_driver_holds_it_then_runs_holding_it(
     assert holders[0].pid == os.getpid() and holders[0].token != other.token
     assert "results/run_id=r1/_lease.json" not in keys()  # released at the end
     assert store.read_manifest("r1").status == "completed"
+
+
+def test_two_drivers_started_together_one_runs_the_other_is_refused(tmp_path: Path) -> None:
+    """Neither waits for the other's lease to show: whichever takes it runs every unit once, the
+    other exits 2 naming it, and writes nothing of the run."""
+    evals = write_mc_evals(tmp_path / "evals", [f"e{i}" for i in range(8)])
+    out = tmp_path / "out"
+    command = [
+        sys.executable, "-m", "rayeval.cli", "run", str(evals), "--agent", "sleep", "--agent-arg", "seconds=0.5",
+        "--output", str(out), "--run-id", "r1", "--max-concurrency", "2", "--no-progress",
+    ]  # fmt: skip
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    drivers = [
+        subprocess.Popen(command, cwd=REPO, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    try:
+        results = [driver.communicate(timeout=300) for driver in drivers]
+    finally:
+        for driver in drivers:
+            _stop(driver)
+    assert sorted(driver.returncode for driver in drivers) == [0, 2], results
+    (winner, (stdout, _)), (_, (_, refusal)) = sorted(zip(drivers, results), key=lambda pair: pair[0].returncode)
+    assert f"is held by another driver: host {socket.gethostname()}, pid {winner.pid} " in refusal, refusal
+    assert "Traceback" not in refusal
+    assert _ran_now(stdout) == (8, 0)
+    frame = pd.read_parquet(out / "run_id=r1")
+    assert len(frame) == 8 and frame["unit_id"].is_unique
+    assert json.loads((out / "run_id=r1" / "_manifest.json").read_text())["status"] == "completed"

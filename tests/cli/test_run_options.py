@@ -27,6 +27,9 @@ REPO = Path(__file__).resolve().parents[2]
         (["--model-concurrency", "m=abc"], "--model-concurrency expects MODEL=N"),
         (["--agent-arg", "noequals"], "--agent-arg expects key=value, got 'noequals'"),
         (["--resume"], "--resume needs --run-id"),
+        (["--limit-output-mb", "0"], "--limit-output-mb: Input should be greater than 0 (got 0.0)"),
+        (["--limit-artifact-mb", "0"], "--limit-artifact-mb: Input should be greater than 0 (got 0.0)"),
+        (["--limit-answer-file-mb", "-1"], "--limit-answer-file-mb: Input should be greater than 0 (got -1.0)"),
     ],
 )
 def test_bad_run_options_exit_2_naming_the_option(

@@ -14,7 +14,8 @@ from .workspace import FileTooLarge, Listing, read_left_file
 # Benchmark convention first, as in the reference; both are accepted.
 ANSWER_FILE_NAMES = ("analysis_output.json", "eval_answer.json")
 FINISHED_FILE = "finished.txt"
-#: Largest answer file read (the same default as the cap on a returned answer).
+#: Default of the largest answer file read (``UnitLimits.answer_file_mb``; the same as the cap on
+#: a returned answer).
 MAX_ANSWER_FILE_BYTES = 10 << 20
 
 OPEN_TAG, CLOSE_TAG = "<EVAL_ANSWER>", "</EVAL_ANSWER>"
@@ -135,9 +136,9 @@ def read_answer_files(work_dir: Path, listing: Listing, limit: int = MAX_ANSWER_
     return FoundAnswer(problem="the agent returned no answer and wrote no eval_answer.json")
 
 
-def find_answer(returned: Any, work_dir: Path, listing: Listing) -> FoundAnswer:
+def find_answer(returned: Any, work_dir: Path, listing: Listing, file_limit: int = MAX_ANSWER_FILE_BYTES) -> FoundAnswer:
     """Return value first (envelope, dict, tagged text), then answer files in the work folder
-    (``listing``: see ``workspace.list_work_dir``)."""
+    (``listing``: see ``workspace.list_work_dir``) of at most ``file_limit`` bytes."""
     answer, metadata = unwrap_return(returned)
     if isinstance(answer, str):
         tagged = extract_tagged(answer)
@@ -147,6 +148,6 @@ def find_answer(returned: Any, work_dir: Path, listing: Listing) -> FoundAnswer:
     if answer is not None:
         # graded and stored as JSON: numpy scalars, tuples and the like become plain JSON values
         return FoundAnswer(answer=json.loads(dumps(answer)), source="returned value", metadata=metadata)
-    from_files = read_answer_files(work_dir, listing)
+    from_files = read_answer_files(work_dir, listing, file_limit)
     from_files.metadata = metadata
     return from_files

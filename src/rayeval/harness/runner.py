@@ -16,7 +16,7 @@ from .grading_pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
 from .isolation import Isolation, Outcome, run_inline
 from .prompt import build_prompt
 from .result import EvalResult
-from .sandbox import SandboxConfig, SandboxError, unit_runner
+from .sandbox import MiB, SandboxConfig, SandboxError, unit_runner
 from .secrets import environment_secrets, redact
 from .staging import StagingError, stage_data
 from .workspace import (
@@ -97,8 +97,9 @@ class EvalRunner:
         context = AgentContext(eval_id=self.eval.id, model=model, seed=seed, run_id=self.run_id, timeout=limit, args=agent_args or {})
         work_dir = make_work_dir(self.work_root, run_id=self.run_id, eval_id=self.eval.id, model=model, seed=seed)
         removed = False
+        config = sandbox or SandboxConfig()
         try:
-            ran = self._run_agent(work_dir, agent, context, limit, isolation, sandbox or SandboxConfig())
+            ran = self._run_agent(work_dir, agent, context, limit, isolation, config)
             # what the agent left is listed once, for its answer files and its artifacts
             if self.keep_workspace:
                 listing = list_work_dir(work_dir)
@@ -109,8 +110,8 @@ class EvalRunner:
             if isinstance(ran, Exception):
                 fields = {"outcome": "error", "error_type": type(ran).__name__, "error_message": str(ran)}
             else:
-                fields = _find_answer(ran, work_dir, listing)
-            fields["artifacts"] = collect_artifacts(listing)
+                fields = _find_answer(ran, work_dir, listing, int(config.limits.answer_file_mb * MiB))
+            fields["artifacts"] = collect_artifacts(listing, int(config.limits.artifact_mb * MiB))
         finally:
             if not self.keep_workspace and not removed:
                 remove_tree(work_dir)
@@ -206,7 +207,7 @@ def _done_with(agent: AgentFunction | AgentRef, ran: Outcome | Exception, isolat
     return isolation == "sandbox" or bool(getattr(agent, "leaves_nothing_running", False))
 
 
-def _find_answer(outcome: Outcome, work_dir: Path, listing: Listing) -> dict:
+def _find_answer(outcome: Outcome, work_dir: Path, listing: Listing, file_limit: int) -> dict:
     fields: dict = {"agent_s": round(outcome.seconds, 6)}
     if outcome.kind == "timeout":
         return {**fields, "outcome": "timeout", "error_type": outcome.error_type, "error_message": outcome.error_message}
@@ -218,7 +219,7 @@ def _find_answer(outcome: Outcome, work_dir: Path, listing: Listing) -> dict:
             "error_message": outcome.error_message,
             "error_traceback": outcome.traceback,
         }
-    found = find_answer(outcome.value, work_dir, listing)
+    found = find_answer(outcome.value, work_dir, listing, file_limit)
     fields.update(answer=found.answer, answer_source=found.source, metadata=found.metadata)
     if found.found:
         return {**fields, "outcome": "answered"}

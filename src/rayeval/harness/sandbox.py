@@ -37,6 +37,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .answers import MAX_ANSWER_FILE_BYTES
 from .cgroups import UnitGroups
 from .context import AgentContext, AgentFunction, AgentRef
 from .isolation import Outcome
@@ -53,6 +54,7 @@ from .unit_runner import (
     send_fds,
     send_frame,
 )
+from .workspace import MAX_ARTIFACT_BYTES
 
 SandboxIsolation = Literal["sandbox", "process"]
 Network = Literal["host", "none"]
@@ -99,6 +101,11 @@ class UnitLimits(BaseModel):
     tmp_mb: Annotated[int, Field(gt=0)] = 1024
     #: largest return value the agent may send back, as JSON
     max_output_mb: Annotated[float, Field(gt=0)] = 10.0
+    #: largest answer file (eval_answer.json, ...) read from the work folder: a larger one is
+    #: the unit's AnswerTooLarge error
+    answer_file_mb: Annotated[float, Field(gt=0)] = MAX_ANSWER_FILE_BYTES / MiB
+    #: what is kept of each artifact the agent leaves (trajectory.json, its logs): the last MB
+    artifact_mb: Annotated[float, Field(gt=0)] = MAX_ARTIFACT_BYTES / MiB
 
 
 class SandboxConfig(BaseModel):

@@ -15,7 +15,8 @@ from .cache import left_by_gone_processes
 
 WORK_ROOT_ENV = "RAYEVAL_WORK_ROOT"
 ARTIFACT_NAMES = ("trajectory.json", "agent_output.log", "agent_stdout.log", "refusal_verdict.json")
-MAX_ARTIFACT_BYTES = 2_000_000
+#: Default of the last bytes kept of each artifact (``UnitLimits.artifact_mb``).
+MAX_ARTIFACT_BYTES = 2 << 20
 
 # The reference agent wrote its files in this subfolder of the work folder.
 LEGACY_SUBDIR = "agent_workspace"
@@ -241,15 +242,16 @@ def read_left_file(path: Path, limit: int, *, tail: bool = False) -> bytes | Non
         return handle.read(limit + 1)[:limit]
 
 
-def collect_artifacts(listing: Listing) -> dict[str, str]:
-    """Text of the files worth keeping after the work folder is gone (tail-capped)."""
+def collect_artifacts(listing: Listing, limit: int = MAX_ARTIFACT_BYTES) -> dict[str, str]:
+    """Text of the files worth keeping after the work folder is gone: the last ``limit`` bytes
+    of each, read from its end (never whole)."""
     if not listing:
         return {}
     work_dir, present = listing[0]
     found = {}
     for name in ARTIFACT_NAMES:
         if name in present:
-            data = read_left_file(work_dir / name, MAX_ARTIFACT_BYTES, tail=True)
+            data = read_left_file(work_dir / name, limit, tail=True)
             if data is not None:
                 found[name] = data.decode("utf-8", errors="replace")
     return found

@@ -91,6 +91,7 @@ def test_a_huge_sparse_trajectory_is_read_from_its_end_within_the_cap(
         eval_=runner.eval,
         run_id="r",
         agent="agent",
+        agent_args={},
         attempt=1,
         node="n",
     )

@@ -854,7 +854,9 @@ class RowWriter:
         self._sealing = 0  # rows taken from the buffer, being encoded into parts
         self._seq = start_seq
         self._failures = 0
-        self._failing_since: float | None = None  # monotonic time of the first failure in a row
+        # the first failure of the current run of failures, and when (monotonic): what the writer
+        # gives up with (later ones may only be its consequences, such as a lapsed lease)
+        self._first_failure: tuple[float, BaseException] | None = None
         self._next_attempt = 0.0
         self._closing = False
         self._closed = False
@@ -1065,7 +1067,7 @@ class RowWriter:
                 if self._failures:
                     log.warning("writer %s: storage at %s is back; pending parts stored", self.writer_id, self.store.root)
                 self._failures = 0
-                self._failing_since = None
+                self._first_failure = None
                 self._next_attempt = 0.0
                 done = not self._pending
                 if done and not self._returned_rows and not self._closed:
@@ -1084,10 +1086,11 @@ class RowWriter:
             self.flush_failures += 1
             self.last_error = exc
             self.last_error_at = _utcnow()
-            self._failing_since = self._failing_since or now
+            self._first_failure = self._first_failure or (now, exc)
+            failing_since, first = self._first_failure
             lasting = isinstance(exc, OSError) and exc.errno in _LASTING_ERRNOS
-            if lasting or now - self._failing_since >= self.give_up_after_s:
-                self._give_up("results root", exc)
+            if lasting or now - failing_since >= self.give_up_after_s:
+                self._give_up("results root", exc if lasting else first)
             delay = min(BACKOFF_CAP_S, BACKOFF_START_S * 2 ** (self._failures - 1))
             self._next_attempt = now + delay
             pending = self._pending_locked()

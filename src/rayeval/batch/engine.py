@@ -540,6 +540,7 @@ def _execute(
         if ready:  # and whatever else is done by now
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=True)
         ready = warmup.take_ready(ready)
+        kept: dict[str, list[UnitRow]] = {}  # model -> rows to store, of every call back by now
         for ref in ready:
             call = running.pop(ref)
             workers.finished(ref)
@@ -552,8 +553,9 @@ def _execute(
             else:
                 for row in rows:
                     sizer.observe(row.seconds, row.agent_s)
-            kept = [row for (unit, attempt), row in zip(call, rows) if keep(unit, attempt, row)]
-            writer.add_lines(model, [row.line for row in kept])
-            for row in kept:  # done once on disk, in the write-ahead log
-                progress.update(passed=row.passed, error=row.status in ERROR_STATUSES)
+            kept.setdefault(model, []).extend(row for (unit, attempt), row in zip(call, rows) if keep(unit, attempt, row))
             scheduler.put_back(call[len(rows):])  # not started within the call's time budget
+        for model, model_rows in kept.items():  # one WAL write and fsync per model and round
+            writer.add_lines(model, [row.line for row in model_rows])
+            for row in model_rows:  # done once on disk, in the write-ahead log
+                progress.update(passed=row.passed, error=row.status in ERROR_STATUSES)

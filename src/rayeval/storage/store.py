@@ -159,7 +159,7 @@ class ResultsRootUnwritable(StorageError):
         manifest = f"; {self.manifest_note}" if self.manifest_note else ""
         return (
             f"run {self.run_id} stopped: cannot write the results root {self.root}{wal}: {describe_write_error(self.cause)}. "
-            f"Every unit finished before has its row stored, or on disk in the write-ahead log {self.wal_dir}{manifest}"
+            f"The rows it took before are stored, or on disk in the write-ahead log {self.wal_dir}{manifest}"
         )
 
 
@@ -1073,7 +1073,7 @@ class RowWriter:
                 if done and not self._returned_rows and not self._closed:
                     try:
                         self._wal.drop_closed()
-                    except OSError as exc:  # rows stored twice are never recovered twice: harmless
+                    except OSError as exc:  # harmless: recovery skips rows already stored
                         log.warning("writer %s: cannot delete a stored WAL segment: %s", self.writer_id, exc)
                 return done and not self._buffer
         finally:

@@ -252,6 +252,7 @@ def run_batch(
     status: RunStatus = "failed"
     stopped_by: int | None = None
     unwritable: ResultsRootUnwritable | None = None
+    workers: WorkerPool | None = None
     with SigtermStopsTheRun() as sigterm:
         try:
             owns_ray = connect(config)
@@ -305,6 +306,8 @@ def run_batch(
             finally:
                 lease.release()
                 gc.unfreeze()
+                if workers is not None and status != "completed":
+                    workers.end_all()  # calls in flight end now, not in Ray's shutdown (which logs each)
                 if owns_ray:
                     ray.shutdown()
     if lease.lost is not None:

@@ -1,12 +1,13 @@
 #!/usr/bin/env python
 """Throughput of the result store, locally and on S3 (a moto server it starts, or --endpoint).
 
-Prints, per backend: rows/s through ``RowWriter.add`` (WAL + buffer, one row per call as results
-arrive), rows/s stored end to end (first add -> close), rows/s read back (ResultStore.read_table,
+Prints, per backend: rows/s through ``RowWriter.add`` (WAL + fsync + buffer, ``--batch`` rows per
+call: the driver adds the rows of a round of finished calls at once), rows/s stored end to end (first add -> close), rows/s read back (ResultStore.read_table,
 pandas.read_parquet of the run folder, stored_unit_ids), and files/bytes per 10,000 rows.
 
     python scripts/bench_storage.py                 # 50,000 rows local, 20,000 on moto
     python scripts/bench_storage.py --rows 100000 --s3-rows 50000 --models 4
+    python scripts/bench_storage.py --batch 1       # one row per call: one fsync per row
 """
 from __future__ import annotations
 
@@ -76,14 +77,14 @@ def start_moto() -> tuple[subprocess.Popen, str]:
     raise RuntimeError("moto server did not start")
 
 
-def bench(label: str, store: ResultStore, n: int, models: list[str], wal_dir: str | None) -> None:
+def bench(label: str, store: ResultStore, n: int, models: list[str], wal_dir: str | None, batch: int) -> None:
     run_id = f"bench-{uuid.uuid4().hex[:6]}"
     rows = make_rows(run_id, n, models)
 
     started = time.perf_counter()
     writer = store.open_writer(run_id, wal_dir=wal_dir)  # defaults: flush_rows=1000, flush_seconds=5
-    for row in rows:
-        writer.add(row)
+    for start in range(0, n, batch):
+        writer.add(rows[start : start + batch])
     added = time.perf_counter()
     writer.close()
     closed = time.perf_counter()
@@ -104,7 +105,7 @@ def bench(label: str, store: ResultStore, n: int, models: list[str], wal_dir: st
     parts = store.part_paths(run_id)
     sizes = [info.size for info in store.fs.get_file_info(parts)]
     per10k = 10_000 / n
-    print(f"\n== {label}: {n:,} rows, {len(models)} model(s), flush_rows=1000 ==")
+    print(f"\n== {label}: {n:,} rows, {len(models)} model(s), {batch} per add, flush_rows=1000 ==")
     print(f"add() (WAL + buffer)      {n / (added - started):>12,.0f} rows/s   ({(added - started) / n * 1e6:.1f} us/row)")
     print(f"stored end to end         {n / (closed - started):>12,.0f} rows/s   (close() waited {closed - added:.2f} s)")
     print(f"read_table                {n / read_s:>12,.0f} rows/s   ({read_s:.3f} s)")
@@ -119,6 +120,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=50_000, help="rows for the local benchmark")
     parser.add_argument("--s3-rows", type=int, default=20_000, help="rows for the S3 benchmark (0: skip)")
     parser.add_argument("--models", type=int, default=1, help="model partitions the rows are spread over")
+    parser.add_argument("--batch", type=int, default=50, help="rows per add() call (one WAL write and fsync each)")
     parser.add_argument("--endpoint", help="an existing S3 endpoint (default: start a moto server)")
     parser.add_argument("--bucket", help="bucket on --endpoint (default: a new one)")
     args = parser.parse_args()
@@ -126,7 +128,7 @@ def main() -> None:
 
     tmp = tempfile.mkdtemp(prefix="bench-storage-")
     try:
-        bench("local", ResultStore(os.path.join(tmp, "results")), args.rows, models, None)
+        bench("local", ResultStore(os.path.join(tmp, "results")), args.rows, models, None, args.batch)
         if args.s3_rows:
             proc = None
             endpoint = args.endpoint
@@ -144,7 +146,7 @@ def main() -> None:
                     boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
                 store = ResultStore(f"s3://{bucket}/results", s3_endpoint_url=endpoint)
                 label = "S3 (moto server, 127.0.0.1)" if proc else f"S3 ({endpoint})"
-                bench(label, store, args.s3_rows, models, os.path.join(tmp, "wal"))
+                bench(label, store, args.s3_rows, models, os.path.join(tmp, "wal"), args.batch)
             finally:
                 if proc is not None:
                     proc.terminate()

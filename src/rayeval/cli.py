@@ -1,6 +1,6 @@
 """The ``rayeval`` command line. Exit codes: 0 ok/passed, 1 graded but failed (``run``: every
 unit errored, or more than ``--max-error-rate`` did), 2 bad input (``run``: also another driver
-holding the run, or taking it over while this one ran)."""
+holding the run, or taking it over while this one ran, or a results root that cannot be written)."""
 from __future__ import annotations
 
 import argparse
@@ -223,7 +223,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from .batch import BatchConfig, RunCancelled, RunConflict, run_batch
     from .batch.plan import parse_models, parse_seeds
     from .harness.sandbox import AgentUnavailable, SandboxError
-    from .storage import LeaseError, ManifestError, StorageError
+    from .storage import LeaseError, ManifestError, ResultsRootUnwritable, StorageError
 
     try:
         config = BatchConfig(
@@ -260,6 +260,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise BadInput(str(exc)) from None
     except LeaseError as exc:  # another driver holds the run (LeaseHeld), or took it over (LeaseLost)
         raise BadInput(str(exc)) from None
+    except ResultsRootUnwritable as exc:  # a full disk, an S3 outage: the run stopped mid-way
+        raise BadInput(
+            f"{exc}. Once it can be written again, the same command with --resume --run-id {exc.run_id} finishes the run."
+        ) from None
     except (StorageError, OSError) as exc:  # an unusable results root, before or after the units
         raise BadInput(f"results root {args.output}: {exc}") from None
     except RunCancelled as exc:

@@ -66,3 +66,11 @@ def cpu_recorder(task_prompt: str, work_dir: Path, context) -> dict:
         with open(log, "a") as handle:
             handle.write(json.dumps({"pid": os.getpid(), "cpus": sorted(os.sched_getaffinity(0))}) + "\n")
     return {"answer": "B"}
+
+
+def bulky(task_prompt: str, work_dir: Path, context) -> dict:
+    """Answers B with ``kib`` KiB of random, incompressible padding (rows that fill a disk),
+    after sleeping ``seconds``."""
+    _log_invocation(context)
+    time.sleep(float(context.args.get("seconds", "0")))
+    return {"answer": "B", "padding": os.urandom(int(context.args.get("kib", "64")) * 512).hex()}

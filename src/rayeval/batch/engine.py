@@ -35,7 +35,12 @@ from ..storage import (
 )
 from ..storage.filesystem import check_root, is_s3
 from ..storage.lease import RunLease, run_lease
-from ..storage.store import StorageError
+from ..storage.store import (
+    STORE_RETRY_S,
+    ResultsRootUnwritable,
+    StorageError,
+    describe_write_error,
+)
 from .placement import nodes_for_new_workers, worker_count
 from .plan import Unit, plan_changes, plan_units
 from .progress import Progress
@@ -115,6 +120,8 @@ class BatchConfig(BaseModel):
     cache_dir: str | None = None
     flush_rows: int = Field(1000, ge=1)
     flush_seconds: float = Field(5.0, gt=0)
+    #: seconds storing rows may keep failing (retried) before the run stops (a full disk: at once)
+    store_retry_s: float = Field(STORE_RETRY_S, gt=0)
     show_progress: bool = True
     object_store_memory: int = 512 * 1024 * 1024
 
@@ -203,7 +210,10 @@ def run_batch(
     ``(eval, execution) -> EvalResult`` replaces the eval's graders on the workers.
 
     Ctrl-C or SIGTERM stops the run: the units finished by then are stored, the manifest says
-    ``cancelled``, and :class:`RunCancelled` is raised.
+    ``cancelled``, and :class:`RunCancelled` is raised.  A results root (or write-ahead log) that
+    cannot be written stops it too: the rows of finished units are stored or in the write-ahead
+    log, the manifest says ``failed`` where it can be written, and :class:`ResultsRootUnwritable`
+    is raised.
     """
     if evals is None:
         evals = load_evals(*config.evals, data_roots=config.data_roots)  # every eval is validated before any work starts
@@ -233,7 +243,9 @@ def run_batch(
                 )
 
         # opened before Ray starts: an unusable results root fails at once; recovers the WAL
-        writer = store.open_writer(run_id, flush_rows=config.flush_rows, flush_seconds=config.flush_seconds)
+        writer = store.open_writer(
+            run_id, flush_rows=config.flush_rows, flush_seconds=config.flush_seconds, give_up_after_s=config.store_retry_s
+        )
     except BaseException:
         lease.release()
         raise
@@ -243,6 +255,8 @@ def run_batch(
     manifest: RunManifest | None = None
     status: RunStatus = "failed"
     stopped_by: int | None = None
+    unwritable: ResultsRootUnwritable | None = None
+    workers: WorkerPool | None = None
     with SigtermStopsTheRun() as sigterm:
         try:
             owns_ray = connect(config)
@@ -285,19 +299,25 @@ def run_batch(
         except KeyboardInterrupt:
             status = "cancelled"
             stopped_by = signal.SIGTERM if sigterm.received else signal.SIGINT
+        except ResultsRootUnwritable as exc:
+            unwritable = exc
         finally:
             try:
                 if lease.lost is None:
-                    _close_run(store, writer, progress, manifest, status)
+                    _close_run(store, writer, progress, manifest, status, unwritable)
                 else:
                     _abandon_run(writer, progress)
             finally:
                 lease.release()
                 gc.unfreeze()
+                if workers is not None and status != "completed":
+                    workers.end_all()  # calls in flight end now, not in Ray's shutdown (which logs each)
                 if owns_ray:
                     ray.shutdown()
     if lease.lost is not None:
         raise lease.lost
+    if unwritable is not None:
+        raise unwritable
     if stopped_by is not None:
         raise RunCancelled(run_id, stopped_by)
     return summarize(store, run_id, total_units=len(units), skipped=len(units) - len(todo), ran=len(todo), started=started)
@@ -334,24 +354,53 @@ def _abandon_run(writer: RowWriter, progress: Progress | None) -> None:
 
 
 def _close_run(
-    store: ResultStore, writer: RowWriter, progress: Progress | None, manifest: RunManifest | None, status: RunStatus
+    store: ResultStore,
+    writer: RowWriter,
+    progress: Progress | None,
+    manifest: RunManifest | None,
+    status: RunStatus,
+    unwritable: ResultsRootUnwritable | None = None,
 ) -> None:
     """Store the buffered rows, then record how the run ended: failed if rows could not be
     stored (they stay in the WAL for the next ``--resume``; the writer's error, which says so,
-    is what propagates, even when the manifest cannot be written either)."""
+    is what propagates, even when the manifest cannot be written either), or if the run stopped
+    because its results root cannot be written (``unwritable``: it is told what became of the
+    manifest)."""
     if progress is not None:
         progress.close()
+    ended: RunStatus = "failed" if status == "completed" else status
     try:
         writer.close()
-    except BaseException:
-        if manifest is not None:
-            try:
-                store.write_manifest(manifest.with_status("failed" if status == "completed" else status))
-            except OSError as exc:
-                log.warning("run %s: cannot record its status in the manifest: %s", manifest.run_id, exc)
+    except ResultsRootUnwritable as exc:
+        _record_stop(store, manifest, ended, exc)
         raise
-    if manifest is not None:
+    except BaseException:
+        _record_stop(store, manifest, ended, unwritable)
+        raise
+    if unwritable is not None:
+        _record_stop(store, manifest, ended, unwritable)
+    elif manifest is not None:
         store.write_manifest(manifest.with_status(status))
+
+
+def _record_stop(
+    store: ResultStore, manifest: RunManifest | None, status: RunStatus, unwritable: ResultsRootUnwritable | None
+) -> None:
+    """Record in the manifest how a run that could not store everything ended, if the manifest
+    can be written (it is replaced whole or not at all); ``unwritable`` is told which."""
+    if manifest is None:
+        return
+    try:
+        store.write_manifest(manifest.with_status(status))
+    except Exception as exc:  # noqa: BLE001 - the run's own error says why it stopped
+        log.warning("run %s: cannot record its status in the manifest: %s", manifest.run_id, exc)
+        if unwritable is not None:
+            unwritable.manifest_note = (
+                f"its manifest could not be marked {status} either ({describe_write_error(exc)}) and still says running"
+            )
+        return
+    if unwritable is not None:
+        unwritable.manifest_note = f"its manifest says {status}"
 
 
 def sandbox_config(config: BatchConfig, evals: list[Eval]) -> SandboxConfig:
@@ -474,12 +523,12 @@ def _execute(
         if unit.unit_id in written:  # a retried Ray call may deliver a unit twice: keep the first
             return False
         written.add(unit.unit_id)
-        progress.update(passed=row.passed, error=row.status in ERROR_STATUSES)
         return True
 
     warmup = _Warmup(workers)
     next_cluster_check = time.monotonic() + CLUSTER_CHECK_S
     while not scheduler.idle or running:
+        writer.check()  # a results root that cannot be written stops the run: no unit more
         if config.workers is None and time.monotonic() >= next_cluster_check:
             _grow_pool(workers, _demand(config, len(todo)))
             next_cluster_check = time.monotonic() + CLUSTER_CHECK_S
@@ -505,6 +554,7 @@ def _execute(
         if ready:  # and whatever else is done by now
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=True)
         ready = warmup.take_ready(ready)
+        kept: dict[str, list[UnitRow]] = {}  # model -> rows to store, of every call back by now
         for ref in ready:
             call = running.pop(ref)
             workers.finished(ref)
@@ -517,9 +567,9 @@ def _execute(
             else:
                 for row in rows:
                     sizer.observe(row.seconds, row.agent_s)
-            stored = []
-            for (unit, attempt), row in zip(call, rows):
-                if keep(unit, attempt, row):
-                    stored.append(row.line)
-            writer.add_lines(row_labels(config.agent, model, config.agent_args)[0], stored)
+            kept.setdefault(model, []).extend(row for (unit, attempt), row in zip(call, rows) if keep(unit, attempt, row))
             scheduler.put_back(call[len(rows):])  # not started within the call's time budget
+        for model, model_rows in kept.items():  # one WAL write and fsync per model and round
+            writer.add_lines(row_labels(config.agent, model, config.agent_args)[0], [row.line for row in model_rows])
+            for row in model_rows:  # done once on disk, in the write-ahead log
+                progress.update(passed=row.passed, error=row.status in ERROR_STATUSES)

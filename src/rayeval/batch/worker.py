@@ -293,6 +293,11 @@ class WorkerPool:
         if self._in_flight[index] == 0:
             self._end(index)
 
+    def end_all(self) -> None:
+        """End every worker, calls in flight included (a run that stops early)."""
+        for index in range(len(self.actors)):
+            self._end(index)
+
     def _end(self, index: int) -> None:
         try:
             ray.kill(self.actors[index], no_restart=True)

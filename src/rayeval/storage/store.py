@@ -12,12 +12,14 @@ partitioning decodes them on read.  Partition columns live only in the path.  Na
 ``_`` or ``.`` are ignored by pyarrow/pandas dataset discovery, so the manifest, the WAL and
 temporary files never reach a reader.
 
-Write path of one row: ``RowWriter.add`` -> WAL line (flushed to the OS) -> in-memory buffer ->
+Write path of one row: ``RowWriter.add`` -> WAL line (fsynced with its batch) -> in-memory buffer ->
 (after ``flush_rows`` rows, ``flush_bytes`` of them or ``flush_seconds``) sealed into one
 immutable part per model with a name that is never reused -> stored (local: temp file, fsync,
 rename; S3: one PUT) -> the WAL segment holding those rows is deleted.  A failed part keeps its name and exact bytes and is
 retried with backoff, so a retry (or a stale request that lands late) can only rewrite identical
-content: no row is lost or stored twice.
+content: no row is lost or stored twice.  A WAL that cannot be written, a full disk, or storing that
+keeps failing beyond ``give_up_after_s`` make the writer give up (:class:`ResultsRootUnwritable`):
+the run stops, every row acknowledged before is stored or in the WAL, and ``--resume`` finishes it.
 
 Read path: the readers (:meth:`ResultStore.parts`, ``read_table``, ``stored_unit_ids``, the report)
 check every part from its Parquet footer alone (no row is read for that; one ranged GET per part on
@@ -34,6 +36,7 @@ outage never makes a resume run every unit again.
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -46,7 +49,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import quote, unquote
 
 import pyarrow as pa
@@ -79,6 +82,7 @@ __all__ = [
     "ManifestError",
     "Parts",
     "ResultStore",
+    "ResultsRootUnwritable",
     "RowWriter",
     "SkippedFile",
     "StorageError",
@@ -106,6 +110,11 @@ MAX_PART_BYTES = 8 * 1024 * 1024
 FLUSH_BUFFER_BYTES = 64 * 1024 * 1024
 BACKOFF_START_S = 0.25
 BACKOFF_CAP_S = 10.0
+#: Seconds rows may keep failing to be stored (retried with backoff) before the writer gives up
+#: and the run stops: an S3 blip is ridden out, an outage ends the run cleanly.
+STORE_RETRY_S = 60.0
+# Errors of a local disk that no retry mends: the run stops at the first one.
+_LASTING_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG})
 
 _PARTITION_SCHEMA = pa.schema([(name, pa.string()) for name in PARTITION_COLUMNS])
 PARTITIONING = ds.partitioning(_PARTITION_SCHEMA, flavor="hive")
@@ -121,6 +130,45 @@ class ManifestError(ValueError):
 
 class StorageError(RuntimeError):
     """Rows could not be stored (they remain in the write-ahead log)."""
+
+
+class ResultsRootUnwritable(StorageError):
+    """A run cannot go on: its results root, or its write-ahead log, cannot be written (a full
+    disk, an I/O error, an S3 outage outlasting the retries).  Every row acknowledged before is
+    stored or on disk in the write-ahead log; ``--resume`` finishes the run once writes work."""
+
+    def __init__(
+        self,
+        run_id: str,
+        root: str,
+        target: Literal["results root", "write-ahead log"],
+        cause: BaseException,
+        wal_dir: Path,
+    ):
+        super().__init__(run_id, root, target, cause, wal_dir)
+        self.run_id = run_id
+        self.root = root
+        self.target = target
+        self.cause = cause
+        self.wal_dir = wal_dir
+        #: how the run's manifest ended up, once the driver has tried to mark it failed
+        self.manifest_note: str | None = None
+
+    def __str__(self) -> str:
+        wal = f" (its write-ahead log {self.wal_dir})" if self.target == "write-ahead log" else ""
+        manifest = f"; {self.manifest_note}" if self.manifest_note else ""
+        return (
+            f"run {self.run_id} stopped: cannot write the results root {self.root}{wal}: {describe_write_error(self.cause)}. "
+            f"The rows it took before are stored, or on disk in the write-ahead log {self.wal_dir}{manifest}"
+        )
+
+
+def describe_write_error(exc: BaseException) -> str:
+    """Why a write failed, in one line: ``No space left on device (ENOSPC)``, an S3 error."""
+    if isinstance(exc, OSError) and exc.errno is not None and exc.strerror:
+        return f"{exc.strerror} ({errno.errorcode.get(exc.errno, exc.errno)})"
+    text = _describe(exc)
+    return text if isinstance(exc, OSError) else f"{type(exc).__name__}: {text}"
 
 
 def encode_partition(value: str) -> str:
@@ -624,13 +672,14 @@ class ResultStore:
         flush_bytes: int = FLUSH_BUFFER_BYTES,
         wal_dir: str | Path | None = None,
         recover: bool = True,
+        give_up_after_s: float = STORE_RETRY_S,
     ) -> RowWriter:
         """A buffered, WAL-backed writer for one run.
 
         ``recover=True`` first moves the run's unreadable parts aside (:meth:`quarantine`: their
         units count as not stored, so a resume runs them again) and stores the rows left in the
         WAL by writers of this run that died (see :meth:`recover`); a storage failure there is
-        logged and left for later.
+        logged and left for later.  ``give_up_after_s``: see :class:`RowWriter`.
         """
         if flush_rows < 1:
             raise ValueError("flush_rows must be >= 1")
@@ -664,6 +713,7 @@ class ResultStore:
             flush_seconds=flush_seconds,
             flush_bytes=flush_bytes,
             start_seq=start_seq,
+            give_up_after_s=give_up_after_s,
         )
         writer.recovered = recovered
         return writer
@@ -757,8 +807,11 @@ class _Part:
 class RowWriter:
     """Buffered, WAL-backed writer of one run's rows; thread-safe, for one driver process.
 
-    ``add`` never blocks on storage and never raises for a storage fault: rows are in the WAL
-    before ``add`` returns, and a background thread turns the buffer into Parquet parts.
+    ``add`` never blocks on the results root: rows are in the WAL, fsynced, before ``add``
+    returns, and a background thread turns the buffer into Parquet parts, retrying failures
+    with backoff.  The writer gives up (:attr:`broken`, raised by :meth:`check` and ``add``)
+    when the WAL cannot be written, when a disk error no retry mends occurs (a full disk), or
+    when storing keeps failing for ``give_up_after_s`` seconds.
     Use as a context manager or call :meth:`close`.
     """
 
@@ -773,6 +826,7 @@ class RowWriter:
         flush_seconds: float = 5.0,
         flush_bytes: int = FLUSH_BUFFER_BYTES,
         start_seq: int = 0,
+        give_up_after_s: float = STORE_RETRY_S,
     ):
         if flush_rows < 1:
             raise ValueError("flush_rows must be >= 1")
@@ -786,6 +840,7 @@ class RowWriter:
         self.flush_rows = flush_rows
         self.flush_seconds = flush_seconds
         self.flush_bytes = flush_bytes
+        self.give_up_after_s = give_up_after_s
         self.recovered = 0
         self._wal = wal
         self._lock = threading.Lock()
@@ -799,12 +854,16 @@ class RowWriter:
         self._sealing = 0  # rows taken from the buffer, being encoded into parts
         self._seq = start_seq
         self._failures = 0
+        # the first failure of the current run of failures, and when (monotonic): what the writer
+        # gives up with (later ones may only be its consequences, such as a lapsed lease)
+        self._first_failure: tuple[float, BaseException] | None = None
         self._next_attempt = 0.0
         self._closing = False
         self._closed = False
         self.last_error: BaseException | None = None
         self.last_error_at: datetime | None = None
-        self.wal_error: BaseException | None = None
+        #: set once the writer gave up: the run must stop (see :meth:`check`)
+        self.broken: ResultsRootUnwritable | None = None
         self.rows_added = 0
         self.rows_stored = 0
         self.parts_written = 0
@@ -836,6 +895,17 @@ class RowWriter:
         """True while the last flush attempt failed."""
         return self._failures > 0
 
+    def check(self) -> None:
+        """Raise :class:`ResultsRootUnwritable` once the writer has given up: the run must stop."""
+        if self.broken is not None:
+            raise self.broken
+
+    def _give_up(self, target: Literal["results root", "write-ahead log"], exc: BaseException) -> ResultsRootUnwritable:
+        """Mark the writer broken (once; under the lock); returns the error the run stops with."""
+        if self.broken is None:
+            self.broken = ResultsRootUnwritable(self.run_id, self.store.root, target, exc, self._wal.directory)
+        return self.broken
+
     @property
     def wal_files(self) -> list[Path]:
         return [path for path in self._wal.files if path.exists()]
@@ -846,7 +916,8 @@ class RowWriter:
 
     # -- adding --------------------------------------------------------------------------------
     def add(self, rows: ResultRow | Mapping[str, Any] | Iterable[ResultRow | Mapping[str, Any]]) -> None:
-        """Log the rows to the WAL and buffer them for Parquet.  Never raises for storage faults."""
+        """Log the rows to the WAL (fsynced) and buffer them for Parquet.  Raises
+        :class:`ResultsRootUnwritable` (the rows are not taken) once the writer has given up."""
         if isinstance(rows, (ResultRow, Mapping)):
             rows = [rows]
         batch = [_coerce_row(row) for row in rows]
@@ -874,12 +945,11 @@ class RowWriter:
         with self._lock:
             if self._closing:
                 raise RuntimeError(f"writer {self.writer_id} is closed")
+            self.check()
             try:
                 self._wal.append([line for _, line in entries])
-            except OSError as exc:  # keep the rows in memory; they still reach Parquet
-                if self.wal_error is None:
-                    log.error("cannot write the WAL %s: %s (rows are kept in memory)", self._wal.active_path, exc)
-                self.wal_error = exc
+            except Exception as exc:  # any failure: rows not on disk are not taken
+                raise self._give_up("write-ahead log", exc) from exc
             self._buffer.extend(entries)
             self._buffer_bytes += sum(len(line) for _, line in entries)
             self.rows_added += len(entries)
@@ -935,8 +1005,8 @@ class RowWriter:
         self._sealing = len(entries)
         try:
             self._wal.rotate()
-        except OSError as exc:
-            self.wal_error = exc
+        except Exception as exc:  # noqa: BLE001 - the rows stay in the WAL, which takes no more
+            self._give_up("write-ahead log", exc)
         return entries
 
     def _make_parts(self, entries: list[tuple[str, bytes]]) -> list[_Part]:
@@ -997,28 +1067,37 @@ class RowWriter:
                 if self._failures:
                     log.warning("writer %s: storage at %s is back; pending parts stored", self.writer_id, self.store.root)
                 self._failures = 0
+                self._first_failure = None
                 self._next_attempt = 0.0
                 done = not self._pending
                 if done and not self._returned_rows and not self._closed:
                     try:
                         self._wal.drop_closed()
-                    except OSError as exc:
-                        self.wal_error = exc
+                    except OSError as exc:  # harmless: recovery skips rows already stored
+                        log.warning("writer %s: cannot delete a stored WAL segment: %s", self.writer_id, exc)
                 return done and not self._buffer
         finally:
             self._io_lock.release()
 
     def _record_failure(self, exc: BaseException) -> None:
         with self._lock:
+            now = time.monotonic()
             self._failures += 1
             self.flush_failures += 1
             self.last_error = exc
             self.last_error_at = _utcnow()
+            self._first_failure = self._first_failure or (now, exc)
+            failing_since, first = self._first_failure
+            lasting = isinstance(exc, OSError) and exc.errno in _LASTING_ERRNOS
+            if lasting or now - failing_since >= self.give_up_after_s:
+                self._give_up("results root", exc if lasting else first)
             delay = min(BACKOFF_CAP_S, BACKOFF_START_S * 2 ** (self._failures - 1))
-            self._next_attempt = time.monotonic() + delay
+            self._next_attempt = now + delay
             pending = self._pending_locked()
             failures = self._failures
-        if failures == 1:
+        if self.broken is not None:  # the run stops, and says why
+            log.debug("writer %s: storing rows failed: %s", self.writer_id, exc)
+        elif failures == 1:
             log.warning(
                 "writer %s: storing rows under %s failed (%s); %d rows kept, retrying with backoff",
                 self.writer_id, self.store.root, exc, pending,
@@ -1032,10 +1111,12 @@ class RowWriter:
         return self._flush_once(force=True, io_timeout=timeout)
 
     def close(self, timeout: float = 60.0) -> None:
-        """Final flush, retried with backoff until it succeeds or ``timeout`` passes.
+        """Final flush, retried with backoff until it succeeds or ``timeout`` passes (tried once
+        when the writer has given up).
 
         Raises :class:`StorageError` naming the root and the last error when rows could not be
-        stored; they stay in the WAL for :meth:`ResultStore.recover`.
+        stored (:class:`ResultsRootUnwritable` if the writer gave up); they stay in the WAL for
+        :meth:`ResultStore.recover`.
         """
         if self._closed:
             return
@@ -1048,7 +1129,7 @@ class RowWriter:
         while True:
             ok = self._flush_once(force=True, io_timeout=max(0.0, deadline - time.monotonic()))
             remaining = deadline - time.monotonic()
-            if ok or remaining <= 0:
+            if ok or remaining <= 0 or self.broken is not None:
                 break
             attempt += 1
             time.sleep(min(BACKOFF_CAP_S, BACKOFF_START_S * 2 ** (attempt - 1), remaining))
@@ -1066,6 +1147,7 @@ class RowWriter:
                 self._io_lock.release()
         else:
             threading.Thread(target=self._release_wal_after_flush, daemon=True).start()
+        self.check()
         raise StorageError(
             f"could not store {pending} rows of run {self.run_id} under {self.store.root} within "
             f"{timeout:g}s: {self.last_error!r}; they remain in the WAL at {self._wal.directory} "

@@ -6,8 +6,10 @@ Layout of one run's WAL folder (``<wal_dir>/<run_id>/`` or ``<root>/run_id=<id>/
     <writer_id>.jsonl           active segment: rows not yet sealed into a Parquet part
     <writer_id>.<n>.jsonl       closed segments: rows sealed into parts, some maybe not stored yet
 
-Every ``append`` is flushed to the OS (it survives the death of the process, not of the
-machine; there is no fsync per row).  When the writer seals its buffer into Parquet parts it
+Every ``append`` (one batch of rows) is written and fsynced before it returns: an acknowledged
+row survives the death of the process and of the machine (one fsync per batch, not per row).
+An append that fails (a full disk, an I/O error) is cut off again, so a segment holds whole
+batches only.  When the writer seals its buffer into Parquet parts it
 *rotates* the active segment into a closed one; closed segments are deleted once every part
 made from them is stored, so the WAL stays small.  A WAL whose lock nobody holds belongs to a
 dead writer: :func:`claim_orphans` hands its segments to recovery.
@@ -116,32 +118,63 @@ class WriteAheadLog:
                 "run ResultStore.recover first or use another writer id"
             )
         self._next_segment = 1
-        self._file = open(self.active_path, "ab")  # noqa: SIM115 - the log's open segment, closed by close()
+        self._fd: int | None = self._open_active()
         self._active_bytes = 0
         self.closed_segments: list[Path] = []
 
+    def _open_active(self) -> int:
+        """A new active segment, its name durable (an fsync of its rows alone does not make it so)."""
+        fd = os.open(self.active_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        fsync_dir(self.directory)
+        return fd
+
     # -- writing ------------------------------------------------------------------------------
     def append(self, lines: list[bytes]) -> None:
-        """Append JSON lines (UTF-8, no newline inside) and flush them to the OS."""
+        """Append JSON lines (UTF-8, no newline inside), then fsync: on return they are on disk.
+        On an error (``OSError``) nothing of them stays in the segment, if it can be cut off."""
         if not lines:
             return
-        data = b"\n".join(lines) + b"\n"
-        self._file.write(data)
-        self._file.flush()
+        if self._fd is None:
+            raise OSError(errno.EBADF, f"the write-ahead log segment {self.active_path} is not open")
+        data = memoryview(b"\n".join(lines) + b"\n")
+        written = 0
+        try:
+            while written < len(data):
+                written += os.write(self._fd, data[written:])
+            os.fsync(self._fd)
+        except OSError:
+            if written:
+                self._cut(self._active_bytes)
+            raise
         self._active_bytes += len(data)
 
+    def _cut(self, size: int) -> None:
+        """Truncate the active segment back to ``size`` bytes (a failed append's partial write)."""
+        assert self._fd is not None
+        try:
+            os.ftruncate(self._fd, size)
+        except OSError as exc:  # read back, its cut line is skipped as a truncated write
+            log.warning("cannot cut a failed write off %s: %s", self.active_path, exc)
+
     def rotate(self) -> Path | None:
-        """Close the active segment (if it holds anything) and start a new one."""
+        """Close the active segment (if it holds anything) and start a new one.  On an error the
+        rows stay where they are: in the active segment, or in the closed one if only the new
+        active segment could not be made (then :meth:`append` fails until the WAL is closed)."""
         if self._active_bytes == 0:
             return None
-        self._file.close()
         closed = self.directory / f"{self.writer_id}.{self._next_segment:06d}.jsonl"
-        self._next_segment += 1
         os.replace(self.active_path, closed)
+        self._next_segment += 1
         self.closed_segments.append(closed)
-        self._file = open(self.active_path, "ab")  # noqa: SIM115 - the log's open segment, closed by close()
+        self._close_fd()
         self._active_bytes = 0
+        self._fd = self._open_active()
         return closed
+
+    def _close_fd(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
 
     def drop_closed(self) -> int:
         """Delete the closed segments (their rows are stored).  Returns how many were deleted."""
@@ -169,11 +202,11 @@ class WriteAheadLog:
         return total
 
     def close(self, *, remove: bool) -> None:
-        """``remove=True``: everything is stored, delete the WAL.  Otherwise fsync it and keep it
-        for :func:`claim_orphans`.  The lock is released either way."""
+        """``remove=True``: everything is stored, delete the WAL.  Otherwise keep it (on disk:
+        every append was fsynced) for :func:`claim_orphans`.  The lock is released either way."""
         try:
             if remove:
-                self._file.close()
+                self._close_fd()
                 self.drop_closed()
                 for path in (self.active_path, self.lock_path):
                     try:
@@ -184,16 +217,8 @@ class WriteAheadLog:
                     self.directory.rmdir()
                 except OSError:
                     pass
-            else:
-                self._file.flush()
-                os.fsync(self._file.fileno())
-                self._file.close()
-                for path in self.closed_segments:
-                    try:
-                        with open(path, "rb") as handle:
-                            os.fsync(handle.fileno())
-                    except OSError:
-                        pass
+            else:  # every append is fsynced already
+                self._close_fd()
                 fsync_dir(self.directory)
         finally:
             if self._lock_fd is not None:

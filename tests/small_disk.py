@@ -1,0 +1,60 @@
+"""A small file system made by the test: a tmpfs of a few MiB that fills up, then grows.
+
+Mounting needs root (as here and in CI); elsewhere the tests using it are skipped, saying so.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+
+class SmallDisk:
+    """A tmpfs mounted at ``path``; :meth:`resize` gives it room again (``-o remount,size=``)."""
+
+    def __init__(self, path: Path, size: str):
+        self.path = path
+        path.mkdir(parents=True, exist_ok=True)
+        _mount("-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path))
+
+    def resize(self, size: str) -> None:
+        _mount("-o", f"remount,size={size}", str(self.path))
+
+    def free_bytes(self) -> int:
+        stats = os.statvfs(self.path)
+        return stats.f_bavail * stats.f_frsize
+
+    def unmount(self) -> None:
+        subprocess.run(
+            ["umount", "--lazy", str(self.path)], check=False, capture_output=True
+        )
+
+
+def _mount(*args: str) -> None:
+    done = subprocess.run(["mount", *args], check=False, capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(
+            f"cannot mount a tmpfs here (mount {' '.join(args)}: {done.stderr.strip()})"
+        )
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Callable[[str, str], SmallDisk]]:
+    """``small_disk(name, size)``: a tmpfs of ``size`` (``"2m"``) at ``tmp_path / name``,
+    unmounted after the test."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    disks: list[SmallDisk] = []
+
+    def make(name: str, size: str) -> SmallDisk:
+        disk = SmallDisk(tmp_path / name, size)
+        disks.append(disk)
+        return disk
+
+    yield make
+    for disk in disks:
+        disk.unmount()

@@ -27,6 +27,7 @@ REPO = Path(__file__).resolve().parents[2]
         (["--model-concurrency", "m=abc"], "--model-concurrency expects MODEL=N"),
         (["--agent-arg", "noequals"], "--agent-arg expects key=value, got 'noequals'"),
         (["--resume"], "--resume needs --run-id"),
+        (["--force"], "--force goes with --resume"),
     ],
 )
 def test_bad_run_options_exit_2_naming_the_option(

@@ -250,13 +250,14 @@ class SkippedFile:
 
 
 def _as_bytes(strings: pa.Array) -> np.ndarray:
-    """A string array as a numpy array of fixed-width bytes, without a Python object per item
-    when all have one length (unit ids do)."""
+    """A string array as a numpy array of fixed-width bytes: a view of its data when all have
+    one length (unit ids do), without a Python object per item."""
     lengths = pc.binary_length(strings)
     width = max(1, pc.max(lengths).as_py() or 0)
     if pc.min(lengths).as_py() == width and not strings.null_count:
-        fixed = strings.cast(pa.binary(width))
-        return np.frombuffer(fixed.buffers()[1], dtype=f"S{width}", count=len(fixed), offset=fixed.offset * width)
+        offsets = np.int64 if pa.types.is_large_string(strings.type) else np.int32
+        start = int(np.frombuffer(strings.buffers()[1], dtype=offsets, count=1, offset=strings.offset * np.dtype(offsets).itemsize)[0])
+        return np.frombuffer(strings.buffers()[2], dtype=f"S{width}", count=len(strings), offset=start)
     return np.array([item.encode() for item in strings.to_pylist() if item is not None], dtype=f"S{width}")
 
 
@@ -578,11 +579,24 @@ class ResultStore:
         return set(table.column("unit_id").to_pylist())
 
     def stored_unit_id_array(self, run_id: str) -> np.ndarray:
-        """The unit_ids of :meth:`stored_unit_ids`, distinct and sorted, as an array of bytes:
-        about 32 bytes a unit where a set of strings takes five times that (``--resume``)."""
-        column = self.parts(run_id).to_table(columns=["unit_id"]).column("unit_id")
-        arrays = [_as_bytes(chunk) for chunk in column.chunks if len(chunk)]
-        return np.unique(np.concatenate(arrays)) if arrays else np.array([], dtype="S32")
+        """The unit_ids of :meth:`stored_unit_ids` as a sorted array of bytes (a unit with two
+        rows is there twice): 32 bytes a unit where a set of strings takes five times that, for
+        ``--resume`` to look a big plan up in.  Read a part at a time into one array sized from
+        the parts' footers."""
+        parts = self.parts(run_id)
+        ids = np.empty(sum(fragment.metadata.num_rows for fragment in parts.fragments), dtype="S32")
+        filled = 0
+        for fragment in parts.fragments:
+            column = Parts(self, [fragment], parts.schema, parts.skipped).to_table(columns=["unit_id"]).column(0)
+            for chunk in column.chunks:
+                values = _as_bytes(chunk)
+                if values.dtype.itemsize > ids.dtype.itemsize:  # ids longer than rayeval's own
+                    ids = ids.astype(values.dtype)
+                ids[filled : filled + len(values)] = values
+                filled += len(values)
+        ids = ids[:filled]  # fewer when a part turned out unreadable
+        ids.sort()
+        return ids
 
     def list_runs(self) -> list[str]:
         """Every run under the root (decoded ``run_id=`` folder names), sorted; [] for a missing root."""

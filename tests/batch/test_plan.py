@@ -15,7 +15,6 @@ from rayeval.batch.plan import (
     Plan,
     compact_seeds,
     describe_seeds,
-    expand_seeds,
     parse_seeds,
     plan_changes,
     unstored,
@@ -43,7 +42,6 @@ def test_seeds_are_kept_as_ranges_in_their_order() -> None:
     assert compact_seeds([(1, 5), 6, 7, (8, 20)]) == [
         (1, 20)
     ]  # a stored form compacts to itself
-    assert list(expand_seeds([9, (3, 5), 1])) == [9, 3, 4, 5, 1]
     assert describe_seeds([(1, 3), 5]) == "1..3, 5"
 
 

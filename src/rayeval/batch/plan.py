@@ -71,11 +71,15 @@ class Plan:
     def unit(self, index: int) -> Unit:
         if not 0 <= index < len(self):
             raise IndexError(f"plan position {index} out of range (the plan has {len(self)} units)")
-        eval_index, rest = divmod(index, len(self.models) * len(self.seeds))
-        model_index, seed_index = divmod(rest, len(self.seeds))
-        seed = self.seeds[seed_index]
+        eval_index, model_index, seed = self._locate(index)
         unit_id = _unit_id(self._prefix(eval_index), self._model_json[model_index], seed)
         return Unit(unit_id, eval_index, self.evals[eval_index].id, self.models[model_index], seed, index)
+
+    def _locate(self, index: int) -> tuple[int, int, int]:
+        """(eval index, model index, seed) of a position."""
+        eval_index, rest = divmod(index, len(self.models) * len(self.seeds))
+        model_index, seed_index = divmod(rest, len(self.seeds))
+        return eval_index, model_index, self.seeds[seed_index]
 
     def _prefix(self, eval_index: int) -> str:
         prefix = self._prefixes.get(eval_index)
@@ -88,12 +92,10 @@ class Plan:
 
     def unit_ids(self, start: int, stop: int) -> np.ndarray:
         """The ids of the units at positions start..stop-1, as an array of 32-byte strings."""
-        per_eval = len(self.models) * len(self.seeds)
         ids = []
         for index in range(start, stop):
-            eval_index, rest = divmod(index, per_eval)
-            model_index, seed_index = divmod(rest, len(self.seeds))
-            ids.append(_unit_id(self._prefix(eval_index), self._model_json[model_index], self.seeds[seed_index]))
+            eval_index, model_index, seed = self._locate(index)
+            ids.append(_unit_id(self._prefix(eval_index), self._model_json[model_index], seed))
         return np.array(ids, dtype="S32")
 
     def model_positions(self, model_index: int, todo: np.ndarray) -> Iterator[int]:
@@ -171,14 +173,6 @@ def compact_seeds(seeds: Iterable[int | tuple[int, int]]) -> list[int | tuple[in
         else:
             out.extend(range(first, last + 1))
     return out
-
-
-def expand_seeds(seeds: Iterable[int | tuple[int, int]]) -> Iterator[int]:
-    for item in seeds:
-        if isinstance(item, int):
-            yield item
-        else:
-            yield from range(int(item[0]), int(item[1]) + 1)
 
 
 def describe_seeds(seeds: Iterable[int | tuple[int, int]]) -> str:

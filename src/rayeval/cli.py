@@ -236,6 +236,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             output=args.output,
             run_id=args.run_id,
             resume=args.resume,
+            force=args.force,
             max_concurrency=args.max_concurrency,
             model_concurrency=_model_limits(args.model_concurrency),
             address=args.address,
@@ -254,6 +255,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise BadInput(str(exc)) from None
     if args.resume and not args.run_id:
         raise BadInput("--resume needs --run-id" + _unfinished_runs_hint(config))
+    if args.force and not args.resume:
+        raise BadInput("--force goes with --resume: it resumes a run whose inputs changed")
     try:
         summary = run_batch(config)
     except (AgentNotFound, AgentArgsError, AgentUnavailable, SandboxError, RunConflict, ManifestError) as exc:
@@ -386,6 +389,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--output", required=True, help="results root: a folder or s3://bucket/prefix")
     run.add_argument("--run-id", help="the run's id (default: a new one from the time); with --resume, the run to finish")
     run.add_argument("--resume", action="store_true", help="finish run --run-id: only units without a stored row run")
+    run.add_argument(
+        "--force",
+        action="store_true",
+        help="with --resume: go on although agent arguments, models, seeds, eval files or unit options changed "
+        "(units with new ids run, stored rows stay, the manifest records the new inputs)",
+    )
     run.add_argument("--max-concurrency", type=int, default=32, help="units running at once, over the whole cluster (default 32)")
     run.add_argument("--model-concurrency", action="append", default=[], metavar="MODEL=N", help="at most N units of MODEL at once (repeatable)")
     run.add_argument("--address", help="auto, HOST:PORT or local (default: embedded Ray, or the job's cluster)")

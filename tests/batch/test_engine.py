@@ -39,7 +39,7 @@ def test_reference_agent_on_the_example_evals(tmp_path: Path) -> None:
     assert set(frame["model"]) == {"default"}
     assert summary.stored_rows == 10 and summary.models[0].passed == 10
     manifest = json.loads((tmp_path / "results" / "run_id=demo" / "_manifest.json").read_text())
-    assert manifest["status"] == "completed" and len(manifest["plan"]) == 10
+    assert manifest["status"] == "completed" and manifest["total_units"] == 10 and "plan" not in manifest
     row = frame.iloc[0]
     assert row["rayeval_version"] and row["node"] and row["task"] and row["kit"] == "10x_chromium" or row["kit"]
     assert json.loads(row["metrics_json"])
@@ -389,16 +389,18 @@ def test_resume_refuses_inputs_that_changed_the_plan(tmp_path: Path) -> None:
     assert first.stored_rows == 6
     original = (evals / "e2.json").read_text()
     (evals / "e2.json").write_text(original.replace("A or B?", "A or B, really?"))
-    with pytest.raises(batch.RunConflict, match=r"eval e2 changed since") as raised:
+    with pytest.raises(batch.RunConflict, match=r"\n  evals changed since: e2\n") as raised:
         batch.run_batch(batch.BatchConfig(**options, resume=True))
-    assert "--run-id" in str(raised.value)
+    assert "--run-id" in str(raised.value) and "--force" in str(raised.value)
     (evals / "e2.json").write_text(original)
-    with pytest.raises(batch.RunConflict, match=r"seed 3 added"):
+    with pytest.raises(batch.RunConflict, match=r"\n  seeds: 1, 2 → 1..3\n"):
         batch.run_batch(batch.BatchConfig(**{**options, "seeds": [1, 2, 3]}, resume=True))
-    with pytest.raises(batch.RunConflict, match=r"model m2 added; model m1 removed"):
+    with pytest.raises(batch.RunConflict, match=r"\n  models: m1 → m2\n"):
         batch.run_batch(batch.BatchConfig(**{**options, "models": ["m2"]}, resume=True))
+    with pytest.raises(batch.RunConflict, match=r"\n  timeout: None → 5.0\n"):
+        batch.run_batch(batch.BatchConfig(**{**options, "timeout": 5.0}, resume=True))
     (evals / "e3.json").unlink()
-    with pytest.raises(batch.RunConflict, match=r"eval e3 removed"):
+    with pytest.raises(batch.RunConflict, match=r"\n  evals removed: e3\n"):
         batch.run_batch(batch.BatchConfig(**options, resume=True))
     assert len(pd.read_parquet(tmp_path / "out" / "run_id=r")) == 6  # nothing ran
     write_mc_evals(evals, ["e3"])  # as it was: the run's own plan again

@@ -10,6 +10,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -288,8 +289,8 @@ def test_new_workers_go_to_the_nodes_furthest_below_one_per_cpu() -> None:
 
 
 def test_units_a_call_did_not_start_are_first_in_line_again(tmp_path: Path) -> None:
-    units = plan_units(load_evals(write_mc_evals(tmp_path / "evals", ["a", "b"])), ["m1", "m2"], [1, 2, 3], "agent")
-    scheduler = Scheduler(units, max_concurrency=4, model_limits={})
+    plan = Plan(load_evals(write_mc_evals(tmp_path / "evals", ["a", "b"])), ["m1", "m2"], [1, 2, 3], "agent")
+    scheduler = Scheduler(plan, np.ones(len(plan), dtype=bool), max_concurrency=4, model_limits={})
     call = scheduler.next_call(3)
     assert [unit.index for unit, _ in call] == [0, 1, 2]  # eval a, model m1, seeds 1-3
     scheduler.call_finished("m1")
@@ -297,6 +298,18 @@ def test_units_a_call_did_not_start_are_first_in_line_again(tmp_path: Path) -> N
     assert [unit.index for unit, _ in scheduler.next_call(10)] == [3, 4, 5, 9, 10, 11]  # m2's turn
     assert [unit.index for unit, _ in scheduler.next_call(10)] == [1, 2, 6, 7, 8]  # m1: put back first
     assert scheduler.queued == 0
+
+
+def test_the_scheduler_makes_only_the_units_to_run_and_only_when_taken(tmp_path: Path) -> None:
+    plan = Plan(load_evals(write_mc_evals(tmp_path / "evals", ["a", "b"])), ["m1", "m2"], [1, 2, 3], "agent")
+    todo = np.zeros(len(plan), dtype=bool)
+    todo[[1, 4, 5, 7, 9]] = True  # the rest is stored
+    scheduler = Scheduler(plan, todo, max_concurrency=4, model_limits={})
+    assert scheduler.queued == 5
+    assert scheduler.next_call(1) == [(plan.unit(1), 1)]  # m1
+    assert scheduler.next_call(10) == [(plan.unit(4), 1), (plan.unit(5), 1), (plan.unit(9), 1)]  # m2, both evals
+    assert scheduler.next_call(10) == [(plan.unit(7), 1)]
+    assert scheduler.queued == 0 and scheduler.next_call(10) == []
 
 
 def _worker_on(evals: list, agent) -> UnitWorker:

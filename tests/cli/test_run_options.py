@@ -30,6 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
         (["--limit-output-mb", "0"], "--limit-output-mb: Input should be greater than 0 (got 0.0)"),
         (["--limit-artifact-mb", "0"], "--limit-artifact-mb: Input should be greater than 0 (got 0.0)"),
         (["--limit-answer-file-mb", "-1"], "--limit-answer-file-mb: Input should be greater than 0 (got -1.0)"),
+        (["--force"], "--force goes with --resume"),
     ],
 )
 def test_bad_run_options_exit_2_naming_the_option(

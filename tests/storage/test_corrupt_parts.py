@@ -113,6 +113,7 @@ def _assert_skipped(store: ResultStore, kind: str, caplog: pytest.LogCaptureFixt
 
     # resume's question: the units of a damaged part are not stored, so they run again
     assert store.stored_unit_ids(RUN) == everything - lost
+    assert store.stored_unit_id_array(RUN).tolist() == sorted(unit.encode() for unit in everything - lost)
     assert store.stored_keys(RUN) == {(unit, 1) for unit in everything - lost}
     parts = store.parts(RUN, warn=False)
     assert sorted(item.path for item in parts.skipped) == sorted(_shown(store, path) for path in bad)

@@ -14,7 +14,6 @@ from rayeval.storage import (
     FILE_SCHEMA,
     TABLE_SCHEMA,
     EvalFileRef,
-    PlanEntry,
     ResultStore,
     RunManifest,
 )
@@ -73,6 +72,17 @@ def test_filters_and_multiple_runs(local_store: ResultStore):
     assert local_store.stored_unit_ids("r-a") == {r.unit_id for r in make_rows("r-a", MODELS, 60)}
 
 
+def test_stored_unit_ids_as_a_sorted_array_of_bytes(local_store: ResultStore) -> None:
+    """What --resume looks a big plan up in: every stored row's unit id, 32-character ids (the
+    engine's) and others (earlier or foreign writers) alike, a unit with two rows twice."""
+    rows = make_rows("r", MODELS, 50) + [make_row("r", "plain", i, unit_id=f"{i:032x}") for i in range(5)]
+    rows.append(make_row("r", "plain", 3, unit_id=f"{3:032x}", attempt=2))
+    with local_store.open_writer("r") as writer:
+        writer.add(rows)
+    assert local_store.stored_unit_id_array("r").tolist() == sorted(row.unit_id.encode() for row in rows)
+    assert local_store.stored_unit_id_array("nothing").tolist() == []
+
+
 def test_empty_and_missing(local_store: ResultStore, tmp_path: Path):
     assert local_store.stored_unit_ids("nothing") == set()
     assert local_store.list_runs() == []
@@ -88,7 +98,6 @@ def test_empty_and_missing(local_store: ResultStore, tmp_path: Path):
 
 def test_manifest_round_trip_and_hidden_from_readers(local_store: ResultStore, monkeypatch):
     monkeypatch.setenv("MY_SERVICE_TOKEN", "tok-supersecret-123")
-    plan = [PlanEntry(unit_id=f"u{i}", eval_id=f"e{i % 2}", model="m/x", seed=i) for i in range(4)]
     manifest = RunManifest(
         run_id="run-m",
         agent="claude_code",
@@ -101,10 +110,9 @@ def test_manifest_round_trip_and_hidden_from_readers(local_store: ResultStore, m
         models=["m/x"],
         seeds=[0, 1, 2, 3],
         eval_files=[EvalFileRef(path="evals/a.json", id="e0", eval_hash="abc")],
-        plan=plan,
+        total_units=4,
         command_line=["rayeval", "run", "--api-key", "sk-cli-secret-1", "--token=zzzzzzzzzz", "--seeds", "4"],
     )
-    assert manifest.total_units == 4
     assert manifest.agent_args["api_key"] == "***"
     assert manifest.agent_args["authToken"] == "***"
     assert manifest.agent_args["max_tokens"] == 4096

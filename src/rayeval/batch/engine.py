@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Any
 
+import numpy as np
 import ray
 from pydantic import AfterValidator, BaseModel, Field
 
@@ -42,7 +43,7 @@ from ..storage.store import (
     describe_write_error,
 )
 from .placement import nodes_for_new_workers, worker_count
-from .plan import Unit, plan_changes, plan_units
+from .plan import Plan, Unit, compact_seeds, plan_changes, unstored
 from .progress import Progress
 from .rows import UnitRow, row_from_result, unit_row
 from .scheduler import CALL_BUDGET_S, ChunkSizer, Scheduler, retry_delay
@@ -102,6 +103,8 @@ class BatchConfig(BaseModel):
     output: Annotated[str, AfterValidator(check_root)]
     run_id: str | None = None
     resume: bool = False
+    #: resume even though the inputs changed (agent arguments, models, seeds, evals, options)
+    force: bool = False
     max_concurrency: int = Field(32, ge=1)
     model_concurrency: dict[str, int] = Field(default_factory=dict)
     address: str | None = None
@@ -232,15 +235,10 @@ def run_batch(
             raise RunConflict(f"run {run_id!r} already exists under {config.output}: pass --resume to finish it")
         if previous is not None and previous.agent != config.agent:
             raise RunConflict(f"run {run_id!r} was made with agent {previous.agent!r}, not {config.agent!r}")
-        units: list[Unit] | None = None
-        if previous is not None:  # resuming: only the plan the run started with may be finished
-            units = plan_units(evals, config.models, config.seeds, config.agent)
-            changed = plan_changes(previous, units, evals, config.models, config.seeds)
-            if changed:
-                raise RunConflict(
-                    f"--resume: run {run_id!r} was planned with other inputs ({changed}); its rows and new ones "
-                    "would mix two experiments. Restore those inputs, or start a new run (another --run-id)."
-                )
+        plan = Plan(evals, config.models, config.seeds, config.agent)
+        planned = _run_manifest(config, run_id, evals, plan, previous)
+        if previous is not None:
+            _check_same_inputs(config, previous, planned)
 
         # opened before Ray starts: an unusable results root fails at once; recovers the WAL
         writer = store.open_writer(
@@ -252,7 +250,7 @@ def run_batch(
     started = datetime.now(timezone.utc)
     owns_ray = False
     progress: Progress | None = None
-    manifest: RunManifest | None = None
+    manifest: RunManifest | None = None  # once written
     status: RunStatus = "failed"
     stopped_by: int | None = None
     unwritable: ResultsRootUnwritable | None = None
@@ -267,34 +265,19 @@ def run_batch(
             gc.freeze()
             # Workers start (asynchronously) first: their start-up overlaps planning and the
             # manifest.  A resumed run may need fewer; idle ones cost nothing.
-            planned = len(evals) * len(config.models) * len(config.seeds)
-            workers = _start_pool(config, run_id, evals, planned, agent=agent, grade=grade) if planned else None
-            if units is None:
-                units = plan_units(evals, config.models, config.seeds, config.agent)
-            done_ids = store.stored_unit_ids(run_id) if config.resume else set()
-            todo = [unit for unit in units if unit.unit_id not in done_ids]
+            workers = _start_pool(config, run_id, evals, len(plan), agent=agent, grade=grade) if len(plan) else None
+            # a bool per plan position: units without a stored row (a resumed run's are mostly stored)
+            todo = unstored(plan, store.stored_unit_id_array(run_id) if config.resume else np.array([], dtype="S32"))
+            to_run = int(todo.sum())
             progress = Progress(
-                len(todo),
+                to_run,
                 enabled=config.show_progress,
-                header=f"run {run_id}: {len(todo)} units to run ({len(units) - len(todo)} already stored); results: {store.run_uri(run_id)}",
+                header=f"run {run_id}: {to_run} units to run ({len(plan) - to_run} already stored); results: {store.run_uri(run_id)}",
             )
-            # validated as one document: 6x faster than one PlanEntry(...) call per unit
-            manifest = RunManifest.model_validate({
-                "run_id": run_id,
-                "agent": config.agent,
-                "agent_args": config.agent_args,
-                "isolation": config.isolation,
-                "network": config.sandbox.network if config.isolation == "sandbox" else None,
-                "models": config.models,
-                "seeds": config.seeds,
-                "eval_files": [{"path": str(e.source_path or "<in-memory>"), "id": e.id, "eval_hash": e.content_hash()} for e in evals],
-                "plan": [{"unit_id": u.unit_id, "eval_id": u.eval_id, "model": u.model, "seed": u.seed} for u in units],
-                "created_at": previous.created_at if previous else started,
-            })
-            store.write_manifest(manifest)
-            if todo and workers is not None:
+            manifest = store.write_manifest(planned)
+            if to_run and workers is not None:
                 with lease.interrupts():  # a lost lease stops the run: another driver has it now
-                    _execute(config, run_id, evals, todo, writer, progress, workers)
+                    _execute(config, run_id, evals, plan, todo, writer, progress, workers)
             status = "completed"
         except KeyboardInterrupt:
             status = "cancelled"
@@ -320,7 +303,46 @@ def run_batch(
         raise unwritable
     if stopped_by is not None:
         raise RunCancelled(run_id, stopped_by)
-    return summarize(store, run_id, total_units=len(units), skipped=len(units) - len(todo), ran=len(todo), started=started)
+    return summarize(store, run_id, total_units=len(plan), skipped=len(plan) - to_run, ran=to_run, started=started)
+
+
+def _run_manifest(config: BatchConfig, run_id: str, evals: list[Eval], plan: Plan, previous: RunManifest | None) -> RunManifest:
+    """The run's manifest: the inputs its units are derived from, not the units."""
+    return RunManifest.model_validate({
+        "run_id": run_id,
+        "agent": config.agent,
+        "agent_args": config.agent_args,
+        "isolation": config.isolation,
+        "network": config.sandbox.network if config.isolation == "sandbox" else None,
+        "timeout": config.timeout,
+        "grade_timeout": config.grade_timeout,
+        "models": config.models,
+        "seeds": compact_seeds(config.seeds),
+        "eval_files": [{"path": str(e.source_path or "<in-memory>"), "id": e.id, "eval_hash": e.content_hash()} for e in evals],
+        "plan_digest": plan.digest(),
+        "total_units": len(plan),
+        **({"created_at": previous.created_at} if previous else {}),
+    })
+
+
+def _check_same_inputs(config: BatchConfig, previous: RunManifest, manifest: RunManifest) -> None:
+    """A resumed run finishes the plan it started with: with other inputs its stored rows and
+    the new ones would mix two experiments (``--force`` takes the new inputs knowingly)."""
+    changes = plan_changes(previous, manifest, config.agent_args)
+    if not changes:
+        return
+    diff = "".join(f"\n  {change}" for change in changes)
+    if not config.force:
+        raise RunConflict(
+            f"--resume: run {previous.run_id!r} was planned with other inputs (before → after):{diff}\n"
+            "Its rows and new ones would mix two experiments. Restore those inputs, start a new run "
+            "(another --run-id), or pass --force to resume with the new inputs."
+        )
+    log.warning(
+        "--resume --force: run %s goes on with new inputs (units with new ids run, stored rows stay):%s",
+        previous.run_id,
+        diff,
+    )
 
 
 class _LeasedStore(ResultStore):
@@ -505,24 +527,26 @@ def _execute(
     config: BatchConfig,
     run_id: str,
     evals: list[Eval],
-    todo: list[Unit],
+    plan: Plan,
+    todo: np.ndarray,
     writer: RowWriter,
     progress: Progress,
     workers: WorkerPool,
 ) -> None:
-    scheduler = Scheduler(todo, max_concurrency=config.max_concurrency, model_limits=config.model_concurrency)
+    scheduler = Scheduler(plan, todo, max_concurrency=config.max_concurrency, model_limits=config.model_concurrency)
+    demand = _demand(config, int(todo.sum()))
     sizer = ChunkSizer()
     running: dict[Any, list[tuple[Unit, int]]] = {}
-    written: set[str] = set()
+    written = np.zeros(len(plan), dtype=bool)  # by plan position
 
     def keep(unit: Unit, attempt: int, row: UnitRow) -> bool:
         """Whether to store the row: not when the unit is retried or was already stored."""
         if row.status == "error" and attempt <= config.retries:
             scheduler.retry_later(unit, attempt + 1, retry_delay(attempt, config.retry_backoff_s))
             return False
-        if unit.unit_id in written:  # a retried Ray call may deliver a unit twice: keep the first
+        if written[unit.index]:  # a retried Ray call may deliver a unit twice: keep the first
             return False
-        written.add(unit.unit_id)
+        written[unit.index] = True
         return True
 
     warmup = _Warmup(workers)
@@ -530,7 +554,7 @@ def _execute(
     while not scheduler.idle or running:
         writer.check()  # a results root that cannot be written stops the run: no unit more
         if config.workers is None and time.monotonic() >= next_cluster_check:
-            _grow_pool(workers, _demand(config, len(todo)))
+            _grow_pool(workers, demand)
             next_cluster_check = time.monotonic() + CLUSTER_CHECK_S
         # Instant units: a worker runs FAST_CALLS_PER_WORKER calls at once; one more call per
         # worker waits queued, so it is busy while the driver stores rows.  Units that wait

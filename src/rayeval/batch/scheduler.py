@@ -3,11 +3,15 @@ delayed retries, and calls sized so that fast units do not each pay a Ray round 
 from __future__ import annotations
 
 import heapq
+import itertools
 import random
 import time
 from collections import Counter, deque
+from collections.abc import Iterator
 
-from .plan import Unit
+import numpy as np
+
+from .plan import Plan, Unit
 
 Attempt = tuple[Unit, int]
 
@@ -71,13 +75,46 @@ class ChunkSizer:
         return self.agent_mean_s is not None and self.agent_mean_s < INSTANT_AGENT_S
 
 
-class Scheduler:
-    """A call runs its units one after another, so each call in flight is one concurrent agent."""
+class _ModelQueue:
+    """One model's units waiting to start: those put back first (retries, units a call did not
+    start), then its plan positions still to run, each made into a unit only when taken."""
 
-    def __init__(self, units: list[Unit], *, max_concurrency: int, model_limits: dict[str, int]):
-        self.queues: dict[str, deque[Attempt]] = {}
-        for unit in units:
-            self.queues.setdefault(unit.model, deque()).append((unit, 1))
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        self.front: deque[Attempt] = deque()
+        self.positions: Iterator[int] = iter(())
+        self.untaken = 0
+
+    def add(self, positions: Iterator[int], count: int) -> None:
+        self.positions = itertools.chain(self.positions, positions)
+        self.untaken += count
+
+    def __len__(self) -> int:
+        return len(self.front) + self.untaken
+
+    def appendleft(self, attempt: Attempt) -> None:
+        self.front.appendleft(attempt)
+
+    def popleft(self) -> Attempt:
+        if self.front:
+            return self.front.popleft()
+        self.untaken -= 1
+        return self.plan.unit(next(self.positions)), 1
+
+
+class Scheduler:
+    """A call runs its units one after another, so each call in flight is one concurrent agent.
+
+    ``todo`` says, a bool per plan position, which units to run: queues hold positions, not
+    units, so that the driver's memory does not grow with the plan.
+    """
+
+    def __init__(self, plan: Plan, todo: np.ndarray, *, max_concurrency: int, model_limits: dict[str, int]):
+        self.plan = plan
+        self.queues: dict[str, _ModelQueue] = {}
+        for model_index, count in enumerate(plan.model_counts(todo)):
+            if count:
+                self._queue(plan.models[model_index]).add(plan.model_positions(model_index, todo), count)
         self.delayed: list[tuple[float, int, Unit, int]] = []
         self.running: Counter[str] = Counter()
         self.limits = model_limits
@@ -85,10 +122,13 @@ class Scheduler:
         self._sequence = 0
         self._order = deque(self.queues)
 
+    def _queue(self, model: str) -> _ModelQueue:
+        return self.queues.setdefault(model, _ModelQueue(self.plan))
+
     def put_back(self, attempts: list[Attempt]) -> None:
         """Units a call did not start: first in line again, in their order."""
         for unit, attempt in reversed(attempts):
-            self.queues.setdefault(unit.model, deque()).appendleft((unit, attempt))
+            self._queue(unit.model).appendleft((unit, attempt))
             if unit.model not in self._order:
                 self._order.append(unit.model)
 

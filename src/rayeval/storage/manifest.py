@@ -6,7 +6,10 @@ secret environment variable is scrubbed wherever it appears.
 """
 from __future__ import annotations
 
+import hashlib
+import hmac
 import importlib.metadata
+import json
 import os
 import platform
 import re
@@ -20,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ..harness.secrets import MASK, is_secret_name, redact, secret_values
 
-__all__ = ["EvalFileRef", "PlanEntry", "RunManifest", "RunStatus", "mask_command_line", "mask_secrets"]
+__all__ = ["EvalFileRef", "PlanEntry", "RunManifest", "RunStatus", "SeedItem", "mask_command_line", "mask_secrets"]
 
 RunStatus = Literal["running", "completed", "failed", "cancelled"]
 TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
@@ -136,6 +139,8 @@ class EvalFileRef(BaseModel):
 
 
 class PlanEntry(BaseModel):
+    """A unit as manifests of earlier versions listed them (read, never written)."""
+
     model_config = ConfigDict(frozen=True)
 
     unit_id: str
@@ -144,8 +149,37 @@ class PlanEntry(BaseModel):
     seed: int
 
 
+#: A seed, or an inclusive range ``[first, last]`` of consecutive seeds.
+SeedItem = int | tuple[int, int]
+
+# PBKDF2 rounds of a secret argument's fingerprint: slow to guess a short secret from.
+_FINGERPRINT_ROUNDS = 100_000
+
+
+def _fingerprint(value: Any, salt: bytes, rounds: int = _FINGERPRINT_ROUNDS) -> str:
+    canonical = json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+    digest = hashlib.pbkdf2_hmac("sha256", canonical, salt, rounds)
+    return f"pbkdf2-sha256${rounds}${salt.hex()}${digest.hex()}"
+
+
+def _fingerprint_matches(fingerprint: str, value: Any) -> bool:
+    try:
+        _, rounds, salt, _ = fingerprint.split("$")
+        return hmac.compare_digest(fingerprint, _fingerprint(value, bytes.fromhex(salt), int(rounds)))
+    except ValueError:  # not a fingerprint this version makes: nothing to compare with
+        return True
+
+
 class RunManifest(BaseModel):
-    """One run: its plan and environment.  Environment fields default to the current process."""
+    """One run: the inputs of its plan and its environment.  Environment fields default to the
+    current process.
+
+    The plan's units are not listed: they are derived from the inputs (``eval_files``, whose
+    content hashes identify the evals, ``models``, ``seeds``, ``agent``), and ``plan_digest``
+    (see ``Plan.digest``: sha256 over the sorted distinct unit-key prefixes, models and seeds)
+    changes iff the set of units does.  Manifests of earlier versions list the units in
+    ``plan`` and their seeds one by one: they still load, and readers use what is there.
+    """
 
     run_id: str
     status: RunStatus = "running"
@@ -153,14 +187,23 @@ class RunManifest(BaseModel):
     updated_at: datetime = Field(default_factory=_now)
     finished_at: datetime | None = None
     agent: str | None = None
+    #: masked: secret-looking values are ``***``, compared on ``--resume`` by fingerprint
     agent_args: dict[str, Any] = Field(default_factory=dict)
+    #: salted PBKDF2 of each agent argument value that is masked, by name
+    secret_fingerprints: dict[str, str] = Field(default_factory=dict)
     #: how agents ran (sandbox, process, inline) and, sandboxed, their network
     isolation: str | None = None
     network: str | None = None
+    #: per-unit agent timeout (None: the evals' own) and grading timeout, in seconds
+    timeout: float | None = None
+    grade_timeout: float | None = None
     models: list[str] = Field(default_factory=list)
-    seeds: list[int] = Field(default_factory=list)
+    #: in plan order; runs of consecutive seeds as ``[first, last]``
+    seeds: list[SeedItem] = Field(default_factory=list)
     eval_files: list[EvalFileRef] = Field(default_factory=list)
-    plan: list[PlanEntry] = Field(default_factory=list)
+    plan_digest: str | None = None
+    #: earlier versions only (see the class docstring); not written
+    plan: list[PlanEntry] = Field(default_factory=list, exclude=True)
     total_units: int = 0
     rayeval_version: str = Field(default_factory=_rayeval_version)
     ray_version: str | None = Field(default_factory=lambda: _version("ray"))
@@ -169,6 +212,22 @@ class RunManifest(BaseModel):
     git_revision: str | None = Field(default_factory=git_revision)
     command_line: list[str] = Field(default_factory=lambda: list(sys.argv))
     host: str = Field(default_factory=socket.gethostname)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fingerprint_secret_args(cls, data: Any) -> Any:
+        """Fingerprint the agent arguments masking will hide (those of a stored manifest are
+        masked already and keep their fingerprints)."""
+        if not isinstance(data, dict) or not isinstance(data.get("agent_args"), dict):
+            return data
+        raw = data["agent_args"]
+        masked = redact(mask_secrets(raw), secret_values())
+        fingerprints = dict(data.get("secret_fingerprints") or {})
+        salt = os.urandom(16)
+        for name, value in raw.items():
+            if name not in fingerprints and masked.get(name) != value:
+                fingerprints[name] = _fingerprint(value, salt)
+        return {**data, "secret_fingerprints": fingerprints}
 
     @field_validator("agent_args", mode="after")
     @classmethod
@@ -185,6 +244,14 @@ class RunManifest(BaseModel):
         if "total_units" not in self.model_fields_set and self.plan:
             self.total_units = len(self.plan)
         return self
+
+    def secret_args_changed(self, agent_args: dict[str, Any]) -> list[str]:
+        """Names of the arguments masked here whose value in ``agent_args`` (unmasked) differs."""
+        return [
+            name
+            for name, fingerprint in self.secret_fingerprints.items()
+            if name in agent_args and not _fingerprint_matches(fingerprint, agent_args[name])
+        ]
 
     @property
     def finished(self) -> bool:

@@ -52,7 +52,9 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote, unquote
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
@@ -293,6 +295,18 @@ class SkippedFile:
 
     def __str__(self) -> str:
         return f"{self.path}: {self.problem}"
+
+
+def _as_bytes(strings: pa.Array) -> np.ndarray:
+    """A string array as a numpy array of fixed-width bytes: a view of its data when all have
+    one length (unit ids do), without a Python object per item."""
+    lengths = pc.binary_length(strings)
+    width = max(1, pc.max(lengths).as_py() or 0)
+    if pc.min(lengths).as_py() == width and not strings.null_count:
+        offsets = np.int64 if pa.types.is_large_string(strings.type) else np.int32
+        start = int(np.frombuffer(strings.buffers()[1], dtype=offsets, count=1, offset=strings.offset * np.dtype(offsets).itemsize)[0])
+        return np.frombuffer(strings.buffers()[2], dtype=f"S{width}", count=len(strings), offset=start)
+    return np.array([item.encode() for item in strings.to_pylist() if item is not None], dtype=f"S{width}")
 
 
 class Parts:
@@ -611,6 +625,26 @@ class ResultStore:
         part that cannot be read are not among them: ``--resume`` runs them again."""
         table = self.parts(run_id).to_table(columns=["unit_id"])
         return set(table.column("unit_id").to_pylist())
+
+    def stored_unit_id_array(self, run_id: str) -> np.ndarray:
+        """The unit_ids of :meth:`stored_unit_ids` as a sorted array of bytes (a unit with two
+        rows is there twice): 32 bytes a unit where a set of strings takes five times that, for
+        ``--resume`` to look a big plan up in.  Read a part at a time into one array sized from
+        the parts' footers."""
+        parts = self.parts(run_id)
+        ids = np.empty(sum(fragment.metadata.num_rows for fragment in parts.fragments), dtype="S32")
+        filled = 0
+        for fragment in parts.fragments:
+            column = Parts(self, [fragment], parts.schema, parts.skipped).to_table(columns=["unit_id"]).column(0)
+            for chunk in column.chunks:
+                values = _as_bytes(chunk)
+                if values.dtype.itemsize > ids.dtype.itemsize:  # ids longer than rayeval's own
+                    ids = ids.astype(values.dtype)
+                ids[filled : filled + len(values)] = values
+                filled += len(values)
+        ids = ids[:filled]  # fewer when a part turned out unreadable
+        ids.sort()
+        return ids
 
     def list_runs(self) -> list[str]:
         """Every run under the root (decoded ``run_id=`` folder names), sorted; [] for a missing root."""

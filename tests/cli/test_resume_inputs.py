@@ -1,0 +1,102 @@
+"""``rayeval run --resume`` with other inputs than the run started with: refused with what
+changed (exit 2), unless ``--force``, which goes on with the new inputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from rayeval.cli import main
+from tests.batch.conftest import write_mc_evals
+
+
+def _run(evals: Path, out: Path, *options: str) -> list[str]:
+    return [
+        "run",
+        str(evals),
+        "--agent",
+        "tests.batch.agents:instant",
+        "--isolation",
+        "inline",
+        "--output",
+        str(out),
+        "--run-id",
+        "r",
+        "--no-progress",
+        "--models",
+        "m1",
+        *options,
+    ]
+
+
+def test_resume_with_changed_inputs_is_refused_with_a_diff_unless_forced(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    evals, out = write_mc_evals(tmp_path / "evals", ["e1", "e2"]), tmp_path / "out"
+    assert (
+        main(
+            _run(
+                evals,
+                out,
+                "--seeds",
+                "2",
+                "--agent-arg",
+                "temperature=0.2",
+                "--agent-arg",
+                "api_key=sk-first",
+            )
+        )
+        == 0
+    )
+    first = pd.read_parquet(out / "run_id=r")
+    assert len(first) == 4
+    capsys.readouterr()
+    (evals / "e2.json").write_text(
+        (evals / "e2.json").read_text().replace("A or B?", "A or B, really?")
+    )
+    changed = _run(
+        evals,
+        out,
+        "--seeds",
+        "3",
+        "--agent-arg",
+        "temperature=0.7",
+        "--agent-arg",
+        "api_key=sk-second",
+        "--resume",
+    )
+
+    assert main(changed) == 2
+    err = capsys.readouterr().err
+    assert "was planned with other inputs (before → after):\n" in err
+    for line in (
+        "  agent_args.api_key: changed (a secret: its values are not shown)",
+        '  agent_args.temperature: "0.2" → "0.7"',
+        "  seeds: 1, 2 → 1..3",
+        "  evals changed since: e2",
+    ):
+        assert line + "\n" in err
+    assert "--force" in err and "sk-" not in err and "Traceback" not in err
+    assert len(pd.read_parquet(out / "run_id=r")) == 4  # nothing ran
+
+    assert main([*changed, "--force"]) == 0
+    assert (
+        "--resume --force: run r goes on with new inputs" in caplog.text
+        and "sk-" not in caplog.text
+    )
+    rows = pd.read_parquet(out / "run_id=r")
+    # the rows stored stay; units with new ids ran: e1's seed 3 and all of the edited e2
+    assert len(rows) == 4 + 1 + 3 and set(first["unit_id"]) <= set(rows["unit_id"])
+    manifest = json.loads((out / "run_id=r" / "_manifest.json").read_text())
+    assert manifest["seeds"] == [[1, 3]] and manifest["agent_args"] == {
+        "temperature": "0.7",
+        "api_key": "***",
+    }
+    assert manifest["total_units"] == 6 and manifest["status"] == "completed"
+    assert "sk-" not in json.dumps(manifest)
+
+    assert main(changed) == 0  # the new inputs are the run's now
+    assert "0 run now, 6 already done" in capsys.readouterr().out

@@ -23,6 +23,8 @@ from typing import Literal
 import pandas as pd
 import pytest
 
+from rayeval.batch.plan import plan_units
+from rayeval.evals import load_evals
 from rayeval.storage import ResultStore, run_lease
 from tests.batch.conftest import write_mc_evals
 
@@ -224,7 +226,9 @@ class Trial:
         why = self.why()
         manifest = self.store.read_manifest("r1")
         assert manifest is not None and manifest.status == "completed", why
-        planned = Counter(entry.unit_id for entry in manifest.plan)
+        assert manifest.total_units == UNITS, why
+        plan = plan_units(load_evals(self.evals), ["default"], list(range(1, SEEDS + 1)), "tests.batch.agents:counting_sleep")
+        planned = Counter(unit.unit_id for unit in plan)
         assert len(planned) == UNITS, why
         # every Parquet file of the run, as pandas reads it (leaving _wal/ and _quarantine/ out)
         options = (

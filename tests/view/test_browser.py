@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from PIL import Image
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
@@ -32,7 +33,22 @@ def wait_for(browser: Any, css: str, text: str = "") -> Any:
         assert not failure, failure[0].text
         return False
 
-    return WebDriverWait(browser, WAIT_S).until(found)
+    # a page that renders again meanwhile replaces the element: look again
+    return WebDriverWait(browser, WAIT_S, ignored_exceptions=(StaleElementReferenceException,)).until(found)
+
+
+def wait_text(browser: Any, css: str, text: str) -> str:
+    """The text of the first element matching ``css`` once it shows ``text``, read as it matched
+    (the element itself may be replaced right after, by a render)."""
+
+    def found(driver: Any) -> str | bool:
+        for element in driver.find_elements(By.CSS_SELECTOR, css):
+            shown = element.text
+            if text in shown:
+                return shown
+        return False
+
+    return WebDriverWait(browser, WAIT_S, ignored_exceptions=(StaleElementReferenceException,)).until(found)
 
 
 def wait_hash(browser: Any, fragment: str) -> None:
@@ -158,10 +174,7 @@ def test_huge_field_says_it_was_truncated(browser: Any, view_url: str) -> None:
     browser.get(
         f"{view_url}#/unit?run=crafted&id={unit_id(view_url, 'crafted', eval='crash_eval')}"
     )
-    assert (
-        "showing the first 200,000 of 300,000 characters"
-        in wait_for(browser, "#error", "AgentCrashed").text
-    )
+    assert "showing the first 200,000 of 300,000 characters" in wait_text(browser, "#error", "AgentCrashed")
 
 
 def test_compare_two_models(browser: Any, view_url: str, tmp_path: Path) -> None:

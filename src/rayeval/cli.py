@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 
 from ._version import __version__
-from .evals import EvalFileError, check_evals, load_eval
+from .evals import EvalFileError, EvalSelectionError, check_evals, load_eval
 from .harness.cache import default_cache_dir
 from .harness.grading_pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
 from .harness.sandbox import SandboxConfig, UnitLimits
@@ -235,8 +235,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
             seeds=parse_seeds(args.seeds),
             output=args.output,
             run_id=args.run_id,
-            resume=args.resume,
+            resume=args.resume or args.retry_errors,
             force=args.force,
+            retry_errors=args.retry_errors,
+            sample_ids=[name.strip() for text in args.sample_id for name in text.split(",") if name.strip()],
+            filters=args.filter,
+            limit=args.limit,
             max_concurrency=args.max_concurrency,
             model_concurrency=_model_limits(args.model_concurrency),
             address=args.address,
@@ -253,13 +257,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise BadInput(_option_problems(exc)) from None
     except ValueError as exc:
         raise BadInput(str(exc)) from None
-    if args.resume and not args.run_id:
-        raise BadInput("--resume needs --run-id" + _unfinished_runs_hint(config))
-    if args.force and not args.resume:
+    if config.resume and not args.run_id:
+        option = "--retry-errors" if args.retry_errors else "--resume"
+        raise BadInput(f"{option} needs --run-id" + _unfinished_runs_hint(config))
+    if args.force and not config.resume:
         raise BadInput("--force goes with --resume: it resumes a run whose inputs changed")
     try:
+        if args.dry_run:
+            from .batch.preview import preview_run
+
+            print(preview_run(config).text())
+            return EXIT_OK
         summary = run_batch(config)
-    except (AgentNotFound, AgentArgsError, AgentUnavailable, SandboxError, RunConflict, ManifestError) as exc:
+    except (AgentNotFound, AgentArgsError, AgentUnavailable, SandboxError, RunConflict, ManifestError, EvalSelectionError) as exc:
         raise BadInput(str(exc)) from None
     except LeaseError as exc:  # another driver holds the run (LeaseHeld), or took it over (LeaseLost)
         raise BadInput(str(exc)) from None
@@ -395,6 +405,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --resume: go on although agent arguments, models, seeds, eval files or unit options changed "
         "(units with new ids run, stored rows stay, the manifest records the new inputs)",
     )
+    run.add_argument(
+        "--retry-errors",
+        action="store_true",
+        help="with --run-id: resume the run, and run again, as new attempts, its units whose latest row is an error or a timeout",
+    )
+    run.add_argument("--dry-run", action="store_true", help="check everything and print the plan (units, seeds, estimated cost), start nothing")
+    run.add_argument("--sample-id", action="append", default=[], metavar="ID[,ID]", help="only the evals with these ids (repeatable)")
+    run.add_argument(
+        "--filter",
+        action="append",
+        default=[],
+        metavar="GLOB|KEY=VALUE",
+        help="only evals whose id matches the glob (pbmc_*) or whose metadata KEY is VALUE (task=qc); repeatable, all must match",
+    )
+    run.add_argument("--limit", type=int, metavar="N", help="only the first N evals (after --sample-id and --filter)")
     run.add_argument("--max-concurrency", type=int, default=32, help="units running at once, over the whole cluster (default 32)")
     run.add_argument("--model-concurrency", action="append", default=[], metavar="MODEL=N", help="at most N units of MODEL at once (repeatable)")
     run.add_argument("--address", help="auto, HOST:PORT or local (default: embedded Ray, or the job's cluster)")

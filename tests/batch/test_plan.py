@@ -190,7 +190,7 @@ def test_a_million_unit_manifest_records_inputs_not_units(tmp_path: Path) -> Non
     evals = load_evals(str(folder))
     plan = Plan(evals, config.models, config.seeds, config.agent)
     stored = ResultStore(config.output).write_manifest(
-        engine._run_manifest(config, "r", evals, plan, previous=None)
+        engine.run_manifest(config, "r", evals, plan, previous=None)
     )
     raw = Path(ResultStore(config.output).manifest_path("r")).read_bytes()
     assert len(raw) < 30_000, len(raw)  # 100 eval references make most of it

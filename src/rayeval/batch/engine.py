@@ -18,7 +18,7 @@ from pydantic import AfterValidator, BaseModel, Field
 
 from ..agents.labels import row_labels
 from ..agents.resolve import agent_ref, check_agent_args, resolve_agent
-from ..evals import Eval, load_evals
+from ..evals import Eval, load_evals, select_evals
 from ..harness.cache import default_cache_dir
 from ..harness.context import AgentFunction
 from ..harness.execution import INT64_MAX, INT64_MIN, Execution, grade_execution
@@ -105,6 +105,12 @@ class BatchConfig(BaseModel):
     resume: bool = False
     #: resume even though the inputs changed (agent arguments, models, seeds, evals, options)
     force: bool = False
+    #: with ``resume``: units whose latest row is an error or a timeout run again, as new attempts
+    retry_errors: bool = False
+    #: which of the loaded evals the run covers (``--sample-id``, ``--filter``, ``--limit``)
+    sample_ids: list[str] = Field(default_factory=list)
+    filters: list[str] = Field(default_factory=list)
+    limit: int | None = Field(None, ge=1)
     max_concurrency: int = Field(32, ge=1)
     model_concurrency: dict[str, int] = Field(default_factory=dict)
     address: str | None = None
@@ -218,8 +224,9 @@ def run_batch(
     log, the manifest says ``failed`` where it can be written, and :class:`ResultsRootUnwritable`
     is raised.
     """
-    if evals is None:
-        evals = load_evals(*config.evals, data_roots=config.data_roots)  # every eval is validated before any work starts
+    evals = run_evals(config, evals)
+    if config.retry_errors and not config.resume:
+        raise RunConflict("--retry-errors goes with --resume: it reruns the errored units of an existing run")
     store = _LeasedStore(config.output, s3_endpoint_url=config.s3_endpoint_url)
     # an unknown agent, or a sandbox that cannot start here, is a usage error, not thousands of error rows
     check_agent(config, evals, agent)
@@ -236,9 +243,9 @@ def run_batch(
         if previous is not None and previous.agent != config.agent:
             raise RunConflict(f"run {run_id!r} was made with agent {previous.agent!r}, not {config.agent!r}")
         plan = Plan(evals, config.models, config.seeds, config.agent)
-        planned = _run_manifest(config, run_id, evals, plan, previous)
+        planned = run_manifest(config, run_id, evals, plan, previous)
         if previous is not None:
-            _check_same_inputs(config, previous, planned)
+            check_same_inputs(config, previous, planned)
 
         # opened before Ray starts: an unusable results root fails at once; recovers the WAL
         writer = store.open_writer(
@@ -267,7 +274,7 @@ def run_batch(
             # manifest.  A resumed run may need fewer; idle ones cost nothing.
             workers = _start_pool(config, run_id, evals, len(plan), agent=agent, grade=grade) if len(plan) else None
             # a bool per plan position: units without a stored row (a resumed run's are mostly stored)
-            todo = unstored(plan, store.stored_unit_id_array(run_id) if config.resume else np.array([], dtype="S32"))
+            todo, earlier_attempts = units_to_run(config, store, run_id, plan)
             to_run = int(todo.sum())
             progress = Progress(
                 to_run,
@@ -277,7 +284,7 @@ def run_batch(
             manifest = store.write_manifest(planned)
             if to_run and workers is not None:
                 with lease.interrupts():  # a lost lease stops the run: another driver has it now
-                    _execute(config, run_id, evals, plan, todo, writer, progress, workers)
+                    _execute(config, run_id, evals, plan, todo, earlier_attempts, writer, progress, workers)
             status = "completed"
         except KeyboardInterrupt:
             status = "cancelled"
@@ -306,7 +313,30 @@ def run_batch(
     return summarize(store, run_id, total_units=len(plan), skipped=len(plan) - to_run, ran=to_run, started=started)
 
 
-def _run_manifest(config: BatchConfig, run_id: str, evals: list[Eval], plan: Plan, previous: RunManifest | None) -> RunManifest:
+def run_evals(config: BatchConfig, evals: list[Eval] | None = None) -> list[Eval]:
+    """The evals the run covers: ``evals``, or every eval of ``config.evals`` (each validated
+    before any work starts), then the selection (``sample_ids``, ``filters``, ``limit``)."""
+    if evals is None:
+        evals = load_evals(*config.evals, data_roots=config.data_roots)
+    return select_evals(evals, sample_ids=config.sample_ids, filters=config.filters, limit=config.limit)
+
+
+def units_to_run(config: BatchConfig, store: ResultStore, run_id: str, plan: Plan) -> tuple[np.ndarray, np.ndarray | None]:
+    """A bool per plan position, the units to run (a resumed run's stored ones are not), and
+    with ``retry_errors`` the attempts already stored of each unit that runs again (else None)."""
+    stored = store.stored_unit_id_array(run_id) if config.resume else np.array([], dtype="S32")
+    if not config.retry_errors:
+        return unstored(plan, stored), None
+    errored = store.errored_units(run_id)
+    again = np.sort(np.array(list(errored), dtype="S32"))
+    todo = unstored(plan, stored[~np.isin(stored, again)])
+    earlier = np.zeros(len(plan), dtype=np.int32)
+    for position in np.flatnonzero(~unstored(plan, again)):
+        earlier[position] = errored[plan.unit(int(position)).unit_id]
+    return todo, earlier
+
+
+def run_manifest(config: BatchConfig, run_id: str, evals: list[Eval], plan: Plan, previous: RunManifest | None) -> RunManifest:
     """The run's manifest: the inputs its units are derived from, not the units."""
     return RunManifest.model_validate({
         "run_id": run_id,
@@ -325,7 +355,7 @@ def _run_manifest(config: BatchConfig, run_id: str, evals: list[Eval], plan: Pla
     })
 
 
-def _check_same_inputs(config: BatchConfig, previous: RunManifest, manifest: RunManifest) -> None:
+def check_same_inputs(config: BatchConfig, previous: RunManifest, manifest: RunManifest) -> None:
     """A resumed run finishes the plan it started with: with other inputs its stored rows and
     the new ones would mix two experiments (``--force`` takes the new inputs knowingly)."""
     changes = plan_changes(previous, manifest, config.agent_args)
@@ -529,11 +559,14 @@ def _execute(
     evals: list[Eval],
     plan: Plan,
     todo: np.ndarray,
+    earlier_attempts: np.ndarray | None,
     writer: RowWriter,
     progress: Progress,
     workers: WorkerPool,
 ) -> None:
-    scheduler = Scheduler(plan, todo, max_concurrency=config.max_concurrency, model_limits=config.model_concurrency)
+    scheduler = Scheduler(
+        plan, todo, max_concurrency=config.max_concurrency, model_limits=config.model_concurrency, earlier_attempts=earlier_attempts
+    )
     demand = _demand(config, int(todo.sum()))
     sizer = ChunkSizer()
     running: dict[Any, list[tuple[Unit, int]]] = {}
@@ -541,7 +574,9 @@ def _execute(
 
     def keep(unit: Unit, attempt: int, row: UnitRow) -> bool:
         """Whether to store the row: not when the unit is retried or was already stored."""
-        if row.status == "error" and attempt <= config.retries:
+        # retries count from the unit's first attempt of this run (--retry-errors: after the stored ones)
+        earlier = 0 if earlier_attempts is None else int(earlier_attempts[unit.index])
+        if row.status == "error" and attempt - earlier <= config.retries:
             scheduler.retry_later(unit, attempt + 1, retry_delay(attempt, config.retry_backoff_s))
             return False
         if written[unit.index]:  # a retried Ray call may deliver a unit twice: keep the first

@@ -79,8 +79,9 @@ class _ModelQueue:
     """One model's units waiting to start: those put back first (retries, units a call did not
     start), then its plan positions still to run, each made into a unit only when taken."""
 
-    def __init__(self, plan: Plan) -> None:
+    def __init__(self, plan: Plan, earlier_attempts: np.ndarray | None) -> None:
         self.plan = plan
+        self.earlier_attempts = earlier_attempts
         self.front: deque[Attempt] = deque()
         self.positions: Iterator[int] = iter(())
         self.untaken = 0
@@ -99,18 +100,30 @@ class _ModelQueue:
         if self.front:
             return self.front.popleft()
         self.untaken -= 1
-        return self.plan.unit(next(self.positions)), 1
+        position = next(self.positions)
+        earlier = 0 if self.earlier_attempts is None else int(self.earlier_attempts[position])
+        return self.plan.unit(position), earlier + 1
 
 
 class Scheduler:
     """A call runs its units one after another, so each call in flight is one concurrent agent.
 
     ``todo`` says, a bool per plan position, which units to run: queues hold positions, not
-    units, so that the driver's memory does not grow with the plan.
+    units, so that the driver's memory does not grow with the plan.  ``earlier_attempts`` (per
+    position, ``--retry-errors``) numbers a unit's first attempt after those already stored.
     """
 
-    def __init__(self, plan: Plan, todo: np.ndarray, *, max_concurrency: int, model_limits: dict[str, int]):
+    def __init__(
+        self,
+        plan: Plan,
+        todo: np.ndarray,
+        *,
+        max_concurrency: int,
+        model_limits: dict[str, int],
+        earlier_attempts: np.ndarray | None = None,
+    ):
         self.plan = plan
+        self.earlier_attempts = earlier_attempts
         self.queues: dict[str, _ModelQueue] = {}
         for model_index, count in enumerate(plan.model_counts(todo)):
             if count:
@@ -123,7 +136,7 @@ class Scheduler:
         self._order = deque(self.queues)
 
     def _queue(self, model: str) -> _ModelQueue:
-        return self.queues.setdefault(model, _ModelQueue(self.plan))
+        return self.queues.setdefault(model, _ModelQueue(self.plan, self.earlier_attempts))
 
     def put_back(self, attempts: list[Attempt]) -> None:
         """Units a call did not start: first in line again, in their order."""

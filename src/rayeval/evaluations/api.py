@@ -230,6 +230,11 @@ def _report(
             "evaluators with a threshold); errors count as failures."
         )
     parts += ["", checks_table(checks, current)]
+    if checks:
+        parts.append(
+            "score: a boolean evaluator's share of true judgments as a fraction (0-1, as Humanloop reports it), "
+            "a number evaluator's mean; Accuracy above is in percent."
+        )
     gated = [c for c in checks if c.threshold_check is not None]
     if gated:
         failed = [c.path for c in gated if not c.threshold_check]

@@ -646,6 +646,17 @@ class ResultStore:
         ids.sort()
         return ids
 
+    def errored_units(self, run_id: str) -> dict[str, int]:
+        """The units whose latest stored row (highest attempt) is an ``error`` or a ``timeout``,
+        with that attempt: what ``--retry-errors`` runs again.  A ``config_error`` is the eval's
+        grader configuration, which running the agent again does not change."""
+        table = self.read_table(run_id, columns=["unit_id", "attempt", "status"])
+        latest: dict[str, tuple[int, str]] = {}
+        for unit_id, attempt, status in zip(*(table.column(name).to_pylist() for name in ("unit_id", "attempt", "status"))):
+            if unit_id not in latest or attempt > latest[unit_id][0]:
+                latest[unit_id] = (attempt, status)
+        return {unit_id: attempt for unit_id, (attempt, status) in latest.items() if status in ("error", "timeout")}
+
     def list_runs(self) -> list[str]:
         """Every run under the root (decoded ``run_id=`` folder names), sorted; [] for a missing root."""
         selector = pafs.FileSelector(self.base, recursive=False, allow_not_found=True)

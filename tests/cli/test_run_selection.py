@@ -1,0 +1,82 @@
+"""Choosing what a run does before it spends: --sample-id, --filter, --limit, --dry-run, and
+--retry-errors for the errored units of a finished run."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from rayeval.cli import main
+from rayeval.evals import Eval, EvalSelectionError, select_evals
+from tests.batch.conftest import write_mc_evals
+
+AGENTS = """
+from pathlib import Path
+
+def flaky(task_prompt, work_dir, context):
+    if Path(context.args["flag"]).exists():
+        raise RuntimeError("the model endpoint is down")
+    return {"answer": "B"}
+"""
+
+
+def _evals(*specs: tuple[str, dict]) -> list[Eval]:
+    grader = {"type": "multiple_choice", "config": {"correct_answer": "B"}}
+    return [Eval.model_validate({"id": eval_id, "task": "t", "metadata": meta, "grader": grader}) for eval_id, meta in specs]
+
+
+def ids(chosen: list[Eval]) -> list[str]:
+    return [e.id for e in chosen]
+
+
+def test_selection_by_id_glob_metadata_and_limit() -> None:
+    evals = _evals(("pbmc_a", {"task": "qc"}), ("pbmc_b", {"task": "de"}), ("spatial_c", {"task": "qc"}), ("pbmc_d", {"task": "qc"}))
+    assert ids(select_evals(evals, filters=["pbmc_*"])) == ["pbmc_a", "pbmc_b", "pbmc_d"]
+    assert ids(select_evals(evals, filters=["pbmc_*", "task=qc"])) == ["pbmc_a", "pbmc_d"]  # all must match
+    assert ids(select_evals(evals, sample_ids=["spatial_c", "pbmc_b"])) == ["pbmc_b", "spatial_c"]  # loading order
+    assert ids(select_evals(evals, filters=["task=qc"], limit=2)) == ["pbmc_a", "spatial_c"]
+    with pytest.raises(EvalSelectionError, match="no eval with id 'nope' among the 4 loaded"):
+        select_evals(evals, sample_ids=["nope"])
+    with pytest.raises(EvalSelectionError, match="--filter task=qa: no eval of the 4 loaded is selected"):
+        select_evals(evals, filters=["task=qa"])
+
+
+def test_dry_run_prints_the_plan_and_its_cost_and_starts_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = write_mc_evals(tmp_path / "evals", ["e1", "e2", "e3"])
+    out = tmp_path / "out"
+    code = main(["run", str(folder), "--agent", "reference", "--output", str(out), "--seeds", "4", "--filter", "e[12]", "--dry-run"])
+    text = capsys.readouterr().out
+    assert code == 0
+    assert "evals: 2 (selected from 3); models: default; seeds: 1..4" in text
+    assert "units: 8 planned, 0 already stored, 8 to run" in text and "estimated cost: unknown" in text
+    assert not out.exists()  # nothing written, no lease taken
+
+
+def test_retry_errors_reruns_only_the_errored_units_as_new_attempts(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    (tmp_path / "flaky_agents.py").write_text(AGENTS)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    folder = write_mc_evals(tmp_path / "evals", ["e1", "e2"])
+    flag = tmp_path / "endpoint-down"
+    flag.write_text("")
+    out = tmp_path / "out"
+    base = ["run", str(folder), "--agent", "flaky_agents:flaky", "--agent-arg", f"flag={flag}", "--output", str(out),
+            "--run-id", "r1", "--seeds", "2", "--retries", "0", "--no-progress"]  # fmt: skip
+    assert main(base) == 1  # every unit errored
+    flag.unlink()  # the endpoint is back
+    capsys.readouterr()
+    assert main([*base, "--retry-errors", "--dry-run"]) == 0
+    assert "units: 4 planned, 0 already stored, 4 to run, 4 of them errored before" in capsys.readouterr().out
+    assert main([*base, "--retry-errors"]) == 0
+    rows = pd.read_parquet(out / "run_id=r1")
+    assert sorted(rows["attempt"]) == [1, 1, 1, 1, 2, 2, 2, 2]  # the errors stay, as earlier attempts
+    latest = rows[rows["attempt"] == 2]
+    assert latest["passed"].all() and latest["unit_id"].is_unique
+    capsys.readouterr()
+    assert main([*base, "--retry-errors"]) == 0  # nothing errored any more: nothing runs
+    assert "(0 run now, 4 already done)" in capsys.readouterr().out
+    manifest = json.loads((out / "run_id=r1" / "_manifest.json").read_text())
+    assert manifest["status"] == "completed"

@@ -136,10 +136,10 @@ def _openai_chat(sdk_client: Any, model: str, messages: list[ChatMessage], confi
 def _anthropic_messages(sdk_client: Any, model: str, messages: list[ChatMessage], config: GenerateConfig) -> Reply:
     system = "\n\n".join(m.content for m in messages if m.role == "system")
     settings: dict[str, Any] = {"max_tokens": config.max_tokens or ANTHROPIC_DEFAULT_MAX_TOKENS}
-    if config.temperature is not None:
-        settings["temperature"] = config.temperature
-    if config.top_p is not None:
-        settings["top_p"] = config.top_p
+    # the SDK (2.x) no longer names them; older models take them, newer ones refuse with a 400
+    sampling = {"temperature": config.temperature, "top_p": config.top_p}
+    if any(value is not None for value in sampling.values()):
+        settings["extra_body"] = {name: value for name, value in sampling.items() if value is not None}
     if config.stop:
         settings["stop_sequences"] = list(config.stop)
     if system:

@@ -1,5 +1,8 @@
 """The ``prompt`` agent: sends the eval's task to the unit's model and answers with its reply.
 
+It sends the task (and, with ``system``, a system message first), asking for the answer in
+``<EVAL_ANSWER>`` tags; the work folder, which the model cannot use, is not mentioned.
+
 ``rayeval run evals --agent prompt --models openai/gpt-4o,anthropic/claude-sonnet-4-5``.
 Options (``--agent-arg``): see :class:`PromptOptions`. The unit's seed is sent as the
 model's ``seed`` (unless ``seed`` is set), so the trials of an eval are distinct requests:
@@ -22,8 +25,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..harness.answers import CLOSE_TAG, OPEN_TAG, extract_tagged
 from ..harness.context import AgentContext
+from ..harness.prompt import task_of
 from ..models import ChatMessage, Model, get_model
 from ..models.model import DEFAULT_MAX_CONNECTIONS
+
+
+#: After the task, in place of the file-based conventions of agents that have a work folder.
+ANSWER_INSTRUCTION = f"\n\nEnd your reply with {OPEN_TAG}{{...}}{CLOSE_TAG} holding your answer, in the format above."
 
 
 class PromptOptions(BaseModel):
@@ -75,7 +83,8 @@ def prompt_model(name: str | None, args: dict[str, str]) -> tuple[Model, PromptO
 
 def prompt_agent(task_prompt: str, work_dir: Path, context: AgentContext) -> dict[str, Any]:
     model, options = prompt_model(context.model, context.args)
-    messages = [ChatMessage(role="user", content=task_prompt)]
+    # the task alone (the same for every unit of the eval, so cached replies serve any run)
+    messages = [ChatMessage(role="user", content=task_of(task_prompt) + ANSWER_INSTRUCTION)]
     if options.system:
         messages.insert(0, ChatMessage(role="system", content=options.system))
     seed = options.seed if options.seed is not None else context.seed

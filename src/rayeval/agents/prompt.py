@@ -17,6 +17,7 @@ key and the response cache's storage.
 from __future__ import annotations
 
 import json
+import threading
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any
@@ -27,8 +28,6 @@ from ..harness.answers import CLOSE_TAG, OPEN_TAG, extract_tagged
 from ..harness.context import AgentContext
 from ..harness.prompt import task_of
 from ..models import ChatMessage, Model, get_model
-from ..models.model import DEFAULT_MAX_CONNECTIONS
-
 
 #: After the task, in place of the file-based conventions of agents that have a work folder.
 ANSWER_INSTRUCTION = f"\n\nEnd your reply with {OPEN_TAG}{{...}}{CLOSE_TAG} holding your answer, in the format above."
@@ -54,8 +53,12 @@ class PromptOptions(BaseModel):
     cache: str | None = None
     #: a JSON price file over the shipped table
     prices: str | None = None
-    #: requests in flight to the provider, for the whole run
-    max_connections: Annotated[int, Field(ge=1)] = DEFAULT_MAX_CONNECTIONS
+    #: requests in flight to the provider, for the whole run (shared by its models of that
+    #: provider; each unit makes one request, so --max-concurrency bounds them already)
+    max_connections: Annotated[int, Field(ge=1)] | None = None
+
+
+_making = threading.Lock()
 
 
 @lru_cache(maxsize=64)
@@ -78,7 +81,8 @@ def prompt_model(name: str | None, args: dict[str, str]) -> tuple[Model, PromptO
     """The unit's model as the agent's options configure it (raises ``ModelError`` or
     ``ValidationError``)."""
     options = PromptOptions.model_validate(args)
-    return _model(name or "", options), options
+    with _making:  # a worker's first units arrive together: one of them makes the model
+        return _model(name or "", options), options
 
 
 def prompt_agent(task_prompt: str, work_dir: Path, context: AgentContext) -> dict[str, Any]:

@@ -20,8 +20,6 @@ from .types import ChatMessage, GenerateConfig, ModelOutput, RetryPolicy
 
 log = logging.getLogger(__name__)
 
-#: requests in flight per provider, by default (per process, or per Ray job under Ray)
-DEFAULT_MAX_CONNECTIONS = 100
 DEFAULT_TIMEOUT_S = 120.0
 
 Input = str | Sequence[ChatMessage | dict[str, str]]
@@ -38,7 +36,7 @@ class Model:
         api_key_env: str | None = None,
         config: GenerateConfig | None = None,
         retry_policy: RetryPolicy | None = None,
-        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        max_connections: int | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         cache: str | None = None,
         prices: dict | str | Path | None = None,
@@ -46,7 +44,7 @@ class Model:
     ):
         self.provider, self.model = providers.split_name(name)
         self.name = name
-        if max_connections < 1:
+        if max_connections is not None and max_connections < 1:
             raise ModelError(f"model {name!r}: max_connections must be >= 1, got {max_connections}")
         key = providers.api_key(self.provider, api_key_env)
         self._secrets = [key] if key else []
@@ -90,8 +88,7 @@ class Model:
         while True:
             attempt += 1
             try:
-                with limits.request_slot(self.provider.name, self.max_connections, self.timeout_s + 30):
-                    reply = providers.send(self.provider.sdk, self._client, self.model, messages, config)
+                reply = self._send(messages, config)
             except CallFailed as failed:
                 wait = retry.delay_s(self.retry_policy, attempt - 1, retry.retry_after_s(failed.headers))
                 if not retry.retryable(failed.status) or not retry.within_budget(self.retry_policy, attempt, started, wait):
@@ -109,6 +106,12 @@ class Model:
                 latency_s=round(time.monotonic() - started, 6),
                 attempts=attempt,
             )
+
+    def _send(self, messages: list[ChatMessage], config: GenerateConfig) -> providers.Reply:
+        if self.max_connections is None:
+            return providers.send(self.provider.sdk, self._client, self.model, messages, config)
+        with limits.request_slot(self.provider.name, self.max_connections, self.timeout_s + 30):
+            return providers.send(self.provider.sdk, self._client, self.model, messages, config)
 
     def _describe(self, failed: CallFailed, attempt: int) -> str:
         what = f"HTTP {failed.status}" if failed.status is not None else "connection failed"
@@ -146,7 +149,7 @@ def get_model(
     base_url: str | None = None,
     api_key_env: str | None = None,
     retry_policy: RetryPolicy | None = None,
-    max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    max_connections: int | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     cache: str | None = None,
     prices: dict | str | Path | None = None,
@@ -161,8 +164,9 @@ def get_model(
     ``ANTHROPIC_API_KEY``); the key is read from the environment, never passed as a value.
     ``settings``: :class:`GenerateConfig` fields (temperature, max_tokens, top_p, seed, stop).
     ``cache``: a folder or ``s3://bucket/prefix`` for the response cache. ``prices``: a dict
-    or JSON file over the shipped price table. ``max_connections``: requests in flight to the
-    provider (shared by the whole Ray job under Ray).
+    or JSON file over the shipped price table. ``max_connections``: at most this many requests
+    in flight to the provider, in this process or, under Ray, in the whole Ray job (None: no
+    limit of its own; a ``rayeval run``'s ``--max-concurrency`` already bounds its units).
     """
     return Model(
         name,

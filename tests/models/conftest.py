@@ -1,5 +1,6 @@
 """The model layer's tests talk to one loopback server that speaks both APIs
 (``tests.agents.fake_model_server``), with fake keys: no real key, no network."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -34,5 +35,7 @@ def keys(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def server(keys: None) -> Iterator[FakeModelServer]:
-    with FakeModelServer(script=[], answer=mc_answer, base_input_tokens=1200, base_output_tokens=300) as srv:
+    with FakeModelServer(
+        script=[], answer=mc_answer, base_input_tokens=1200, base_output_tokens=300
+    ) as srv:
         yield srv

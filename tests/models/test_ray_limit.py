@@ -1,4 +1,5 @@
 """Under Ray, the request limit of a provider holds for all of a job's processes together."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -11,7 +12,14 @@ from tests.agents.fake_model_server import FakeModelServer
 
 @pytest.fixture
 def local_ray(server: FakeModelServer) -> Iterator[None]:
-    ray.init(address="local", num_cpus=4, include_dashboard=False, object_store_memory=128 << 20, log_to_driver=False, configure_logging=False)
+    ray.init(
+        address="local",
+        num_cpus=4,
+        include_dashboard=False,
+        object_store_memory=128 << 20,
+        log_to_driver=False,
+        configure_logging=False,
+    )
     try:
         yield
     finally:
@@ -32,9 +40,13 @@ def _callers(base_url: str, limit: int, calls: int) -> tuple[int, int]:
     return os.getpid(), len(replies)
 
 
-def test_the_limit_is_shared_by_the_workers_of_a_job(server: FakeModelServer, local_ray: None) -> None:
+def test_the_limit_is_shared_by_the_workers_of_a_job(
+    server: FakeModelServer, local_ray: None
+) -> None:
     server.delay_s = 0.3
     results = ray.get([_callers.remote(f"{server.url}/v1", 3, 4) for _ in range(4)])
-    assert len({pid for pid, _ in results}) >= 2  # several processes, each free to send 4 at once
+    assert (
+        len({pid for pid, _ in results}) >= 2
+    )  # several processes, each free to send 4 at once
     assert sum(replies for _, replies in results) == 16 == len(server.model_requests())
     assert server.max_in_flight == 3

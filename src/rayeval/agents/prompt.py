@@ -14,9 +14,9 @@ run's ``--isolation``. It executes nothing the model writes (the reply is text, 
 have: the worker's Ray connection (the request limit shared by the run's workers), the API
 key and the response cache's storage.
 """
+
 from __future__ import annotations
 
-import json
 import threading
 from functools import lru_cache
 from pathlib import Path
@@ -24,7 +24,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..harness.answers import CLOSE_TAG, OPEN_TAG, extract_tagged
+from ..harness.answers import CLOSE_TAG, OPEN_TAG, answer_envelope, extract_tagged
 from ..harness.context import AgentContext
 from ..harness.prompt import task_of
 from ..models import ChatMessage, Model, get_model
@@ -65,7 +65,9 @@ _making = threading.Lock()
 def _model(name: str, options: PromptOptions) -> Model:
     """One model per process and configuration: its SDK client, cache and prices are shared
     by every unit."""
-    settings = options.model_dump(include={"temperature", "max_tokens", "top_p"}, exclude_none=True)
+    settings = options.model_dump(
+        include={"temperature", "max_tokens", "top_p"}, exclude_none=True
+    )
     return get_model(
         name,
         base_url=options.base_url,
@@ -85,10 +87,14 @@ def prompt_model(name: str | None, args: dict[str, str]) -> tuple[Model, PromptO
         return _model(name or "", options), options
 
 
-def prompt_agent(task_prompt: str, work_dir: Path, context: AgentContext) -> dict[str, Any]:
+def prompt_agent(
+    task_prompt: str, work_dir: Path, context: AgentContext
+) -> dict[str, Any]:
     model, options = prompt_model(context.model, context.args)
     # the task alone (the same for every unit of the eval, so cached replies serve any run)
-    messages = [ChatMessage(role="user", content=task_of(task_prompt) + ANSWER_INSTRUCTION)]
+    messages = [
+        ChatMessage(role="user", content=task_of(task_prompt) + ANSWER_INSTRUCTION)
+    ]
     if options.system:
         messages.insert(0, ChatMessage(role="system", content=options.system))
     seed = options.seed if options.seed is not None else context.seed
@@ -109,12 +115,10 @@ def prompt_agent(task_prompt: str, work_dir: Path, context: AgentContext) -> dic
     }
     answer = extract_tagged(output.text)
     if answer is None:
-        metadata["error_details"] = {"error": f"the model's reply holds no {OPEN_TAG}{{json}}{CLOSE_TAG}"}
-    if answer is None or isinstance(answer, dict):
-        return {"answer": answer, "metadata": metadata}
-    # A tagged answer that is not an object is still the answer: graders see it as it is.
-    (work_dir / "eval_answer.json").write_text(json.dumps(answer))
-    return {"answer": None, "metadata": metadata}
+        metadata["error_details"] = {
+            "error": f"the model's reply holds no {OPEN_TAG}{{json}}{CLOSE_TAG}"
+        }
+    return answer_envelope(answer, metadata, work_dir)
 
 
 prompt_agent.needs_data = False  # type: ignore[attr-defined]

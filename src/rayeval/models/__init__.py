@@ -5,6 +5,7 @@ response cache and the cost of every call.
 >>> model = get_model("openai/gpt-4o", temperature=0, cache="~/.cache/rayeval/responses")  # doctest: +SKIP
 >>> model.generate("What is 2 + 2?").text  # doctest: +SKIP
 """
+
 from __future__ import annotations
 
 from .model import Model, get_model

@@ -6,6 +6,7 @@ messages and generation settings; never the API key. Entries are JSON read back 
 pydantic models (nothing is unpickled); an unreadable entry is a miss, and a cache that
 cannot be read or written costs the call, never the unit.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -41,7 +42,9 @@ def public_base_url(base_url: str) -> str:
 
 def request_key(request: dict[str, Any]) -> str:
     """SHA-256 of the request as canonical JSON (sorted keys, no spaces)."""
-    canonical = json.dumps(request, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    canonical = json.dumps(
+        request, sort_keys=True, separators=(",", ":"), ensure_ascii=False
+    )
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
@@ -65,12 +68,19 @@ class ResponseCache:
         except FileNotFoundError:
             return None
         except OSError as exc:
-            log.warning("response cache %s: cannot read %s: %s", self.location, path, exc)
+            log.warning(
+                "response cache %s: cannot read %s: %s", self.location, path, exc
+            )
             return None
         try:
             entry = CacheEntry.model_validate_json(data)
         except ValidationError as exc:
-            log.warning("response cache %s: %s is not a cache entry (ignored): %s", self.location, path, exc.errors()[:1])
+            log.warning(
+                "response cache %s: %s is not a cache entry (ignored): %s",
+                self.location,
+                path,
+                exc.errors()[:1],
+            )
             return None
         return entry if entry.key == key else None
 
@@ -88,5 +98,6 @@ class ResponseCache:
                 with self.fs.open_output_stream(path) as stream:
                     stream.write(data)
         except OSError as exc:
-            log.warning("response cache %s: cannot write %s: %s", self.location, path, exc)
-
+            log.warning(
+                "response cache %s: cannot write %s: %s", self.location, path, exc
+            )

@@ -1,5 +1,6 @@
 """``get_model("provider/model")``: a model to call, with retries, a request limit per
 provider, an optional response cache and the cost of every call."""
+
 from __future__ import annotations
 
 import logging
@@ -26,7 +27,19 @@ Input = str | Sequence[ChatMessage | dict[str, str]]
 
 
 class Model:
-    """A ``provider/model`` ready to call; see :func:`get_model`."""
+    """A model called by its ``provider/model`` name (``openai/gpt-4o``, ``anthropic/claude-sonnet-4-5``,
+    ``openai-compatible/<model>`` with ``base_url``).
+
+    ``base_url``: else ``OPENAI_BASE_URL`` / ``ANTHROPIC_BASE_URL``, else the provider's.
+    ``api_key_env``: the variable holding the key (default ``OPENAI_API_KEY`` /
+    ``ANTHROPIC_API_KEY``); the key is read from the environment, never passed as a value.
+    ``settings``: :class:`GenerateConfig` fields (temperature, max_tokens, top_p, seed, stop).
+    ``cache``: a folder or ``s3://bucket/prefix`` for the response cache. ``prices``: a dict
+    or JSON file over the shipped price table. ``max_connections``: at most this many requests
+    in flight to the provider, in this process or, under Ray, in the whole Ray job (None: no
+    limit of its own; a ``rayeval run``'s ``--max-concurrency`` already bounds its units).
+    ``retry_policy``: see :class:`RetryPolicy`; ``timeout_s``: of one request.
+    """
 
     def __init__(
         self,
@@ -34,24 +47,26 @@ class Model:
         *,
         base_url: str | None = None,
         api_key_env: str | None = None,
-        config: GenerateConfig | None = None,
         retry_policy: RetryPolicy | None = None,
         max_connections: int | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         cache: str | None = None,
         prices: dict | str | Path | None = None,
         s3_endpoint_url: str | None = None,
+        **settings: Any,
     ):
         self.provider, self.model = providers.split_name(name)
         self.name = name
         if max_connections is not None and max_connections < 1:
-            raise ModelError(f"model {name!r}: max_connections must be >= 1, got {max_connections}")
+            raise ModelError(
+                f"model {name!r}: max_connections must be >= 1, got {max_connections}"
+            )
         key = providers.api_key(self.provider, api_key_env)
         self._secrets = [key] if key else []
         base_url = base_url or _env(self.provider.base_url_env)
         self._client = providers.client(self.provider.sdk, base_url, key, timeout_s)
         self.base_url = public_base_url(providers.base_url_of(self._client))
-        self.config = config or GenerateConfig()
+        self.config = generate_config(settings)
         self.retry_policy = retry_policy or RetryPolicy()
         self.max_connections = max_connections
         self.timeout_s = timeout_s
@@ -66,7 +81,9 @@ class Model:
         updated by ``settings`` (:class:`GenerateConfig` fields). Raises :class:`ModelError`
         when the call fails for good."""
         messages = _messages(input)
-        config = self.config.model_copy(update=generate_config(settings).model_dump(exclude_unset=True))
+        config = self.config.model_copy(
+            update=generate_config(settings).model_dump(exclude_unset=True)
+        )
         request = {
             "provider": self.provider.name,
             "model": self.model,
@@ -76,7 +93,14 @@ class Model:
         }
         key = request_key(request) if self.cache else ""
         if self.cache is not None and (entry := self.cache.get(key)) is not None:
-            return entry.output.model_copy(update={"cached": True, "cost_usd": 0.0, "latency_s": 0.0, "attempts": 0})
+            return entry.output.model_copy(
+                update={
+                    "cached": True,
+                    "cost_usd": 0.0,
+                    "latency_s": 0.0,
+                    "attempts": 0,
+                }
+            )
         output = self._call(messages, config)
         if self.cache is not None:
             self.cache.put(CacheEntry(key=key, request=request, output=output))
@@ -90,10 +114,20 @@ class Model:
             try:
                 reply = self._send(messages, config)
             except CallFailed as failed:
-                wait = retry.delay_s(self.retry_policy, attempt - 1, retry.retry_after_s(failed.headers))
-                if not retry.retryable(failed.status) or not retry.within_budget(self.retry_policy, attempt, started, wait):
+                wait = retry.delay_s(
+                    self.retry_policy, attempt - 1, retry.retry_after_s(failed.headers)
+                )
+                if not retry.retryable(failed.status) or not retry.within_budget(
+                    self.retry_policy, attempt, started, wait
+                ):
                     raise ModelError(self._describe(failed, attempt)) from None
-                log.info("%s: %s; try %d in %.1f s", self.name, self._describe(failed, attempt), attempt + 1, wait)
+                log.info(
+                    "%s: %s; try %d in %.1f s",
+                    self.name,
+                    self._describe(failed, attempt),
+                    attempt + 1,
+                    wait,
+                )
                 time.sleep(wait)
                 continue
             return ModelOutput(
@@ -107,14 +141,26 @@ class Model:
                 attempts=attempt,
             )
 
-    def _send(self, messages: list[ChatMessage], config: GenerateConfig) -> providers.Reply:
+    def _send(
+        self, messages: list[ChatMessage], config: GenerateConfig
+    ) -> providers.Reply:
         if self.max_connections is None:
-            return providers.send(self.provider.sdk, self._client, self.model, messages, config)
-        with limits.request_slot(self.provider.name, self.max_connections, self.timeout_s + 30):
-            return providers.send(self.provider.sdk, self._client, self.model, messages, config)
+            return providers.send(
+                self.provider.sdk, self._client, self.model, messages, config
+            )
+        with limits.request_slot(
+            self.provider.name, self.max_connections, self.timeout_s + 30
+        ):
+            return providers.send(
+                self.provider.sdk, self._client, self.model, messages, config
+            )
 
     def _describe(self, failed: CallFailed, attempt: int) -> str:
-        what = f"HTTP {failed.status}" if failed.status is not None else "connection failed"
+        what = (
+            f"HTTP {failed.status}"
+            if failed.status is not None
+            else "connection failed"
+        )
         tries = f" after {attempt} tries" if attempt > 1 else ""
         text = f"{self.name} at {self.base_url}: {what}{tries}: {failed.message}"
         return redact_text(text, self._secrets)
@@ -137,46 +183,16 @@ def generate_config(settings: dict[str, Any]) -> GenerateConfig:
 def _messages(input: Input) -> list[ChatMessage]:
     if isinstance(input, str):
         return [ChatMessage(role="user", content=input)]
-    messages = [m if isinstance(m, ChatMessage) else ChatMessage.model_validate(m) for m in input]
+    messages = [
+        m if isinstance(m, ChatMessage) else ChatMessage.model_validate(m)
+        for m in input
+    ]
     if not messages:
         raise ModelError("no messages to send")
     return messages
 
 
-def get_model(
-    name: str,
-    *,
-    base_url: str | None = None,
-    api_key_env: str | None = None,
-    retry_policy: RetryPolicy | None = None,
-    max_connections: int | None = None,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
-    cache: str | None = None,
-    prices: dict | str | Path | None = None,
-    s3_endpoint_url: str | None = None,
-    **settings: Any,
-) -> Model:
-    """A model by its ``provider/model`` name (``openai/gpt-4o``, ``anthropic/claude-sonnet-4-5``,
-    ``openai-compatible/<model>`` with ``base_url``).
-
-    ``base_url``: else ``OPENAI_BASE_URL`` / ``ANTHROPIC_BASE_URL``, else the provider's.
-    ``api_key_env``: the variable holding the key (default ``OPENAI_API_KEY`` /
-    ``ANTHROPIC_API_KEY``); the key is read from the environment, never passed as a value.
-    ``settings``: :class:`GenerateConfig` fields (temperature, max_tokens, top_p, seed, stop).
-    ``cache``: a folder or ``s3://bucket/prefix`` for the response cache. ``prices``: a dict
-    or JSON file over the shipped price table. ``max_connections``: at most this many requests
-    in flight to the provider, in this process or, under Ray, in the whole Ray job (None: no
-    limit of its own; a ``rayeval run``'s ``--max-concurrency`` already bounds its units).
-    """
-    return Model(
-        name,
-        base_url=base_url,
-        api_key_env=api_key_env,
-        config=generate_config(settings),
-        retry_policy=retry_policy,
-        max_connections=max_connections,
-        timeout_s=timeout_s,
-        cache=cache,
-        prices=prices,
-        s3_endpoint_url=s3_endpoint_url,
-    )
+def get_model(name: str, **options: Any) -> Model:
+    """``Model(name, **options)``, as inspect_ai spells it: ``get_model("openai/gpt-4o",
+    temperature=0)``."""
+    return Model(name, **options)

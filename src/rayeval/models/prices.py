@@ -5,6 +5,7 @@ prompt-cache discounts) can be extended or overridden with a dict or a JSON file
 shape: ``{"openai/gpt-4o": {"input": 2.5, "output": 10.0}, ...}``. A dated model id
 (``claude-sonnet-4-5-20250929``, ``gpt-4o-2024-08-06``) falls back to its undated name.
 """
+
 from __future__ import annotations
 
 import re
@@ -35,7 +36,9 @@ _TABLE = TypeAdapter(PriceTable)
 
 @lru_cache(maxsize=1)
 def shipped_prices() -> PriceTable:
-    return _TABLE.validate_json(resources.files(__package__).joinpath("prices.json").read_bytes())
+    return _TABLE.validate_json(
+        resources.files(__package__).joinpath("prices.json").read_bytes()
+    )
 
 
 def price_table(override: dict | str | Path | None = None) -> PriceTable:
@@ -68,7 +71,9 @@ def find_price(table: PriceTable, name: str) -> Price | None:
     return None
 
 
-def cost_usd(price: Price | None, input_tokens: int | None, output_tokens: int | None) -> float | None:
+def cost_usd(
+    price: Price | None, input_tokens: int | None, output_tokens: int | None
+) -> float | None:
     """None when the price or either count is unknown."""
     if price is None or input_tokens is None or output_tokens is None:
         return None

@@ -1,5 +1,6 @@
 """The providers: OpenAI (and any OpenAI-compatible server) and Anthropic, through their
 official SDKs with the SDKs' own retries off (:mod:`rayeval.models.retry` applies one policy)."""
+
 from __future__ import annotations
 
 import os
@@ -29,8 +30,16 @@ class Provider:
 
 PROVIDERS: dict[str, Provider] = {
     "openai": Provider("openai", "openai", "OPENAI_API_KEY", "OPENAI_BASE_URL"),
-    "openai-compatible": Provider("openai-compatible", "openai", "OPENAI_API_KEY", "OPENAI_BASE_URL", key_required=False),
-    "anthropic": Provider("anthropic", "anthropic", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"),
+    "openai-compatible": Provider(
+        "openai-compatible",
+        "openai",
+        "OPENAI_API_KEY",
+        "OPENAI_BASE_URL",
+        key_required=False,
+    ),
+    "anthropic": Provider(
+        "anthropic", "anthropic", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"
+    ),
 }
 
 
@@ -41,7 +50,9 @@ class ModelError(RuntimeError):
 class CallFailed(Exception):
     """One try failed: ``status`` None for a connection error or timeout."""
 
-    def __init__(self, status: int | None, message: str, headers: dict[str, str] | None = None):
+    def __init__(
+        self, status: int | None, message: str, headers: dict[str, str] | None = None
+    ):
         super().__init__(message)
         self.status = status
         self.message = message
@@ -61,9 +72,13 @@ def split_name(name: str) -> tuple[Provider, str]:
     ``openai-compatible/meta-llama/Llama-3.1-8B``)."""
     provider, sep, model = name.partition("/")
     if not sep or not model:
-        raise ModelError(f"model {name!r}: expected provider/model, with provider one of {', '.join(PROVIDERS)}")
+        raise ModelError(
+            f"model {name!r}: expected provider/model, with provider one of {', '.join(PROVIDERS)}"
+        )
     if provider not in PROVIDERS:
-        raise ModelError(f"model {name!r}: unknown provider {provider!r} (known: {', '.join(PROVIDERS)})")
+        raise ModelError(
+            f"model {name!r}: unknown provider {provider!r} (known: {', '.join(PROVIDERS)})"
+        )
     return PROVIDERS[provider], model
 
 
@@ -73,7 +88,9 @@ def api_key(provider: Provider, key_env: str | None) -> str | None:
     name = key_env or provider.key_env
     value = os.environ.get(name)
     if not value and provider.key_required:
-        raise ModelError(f"provider {provider.name!r} needs an API key in the environment variable {name}")
+        raise ModelError(
+            f"provider {provider.name!r} needs an API key in the environment variable {name}"
+        )
     return value or None
 
 
@@ -83,22 +100,35 @@ def client(sdk: SDK, base_url: str | None, key: str | None, timeout_s: float) ->
     if sdk == "openai":
         import openai
 
-        return openai.OpenAI(api_key=key or "unused", base_url=base_url, timeout=timeout_s, max_retries=0)
+        return openai.OpenAI(
+            api_key=key or "unused", base_url=base_url, timeout=timeout_s, max_retries=0
+        )
     import anthropic
 
-    return anthropic.Anthropic(api_key=key, base_url=base_url, timeout=timeout_s, max_retries=0)
+    return anthropic.Anthropic(
+        api_key=key, base_url=base_url, timeout=timeout_s, max_retries=0
+    )
 
 
 def base_url_of(sdk_client: Any) -> str:
     return str(sdk_client.base_url)
 
 
-def send(sdk: SDK, sdk_client: Any, model: str, messages: list[ChatMessage], config: GenerateConfig) -> Reply:
+def send(
+    sdk: SDK,
+    sdk_client: Any,
+    model: str,
+    messages: list[ChatMessage],
+    config: GenerateConfig,
+) -> Reply:
     """One request; a failure is :class:`CallFailed` with its status and headers."""
     if sdk == "openai":
         import openai
 
-        errors: tuple[type[Exception], type[Exception]] = (openai.APIStatusError, openai.APIConnectionError)
+        errors: tuple[type[Exception], type[Exception]] = (
+            openai.APIStatusError,
+            openai.APIConnectionError,
+        )
         call = _openai_chat
     else:
         import anthropic
@@ -109,15 +139,21 @@ def send(sdk: SDK, sdk_client: Any, model: str, messages: list[ChatMessage], con
         return call(sdk_client, model, messages, config)
     except errors[0] as exc:
         response = exc.response  # type: ignore[attr-defined]
-        raise CallFailed(response.status_code, exc.message, dict(response.headers)) from None  # type: ignore[attr-defined]
+        raise CallFailed(
+            response.status_code, exc.message, dict(response.headers)
+        ) from None  # type: ignore[attr-defined]
     except errors[1] as exc:
         cause = exc.__cause__ or exc.__context__
         detail = f"{exc} ({type(cause).__name__}: {cause})" if cause else str(exc)
         raise CallFailed(None, detail) from None
 
 
-def _openai_chat(sdk_client: Any, model: str, messages: list[ChatMessage], config: GenerateConfig) -> Reply:
-    settings: dict[str, Any] = {k: v for k, v in config.model_dump().items() if v is not None}
+def _openai_chat(
+    sdk_client: Any, model: str, messages: list[ChatMessage], config: GenerateConfig
+) -> Reply:
+    settings: dict[str, Any] = {
+        k: v for k, v in config.model_dump().items() if v is not None
+    }
     if "stop" in settings:
         settings["stop"] = list(settings["stop"])
     completion = sdk_client.chat.completions.create(
@@ -133,27 +169,43 @@ def _openai_chat(sdk_client: Any, model: str, messages: list[ChatMessage], confi
     )
 
 
-def _anthropic_messages(sdk_client: Any, model: str, messages: list[ChatMessage], config: GenerateConfig) -> Reply:
+def _anthropic_messages(
+    sdk_client: Any, model: str, messages: list[ChatMessage], config: GenerateConfig
+) -> Reply:
     system = "\n\n".join(m.content for m in messages if m.role == "system")
-    settings: dict[str, Any] = {"max_tokens": config.max_tokens or ANTHROPIC_DEFAULT_MAX_TOKENS}
+    settings: dict[str, Any] = {
+        "max_tokens": config.max_tokens or ANTHROPIC_DEFAULT_MAX_TOKENS
+    }
     # the SDK (2.x) no longer names them; older models take them, newer ones refuse with a 400
     sampling = {"temperature": config.temperature, "top_p": config.top_p}
     if any(value is not None for value in sampling.values()):
-        settings["extra_body"] = {name: value for name, value in sampling.items() if value is not None}
+        settings["extra_body"] = {
+            name: value for name, value in sampling.items() if value is not None
+        }
     if config.stop:
         settings["stop_sequences"] = list(config.stop)
     if system:
         settings["system"] = system
     message = sdk_client.messages.create(
-        model=model, messages=[m.model_dump() for m in messages if m.role != "system"], **settings
+        model=model,
+        messages=[m.model_dump() for m in messages if m.role != "system"],
+        **settings,
     )
     usage = message.usage
     input_tokens = None
     if usage is not None:
-        parts = (usage.input_tokens, usage.cache_read_input_tokens, usage.cache_creation_input_tokens)
+        parts = (
+            usage.input_tokens,
+            usage.cache_read_input_tokens,
+            usage.cache_creation_input_tokens,
+        )
         input_tokens = sum(part or 0 for part in parts)
     return Reply(
-        text="".join(block.text for block in message.content if getattr(block, "type", None) == "text"),
+        text="".join(
+            block.text
+            for block in message.content
+            if getattr(block, "type", None) == "text"
+        ),
         stop_reason=message.stop_reason,
         input_tokens=input_tokens,
         output_tokens=usage.output_tokens if usage is not None else None,

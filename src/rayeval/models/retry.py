@@ -1,4 +1,5 @@
 """When to try a failed model call again, and after how long."""
+
 from __future__ import annotations
 
 import random
@@ -54,6 +55,11 @@ def delay_s(policy: RetryPolicy, retry: int, asked_s: float | None) -> float:
     return ceiling / 2 + random.uniform(0, ceiling / 2)
 
 
-def within_budget(policy: RetryPolicy, attempt: int, started: float, wait_s: float) -> bool:
+def within_budget(
+    policy: RetryPolicy, attempt: int, started: float, wait_s: float
+) -> bool:
     """Whether another try fits: ``attempt`` tries made so far, ``started`` on the monotonic clock."""
-    return attempt < policy.max_attempts and time.monotonic() - started + wait_s <= policy.max_total_s
+    return (
+        attempt < policy.max_attempts
+        and time.monotonic() - started + wait_s <= policy.max_total_s
+    )

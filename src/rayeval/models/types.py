@@ -1,4 +1,5 @@
 """What goes to a model and what comes back: the layer's boundary, as pydantic models."""
+
 from __future__ import annotations
 
 from typing import Annotated, Literal

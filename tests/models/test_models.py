@@ -3,6 +3,7 @@ the response cache and the request limit."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import threading
@@ -319,3 +320,15 @@ def test_requests_in_flight_stay_within_the_limit(server: FakeModelServer) -> No
         thread.join()
     assert len(server.model_requests()) == 12
     assert server.max_in_flight == 3
+
+
+def test_agenerate_calls_at_once_from_one_event_loop(server: FakeModelServer) -> None:
+    server.delay_s = 0.3
+    model = get_model("openai/gpt-4o", base_url=f"{server.url}/v1")
+
+    async def ask() -> list[str]:
+        outputs = await asyncio.gather(*(model.agenerate(f"q{i}") for i in range(4)))
+        return [output.text for output in outputs]
+
+    assert asyncio.run(ask()) == ["reply to 1 message(s)"] * 4
+    assert server.max_in_flight == 4

@@ -101,7 +101,6 @@ def prompt_agent(
     output = model.generate(messages, **({"seed": seed} if seed is not None else {}))
     metadata: dict[str, Any] = {
         "harness": "prompt",
-        "ran_in": "worker",
         "model": output.model,
         "reply": output.text,
         "stop_reason": output.stop_reason,

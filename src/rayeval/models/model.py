@@ -3,6 +3,7 @@ provider, an optional response cache and the cost of every call."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import time
@@ -105,6 +106,11 @@ class Model:
         if self.cache is not None:
             self.cache.put(CacheEntry(key=key, request=request, output=output))
         return output
+
+    async def agenerate(self, input: Input, **settings: Any) -> ModelOutput:
+        """:meth:`generate` for asyncio code: it runs on a thread of the default executor, so
+        the call, its retries and their waits never block the event loop."""
+        return await asyncio.to_thread(self.generate, input, **settings)
 
     def _call(self, messages: list[ChatMessage], config: GenerateConfig) -> ModelOutput:
         started = time.monotonic()

@@ -163,6 +163,9 @@ class FakeModelServer:
 class _Handler(BaseHTTPRequestHandler):
     owner: FakeModelServer
     protocol_version = "HTTP/1.1"
+    # headers and body go out as two writes: with Nagle's algorithm the body waited for the
+    # client's delayed ACK, 40 ms on every reply of a kept-alive connection
+    disable_nagle_algorithm = True
 
     def log_message(self, format: str, *args: Any) -> None:
         pass

@@ -53,6 +53,11 @@ MC_EVAL = "pbmc_fcgr3a_top_population"
             ["openai/gpt-4o"],
             "price file /nonexistent/prices.json: cannot read it",
         ),
+        (
+            {"cache": "responses"},
+            ["openai/gpt-4o"],
+            "--agent-arg cache: Value error, a folder or file here must be an absolute path",
+        ),
     ],
 )
 def test_bad_options_and_models_are_refused_before_any_unit(

@@ -22,7 +22,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..harness.answers import CLOSE_TAG, OPEN_TAG, answer_envelope, extract_tagged
 from ..harness.context import AgentContext
@@ -49,13 +49,26 @@ class PromptOptions(BaseModel):
     seed: int | None = None
     #: a system message before the task
     system: str | None = None
-    #: the response cache: a folder or s3://bucket/prefix (endpoint: AWS_ENDPOINT_URL)
+    #: the response cache: an absolute folder or s3://bucket/prefix (endpoint: AWS_ENDPOINT_URL)
     cache: str | None = None
-    #: a JSON price file over the shipped table
+    #: a JSON price file over the shipped table (an absolute path)
     prices: str | None = None
     #: requests in flight to the provider, for the whole run (shared by its models of that
     #: provider; each unit makes one request, so --max-concurrency bounds them already)
     max_connections: Annotated[int, Field(ge=1)] | None = None
+
+    @field_validator("cache", "prices")
+    @classmethod
+    def _absolute(cls, value: str | None) -> str | None:
+        """Units run in the workers' processes, whose working folder is not the caller's."""
+        if value is None or value.startswith("s3://"):
+            return value
+        path = Path(value).expanduser()
+        if not path.is_absolute():
+            raise ValueError(
+                f"a folder or file here must be an absolute path (units run in the workers' own processes), got {value!r}"
+            )
+        return str(path)
 
 
 _making = threading.Lock()

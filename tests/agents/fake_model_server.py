@@ -12,20 +12,29 @@ calls the program's shell tool with that command) or ``{"text": "<final message>
 turn a request gets is derived from the conversation it carries (the number of model turns
 already in its history), so retries and out-of-band requests do not desynchronise it.
 Requests that carry no tools (titles, summaries, warm-ups) get a short canned text reply and do
-not consume the script.  Every request is recorded in ``server.requests`` and every reply's
+not consume the script, or, when ``answer`` is set, ``answer(body)`` (a prompt without tools,
+as rayeval's model layer sends) with ``base_input_tokens``/``base_output_tokens`` of usage.
+Every request is recorded in ``server.requests`` (with its arrival time) and every reply's
 reported usage in ``server.replies`` so tests can compare the harness's accounting with what
 the "provider" said.
+
+On demand it answers slowly (``delay_s``) or fails: :meth:`FakeModelServer.fail` queues error
+replies (429 with ``retry-after``, 500, 401 ...) for the next model requests; ``max_in_flight``
+is the most model requests it held at once.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 SIDE_TEXT = "OK."
+MODEL_PATHS = ("/messages", "/responses", "/chat/completions")
 
 
 @dataclass
@@ -44,6 +53,18 @@ class Recorded:
     path: str
     headers: dict[str, str]
     body: Any
+    at: float = 0.0  # arrival, time.monotonic()
+
+
+@dataclass
+class Fault:
+    status: int
+    retry_after: str | None = None  # the header's value as sent: seconds or an HTTP date
+
+
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 512  # listen() backlog: 100+ clients connect at once
+    daemon_threads = True
 
 
 @dataclass
@@ -55,8 +76,13 @@ class FakeModelServer:
     requests: list[Recorded] = field(default_factory=list)
     replies: list[Reply] = field(default_factory=list)
     external_attempts: list[str] = field(default_factory=list)  # CONNECT targets (HTTPS_PROXY)
+    answer: Callable[[dict], str] | None = None  # the reply text to a request without tools
+    delay_s: float = 0.0  # each model request is answered after this long
+    faults: list[Fault] = field(default_factory=list)  # the next model requests' error replies
+    max_in_flight: int = 0
 
     def __post_init__(self) -> None:
+        self._in_flight = 0
         self._lock = threading.Lock()
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -68,8 +94,7 @@ class FakeModelServer:
         class Handler(_Handler):
             owner = server
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._httpd.daemon_threads = True
+        self._httpd = _Server(("127.0.0.1", 0), Handler)
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
         self._thread.start()
         return self
@@ -92,6 +117,14 @@ class FakeModelServer:
         host, port = self._httpd.server_address[:2]
         return f"http://{host}:{port}"
 
+    def fail(self, status: int, count: int = 1, retry_after: str | None = None) -> None:
+        """The next ``count`` model requests get HTTP ``status`` (and ``retry-after``)."""
+        with self._lock:
+            self.faults.extend(Fault(status, retry_after) for _ in range(count))
+
+    def model_requests(self) -> list[Recorded]:
+        return [r for r in self.requests if r.method == "POST" and r.path.split("?")[0].endswith(MODEL_PATHS)]
+
     # ------------------------------------------------------------------ accounting helpers
     def scripted_replies(self, protocol: str | None = None) -> list[Reply]:
         return [r for r in self.replies if r.kind != "side" and (protocol is None or r.protocol == protocol)]
@@ -102,9 +135,16 @@ class FakeModelServer:
             rs = [r for r in rs if r.kind != "side"]
         return sum(r.input_tokens for r in rs), sum(r.output_tokens for r in rs)
 
+    def _kind(self, turn: int | None, step: dict[str, str], tools: list) -> str:
+        if turn is not None:
+            return "command" if "command" in step else "text"
+        return "prompt" if self.answer and not tools else "side"
+
     def _usage_for(self, protocol: str, turn: int | None, kind: str) -> Reply:
         n = len(self.replies)
-        if turn is None:
+        if kind == "prompt":
+            reply = Reply(protocol, None, kind, self.base_input_tokens, self.base_output_tokens)
+        elif turn is None:
             reply = Reply(protocol, None, kind, 7 + n, 3)
         else:
             reply = Reply(
@@ -123,6 +163,9 @@ class FakeModelServer:
 class _Handler(BaseHTTPRequestHandler):
     owner: FakeModelServer
     protocol_version = "HTTP/1.1"
+    # headers and body go out as two writes: with Nagle's algorithm the body waited for the
+    # client's delayed ACK, 40 ms on every reply of a kept-alive connection
+    disable_nagle_algorithm = True
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -154,7 +197,7 @@ class _Handler(BaseHTTPRequestHandler):
             return {"_raw": raw.decode("utf-8", "replace")}
 
     def _record(self, body: Any) -> None:
-        rec = Recorded(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+        rec = Recorded(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body, time.monotonic())
         with self.owner._lock:
             self.owner.requests.append(rec)
 
@@ -221,18 +264,52 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json({}, 403)
             return
         try:
-            if path.endswith("/messages/count_tokens"):
+            if path.endswith(MODEL_PATHS):
+                self._model_request(path, body or {})
+            elif path.endswith("/messages/count_tokens"):
                 self._send_json({"input_tokens": 42})
-            elif path.endswith("/messages"):
-                self._anthropic(body or {})
-            elif path.endswith("/responses"):
-                self._responses(body or {})
-            elif path.endswith("/chat/completions"):
-                self._chat(body or {})
             else:
                 self._send_json({"ok": True})
         except (BrokenPipeError, ConnectionResetError):
             pass
+
+    def _model_request(self, path: str, body: dict) -> None:
+        """After ``delay_s``, the next queued fault or the protocol's reply; counted in flight."""
+        owner = self.owner
+        with owner._lock:
+            owner._in_flight += 1
+            owner.max_in_flight = max(owner.max_in_flight, owner._in_flight)
+        try:
+            if owner.delay_s:
+                time.sleep(owner.delay_s)
+            with owner._lock:
+                fault = owner.faults.pop(0) if owner.faults else None
+            if fault is not None:
+                self._fault(fault, anthropic=path.endswith("/messages"))
+            elif path.endswith("/messages"):
+                self._anthropic(body)
+            elif path.endswith("/responses"):
+                self._responses(body)
+            else:
+                self._chat(body)
+        finally:
+            with owner._lock:
+                owner._in_flight -= 1
+
+    def _fault(self, fault: Fault, *, anthropic: bool) -> None:
+        message = self._say(f"scripted failure {fault.status}")
+        if anthropic:
+            body = {"type": "error", "error": {"type": "api_error", "message": message}}
+        else:
+            body = {"error": {"message": message, "type": "server_error", "code": fault.status}}
+        data = json.dumps(body).encode()
+        self.send_response(fault.status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        if fault.retry_after is not None:
+            self.send_header("retry-after", fault.retry_after)
+        self.end_headers()
+        self.wfile.write(data)
 
     # --------------------------------------------------------------- Anthropic Messages
     def _anthropic(self, body: dict) -> None:
@@ -241,11 +318,11 @@ class _Handler(BaseHTTPRequestHandler):
         model = body.get("model", "claude-test")
         tool_names = [t.get("name") for t in tools if isinstance(t, dict)]
         if "Bash" not in tool_names:
-            turn_index, step = None, {"text": SIDE_TEXT}
+            turn_index, step = None, {"text": owner.answer(body) if owner.answer and not tools else SIDE_TEXT}
         else:
             turn_index = sum(1 for m in body.get("messages", []) if m.get("role") == "assistant")
             step = owner._turn(turn_index)
-        kind = "side" if turn_index is None else ("command" if "command" in step else "text")
+        kind = owner._kind(turn_index, step, tools)
         usage = owner._usage_for("anthropic", turn_index, kind)
         msg_id = f"msg_{len(owner.replies):04d}"
         if "command" in step:
@@ -346,7 +423,7 @@ class _Handler(BaseHTTPRequestHandler):
         shell_tool = next((n for n in ("exec_command", "shell_command", "shell") if n in tool_names), None)
         items = body.get("input") or []
         if shell_tool is None:
-            turn_index, step = None, {"text": SIDE_TEXT}
+            turn_index, step = None, {"text": owner.answer(body) if owner.answer and not tools else SIDE_TEXT}
         else:
             turn_index = sum(
                 1
@@ -358,7 +435,7 @@ class _Handler(BaseHTTPRequestHandler):
                 )
             )
             step = owner._turn(turn_index)
-        kind = "side" if turn_index is None else ("command" if "command" in step else "text")
+        kind = owner._kind(turn_index, step, tools)
         usage = owner._usage_for("responses", turn_index, kind)
         n = len(owner.replies)
         resp_id = f"resp_{n:04d}"
@@ -447,11 +524,11 @@ class _Handler(BaseHTTPRequestHandler):
         tools = body.get("tools") or []
         tool_names = [(t.get("function") or {}).get("name") for t in tools if isinstance(t, dict)]
         if "bash" not in tool_names:
-            turn_index, step = None, {"text": SIDE_TEXT}
+            turn_index, step = None, {"text": owner.answer(body) if owner.answer and not tools else SIDE_TEXT}
         else:
             turn_index = sum(1 for m in body.get("messages", []) if m.get("role") == "assistant")
             step = owner._turn(turn_index)
-        kind = "side" if turn_index is None else ("command" if "command" in step else "text")
+        kind = owner._kind(turn_index, step, tools)
         usage = owner._usage_for("chat", turn_index, kind)
         n = len(owner.replies)
         if "command" in step:

@@ -10,7 +10,13 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rayeval.harness.answers import extract_tagged, read_answer_files, unfence
+from rayeval.harness.answers import (
+    answer_envelope,
+    extract_tagged,
+    find_answer,
+    read_answer_files,
+    unfence,
+)
 from rayeval.harness.workspace import list_work_dir
 
 # The implementation extract_tagged replaced, kept here as the reference for its results.
@@ -122,3 +128,13 @@ def test_an_integer_over_the_digit_limit_is_no_answer(tmp_path: Path) -> None:
     (tmp_path / "eval_answer.json").write_text(f'{{"n": {huge}}}')
     found = read_answer_files(tmp_path, list_work_dir(tmp_path))
     assert found.answer is None and "eval_answer.json is not valid JSON: Exceeds the limit" in found.problem
+
+
+def test_answer_envelope_keeps_answers_of_any_json_type(tmp_path: Path) -> None:
+    """Objects travel in the envelope; a list or a string is written as the answer file."""
+    for answer in ({"answer": "B"}, None, ["B", "C"], "B"):
+        work = tmp_path / f"w{len(list(tmp_path.iterdir()))}"
+        work.mkdir()
+        returned = answer_envelope(answer, {"n_turns": 1}, work)
+        found = find_answer(returned, work, list_work_dir(work))
+        assert found.answer == answer and found.metadata == {"n_turns": 1}

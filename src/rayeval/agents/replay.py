@@ -11,6 +11,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from ..harness.answers import answer_envelope
 from ..harness.context import AgentContext
 
 RowKey = tuple[str, str, int]
@@ -87,12 +88,7 @@ def replay_agent(task_prompt: str, work_dir: Path, context: AgentContext) -> dic
         "timed_out": row.get("timed_out"),
         "recorded_passed": row.get("recorded_passed"),
     }
-    answer = row.get("answer")
-    if answer is None or isinstance(answer, dict):
-        return {"answer": answer, "metadata": metadata}
-    # A recorded non-object answer is still the agent's answer: write it so graders see it as is.
-    (work_dir / "eval_answer.json").write_text(json.dumps(answer))
-    return {"answer": None, "metadata": metadata}
+    return answer_envelope(row.get("answer"), metadata, work_dir)
 
 
 replay_agent.needs_data = False  # type: ignore[attr-defined]

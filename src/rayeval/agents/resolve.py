@@ -24,6 +24,12 @@ def _replay() -> AgentFunction:
     return replay_agent
 
 
+def _prompt() -> AgentFunction:
+    from .prompt import prompt_agent
+
+    return prompt_agent
+
+
 def _sleep() -> AgentFunction:
     from .sleep import sleep_agent
 
@@ -90,6 +96,7 @@ BUILT_IN_AGENTS: dict[str, Callable[[], AgentFunction]] = {
     "reference": _reference,
     "replay": _replay,
     "sleep": _sleep,
+    "prompt": _prompt,
     "claude-code": _program("claude-code"),
     "codex": _program("codex"),
     "mini-swe-agent": _program("mini-swe-agent"),
@@ -136,6 +143,7 @@ def agent_ref(name: str) -> AgentRef:
             needs_data=getattr(function, "needs_data", True),
             leaves_nothing_running=getattr(function, "leaves_nothing_running", False),
             replays_recorded_runs=getattr(function, "replays_recorded_runs", False),
+            runs_in_worker=getattr(function, "runs_in_worker", False),
             env_names=tuple(getattr(function, "env_names", ())),
             preload=(function.__module__, *getattr(function, "preload", ())),
         )
@@ -160,6 +168,7 @@ _DESCRIPTIONS = {
     "reference": "solves the example evals in evals/ by computing the answer from their data",
     "replay": "answers as a recorded run did (--models MODEL or MODEL@HARNESS, seed = recorded trial)",
     "sleep": "waits, then answers nothing (benchmarks of the engine)",
+    "prompt": "sends the task to the unit's model (provider/model: openai, anthropic, openai-compatible) and answers with its reply",
     "claude-code": "Anthropic's Claude Code program (ANTHROPIC_API_KEY), the unit's model",
     "codex": "OpenAI's Codex program (OPENAI_API_KEY or CODEX_API_KEY), the unit's model",
     "mini-swe-agent": "mini-swe-agent through litellm (the provider's key), the unit's model as provider/model",
@@ -172,6 +181,10 @@ def built_in_agents() -> list[tuple[str, str, tuple[str, ...]]]:
     for name in BUILT_IN_AGENTS:
         if name in _FUNCTION_OPTIONS:
             options = _FUNCTION_OPTIONS[name]
+        elif name == "prompt":
+            from .prompt import PromptOptions
+
+            options = tuple(PromptOptions.model_fields)
         else:
             options = tuple(sorted(f.name for f in dataclasses.fields(_program_factory(name)[1]) if f.name != "model"))
         listed.append((name, _DESCRIPTIONS[name], options))
@@ -193,6 +206,35 @@ def check_agent_args(name: str, args: dict[str, str], models: list[str | None], 
     elif name in _PROGRAMS:
         for model in models:
             _check_program(name, args, model, environment=environment)
+    elif name == "prompt":
+        for model in models:
+            _check_prompt(args, model, environment=environment)
+
+
+def _check_prompt(args: dict[str, str], model: str | None, *, environment: bool) -> None:
+    """The options, the model's name and (``environment``) its key and price file: making
+    the model checks them all, and sends nothing."""
+    from pydantic import ValidationError
+
+    from ..models import ModelError
+    from ..models.providers import split_name
+    from .prompt import PromptOptions, prompt_model
+
+    try:
+        if environment:
+            prompt_model(model, args)
+        else:
+            PromptOptions.model_validate(args)
+            split_name(model or "")
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        option = ".".join(str(part) for part in first["loc"])
+        if first["type"] == "extra_forbidden":
+            takes = ", ".join(PromptOptions.model_fields)
+            raise AgentArgsError(f"agent 'prompt': unknown --agent-arg {option} (it takes {takes})") from None
+        raise AgentArgsError(f"agent 'prompt': --agent-arg {option}: {first['msg']}") from None
+    except ModelError as exc:
+        raise AgentArgsError(f"agent 'prompt': {exc}") from None
 
 
 def _check_function_args(name: str, args: dict[str, str], *, environment: bool) -> None:

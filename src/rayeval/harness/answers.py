@@ -57,6 +57,16 @@ def unwrap_return(value: Any) -> tuple[Any, dict[str, Any]]:
     return value, {}
 
 
+def answer_envelope(answer: Any, metadata: dict[str, Any], work_dir: Path) -> dict[str, Any]:
+    """What an agent returns for an answer of any JSON type, with its metadata: an object (or
+    None) in the envelope :func:`unwrap_return` takes; any other value (a list, a string) is
+    still the answer, written as the answer file so that graders see it as it is."""
+    if answer is None or isinstance(answer, dict):
+        return {"answer": answer, "metadata": metadata}
+    (work_dir / ANSWER_FILE_NAMES[-1]).write_text(json.dumps(answer))
+    return {"answer": None, "metadata": metadata}
+
+
 def tagged_spans(text: str) -> list[tuple[int, int]]:
     """Where the tag bodies of ``text`` are, in order: the matches of
     ``<EVAL_ANSWER>(.*?)</EVAL_ANSWER>`` (DOTALL), found in one pass.

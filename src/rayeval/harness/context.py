@@ -37,6 +37,9 @@ class AgentRef(BaseModel):
     leaves_nothing_running: bool = False
     #: rayeval's replay agent: the durations it reports are the recorded runs'
     replays_recorded_runs: bool = False
+    #: rayeval's agents that run nothing the model writes (the prompt agent): they run in the
+    #: worker's process whatever the isolation, and their rows say ``inline``
+    runs_in_worker: bool = False
     env_names: tuple[str, ...] = ()
     #: modules a built-in agent's runner imports once, not every unit (rayeval's own and their
     #: dependencies; never a ``module:function`` agent's module)

@@ -93,6 +93,8 @@ class EvalRunner:
         """
         started_at = now()
         start = time.monotonic()
+        if _runs_in_worker(agent):
+            isolation = "inline"
         limit = timeout if timeout is not None else self.eval.effective_timeout
         context = AgentContext(eval_id=self.eval.id, model=model, seed=seed, run_id=self.run_id, timeout=limit, args=agent_args or {})
         work_dir = make_work_dir(self.work_root, run_id=self.run_id, eval_id=self.eval.id, model=model, seed=seed)
@@ -185,6 +187,17 @@ def _replays(agent: AgentFunction | AgentRef) -> bool:
     from ..agents.replay import replay_agent
 
     return agent is replay_agent
+
+
+def _runs_in_worker(agent: AgentFunction | AgentRef) -> bool:
+    """Whether ``agent`` is rayeval's prompt agent, which runs in this process whatever the
+    isolation (see :mod:`rayeval.agents.prompt`): a named agent by its built-in trait, a
+    function by identity (a function's own attributes are not trusted)."""
+    if isinstance(agent, AgentRef):
+        return agent.runs_in_worker
+    from ..agents.prompt import prompt_agent
+
+    return agent is prompt_agent
 
 
 def _resolved(agent: AgentFunction | AgentRef) -> AgentFunction:

@@ -1,0 +1,172 @@
+"""Model layer benchmark (issue 18): N prompt-agent units against a loopback model server
+answering after D seconds, at --max-concurrency C.
+
+  (a) cold: the run with an empty response cache, against the ideal N*D/C and against the bare
+      OpenAI SDK (AsyncOpenAI, one asyncio loop, C requests at once) making the same N calls
+      in the same process run (see ../shared/notes/models.md: the SDK's own CPU is the limit
+      on this class of machine); Ray's start-up is measured apart and not included.
+  (b) warm: the same run again on the filled cache: its model calls (the goal: 0) and wall.
+  (c) limited: (a) with ``max_connections=C``, the request limit shared by the run's workers
+      (a Ray actor: two actor calls a request), on an empty cache.
+
+The server runs in its own process (tests/agents/fake_model_server.py), so its threads do not
+share the driver's interpreter lock.
+
+Usage: python scripts/bench_models.py [--units 1000] [--delay 0.2] [--concurrency 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import os
+import shutil
+import sys
+import tempfile
+import time
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+import ray
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "scripts")]
+
+from bench_batch import ray_startup_seconds, settle, unit_timing
+
+from rayeval.agents.prompt import ANSWER_INSTRUCTION
+from rayeval.batch import BatchConfig, run_batch
+
+EVALS = 100
+ANSWER = '<EVAL_ANSWER>{"answer": "B"}</EVAL_ANSWER>'
+
+
+def serve(delay_s: float, pipe: Connection) -> None:
+    """The loopback server, in this child process: sends its URL, then answers each message on
+    ``pipe`` with (model requests so far, most in flight at once)."""
+    from tests.agents.fake_model_server import FakeModelServer
+
+    server = FakeModelServer(
+        script=[], answer=lambda body: f"It is B.\n{ANSWER}", delay_s=delay_s
+    ).start()
+    pipe.send(server.url)
+    while pipe.recv() != "stop":
+        pipe.send((len(server.model_requests()), server.max_in_flight))
+    server.stop()
+
+
+def make_evals(folder: Path) -> list[str]:
+    """Multiple-choice evals with distinct tasks (distinct requests, distinct cache entries)."""
+    folder.mkdir(parents=True)
+    tasks = []
+    for index in range(EVALS):
+        task = f'Question {index}: A or B? Answer as <EVAL_ANSWER>{{"answer": "A|B"}}</EVAL_ANSWER>'
+        body = {
+            "id": f"bench_{index:03d}",
+            "task": task,
+            "metadata": {"task": "bench", "kit": "none"},
+            "grader": {"type": "multiple_choice", "config": {"correct_answer": "B"}},
+        }
+        (folder / f"bench_{index:03d}.json").write_text(json.dumps(body))
+        tasks.append(task)
+    return tasks
+
+
+def counts(pipe: Connection) -> tuple[int, int]:
+    pipe.send("count")
+    return pipe.recv()
+
+
+async def bare_sdk(
+    base_url: str, tasks: list[str], units: int, concurrency: int
+) -> float:
+    """Seconds for the same calls made with the bare SDK: C at once, one asyncio loop."""
+    import openai
+
+    client = openai.AsyncOpenAI(
+        base_url=base_url, api_key="sk-bench-not-a-key", max_retries=0
+    )
+    limit = asyncio.Semaphore(concurrency)
+
+    async def call(task: str, seed: int) -> None:
+        async with limit:
+            await client.chat.completions.create(
+                model="gpt-4o",
+                messages=[{"role": "user", "content": task + ANSWER_INSTRUCTION}],
+                temperature=0,
+                seed=seed,
+            )
+
+    start = time.monotonic()
+    seeds = range(1, units // EVALS + 1)
+    await asyncio.gather(*(call(task, seed) for task in tasks for seed in seeds))
+    elapsed = time.monotonic() - start
+    await client.close()
+    return elapsed
+
+
+def run(
+    work: Path, base_url: str, units: int, concurrency: int, run_id: str, **options: str
+) -> tuple[float, float]:
+    """(wall of the run, Ray's start-up measured before it); ``options``: more --agent-arg."""
+    startup = ray_startup_seconds()
+    start = time.monotonic()
+    run_batch(BatchConfig(
+        evals=[str(work / "evals")], agent="prompt", models=["openai/gpt-4o"], seeds=list(range(1, units // EVALS + 1)),
+        agent_args={"base_url": base_url, "temperature": "0", "cache": str(work / "responses"), **options},
+        output=str(work / "out"), run_id=run_id, max_concurrency=concurrency, show_progress=False,
+    ))  # fmt: skip
+    wall = time.monotonic() - start
+    ray.shutdown()
+    return wall, startup
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument(
+        "--units", type=int, default=1000, help="a multiple of 100 (100 evals x seeds)"
+    )
+    parser.add_argument("--delay", type=float, default=0.2)
+    parser.add_argument("--concurrency", type=int, default=100)
+    args = parser.parse_args()
+    os.environ["OPENAI_API_KEY"] = "sk-bench-not-a-key"
+    ours, theirs = multiprocessing.Pipe()
+    server = multiprocessing.get_context("spawn").Process(
+        target=serve, args=(args.delay, theirs), daemon=True
+    )
+    server.start()
+    base_url = f"{ours.recv()}/v1"
+    ideal = args.units * args.delay / args.concurrency
+    with tempfile.TemporaryDirectory(prefix="bench_models_") as folder:
+        work = Path(folder)
+        tasks = make_evals(work / "evals")
+        sdk = asyncio.run(bare_sdk(base_url, tasks, args.units, args.concurrency))
+        before, _ = counts(ours)
+        print(
+            f"bare SDK: {before} calls in {sdk:.2f}s = {sdk / ideal:.2f}x ideal ({ideal:.1f}s)"
+        )
+        for name, options in (
+            ("cold", {}),
+            ("warm", {}),
+            ("limited", {"max_connections": str(args.concurrency)}),
+        ):
+            if name == "limited":
+                shutil.rmtree(work / "responses")
+            settle()
+            wall, startup = run(
+                work, base_url, args.units, args.concurrency, name, **options
+            )
+            after, in_flight = counts(ours)
+            to_first, span = unit_timing(work / "out", name)
+            print(f"{name}: {after - before} model calls (at most {in_flight} at once so far), wall {wall:.2f}s = "
+                  f"{wall / ideal:.2f}x ideal, {wall / sdk:.2f}x the bare SDK (Ray start-up {startup:.1f}s not included); "
+                  f"worker start-up {to_first:.1f}s, then {span:.2f}s = {span / ideal:.2f}x ideal, {span / sdk:.2f}x the SDK")  # fmt: skip
+            before = after
+    ours.send("stop")
+    server.join(5)
+
+
+if __name__ == "__main__":
+    main()

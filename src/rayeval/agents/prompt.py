@@ -1,0 +1,138 @@
+"""The ``prompt`` agent: sends the eval's task to the unit's model and answers with its reply.
+
+It sends the task (and, with ``system``, a system message first), asking for the answer in
+``<EVAL_ANSWER>`` tags; the work folder, which the model cannot use, is not mentioned.
+
+``rayeval run evals --agent prompt --models openai/gpt-4o,anthropic/claude-sonnet-4-5``.
+Options (``--agent-arg``): see :class:`PromptOptions`. The unit's seed is sent as the
+model's ``seed`` (unless ``seed`` is set), so the trials of an eval are distinct requests:
+distinct cache entries, and independent samples where the provider honours seeds.
+
+Where it runs: in the worker's own process (rows say ``isolation = inline``), whatever the
+run's ``--isolation``. It executes nothing the model writes (the reply is text, searched for
+``<EVAL_ANSWER>`` by the harness's own parser), and it needs what a sandboxed unit must not
+have: the worker's Ray connection (the request limit shared by the run's workers), the API
+key and the response cache's storage.
+"""
+
+from __future__ import annotations
+
+import threading
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ..harness.answers import CLOSE_TAG, OPEN_TAG, answer_envelope, extract_tagged
+from ..harness.context import AgentContext
+from ..harness.prompt import task_of
+from ..models import ChatMessage, Model, get_model
+
+#: After the task, in place of the file-based conventions of agents that have a work folder.
+ANSWER_INSTRUCTION = f"\n\nEnd your reply with {OPEN_TAG}{{...}}{CLOSE_TAG} holding your answer, in the format above."
+
+
+class PromptOptions(BaseModel):
+    """The prompt agent's ``--agent-arg`` options."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: the provider's endpoint (else OPENAI_BASE_URL / ANTHROPIC_BASE_URL, else the provider's)
+    base_url: str | None = None
+    #: the variable holding the key (default OPENAI_API_KEY / ANTHROPIC_API_KEY)
+    api_key_env: str | None = None
+    temperature: Annotated[float, Field(ge=0, le=2)] | None = None
+    max_tokens: Annotated[int, Field(ge=1)] | None = None
+    top_p: Annotated[float, Field(gt=0, le=1)] | None = None
+    #: sent as the model's seed instead of the unit's
+    seed: int | None = None
+    #: a system message before the task
+    system: str | None = None
+    #: the response cache: an absolute folder or s3://bucket/prefix (endpoint: AWS_ENDPOINT_URL)
+    cache: str | None = None
+    #: a JSON price file over the shipped table (an absolute path)
+    prices: str | None = None
+    #: requests in flight to the provider, for the whole run (shared by its models of that
+    #: provider; each unit makes one request, so --max-concurrency bounds them already)
+    max_connections: Annotated[int, Field(ge=1)] | None = None
+
+    @field_validator("cache", "prices")
+    @classmethod
+    def _absolute(cls, value: str | None) -> str | None:
+        """Units run in the workers' processes, whose working folder is not the caller's."""
+        if value is None or value.startswith("s3://"):
+            return value
+        path = Path(value).expanduser()
+        if not path.is_absolute():
+            raise ValueError(
+                f"a folder or file here must be an absolute path (units run in the workers' own processes), got {value!r}"
+            )
+        return str(path)
+
+
+_making = threading.Lock()
+
+
+@lru_cache(maxsize=64)
+def _model(name: str, options: PromptOptions) -> Model:
+    """One model per process and configuration: its SDK client, cache and prices are shared
+    by every unit."""
+    settings = options.model_dump(
+        include={"temperature", "max_tokens", "top_p"}, exclude_none=True
+    )
+    return get_model(
+        name,
+        base_url=options.base_url,
+        api_key_env=options.api_key_env,
+        max_connections=options.max_connections,
+        cache=options.cache,
+        prices=options.prices,
+        **settings,
+    )
+
+
+def prompt_model(name: str | None, args: dict[str, str]) -> tuple[Model, PromptOptions]:
+    """The unit's model as the agent's options configure it (raises ``ModelError`` or
+    ``ValidationError``)."""
+    options = PromptOptions.model_validate(args)
+    with _making:  # a worker's first units arrive together: one of them makes the model
+        return _model(name or "", options), options
+
+
+def prompt_agent(
+    task_prompt: str, work_dir: Path, context: AgentContext
+) -> dict[str, Any]:
+    model, options = prompt_model(context.model, context.args)
+    # the task alone (the same for every unit of the eval, so cached replies serve any run)
+    messages = [
+        ChatMessage(role="user", content=task_of(task_prompt) + ANSWER_INSTRUCTION)
+    ]
+    if options.system:
+        messages.insert(0, ChatMessage(role="system", content=options.system))
+    seed = options.seed if options.seed is not None else context.seed
+    output = model.generate(messages, **({"seed": seed} if seed is not None else {}))
+    metadata: dict[str, Any] = {
+        "harness": "prompt",
+        "model": output.model,
+        "reply": output.text,
+        "stop_reason": output.stop_reason,
+        "input_tokens": output.input_tokens,
+        "output_tokens": output.output_tokens,
+        "cost_usd": output.cost_usd,
+        "cached": output.cached,
+        "attempts": output.attempts,
+        "latency_s": output.latency_s,
+        "n_turns": 1,
+    }
+    answer = extract_tagged(output.text)
+    if answer is None:
+        metadata["error_details"] = {
+            "error": f"the model's reply holds no {OPEN_TAG}{{json}}{CLOSE_TAG}"
+        }
+    return answer_envelope(answer, metadata, work_dir)
+
+
+prompt_agent.needs_data = False  # type: ignore[attr-defined]
+prompt_agent.leaves_nothing_running = True  # type: ignore[attr-defined]
+prompt_agent.runs_in_worker = True  # type: ignore[attr-defined]

@@ -1,0 +1,204 @@
+"""``get_model("provider/model")``: a model to call, with retries, a request limit per
+provider, an optional response cache and the cost of every call."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from ..harness.secrets import redact_text
+from . import limits, providers, retry
+from .cache import CacheEntry, ResponseCache, public_base_url, request_key
+from .prices import cost_usd, find_price, price_table
+from .providers import CallFailed, ModelError
+from .types import ChatMessage, GenerateConfig, ModelOutput, RetryPolicy
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT_S = 120.0
+
+Input = str | Sequence[ChatMessage | dict[str, str]]
+
+
+class Model:
+    """A model called by its ``provider/model`` name (``openai/gpt-4o``, ``anthropic/claude-sonnet-4-5``,
+    ``openai-compatible/<model>`` with ``base_url``).
+
+    ``base_url``: else ``OPENAI_BASE_URL`` / ``ANTHROPIC_BASE_URL``, else the provider's.
+    ``api_key_env``: the variable holding the key (default ``OPENAI_API_KEY`` /
+    ``ANTHROPIC_API_KEY``); the key is read from the environment, never passed as a value.
+    ``settings``: :class:`GenerateConfig` fields (temperature, max_tokens, top_p, seed, stop).
+    ``cache``: a folder or ``s3://bucket/prefix`` for the response cache. ``prices``: a dict
+    or JSON file over the shipped price table. ``max_connections``: at most this many requests
+    in flight to the provider, in this process or, under Ray, in the whole Ray job (None: no
+    limit of its own; a ``rayeval run``'s ``--max-concurrency`` already bounds its units).
+    ``retry_policy``: see :class:`RetryPolicy`; ``timeout_s``: of one request.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        base_url: str | None = None,
+        api_key_env: str | None = None,
+        retry_policy: RetryPolicy | None = None,
+        max_connections: int | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        cache: str | None = None,
+        prices: dict | str | Path | None = None,
+        s3_endpoint_url: str | None = None,
+        **settings: Any,
+    ):
+        self.provider, self.model = providers.split_name(name)
+        self.name = name
+        if max_connections is not None and max_connections < 1:
+            raise ModelError(
+                f"model {name!r}: max_connections must be >= 1, got {max_connections}"
+            )
+        key = providers.api_key(self.provider, api_key_env)
+        self._secrets = [key] if key else []
+        base_url = base_url or _env(self.provider.base_url_env)
+        self._client = providers.client(self.provider.sdk, base_url, key, timeout_s)
+        self.base_url = public_base_url(providers.base_url_of(self._client))
+        self.config = generate_config(settings)
+        self.retry_policy = retry_policy or RetryPolicy()
+        self.max_connections = max_connections
+        self.timeout_s = timeout_s
+        self.cache = ResponseCache(cache, s3_endpoint_url) if cache else None
+        self.price = find_price(price_table(prices), name)
+
+    def __repr__(self) -> str:
+        return f"Model({self.name!r}, base_url={self.base_url!r})"
+
+    def generate(self, input: Input, **settings: Any) -> ModelOutput:
+        """The model's reply to ``input`` (a prompt, or messages), with the model's settings
+        updated by ``settings`` (:class:`GenerateConfig` fields). Raises :class:`ModelError`
+        when the call fails for good."""
+        messages = _messages(input)
+        config = self.config.model_copy(
+            update=generate_config(settings).model_dump(exclude_unset=True)
+        )
+        request = {
+            "provider": self.provider.name,
+            "model": self.model,
+            "base_url": self.base_url,
+            "messages": [m.model_dump() for m in messages],
+            "config": config.model_dump(exclude_none=True),
+        }
+        key = request_key(request) if self.cache else ""
+        if self.cache is not None and (entry := self.cache.get(key)) is not None:
+            return entry.output.model_copy(
+                update={
+                    "cached": True,
+                    "cost_usd": 0.0,
+                    "latency_s": 0.0,
+                    "attempts": 0,
+                }
+            )
+        output = self._call(messages, config)
+        if self.cache is not None:
+            self.cache.put(CacheEntry(key=key, request=request, output=output))
+        return output
+
+    async def agenerate(self, input: Input, **settings: Any) -> ModelOutput:
+        """:meth:`generate` for asyncio code: it runs on a thread of the default executor, so
+        the call, its retries and their waits never block the event loop."""
+        return await asyncio.to_thread(self.generate, input, **settings)
+
+    def _call(self, messages: list[ChatMessage], config: GenerateConfig) -> ModelOutput:
+        started = time.monotonic()
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                reply = self._send(messages, config)
+            except CallFailed as failed:
+                wait = retry.delay_s(
+                    self.retry_policy, attempt - 1, retry.retry_after_s(failed.headers)
+                )
+                if not retry.retryable(failed.status) or not retry.within_budget(
+                    self.retry_policy, attempt, started, wait
+                ):
+                    raise ModelError(self._describe(failed, attempt)) from None
+                log.info(
+                    "%s: %s; try %d in %.1f s",
+                    self.name,
+                    self._describe(failed, attempt),
+                    attempt + 1,
+                    wait,
+                )
+                time.sleep(wait)
+                continue
+            return ModelOutput(
+                model=self.name,
+                text=reply.text,
+                stop_reason=reply.stop_reason,
+                input_tokens=reply.input_tokens,
+                output_tokens=reply.output_tokens,
+                cost_usd=cost_usd(self.price, reply.input_tokens, reply.output_tokens),
+                latency_s=round(time.monotonic() - started, 6),
+                attempts=attempt,
+            )
+
+    def _send(
+        self, messages: list[ChatMessage], config: GenerateConfig
+    ) -> providers.Reply:
+        if self.max_connections is None:
+            return providers.send(
+                self.provider.sdk, self._client, self.model, messages, config
+            )
+        with limits.request_slot(
+            self.provider.name, self.max_connections, self.timeout_s + 30
+        ):
+            return providers.send(
+                self.provider.sdk, self._client, self.model, messages, config
+            )
+
+    def _describe(self, failed: CallFailed, attempt: int) -> str:
+        what = (
+            f"HTTP {failed.status}"
+            if failed.status is not None
+            else "connection failed"
+        )
+        tries = f" after {attempt} tries" if attempt > 1 else ""
+        text = f"{self.name} at {self.base_url}: {what}{tries}: {failed.message}"
+        return redact_text(text, self._secrets)
+
+
+def _env(name: str) -> str | None:
+    return os.environ.get(name) or None
+
+
+def generate_config(settings: dict[str, Any]) -> GenerateConfig:
+    """``settings`` as a :class:`GenerateConfig`; a bad one is a :class:`ModelError` naming it."""
+    try:
+        return GenerateConfig.model_validate(settings)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise ModelError(f"generation setting {where}: {first['msg']}") from None
+
+
+def _messages(input: Input) -> list[ChatMessage]:
+    if isinstance(input, str):
+        return [ChatMessage(role="user", content=input)]
+    messages = [
+        m if isinstance(m, ChatMessage) else ChatMessage.model_validate(m)
+        for m in input
+    ]
+    if not messages:
+        raise ModelError("no messages to send")
+    return messages
+
+
+def get_model(name: str, **options: Any) -> Model:
+    """``Model(name, **options)``, as inspect_ai spells it: ``get_model("openai/gpt-4o",
+    temperature=0)``."""
+    return Model(name, **options)

@@ -1,0 +1,80 @@
+"""What a call costs: USD per million input and output tokens, by ``provider/model``.
+
+The table shipped in ``prices.json`` (list prices of common models, without batch or
+prompt-cache discounts) can be extended or overridden with a dict or a JSON file of the same
+shape: ``{"openai/gpt-4o": {"input": 2.5, "output": 10.0}, ...}``. A dated model id
+(``claude-sonnet-4-5-20250929``, ``gpt-4o-2024-08-06``) falls back to its undated name.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from .providers import ModelError
+
+_DATE_SUFFIX = re.compile(r"-(\d{8}|\d{4}-\d{2}-\d{2})$")
+
+
+class Price(BaseModel):
+    """USD per million tokens."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    input: Annotated[float, Field(ge=0)]
+    output: Annotated[float, Field(ge=0)]
+
+
+PriceTable = dict[str, Price]
+_TABLE = TypeAdapter(PriceTable)
+
+
+@lru_cache(maxsize=1)
+def shipped_prices() -> PriceTable:
+    return _TABLE.validate_json(
+        resources.files(__package__).joinpath("prices.json").read_bytes()
+    )
+
+
+def price_table(override: dict | str | Path | None = None) -> PriceTable:
+    """The shipped table with ``override`` (a dict, or a JSON file's path) on top."""
+    if override is None:
+        return shipped_prices()
+    source = "the price override"
+    try:
+        if isinstance(override, (str, Path)):
+            source = f"price file {override}"
+            extra = _TABLE.validate_json(Path(override).read_bytes())
+        else:
+            extra = _TABLE.validate_python(override)
+    except OSError as exc:
+        raise ModelError(f"{source}: cannot read it: {exc}") from None
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise ModelError(f"{source}: {where}: {first['msg']}") from None
+    return {**shipped_prices(), **extra}
+
+
+def find_price(table: PriceTable, name: str) -> Price | None:
+    """The price of ``provider/model`` (or of its undated name, or of the bare model name)."""
+    provider, _, model = name.partition("/")
+    undated = _DATE_SUFFIX.sub("", model)
+    for candidate in (name, f"{provider}/{undated}", model, undated):
+        if candidate in table:
+            return table[candidate]
+    return None
+
+
+def cost_usd(
+    price: Price | None, input_tokens: int | None, output_tokens: int | None
+) -> float | None:
+    """None when the price or either count is unknown."""
+    if price is None or input_tokens is None or output_tokens is None:
+        return None
+    return (input_tokens * price.input + output_tokens * price.output) / 1_000_000

@@ -1,0 +1,212 @@
+"""The providers: OpenAI (and any OpenAI-compatible server) and Anthropic, through their
+official SDKs with the SDKs' own retries off (:mod:`rayeval.models.retry` applies one policy)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Literal
+
+from .types import ChatMessage, GenerateConfig
+
+SDK = Literal["openai", "anthropic"]
+#: Anthropic requires ``max_tokens``; sent when the settings leave it unset.
+ANTHROPIC_DEFAULT_MAX_TOKENS = 4096
+
+
+@dataclass(frozen=True)
+class Provider:
+    """How a ``provider/model`` name is served: the SDK, and where the key and the base URL
+    come from when not given (the SDKs' own variables)."""
+
+    name: str
+    sdk: SDK
+    key_env: str
+    base_url_env: str
+    #: an OpenAI-compatible server (vLLM, a gateway) may take no key at all
+    key_required: bool = True
+
+
+PROVIDERS: dict[str, Provider] = {
+    "openai": Provider("openai", "openai", "OPENAI_API_KEY", "OPENAI_BASE_URL"),
+    "openai-compatible": Provider(
+        "openai-compatible",
+        "openai",
+        "OPENAI_API_KEY",
+        "OPENAI_BASE_URL",
+        key_required=False,
+    ),
+    "anthropic": Provider(
+        "anthropic", "anthropic", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"
+    ),
+}
+
+
+class ModelError(RuntimeError):
+    """A model cannot be named, configured or called; the message never holds the API key."""
+
+
+class CallFailed(Exception):
+    """One try failed: ``status`` None for a connection error or timeout."""
+
+    def __init__(
+        self, status: int | None, message: str, headers: dict[str, str] | None = None
+    ):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = headers or {}
+
+
+@dataclass(frozen=True)
+class Reply:
+    text: str
+    stop_reason: str | None
+    input_tokens: int | None
+    output_tokens: int | None
+
+
+def split_name(name: str) -> tuple[Provider, str]:
+    """``provider/model`` (the model part may hold more slashes, as in
+    ``openai-compatible/meta-llama/Llama-3.1-8B``)."""
+    provider, sep, model = name.partition("/")
+    if not sep or not model:
+        raise ModelError(
+            f"model {name!r}: expected provider/model, with provider one of {', '.join(PROVIDERS)}"
+        )
+    if provider not in PROVIDERS:
+        raise ModelError(
+            f"model {name!r}: unknown provider {provider!r} (known: {', '.join(PROVIDERS)})"
+        )
+    return PROVIDERS[provider], model
+
+
+def api_key(provider: Provider, key_env: str | None) -> str | None:
+    """The key from ``key_env`` (default: the provider's variable); a missing required key is
+    a :class:`ModelError` naming the variable."""
+    name = key_env or provider.key_env
+    value = os.environ.get(name)
+    if not value and provider.key_required:
+        raise ModelError(
+            f"provider {provider.name!r} needs an API key in the environment variable {name}"
+        )
+    return value or None
+
+
+@lru_cache(maxsize=32)
+def client(sdk: SDK, base_url: str | None, key: str | None, timeout_s: float) -> Any:
+    """One SDK client per process and settings: clients are thread-safe and pool connections."""
+    if sdk == "openai":
+        import openai
+
+        return openai.OpenAI(
+            api_key=key or "unused", base_url=base_url, timeout=timeout_s, max_retries=0
+        )
+    import anthropic
+
+    return anthropic.Anthropic(
+        api_key=key, base_url=base_url, timeout=timeout_s, max_retries=0
+    )
+
+
+def base_url_of(sdk_client: Any) -> str:
+    return str(sdk_client.base_url)
+
+
+def send(
+    sdk: SDK,
+    sdk_client: Any,
+    model: str,
+    messages: list[ChatMessage],
+    config: GenerateConfig,
+) -> Reply:
+    """One request; a failure is :class:`CallFailed` with its status and headers."""
+    if sdk == "openai":
+        import openai
+
+        errors: tuple[type[Exception], type[Exception]] = (
+            openai.APIStatusError,
+            openai.APIConnectionError,
+        )
+        call = _openai_chat
+    else:
+        import anthropic
+
+        errors = (anthropic.APIStatusError, anthropic.APIConnectionError)
+        call = _anthropic_messages
+    try:
+        return call(sdk_client, model, messages, config)
+    except errors[0] as exc:
+        response = exc.response  # type: ignore[attr-defined]
+        raise CallFailed(
+            response.status_code, exc.message, dict(response.headers)
+        ) from None  # type: ignore[attr-defined]
+    except errors[1] as exc:
+        cause = exc.__cause__ or exc.__context__
+        detail = f"{exc} ({type(cause).__name__}: {cause})" if cause else str(exc)
+        raise CallFailed(None, detail) from None
+
+
+def _openai_chat(
+    sdk_client: Any, model: str, messages: list[ChatMessage], config: GenerateConfig
+) -> Reply:
+    settings: dict[str, Any] = {
+        k: v for k, v in config.model_dump().items() if v is not None
+    }
+    if "stop" in settings:
+        settings["stop"] = list(settings["stop"])
+    completion = sdk_client.chat.completions.create(
+        model=model, messages=[m.model_dump() for m in messages], **settings
+    )
+    choice = completion.choices[0] if completion.choices else None
+    usage = completion.usage
+    return Reply(
+        text=(choice.message.content or "") if choice else "",
+        stop_reason=choice.finish_reason if choice else None,
+        input_tokens=usage.prompt_tokens if usage else None,
+        output_tokens=usage.completion_tokens if usage else None,
+    )
+
+
+def _anthropic_messages(
+    sdk_client: Any, model: str, messages: list[ChatMessage], config: GenerateConfig
+) -> Reply:
+    system = "\n\n".join(m.content for m in messages if m.role == "system")
+    settings: dict[str, Any] = {
+        "max_tokens": config.max_tokens or ANTHROPIC_DEFAULT_MAX_TOKENS
+    }
+    # the SDK (2.x) no longer names them; older models take them, newer ones refuse with a 400
+    sampling = {"temperature": config.temperature, "top_p": config.top_p}
+    if any(value is not None for value in sampling.values()):
+        settings["extra_body"] = {
+            name: value for name, value in sampling.items() if value is not None
+        }
+    if config.stop:
+        settings["stop_sequences"] = list(config.stop)
+    if system:
+        settings["system"] = system
+    message = sdk_client.messages.create(
+        model=model,
+        messages=[m.model_dump() for m in messages if m.role != "system"],
+        **settings,
+    )
+    usage = message.usage
+    input_tokens = None
+    if usage is not None:
+        parts = (
+            usage.input_tokens,
+            usage.cache_read_input_tokens,
+            usage.cache_creation_input_tokens,
+        )
+        input_tokens = sum(part or 0 for part in parts)
+    return Reply(
+        text="".join(
+            block.text
+            for block in message.content
+            if getattr(block, "type", None) == "text"
+        ),
+        stop_reason=message.stop_reason,
+        input_tokens=input_tokens,
+        output_tokens=usage.output_tokens if usage is not None else None,
+    )

@@ -1,0 +1,164 @@
+"""The built-in ``prompt`` agent: its options, and real ``rayeval run`` runs against the
+loopback server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pytest
+
+from rayeval.agents.resolve import AgentArgsError, agent_ref, check_agent_args
+from rayeval.cli import main
+from rayeval.storage import ResultStore
+from tests.agents.fake_model_server import FakeModelServer
+
+from .conftest import OPENAI_KEY
+
+REPO = Path(__file__).resolve().parents[2]
+MC_EVAL = "pbmc_fcgr3a_top_population"
+
+
+@pytest.mark.parametrize(
+    ("args", "models", "message"),
+    [
+        (
+            {"temprature": "0"},
+            ["openai/gpt-4o"],
+            "unknown --agent-arg temprature (it takes base_url, api_key_env, temperature",
+        ),
+        (
+            {"temperature": "hot"},
+            ["openai/gpt-4o"],
+            "--agent-arg temperature: Input should be a valid number",
+        ),
+        (
+            {"max_connections": "0"},
+            ["openai/gpt-4o"],
+            "--agent-arg max_connections: Input should be greater than or equal to 1",
+        ),
+        ({}, ["default"], "expected provider/model"),
+        (
+            {},
+            ["openai/gpt-4o", "mistral/large"],
+            "unknown provider 'mistral' (known: openai, openai-compatible, anthropic)",
+        ),
+        (
+            {"api_key_env": "NO_SUCH_KEY"},
+            ["anthropic/claude-haiku-4-5"],
+            "needs an API key in the environment variable NO_SUCH_KEY",
+        ),
+        (
+            {"prices": "/nonexistent/prices.json"},
+            ["openai/gpt-4o"],
+            "price file /nonexistent/prices.json: cannot read it",
+        ),
+        (
+            {"cache": "responses"},
+            ["openai/gpt-4o"],
+            "--agent-arg cache: Value error, a folder or file here must be an absolute path",
+        ),
+    ],
+)
+def test_bad_options_and_models_are_refused_before_any_unit(
+    keys: None, args: dict, models: list, message: str
+) -> None:
+    with pytest.raises(AgentArgsError, match=None) as raised:
+        check_agent_args("prompt", args, models)
+    assert message in str(raised.value)
+
+
+def test_a_cluster_run_checks_only_what_does_not_need_its_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    check_agent_args(
+        "prompt", {"temperature": "0"}, ["openai/gpt-4o"], environment=False
+    )  # the key is the cluster's
+    with pytest.raises(AgentArgsError, match="unknown provider"):
+        check_agent_args("prompt", {}, ["nope/x"], environment=False)
+
+
+def test_listed_and_run_in_the_worker(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["agents"]) == 0
+    listed = capsys.readouterr().out
+    assert (
+        "prompt " in listed
+        and "options: base_url, api_key_env, temperature, max_tokens, top_p, seed, system, cache"
+        in listed
+    )
+    ref = agent_ref("prompt")
+    assert (
+        ref.runs_in_worker
+        and not ref.needs_data
+        and not agent_ref("sleep").runs_in_worker
+    )
+
+
+def _run(tmp_path: Path, server: FakeModelServer, run_id: str, *extra: str) -> int:
+    return main(
+        [
+            "run", str(REPO / "evals"), "--agent", "prompt", "--models", "openai/gpt-4o",
+            "--agent-arg", f"base_url={server.url}/v1", "--agent-arg", "temperature=0",
+            "--agent-arg", f"cache={tmp_path / 'responses'}",
+            "--output", str(tmp_path / "out"), "--run-id", run_id, "--no-progress", *extra,
+        ]
+    )  # fmt: skip
+
+
+def test_rayeval_run_with_the_prompt_agent(
+    tmp_path: Path, server: FakeModelServer
+) -> None:
+    assert _run(tmp_path, server, "first", "--seeds", "2") == 0
+    evals = len(list((REPO / "evals").rglob("*.json")))
+    requests = server.model_requests()
+    assert len(requests) == 2 * evals
+    assert {r.body["seed"] for r in requests} == {
+        1,
+        2,
+    }  # the unit's seed: two trials, two requests
+    assert all(
+        r.body["temperature"] == 0 and r.body["model"] == "gpt-4o" for r in requests
+    )
+    sent = [r.body["messages"][0]["content"] for r in requests]
+    assert all(
+        "<EVAL_ANSWER>{...}</EVAL_ANSWER>" in text and "Working directory" not in text
+        for text in sent
+    )
+
+    table = ResultStore(tmp_path / "out").read_table("first")
+    rows = table.to_pylist()
+    assert len(rows) == 2 * evals
+    assert {row["model"] for row in rows} == {"openai/gpt-4o"} and {
+        row["harness"] for row in rows
+    } == {"prompt"}
+    assert {row["isolation"] for row in rows} == {
+        "inline"
+    }  # it ran in the worker, and says so
+    assert all(
+        row["input_tokens"] == 1200
+        and row["output_tokens"] == 300
+        and row["n_turns"] == 1
+        for row in rows
+    )
+    assert all(
+        row["cost_usd"] == pytest.approx((1200 * 2.5 + 300 * 10.0) / 1e6)
+        for row in rows
+    )
+    mc = table.filter(pc.equal(table["eval_id"], MC_EVAL)).to_pylist()
+    assert [row["passed"] for row in mc] == [True, True]
+    others = [row for row in rows if row["eval_id"] != MC_EVAL]
+    assert all(
+        row["error_type"] == "NoAnswer"
+        and "holds no <EVAL_ANSWER>" in row["error_message"]
+        for row in others
+    )
+    stored = "".join(str(row) for row in rows)
+    assert OPENAI_KEY not in stored and "reply to 1 message(s)" in stored
+
+    # the same run again: every reply from the response cache, no model call, no cost
+    assert _run(tmp_path, server, "again", "--seeds", "2") == 0
+    assert len(server.model_requests()) == 2 * evals
+    again = ResultStore(tmp_path / "out").read_table("again").to_pylist()
+    assert len(again) == 2 * evals and all(row["cost_usd"] == 0.0 for row in again)
+    assert [row["passed"] for row in again if row["eval_id"] == MC_EVAL] == [True, True]

@@ -10,6 +10,7 @@
 
 Usage: python scripts/bench_batch.py [--which a,b] [--units-a 2000] [--units-b 10000] [--rounds-b 3]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -94,7 +95,9 @@ def unit_timing(root: Path, run_id: str) -> tuple[float, float]:
 
     rows = pd.read_parquet(root / f"run_id={run_id}", columns=["started_at", "finished_at"])
     created = pd.Timestamp(json.loads((root / f"run_id={run_id}" / "_manifest.json").read_text())["created_at"])
-    return (rows.started_at.min() - created).total_seconds(), (rows.finished_at.max() - rows.started_at.min()).total_seconds()
+    return (rows.started_at.min() - created).total_seconds(), (
+        rows.finished_at.max() - rows.started_at.min()
+    ).total_seconds()
 
 
 def storage_figures(root: Path, run_id: str) -> tuple[int, int, int]:
@@ -108,17 +111,27 @@ def bench_sleep(work: Path, units: int, seconds: float, concurrency: int) -> Non
     seeds = max(1, units // 100)
     startup = ray_startup_seconds()
     start = time.monotonic()
-    summary = run_batch(BatchConfig(
-        evals=[str(evals)], agent="sleep", agent_args={"seconds": str(seconds)}, seeds=list(range(1, seeds + 1)),
-        output=str(work / "out_a"), run_id="sleep", max_concurrency=concurrency, show_progress=False,
-    ))
+    summary = run_batch(
+        BatchConfig(
+            evals=[str(evals)],
+            agent="sleep",
+            agent_args={"seconds": str(seconds)},
+            seeds=list(range(1, seeds + 1)),
+            output=str(work / "out_a"),
+            run_id="sleep",
+            max_concurrency=concurrency,
+            show_progress=False,
+        )
+    )
     wall = time.monotonic() - start
     ray.shutdown()
     ideal = summary.total_units * seconds / concurrency
     to_first, span = unit_timing(work / "out_a", "sleep")
-    print(f"(a) {summary.total_units} sleep units x {seconds}s at concurrency {concurrency}: wall {wall:.1f}s, "
-          f"ideal {ideal:.1f}s -> {wall / ideal:.2f}x ideal (Ray start-up {startup:.1f}s not included); "
-          f"worker start-up {to_first:.1f}s, first unit start to last unit end {span:.1f}s -> {span / ideal:.2f}x ideal")
+    print(
+        f"(a) {summary.total_units} sleep units x {seconds}s at concurrency {concurrency}: wall {wall:.1f}s, "
+        f"ideal {ideal:.1f}s -> {wall / ideal:.2f}x ideal (Ray start-up {startup:.1f}s not included); "
+        f"worker start-up {to_first:.1f}s, first unit start to last unit end {span:.1f}s -> {span / ideal:.2f}x ideal"
+    )
 
 
 def run_loop(work: Path, evals_dir: Path, seeds: list[int], name: str) -> float:
@@ -152,11 +165,21 @@ def _plain_share(work: Path, evals: list, plan: list, name: str, threads: int, b
     def run(units: list) -> None:
         for unit in units:
             eval_ = evals[unit.eval_index]
-            thread_root = work / f"plain_work_{os.getpid()}" / f"thread-{threading.get_native_id()}"  # as the engine's workers
+            thread_root = (
+                work / f"plain_work_{os.getpid()}" / f"thread-{threading.get_native_id()}"
+            )  # as the engine's workers
             execution = EvalRunner(eval_, work_root=thread_root, run_id=name).execute(
                 sleep_agent, model=unit.model, seed=unit.seed, agent_args={"seconds": "0"}, isolation="inline"
             )
-            row_from_result(grade_execution(eval_, execution), unit=unit, eval_=eval_, run_id=name, agent="sleep", attempt=1, node="n")
+            row_from_result(
+                grade_execution(eval_, execution),
+                unit=unit,
+                eval_=eval_,
+                run_id=name,
+                agent="sleep",
+                attempt=1,
+                node="n",
+            )
 
     barrier.wait()
     pool = [threading.Thread(target=run, args=(chunk,)) for chunk in chunks]
@@ -208,26 +231,40 @@ def bench_instant(work: Path, units: int, rounds: int) -> None:
         startup = ray_startup_seconds()
         settle()
         start = time.monotonic()
-        summary = run_batch(BatchConfig(
-            evals=[str(evals_dir)], agent="sleep", agent_args={"seconds": "0"}, seeds=seeds,
-            output=str(work / "out_b"), run_id=f"instant{round_}", max_concurrency=64, show_progress=False,
-        ))
+        summary = run_batch(
+            BatchConfig(
+                evals=[str(evals_dir)],
+                agent="sleep",
+                agent_args={"seconds": "0"},
+                seeds=seeds,
+                output=str(work / "out_b"),
+                run_id=f"instant{round_}",
+                max_concurrency=64,
+                show_progress=False,
+            )
+        )
         ray_s = time.monotonic() - start
         ray.shutdown()
         to_first, span = unit_timing(work / "out_b", f"instant{round_}")
         ratios.append(loop_s / ray_s)
         warm_ratios.append(loop_s / span)
-        print(f"(b) round {round_}: {n} instant units: loop {n / loop_s:,.0f} units/s ({loop_s:.1f}s), "
-              f"Ray engine {n / ray_s:,.0f} units/s ({ray_s:.1f}s) -> {loop_s / ray_s:.2f}x the loop "
-              f"(Ray start-up {startup:.1f}s not included); stored {summary.stored_rows} rows; "
-              f"worker start-up {to_first:.1f}s, then {n / span:,.0f} units/s -> {loop_s / span:.2f}x the loop; "
-              f"ceiling (forked processes, no start-up, nothing stored) {n / plain_s:,.0f} units/s -> {loop_s / plain_s:.2f}x")
-    print(f"(b) median over {rounds} rounds: {statistics.median(ratios):.2f}x the loop overall "
-          f"(rounds {', '.join(f'{r:.2f}' for r in ratios)}); after worker start-up {statistics.median(warm_ratios):.2f}x; "
-          f"ceiling {statistics.median(ceilings):.2f}x")
+        print(
+            f"(b) round {round_}: {n} instant units: loop {n / loop_s:,.0f} units/s ({loop_s:.1f}s), "
+            f"Ray engine {n / ray_s:,.0f} units/s ({ray_s:.1f}s) -> {loop_s / ray_s:.2f}x the loop "
+            f"(Ray start-up {startup:.1f}s not included); stored {summary.stored_rows} rows; "
+            f"worker start-up {to_first:.1f}s, then {n / span:,.0f} units/s -> {loop_s / span:.2f}x the loop; "
+            f"ceiling (forked processes, no start-up, nothing stored) {n / plain_s:,.0f} units/s -> {loop_s / plain_s:.2f}x"
+        )
+    print(
+        f"(b) median over {rounds} rounds: {statistics.median(ratios):.2f}x the loop overall "
+        f"(rounds {', '.join(f'{r:.2f}' for r in ratios)}); after worker start-up {statistics.median(warm_ratios):.2f}x; "
+        f"ceiling {statistics.median(ceilings):.2f}x"
+    )
     files, size, stored = storage_figures(work / "out_b", f"instant{rounds}")
-    print(f"(c) {stored} rows in {files} Parquet files, {size / 1e6:.2f} MB -> "
-          f"{files * 10000 / stored:.1f} files and {size * 10000 / stored / 1e6:.2f} MB per 10,000 rows")
+    print(
+        f"(c) {stored} rows in {files} Parquet files, {size / 1e6:.2f} MB -> "
+        f"{files * 10000 / stored:.1f} files and {size * 10000 / stored / 1e6:.2f} MB per 10,000 rows"
+    )
 
 
 def compile_bytecode() -> None:

@@ -8,6 +8,7 @@ ratio against a baseline measured in the same run:
 
 Usage: python scripts/bench_graders.py [--repeat N] [--reference-python /path/to/python]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,15 +42,16 @@ print(json.dumps({t: [totals[t], counts[t]] for t in totals}))
 
 OURS_IMPORT = "from rayeval.graders import get_grader\n"
 REFERENCE_IMPORT = (
-    "from latch_eval_tools.graders import GRADER_REGISTRY\n"
-    "def get_grader(name):\n    return GRADER_REGISTRY[name]()\n"
+    "from latch_eval_tools.graders import GRADER_REGISTRY\ndef get_grader(name):\n    return GRADER_REGISTRY[name]()\n"
 )
 
 
 def measure(python: str, import_line: str, repeat: int) -> dict[str, tuple[float, int]]:
     done = subprocess.run(
         [python, "-c", import_line + TIMING_LOOP, str(VECTORS), str(repeat)],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     return {t: (s, n) for t, (s, n) in json.loads(done.stdout.strip().splitlines()[-1]).items()}
 
@@ -76,7 +78,9 @@ def main() -> None:
     for name in sorted(ours):
         seconds, count = ours[name]
         us = seconds / count * 1e6
-        ref = f"{reference[name][0] / reference[name][1] * 1e6:8.2f}" if reference and name in reference else f"{'-':>8}"
+        ref = (
+            f"{reference[name][0] / reference[name][1] * 1e6:8.2f}" if reference and name in reference else f"{'-':>8}"
+        )
         ratio = f"{float(ref) / us:8.2f}x" if ref.strip() != "-" else f"{'-':>9}"
         print(f"{name:32} {us:11.2f} {1e6 / us:11.0f} {ref} {ratio}")
 

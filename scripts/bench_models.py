@@ -48,9 +48,7 @@ def serve(delay_s: float, pipe: Connection) -> None:
     ``pipe`` with (model requests so far, most in flight at once)."""
     from tests.agents.fake_model_server import FakeModelServer
 
-    server = FakeModelServer(
-        script=[], answer=lambda body: f"It is B.\n{ANSWER}", delay_s=delay_s
-    ).start()
+    server = FakeModelServer(script=[], answer=lambda body: f"It is B.\n{ANSWER}", delay_s=delay_s).start()
     pipe.send(server.url)
     while pipe.recv() != "stop":
         pipe.send((len(server.model_requests()), server.max_in_flight))
@@ -79,15 +77,11 @@ def counts(pipe: Connection) -> tuple[int, int]:
     return pipe.recv()
 
 
-async def bare_sdk(
-    base_url: str, tasks: list[str], units: int, concurrency: int
-) -> float:
+async def bare_sdk(base_url: str, tasks: list[str], units: int, concurrency: int) -> float:
     """Seconds for the same calls made with the bare SDK: C at once, one asyncio loop."""
     import openai
 
-    client = openai.AsyncOpenAI(
-        base_url=base_url, api_key="sk-bench-not-a-key", max_retries=0
-    )
+    client = openai.AsyncOpenAI(base_url=base_url, api_key="sk-bench-not-a-key", max_retries=0)
     limit = asyncio.Semaphore(concurrency)
 
     async def call(task: str, seed: int) -> None:
@@ -107,9 +101,7 @@ async def bare_sdk(
     return elapsed
 
 
-def run(
-    work: Path, base_url: str, units: int, concurrency: int, run_id: str, **options: str
-) -> tuple[float, float]:
+def run(work: Path, base_url: str, units: int, concurrency: int, run_id: str, **options: str) -> tuple[float, float]:
     """(wall of the run, Ray's start-up measured before it); ``options``: more --agent-arg."""
     startup = ray_startup_seconds()
     start = time.monotonic()
@@ -125,17 +117,13 @@ def run(
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument(
-        "--units", type=int, default=1000, help="a multiple of 100 (100 evals x seeds)"
-    )
+    parser.add_argument("--units", type=int, default=1000, help="a multiple of 100 (100 evals x seeds)")
     parser.add_argument("--delay", type=float, default=0.2)
     parser.add_argument("--concurrency", type=int, default=100)
     args = parser.parse_args()
     os.environ["OPENAI_API_KEY"] = "sk-bench-not-a-key"
     ours, theirs = multiprocessing.Pipe()
-    server = multiprocessing.get_context("spawn").Process(
-        target=serve, args=(args.delay, theirs), daemon=True
-    )
+    server = multiprocessing.get_context("spawn").Process(target=serve, args=(args.delay, theirs), daemon=True)
     server.start()
     base_url = f"{ours.recv()}/v1"
     ideal = args.units * args.delay / args.concurrency
@@ -144,9 +132,7 @@ def main() -> None:
         tasks = make_evals(work / "evals")
         sdk = asyncio.run(bare_sdk(base_url, tasks, args.units, args.concurrency))
         before, _ = counts(ours)
-        print(
-            f"bare SDK: {before} calls in {sdk:.2f}s = {sdk / ideal:.2f}x ideal ({ideal:.1f}s)"
-        )
+        print(f"bare SDK: {before} calls in {sdk:.2f}s = {sdk / ideal:.2f}x ideal ({ideal:.1f}s)")
         for name, options in (
             ("cold", {}),
             ("warm", {}),
@@ -155,9 +141,7 @@ def main() -> None:
             if name == "limited":
                 shutil.rmtree(work / "responses")
             settle()
-            wall, startup = run(
-                work, base_url, args.units, args.concurrency, name, **options
-            )
+            wall, startup = run(work, base_url, args.units, args.concurrency, name, **options)
             after, in_flight = counts(ours)
             to_first, span = unit_timing(work / "out", name)
             print(f"{name}: {after - before} model calls (at most {in_flight} at once so far), wall {wall:.2f}s = "

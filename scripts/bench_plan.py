@@ -66,17 +66,12 @@ def write_stored_rows(root: Path, plan, stored_share: float) -> int:
     for model_index, model in enumerate(plan.models):
         mine = kept & (model_of == model_index)
         unit_ids = pa.array(ids[mine].astype(str))
-        columns = {
-            name: pa.nulls(len(unit_ids), FILE_SCHEMA.field(name).type)
-            for name in FILE_SCHEMA.names
-        }
+        columns = {name: pa.nulls(len(unit_ids), FILE_SCHEMA.field(name).type) for name in FILE_SCHEMA.names}
         columns["unit_id"] = unit_ids
         columns["attempt"] = pa.array(np.ones(len(unit_ids), dtype=np.int64))
         folder = root / f"run_id={RUN}" / f"model={encode_partition(model)}"
         folder.mkdir(parents=True, exist_ok=True)
-        pq.write_table(
-            pa.table(columns, schema=FILE_SCHEMA), folder / "part-bench-000000.parquet"
-        )
+        pq.write_table(pa.table(columns, schema=FILE_SCHEMA), folder / "part-bench-000000.parquet")
     return int(kept.sum())
 
 
@@ -131,9 +126,7 @@ def scenario(name: str, evals: Path, out: Path, models: int, seeds: int) -> dict
     if name.startswith("inputs"):
         manifest = engine._run_manifest(config, RUN, loaded, plan, previous=None)
         store.write_manifest(manifest.model_copy(update={"run_id": f"{RUN}-{name}"}))
-        stored = (
-            store.stored_unit_id_array(RUN) if resume else np.array([], dtype="S32")
-        )
+        stored = store.stored_unit_id_array(RUN) if resume else np.array([], dtype="S32")
         todo = unstored(plan, stored)
         to_run = int(todo.sum())
         Scheduler(plan, todo, max_concurrency=32, model_limits={})
@@ -242,9 +235,7 @@ def _child(*options: str, src: str | None = None) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--evals", type=int, default=100)
     parser.add_argument("--models", type=int, default=10)
     parser.add_argument("--seeds", type=int, default=1000)
@@ -309,16 +300,11 @@ def main() -> None:
                 f"{result['peak_mb'] - result['baseline_mb']:>13,.0f}{result['seconds']:>9.1f}{result['manifest_bytes']:>16,}"
             )
         sizes = [int(units) for units in args.run_units.split(",") if units]
-        versions = [("this version", None)] + (
-            [(args.compare_src, args.compare_src)] if args.compare_src else []
-        )
+        versions = [("this version", None)] + ([(args.compare_src, args.compare_src)] if args.compare_src else [])
         for label, src in versions:
             report_runs(
                 label,
-                [
-                    _child("--child", f"run:{units}", "--folder", tmp, src=src)
-                    for units in sizes
-                ],
+                [_child("--child", f"run:{units}", "--folder", tmp, src=src) for units in sizes],
             )
 
 
@@ -335,9 +321,7 @@ def report_runs(label: str, runs: list[dict]) -> None:
             ("peak_mb", "summary included"),
         ):
             slope = (runs[-1][key] - runs[0][key]) * 1024 * 1024 / units
-            print(
-                f"driver memory per unit ({label}; peak RSS slope, {what}): {slope:,.0f} bytes"
-            )
+            print(f"driver memory per unit ({label}; peak RSS slope, {what}): {slope:,.0f} bytes")
 
 
 if __name__ == "__main__":

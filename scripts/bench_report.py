@@ -14,6 +14,7 @@ unit, per-run evaluator stats for ``passed`` and ``normalized_score``, progress)
 ``--parquet`` also times a read of the same rows through ``ResultsReader`` from a temporary
 hive-partitioned root.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -101,7 +102,11 @@ def fast(units: pd.DataFrame) -> tuple[object, pd.DataFrame]:
 
 def naive(units: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The straightforward pandas version: sort + groupby.tail, then groupby.apply."""
-    df = units.sort_values(["run_id", "unit_id", "attempt", "finished_at"]).groupby(["run_id", "unit_id"], observed=True).tail(1)
+    df = (
+        units.sort_values(["run_id", "unit_id", "attempt", "finished_at"])
+        .groupby(["run_id", "unit_id"], observed=True)
+        .tail(1)
+    )
     df = df.assign(is_error=df["status"].isin(["error", "timeout", "config_error"]))
 
     def run_stats(g: pd.DataFrame) -> pd.Series:
@@ -131,7 +136,9 @@ def naive(units: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         rates = g["rate"] * 100
         n = len(rates)
         half = sps.t.ppf(0.975, n - 1) * rates.std(ddof=1) / np.sqrt(n) if n > 1 else np.nan
-        return pd.Series({"Accuracy (%)": rates.mean(), "ci_lower": rates.mean() - half, "ci_upper": rates.mean() + half})
+        return pd.Series(
+            {"Accuracy (%)": rates.mean(), "ci_lower": rates.mean() - half, "ci_upper": rates.mean() + half}
+        )
 
     table = per_eval.groupby(["model", "harness"], observed=True).apply(model_row, include_groups=False)
     runs = df.groupby(["model", "harness"], observed=True).apply(
@@ -145,17 +152,29 @@ def check(fast_table: pd.DataFrame, naive_table: pd.DataFrame, stats: object, na
     ours = fast_table.set_index(["model_name", "harness"]).sort_index()
     theirs = naive_table.copy()
     theirs.index = theirs.index.set_names(["model_name", "harness"])
-    theirs.index = pd.MultiIndex.from_arrays([theirs.index.get_level_values(i).astype(str) for i in range(2)], names=theirs.index.names)
+    theirs.index = pd.MultiIndex.from_arrays(
+        [theirs.index.get_level_values(i).astype(str) for i in range(2)], names=theirs.index.names
+    )
     theirs = theirs.sort_index()
     for col in ("Accuracy (%)", "ci_lower", "ci_upper", "Cost ($)", "Duration (s)", "N"):
-        np.testing.assert_allclose(ours[col].to_numpy(float), theirs[col].to_numpy(float), rtol=1e-9, atol=1e-9, err_msg=col)
+        np.testing.assert_allclose(
+            ours[col].to_numpy(float), theirs[col].to_numpy(float), rtol=1e-9, atol=1e-9, err_msg=col
+        )
     by_key = {(rs.run_id, rs.model, rs.harness): rs for rs in stats.run_stats}  # type: ignore[attr-defined]
     for key, row in naive_stats.iterrows():
         rs = by_key[tuple(str(k) for k in key)]
         boolean, number = rs.evaluator_stats
-        assert (rs.num_logs, rs.num_errors, boolean.num_true, boolean.num_false) == (row["num_logs"], row["num_errors"], row["num_true"], row["num_false"])
-        np.testing.assert_allclose([number.mean, number.std, number.percentiles["p5"], number.percentiles["p50"], number.percentiles["p95"]],
-                                   row[["mean", "std", "p5", "p50", "p95"]].to_numpy(float), rtol=1e-9)
+        assert (rs.num_logs, rs.num_errors, boolean.num_true, boolean.num_false) == (
+            row["num_logs"],
+            row["num_errors"],
+            row["num_true"],
+            row["num_false"],
+        )
+        np.testing.assert_allclose(
+            [number.mean, number.std, number.percentiles["p5"], number.percentiles["p50"], number.percentiles["p95"]],
+            row[["mean", "std", "p5", "p50", "p95"]].to_numpy(float),
+            rtol=1e-9,
+        )
 
 
 def best_of(fn, repeat: int):  # type: ignore[no-untyped-def]
@@ -178,10 +197,32 @@ def parquet_read(units: pd.DataFrame) -> float:
         for (run, model), part in units.groupby(["run_id", "model"], observed=True):
             folder = root / f"run_id={run}" / f"model={model}"
             folder.mkdir(parents=True)
-            table = pa.Table.from_pandas(part.drop(columns=["run_id", "model"]).astype({c: str for c in ("harness", "unit_id", "eval_id", "status", "task", "kit")}), preserve_index=False)
+            table = pa.Table.from_pandas(
+                part.drop(columns=["run_id", "model"]).astype(
+                    {c: str for c in ("harness", "unit_id", "eval_id", "status", "task", "kit")}
+                ),
+                preserve_index=False,
+            )
             pq.write_table(table, folder / "part-bench-0.parquet")
         reader = ResultsReader(root)
-        cols = ["run_id", "model", "harness", "unit_id", "eval_id", "seed", "attempt", "status", "passed", "normalized_score", "cost_usd", "duration_s", "started_at", "finished_at", "task", "kit"]
+        cols = [
+            "run_id",
+            "model",
+            "harness",
+            "unit_id",
+            "eval_id",
+            "seed",
+            "attempt",
+            "status",
+            "passed",
+            "normalized_score",
+            "cost_usd",
+            "duration_s",
+            "started_at",
+            "finished_at",
+            "task",
+            "kit",
+        ]
         t0 = time.perf_counter()
         got = reader.units(columns=cols)
         elapsed = time.perf_counter() - t0
@@ -198,8 +239,10 @@ def main(argv: list[str] | None = None) -> int:
 
     t0 = time.perf_counter()
     units = synthetic_units(args.rows)
-    print(f"synthetic rows: {len(units):,} ({units['unit_id'].nunique():,} units, "
-          f"{(units['attempt'] > 1).sum():,} retries) built in {time.perf_counter() - t0:.2f} s")
+    print(
+        f"synthetic rows: {len(units):,} ({units['unit_id'].nunique():,} units, "
+        f"{(units['attempt'] > 1).sum():,} retries) built in {time.perf_counter() - t0:.2f} s"
+    )
 
     fast_s, (stats, table) = best_of(lambda: fast(units), args.repeat)
     naive_s, (naive_stats, naive_table) = best_of(lambda: naive(units), 1)

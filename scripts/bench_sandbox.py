@@ -38,6 +38,7 @@ One-time setup for (c), outside this script (nothing is fetched while it runs):
 Usage: python scripts/bench_sandbox.py [--inspect-python /tmp/inspect-venv/bin/python]
            [--which a,b,c] [--rounds 3] [--json PATH]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -81,7 +82,7 @@ def _stat(pid: int) -> list[str] | None:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    return text[text.rindex(")") + 2:].split()  # from the state on: the name may hold spaces
+    return text[text.rindex(")") + 2 :].split()  # from the state on: the name may hold spaces
 
 
 def tree_cpu_seconds(root: int) -> float:
@@ -115,7 +116,9 @@ def _median(records: list[dict], key: str) -> float | None:
 
 
 # ------------------------------------------------------------------------------ (a) rayeval run
-def bench_rayeval_run(work: Path, evals: Path, isolation: str, seeds: int, seconds: float, concurrency: int, tag: str) -> dict:
+def bench_rayeval_run(
+    work: Path, evals: Path, isolation: str, seeds: int, seconds: float, concurrency: int, tag: str
+) -> dict:
     """One `rayeval run` in a subprocess, timed from outside; figures from its rows."""
     import pandas as pd
 
@@ -137,13 +140,18 @@ def bench_rayeval_run(work: Path, evals: Path, isolation: str, seeds: int, secon
     busy = machine_busy_seconds() - busy
     if code != 0:
         raise RuntimeError(f"{' '.join(command)} exited with {code}:\n{(work / f'log-{tag}.txt').read_text()[-3000:]}")
-    rows = pd.read_parquet(output / f"run_id={run_id}", columns=["started_at", "finished_at", "agent_s", "duration_s", "status", "isolation"])
+    rows = pd.read_parquet(
+        output / f"run_id={run_id}",
+        columns=["started_at", "finished_at", "agent_s", "duration_s", "status", "isolation"],
+    )
     first, last = _epoch(rows.started_at.min()), _epoch(rows.finished_at.max())
     shutil.rmtree(output, ignore_errors=True)
     return {
         "command": " ".join(command[1:]),
         "units": len(rows),
-        "errors": int(rows.status.isin(list(ERROR_STATUSES)).sum()),  # the sleep agent's "failed" (no answer) is no error
+        "errors": int(
+            rows.status.isin(list(ERROR_STATUSES)).sum()
+        ),  # the sleep agent's "failed" (no answer) is no error
         "isolation_recorded": sorted(rows.isolation.unique().tolist()),
         "wall_s": wall,
         "startup_s": first - start_epoch,
@@ -200,7 +208,7 @@ def sleep_task(samples: int = 2000, mode: str = "exec", seconds: float = 0.5):
     )
 '''
 
-INSPECT_READER = '''\
+INSPECT_READER = """\
 import json, sys
 from inspect_ai.log import read_eval_log, read_eval_log_sample_summaries
 path = sys.argv[1]
@@ -212,11 +220,13 @@ print(json.dumps({
     "status": header.status, "samples": len(samples), "errors": sum(1 for s in samples if s.error),
     "first_start": min(starts) if starts else None, "last_end": max(ends) if ends else None,
 }))
-'''
+"""
 
 
 def inspect_version(python: str) -> str:
-    return subprocess.run([python, "-c", "import inspect_ai; print(inspect_ai.__version__)"], capture_output=True, text=True, check=True).stdout.strip()
+    return subprocess.run(
+        [python, "-c", "import inspect_ai; print(inspect_ai.__version__)"], capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def bench_inspect(work: Path, python: str, mode: str, units: int, seconds: float, concurrency: int, tag: str) -> dict:
@@ -261,7 +271,9 @@ def bench_inspect(work: Path, python: str, mode: str, units: int, seconds: float
 
 
 # ------------------------------------------------------------------------------ (b) one runner
-def bench_unit_cost(work: Path, isolation: str, seq_units: int, conc_units: int, concurrency: int, seconds: float, tag: str) -> dict:
+def bench_unit_cost(
+    work: Path, isolation: str, seq_units: int, conc_units: int, concurrency: int, seconds: float, tag: str
+) -> dict:
     """Units on one UnitRunner (or inline threads), driven directly from this process."""
     from rayeval import load_evals
     from rayeval.agents.resolve import agent_ref, resolve_agent
@@ -361,19 +373,27 @@ def summarize_shape(records: dict[str, list[dict]], ideal: float) -> dict[str, d
     return summary
 
 
-def print_shape(summary: dict[str, dict], units: int, seconds: float, concurrency: int, ideal: float, rounds: int) -> None:
-    print(f"\n(a)/(c) {units} units x {seconds} s at concurrency {concurrency}: ideal {ideal:.1f} s; median of {rounds} round(s); "
-          "start-up = command start -> first unit started; span = first unit start -> last unit end")
+def print_shape(
+    summary: dict[str, dict], units: int, seconds: float, concurrency: int, ideal: float, rounds: int
+) -> None:
+    print(
+        f"\n(a)/(c) {units} units x {seconds} s at concurrency {concurrency}: ideal {ideal:.1f} s; median of {rounds} round(s); "
+        "start-up = command start -> first unit started; span = first unit start -> last unit end"
+    )
     head = f"{'':34} {'wall s':>7} {'start-up':>8} {'wall-su':>7} {'/ideal':>6} {'span s':>7} {'/ideal':>6} {'rounds (wall-su)':>20} {'agent_s':>7} {'unit+':>6} {'CPU-s':>6} {'err':>4}"
     print(head)
     for label, s in summary.items():
         per_round = ",".join(f"{v:.1f}" for v in s["rounds_wall_minus_startup_s"])
-        print(f"{label:34} {s['wall_s']:7.2f} {s['startup_s']:8.2f} {s['wall_minus_startup_s']:7.2f} {s['ratio_wall_minus_startup']:6.2f} "
-              f"{s['span_s']:7.2f} {s['ratio_span']:6.2f} {per_round:>20} {fmt(s['agent_s_median'], '.3f'):>7} "
-              f"{fmt(s['unit_overhead_s_median'], '.3f'):>6} {fmt(s['machine_cpu_s'], '.1f'):>6} {s['errors']:4d}")
-    print("  wall-su: wall minus start-up (goal: <= 1.3 x ideal); agent_s: median seconds a unit's agent took (rows); "
-          "unit+: median duration_s - agent_s (work folder, control groups, listing); CPU-s: machine-wide busy CPU-seconds "
-          "during the command (other processes included)")
+        print(
+            f"{label:34} {s['wall_s']:7.2f} {s['startup_s']:8.2f} {s['wall_minus_startup_s']:7.2f} {s['ratio_wall_minus_startup']:6.2f} "
+            f"{s['span_s']:7.2f} {s['ratio_span']:6.2f} {per_round:>20} {fmt(s['agent_s_median'], '.3f'):>7} "
+            f"{fmt(s['unit_overhead_s_median'], '.3f'):>6} {fmt(s['machine_cpu_s'], '.1f'):>6} {s['errors']:4d}"
+        )
+    print(
+        "  wall-su: wall minus start-up (goal: <= 1.3 x ideal); agent_s: median seconds a unit's agent took (rows); "
+        "unit+: median duration_s - agent_s (work folder, control groups, listing); CPU-s: machine-wide busy CPU-seconds "
+        "during the command (other processes included)"
+    )
 
 
 def summarize_units(records: dict[str, list[dict]]) -> dict[str, dict]:
@@ -388,37 +408,56 @@ def summarize_units(records: dict[str, list[dict]]) -> dict[str, dict]:
     return summary
 
 
-def print_units(summary: dict[str, dict], seq_units: int, conc_units: int, concurrency: int, seconds: float, rounds: int) -> None:
+def print_units(
+    summary: dict[str, dict], seq_units: int, conc_units: int, concurrency: int, seconds: float, rounds: int
+) -> None:
     print(f"\n(b) UnitRunner driven directly (no Ray), median of {rounds} round(s); ms per unit")
     print(f"  {seq_units} sequential units at 0 s, one runner:")
     print(f"  {'level':8} {'1st unit s':>10} {'wall':>7} {'caller CPU':>10} {'runner CPU':>10} {'machine CPU':>11}")
     for level, s in summary.items():
         q = s["sequential"]
-        print(f"  {level:8} {s['first_unit_s']:10.3f} {q['wall_ms_per_unit']:7.2f} {q['caller_cpu_ms_per_unit']:10.2f} "
-              f"{q['runner_cpu_ms_per_unit']:10.2f} {q['machine_cpu_ms_per_unit']:11.2f}")
+        print(
+            f"  {level:8} {s['first_unit_s']:10.3f} {q['wall_ms_per_unit']:7.2f} {q['caller_cpu_ms_per_unit']:10.2f} "
+            f"{q['runner_cpu_ms_per_unit']:10.2f} {q['machine_cpu_ms_per_unit']:11.2f}"
+        )
     print(f"  {conc_units} units at {seconds} s from {concurrency} threads:")
-    print(f"  {'level':8} {'wall s':>7} {'ideal':>5} {'ratio':>5} {'caller CPU':>10} {'runner CPU':>10} {'machine CPU':>11}  rounds (wall s)")
+    print(
+        f"  {'level':8} {'wall s':>7} {'ideal':>5} {'ratio':>5} {'caller CPU':>10} {'runner CPU':>10} {'machine CPU':>11}  rounds (wall s)"
+    )
     for level, s in summary.items():
         c = s["concurrent"]
-        print(f"  {level:8} {c['wall_s']:7.2f} {c['ideal_s']:5.1f} {c['ratio']:5.2f} {c['caller_cpu_ms_per_unit']:10.2f} "
-              f"{c['runner_cpu_ms_per_unit']:10.2f} {c['machine_cpu_ms_per_unit']:11.2f}  {','.join(f'{w:.2f}' for w in c['rounds_wall_s'])}")
-    print("  1st unit: the runner's start plus one unit (once per runner); caller CPU: this process (time.process_time: "
-          "spec, sockets, control groups, starting runners); runner CPU: the runners' process trees, units included; "
-          "machine CPU: /proc/stat, all processes (on a busy machine, others' too)")
+        print(
+            f"  {level:8} {c['wall_s']:7.2f} {c['ideal_s']:5.1f} {c['ratio']:5.2f} {c['caller_cpu_ms_per_unit']:10.2f} "
+            f"{c['runner_cpu_ms_per_unit']:10.2f} {c['machine_cpu_ms_per_unit']:11.2f}  {','.join(f'{w:.2f}' for w in c['rounds_wall_s'])}"
+        )
+    print(
+        "  1st unit: the runner's start plus one unit (once per runner); caller CPU: this process (time.process_time: "
+        "spec, sockets, control groups, starting runners); runner CPU: the runners' process trees, units included; "
+        "machine CPU: /proc/stat, all processes (on a busy machine, others' too)"
+    )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--which", default="a,b,c", help="a: rayeval run per level; b: one runner's per-unit cost; c: inspect_ai")
+    parser.add_argument(
+        "--which", default="a,b,c", help="a: rayeval run per level; b: one runner's per-unit cost; c: inspect_ai"
+    )
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--evals", default=str(REPO / "evals"), help="eval folder for (a) (default: the repository's 10 examples)")
-    parser.add_argument("--units", type=int, default=2000, help="units for (a) and (c); (a) runs units / number of evals seeds")
+    parser.add_argument(
+        "--evals", default=str(REPO / "evals"), help="eval folder for (a) (default: the repository's 10 examples)"
+    )
+    parser.add_argument(
+        "--units", type=int, default=2000, help="units for (a) and (c); (a) runs units / number of evals seeds"
+    )
     parser.add_argument("--seconds", type=float, default=0.5)
     parser.add_argument("--concurrency", type=int, default=250)
     parser.add_argument("--levels", default=",".join(LEVELS))
     parser.add_argument("--seq-units", type=int, default=300)
     parser.add_argument("--conc-units", type=int, default=1000)
-    parser.add_argument("--inspect-python", help="python of a virtual environment with inspect-ai (see the docstring); (c) is skipped without it")
+    parser.add_argument(
+        "--inspect-python",
+        help="python of a virtual environment with inspect-ai (see the docstring); (c) is skipped without it",
+    )
     parser.add_argument("--inspect-variants", default=",".join(INSPECT_VARIANTS))
     parser.add_argument("--json", help="write every figure (each round and the medians) to this file")
     args = parser.parse_args()
@@ -430,8 +469,10 @@ def main() -> int:
 
     compile_bytecode()
     started = loadavg()
-    print(f"rayeval {__version__}, {os.cpu_count()} CPUs, Python {sys.version.split()[0]}; load average at start: "
-          f"{started[0]:.2f} {started[1]:.2f} {started[2]:.2f}")
+    print(
+        f"rayeval {__version__}, {os.cpu_count()} CPUs, Python {sys.version.split()[0]}; load average at start: "
+        f"{started[0]:.2f} {started[1]:.2f} {started[2]:.2f}"
+    )
     evals_count = len(load_evals(args.evals))
     seeds = max(1, args.units // evals_count)
     units_a = seeds * evals_count
@@ -442,14 +483,32 @@ def main() -> int:
             inspect = inspect_version(args.inspect_python)
             print(f"inspect_ai {inspect} from {args.inspect_python}")
         else:
-            print("(c) skipped: no --inspect-python given (python -m venv /tmp/inspect-venv && "
-                  "/tmp/inspect-venv/bin/pip install inspect-ai==0.3.285, then --inspect-python /tmp/inspect-venv/bin/python)")
+            print(
+                "(c) skipped: no --inspect-python given (python -m venv /tmp/inspect-venv && "
+                "/tmp/inspect-venv/bin/pip install inspect-ai==0.3.285, then --inspect-python /tmp/inspect-venv/bin/python)"
+            )
 
     jobs: list[tuple[str, Any]] = []
     if "a" in which:
-        jobs += [(f"rayeval {lv}", lambda work, tag, lv=lv: bench_rayeval_run(work, Path(args.evals), lv, seeds, args.seconds, args.concurrency, tag)) for lv in levels]
+        jobs += [
+            (
+                f"rayeval {lv}",
+                lambda work, tag, lv=lv: bench_rayeval_run(
+                    work, Path(args.evals), lv, seeds, args.seconds, args.concurrency, tag
+                ),
+            )
+            for lv in levels
+        ]
     if inspect is not None:
-        jobs += [(INSPECT_VARIANTS[v], lambda work, tag, v=v: bench_inspect(work, args.inspect_python, v, units_a, args.seconds, args.concurrency, tag)) for v in variants]
+        jobs += [
+            (
+                INSPECT_VARIANTS[v],
+                lambda work, tag, v=v: bench_inspect(
+                    work, args.inspect_python, v, units_a, args.seconds, args.concurrency, tag
+                ),
+            )
+            for v in variants
+        ]
     shape: dict[str, list[dict]] = {label: [] for label, _ in jobs}
     units: dict[str, list[dict]] = {lv: [] for lv in levels} if "b" in which else {}
     with tempfile.TemporaryDirectory(prefix="rayeval-bench-sandbox-") as tmp:
@@ -460,19 +519,27 @@ def main() -> int:
                 settle()
                 record = job(work, f"r{round_}")
                 shape[label].append(record)
-                print(f"round {round_} {label}: wall {record['wall_s']:.2f} s, start-up {record['startup_s']:.2f} s, "
-                      f"span {record['span_s']:.2f} s ({record['span_s'] / ideal:.2f}x ideal), "
-                      f"wall-start-up {(record['wall_s'] - record['startup_s']) / ideal:.2f}x ideal, "
-                      f"{record['units']} units, {record['errors']} errors, load {record['load1_before']:.1f}", flush=True)
+                print(
+                    f"round {round_} {label}: wall {record['wall_s']:.2f} s, start-up {record['startup_s']:.2f} s, "
+                    f"span {record['span_s']:.2f} s ({record['span_s'] / ideal:.2f}x ideal), "
+                    f"wall-start-up {(record['wall_s'] - record['startup_s']) / ideal:.2f}x ideal, "
+                    f"{record['units']} units, {record['errors']} errors, load {record['load1_before']:.1f}",
+                    flush=True,
+                )
             for level, records in units.items():
                 settle()
-                record = bench_unit_cost(work, level, args.seq_units, args.conc_units, args.concurrency, args.seconds, f"r{round_}")
+                record = bench_unit_cost(
+                    work, level, args.seq_units, args.conc_units, args.concurrency, args.seconds, f"r{round_}"
+                )
                 records.append(record)
                 q, c = record["sequential"], record["concurrent"]
-                print(f"round {round_} unit cost {level}: first unit {record['first_unit_s']:.3f} s; sequential "
-                      f"{q['wall_ms_per_unit']:.2f} ms/unit wall, CPU caller {q['caller_cpu_ms_per_unit']:.2f} + runner "
-                      f"{q['runner_cpu_ms_per_unit']:.2f} ms (machine {q['machine_cpu_ms_per_unit']:.2f}); concurrent "
-                      f"{c['wall_s']:.2f} s = {c['ratio']:.2f}x ideal, load {q['load1_before']:.1f}", flush=True)
+                print(
+                    f"round {round_} unit cost {level}: first unit {record['first_unit_s']:.3f} s; sequential "
+                    f"{q['wall_ms_per_unit']:.2f} ms/unit wall, CPU caller {q['caller_cpu_ms_per_unit']:.2f} + runner "
+                    f"{q['runner_cpu_ms_per_unit']:.2f} ms (machine {q['machine_cpu_ms_per_unit']:.2f}); concurrent "
+                    f"{c['wall_s']:.2f} s = {c['ratio']:.2f}x ideal, load {q['load1_before']:.1f}",
+                    flush=True,
+                )
     ended = loadavg()
     shape_summary = summarize_shape(shape, ideal) if shape else {}
     units_summary = summarize_units(units) if units else {}
@@ -480,7 +547,9 @@ def main() -> int:
         print_shape(shape_summary, units_a, args.seconds, args.concurrency, ideal, args.rounds)
     if units_summary:
         print_units(units_summary, args.seq_units, args.conc_units, args.concurrency, args.seconds, args.rounds)
-    print(f"\nload average at start {started[0]:.2f} {started[1]:.2f} {started[2]:.2f}, at end {ended[0]:.2f} {ended[1]:.2f} {ended[2]:.2f}")
+    print(
+        f"\nload average at start {started[0]:.2f} {started[1]:.2f} {started[2]:.2f}, at end {ended[0]:.2f} {ended[1]:.2f} {ended[2]:.2f}"
+    )
     if args.json:
         Path(args.json).write_text(json.dumps({
             "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0], "rayeval": __version__, "inspect_ai": inspect,

@@ -9,6 +9,7 @@ pandas.read_parquet of the run folder, stored_unit_ids), and files/bytes per 10,
     python scripts/bench_storage.py --rows 100000 --s3-rows 50000 --models 4
     python scripts/bench_storage.py --batch 1       # one row per call: one fsync per row
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,18 +37,42 @@ def make_rows(run_id: str, n: int, models: list[str]) -> list[ResultRow]:
         passed = i % 3 != 0
         rows.append(
             ResultRow(
-                run_id=run_id, model=models[i % len(models)], unit_id=uuid.uuid4().hex, eval_id=f"eval-{i % 200:04d}",
-                eval_hash=f"{i % 200:064x}", agent="claude_code", harness="mini-swe", seed=i % 5, attempt=1,
-                status="passed" if passed else "failed", passed=passed, score=float(passed), score_max=1.0,
-                normalized_score=float(passed), grader_type="numeric_tolerance",
+                run_id=run_id,
+                model=models[i % len(models)],
+                unit_id=uuid.uuid4().hex,
+                eval_id=f"eval-{i % 200:04d}",
+                eval_hash=f"{i % 200:064x}",
+                agent="claude_code",
+                harness="mini-swe",
+                seed=i % 5,
+                attempt=1,
+                status="passed" if passed else "failed",
+                passed=passed,
+                score=float(passed),
+                score_max=1.0,
+                normalized_score=float(passed),
+                grader_type="numeric_tolerance",
                 metrics_json=f'{{"value": {i}, "tolerance": 0.05}}',
                 reasoning=f"Observed {i} clusters; expected {i % 17} +/- 2. " * 3,
-                answer_json=f'{{"n_clusters": {i}}}', answer_source="answer.json",
-                duration_s=30.0 + i % 90, agent_s=28.0, grade_s=0.01, cost_usd=0.0123, input_tokens=25_000 + i % 999,
-                output_tokens=1_800, n_turns=12, started_at=T0 + timedelta(seconds=i),
-                finished_at=T0 + timedelta(seconds=i + 30), node=f"node-{i % 8}", task="clustering", kit="scanpy",
-                time_horizon="short", eval_type="numeric", metadata_json='{"dataset": "pbmc3k"}',
-                artifacts_json=None, rayeval_version="0.1.0",
+                answer_json=f'{{"n_clusters": {i}}}',
+                answer_source="answer.json",
+                duration_s=30.0 + i % 90,
+                agent_s=28.0,
+                grade_s=0.01,
+                cost_usd=0.0123,
+                input_tokens=25_000 + i % 999,
+                output_tokens=1_800,
+                n_turns=12,
+                started_at=T0 + timedelta(seconds=i),
+                finished_at=T0 + timedelta(seconds=i + 30),
+                node=f"node-{i % 8}",
+                task="clustering",
+                kit="scanpy",
+                time_horizon="short",
+                eval_type="numeric",
+                metadata_json='{"dataset": "pbmc3k"}',
+                artifacts_json=None,
+                rayeval_version="0.1.0",
             )
         )
     return rows
@@ -63,7 +88,8 @@ def start_moto() -> tuple[subprocess.Popen, str]:
     port = _free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
@@ -94,7 +120,9 @@ def bench(label: str, store: ResultStore, n: int, models: list[str], wal_dir: st
     read_s = time.perf_counter() - t
     assert table.num_rows == n, table.num_rows
     t = time.perf_counter()
-    frame = pd.read_parquet(store.run_uri(run_id), storage_options=pandas_storage_options(store.root, store.s3_endpoint_url))
+    frame = pd.read_parquet(
+        store.run_uri(run_id), storage_options=pandas_storage_options(store.root, store.s3_endpoint_url)
+    )
     pandas_s = time.perf_counter() - t
     assert len(frame) == n
     t = time.perf_counter()
@@ -106,8 +134,12 @@ def bench(label: str, store: ResultStore, n: int, models: list[str], wal_dir: st
     sizes = [info.size for info in store.fs.get_file_info(parts)]
     per10k = 10_000 / n
     print(f"\n== {label}: {n:,} rows, {len(models)} model(s), {batch} per add, flush_rows=1000 ==")
-    print(f"add() (WAL + buffer)      {n / (added - started):>12,.0f} rows/s   ({(added - started) / n * 1e6:.1f} us/row)")
-    print(f"stored end to end         {n / (closed - started):>12,.0f} rows/s   (close() waited {closed - added:.2f} s)")
+    print(
+        f"add() (WAL + buffer)      {n / (added - started):>12,.0f} rows/s   ({(added - started) / n * 1e6:.1f} us/row)"
+    )
+    print(
+        f"stored end to end         {n / (closed - started):>12,.0f} rows/s   (close() waited {closed - added:.2f} s)"
+    )
     print(f"read_table                {n / read_s:>12,.0f} rows/s   ({read_s:.3f} s)")
     print(f"pandas.read_parquet(run)  {n / pandas_s:>12,.0f} rows/s   ({pandas_s:.3f} s)")
     print(f"stored_unit_ids           {n / ids_s:>12,.0f} rows/s   ({ids_s:.3f} s)")

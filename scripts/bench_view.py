@@ -37,10 +37,7 @@ T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 
 def _trajectory(i: int) -> str:
-    steps = [
-        {"role": "assistant", "content": f"step {k} of unit {i}: " + "x" * 160}
-        for k in range(10)
-    ]
+    steps = [{"role": "assistant", "content": f"step {k} of unit {i}: " + "x" * 160} for k in range(10)]
     return json.dumps({"trajectory.json": json.dumps(steps)})
 
 
@@ -58,13 +55,9 @@ def write_rows(root: Path, units: int, seed: int = 3) -> None:
         )
     )
     draw = rng.random(units)
-    with store.open_writer(
-        RUN_ID, flush_rows=20_000, wal_dir=root.parent / "wal"
-    ) as writer:
+    with store.open_writer(RUN_ID, flush_rows=20_000, wal_dir=root.parent / "wal") as writer:
         for i in range(units):
-            status = (
-                "error" if draw[i] < 0.02 else "failed" if draw[i] < 0.12 else "passed"
-            )
+            status = "error" if draw[i] < 0.02 else "failed" if draw[i] < 0.12 else "passed"
             duration = float(rng.gamma(3.0, 100.0))
             writer.add(
                 ResultRow(
@@ -122,9 +115,7 @@ def main() -> None:
         root = Path(tmp) / "results"
         start = time.perf_counter()
         write_rows(root, args.units)
-        print(
-            f"wrote {args.units:,} rows through ResultStore in {time.perf_counter() - start:.1f} s"
-        )
+        print(f"wrote {args.units:,} rows through ResultStore in {time.perf_counter() - start:.1f} s")
         server = ViewServer(ViewData(ResultsReader(root)))
         server.start()
         base = server.url + "api/"

@@ -7,6 +7,7 @@ that has ``latch_eval_tools`` installed; it is never imported into rayeval.
 
 Usage: python scripts/diff_against_reference.py --reference-python /path/to/python [--cases N] [--seed S]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,9 +39,47 @@ for line in open(sys.argv[1]):
 """
 
 REPLACEMENTS: list[Any] = [
-    None, True, False, 0, 1, -1, 0.5, 1.5, 2, 1e20, 10**30, "", " ", "x", "1", "1_000", "nan", "inf",
-    "$", "$.a", "$.a[*]", [], [1], ["a", "b"], [[1]], {}, {"a": 1}, "gate", "hard_fail", "additive",
-    "absolute", "relative", "min", "max", "sort", "min_passing", "score_threshold", "all", 3.0, 100, -0.0,
+    None,
+    True,
+    False,
+    0,
+    1,
+    -1,
+    0.5,
+    1.5,
+    2,
+    1e20,
+    10**30,
+    "",
+    " ",
+    "x",
+    "1",
+    "1_000",
+    "nan",
+    "inf",
+    "$",
+    "$.a",
+    "$.a[*]",
+    [],
+    [1],
+    ["a", "b"],
+    [[1]],
+    {},
+    {"a": 1},
+    "gate",
+    "hard_fail",
+    "additive",
+    "absolute",
+    "relative",
+    "min",
+    "max",
+    "sort",
+    "min_passing",
+    "score_threshold",
+    "all",
+    3.0,
+    100,
+    -0.0,
 ]
 
 
@@ -83,7 +122,12 @@ def ours(case: dict) -> dict:
     from rayeval.graders import get_grader
 
     r = get_grader(case["type"]).evaluate_answer(case["answer"], case["config"])
-    return {"passed": r.passed, "score": r.score, "score_max": r.score_max, "configuration_error": "configuration_error" in r.metrics}
+    return {
+        "passed": r.passed,
+        "score": r.score,
+        "score_max": r.score_max,
+        "configuration_error": "configuration_error" in r.metrics,
+    }
 
 
 def same(a: dict, b: dict) -> bool:
@@ -92,7 +136,10 @@ def same(a: dict, b: dict) -> bool:
     return (
         a["passed"] == b["passed"]
         and a["configuration_error"] == b["configuration_error"]
-        and all(math.isclose(a[k], b[k], abs_tol=1e-9) or (math.isnan(a[k]) and math.isnan(b[k])) for k in ("score", "score_max"))
+        and all(
+            math.isclose(a[k], b[k], abs_tol=1e-9) or (math.isnan(a[k]) and math.isnan(b[k]))
+            for k in ("score", "score_max")
+        )
     )
 
 
@@ -110,7 +157,9 @@ def main() -> int:
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as handle:
         for case in cases:
             handle.write(json.dumps(case) + "\n")
-    done = subprocess.run([args.reference_python, "-c", REFERENCE_RUNNER, handle.name], capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [args.reference_python, "-c", REFERENCE_RUNNER, handle.name], capture_output=True, text=True, check=True
+    )
     theirs = [json.loads(line) for line in done.stdout.splitlines()]
     disagreements = [(c, ours(c), t) for c, t in zip(cases, theirs) if not same(ours(c), t)]
     crashed = sum("raised" in t for t in theirs)

@@ -9,6 +9,7 @@ installed and run, it does nothing.  The pins live in ``rayeval.agents._tools.NP
     python scripts/install_agent_clis.py --force    # reinstall
     python scripts/install_agent_clis.py --prefix DIR
 """
+
 from __future__ import annotations
 
 import sys

@@ -31,9 +31,7 @@ BROWSER_PROGRAMS = ("chromium", "chromedriver")
 
 def _apt_knows(package: str) -> bool:
     """Whether apt has a candidate version for ``package`` (its lists are present)."""
-    shown = subprocess.run(
-        ["apt-cache", "policy", package], capture_output=True, text=True, check=False
-    )
+    shown = subprocess.run(["apt-cache", "policy", package], capture_output=True, text=True, check=False)
     return "Candidate:" in shown.stdout and "Candidate: (none)" not in shown.stdout
 
 

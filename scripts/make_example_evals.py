@@ -13,6 +13,7 @@ Besides computing ground truth, the builders check that each question is well po
 this data (no value sits on a threshold, the intended answer wins by a clear margin) and
 stop with an error otherwise, so a changed data file cannot silently produce a fragile eval.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -158,8 +159,7 @@ def normalization_lyz(adata) -> dict:
         f"{INTRO} {RAW_NOTE}\n\n"
         f"Using the log-normalised expression, report the mean expression of the gene `{gene}` "
         f"over all cells, and the percentage (0-100) of cells in which `{gene}` is detected "
-        "(non-zero expression).\n\n"
-        + answer_block('{"mean_lyz_lognorm": <float>, "pct_cells_lyz_detected": <float>}')
+        "(non-zero expression).\n\n" + answer_block('{"mean_lyz_lognorm": <float>, "pct_cells_lyz_detected": <float>}')
     )
     config = {
         "ground_truth": {"mean_lyz_lognorm": mean, "pct_cells_lyz_detected": pct},
@@ -267,7 +267,9 @@ def nk_markers(adata) -> dict:
         "natural killer cells (`CD56+ NK`): the genes whose expression best distinguishes "
         "`CD56+ NK` cells from all other cells in the sample. Report exactly 10 genes, most "
         "specific first, as gene symbols exactly as they appear in the data.\n\n"
-        + answer_block('{"top_marker_genes": [<gene>, <gene>, <gene>, <gene>, <gene>, <gene>, <gene>, <gene>, <gene>, <gene>]}')
+        + answer_block(
+            '{"top_marker_genes": [<gene>, <gene>, <gene>, <gene>, <gene>, <gene>, <gene>, <gene>, <gene>, <gene>]}'
+        )
     )
     config = {
         "canonical_markers": canonical,
@@ -287,7 +289,9 @@ def nk_markers(adata) -> dict:
         "list (precision@10 >= 0.5, hence recall >= 0.2). Standard one-vs-rest rankings on "
         f"adata.raw recover, of their top {k}: {hits_text}."
     )
-    return make_eval("pbmc_nk_marker_genes", "differential_expression", task, "marker_gene_precision_recall", config, notes)
+    return make_eval(
+        "pbmc_nk_marker_genes", "differential_expression", task, "marker_gene_precision_recall", config, notes
+    )
 
 
 def fcgr3a_population(adata) -> dict:
@@ -399,7 +403,9 @@ def louvain_summary(adata) -> dict:
         "(`adata.obs['bulk_labels']`). Summarise the clustering: report the number of Louvain "
         "clusters, the id of the largest cluster (most cells), and the ids of all clusters whose "
         "most frequent annotated cell type is `Dendritic`.\n\n"
-        + answer_block('{"n_clusters": <int>, "largest_cluster": "<cluster id>", "dendritic_majority_clusters": ["<cluster id>", ...]}')
+        + answer_block(
+            '{"n_clusters": <int>, "largest_cluster": "<cluster id>", "dendritic_majority_clusters": ["<cluster id>", ...]}'
+        )
     )
     config = {
         "children": [
@@ -453,8 +459,7 @@ def cell_cycle(adata) -> dict:
         "`adata.obs['G2M_score']` are the S-phase and G2/M-phase gene-set scores, and "
         "`adata.obs['phase']` is the phase call derived from them (G1, S or G2M).\n\n"
         "Report the percentage (0-100) of cells called in S phase, and the mean S-phase score of "
-        "those S-phase cells.\n\n"
-        + answer_block('{"pct_s_phase": <float>, "mean_s_score_s_phase": <float>}')
+        "those S-phase cells.\n\n" + answer_block('{"pct_s_phase": <float>, "mean_s_score_s_phase": <float>}')
     )
     config = {
         "ground_truth": {"pct_s_phase": pct_s, "mean_s_score_s_phase": mean_s},

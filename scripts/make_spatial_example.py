@@ -15,6 +15,7 @@ Writes, under ``--out`` (default: the repository's ``evals/`` folder):
 Everything is drawn from one fixed-seed generator, so the output is byte-identical on every
 run (``--out DIR`` lets the tests regenerate into a temporary folder and compare).
 """
+
 from __future__ import annotations
 
 import argparse

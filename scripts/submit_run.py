@@ -24,6 +24,7 @@ the cluster nodes' own environment (see ``cluster/README.md``).
 
 The client honours ``RAY_AUTH_MODE`` / the Ray token like ``ray job submit`` does.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,13 +55,27 @@ def build_parser() -> argparse.ArgumentParser:
         description="Submit `rayeval run ...` as a Ray job, follow its logs, exit with its status.",
         usage="%(prog)s [options] -- [rayeval run] EVALS... --agent NAME --output ROOT [...]",
     )
-    parser.add_argument("--address", default=None, help=f"Ray dashboard URL (default: $RAY_API_SERVER_ADDRESS, an http $RAY_ADDRESS, or {DEFAULT_ADDRESS})")
-    parser.add_argument("--working-dir", default=".", help="local folder uploaded as the job's working directory (default: .)")
-    parser.add_argument("--exclude", action="append", default=[], metavar="PATTERN", help="extra runtime_env excludes pattern (repeatable)")
+    parser.add_argument(
+        "--address",
+        default=None,
+        help=f"Ray dashboard URL (default: $RAY_API_SERVER_ADDRESS, an http $RAY_ADDRESS, or {DEFAULT_ADDRESS})",
+    )
+    parser.add_argument(
+        "--working-dir", default=".", help="local folder uploaded as the job's working directory (default: .)"
+    )
+    parser.add_argument(
+        "--exclude",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="extra runtime_env excludes pattern (repeatable)",
+    )
     parser.add_argument("--submission-id", help="job submission id (default: chosen by Ray)")
     parser.add_argument("--entrypoint-num-cpus", type=float, help="CPUs reserved for the driver process")
     parser.add_argument("--timeout", type=float, help="seconds: stop the job and exit 124 when it runs longer")
-    parser.add_argument("--detach-on-interrupt", action="store_true", help="on Ctrl-C leave the job running instead of stopping it")
+    parser.add_argument(
+        "--detach-on-interrupt", action="store_true", help="on Ctrl-C leave the job running instead of stopping it"
+    )
     parser.add_argument("--quiet", action="store_true", help="do not print the job's logs")
     return parser
 
@@ -78,7 +93,9 @@ def entrypoint_from(command: list[str]) -> str:
         raise SystemExit("submit_run.py: nothing after `--`: give the rayeval run arguments")
     if command[:2] != ["rayeval", "run"]:
         if command[0] in ("rayeval", "run"):
-            raise SystemExit(f"submit_run.py: expected `rayeval run ...` or only its arguments after `--`, got {shlex.join(command[:2])!r}")
+            raise SystemExit(
+                f"submit_run.py: expected `rayeval run ...` or only its arguments after `--`, got {shlex.join(command[:2])!r}"
+            )
         command = ["rayeval", "run", *command]
     return shlex.join(command)
 
@@ -159,7 +176,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         options["entrypoint_num_cpus"] = args.entrypoint_num_cpus
     try:
         client = JobSubmissionClient(address)
-        job_id = client.submit_job(entrypoint=entrypoint, runtime_env=runtime_env, submission_id=args.submission_id, **options)
+        job_id = client.submit_job(
+            entrypoint=entrypoint, runtime_env=runtime_env, submission_id=args.submission_id, **options
+        )
     except (AuthenticationError, ConnectionError, RuntimeError, ValueError) as exc:
         print(f"submit_run.py: cannot submit to {address}: {exc}", file=sys.stderr)
         return EXIT_UNREACHABLE

@@ -26,5 +26,6 @@ def shared_path(*parts: str) -> Path:
 def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
+
 # Shared fixtures (the local S3 server, small file systems) live in their own modules.
 pytest_plugins = ["tests.fixtures_s3", "tests.small_disk"]

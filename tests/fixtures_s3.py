@@ -8,6 +8,7 @@ real ~/.aws config; child processes started by the test inherit them.
 ``s3_bucket`` (function): a fresh, uniquely named bucket on that server, emptied and
 deleted afterwards.
 """
+
 from __future__ import annotations
 
 import os

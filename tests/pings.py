@@ -2,6 +2,7 @@
 still run, told from outside. (A sandboxed unit has a pid namespace of its own: the pids an
 agent sees there are not the host's, and a process it moves to a new session is out of reach
 of its process group.)"""
+
 from __future__ import annotations
 
 import contextlib

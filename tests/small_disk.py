@@ -29,17 +29,13 @@ class SmallDisk:
         return stats.f_bavail * stats.f_frsize
 
     def unmount(self) -> None:
-        subprocess.run(
-            ["umount", "--lazy", str(self.path)], check=False, capture_output=True
-        )
+        subprocess.run(["umount", "--lazy", str(self.path)], check=False, capture_output=True)
 
 
 def _mount(*args: str) -> None:
     done = subprocess.run(["mount", *args], check=False, capture_output=True, text=True)
     if done.returncode != 0:
-        pytest.skip(
-            f"cannot mount a tmpfs here (mount {' '.join(args)}: {done.stderr.strip()})"
-        )
+        pytest.skip(f"cannot mount a tmpfs here (mount {' '.join(args)}: {done.stderr.strip()})")
 
 
 @pytest.fixture

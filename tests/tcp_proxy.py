@@ -7,6 +7,7 @@ connections are refused, like a dead endpoint); ``fail(503)`` cuts them too but 
 request with that HTTP status and an S3 error document (an overloaded or broken server);
 ``up()`` forwards to moto again on the same port.
 """
+
 from __future__ import annotations
 
 import socket
@@ -172,7 +173,8 @@ def _answer_error(client: socket.socket, status: int) -> None:
         ).encode()
         client.sendall(
             f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/xml\r\n"
-            f"Content-Length: {len(document)}\r\nConnection: close\r\n\r\n".encode() + document
+            f"Content-Length: {len(document)}\r\nConnection: close\r\n\r\n".encode()
+            + document
         )
     except OSError:
         pass

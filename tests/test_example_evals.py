@@ -1,5 +1,6 @@
 """The bundled example evals: they load, the reference agent passes them, wrong answers fail,
 and the generator scripts reproduce the committed files byte for byte."""
+
 from __future__ import annotations
 
 import json
@@ -59,14 +60,29 @@ WRONG_ANSWERS = {
     "pbmc_louvain0_cell_types": {"cell_types_predicted": ["CD4+/CD25 T Reg", "CD8+/CD45RA+ Naive Cytotoxic"]},
     # B-cell markers for the wrong population
     "pbmc_nk_marker_genes": {
-        "top_marker_genes": ["CD79A", "CD79B", "MS4A1", "IGJ", "IGLL5", "SPIB", "CD74", "HLA-DRA", "TNFRSF13B", "SMARCB1"]
+        "top_marker_genes": [
+            "CD79A",
+            "CD79B",
+            "MS4A1",
+            "IGJ",
+            "IGLL5",
+            "SPIB",
+            "CD74",
+            "HLA-DRA",
+            "TNFRSF13B",
+            "SMARCB1",
+        ]
     },
     # the textbook answer (NK cells are CD16-high), not what this data shows
     "pbmc_fcgr3a_top_population": {"answer": "A"},
     # uns['pca']['variance_ratio'][0] (share of total variance) instead of the share among stored PCs
     "pbmc_pca_summary": {"n_pcs": 50, "pc1_variance_share_pct": 9.77, "top_pc1_cluster": "3"},
     # counting a monocyte-majority cluster as dendritic and missing most of the rest
-    "pbmc_louvain_cluster_summary": {"n_clusters": 11, "largest_cluster": "0", "dendritic_majority_clusters": ["1", "2"]},
+    "pbmc_louvain_cluster_summary": {
+        "n_clusters": 11,
+        "largest_cluster": "0",
+        "dendritic_majority_clusters": ["1", "2"],
+    },
     # S_score averaged over all cells
     "pbmc_cell_cycle_s_phase": {"pct_s_phase": 26.0, "mean_s_score_s_phase": -0.0007},
     # percentages reported as fractions
@@ -186,9 +202,9 @@ def test_answer_template_keys():
     nested = '<EVAL_ANSWER>\n{"total": <int>, "dist": {"T cell": <pct>, "B": <pct>}}\n</EVAL_ANSWER>'
     assert answer_template_keys(nested) == {"total", "dist"}
     # the first template wins (the harness's own suffix mentions <EVAL_ANSWER>{...}</EVAL_ANSWER>)
-    assert answer_template_keys('<EVAL_ANSWER>{"answer": "<letter>"}</EVAL_ANSWER> then <EVAL_ANSWER>{...}</EVAL_ANSWER>') == {
-        "answer"
-    }
+    assert answer_template_keys(
+        '<EVAL_ANSWER>{"answer": "<letter>"}</EVAL_ANSWER> then <EVAL_ANSWER>{...}</EVAL_ANSWER>'
+    ) == {"answer"}
 
 
 # --------------------------------------------------------------------------- generators

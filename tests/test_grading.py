@@ -1,4 +1,5 @@
 """rayeval.grade: one grader, or independent top-level entries averaged."""
+
 from __future__ import annotations
 
 import pytest
@@ -30,7 +31,10 @@ def test_graders_list_averages_normalized_scores_and_requires_all() -> None:
     assert [e["type"] for e in entries] == ["multiple_choice", "numeric_tolerance"]
     assert [e["passed"] for e in entries] == [True, False]
     assert entries[1]["metrics"]["z_pass"] is False
-    assert result.field_scores == {"graders[0].multiple_choice": 1.0, "graders[1].numeric_tolerance": pytest.approx(2 / 3)}
+    assert result.field_scores == {
+        "graders[0].multiple_choice": 1.0,
+        "graders[1].numeric_tolerance": pytest.approx(2 / 3),
+    }
     assert grade(eval_, {"answer": "b", "x": 1, "y": 2, "z": 3}).passed is True
 
 

@@ -1,4 +1,5 @@
 """The README's Python examples run as written (those that need no outside service)."""
+
 from __future__ import annotations
 
 import re

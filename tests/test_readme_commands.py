@@ -2,6 +2,7 @@
 the quickstart's main job (after its install), run-one, agents and --version, and the report
 commands with ROOT standing for a real run's results root. ``ray job submit`` runs in
 tests/cluster against a real ``ray start`` cluster."""
+
 from __future__ import annotations
 
 import os
@@ -20,7 +21,9 @@ BLOCKS = re.findall(r"```bash\n(.*?)```", (REPO / "README.md").read_text(), re.D
 def _commands(block: str) -> list[str]:
     """The block's commands: continuation lines joined, comments dropped."""
     text = re.sub(r"\\\n\s*", " ", block)
-    return [line.split("  #")[0].strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    return [
+        line.split("  #")[0].strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")
+    ]
 
 
 def _block(first_words: str) -> list[str]:
@@ -32,7 +35,9 @@ def _block(first_words: str) -> list[str]:
 
 
 def _shell(command: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    done = subprocess.run(["bash", "-c", command], cwd=cwd, capture_output=True, text=True, timeout=600, env=env, check=False)
+    done = subprocess.run(
+        ["bash", "-c", command], cwd=cwd, capture_output=True, text=True, timeout=600, env=env, check=False
+    )
     assert done.returncode == 0, f"{command}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return done
 

@@ -1,4 +1,5 @@
 """rayeval: run AI-agent evaluations at scale, reproducibly, with exact graders."""
+
 from __future__ import annotations
 
 from importlib import import_module

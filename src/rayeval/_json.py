@@ -1,4 +1,5 @@
 """JSON for values that agents and graders produce: numpy scalars and arrays included."""
+
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
 """Package exports that import their module on first use (PEP 562)."""
+
 from __future__ import annotations
 
 from collections.abc import Callable

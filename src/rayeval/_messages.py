@@ -1,4 +1,5 @@
 """Wording shared by error messages."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence

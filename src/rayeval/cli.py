@@ -1,6 +1,7 @@
 """The ``rayeval`` command line. Exit codes: 0 ok/passed, 1 graded but failed (``run``: every
 unit errored, or more than ``--max-error-rate`` did), 2 bad input (``run``: also another driver
 holding the run, or taking it over while this one ran, or a results root that cannot be written)."""
+
 from __future__ import annotations
 
 import argparse
@@ -132,7 +133,9 @@ def _sandbox_config(args: argparse.Namespace) -> SandboxConfig:
         )
     except ValidationError as exc:
         raise BadInput(_option_problems(exc, prefix="--limit-")) from None
-    return SandboxConfig(network=args.network, limits=limits, hide=tuple(args.sandbox_hide), env_names=tuple(args.agent_env))
+    return SandboxConfig(
+        network=args.network, limits=limits, hide=tuple(args.sandbox_hide), env_names=tuple(args.agent_env)
+    )
 
 
 def _cmd_check_sandbox(args: argparse.Namespace) -> int:
@@ -213,7 +216,9 @@ def _unfinished_runs_hint(config: BatchConfig) -> str:
     if not unfinished:
         return f" (no unfinished run under {config.output})"
     unfinished.sort(reverse=True)
-    listed = ", ".join(f"{run} ({status}, started {started:%Y-%m-%d %H:%M} UTC)" for started, run, status in unfinished[:5])
+    listed = ", ".join(
+        f"{run} ({status}, started {started:%Y-%m-%d %H:%M} UTC)" for started, run, status in unfinished[:5]
+    )
     more = f" and {len(unfinished) - 5} more" if len(unfinished) > 5 else ""
     return f"; unfinished runs under {config.output}, newest first: {listed}{more}"
 
@@ -269,7 +274,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
             print(preview_run(config).text())
             return EXIT_OK
         summary = run_batch(config)
-    except (AgentNotFound, AgentArgsError, AgentUnavailable, SandboxError, RunConflict, ManifestError, EvalSelectionError) as exc:
+    except (
+        AgentNotFound,
+        AgentArgsError,
+        AgentUnavailable,
+        SandboxError,
+        RunConflict,
+        ManifestError,
+        EvalSelectionError,
+    ) as exc:
         raise BadInput(str(exc)) from None
     except LeaseError as exc:  # another driver holds the run (LeaseHeld), or took it over (LeaseLost)
         raise BadInput(str(exc)) from None
@@ -338,20 +351,48 @@ def _add_sandbox_options(parser: argparse.ArgumentParser, *, isolation: bool = T
             "(where the sandbox cannot start); inline: in the worker, for trusted agents only",
         )
     group.add_argument("--network", choices=["host", "none"], default="host", help="none: the agent gets loopback only")
-    group.add_argument("--agent-env", action="append", default=[], metavar="NAME", help="environment variable the agent receives (repeatable)")
-    group.add_argument("--sandbox-hide", action="append", default=[], metavar="PATH", help="a further path agents must not see (repeatable)")
+    group.add_argument(
+        "--agent-env",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="environment variable the agent receives (repeatable)",
+    )
+    group.add_argument(
+        "--sandbox-hide",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="a further path agents must not see (repeatable)",
+    )
     defaults = UnitLimits()
-    group.add_argument("--limit-memory-mb", type=int, default=defaults.memory_mb, help="memory per agent process, MB (0: none)")
-    group.add_argument("--limit-processes", type=int, default=defaults.processes, help="processes and threads per unit (0: none)")
-    group.add_argument("--limit-file-size-mb", type=int, default=defaults.file_size_mb, help="largest file an agent may write, MB (0: none)")
+    group.add_argument(
+        "--limit-memory-mb", type=int, default=defaults.memory_mb, help="memory per agent process, MB (0: none)"
+    )
+    group.add_argument(
+        "--limit-processes", type=int, default=defaults.processes, help="processes and threads per unit (0: none)"
+    )
+    group.add_argument(
+        "--limit-file-size-mb",
+        type=int,
+        default=defaults.file_size_mb,
+        help="largest file an agent may write, MB (0: none)",
+    )
     group.add_argument("--limit-tmp-mb", type=int, default=defaults.tmp_mb, help="size of the private /tmp, MB")
     group.add_argument("--limit-output-mb", type=float, default=defaults.max_output_mb, help="largest return value, MB")
-    group.add_argument("--limit-answer-file-mb", type=float, default=defaults.answer_file_mb, help="largest answer file read, MB")
     group.add_argument(
-        "--limit-artifact-mb", type=float, default=defaults.artifact_mb, help="what is kept of each artifact (trajectory.json, logs): its last MB"
+        "--limit-answer-file-mb", type=float, default=defaults.answer_file_mb, help="largest answer file read, MB"
+    )
+    group.add_argument(
+        "--limit-artifact-mb",
+        type=float,
+        default=defaults.artifact_mb,
+        help="what is kept of each artifact (trajectory.json, logs): its last MB",
     )
     if isolation:
-        group.add_argument("--grade-timeout", type=float, default=DEFAULT_GRADE_TIMEOUT_S, help="seconds a unit's grading may take")
+        group.add_argument(
+            "--grade-timeout", type=float, default=DEFAULT_GRADE_TIMEOUT_S, help="seconds a unit's grading may take"
+        )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -370,23 +411,35 @@ def build_parser() -> argparse.ArgumentParser:
     grade_cmd = sub.add_parser("grade", help="grade one answer file against one eval file")
     grade_cmd.add_argument("eval_file", help="the eval file (JSON)")
     grade_cmd.add_argument("answer_file", help="JSON answer file, or - for standard input")
-    grade_cmd.add_argument("--grade-timeout", type=float, default=DEFAULT_GRADE_TIMEOUT_S, help="seconds the grading may take")
+    grade_cmd.add_argument(
+        "--grade-timeout", type=float, default=DEFAULT_GRADE_TIMEOUT_S, help="seconds the grading may take"
+    )
     grade_cmd.set_defaults(handler=_cmd_grade)
 
     run_one = sub.add_parser("run-one", help="run one agent on one eval locally and grade it")
     run_one.add_argument("eval_file", help="the eval file (JSON)")
-    run_one.add_argument("--agent", required=True, help="built-in name (reference, replay, sleep, ...) or module:function")
-    run_one.add_argument("--agent-arg", action="append", default=[], metavar="KEY=VALUE", help="agent option (repeatable)")
+    run_one.add_argument(
+        "--agent", required=True, help="built-in name (reference, replay, sleep, ...) or module:function"
+    )
+    run_one.add_argument(
+        "--agent-arg", action="append", default=[], metavar="KEY=VALUE", help="agent option (repeatable)"
+    )
     run_one.add_argument("--model", help="model name handed to the agent (the replay agent: MODEL or MODEL@HARNESS)")
     run_one.add_argument("--seed", type=int, help="seed handed to the agent (the replay agent: the recorded trial)")
     run_one.add_argument("--timeout", type=float, help="seconds; overrides the eval's agent_timeout/timeout")
-    run_one.add_argument("--work-root", help="where work folders are created (default: $RAYEVAL_WORK_ROOT or the temp dir)")
-    run_one.add_argument("--keep-workspace", action="store_true", help="keep the unit's work folder (printed) instead of removing it")
+    run_one.add_argument(
+        "--work-root", help="where work folders are created (default: $RAYEVAL_WORK_ROOT or the temp dir)"
+    )
+    run_one.add_argument(
+        "--keep-workspace", action="store_true", help="keep the unit's work folder (printed) instead of removing it"
+    )
     _add_data_root_option(run_one)
     _add_sandbox_options(run_one)
     run_one.set_defaults(handler=_cmd_run_one)
 
-    check = sub.add_parser("check-sandbox", help="start one sandboxed unit on this machine, as a run would (exit 2: it cannot)")
+    check = sub.add_parser(
+        "check-sandbox", help="start one sandboxed unit on this machine, as a run would (exit 2: it cannot)"
+    )
     _add_sandbox_options(check, isolation=False)
     check.set_defaults(handler=_cmd_check_sandbox)
 
@@ -397,7 +450,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--models", default="default", help="comma-separated model names (default: 'default')")
     run.add_argument("--seeds", default="1", help="N (meaning 1..N) or a comma-separated list")
     run.add_argument("--output", required=True, help="results root: a folder or s3://bucket/prefix")
-    run.add_argument("--run-id", help="the run's id (default: a new one from the time); with --resume, the run to finish")
+    run.add_argument(
+        "--run-id", help="the run's id (default: a new one from the time); with --resume, the run to finish"
+    )
     run.add_argument("--resume", action="store_true", help="finish run --run-id: only units without a stored row run")
     run.add_argument(
         "--force",
@@ -410,8 +465,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="with --run-id: resume the run, and run again, as new attempts, its units whose latest row is an error or a timeout",
     )
-    run.add_argument("--dry-run", action="store_true", help="check everything and print the plan (units, seeds, estimated cost), start nothing")
-    run.add_argument("--sample-id", action="append", default=[], metavar="ID[,ID]", help="only the evals with these ids (repeatable)")
+    run.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check everything and print the plan (units, seeds, estimated cost), start nothing",
+    )
+    run.add_argument(
+        "--sample-id", action="append", default=[], metavar="ID[,ID]", help="only the evals with these ids (repeatable)"
+    )
     run.add_argument(
         "--filter",
         action="append",
@@ -420,12 +481,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="only evals whose id matches the glob (pbmc_*) or whose metadata KEY is VALUE (task=qc); repeatable, all must match",
     )
     run.add_argument("--limit", type=int, metavar="N", help="only the first N evals (after --sample-id and --filter)")
-    run.add_argument("--max-concurrency", type=int, default=32, help="units running at once, over the whole cluster (default 32)")
-    run.add_argument("--model-concurrency", action="append", default=[], metavar="MODEL=N", help="at most N units of MODEL at once (repeatable)")
+    run.add_argument(
+        "--max-concurrency", type=int, default=32, help="units running at once, over the whole cluster (default 32)"
+    )
+    run.add_argument(
+        "--model-concurrency",
+        action="append",
+        default=[],
+        metavar="MODEL=N",
+        help="at most N units of MODEL at once (repeatable)",
+    )
     run.add_argument("--address", help="auto, HOST:PORT or local (default: embedded Ray, or the job's cluster)")
     run.add_argument("--retries", type=int, default=2, help="retries of a unit whose agent errors (with backoff)")
     run.add_argument("--timeout", type=float, help="per-unit agent timeout in seconds (overrides the evals')")
-    run.add_argument("--workers", type=int, help="number of worker actors (default: one per CPU of the cluster, within --max-concurrency, more as nodes join)")
+    run.add_argument(
+        "--workers",
+        type=int,
+        help="number of worker actors (default: one per CPU of the cluster, within --max-concurrency, more as nodes join)",
+    )
     run.add_argument("--s3-endpoint", help="S3-compatible endpoint URL (or set AWS_ENDPOINT_URL)")
     run.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     run.add_argument(

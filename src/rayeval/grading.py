@@ -1,4 +1,5 @@
 """Grading an eval's answer: its single grader, or each entry of its graders list."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -42,11 +43,15 @@ def combine_entries(specs: list[GraderSpec], results: list[GraderResult], answer
         for label, spec, result, norm in zip(labels, specs, results, normalized)
     ]
     metrics: dict[str, Any] = {"graders": entries}
-    broken = [f"{label}: {r.metrics['configuration_error']}" for label, r in zip(labels, results) if r.is_configuration_error]
+    broken = [
+        f"{label}: {r.metrics['configuration_error']}" for label, r in zip(labels, results) if r.is_configuration_error
+    ]
     if broken:
         metrics["configuration_error"] = "; ".join(broken)
     passed = all(r.passed for r in results)
-    reasoning = "\n\n".join(f"[{label}] {'PASS' if r.passed else 'FAIL'}\n{r.reasoning}" for label, r in zip(labels, results))
+    reasoning = "\n\n".join(
+        f"[{label}] {'PASS' if r.passed else 'FAIL'}\n{r.reasoning}" for label, r in zip(labels, results)
+    )
     return GraderResult(
         passed=passed and not broken,
         score=sum(normalized) / len(normalized),

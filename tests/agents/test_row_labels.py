@@ -1,4 +1,5 @@
 """A row's model and harness come from the run's configuration, not from what the agent says."""
+
 from __future__ import annotations
 
 import json
@@ -12,7 +13,10 @@ from rayeval.harness.result import EvalResult
 
 
 def _trials(path: Path, pairs: list[tuple[str, str]]) -> str:
-    lines = [json.dumps({"eval_id": "e", "model": model, "harness": harness, "trial": 1, "answer": {}}) for model, harness in pairs]
+    lines = [
+        json.dumps({"eval_id": "e", "model": model, "harness": harness, "trial": 1, "answer": {}})
+        for model, harness in pairs
+    ]
     path.write_text("\n".join(lines) + "\n")
     return str(path)
 
@@ -34,12 +38,16 @@ def test_other_agents_keep_the_model_as_given_and_their_name_as_harness() -> Non
 
 
 def test_a_harness_the_agent_reports_does_not_label_its_row(tmp_path: Path) -> None:
-    eval_ = Eval.model_validate({"id": "e", "task": "t", "grader": {"type": "multiple_choice", "config": {"correct_answer": "B"}}})
+    eval_ = Eval.model_validate(
+        {"id": "e", "task": "t", "grader": {"type": "multiple_choice", "config": {"correct_answer": "B"}}}
+    )
     unit = plan_units([eval_], ["gpt-4o"], [1], "my_agents:run")[0]
     stamp = "2026-01-01T00:00:00Z"
     for status in ("passed", "error"):
         result = EvalResult(eval_id="e", status=status, passed=status == "passed", harness="leaderboard-topper",
                             metadata={"harness": "leaderboard-topper"}, started_at=stamp, finished_at=stamp)  # fmt: skip
-        row = row_from_result(result, unit=unit, eval_=eval_, run_id="r", agent="my_agents:run", agent_args={}, attempt=1, node="n")
+        row = row_from_result(
+            result, unit=unit, eval_=eval_, run_id="r", agent="my_agents:run", agent_args={}, attempt=1, node="n"
+        )
         assert (row.model, row.harness) == ("gpt-4o", "my_agents:run")
         assert json.loads(row.metadata_json)["harness"] == "leaderboard-topper"  # kept, as the agent's claim

@@ -1,4 +1,5 @@
 """rayeval.harness.secrets: which variables are secret, and masking them everywhere."""
+
 from __future__ import annotations
 
 import json

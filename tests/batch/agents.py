@@ -1,4 +1,5 @@
 """Agents used by the batch tests; importable by Ray workers as ``tests.batch.agents:NAME``."""
+
 from __future__ import annotations
 
 import json
@@ -46,7 +47,10 @@ def timed_sleep(task_prompt: str, work_dir: Path, context) -> dict:
     log = os.environ.get("RAYEVAL_TEST_INVOCATION_LOG")
     if log:
         with open(log, "a") as handle:
-            handle.write(json.dumps({"eval_id": context.eval_id, "seed": context.seed, "start": start, "end": time.time()}) + "\n")
+            handle.write(
+                json.dumps({"eval_id": context.eval_id, "seed": context.seed, "start": start, "end": time.time()})
+                + "\n"
+            )
     return {"answer": "B"}
 
 

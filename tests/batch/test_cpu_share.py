@@ -1,4 +1,5 @@
 """CpuShare: a worker's threads on one CPU of their own while only instant calls run."""
+
 from __future__ import annotations
 
 import os
@@ -103,7 +104,13 @@ def test_a_claim_ends_with_its_process(tmp_path: Path) -> None:
         "share = CpuShare(Path(sys.argv[1]))\n"
         "with share.call(instant=True): print(share.cpu)\n"
     )
-    held = {int(subprocess.run([sys.executable, "-c", claim, str(tmp_path)], capture_output=True, text=True, check=True).stdout)}
+    held = {
+        int(
+            subprocess.run(
+                [sys.executable, "-c", claim, str(tmp_path)], capture_output=True, text=True, check=True
+            ).stdout
+        )
+    }
     assert held <= ALL
     shares = [CpuShare(tmp_path) for _ in ALL]
     for share in shares:

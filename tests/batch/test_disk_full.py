@@ -57,20 +57,10 @@ def test_disk_full_mid_run_stops_cleanly_then_resume_completes(
     assert done.returncode == 0, done.stderr
     assert f"({100 - len(kept)} run now, {len(kept)} already done)" in done.stdout
     frame = pd.read_parquet(run)
-    assert (
-        len(frame) == 100
-        and frame["unit_id"].is_unique
-        and (frame["status"] == "passed").all()
-    )
-    assert set(zip(frame["eval_id"], frame["seed"])) == {
-        (f"e{i}", s) for i in range(10) for s in range(1, 11)
-    }
-    invocations = Counter(
-        (i["eval_id"], i["seed"]) for i in read_invocations(invocation_log)
-    )
-    assert all(invocations[unit] == 1 for unit in kept), (
-        "a unit kept at the stop ran again"
-    )
+    assert len(frame) == 100 and frame["unit_id"].is_unique and (frame["status"] == "passed").all()
+    assert set(zip(frame["eval_id"], frame["seed"])) == {(f"e{i}", s) for i in range(10) for s in range(1, 11)}
+    invocations = Counter((i["eval_id"], i["seed"]) for i in read_invocations(invocation_log))
+    assert all(invocations[unit] == 1 for unit in kept), "a unit kept at the stop ran again"
     assert json.loads((run / "_manifest.json").read_text())["status"] == "completed"
     assert not list(run.glob("_wal/*.jsonl"))
 

@@ -40,9 +40,7 @@ RAY_AGENTS = (
     "ray::RuntimeEnvAgent",
     "ray/_private/runtime_env/agent/main.py",
 )
-_BASE_SEED = int(
-    os.environ.get("RAYEVAL_KILL_SEED", random.SystemRandom().randrange(2**31))
-)
+_BASE_SEED = int(os.environ.get("RAYEVAL_KILL_SEED", random.SystemRandom().randrange(2**31)))
 
 
 def _process_table() -> dict[int, tuple[int, str, str]]:
@@ -61,13 +59,7 @@ def _process_table() -> dict[int, tuple[int, str, str]]:
 
 def _command_line(pid: int) -> str:
     try:
-        return (
-            Path(f"/proc/{pid}/cmdline")
-            .read_bytes()
-            .replace(b"\0", b" ")
-            .decode(errors="replace")
-            .strip()
-        )
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
     except OSError:
         return ""
 
@@ -118,18 +110,12 @@ def _end_of_the_killed_driver(tree: Descendants, why: str) -> None:
     minute, besides Ray's agents, which are then ended (by pid) so no trial leaks into the next."""
     deadline = time.monotonic() + 60
     while (
-        left := {
-            p: c
-            for p, c in tree.alive().items()
-            if not any(agent in c for agent in RAY_AGENTS)
-        }
+        left := {p: c for p, c in tree.alive().items() if not any(agent in c for agent in RAY_AGENTS)}
     ) and time.monotonic() < deadline:
         time.sleep(0.2)
     for pid in tree.alive():
         os.kill(pid, signal.SIGKILL)
-    assert not left, (
-        f"{why}: still running a minute after the driver was killed: {left}"
-    )
+    assert not left, f"{why}: still running a minute after the driver was killed: {left}"
 
 
 @dataclass
@@ -151,10 +137,7 @@ class Trial:
         self.root_options = ["--s3-endpoint", self.endpoint] if self.endpoint else []
 
     def why(self) -> str:
-        return (
-            f"seed {self.seed} (RAYEVAL_KILL_SEED={self.seed} replays it): "
-            + "; ".join(self.log)
-        )
+        return f"seed {self.seed} (RAYEVAL_KILL_SEED={self.seed} replays it): " + "; ".join(self.log)
 
     def command(self, resume: bool) -> list[str]:
         return [
@@ -214,9 +197,7 @@ class Trial:
         delay = self.rng.uniform(0, 4 if kill_at == "starting" else 0.5)
         deadline = time.monotonic() + 300
         while len(self.stored()) < stored and driver.poll() is None:
-            assert time.monotonic() < deadline, (
-                f"{self.why()}: {stored} units not stored within 300 s"
-            )
+            assert time.monotonic() < deadline, f"{self.why()}: {stored} units not stored within 300 s"
             time.sleep(0.1)
         time.sleep(delay)
 
@@ -227,27 +208,19 @@ class Trial:
         manifest = self.store.read_manifest("r1")
         assert manifest is not None and manifest.status == "completed", why
         assert manifest.total_units == UNITS, why
-        plan = plan_units(load_evals(self.evals), ["default"], list(range(1, SEEDS + 1)), "tests.batch.agents:counting_sleep")
+        plan = plan_units(
+            load_evals(self.evals), ["default"], list(range(1, SEEDS + 1)), "tests.batch.agents:counting_sleep"
+        )
         planned = Counter(unit.unit_id for unit in plan)
         assert len(planned) == UNITS, why
         # every Parquet file of the run, as pandas reads it (leaving _wal/ and _quarantine/ out)
-        options = (
-            {"client_kwargs": {"endpoint_url": self.endpoint}}
-            if self.endpoint
-            else None
-        )
+        options = {"client_kwargs": {"endpoint_url": self.endpoint}} if self.endpoint else None
         rows = pd.read_parquet(self.store.run_uri("r1"), storage_options=options)
-        assert Counter(rows["unit_id"]) == planned, (
-            f"{why}: not every planned unit exactly once"
-        )
+        assert Counter(rows["unit_id"]) == planned, f"{why}: not every planned unit exactly once"
         assert (rows["status"] == "passed").all(), why
         assert not list(self.store.wal_run_dir("r1").glob("*.jsonl")), why
         assert run_lease(self.store, "r1").read() is None, why
-        leftovers = [
-            p
-            for p in Path(os.environ["RAYEVAL_WORK_ROOT"]).rglob("*")
-            if not p.is_dir()
-        ]
+        leftovers = [p for p in Path(os.environ["RAYEVAL_WORK_ROOT"]).rglob("*") if not p.is_dir()]
         assert not leftovers, f"{why}: files left in the work root: {leftovers[:5]}"
         report = subprocess.run(
             [sys.executable, "-m", "rayeval.cli", "report", self.output, *self.root_options, "--run", "r1", "--format", "json"],
@@ -266,14 +239,10 @@ def _run_trial(request: pytest.FixtureRequest, trial: int) -> None:
     tmp_path: Path = request.getfixturevalue("tmp_path")
     monkeypatch: pytest.MonkeyPatch = request.getfixturevalue("monkeypatch")
     monkeypatch.setenv("RAYEVAL_WORK_ROOT", str(tmp_path / "work"))
-    monkeypatch.setenv(
-        "XDG_CACHE_HOME", str(tmp_path / "cache")
-    )  # an S3 root's WAL lives here
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # an S3 root's WAL lives here
     if trial % 2:
         bucket = request.getfixturevalue("s3_bucket")
-        run = Trial(
-            _BASE_SEED + trial, tmp_path, bucket.uri("results"), bucket.endpoint_url
-        )
+        run = Trial(_BASE_SEED + trial, tmp_path, bucket.uri("results"), bucket.endpoint_url)
     else:
         run = Trial(_BASE_SEED + trial, tmp_path, str(tmp_path / "out"))
     run.drive(_kill_point(run.rng))
@@ -284,9 +253,7 @@ def _run_trial(request: pytest.FixtureRequest, trial: int) -> None:
 
 
 @pytest.mark.parametrize("trial", range(2))
-def test_a_killed_driver_is_resumed_to_every_unit_exactly_once(
-    request: pytest.FixtureRequest, trial: int
-) -> None:
+def test_a_killed_driver_is_resumed_to_every_unit_exactly_once(request: pytest.FixtureRequest, trial: int) -> None:
     _run_trial(request, trial)
 
 

@@ -1,4 +1,5 @@
 """The batch engine on an embedded Ray: real actors, real Parquet, real failures."""
+
 from __future__ import annotations
 
 import functools
@@ -50,8 +51,14 @@ def test_units_that_raise_hang_or_return_garbage_get_their_own_rows(tmp_path: Pa
     one is ended at its timeout; each unit gets exactly one row, which says its attempt."""
     evals = write_mc_evals(tmp_path / "evals", ["ok_1", "ok_2", "raise_1", "hang_1", "garbage_1"])
     summary = batch.run(
-        str(evals), agent="tests.batch.agents:misbehaving", output=str(tmp_path / "out"), run_id="mixed",
-        models=["m1", "m2"], timeout=2, retries=1, **FAST,
+        str(evals),
+        agent="tests.batch.agents:misbehaving",
+        output=str(tmp_path / "out"),
+        run_id="mixed",
+        models=["m1", "m2"],
+        timeout=2,
+        retries=1,
+        **FAST,
     )
     frame = pd.read_parquet(tmp_path / "out" / "run_id=mixed")
     assert len(frame) == 10 and frame["unit_id"].is_unique
@@ -62,7 +69,11 @@ def test_units_that_raise_hang_or_return_garbage_get_their_own_rows(tmp_path: Pa
         assert status[("hang_1", model)] == "timeout"
         assert status[("garbage_1", model)] == "failed"
     raised = frame[frame["eval_id"] == "raise_1"].iloc[0]
-    assert raised["error_type"] == "RuntimeError" and "agent exploded" in raised["error_message"] and raised["attempt"] == 2
+    assert (
+        raised["error_type"] == "RuntimeError"
+        and "agent exploded" in raised["error_message"]
+        and raised["attempt"] == 2
+    )
     # A sandboxed agent cannot report to the test (no side channel out of the unit): the row
     # says which attempt it is. Only errors are retried, each once (retries=1).
     attempts = {(r.eval_id, r.model): r.attempt for r in frame.itertuples()}
@@ -71,12 +82,20 @@ def test_units_that_raise_hang_or_return_garbage_get_their_own_rows(tmp_path: Pa
     assert {m.model: m.errors for m in summary.models} == {"m1": 2, "m2": 2}
 
 
-@pytest.mark.parametrize("options, isolation, network", [({}, "sandbox", "host"), ({"isolation": "process"}, "process", None)], ids=["default", "process"])
-def test_rows_and_the_manifest_record_how_agents_ran(tmp_path: Path, options: dict, isolation: str, network: str | None) -> None:
+@pytest.mark.parametrize(
+    "options, isolation, network",
+    [({}, "sandbox", "host"), ({"isolation": "process"}, "process", None)],
+    ids=["default", "process"],
+)
+def test_rows_and_the_manifest_record_how_agents_ran(
+    tmp_path: Path, options: dict, isolation: str, network: str | None
+) -> None:
     """Sandboxed unless asked otherwise; every row and the run's manifest say which it was
     (and, sandboxed, the agents' network)."""
     evals = write_mc_evals(tmp_path / "evals", ["e1", "e2"])
-    batch.run(str(evals), agent="tests.batch.agents:instant", output=str(tmp_path / "out"), run_id="iso", **options, **FAST)
+    batch.run(
+        str(evals), agent="tests.batch.agents:instant", output=str(tmp_path / "out"), run_id="iso", **options, **FAST
+    )
     frame = pd.read_parquet(tmp_path / "out" / "run_id=iso")
     assert len(frame) == 2 and (frame["status"] == "passed").all() and list(frame["isolation"]) == [isolation] * 2
     manifest = ResultStore(str(tmp_path / "out")).read_manifest("iso")
@@ -89,8 +108,15 @@ def test_replay_of_the_scbench_corpus_gives_the_recorded_verdicts(tmp_path: Path
     pairs = sorted({(r["model"], r["harness"]) for r in rows})
     models = [f"{m}@{h}" for m, h in pairs]
     batch.run(
-        str(shared_path("corpus", "scbench", "evals")), agent="replay", agent_args={"trials": str(trials)},
-        models=models, seeds=[1, 2, 3], output=str(tmp_path / "out"), run_id="replay", max_concurrency=64, **FAST,
+        str(shared_path("corpus", "scbench", "evals")),
+        agent="replay",
+        agent_args={"trials": str(trials)},
+        models=models,
+        seeds=[1, 2, 3],
+        output=str(tmp_path / "out"),
+        run_id="replay",
+        max_concurrency=64,
+        **FAST,
     )
     frame = pd.read_parquet(tmp_path / "out" / "run_id=replay")
     assert len(frame) == 6 * len(models) * 3 and frame["unit_id"].is_unique
@@ -119,7 +145,17 @@ def test_unit_ids_are_stable_content_hashes(tmp_path: Path) -> None:
     (eval_,) = load_evals(folder)
     same = unit_id_for(eval_, "m", 1, "agent")
     assert same == unit_id_for(load_evals(folder)[0], "m", 1, "agent")
-    assert len({same, unit_id_for(eval_, "m", 2, "agent"), unit_id_for(eval_, "n", 1, "agent"), unit_id_for(eval_, "m", 1, "other")}) == 4
+    assert (
+        len(
+            {
+                same,
+                unit_id_for(eval_, "m", 2, "agent"),
+                unit_id_for(eval_, "n", 1, "agent"),
+                unit_id_for(eval_, "m", 1, "other"),
+            }
+        )
+        == 4
+    )
     body = json.loads((folder / "x.json").read_text())
     body["grader"]["config"]["correct_answer"] = "A"
     (folder / "x.json").write_text(json.dumps(body))
@@ -129,15 +165,24 @@ def test_unit_ids_are_stable_content_hashes(tmp_path: Path) -> None:
 
 def test_unit_ids_do_not_change_between_versions() -> None:
     """Resuming a run made by an earlier version must recognise its units: the id is pinned."""
-    eval_ = Eval.model_validate({"id": "stable", "task": "A or B?", "grader": {"type": "multiple_choice", "config": {"correct_answer": "B"}}})
+    eval_ = Eval.model_validate(
+        {"id": "stable", "task": "A or B?", "grader": {"type": "multiple_choice", "config": {"correct_answer": "B"}}}
+    )
     assert unit_id_for(eval_, "claude-x", 3, "reference") == "06ccde98afcb4862b1e817b9deee88a8"
     units = plan_units([eval_, eval_], ["claude-x", "m2"], [3, 4], "reference")
     assert units[0].unit_id == "06ccde98afcb4862b1e817b9deee88a8"
     assert [u.index for u in units] == list(range(8))
-    assert [(u.eval_index, u.model, u.seed) for u in units[:4]] == [(0, "claude-x", 3), (0, "claude-x", 4), (0, "m2", 3), (0, "m2", 4)]
+    assert [(u.eval_index, u.model, u.seed) for u in units[:4]] == [
+        (0, "claude-x", 3),
+        (0, "claude-x", 4),
+        (0, "m2", 3),
+        (0, "m2", 4),
+    ]
 
 
-@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2, reason="needs CPU affinity and two CPUs")
+@pytest.mark.skipif(
+    not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2, reason="needs CPU affinity and two CPUs"
+)
 def test_instant_units_run_on_one_cpu_per_worker_and_units_that_wait_on_all(
     tmp_path: Path, invocation_log: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -146,7 +191,13 @@ def test_instant_units_run_on_one_cpu_per_worker_and_units_that_wait_on_all(
     monkeypatch.setenv("RAYEVAL_CPU_LOCKS", str(tmp_path / "cpus"))  # no other test's claims
     every_cpu = sorted(os.sched_getaffinity(0))
     evals = str(write_mc_evals(tmp_path / "evals", [f"e{i:02d}" for i in range(50)]))
-    options = {"agent": "tests.batch.agents:cpu_recorder", "output": str(tmp_path / "out"), "isolation": "inline", "workers": 2, **FAST}
+    options = {
+        "agent": "tests.batch.agents:cpu_recorder",
+        "output": str(tmp_path / "out"),
+        "isolation": "inline",
+        "workers": 2,
+        **FAST,
+    }
     # Graded in the worker: a worker's first bounded grading starts its grading subprocess
     # (0.5-1 s on a busy machine), which makes the probe units look slow and keeps the first
     # calls, and every worker running one, unpinned (see engine._Warmup): not this test's subject.
@@ -160,7 +211,9 @@ def test_instant_units_run_on_one_cpu_per_worker_and_units_that_wait_on_all(
     assert all(unit["cpus"] == cpu_of[unit["pid"]] and len(unit["cpus"]) == 1 for unit in pinned)
     assert len(cpu_of) == 2 and len({cpus[0] for cpus in cpu_of.values()}) == 2  # a CPU each
     invocation_log.unlink()
-    waiting = batch.BatchConfig(**config, seeds=[1], run_id="waiting", agent_args={"seconds": "0.05"}, max_concurrency=8)
+    waiting = batch.BatchConfig(
+        **config, seeds=[1], run_id="waiting", agent_args={"seconds": "0.05"}, max_concurrency=8
+    )
     batch.run_batch(waiting, grade=in_process)
     assert [unit["cpus"] for unit in read_invocations(invocation_log)] == [every_cpu] * 50
 
@@ -170,20 +223,61 @@ def test_bad_inputs_fail_before_any_work(tmp_path: Path) -> None:
     bad.mkdir()
     (bad / "e.json").write_text("{")
     done = subprocess.run(
-        [sys.executable, "-m", "rayeval.cli", "run", str(bad), "--agent", "reference", "--output", str(tmp_path / "o"), "--no-progress"],
-        check=False, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "rayeval.cli",
+            "run",
+            str(bad),
+            "--agent",
+            "reference",
+            "--output",
+            str(tmp_path / "o"),
+            "--no-progress",
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 2 and "invalid JSON" in done.stderr and "Traceback" not in done.stderr
     done = subprocess.run(
-        [sys.executable, "-m", "rayeval.cli", "run", str(REPO / "evals"), "--agent", "nope", "--output", str(tmp_path / "o")],
-        check=False, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "rayeval.cli",
+            "run",
+            str(REPO / "evals"),
+            "--agent",
+            "nope",
+            "--output",
+            str(tmp_path / "o"),
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 2 and "unknown agent" in done.stderr
     blocker = tmp_path / "a_file"
     blocker.write_text("not a folder")
     done = subprocess.run(
-        [sys.executable, "-m", "rayeval.cli", "run", str(REPO / "evals"), "--agent", "reference", "--output", str(blocker / "results"), "--no-progress"],
-        check=False, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "rayeval.cli",
+            "run",
+            str(REPO / "evals"),
+            "--agent",
+            "reference",
+            "--output",
+            str(blocker / "results"),
+            "--no-progress",
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 2 and "results root" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "o").exists() or not list((tmp_path / "o").rglob("*.parquet"))
@@ -206,8 +300,16 @@ def test_quick_units_that_wait_get_the_full_concurrency(tmp_path: Path, invocati
     work (under a few ms) are held to a couple of calls per worker."""
     evals = write_mc_evals(tmp_path / "evals", [f"q{i}" for i in range(16)])
     summary = batch.run(
-        str(evals), agent="tests.batch.agents:timed_sleep", agent_args={"seconds": "0.04"}, seeds=[1, 2, 3, 4, 5, 6, 7, 8, 9, 10],
-        output=str(tmp_path / "out"), run_id="quick", max_concurrency=16, workers=1, isolation="inline", **FAST,
+        str(evals),
+        agent="tests.batch.agents:timed_sleep",
+        agent_args={"seconds": "0.04"},
+        seeds=[1, 2, 3, 4, 5, 6, 7, 8, 9, 10],
+        output=str(tmp_path / "out"),
+        run_id="quick",
+        max_concurrency=16,
+        workers=1,
+        isolation="inline",
+        **FAST,
     )
     assert summary.stored_rows == 160 and summary.models[0].passed == 160
     spans = read_invocations(invocation_log)
@@ -226,14 +328,23 @@ def test_units_that_turn_slow_are_not_held_in_big_calls(tmp_path: Path, invocati
     the call that happened to hold them all."""
     names = [f"a_fast_{i:02d}" for i in range(40)] + ["b_slow_0", "b_slow_1"] + [f"c_fast_{i:02d}" for i in range(80)]
     summary = batch.run(
-        str(write_mc_evals(tmp_path / "evals", names)), agent="tests.batch.agents:instant_then_slow",
-        agent_args={"seconds": "0.2"}, seeds=[1, 2, 3, 4, 5], output=str(tmp_path / "out"), run_id="turn",
-        max_concurrency=8, workers=1, isolation="inline", **FAST,
+        str(write_mc_evals(tmp_path / "evals", names)),
+        agent="tests.batch.agents:instant_then_slow",
+        agent_args={"seconds": "0.2"},
+        seeds=[1, 2, 3, 4, 5],
+        output=str(tmp_path / "out"),
+        run_id="turn",
+        max_concurrency=8,
+        workers=1,
+        isolation="inline",
+        **FAST,
     )
     assert summary.stored_rows == 610 and summary.models[0].passed == 610
     assert pd.read_parquet(tmp_path / "out" / "run_id=turn")["unit_id"].is_unique
     spans = read_invocations(invocation_log)
-    assert sorted((s["eval_id"], s["seed"]) for s in spans) == [(f"b_slow_{i}", s) for i in range(2) for s in range(1, 6)]
+    assert sorted((s["eval_id"], s["seed"]) for s in spans) == [
+        (f"b_slow_{i}", s) for i in range(2) for s in range(1, 6)
+    ]
     edges = sorted([(s["start"], 1) for s in spans] + [(s["end"], -1) for s in spans])
     running = peak = 0
     for _, step in edges:
@@ -260,7 +371,9 @@ def test_killed_driver_then_resume_runs_every_unit_exactly_once(tmp_path: Path) 
         "--max-concurrency", "4", "--no-progress",
     ]  # fmt: skip
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
-    driver = subprocess.Popen(command, cwd=REPO, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    driver = subprocess.Popen(
+        command, cwd=REPO, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and len(completed_units(out, "r1")) < 8:
         time.sleep(0.1)
@@ -271,7 +384,9 @@ def test_killed_driver_then_resume_runs_every_unit_exactly_once(tmp_path: Path) 
     killed_at = pd.Timestamp.now(tz="UTC")
     assert 8 <= len(completed) < 36
 
-    done = subprocess.run(command + ["--resume"], cwd=REPO, env=env, check=False, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        command + ["--resume"], cwd=REPO, env=env, check=False, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     assert _ran_now(done.stdout) == (36 - len(completed), len(completed))
     frame = pd.read_parquet(out / "run_id=r1")
@@ -296,7 +411,9 @@ _WITH_CTRL_C = (
     [(signal.SIGTERM, "sandbox"), (signal.SIGINT, "process")],
     ids=["SIGTERM-sandbox", "SIGINT-process"],
 )
-def test_a_stopped_run_stores_its_finished_units_then_resumes(tmp_path: Path, invocation_log: Path, stop: int, isolation: str) -> None:
+def test_a_stopped_run_stores_its_finished_units_then_resumes(
+    tmp_path: Path, invocation_log: Path, stop: int, isolation: str
+) -> None:
     """Ctrl-C, or SIGTERM as ``ray job stop`` and Kubernetes send it: the units finished by then
     go to Parquet at once (not only to the driver's local WAL, which on a cluster may go with
     the head node), the manifest says cancelled, and --resume runs the rest."""
@@ -315,7 +432,13 @@ def test_a_stopped_run_stores_its_finished_units_then_resumes(tmp_path: Path, in
     # ignored, and Python then leaves it ignored instead of raising KeyboardInterrupt.
     as_from_a_terminal = [sys.executable, "-c", _WITH_CTRL_C, *command[3:]]
     driver = subprocess.Popen(
-        as_from_a_terminal, cwd=REPO, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        as_from_a_terminal,
+        cwd=REPO,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 120
@@ -337,7 +460,9 @@ def test_a_stopped_run_stores_its_finished_units_then_resumes(tmp_path: Path, in
     assert not list(run.glob("_wal/*.jsonl")), "rows left in the WAL only"
     assert json.loads((run / "_manifest.json").read_text())["status"] == "cancelled"
 
-    done = subprocess.run([*command, "--resume"], cwd=REPO, env=env, check=False, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [*command, "--resume"], cwd=REPO, env=env, check=False, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     assert _ran_now(done.stdout) == (36 - len(stored), len(stored))
     frame = pd.read_parquet(run)
@@ -349,7 +474,9 @@ def test_a_stopped_run_stores_its_finished_units_then_resumes(tmp_path: Path, in
     if isolation == "process":
         invocations = Counter((i["eval_id"], i["seed"]) for i in read_invocations(invocation_log))
         assert set(invocations) == set(zip(frame["eval_id"], frame["seed"]))
-        assert all(invocations[unit] == 1 for unit in set(zip(stored["eval_id"], stored["seed"]))), "a stored unit ran again"
+        assert all(invocations[unit] == 1 for unit in set(zip(stored["eval_id"], stored["seed"]))), (
+            "a stored unit ran again"
+        )
     assert json.loads((run / "_manifest.json").read_text())["status"] == "completed"
 
 
@@ -359,10 +486,14 @@ class _FailingWriter:
 
 
 def _manifest(run_id: str) -> RunManifest:
-    return RunManifest.model_validate({"run_id": run_id, "agent": "a", "models": ["m"], "seeds": [1], "eval_files": [], "plan": []})
+    return RunManifest.model_validate(
+        {"run_id": run_id, "agent": "a", "models": ["m"], "seeds": [1], "eval_files": [], "plan": []}
+    )
 
 
-def test_rows_that_cannot_be_stored_at_the_end_fail_the_run_and_say_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_rows_that_cannot_be_stored_at_the_end_fail_the_run_and_say_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The writer's final flush fails (storage down): the manifest says failed, not completed,
     and the writer's error (naming the WAL) is what the caller sees, even when the manifest
     cannot be written either."""
@@ -384,7 +515,15 @@ def test_resume_refuses_inputs_that_changed_the_plan(tmp_path: Path) -> None:
     beside the new ones and the run would mix two experiments. Resume names what changed and
     runs nothing; with the original inputs it finishes the run."""
     evals = write_mc_evals(tmp_path / "evals", ["e1", "e2", "e3"])
-    options = {"evals": [str(evals)], "agent": "tests.batch.agents:instant", "models": ["m1"], "seeds": [1, 2], "output": str(tmp_path / "out"), "run_id": "r", **FAST}
+    options = {
+        "evals": [str(evals)],
+        "agent": "tests.batch.agents:instant",
+        "models": ["m1"],
+        "seeds": [1, 2],
+        "output": str(tmp_path / "out"),
+        "run_id": "r",
+        **FAST,
+    }
     first = batch.run_batch(batch.BatchConfig(**options))
     assert first.stored_rows == 6
     original = (evals / "e2.json").read_text()
@@ -408,14 +547,21 @@ def test_resume_refuses_inputs_that_changed_the_plan(tmp_path: Path) -> None:
     assert (resumed.ran, resumed.skipped) == (0, 6)
 
 
-def test_progress_says_which_run_it_is_and_where_its_results_go(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+def test_progress_says_which_run_it_is_and_where_its_results_go(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     """Printed first: a run killed outright never prints its summary, and is resumed by its id."""
     evals = write_mc_evals(tmp_path / "evals", ["e1", "e2"])
     options = {**FAST, "show_progress": True}
-    summary = batch.run(str(evals), agent="tests.batch.agents:instant", output=str(tmp_path / "out"), seeds=[1, 2], **options)
+    summary = batch.run(
+        str(evals), agent="tests.batch.agents:instant", output=str(tmp_path / "out"), seeds=[1, 2], **options
+    )
     lines = capfd.readouterr().err.splitlines()
     progress = [line for line in lines if line.startswith("[rayeval]")]
-    assert progress[0] == f"[rayeval] run {summary.run_id}: 4 units to run (0 already stored); results: {tmp_path / 'out'}/run_id={summary.run_id}"
+    assert (
+        progress[0]
+        == f"[rayeval] run {summary.run_id}: 4 units to run (0 already stored); results: {tmp_path / 'out'}/run_id={summary.run_id}"
+    )
     assert progress[-1].startswith("[rayeval] 4/4 units done (100.0%), pass rate 100.0%, 0 errors")
 
 
@@ -428,9 +574,26 @@ def test_console_script_runs_an_agent_module_of_the_working_folder(tmp_path: Pat
     script = Path(sys.executable).with_name("rayeval")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = subprocess.run(
-        [str(script), "run", "evals", "--agent", "my_agents:answer_b", "--seeds", "2", "--output", "out",
-         "--run-id", "p", "--no-progress"],
-        cwd=project, env=env, check=False, capture_output=True, text=True, timeout=300,
+        [
+            str(script),
+            "run",
+            "evals",
+            "--agent",
+            "my_agents:answer_b",
+            "--seeds",
+            "2",
+            "--output",
+            "out",
+            "--run-id",
+            "p",
+            "--no-progress",
+        ],
+        cwd=project,
+        env=env,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr
     frame = pd.read_parquet(project / "out" / "run_id=p")
@@ -443,7 +606,9 @@ def test_seeds_must_fit_the_stored_int64_column() -> None:
     assert batch.BatchConfig(evals=["e"], agent="reference", output="o", seeds=[2**63 - 1]).seeds == [2**63 - 1]
 
 
-def test_the_collector_skips_the_drivers_heap_only_while_the_run_lasts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_collector_skips_the_drivers_heap_only_while_the_run_lasts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Frozen during the run (a full collection of Ray's and pyarrow's objects costs ~80 ms
     each time a big plan triggers one), back to normal afterwards, also when the run fails."""
     evals = write_mc_evals(tmp_path / "evals", ["e1"])

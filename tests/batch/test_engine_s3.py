@@ -1,4 +1,5 @@
 """The batch engine writing to S3 (moto's server on 127.0.0.1), including an endpoint outage."""
+
 from __future__ import annotations
 
 import json
@@ -32,9 +33,18 @@ def _private_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 def test_example_evals_to_s3_read_back_with_pandas(s3_bucket) -> None:
     root = s3_bucket.uri("results")
-    summary = batch.run(str(REPO / "evals"), agent="reference", output=root, run_id="s3demo", s3_endpoint_url=s3_bucket.endpoint_url, **FAST)
+    summary = batch.run(
+        str(REPO / "evals"),
+        agent="reference",
+        output=root,
+        run_id="s3demo",
+        s3_endpoint_url=s3_bucket.endpoint_url,
+        **FAST,
+    )
     assert summary.stored_rows == 10
-    frame = pd.read_parquet(f"{root}/run_id=s3demo", storage_options=pandas_storage_options(root, s3_bucket.endpoint_url))
+    frame = pd.read_parquet(
+        f"{root}/run_id=s3demo", storage_options=pandas_storage_options(root, s3_bucket.endpoint_url)
+    )
     assert len(frame) == 10 and (frame["status"] == "passed").all() and frame["unit_id"].is_unique
     keys = [o["Key"] for o in s3_bucket.client.list_objects_v2(Bucket=s3_bucket.name)["Contents"]]
     assert any(k.endswith("_manifest.json") for k in keys) and not any(k.endswith("/") for k in keys)
@@ -71,13 +81,23 @@ def test_s3_outage_mid_run_loses_no_row(s3_bucket, s3_proxy, tmp_path: Path, inv
     thread = threading.Thread(target=outage_window)
     thread.start()
     summary = batch.run(
-        str(evals), agent="tests.batch.agents:counting_sleep", agent_args={"seconds": "0.5"}, seeds=[1, 2, 3, 4, 5, 6],
-        output=root, run_id="outage", s3_endpoint_url=s3_proxy.endpoint_url, max_concurrency=8,
+        str(evals),
+        agent="tests.batch.agents:counting_sleep",
+        agent_args={"seconds": "0.5"},
+        seeds=[1, 2, 3, 4, 5, 6],
+        output=root,
+        run_id="outage",
+        s3_endpoint_url=s3_proxy.endpoint_url,
+        max_concurrency=8,
         # the agents log their invocations to the test: a side channel the sandbox blocks
-        isolation="process", sandbox=SandboxConfig(env_names=("RAYEVAL_TEST_INVOCATION_LOG",)), **FAST,
+        isolation="process",
+        sandbox=SandboxConfig(env_names=("RAYEVAL_TEST_INVOCATION_LOG",)),
+        **FAST,
     )
     thread.join()
-    frame = pd.read_parquet(f"{root}/run_id=outage", storage_options=pandas_storage_options(root, s3_bucket.endpoint_url))
+    frame = pd.read_parquet(
+        f"{root}/run_id=outage", storage_options=pandas_storage_options(root, s3_bucket.endpoint_url)
+    )
     assert observed["invocations_at_down"] < 60  # the outage really happened mid-run
     assert len(frame) == 60 and frame["unit_id"].is_unique and (frame["status"] == "passed").all()
     assert summary.stored_rows == 60
@@ -85,7 +105,11 @@ def test_s3_outage_mid_run_loses_no_row(s3_bucket, s3_proxy, tmp_path: Path, inv
 
 
 def _wal_units(directory: Path) -> set[str]:
-    return {ResultRow.model_validate_json(line).unit_id for path in directory.glob("*.jsonl") for line in path.read_bytes().splitlines()}
+    return {
+        ResultRow.model_validate_json(line).unit_id
+        for path in directory.glob("*.jsonl")
+        for line in path.read_bytes().splitlines()
+    }
 
 
 @pytest.mark.slow  # two runs and a lease expiry, ~25-45 s
@@ -119,10 +143,17 @@ def test_s3_outage_beyond_the_retries_stops_the_run_then_resume_completes(
         thread.join()
         s3_proxy.up()
     message = str(stopped.value)
-    assert f"cannot write the results root {root}" in message and "Service Unavailable (injected by the test)" in message
+    assert (
+        f"cannot write the results root {root}" in message and "Service Unavailable (injected by the test)" in message
+    )
     assert "manifest could not be marked failed" in message
     store = ResultStore(root, s3_endpoint_url=s3_bucket.endpoint_url)
-    assert json.loads(s3_bucket.client.get_object(Bucket=s3_bucket.name, Key="long/run_id=long/_manifest.json")["Body"].read())["status"] == "running"
+    assert (
+        json.loads(
+            s3_bucket.client.get_object(Bucket=s3_bucket.name, Key="long/run_id=long/_manifest.json")["Body"].read()
+        )["status"]
+        == "running"
+    )
     kept = store.stored_unit_ids("long") | _wal_units(stopped.value.wal_dir)
     invoked = len(read_invocations(invocation_log))
     assert 0 < len(kept) < 60 and invoked < 60, "the outage did not stop the run mid-way"
@@ -134,5 +165,7 @@ def test_s3_outage_beyond_the_retries_stops_the_run_then_resume_completes(
     assert len(frame) == 60 and frame["unit_id"].is_unique and (frame["status"] == "passed").all()
     invocations = Counter((i["eval_id"], i["seed"]) for i in read_invocations(invocation_log))
     kept_rows = frame[frame["unit_id"].isin(kept)]
-    assert all(invocations[unit] == 1 for unit in zip(kept_rows["eval_id"], kept_rows["seed"])), "a unit kept at the stop ran again"
+    assert all(invocations[unit] == 1 for unit in zip(kept_rows["eval_id"], kept_rows["seed"])), (
+        "a unit kept at the stop ran again"
+    )
     assert store.read_manifest("long").status == "completed"

@@ -1,4 +1,5 @@
 """Exclusive runs: one driver at a time per run id, through the run's lease (issue 16)."""
+
 from __future__ import annotations
 
 import json
@@ -66,16 +67,23 @@ def test_a_second_driver_and_a_resume_are_refused_while_the_first_runs(tmp_path:
         "--output", str(out), "--run-id", "r1", "--max-concurrency", "2", "--no-progress",
     ]  # fmt: skip
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
-    first = subprocess.Popen(command, cwd=REPO, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(
+        command, cwd=REPO, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         _wait_for(lease.exists, "lease", first)
         assert json.loads(lease.read_text())["pid"] == first.pid
         for extra in ([], ["--resume"]):
-            other = subprocess.run([*command, *extra], cwd=REPO, env=env, check=False, capture_output=True, text=True, timeout=300)
+            other = subprocess.run(
+                [*command, *extra], cwd=REPO, env=env, check=False, capture_output=True, text=True, timeout=300
+            )
             assert other.returncode == 2, (extra, other.stdout, other.stderr)
             message = other.stderr.strip()
             assert message.count("\n") == 0 and "Traceback" not in message, message  # one line, one message
-            assert f"is held by another driver: host {socket.gethostname()}, pid {first.pid} (alive on this machine), since " in message
+            assert (
+                f"is held by another driver: host {socket.gethostname()}, pid {first.pid} (alive on this machine), since "
+                in message
+            )
             assert "expires" in message and "--resume --run-id r1" in message
         assert first.poll() is None, "the first driver ended before the others were refused: the test proves nothing"
         stdout, stderr = first.communicate(timeout=300)
@@ -102,7 +110,9 @@ def test_a_killed_drivers_run_is_taken_over_by_resume_once_its_lease_expired(tmp
         "--max-concurrency", "4", "--no-progress",
     ]  # fmt: skip
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAYEVAL_LEASE_TTL": "15"}
-    driver = subprocess.Popen(command, cwd=REPO, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    driver = subprocess.Popen(
+        command, cwd=REPO, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     try:
         _wait_for(lambda: len(completed_units(out)) >= 6, "6 units done", driver)
     finally:
@@ -114,14 +124,18 @@ def test_a_killed_drivers_run_is_taken_over_by_resume_once_its_lease_expired(tmp
     _replace_lease(lease, _as_from_another_machine(record))
     expires = datetime.fromisoformat(record["expires_at"])
 
-    refused = subprocess.run([*command, "--resume"], cwd=REPO, env=env, check=False, capture_output=True, text=True, timeout=300)
+    refused = subprocess.run(
+        [*command, "--resume"], cwd=REPO, env=env, check=False, capture_output=True, text=True, timeout=300
+    )
     assert refused.returncode == 2, refused.stderr
     assert f"host other-host, pid {driver.pid}" in refused.stderr and "expires" in refused.stderr
     assert datetime.now(timezone.utc) < expires  # refused while the lease was live
     assert completed_units(out) == completed  # nothing ran
 
     time.sleep(max(0.0, (expires - datetime.now(timezone.utc)).total_seconds()) + 0.2)
-    done = subprocess.run([*command, "--resume"], cwd=REPO, env=env, check=False, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [*command, "--resume"], cwd=REPO, env=env, check=False, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     assert _ran_now(done.stdout) == (24 - len(completed), len(completed))
     frame = pd.read_parquet(out / "run_id=r1")
@@ -144,8 +158,15 @@ def test_a_driver_that_loses_its_lease_stops_and_stores_nothing_more(tmp_path: P
         "--agent-arg", "seconds=1", "--seeds", "2", "--output", str(out), "--run-id", "r1", "--max-concurrency", "2",
         "--no-progress", "--isolation", "process", "--agent-env", "RAYEVAL_TEST_INVOCATION_LOG",
     ]  # fmt: skip
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAYEVAL_LEASE_TTL": "3", "RAYEVAL_TEST_INVOCATION_LOG": str(invocation_log)}
-    driver = subprocess.Popen(command, cwd=REPO, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    env = {
+        **os.environ,
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "RAYEVAL_LEASE_TTL": "3",
+        "RAYEVAL_TEST_INVOCATION_LOG": str(invocation_log),
+    }
+    driver = subprocess.Popen(
+        command, cwd=REPO, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         _wait_for(lambda: completed_units(out), "unit done", driver)
         # rows reach Parquet 5 s after the first one: these are still buffered in the driver
@@ -169,7 +190,9 @@ def test_a_driver_that_loses_its_lease_stops_and_stores_nothing_more(tmp_path: P
     assert kept
 
     lease.unlink()  # the other driver is gone and released the run: --resume finishes it, each unit once
-    done = subprocess.run([*command, "--resume"], cwd=REPO, env=env, check=False, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [*command, "--resume"], cwd=REPO, env=env, check=False, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     frame = pd.read_parquet(run)
     assert len(frame) == 24 and frame["unit_id"].is_unique and (frame["status"] == "passed").all()
@@ -184,14 +207,22 @@ def test_s3_run_refused_while_another_driver_holds_it_then_runs_holding_it(
     evals = write_mc_evals(tmp_path / "evals", ["e1", "e2", "e3"])
     root = s3_bucket.uri("results")
     store = ResultStore(root, s3_endpoint_url=s3_bucket.endpoint_url)
-    options = {"agent": "tests.batch.agents:instant", "output": root, "run_id": "r1", "s3_endpoint_url": s3_bucket.endpoint_url, **FAST}
+    options = {
+        "agent": "tests.batch.agents:instant",
+        "output": root,
+        "run_id": "r1",
+        "s3_endpoint_url": s3_bucket.endpoint_url,
+        **FAST,
+    }
 
     def keys() -> list[str]:
         listing = s3_bucket.client.list_objects_v2(Bucket=s3_bucket.name, Prefix="results/")
         return sorted(obj["Key"] for obj in listing.get("Contents", []))
 
     other = run_lease(store, "r1").take()
-    with pytest.raises(LeaseHeld, match=rf"host {re.escape(socket.gethostname())}, pid {os.getpid()}, since .* expires"):
+    with pytest.raises(
+        LeaseHeld, match=rf"host {re.escape(socket.gethostname())}, pid {os.getpid()}, since .* expires"
+    ):
         batch.run(str(evals), **options)
     assert keys() == ["results/run_id=r1/_lease.json"]  # nothing of the run was written
     other.release()
@@ -222,7 +253,15 @@ def test_two_drivers_started_together_one_runs_the_other_is_refused(tmp_path: Pa
     ]  # fmt: skip
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
     drivers = [
-        subprocess.Popen(command, cwd=REPO, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            command,
+            cwd=REPO,
+            env=env,
+            start_new_session=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for _ in range(2)
     ]
     try:

@@ -39,9 +39,7 @@ def test_seeds_are_kept_as_ranges_in_their_order() -> None:
     assert compact_seeds([1, 2, 3, 5, 7, 8, 9, 10, 12]) == [(1, 3), 5, (7, 10), 12]
     assert compact_seeds([1, 2]) == [1, 2]  # a pair is no shorter as a range
     assert compact_seeds([9, 3, 4, 5, 1]) == [9, (3, 5), 1]  # plan order kept
-    assert compact_seeds([(1, 5), 6, 7, (8, 20)]) == [
-        (1, 20)
-    ]  # a stored form compacts to itself
+    assert compact_seeds([(1, 5), 6, 7, (8, 20)]) == [(1, 20)]  # a stored form compacts to itself
     assert describe_seeds([(1, 3), 5]) == "1..3, 5"
 
 
@@ -50,34 +48,24 @@ def test_the_digest_is_pinned_and_changes_iff_the_set_of_units_does() -> None:
     digest = Plan([a, b], ["m1", "m2"], [1, 2, 3], "agent").digest()
     # pinned: a resume by a later version must recognise the plan
     assert digest == "e48c9d751c843239feb27f837a2211319e16959f9b921c4f694940f1c773f275"
-    assert (
-        Plan([b, a], ["m2", "m1"], [3, 1, 2], "agent").digest() == digest
-    )  # same units, other order
-    assert (
-        Plan([a, b, a], ["m1", "m2", "m1"], [1, 2, 3, 3], "agent").digest() == digest
-    )  # same set
+    assert Plan([b, a], ["m2", "m1"], [3, 1, 2], "agent").digest() == digest  # same units, other order
+    assert Plan([a, b, a], ["m1", "m2", "m1"], [1, 2, 3, 3], "agent").digest() == digest  # same set
     others = [
         Plan([a], ["m1", "m2"], [1, 2, 3], "agent"),
-        Plan(
-            [a, _eval("b", answer="A")], ["m1", "m2"], [1, 2, 3], "agent"
-        ),  # grader config edited
+        Plan([a, _eval("b", answer="A")], ["m1", "m2"], [1, 2, 3], "agent"),  # grader config edited
         Plan([a, b], ["m1"], [1, 2, 3], "agent"),
         Plan([a, b], ["m1", "m2"], [1, 2, 3, 4], "agent"),
         Plan([a, b], ["m1", "m2"], [1, 2, 3], "other-agent"),
     ]
     assert len({plan.digest() for plan in others} | {digest}) == len(others) + 1
-    assert (
-        Plan([a], [], [1], "agent").digest() == Plan([], ["m"], [1, 2], "x").digest()
-    )  # no units either way
+    assert Plan([a], [], [1], "agent").digest() == Plan([], ["m"], [1, 2], "x").digest()  # no units either way
 
 
 def test_units_to_run_are_those_without_a_stored_id() -> None:
     plan = Plan([_eval("a"), _eval("b")], ["m1", "m2"], list(range(1, 41)), "agent")
     ids = plan.unit_ids(0, len(plan))
     assert list(ids) == [plan.unit(i).unit_id.encode() for i in range(len(plan))]
-    stored = np.unique(
-        np.concatenate([ids[::3], np.array([b"u-elsewhere", b"f" * 40])])
-    )  # and ids of no unit
+    stored = np.unique(np.concatenate([ids[::3], np.array([b"u-elsewhere", b"f" * 40])]))  # and ids of no unit
     todo = unstored(plan, stored)
     assert list(np.flatnonzero(~todo)) == list(range(0, len(plan), 3))
     assert unstored(plan, np.array([], dtype="S32")).all()
@@ -94,10 +82,7 @@ def _manifest(**inputs: Any) -> RunManifest:
         "grade_timeout": 30.0,
         "models": ["m1"],
         "seeds": [(1, 100)],
-        "eval_files": [
-            {"path": f"evals/{i}.json", "id": i, "eval_hash": f"h-{i}"}
-            for i in ("e1", "e2", "e3")
-        ],
+        "eval_files": [{"path": f"evals/{i}.json", "id": i, "eval_hash": f"h-{i}"} for i in ("e1", "e2", "e3")],
     }
     return RunManifest.model_validate({**defaults, **inputs})
 
@@ -105,9 +90,7 @@ def _manifest(**inputs: Any) -> RunManifest:
 def test_resume_changes_are_listed_before_and_after_per_field() -> None:
     previous = _manifest()
     same = _manifest()
-    assert (
-        plan_changes(previous, same, {"temperature": "0.2", "api_key": "sk-one"}) == []
-    )
+    assert plan_changes(previous, same, {"temperature": "0.2", "api_key": "sk-one"}) == []
     changed_args = {"temperature": "0.7", "api_key": "sk-two"}
     current = _manifest(
         agent_args=changed_args,
@@ -144,26 +127,13 @@ def test_a_manifest_of_an_earlier_version_compares_what_it_records() -> None:
             "network": "host",
             "models": ["m1"],
             "seeds": list(range(1, 101)),
-            "eval_files": [
-                {"path": f"evals/{i}.json", "id": i, "eval_hash": f"h-{i}"}
-                for i in ("e1", "e2", "e3")
-            ],
-            "plan": [
-                {"unit_id": f"u{i}", "eval_id": "e1", "model": "m1", "seed": i}
-                for i in range(300)
-            ],
+            "eval_files": [{"path": f"evals/{i}.json", "id": i, "eval_hash": f"h-{i}"} for i in ("e1", "e2", "e3")],
+            "plan": [{"unit_id": f"u{i}", "eval_id": "e1", "model": "m1", "seed": i} for i in range(300)],
         }
     )
     assert old.total_units == 300
-    assert (
-        plan_changes(
-            old, _manifest(timeout=60.0), {"temperature": "0.2", "api_key": "sk-any"}
-        )
-        == []
-    )
-    assert plan_changes(old, _manifest(seeds=[(1, 99)]), {}) == [
-        "seeds: 1..100 → 1..99"
-    ]
+    assert plan_changes(old, _manifest(timeout=60.0), {"temperature": "0.2", "api_key": "sk-any"}) == []
+    assert plan_changes(old, _manifest(seeds=[(1, 99)]), {}) == ["seeds: 1..100 → 1..99"]
 
 
 @pytest.mark.parametrize("digest", ["d-before", None])
@@ -189,13 +159,9 @@ def test_a_million_unit_manifest_records_inputs_not_units(tmp_path: Path) -> Non
     )
     evals = load_evals(str(folder))
     plan = Plan(evals, config.models, config.seeds, config.agent)
-    stored = ResultStore(config.output).write_manifest(
-        engine.run_manifest(config, "r", evals, plan, previous=None)
-    )
+    stored = ResultStore(config.output).write_manifest(engine.run_manifest(config, "r", evals, plan, previous=None))
     raw = Path(ResultStore(config.output).manifest_path("r")).read_bytes()
     assert len(raw) < 30_000, len(raw)  # 100 eval references make most of it
     assert stored.total_units == 1_000_000_000 and stored.plan_digest == plan.digest()
-    assert json.loads(raw)["seeds"] == [[1, 1_000_000]] and "plan" not in json.loads(
-        raw
-    )
+    assert json.loads(raw)["seeds"] == [[1, 1_000_000]] and "plan" not in json.loads(raw)
     assert b"sk-secret" not in raw

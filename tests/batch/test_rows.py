@@ -1,4 +1,5 @@
 """A unit's error in its row: a short message to read in a table, the traceback apart."""
+
 from __future__ import annotations
 
 from rayeval.batch.plan import plan_units
@@ -12,14 +13,18 @@ from rayeval.harness.result import EvalResult
 
 
 def test_long_messages_and_tracebacks_are_cut_saying_so() -> None:
-    eval_ = Eval.model_validate({"id": "e", "task": "t", "grader": {"type": "multiple_choice", "config": {"correct_answer": "B"}}})
+    eval_ = Eval.model_validate(
+        {"id": "e", "task": "t", "grader": {"type": "multiple_choice", "config": {"correct_answer": "B"}}}
+    )
     unit = plan_units([eval_], ["m"], [1], "a")[0]
     trace = "Traceback (most recent call last)\n" + "  frame\n" * 20_000 + "ValueError: the cause"
     result = EvalResult(eval_id="e", status="error", passed=False, error_type="ValueError", error_message="x" * 5_000,
                         error_traceback=trace, started_at="2026-01-01T00:00:00Z", finished_at="2026-01-01T00:00:00Z")  # fmt: skip
     row = row_from_result(result, unit=unit, eval_=eval_, run_id="r", agent="a", agent_args={}, attempt=1, node="n")
     assert row.error_message is not None and row.error_traceback is not None
-    assert row.error_message.startswith("x" * ERROR_MESSAGE_CHARS) and row.error_message.endswith("[4,000 characters left out]")
+    assert row.error_message.startswith("x" * ERROR_MESSAGE_CHARS) and row.error_message.endswith(
+        "[4,000 characters left out]"
+    )
     assert row.error_traceback.endswith("ValueError: the cause")  # the end, where the exception is
     assert row.error_traceback.startswith(f"[{len(trace) - ERROR_TRACEBACK_CHARS:,} characters left out]")
 
@@ -38,7 +43,9 @@ def test_numeric_and_yes_no_metrics_become_typed_columns() -> None:
         graded = grade(eval_, {"n": answer})
         result = EvalResult(eval_id="e", status="passed" if graded.passed else "failed", passed=graded.passed,
                             grader_result=graded, started_at=stamp, finished_at=stamp)  # fmt: skip
-        rows.append(row_from_result(result, unit=unit, eval_=eval_, run_id="r", agent="a", agent_args={}, attempt=1, node="n"))
+        rows.append(
+            row_from_result(result, unit=unit, eval_=eval_, run_id="r", agent="a", agent_args={}, attempt=1, node="n")
+        )
     assert rows[0].metrics == {"n_actual": 103.0, "n_expected": 100.0, "n_error": 3.0, "n_pass": 1.0}
     frame = table_to_frame(lines_to_table([row.to_line() for row in rows]))
     assert frame["metric.n_pass"].tolist() == [1.0, 0.0]

@@ -1,4 +1,5 @@
 """How the driver sizes, places and orders calls: no Ray needed for these decisions."""
+
 from __future__ import annotations
 
 import json
@@ -142,7 +143,10 @@ def test_each_call_goes_to_the_worker_with_the_fewest_calls_in_flight() -> None:
     pool.submit(_call(5), fast=False, budget_s=1)  # worker 0: 2, worker 1: 1 before this one
     assert [worker for worker, *_ in calls] == [0, 1, 0, 0, 1]
     assert [group for _, group, *_ in calls] == [FAST_GROUP] * 3 + [None, None]
-    assert [instant for *_, instant in calls] == [True] * 3 + [False, False]  # the worker shares a CPU for fast calls only
+    assert [instant for *_, instant in calls] == [True] * 3 + [
+        False,
+        False,
+    ]  # the worker shares a CPU for fast calls only
     assert calls[3][2] == [3, 4]  # units travel as their plan positions
 
 
@@ -181,7 +185,9 @@ def test_the_pool_grows_onto_nodes_that_joined(monkeypatch: pytest.MonkeyPatch) 
     pool.preparing.clear()
     pool.node_of[:] = [head, head]
     engine._grow_pool(pool, demand=16)
-    assert [strategy.node_id for strategy in strategies[2:]] == [joined] * 4  # one per CPU of the new node, none on the dead one
+    assert [strategy.node_id for strategy in strategies[2:]] == [
+        joined
+    ] * 4  # one per CPU of the new node, none on the dead one
     pool.preparing.clear()
     pool.node_of[2:] = [joined] * 4
     engine._grow_pool(pool, demand=16)
@@ -206,7 +212,9 @@ def test_workers_return_to_a_node_that_comes_back(monkeypatch: pytest.MonkeyPatc
     pool.add(["SPREAD"] * 4)
     pool.preparing.clear()
     pool.node_of[:] = [head, head, gone, gone]
-    monkeypatch.setattr(engine.ray, "kill", lambda actor, no_restart: ended.append((actor.run_units.worker, no_restart)))
+    monkeypatch.setattr(
+        engine.ray, "kill", lambda actor, no_restart: ended.append((actor.run_units.worker, no_restart))
+    )
     monkeypatch.setattr(engine.ray, "nodes", lambda: [_node(head, 2), _node(gone, 2, alive=False)])
     engine._grow_pool(pool, demand=16)
     assert pool.count == 4 and len(strategies) == 4, "no node to go to: the displaced workers keep working"
@@ -233,7 +241,9 @@ def test_workers_return_to_a_node_that_comes_back(monkeypatch: pytest.MonkeyPatc
     assert len(strategies) == 6  # the pool is whole again: nothing more to add
 
 
-def test_a_node_with_more_workers_than_cpus_hands_the_last_ones_to_a_node_that_joins(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_node_with_more_workers_than_cpus_hands_the_last_ones_to_a_node_that_joins(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A worker that was still starting when its node died comes up where Ray restarted it:
     its node then has more workers than CPUs, and a node that joins takes over the last ones."""
     head, joined = "aa" * 28, "bb" * 28
@@ -256,7 +266,9 @@ def test_a_node_with_more_workers_than_cpus_hands_the_last_ones_to_a_node_that_j
     assert ended == [2] and pool.workers_on() == {head: 2, joined: 1}
 
 
-def test_a_cluster_that_cannot_be_listed_leaves_the_pool_as_it_is(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_cluster_that_cannot_be_listed_leaves_the_pool_as_it_is(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     def unreachable() -> list:
         raise ConnectionError("GCS unavailable")
 
@@ -352,7 +364,10 @@ def test_each_thread_of_a_worker_has_its_own_parent_folder(tmp_path: Path) -> No
 
     worker = _worker_on(evals, record)
     worker.work_root = tmp_path / "work"
-    threads = [threading.Thread(target=worker.run_units, args=(positions, [1] * 5, [], 10)) for positions in ([0, 1, 2, 3, 4], [5, 6, 7, 8, 9])]
+    threads = [
+        threading.Thread(target=worker.run_units, args=(positions, [1] * 5, [], 10))
+        for positions in ([0, 1, 2, 3, 4], [5, 6, 7, 8, 9])
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -363,7 +378,9 @@ def test_each_thread_of_a_worker_has_its_own_parent_folder(tmp_path: Path) -> No
 
 
 def test_workers_sweep_the_folders_of_this_hosts_dead_workers(tmp_path: Path) -> None:
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    )
     dead, alive = int(gone.stdout), os.getpid()
     (tmp_path / f"worker-host-a-{dead}" / "thread-1" / "run1").mkdir(parents=True)
     interrupted = tmp_path / f"worker-host-a-{dead}" / "thread-2" / "run2" / "unit"  # killed mid-unit
@@ -375,6 +392,8 @@ def test_workers_sweep_the_folders_of_this_hosts_dead_workers(tmp_path: Path) ->
     for other in (f"worker-host-a-{alive}/thread-1/run1/unit", f"worker-host-b-{dead}/thread-1", "unrelated/empty"):
         (tmp_path / other).mkdir(parents=True)
     sweep_dead_workers(tmp_path, "host-a")
-    assert sorted(path.name for path in tmp_path.iterdir()) == sorted([f"worker-host-a-{alive}", f"worker-host-b-{dead}", "unrelated"])
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted(
+        [f"worker-host-a-{alive}", f"worker-host-b-{dead}", "unrelated"]
+    )
     assert (tmp_path / f"worker-host-a-{alive}/thread-1/run1/unit").is_dir()  # a live worker's unit
     sweep_dead_workers(tmp_path / "missing", "host-a")  # no work root yet: nothing to do

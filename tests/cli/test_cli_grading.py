@@ -1,4 +1,5 @@
 """`rayeval validate` and `rayeval grade` as a user runs them: real subprocesses, exit codes."""
+
 from __future__ import annotations
 
 import json
@@ -14,7 +15,12 @@ CORPUS_EVALS = shared_path("corpus")
 
 def rayeval(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "rayeval.cli", *args], check=False, capture_output=True, text=True, input=stdin, timeout=120
+        [sys.executable, "-m", "rayeval.cli", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        input=stdin,
+        timeout=120,
     )
 
 
@@ -26,7 +32,9 @@ def test_validate_counts_valid_evals() -> None:
 
 def test_validate_lists_every_problem_without_traceback(tmp_path: Path) -> None:
     (tmp_path / "a.json").write_text("{")
-    (tmp_path / "b.json").write_text(json.dumps({"id": "b", "task": "t", "grader": {"type": "numeric_tolerance", "config": {"ground_truth": {}}}}))
+    (tmp_path / "b.json").write_text(
+        json.dumps({"id": "b", "task": "t", "grader": {"type": "numeric_tolerance", "config": {"ground_truth": {}}}})
+    )
     (tmp_path / "c.json").write_text(json.dumps({"id": "c/d", "task": "t", "grader": {"type": "nope"}}))
     done = rayeval("validate", str(tmp_path))
     assert done.returncode == 2
@@ -56,7 +64,11 @@ def test_grade_bad_inputs_exit_2_with_one_clean_message(tmp_path: Path) -> None:
     eval_file = CORPUS_EVALS / "scbench" / "evals" / "qc" / "bd_rhapsody_tnbc_panel_aware_qc.json"
     bad_answer = tmp_path / "answer.json"
     bad_answer.write_text("{not json")
-    for args in [(str(eval_file), str(bad_answer)), (str(eval_file), str(tmp_path / "missing.json")), (str(tmp_path / "missing_eval.json"), str(bad_answer))]:
+    for args in [
+        (str(eval_file), str(bad_answer)),
+        (str(eval_file), str(tmp_path / "missing.json")),
+        (str(tmp_path / "missing_eval.json"), str(bad_answer)),
+    ]:
         done = rayeval("grade", *args)
         assert done.returncode == 2, (args, done.stderr)
         assert "Traceback" not in done.stderr and done.stderr.strip()
@@ -67,7 +79,9 @@ def test_grade_stops_a_grading_that_runs_past_its_limit(tmp_path: Path) -> None:
     seconds; ``rayeval grade`` stops it at --grade-timeout instead of hanging."""
     config = {"answer_field": "steps", "ground_truth": [[f"step {i}"] for i in range(300)]}
     eval_file = tmp_path / "seq.json"
-    eval_file.write_text(json.dumps({"id": "seq", "task": "t", "grader": {"type": "longest_subsequence", "config": config}}))
+    eval_file.write_text(
+        json.dumps({"id": "seq", "task": "t", "grader": {"type": "longest_subsequence", "config": config}})
+    )
     answer = tmp_path / "answer.json"
     answer.write_text(json.dumps({"steps": [["x"]] * 300_000}))
     started = time.monotonic()

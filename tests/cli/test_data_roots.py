@@ -1,5 +1,6 @@
 """The data_node policy as a user meets it: `rayeval validate`, `run` and `run-one` refuse
 local data outside the data roots with `file: field: message`, exit 2, before any work starts."""
+
 from __future__ import annotations
 
 import json
@@ -20,11 +21,20 @@ REFUSED = {
     "dev.json": "/dev/null",
 }
 # an agent answering with the names of the files staged for it
-LISTING_AGENT = "def agent(task_prompt, work_dir):\n    return {'staged': sorted(p.name for p in (work_dir / 'data').iterdir())}\n"
+LISTING_AGENT = (
+    "def agent(task_prompt, work_dir):\n    return {'staged': sorted(p.name for p in (work_dir / 'data').iterdir())}\n"
+)
 
 
 def rayeval(*args: str, cwd: Path = REPO, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rayeval.cli", *args], check=False, capture_output=True, text=True, timeout=timeout, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "rayeval.cli", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+    )
 
 
 def write_eval(path: Path, data_node: object) -> None:
@@ -48,8 +58,12 @@ def hostile_evals(root: Path) -> Path:
 def assert_every_node_refused(stderr: str, evals: Path) -> None:
     lines = stderr.splitlines()
     for name, node in REFUSED.items():
-        assert any(line.startswith(f"{evals / name}: data_node: local data node {node!r} resolves to ") for line in lines), (name, stderr)
-    assert any(line.startswith(f"{evals / 'list.json'}: data_node[1]: local data node '/etc/shadow' ") for line in lines), stderr
+        assert any(
+            line.startswith(f"{evals / name}: data_node: local data node {node!r} resolves to ") for line in lines
+        ), (name, stderr)
+    assert any(
+        line.startswith(f"{evals / 'list.json'}: data_node[1]: local data node '/etc/shadow' ") for line in lines
+    ), stderr
     assert "Traceback" not in stderr
 
 
@@ -59,7 +73,10 @@ def test_validate_names_the_file_and_field_of_every_refused_node(tmp_path: Path)
     assert done.returncode == 2, done.stderr
     assert_every_node_refused(done.stderr, evals)
     assert f"{len(REFUSED) + 1} problem(s) found; 0 eval(s) valid" in done.stderr
-    assert f"{evals / 'link.json'}: data_node: local data node 'link.csv' resolves to {tmp_path / 'secret.txt'}, outside" in done.stderr
+    assert (
+        f"{evals / 'link.json'}: data_node: local data node 'link.csv' resolves to {tmp_path / 'secret.txt'}, outside"
+        in done.stderr
+    )
 
 
 def test_run_refuses_before_any_unit_runs(tmp_path: Path) -> None:
@@ -83,7 +100,9 @@ def test_validate_accepts_a_data_root_outside_the_evals_folder(tmp_path: Path) -
 def test_example_eval_given_directly_needs_its_data_root() -> None:
     assert rayeval("validate", "evals").returncode == 0  # the evals root holds evals/data
     done = rayeval("validate", EXAMPLE)
-    assert done.returncode == 2 and done.stderr.startswith(f"{EXAMPLE}: data_node: local data node '../data/pbmc68k_reduced.h5ad' ")
+    assert done.returncode == 2 and done.stderr.startswith(
+        f"{EXAMPLE}: data_node: local data node '../data/pbmc68k_reduced.h5ad' "
+    )
     assert rayeval("validate", EXAMPLE, "--data-root", "evals").returncode == 0
 
 

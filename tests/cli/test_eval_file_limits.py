@@ -1,5 +1,6 @@
 """`rayeval validate` refuses what `rayeval run` would choke on (a 500-deep file crashed Ray's
 pickling), and `run` refuses it too, with `file: field: message`, exit 2, before any work."""
+
 from __future__ import annotations
 
 import subprocess
@@ -17,7 +18,14 @@ DEEP = "JSON objects and arrays nested more than 64 levels deep (the limit for e
 
 
 def rayeval(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rayeval.cli", *args], check=False, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "rayeval.cli", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+    )
 
 
 def eval_text(eval_id: str, config: str = '"correct_answer": "B"', top: str = "") -> str:
@@ -29,7 +37,9 @@ def deep_evals(root: Path) -> Path:
     evals = root / "evals"
     evals.mkdir(parents=True)
     (evals / "good.json").write_text(eval_text("good"))
-    (evals / "deep.json").write_text(eval_text("deep", '"correct_answer": "B", "ground_truth": ' + "[" * 500 + "1" + "]" * 500))
+    (evals / "deep.json").write_text(
+        eval_text("deep", '"correct_answer": "B", "ground_truth": ' + "[" * 500 + "1" + "]" * 500)
+    )
     return evals
 
 

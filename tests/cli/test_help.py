@@ -1,4 +1,5 @@
 """The command line explains itself: every flag has help, ``--version``, ``rayeval agents``."""
+
 from __future__ import annotations
 
 import argparse
@@ -29,9 +30,13 @@ def test_every_option_and_argument_of_every_command_has_help() -> None:
 
 
 def test_version_and_the_list_of_built_in_agents() -> None:
-    version = subprocess.run([sys.executable, "-m", "rayeval.cli", "--version"], capture_output=True, text=True, check=True)
+    version = subprocess.run(
+        [sys.executable, "-m", "rayeval.cli", "--version"], capture_output=True, text=True, check=True
+    )
     assert version.stdout.strip() == f"rayeval {__version__}"
-    listed = subprocess.run([sys.executable, "-m", "rayeval.cli", "agents"], capture_output=True, text=True, check=True).stdout
+    listed = subprocess.run(
+        [sys.executable, "-m", "rayeval.cli", "agents"], capture_output=True, text=True, check=True
+    ).stdout
     for name in BUILT_IN_AGENTS:
         assert any(line.startswith(f"{name} ") for line in listed.splitlines()), name
     assert "options: trials" in listed and "module:function" in listed

@@ -54,9 +54,7 @@ def test_resume_with_changed_inputs_is_refused_with_a_diff_unless_forced(
     first = pd.read_parquet(out / "run_id=r")
     assert len(first) == 4
     capsys.readouterr()
-    (evals / "e2.json").write_text(
-        (evals / "e2.json").read_text().replace("A or B?", "A or B, really?")
-    )
+    (evals / "e2.json").write_text((evals / "e2.json").read_text().replace("A or B?", "A or B, really?"))
     changed = _run(
         evals,
         out,
@@ -83,10 +81,7 @@ def test_resume_with_changed_inputs_is_refused_with_a_diff_unless_forced(
     assert len(pd.read_parquet(out / "run_id=r")) == 4  # nothing ran
 
     assert main([*changed, "--force"]) == 0
-    assert (
-        "--resume --force: run r goes on with new inputs" in caplog.text
-        and "sk-" not in caplog.text
-    )
+    assert "--resume --force: run r goes on with new inputs" in caplog.text and "sk-" not in caplog.text
     rows = pd.read_parquet(out / "run_id=r")
     # the rows stored stay; units with new ids ran: e1's seed 3 and all of the edited e2
     assert len(rows) == 4 + 1 + 3 and set(first["unit_id"]) <= set(rows["unit_id"])

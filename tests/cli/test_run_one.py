@@ -1,4 +1,5 @@
 """`rayeval run-one` and the built-in agents, as a user runs them."""
+
 from __future__ import annotations
 
 import json
@@ -18,11 +19,26 @@ TRIALS = shared_path("corpus", "scbench", "trials.jsonl")
 
 
 def run_one(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rayeval.cli", "run-one", *args], check=False, capture_output=True, text=True, timeout=180, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "rayeval.cli", "run-one", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=cwd,
+    )
 
 
 def test_reference_agent_passes_an_example_eval(tmp_path: Path) -> None:
-    done = run_one("evals/pbmc/pbmc_bulk_label_composition.json", "--agent", "reference", "--work-root", str(tmp_path), "--data-root", "evals")
+    done = run_one(
+        "evals/pbmc/pbmc_bulk_label_composition.json",
+        "--agent",
+        "reference",
+        "--work-root",
+        str(tmp_path),
+        "--data-root",
+        "evals",
+    )
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["status"] == "passed" and result["eval_id"] == "pbmc_bulk_label_composition"
@@ -47,11 +63,17 @@ def test_module_function_agent_and_timeout(tmp_path: Path) -> None:
     # not beside the module: the eval's folder (answer keys) is hidden from the agent
     eval_file = tmp_path / "evals" / "mc.json"
     eval_file.parent.mkdir()
-    eval_file.write_text(json.dumps({"id": "mc", "task": "A or B?", "grader": {"type": "multiple_choice", "config": {"correct_answer": "B"}}}))
+    eval_file.write_text(
+        json.dumps(
+            {"id": "mc", "task": "A or B?", "grader": {"type": "multiple_choice", "config": {"correct_answer": "B"}}}
+        )
+    )
     env_cwd = tmp_path
     done = run_one(str(eval_file), "--agent", "my_agents:always_b", "--work-root", str(tmp_path / "w"), cwd=env_cwd)
     assert done.returncode == 0, done.stderr
-    done = run_one(str(eval_file), "--agent", "my_agents:hang", "--timeout", "1", "--work-root", str(tmp_path / "w"), cwd=env_cwd)
+    done = run_one(
+        str(eval_file), "--agent", "my_agents:hang", "--timeout", "1", "--work-root", str(tmp_path / "w"), cwd=env_cwd
+    )
     assert done.returncode == 1 and json.loads(done.stdout)["status"] == "timeout"
 
 
@@ -59,9 +81,26 @@ def test_module_function_agent_and_timeout(tmp_path: Path) -> None:
     "args, fragment",
     [
         (["evals/pbmc/pbmc_qc_mito_and_genes.json", "--data-root", "evals", "--agent", "nope"], "unknown agent 'nope'"),
-        (["evals/pbmc/pbmc_qc_mito_and_genes.json", "--data-root", "evals", "--agent", "no_such_module:f"], "cannot import module"),
-        (["evals/pbmc/pbmc_qc_mito_and_genes.json", "--data-root", "evals", "--agent", "sleep", "--agent-arg", "novalue"], "key=value"),
-        (["evals/pbmc/pbmc_qc_mito_and_genes.json", "--agent", "sleep"], "data_node: local data node '../data/pbmc68k_reduced.h5ad'"),
+        (
+            ["evals/pbmc/pbmc_qc_mito_and_genes.json", "--data-root", "evals", "--agent", "no_such_module:f"],
+            "cannot import module",
+        ),
+        (
+            [
+                "evals/pbmc/pbmc_qc_mito_and_genes.json",
+                "--data-root",
+                "evals",
+                "--agent",
+                "sleep",
+                "--agent-arg",
+                "novalue",
+            ],
+            "key=value",
+        ),
+        (
+            ["evals/pbmc/pbmc_qc_mito_and_genes.json", "--agent", "sleep"],
+            "data_node: local data node '../data/pbmc68k_reduced.h5ad'",
+        ),
         (["evals/does_not_exist.json", "--agent", "reference"], "no such file"),
     ],
 )
@@ -73,11 +112,15 @@ def test_bad_input_exits_2_with_a_clean_message(args: list[str], fragment: str) 
 def test_replay_reproduces_recorded_verdicts_cost_and_harness(tmp_path: Path) -> None:
     evals = {e.id: e for e in load_evals(SCBENCH)}
     rows = read_jsonl(TRIALS)
-    picked = [r for r in rows if r["model"] == "claude-opus-4-7"][:12] + [r for r in rows if r["model"] == "gpt-5.5"][:6]
+    picked = [r for r in rows if r["model"] == "claude-opus-4-7"][:12] + [r for r in rows if r["model"] == "gpt-5.5"][
+        :6
+    ]
     for row in picked:
         runner = EvalRunner(evals[row["eval_id"]], work_root=tmp_path)
         model = f"{row['model']}@{row['harness']}"
-        result = runner.run(replay_agent, model=model, seed=row["trial"], agent_args={"trials": str(TRIALS)}, isolation="inline")
+        result = runner.run(
+            replay_agent, model=model, seed=row["trial"], agent_args={"trials": str(TRIALS)}, isolation="inline"
+        )
         assert result.passed is row["recorded_passed"], row
         assert result.harness == row["harness"] and result.cost_usd == pytest.approx(row["cost_usd"])
         assert result.duration_s == pytest.approx(row["duration_s"])
@@ -86,9 +129,17 @@ def test_replay_reproduces_recorded_verdicts_cost_and_harness(tmp_path: Path) ->
 def test_replay_without_a_row_or_with_an_ambiguous_model_is_an_error(tmp_path: Path) -> None:
     (eval_,) = [e for e in load_evals(SCBENCH) if e.id == "DE01_pseudobulk_de"]
     runner = EvalRunner(eval_, work_root=tmp_path)
-    missing = runner.run(replay_agent, model="no-such-model", seed=1, agent_args={"trials": str(TRIALS)}, isolation="inline")
-    assert missing.status == "error" and missing.error_type == "ReplayError" and "no recorded trial" in missing.error_message
-    ambiguous = runner.run(replay_agent, model="claude-opus-4-7", seed=1, agent_args={"trials": str(TRIALS)}, isolation="inline")
+    missing = runner.run(
+        replay_agent, model="no-such-model", seed=1, agent_args={"trials": str(TRIALS)}, isolation="inline"
+    )
+    assert (
+        missing.status == "error"
+        and missing.error_type == "ReplayError"
+        and "no recorded trial" in missing.error_message
+    )
+    ambiguous = runner.run(
+        replay_agent, model="claude-opus-4-7", seed=1, agent_args={"trials": str(TRIALS)}, isolation="inline"
+    )
     assert ambiguous.status == "error" and "model@harness" in ambiguous.error_message
     no_file = runner.run(replay_agent, model="gpt-5.5", seed=1, agent_args={}, isolation="inline")
     assert no_file.status == "error" and "trials=PATH" in no_file.error_message

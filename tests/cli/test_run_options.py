@@ -1,4 +1,5 @@
 """``rayeval run`` with bad options: exit 2 and one message naming the option, before Ray starts."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -36,7 +37,18 @@ REPO = Path(__file__).resolve().parents[2]
 def test_bad_run_options_exit_2_naming_the_option(
     options: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = main(["run", str(REPO / "evals"), "--agent", "reference", "--output", str(tmp_path / "out"), "--no-progress", *options])
+    code = main(
+        [
+            "run",
+            str(REPO / "evals"),
+            "--agent",
+            "reference",
+            "--output",
+            str(tmp_path / "out"),
+            "--no-progress",
+            *options,
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2, err
     assert message in err and "Traceback" not in err and "errors.pydantic.dev" not in err
@@ -51,10 +63,23 @@ def test_resume_without_run_id_lists_the_unfinished_runs(tmp_path: Path, capsys:
 
     store = ResultStore(tmp_path / "out")
     for run_id, status, day in (("old-crash", "running", 1), ("done", "completed", 2), ("stopped", "cancelled", 3)):
-        store.write_manifest(RunManifest(run_id=run_id, status=status, created_at=datetime(2026, 11, day, 8, 30, tzinfo=timezone.utc)))
+        store.write_manifest(
+            RunManifest(run_id=run_id, status=status, created_at=datetime(2026, 11, day, 8, 30, tzinfo=timezone.utc))
+        )
     (tmp_path / "out" / "run_id=garbled").mkdir()
     (tmp_path / "out" / "run_id=garbled" / "_manifest.json").write_text("{not json")  # skipped: only a hint
-    code = main(["run", str(REPO / "evals"), "--agent", "reference", "--output", str(tmp_path / "out"), "--no-progress", "--resume"])
+    code = main(
+        [
+            "run",
+            str(REPO / "evals"),
+            "--agent",
+            "reference",
+            "--output",
+            str(tmp_path / "out"),
+            "--no-progress",
+            "--resume",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2
     assert (
@@ -69,19 +94,38 @@ def test_resume_without_run_id_lists_the_unfinished_runs(tmp_path: Path, capsys:
     [
         ("replay", [], "agent 'replay' needs --agent-arg trials=PATH"),
         ("replay", ["--agent-arg", "trials=/no/such/trials.jsonl"], "cannot read trials file /no/such/trials.jsonl"),
-        ("reference", ["--agent-arg", "answer=42"], "agent 'reference': unknown --agent-arg answer (it takes no options)"),
-        ("sleep", ["--agent-arg", "seconds=soon"], "agent 'sleep': --agent-arg seconds must be a number >= 0, got 'soon'"),
+        (
+            "reference",
+            ["--agent-arg", "answer=42"],
+            "agent 'reference': unknown --agent-arg answer (it takes no options)",
+        ),
+        (
+            "sleep",
+            ["--agent-arg", "seconds=soon"],
+            "agent 'sleep': --agent-arg seconds must be a number >= 0, got 'soon'",
+        ),
         ("claude-code", ["--agent-arg", "tiemout=5"], "agent 'claude-code': unknown --agent-arg tiemout (it takes "),
-        ("claude-code", ["--agent-arg", "timeout=-5"], "agent 'claude-code' with model 'default': timeout must be positive"),
+        (
+            "claude-code",
+            ["--agent-arg", "timeout=-5"],
+            "agent 'claude-code' with model 'default': timeout must be positive",
+        ),
         ("claude-code", [], "agent 'claude-code': claude_code needs ANTHROPIC_API_KEY"),
     ],
 )
 def test_bad_agent_options_and_missing_keys_exit_2_before_any_unit(
-    agent: str, options: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    agent: str,
+    options: list[str],
+    message: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "RAY_ADDRESS"):
         monkeypatch.delenv(name, raising=False)
-    code = main(["run", str(REPO / "evals"), "--agent", agent, "--output", str(tmp_path / "out"), "--no-progress", *options])
+    code = main(
+        ["run", str(REPO / "evals"), "--agent", agent, "--output", str(tmp_path / "out"), "--no-progress", *options]
+    )
     err = capsys.readouterr().err
     assert code == 2, err
     assert message in err and "Traceback" not in err
@@ -94,7 +138,9 @@ def broken(task_prompt, work_dir):
 """
 
 
-def test_a_run_whose_every_unit_errored_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_run_whose_every_unit_errored_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "failing_agents.py").write_text(AGENTS)
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -1,5 +1,6 @@
 """Choosing what a run does before it spends: --sample-id, --filter, --limit, --dry-run, and
 --retry-errors for the errored units of a finished run."""
+
 from __future__ import annotations
 
 import json
@@ -24,7 +25,9 @@ def flaky(task_prompt, work_dir, context):
 
 def _evals(*specs: tuple[str, dict]) -> list[Eval]:
     grader = {"type": "multiple_choice", "config": {"correct_answer": "B"}}
-    return [Eval.model_validate({"id": eval_id, "task": "t", "metadata": meta, "grader": grader}) for eval_id, meta in specs]
+    return [
+        Eval.model_validate({"id": eval_id, "task": "t", "metadata": meta, "grader": grader}) for eval_id, meta in specs
+    ]
 
 
 def ids(chosen: list[Eval]) -> list[str]:
@@ -32,7 +35,12 @@ def ids(chosen: list[Eval]) -> list[str]:
 
 
 def test_selection_by_id_glob_metadata_and_limit() -> None:
-    evals = _evals(("pbmc_a", {"task": "qc"}), ("pbmc_b", {"task": "de"}), ("spatial_c", {"task": "qc"}), ("pbmc_d", {"task": "qc"}))
+    evals = _evals(
+        ("pbmc_a", {"task": "qc"}),
+        ("pbmc_b", {"task": "de"}),
+        ("spatial_c", {"task": "qc"}),
+        ("pbmc_d", {"task": "qc"}),
+    )
     assert ids(select_evals(evals, filters=["pbmc_*"])) == ["pbmc_a", "pbmc_b", "pbmc_d"]
     assert ids(select_evals(evals, filters=["pbmc_*", "task=qc"])) == ["pbmc_a", "pbmc_d"]  # all must match
     assert ids(select_evals(evals, sample_ids=["spatial_c", "pbmc_b"])) == ["pbmc_b", "spatial_c"]  # loading order
@@ -43,10 +51,26 @@ def test_selection_by_id_glob_metadata_and_limit() -> None:
         select_evals(evals, filters=["task=qa"])
 
 
-def test_dry_run_prints_the_plan_and_its_cost_and_starts_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_dry_run_prints_the_plan_and_its_cost_and_starts_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     folder = write_mc_evals(tmp_path / "evals", ["e1", "e2", "e3"])
     out = tmp_path / "out"
-    code = main(["run", str(folder), "--agent", "reference", "--output", str(out), "--seeds", "4", "--filter", "e[12]", "--dry-run"])
+    code = main(
+        [
+            "run",
+            str(folder),
+            "--agent",
+            "reference",
+            "--output",
+            str(out),
+            "--seeds",
+            "4",
+            "--filter",
+            "e[12]",
+            "--dry-run",
+        ]
+    )
     text = capsys.readouterr().out
     assert code == 0
     assert "evals: 2 (selected from 3); models: default; seeds: 1..4" in text

@@ -1,4 +1,5 @@
 """Where the sandbox cannot start, a run stops before any unit and names the way out."""
+
 from __future__ import annotations
 
 import json
@@ -14,7 +15,15 @@ NO_USER_NAMESPACES = "bwrap: No permissions to create new namespace, likely beca
 
 
 def _rayeval(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rayeval.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "rayeval.cli", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
 
 
 def _evals(tmp_path: Path) -> Path:
@@ -35,7 +44,19 @@ def test_a_run_stops_before_any_unit_and_names_the_opt_out(tmp_path: Path) -> No
     checked = _rayeval("check-sandbox", env=env, cwd=tmp_path)
     assert checked.returncode == 2 and NO_USER_NAMESPACES in checked.stderr and "--isolation process" in checked.stderr
 
-    refused = _rayeval("run", str(evals), "--agent", "sleep", "--agent-arg", "seconds=0", "--output", str(out), "--no-progress", env=env, cwd=tmp_path)
+    refused = _rayeval(
+        "run",
+        str(evals),
+        "--agent",
+        "sleep",
+        "--agent-arg",
+        "seconds=0",
+        "--output",
+        str(out),
+        "--no-progress",
+        env=env,
+        cwd=tmp_path,
+    )
     assert refused.returncode == 2, refused.stderr
     assert "--isolation process" in refused.stderr and NO_USER_NAMESPACES in refused.stderr
     assert "Traceback" not in refused.stderr and not list(out.rglob("*.parquet"))

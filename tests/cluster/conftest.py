@@ -27,6 +27,7 @@ Teardown never calls ``ray stop`` (it stops every Ray on the machine): it sends 
 in that node's session or names the cluster's temp dir on its command line, and deletes the temp
 dir.
 """
+
 from __future__ import annotations
 
 import json
@@ -244,7 +245,9 @@ class RayTestCluster:
     def dashboard_get(self, path: str, timeout: float):  # type: ignore[no-untyped-def]
         """A GET on the dashboard with the cluster's token (token authentication is on)."""
         headers = {"Authorization": f"Bearer {self.env['RAY_AUTH_TOKEN']}"}
-        return urllib.request.urlopen(urllib.request.Request(f"{self.dashboard_url}{path}", headers=headers), timeout=timeout)
+        return urllib.request.urlopen(
+            urllib.request.Request(f"{self.dashboard_url}{path}", headers=headers), timeout=timeout
+        )
 
     def nodes(self) -> list[dict]:
         """The GCS's node table through the dashboard (no driver needed)."""
@@ -265,7 +268,9 @@ class RayTestCluster:
     def _wait_node_alive(self, node: RayNode, label: str) -> str:
         def find() -> str | None:
             if node.process.poll() is not None:
-                raise RayStartFailed(f"`ray start` for {node.name} exited {node.process.returncode}:\n{node.log_tail()}")
+                raise RayStartFailed(
+                    f"`ray start` for {node.name} exited {node.process.returncode}:\n{node.log_tail()}"
+                )
             try:
                 entries = self.nodes()
             except (OSError, urllib.error.URLError, KeyError, ValueError):
@@ -312,7 +317,9 @@ class RayTestCluster:
 def _spawn(command: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen:
     log = open(log_path, "wb")  # noqa: SIM115 - the child keeps it open
     try:
-        return subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        return subprocess.Popen(
+            command, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
     finally:
         log.close()
 
@@ -413,7 +420,9 @@ def ray_cluster() -> Iterator[RayTestCluster]:
     try:
         started = time.monotonic()
         cluster = start_cluster(temp_root)
-        print(f"\nray_cluster: two nodes up in {time.monotonic() - started:.1f} s at {cluster.gcs_address}, dashboard {cluster.dashboard_url}")
+        print(
+            f"\nray_cluster: two nodes up in {time.monotonic() - started:.1f} s at {cluster.gcs_address}, dashboard {cluster.dashboard_url}"
+        )
         yield cluster
     finally:
         if cluster is not None:

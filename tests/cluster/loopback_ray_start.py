@@ -6,6 +6,7 @@ address but loopback, so this process allows the join and keeps the address as g
 processes it starts inherit cluster mode off and so stay on loopback too.
 Usage: python loopback_ray_start.py <ray start arguments>
 """
+
 from __future__ import annotations
 
 import sys

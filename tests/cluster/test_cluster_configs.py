@@ -1,4 +1,5 @@
 """The cluster configs in cluster/: valid YAML, the right entrypoint, and no secret values."""
+
 from __future__ import annotations
 
 import re

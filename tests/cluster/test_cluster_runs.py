@@ -5,6 +5,7 @@ submits one as a Ray job) against the ``ray_cluster`` fixture. Each subprocess h
 the module takes about a minute and a half on a 2-core machine. The node-killing test leaves the
 cluster without its second node; the last test starts it again mid-run.
 """
+
 from __future__ import annotations
 
 import json
@@ -60,7 +61,13 @@ def start_sleep_run(
         "--output", str(output), "--run-id", run_id, "--no-progress",
     ]  # fmt: skip
     process = subprocess.Popen(
-        command, cwd=tmp_path, env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        command,
+        cwd=tmp_path,
+        env=cluster.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
     return process, output
 
@@ -77,7 +84,9 @@ def finish(process: subprocess.Popen, timeout: float) -> tuple[str, str]:
 def assert_every_unit_once(output: Path, run_id: str, expected: set[str]) -> pd.DataFrame:
     rows = read_rows(output, run_id)
     counts = rows["unit_id"].value_counts()
-    assert set(rows["unit_id"]) == expected, f"missing {len(expected - set(rows['unit_id']))}, unexpected {len(set(rows['unit_id']) - expected)}"
+    assert set(rows["unit_id"]) == expected, (
+        f"missing {len(expected - set(rows['unit_id']))}, unexpected {len(set(rows['unit_id']) - expected)}"
+    )
     assert (counts == 1).all(), f"units stored more than once: {counts[counts > 1].to_dict()}"
     # a unit Ray could not run at all would be stored as an engine error row
     lost = rows[rows["error_message"].fillna("").str.startswith("Ray could not run the unit")]
@@ -105,7 +114,9 @@ def test_submit_run_as_ray_job(ray_cluster: RayTestCluster, tmp_path: Path) -> N
         "--output", str(output), "--run-id", "job1", "--no-progress",
     ]  # fmt: skip
     started = time.monotonic()
-    done = subprocess.run(command, check=False, cwd=tmp_path, env=ray_cluster.env, capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
+    done = subprocess.run(
+        command, check=False, cwd=tmp_path, env=ray_cluster.env, capture_output=True, text=True, timeout=JOB_TIMEOUT_S
+    )
     assert done.returncode == 0, _outputs(done, done.stdout, done.stderr)
     assert "SUCCEEDED" in done.stderr
 
@@ -113,7 +124,9 @@ def test_submit_run_as_ray_job(ray_cluster: RayTestCluster, tmp_path: Path) -> N
     assert len(expected) == 10  # the example evals
     rows = assert_every_unit_once(output, "job1", expected)
     assert len(rows) == 10
-    assert rows["passed"].all(), rows.loc[~rows["passed"], ["eval_id", "status", "reasoning", "error_message"]].to_string()
+    assert rows["passed"].all(), rows.loc[
+        ~rows["passed"], ["eval_id", "status", "reasoning", "error_message"]
+    ].to_string()
     assert (output / "run_id=job1" / "_manifest.json").is_file()
     print(f"job run: {time.monotonic() - started:.1f} s")
 
@@ -122,7 +135,11 @@ def test_the_readmes_ray_job_submit_runs_as_written(ray_cluster: RayTestCluster,
     """The README's two lines, run from the repository as written: the cluster's address and
     token, and a local results root for the S3 one, are the only substitutions. Without the
     token, the same submission is refused."""
-    block = next(b for b in re.findall(r"```bash\n(.*?)```", (REPO / "README.md").read_text(), re.DOTALL) if "ray job submit" in b)
+    block = next(
+        b
+        for b in re.findall(r"```bash\n(.*?)```", (REPO / "README.md").read_text(), re.DOTALL)
+        if "ray job submit" in b
+    )
     lines = re.sub(r"\\\n\s*", " ", block).splitlines()
     export = next(line for line in lines if line.startswith("export RAY_AUTH_MODE=token"))
     submit = next(line for line in lines if line.startswith("ray job submit"))
@@ -132,13 +149,17 @@ def test_the_readmes_ray_job_submit_runs_as_written(ray_cluster: RayTestCluster,
         submit.replace("http://127.0.0.1:8265", ray_cluster.dashboard_url).replace("s3://bucket/results", str(output)),
     ])  # fmt: skip
     env = {k: v for k, v in ray_cluster.env.items() if k not in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
-    done = subprocess.run(["bash", "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=JOB_TIMEOUT_S, check=False)
+    done = subprocess.run(
+        ["bash", "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=JOB_TIMEOUT_S, check=False
+    )
     assert done.returncode == 0, _outputs(done, done.stdout, done.stderr)
     (run_id,) = [p.name.removeprefix("run_id=") for p in output.iterdir()]
     assert len(assert_every_unit_once(output, run_id, planned_unit_ids("reference", 1))) == 10
 
     wrong = script.replace(ray_cluster.env["RAY_AUTH_TOKEN"], "not-the-token")
-    refused = subprocess.run(["bash", "-c", wrong], cwd=REPO, env=env, capture_output=True, text=True, timeout=JOB_TIMEOUT_S, check=False)
+    refused = subprocess.run(
+        ["bash", "-c", wrong], cwd=REPO, env=env, capture_output=True, text=True, timeout=JOB_TIMEOUT_S, check=False
+    )
     assert refused.returncode != 0 and len(list(output.iterdir())) == 1  # no second run
 
 
@@ -148,13 +169,17 @@ def test_submit_run_exit_status_follows_the_job(ray_cluster: RayTestCluster, tmp
         sys.executable, str(SUBMIT), "--address", ray_cluster.dashboard_url, "--working-dir", str(REPO),
         "--", "evals/no_such_folder", "--agent", "reference", "--output", str(tmp_path / "results"), "--no-progress",
     ]  # fmt: skip
-    done = subprocess.run(command, check=False, cwd=tmp_path, env=ray_cluster.env, capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
+    done = subprocess.run(
+        command, check=False, cwd=tmp_path, env=ray_cluster.env, capture_output=True, text=True, timeout=JOB_TIMEOUT_S
+    )
     assert done.returncode == 2, _outputs(done, done.stdout, done.stderr)
     assert "FAILED" in done.stderr
     assert "no_such_folder" in done.stdout  # the job's own log was followed
 
 
-def test_ray_job_stop_stores_the_finished_units_and_cancels_the_run(ray_cluster: RayTestCluster, tmp_path: Path) -> None:
+def test_ray_job_stop_stores_the_finished_units_and_cancels_the_run(
+    ray_cluster: RayTestCluster, tmp_path: Path
+) -> None:
     """``ray job stop`` sends the driver SIGTERM (then SIGKILL after a few seconds): the rows of
     the units finished by then are in Parquet, none left in the driver's WAL, the manifest says
     cancelled, and --resume runs the rest."""
@@ -164,7 +189,9 @@ def test_ray_job_stop_stores_the_finished_units_and_cancels_the_run(ray_cluster:
     run = output / "run_id=stopped"
     args = f"{EVALS} --agent sleep --agent-arg seconds=1 --seeds 8 --max-concurrency 4 --output {output} --run-id stopped --no-progress"
     # the token in a header: Ray reads its auth mode once per process, maybe before the fixture set it
-    client = JobSubmissionClient(ray_cluster.dashboard_url, headers={"Authorization": f"Bearer {ray_cluster.env['RAY_AUTH_TOKEN']}"})
+    client = JobSubmissionClient(
+        ray_cluster.dashboard_url, headers={"Authorization": f"Bearer {ray_cluster.env['RAY_AUTH_TOKEN']}"}
+    )
     job_id = client.submit_job(entrypoint=f"rayeval run {args}")
     try:
         wal_rows = wait_until(
@@ -184,7 +211,9 @@ def test_ray_job_stop_stores_the_finished_units_and_cancels_the_run(ray_cluster:
     assert json.loads((run / "_manifest.json").read_text())["status"] == "cancelled"
 
     command = ["rayeval", "run", *args.split(), "--resume", "--address", ray_cluster.gcs_address]
-    done = subprocess.run(command, check=False, cwd=tmp_path, env=ray_cluster.env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    done = subprocess.run(
+        command, check=False, cwd=tmp_path, env=ray_cluster.env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S
+    )
     assert done.returncode == 0, _outputs(done, done.stdout, done.stderr)
     assert_every_unit_once(output, "stopped", planned_unit_ids("sleep", 8))
 
@@ -205,7 +234,10 @@ def test_killed_unit_worker_process_loses_no_unit(ray_cluster: RayTestCluster, t
         # a threaded actor's title reads idle whenever one of its calls ends, even with others
         # running: one snapshot can miss every busy worker, so look again for a while
         busy = wait_until(
-            lambda: ray_cluster.actor_pids("UnitWorker", busy=True) or process.poll() is not None, 10, 0.05, "a busy UnitWorker"
+            lambda: ray_cluster.actor_pids("UnitWorker", busy=True) or process.poll() is not None,
+            10,
+            0.05,
+            "a busy UnitWorker",
         )
         assert busy is not True and process.poll() is None, "the run finished before the kill: make it longer"
         victim = busy[0]
@@ -215,7 +247,10 @@ def test_killed_unit_worker_process_loses_no_unit(ray_cluster: RayTestCluster, t
         wait_until(lambda: victim not in ray_cluster.actor_pids("UnitWorker"), 10, 0.1, f"UnitWorker {victim} gone")
         # Ray restarts the actor in a new process (max_restarts=-1) while the run goes on
         restarted = wait_until(
-            lambda: set(ray_cluster.actor_pids("UnitWorker")) - before or process.poll() is not None, 30, 0.2, "the actor's restart"
+            lambda: set(ray_cluster.actor_pids("UnitWorker")) - before or process.poll() is not None,
+            30,
+            0.2,
+            "the actor's restart",
         )
         assert restarted is not True, "the run ended before the killed actor was restarted"
     except BaseException:
@@ -293,14 +328,19 @@ def test_a_node_that_joins_mid_run_gets_workers(ray_cluster: RayTestCluster, tmp
     process, output = start_sleep_run(ray_cluster, tmp_path, "grow", seeds=GROW_SEEDS, workers=None)
     try:
         wait_until(
-            lambda: ray_cluster.actor_pids("UnitWorker", busy=True) or process.poll() is not None, 60, 0.2, "a busy UnitWorker"
+            lambda: ray_cluster.actor_pids("UnitWorker", busy=True) or process.poll() is not None,
+            60,
+            0.2,
+            "a busy UnitWorker",
         )
         assert process.poll() is None, "rayeval run ended before any UnitWorker was seen busy"
         _one_worker_per_cpu(ray_cluster, ray_cluster.head, process)
         node2, joined_at = _start_node2_until_busy(ray_cluster, process, "the node that joined")
         first_busy_s = time.monotonic() - joined_at
         _one_worker_per_cpu(ray_cluster, node2, process)
-        assert len(ray_cluster.actor_pids("UnitWorker", node=ray_cluster.head)) == NODE_CPUS  # none moved or added there
+        assert (
+            len(ray_cluster.actor_pids("UnitWorker", node=ray_cluster.head)) == NODE_CPUS
+        )  # none moved or added there
     except BaseException:
         kill_pids([process.pid])
         raise

@@ -1,4 +1,5 @@
 """Published benchmark files load and grade unchanged; recorded verdicts are reproduced."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -39,7 +40,11 @@ def test_regrading_every_recorded_trial_reproduces_its_verdict() -> None:
     assert mismatches == []
 
 
-@pytest.mark.parametrize("trial", [t for t in TRIALS if t["recorded_metrics"]][:40], ids=lambda t: f"{t['eval_id']}-{t['model']}-{t['trial']}")
+@pytest.mark.parametrize(
+    "trial",
+    [t for t in TRIALS if t["recorded_metrics"]][:40],
+    ids=lambda t: f"{t['eval_id']}-{t['model']}-{t['trial']}",
+)
 def test_recorded_numeric_metrics_match(trial: dict) -> None:
     (eval_,) = [e for e in load_evals(CORPUS / "scbench" / "evals") if e.id == trial["eval_id"]]
     metrics = grade(eval_, trial["answer"]).metrics

@@ -1,5 +1,6 @@
 """What `run` would choke on is refused at load time, naming file and field: nesting beyond
 MAX_NESTING_DEPTH (Ray pickles evals), NaN/Infinity, duplicate keys, huge files and strings."""
+
 from __future__ import annotations
 
 import json
@@ -50,9 +51,19 @@ TOO_DEEP_FIELD = "grader.config.ground_truth" + "[0]" * (MAX_NESTING_DEPTH - 3)
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        pytest.param(eval_text(f'"correct_answer": "B", "ground_truth": {nested(500)}'), [(TOO_DEEP_FIELD, DEEP)], id="500-deep"),
-        pytest.param(eval_text(f'"correct_answer": "B", "ground_truth": {nested(5000)}'), [(TOO_DEEP_FIELD, DEEP)], id="5000-deep"),
-        pytest.param(eval_text(f'"correct_answer": "B", "ground_truth": {nested(MAX_NESTING_DEPTH - 2)}'), [(TOO_DEEP_FIELD, DEEP)], id="level-65"),
+        pytest.param(
+            eval_text(f'"correct_answer": "B", "ground_truth": {nested(500)}'), [(TOO_DEEP_FIELD, DEEP)], id="500-deep"
+        ),
+        pytest.param(
+            eval_text(f'"correct_answer": "B", "ground_truth": {nested(5000)}'),
+            [(TOO_DEEP_FIELD, DEEP)],
+            id="5000-deep",
+        ),
+        pytest.param(
+            eval_text(f'"correct_answer": "B", "ground_truth": {nested(MAX_NESTING_DEPTH - 2)}'),
+            [(TOO_DEEP_FIELD, DEEP)],
+            id="level-65",
+        ),
         pytest.param(
             eval_text(top=' "metadata": {"a b": ' + '{"x": ' * 70 + "1" + "}" * 70 + "},"),
             [('metadata["a b"]' + ".x" * (MAX_NESTING_DEPTH - 2), DEEP)],  # metadata["a b"] is level 3
@@ -137,7 +148,10 @@ def test_what_the_limit_protects_against_is_real() -> None:
 def test_problems_per_file_are_capped(tmp_path: Path) -> None:
     _, found = problems_in(tmp_path, eval_text('"correct_answer": "B", "x": [' + ", ".join(["NaN"] * 50) + "]"))
     assert len(found) == MAX_PROBLEMS_PER_FILE + 1
-    assert found[-2] == (f"grader.config.x[{MAX_PROBLEMS_PER_FILE - 1}]", f"NaN {NOT_JSON} (write a number, a string or null)")
+    assert found[-2] == (
+        f"grader.config.x[{MAX_PROBLEMS_PER_FILE - 1}]",
+        f"NaN {NOT_JSON} (write a number, a string or null)",
+    )
     assert found[-1] == ("", f"more problems not shown (at most {MAX_PROBLEMS_PER_FILE} per file)")
 
 

@@ -1,4 +1,5 @@
 """Eval files: valid ones load unchanged, broken ones give every problem with file and field."""
+
 from __future__ import annotations
 
 import json
@@ -25,7 +26,7 @@ def write(path: Path, content: object) -> Path:
 
 
 def good_eval(**overrides: object) -> dict:
-    data = {"id": "e1", "task": "Pick one. <EVAL_ANSWER>{\"answer\": \"A|B\"}</EVAL_ANSWER>", "grader": GOOD_GRADER}
+    data = {"id": "e1", "task": 'Pick one. <EVAL_ANSWER>{"answer": "A|B"}</EVAL_ANSWER>', "grader": GOOD_GRADER}
     data.update(overrides)
     return {k: v for k, v in data.items() if v is not ...}
 
@@ -238,7 +239,11 @@ def test_data_roots_survive_pickling_and_in_memory_evals_have_none(tmp_path: Pat
     import cloudpickle
 
     (eval_,) = load_evals(evals_folder(tmp_path, "../data/ok.csv"))
-    assert pickle.loads(pickle.dumps(eval_)).data_roots == cloudpickle.loads(cloudpickle.dumps(eval_)).data_roots == eval_.data_roots
+    assert (
+        pickle.loads(pickle.dumps(eval_)).data_roots
+        == cloudpickle.loads(cloudpickle.dumps(eval_)).data_roots
+        == eval_.data_roots
+    )
     assert Eval.model_validate(good_eval(data_node="/etc/passwd")).data_roots == ()
 
 

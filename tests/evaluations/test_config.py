@@ -1,4 +1,5 @@
 """Bad arguments are rejected up front, with messages naming the evaluator and the field."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -42,30 +43,53 @@ def problems(evaluators=None, file=FILE, dataset=None, name="qa") -> str:
 @pytest.mark.parametrize(
     ("evaluator", "expected"),
     [
-        ({"path": "acc", "args_type": "target_sometimes", "return_type": "boolean", "callable": bool},
-         ["evaluator 'acc' (evaluators[0]): args_type:", "'target_free' or 'target_required'"]),
-        ({"path": "acc", "return_type": "percentage", "callable": bool},
-         ["evaluator 'acc' (evaluators[0]): return_type:", "'multi_select'"]),
-        ({"path": "acc", "return_type": "boolean", "callable": "lambda log: True"},
-         ["evaluator 'acc' (evaluators[0]): callable: must be callable, got str"]),
+        (
+            {"path": "acc", "args_type": "target_sometimes", "return_type": "boolean", "callable": bool},
+            ["evaluator 'acc' (evaluators[0]): args_type:", "'target_free' or 'target_required'"],
+        ),
+        (
+            {"path": "acc", "return_type": "percentage", "callable": bool},
+            ["evaluator 'acc' (evaluators[0]): return_type:", "'multi_select'"],
+        ),
+        (
+            {"path": "acc", "return_type": "boolean", "callable": "lambda log: True"},
+            ["evaluator 'acc' (evaluators[0]): callable: must be callable, got str"],
+        ),
         ({"path": "acc", "return_type": "boolean"}, ["evaluator 'acc' (evaluators[0]): callable: is required"]),
         ({"path": "acc", "callable": bool}, ["evaluator 'acc' (evaluators[0]): return_type: is required"]),
-        ({"path": "acc", "return_type": "boolean", "callable": bool, "threshold": "high"},
-         ["evaluator 'acc' (evaluators[0]): threshold: must be a number, got 'high' (str)"]),
-        ({"path": "acc", "return_type": "boolean", "callable": bool, "threshold": True},
-         ["threshold: must be a number, got True (bool)"]),
-        ({"path": "acc", "return_type": "boolean", "callable": bool, "threshold": 80},
-         ["evaluator 'acc' (evaluators[0])", "share of logs in [0, 1] (e.g. 0.8 for 80%), got 80"]),
+        (
+            {"path": "acc", "return_type": "boolean", "callable": bool, "threshold": "high"},
+            ["evaluator 'acc' (evaluators[0]): threshold: must be a number, got 'high' (str)"],
+        ),
+        (
+            {"path": "acc", "return_type": "boolean", "callable": bool, "threshold": True},
+            ["threshold: must be a number, got True (bool)"],
+        ),
+        (
+            {"path": "acc", "return_type": "boolean", "callable": bool, "threshold": 80},
+            ["evaluator 'acc' (evaluators[0])", "share of logs in [0, 1] (e.g. 0.8 for 80%), got 80"],
+        ),
         ({"path": "acc", "return_type": "select", "callable": str, "threshold": 1.5}, ["share of logs in [0, 1]"]),
-        ({"path": "acc", "return_type": "text", "callable": str, "threshold": 0.5},
-         ["a text evaluator has no score, so it takes no threshold"]),
-        ({"path": "acc", "return_type": "number", "callable": len, "threshold": float("nan")}, ["threshold: must be finite"]),
-        ({"path": "acc", "return_type": "boolean", "callable": bool, "treshold": 0.5},
-         ["evaluator 'acc' (evaluators[0]): treshold: is not a known field"]),
-        ({"path": "acc", "args_type": "target_required", "return_type": "boolean", "callable": lambda log: True},
-         ["cannot be called as callable(log, datapoint) (target_required)", "too many positional arguments"]),
-        ({"path": "acc", "return_type": "boolean", "callable": lambda log, datapoint: True},
-         ["cannot be called as callable(log) (target_free)", "missing a required argument: 'datapoint'"]),
+        (
+            {"path": "acc", "return_type": "text", "callable": str, "threshold": 0.5},
+            ["a text evaluator has no score, so it takes no threshold"],
+        ),
+        (
+            {"path": "acc", "return_type": "number", "callable": len, "threshold": float("nan")},
+            ["threshold: must be finite"],
+        ),
+        (
+            {"path": "acc", "return_type": "boolean", "callable": bool, "treshold": 0.5},
+            ["evaluator 'acc' (evaluators[0]): treshold: is not a known field"],
+        ),
+        (
+            {"path": "acc", "args_type": "target_required", "return_type": "boolean", "callable": lambda log: True},
+            ["cannot be called as callable(log, datapoint) (target_required)", "too many positional arguments"],
+        ),
+        (
+            {"path": "acc", "return_type": "boolean", "callable": lambda log, datapoint: True},
+            ["cannot be called as callable(log) (target_free)", "missing a required argument: 'datapoint'"],
+        ),
         ({"path": "  ", "return_type": "boolean", "callable": bool}, ["path: must be a non-empty string"]),
         ("exact", ["evaluators[0]: must be a dict {path, args_type, return_type, callable, threshold}, got str"]),
     ],
@@ -84,7 +108,10 @@ def test_every_problem_is_reported_at_once() -> None:
             {"path": "n", "return_type": "number", "callable": 3},
         ],
         file={"path": "", "callable": answer, "type": "spreadsheet"},
-        dataset={"path": "qa", "datapoints": [{"inputs": {"question": "x"}, "target": "y"}, {"inputs": {"q": object()}}]},
+        dataset={
+            "path": "qa",
+            "datapoints": [{"inputs": {"question": "x"}, "target": "y"}, {"inputs": {"q": object()}}],
+        },
         name="",
     )
     assert "5 problem(s)" in message or "6 problem(s)" in message, message
@@ -97,21 +124,38 @@ def test_every_problem_is_reported_at_once() -> None:
 
 
 def test_dataset_problems() -> None:
-    assert "dataset 'qa': datapoints is empty: nothing to evaluate" in problems(dataset={"path": "qa", "datapoints": []})
+    assert "dataset 'qa': datapoints is empty: nothing to evaluate" in problems(
+        dataset={"path": "qa", "datapoints": []}
+    )
     assert "dataset: must be a dict {path, datapoints}, got list" in problems(dataset=[1])
     assert "dataset: path: must be a non-empty string, got None" in problems(dataset={"datapoints": [{}]})
-    message = problems(dataset={"path": "qa", "datapoints": [{"inputs": {"question": "x"}, "target": {"a": 1}, "extra": 1}]})
+    message = problems(
+        dataset={"path": "qa", "datapoints": [{"inputs": {"question": "x"}, "target": {"a": 1}, "extra": 1}]}
+    )
     assert "dataset 'qa': datapoints[0]: extra: is not a known field" in message
-    message = problems(dataset={"path": "qa", "datapoints": [{"inputs": {"question": "x", "messages": []}, "messages": [], "target": 1}]})
+    message = problems(
+        dataset={
+            "path": "qa",
+            "datapoints": [{"inputs": {"question": "x", "messages": []}, "messages": [], "target": 1}],
+        }
+    )
     assert "datapoints[0]: inputs has a 'messages' key" in message
-    message = problems(dataset={"path": "qa", "datapoints": [{"id": "a", "inputs": {"question": "x"}, "target": 1}] * 2})
+    message = problems(
+        dataset={"path": "qa", "datapoints": [{"id": "a", "inputs": {"question": "x"}, "target": 1}] * 2}
+    )
     assert "datapoints[1].id 'a' repeats datapoints[0].id" in message
 
 
 def test_target_required_evaluators_need_targets_and_the_callable_must_take_the_inputs() -> None:
-    dataset = {"path": "qa", "datapoints": [{"inputs": {"question": "x"}, "target": {"a": 1}}, {"inputs": {"question": "y"}}]}
+    dataset = {
+        "path": "qa",
+        "datapoints": [{"inputs": {"question": "x"}, "target": {"a": 1}}, {"inputs": {"question": "y"}}],
+    }
     message = problems(dataset=dataset)
-    assert "evaluator 'exact' (evaluators[0]) is target_required, but datapoints[1] of dataset 'qa' have no target" in message
+    assert (
+        "evaluator 'exact' (evaluators[0]) is target_required, but datapoints[1] of dataset 'qa' have no target"
+        in message
+    )
     dataset = {"path": "qa", "datapoints": [{"inputs": {"query": "x"}, "target": 1}]}
     message = problems(dataset=dataset)
     assert "file 'qa/answerer': callable cannot take the inputs of datapoints[0]" in message
@@ -137,7 +181,11 @@ def test_nothing_starts_before_validation(tmp_path: Path) -> None:
 
 
 def test_ids_versions_and_defaults() -> None:
-    dataset = {"path": "qa", "datapoints": [{"inputs": {"question": "x"}, "target": 1}] * 2 + [{"id": "mine", "inputs": {"question": "y"}, "target": 2}]}
+    dataset = {
+        "path": "qa",
+        "datapoints": [{"inputs": {"question": "x"}, "target": 1}] * 2
+        + [{"id": "mine", "inputs": {"question": "y"}, "target": 2}],
+    }
     spec = validate_arguments("qa", {**FILE, "version": {"temperature": 0.2, "model": "m"}}, [GOOD], dataset)
     first, second, mine = spec.datapoint_ids
     assert first.startswith("dp-") and second == f"{first}-2" and mine == "mine"
@@ -156,16 +204,29 @@ def test_judgments_are_checked_against_the_return_type() -> None:
     assert coerce_judgment(np.float64(0.5), "number") == 0.5
     assert coerce_judgment(None, "boolean") is None
     assert coerce_judgment(("b", "a", "b"), "multi_select") == ["b", "a"]
-    for value, kind in [(1, "boolean"), ("3", "number"), (True, "number"), (float("inf"), "number"), (3, "select"),
-                        (["a", 1], "multi_select"), ({"a": 1}, "text")]:
+    for value, kind in [
+        (1, "boolean"),
+        ("3", "number"),
+        (True, "number"),
+        (float("inf"), "number"),
+        (3, "select"),
+        (["a", 1], "multi_select"),
+        ({"a": 1}, "text"),
+    ]:
         with pytest.raises(TypeError, match=f"a {kind} evaluator"):
             coerce_judgment(value, kind)
     boom = LocalEvaluator("boom", "target_free", "boolean", None, lambda log: 1 / 0)
     assert boom.judge({}, {})["error"] == "ZeroDivisionError: division by zero"
     wrong = LocalEvaluator("wrong", "target_free", "boolean", None, lambda log: "yes")
-    assert wrong.judge({}, {}) == {"error": "wrong: returned 'yes' (str); a boolean evaluator returns True, False or None"}
-    evaluators = [LocalEvaluator("b", "target_free", "boolean", None, bool), LocalEvaluator("n", "target_free", "number", 2, len),
-                  LocalEvaluator("m", "target_free", "number", None, len), LocalEvaluator("s", "target_free", "select", None, str)]
+    assert wrong.judge({}, {}) == {
+        "error": "wrong: returned 'yes' (str); a boolean evaluator returns True, False or None"
+    }
+    evaluators = [
+        LocalEvaluator("b", "target_free", "boolean", None, bool),
+        LocalEvaluator("n", "target_free", "number", 2, len),
+        LocalEvaluator("m", "target_free", "number", None, len),
+        LocalEvaluator("s", "target_free", "select", None, str),
+    ]
     assert log_checks(evaluators, {"b": True, "n": 1, "m": 0, "s": "x"}) == {"b": True, "n": False}
     assert log_checks(evaluators, {"b": {"error": "x"}, "n": 2}) == {"b": False, "n": True}
     assert output_text("x") == "x" and output_text({"a": 1}) == '{"a": 1}'

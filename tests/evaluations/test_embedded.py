@@ -1,5 +1,6 @@
 """The user's path: ``evaluations.run`` starts its own loopback Ray, shows progress, prints the
 report and shuts Ray down again."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -18,10 +19,20 @@ def test_run_with_its_own_ray_prints_progress_and_report(tmp_path: Path, capsys:
     answers = {"2+2?": "4", "3*3?": "9"}  # a closure over local data: shipped by value
     result = rayeval.evaluations.run(
         name="arith",
-        file={"path": "math/solver", "type": "prompt", "version": {"model": "tiny", "temperature": 0}, "callable": lambda question, **_: answers.get(question, "?")},
+        file={
+            "path": "math/solver",
+            "type": "prompt",
+            "version": {"model": "tiny", "temperature": 0},
+            "callable": lambda question, **_: answers.get(question, "?"),
+        },
         evaluators=[
-            {"path": "correct", "args_type": "target_required", "return_type": "boolean",
-             "callable": lambda log, dp: log["output"] == dp["target"]["answer"], "threshold": 0.4},
+            {
+                "path": "correct",
+                "args_type": "target_required",
+                "return_type": "boolean",
+                "callable": lambda log, dp: log["output"] == dp["target"]["answer"],
+                "threshold": 0.4,
+            },
         ],
         dataset=qa_dataset("math/smoke"),
         workers=2,

@@ -1,4 +1,5 @@
 """The evaluation name index, on a local root and on S3 (no Ray needed)."""
+
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
@@ -20,15 +21,25 @@ T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 def record(name: str, run_id: str, minutes: int, status: str = "completed") -> EvaluationRunRecord:
     return EvaluationRunRecord(
-        name=name, run_id=run_id, status=status, version_id="qa/answerer", file={"path": "qa/answerer"},
-        dataset={"path": "qa"}, evaluators=[EvaluatorRecord(path="exact", args_type="target_free", return_type="boolean")],
+        name=name,
+        run_id=run_id,
+        status=status,
+        version_id="qa/answerer",
+        file={"path": "qa/answerer"},
+        dataset={"path": "qa"},
+        evaluators=[EvaluatorRecord(path="exact", args_type="target_free", return_type="boolean")],
         created_at=T0 + timedelta(minutes=minutes),
     )
 
 
 def exercise(store: ResultStore) -> None:
     assert read_records(store, "qa/nightly") == [] and previous_run(store, "qa/nightly", before="x") is None
-    for run_id, minutes, status in [("b", 2, "completed"), ("a", 1, "completed"), ("c", 3, "cancelled"), ("d", 4, "completed")]:
+    for run_id, minutes, status in [
+        ("b", 2, "completed"),
+        ("a", 1, "completed"),
+        ("c", 3, "cancelled"),
+        ("d", 4, "completed"),
+    ]:
         write_record(store, record("qa/nightly", run_id, minutes, status))
         store.write_manifest(RunManifest(run_id=run_id))
     write_record(store, record("other", "z", 9))

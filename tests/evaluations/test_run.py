@@ -1,4 +1,5 @@
 """evaluations.run on a real embedded Ray: judgments, errors, thresholds, deltas, stored rows."""
+
 from __future__ import annotations
 
 import json
@@ -29,20 +30,49 @@ def exact(log: dict, datapoint: dict) -> bool:
 
 def evaluators(threshold: float | None = None) -> list[dict]:
     return [
-        {"path": "exact", "args_type": "target_required", "return_type": "boolean", "callable": exact, "threshold": threshold},
-        {"path": "score", "args_type": "target_free", "return_type": "number", "callable": lambda log: len(log["output"])},  # also a column name
-        {"path": "kind", "return_type": "select", "callable": lambda log: "numeric" if log["output"].isdigit() else "words"},
-        {"path": "tags", "return_type": "multi_select",
-         "callable": lambda log: (["short"] if len(log["output"]) < 5 else []) + (["brief"] if "brief" in log["output"] else [])},
-        {"path": "status", "return_type": "text", "callable": lambda log: log["inputs"]["question"]},  # a column the stats read too
+        {
+            "path": "exact",
+            "args_type": "target_required",
+            "return_type": "boolean",
+            "callable": exact,
+            "threshold": threshold,
+        },
+        {
+            "path": "score",
+            "args_type": "target_free",
+            "return_type": "number",
+            "callable": lambda log: len(log["output"]),
+        },  # also a column name
+        {
+            "path": "kind",
+            "return_type": "select",
+            "callable": lambda log: "numeric" if log["output"].isdigit() else "words",
+        },
+        {
+            "path": "tags",
+            "return_type": "multi_select",
+            "callable": lambda log: (
+                (["short"] if len(log["output"]) < 5 else []) + (["brief"] if "brief" in log["output"] else [])
+            ),
+        },
+        {
+            "path": "status",
+            "return_type": "text",
+            "callable": lambda log: log["inputs"]["question"],
+        },  # a column the stats read too
     ]
 
 
 def test_judgments_stats_and_rows_of_a_first_run(tmp_path: Path) -> None:
     output = results_root(tmp_path)
     result = evaluations.run(
-        "qa-first", {"path": "qa/answerer", "version": "v1", "callable": answer}, evaluators(0.5), qa_dataset(),
-        workers=3, output=output, **FAST,
+        "qa-first",
+        {"path": "qa/answerer", "version": "v1", "callable": answer},
+        evaluators(0.5),
+        qa_dataset(),
+        workers=3,
+        output=output,
+        **FAST,
     )
     checks = {c.path: c for c in result.checks}
     # exact: 4 of 5 right; a first run reports the true score and no delta
@@ -75,7 +105,13 @@ def test_judgments_stats_and_rows_of_a_first_run(tmp_path: Path) -> None:
     rows = {json.loads(r.answer_json)["output"]: r for r in frame.itertuples()}
     assert "blue (brief)" in rows  # messages were passed only where the datapoint has them
     sky = json.loads(rows["blue (brief)"].metrics_json)
-    assert sky["evaluators"] == {"exact": True, "score": 12, "kind": "words", "tags": ["brief"], "status": "colour of the sky?"}
+    assert sky["evaluators"] == {
+        "exact": True,
+        "score": 12,
+        "kind": "words",
+        "tags": ["brief"],
+        "status": "colour of the sky?",
+    }
     wrong = rows["no idea"]
     assert wrong.status == "failed" and not wrong.passed and wrong.score == 0.0  # the one check (exact) failed
     assert rows["4"].status == "passed" and rows["4"].passed and rows["4"].score == 1.0
@@ -96,11 +132,19 @@ def test_errors_thresholds_and_the_delta_of_a_second_run(tmp_path: Path) -> None
         return answer(question, **kwargs)
 
     config = [
-        {"path": "exact", "args_type": "target_required", "return_type": "boolean", "callable": exact, "threshold": 0.9},
+        {
+            "path": "exact",
+            "args_type": "target_required",
+            "return_type": "boolean",
+            "callable": exact,
+            "threshold": 0.9,
+        },
         {"path": "judge", "return_type": "number", "callable": flaky, "threshold": 0.5},
         {"path": "wrong-type", "return_type": "boolean", "callable": lambda log: "yes"},
     ]
-    first = evaluations.run("qa", {"path": "qa/answerer", "callable": exploding}, config, qa_dataset(), output=output, **FAST)
+    first = evaluations.run(
+        "qa", {"path": "qa/answerer", "callable": exploding}, config, qa_dataset(), output=output, **FAST
+    )
     checks = {c.path: c for c in first.checks}
     # 4 of 5 logs right; the failed callable is an error: not true, not a judgment
     assert checks["exact"].score == pytest.approx(0.8) and checks["exact"].num_errors == 1
@@ -128,8 +172,12 @@ def test_errors_thresholds_and_the_delta_of_a_second_run(tmp_path: Path) -> None
     # the same name again with a changed callable: 5/5 right now, no errors
     better = dict(KNOWN, **{"meaning of life?": "42"})
     second = evaluations.run(
-        "qa", {"path": "qa/answerer", "version": "v2", "callable": lambda question, **kw: better[question]},
-        config, qa_dataset(), output=output, **FAST,
+        "qa",
+        {"path": "qa/answerer", "version": "v2", "callable": lambda question, **kw: better[question]},
+        config,
+        qa_dataset(),
+        output=output,
+        **FAST,
     )
     checks = {c.path: c for c in second.checks}
     assert second.previous_run_id == first.run_id and second.run_id != first.run_id
@@ -144,8 +192,12 @@ def test_errors_thresholds_and_the_delta_of_a_second_run(tmp_path: Path) -> None
     assert sorted(frame["eval_id"]) == sorted(pd.read_parquet(Path(output) / f"run_id={first.run_id}")["eval_id"])
 
     # another name under the same root is a first run again
-    other = evaluations.run("qa-other", {"path": "qa/answerer", "callable": answer}, config[:1], qa_dataset(), output=output, **FAST)
-    assert other.previous_run_id is None and other.checks[0].delta is None and other.checks[0].score == pytest.approx(0.8)
+    other = evaluations.run(
+        "qa-other", {"path": "qa/answerer", "callable": answer}, config[:1], qa_dataset(), output=output, **FAST
+    )
+    assert (
+        other.previous_run_id is None and other.checks[0].delta is None and other.checks[0].score == pytest.approx(0.8)
+    )
 
 
 def others_seen(question: str, **kwargs) -> str:
@@ -153,16 +205,33 @@ def others_seen(question: str, **kwargs) -> str:
     import gc
 
     texts = [getattr(obj, "task", "") for obj in gc.get_objects() if type(obj).__name__ == "Eval"]
-    seen = {f"secret question {i}" for i in range(4) for text in texts if isinstance(text, str) and f"secret question {i}" in text}
+    seen = {
+        f"secret question {i}"
+        for i in range(4)
+        for text in texts
+        if isinstance(text, str) and f"secret question {i}" in text
+    }
     return json.dumps(sorted(seen - {question}))
 
 
 def test_sandboxed_datapoints_see_their_own_inputs_only(tmp_path: Path) -> None:
-    dataset = {"path": "qa/private", "datapoints": [{"inputs": {"question": f"secret question {i}"}, "target": {"answer": "x"}} for i in range(4)]}
+    dataset = {
+        "path": "qa/private",
+        "datapoints": [{"inputs": {"question": f"secret question {i}"}, "target": {"answer": "x"}} for i in range(4)],
+    }
     checks = [{"path": "length", "return_type": "number", "callable": lambda log: len(log["output"])}]
     for isolation, expect_leak in (("sandbox", False), ("inline", True)):
         output = results_root(tmp_path / isolation)
-        evaluations.run("private", {"path": "spy", "callable": others_seen}, checks, dataset, workers=2, output=output, isolation=isolation, **FAST)
+        evaluations.run(
+            "private",
+            {"path": "spy", "callable": others_seen},
+            checks,
+            dataset,
+            workers=2,
+            output=output,
+            isolation=isolation,
+            **FAST,
+        )
         rows = pd.read_parquet(output)
         assert set(rows["isolation"]) == {isolation}
         leaked = [json.loads(json.loads(answer)["output"]) for answer in rows["answer_json"]]

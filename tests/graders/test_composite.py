@@ -1,4 +1,5 @@
 """all_of / composite and average_of beyond the conformance vectors."""
+
 from __future__ import annotations
 
 import pytest
@@ -105,8 +106,12 @@ def test_all_of_rejects_rule_keys_even_when_null(extra):
 def test_all_of_ignores_points_and_child_scores():
     result = all_of([gate("x", 1, points=0), gate("y", "up", points="lots")])
     assert (result.passed, result.score, result.score_max) == (True, 1.0, 1.0)
-    weak = {"answer_field": "q", "predicate": {"op": "weighted_label", "table": {"STRONG": 2, "WEAK": 1}},
-            "role": "gate", "name": "wl"}
+    weak = {
+        "answer_field": "q",
+        "predicate": {"op": "weighted_label", "table": {"STRONG": 2, "WEAK": 1}},
+        "role": "gate",
+        "name": "wl",
+    }
     result = all_of([weak])
     assert (result.passed, result.score) == (True, 1.0)
     assert result.metrics["scoring_total_score"] == 1.0 and result.metrics["score_denominator"] == 2.0
@@ -205,8 +210,7 @@ def test_hard_fail_with_configuration_error_is_misconfigured_and_unavailable():
 
 def test_hard_fail_triggers_on_missing_and_invalid_values():
     missing = hard_fail("absent", True, name="m")
-    invalid = {"answer_field": "x", "predicate": {"op": "f1", "expected": ["a"]}, "role": "hard_fail",
-               "name": "i"}
+    invalid = {"answer_field": "x", "predicate": {"op": "f1", "expected": ["a"]}, "role": "hard_fail", "name": "i"}
     result = average_of([gate("x", 1), missing, invalid])
     assert (result.passed, result.score) == (False, 0.0)
     assert result.metrics["hard_fail_triggered"] == ["m", "i"]
@@ -341,8 +345,13 @@ def test_points_on_any_hard_fail_child_is_an_error():
 
 def test_points_rescale_typed_children_and_weighted_leaves():
     partial = typed("average_of", {"children": [gate("x", 1), gate("y", "down")]}, points=4, name="nested")
-    weighted = {"answer_field": "q", "predicate": {"op": "weighted_label", "table": {"STRONG": 2, "WEAK": 1}},
-                "role": "additive", "points": 1.5, "name": "wl"}
+    weighted = {
+        "answer_field": "q",
+        "predicate": {"op": "weighted_label", "table": {"STRONG": 2, "WEAK": 1}},
+        "role": "additive",
+        "points": 1.5,
+        "name": "wl",
+    }
     result = average_of([partial, weighted])
     # nested: 0.5 of 4 = 2; weighted: WEAK is 1/2 of 1.5 = 0.75; (2 + 0.75) / 5.5
     assert result.field_scores == {"nested": 2.0, "wl": 0.75}
@@ -352,8 +361,11 @@ def test_points_rescale_typed_children_and_weighted_leaves():
 
 
 def test_negative_child_scores_pull_siblings_down():
-    weighted = {"answer_field": "q", "predicate": {"op": "weighted_label", "table": {"BAD": -1, "GOOD": 2}},
-                "role": "additive"}
+    weighted = {
+        "answer_field": "q",
+        "predicate": {"op": "weighted_label", "table": {"BAD": -1, "GOOD": 2}},
+        "role": "additive",
+    }
     result = average_of([gate("x", 1), weighted], answer={"x": 1, "q": "BAD"})
     assert result.metrics["scoring_total_score"] == 0.0 and result.metrics["score_denominator"] == 3.0
     assert (result.passed, result.score) == (True, 0.0)
@@ -400,8 +412,11 @@ def test_min_passing_bounds_use_valid_scoring_children_only():
 
 
 def test_score_threshold_uses_the_raw_total():
-    weighted = {"answer_field": "q", "predicate": {"op": "weighted_label", "table": {"STRONG": 4, "WEAK": 3}},
-                "role": "additive"}
+    weighted = {
+        "answer_field": "q",
+        "predicate": {"op": "weighted_label", "table": {"STRONG": 4, "WEAK": 3}},
+        "role": "additive",
+    }
     # total 1 + 3 = 4 over 5: passes a threshold of 4 although the normalized score is 0.8
     result = average_of([gate("x", 1), weighted], pass_rule="score_threshold", score_threshold=4)
     assert (result.passed, result.score) == (True, pytest.approx(0.8))

@@ -1,4 +1,5 @@
 """Every reference test vector: verdict, score, score_max and the configuration-error flag."""
+
 from __future__ import annotations
 
 import math

@@ -1,4 +1,5 @@
 """distribution_comparison: spec behaviours beyond the conformance vectors."""
+
 from __future__ import annotations
 
 import pytest

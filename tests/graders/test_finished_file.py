@@ -1,4 +1,5 @@
 """finished_file behaviours beyond the conformance vectors."""
+
 from __future__ import annotations
 
 import pytest
@@ -47,8 +48,10 @@ def test_non_dict_answer_is_an_agent_failure(answer) -> None:
     assert result.passed is False and result.metrics == {} and result.agent_answer is None
 
 
-@pytest.mark.parametrize("config", [None, "finished", ["finished"], {"expected": None}, {"expected": ["x"]},
-                                    {"expected": "\u00a0"}, {"expected": 0}])
+@pytest.mark.parametrize(
+    "config",
+    [None, "finished", ["finished"], {"expected": None}, {"expected": ["x"]}, {"expected": "\u00a0"}, {"expected": 0}],
+)
 def test_config_errors_win_over_a_non_dict_answer(config) -> None:
     result = grade(None, config)
     assert list(result.metrics) == ["configuration_error"]

@@ -1,4 +1,5 @@
 """Property tests: whatever JSON a grader is given, it returns a well-formed result."""
+
 from __future__ import annotations
 
 import json

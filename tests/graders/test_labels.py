@@ -1,4 +1,5 @@
 """label_set_jaccard behaviours beyond the conformance vectors."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """marker_gene_precision_recall and marker_gene_separation beyond the conformance vectors."""
+
 from __future__ import annotations
 
 import pytest
@@ -7,8 +8,15 @@ from rayeval.graders import get_grader
 
 PER_CELLTYPE = {"T": ["CD3E", "CD4"], "B": ["MS4A1", "CD19"], "NK": ["NKG7", "GNLY"]}
 CELLTYPE_KEYS = {
-    "pass", "recall", "num_predicted", "num_unique_predicted", "expected_count",
-    "cardinality_pass", "num_canonical", "true_positives", "false_negatives",
+    "pass",
+    "recall",
+    "num_predicted",
+    "num_unique_predicted",
+    "expected_count",
+    "cardinality_pass",
+    "num_canonical",
+    "true_positives",
+    "false_negatives",
 }
 
 

@@ -1,4 +1,5 @@
 """list_match and dict_match beyond the conformance vectors."""
+
 from __future__ import annotations
 
 import pytest
@@ -226,8 +227,15 @@ def test_list_match_configuration_errors(config):
 
 
 def test_list_match_accepts_boundary_settings():
-    result = list_match([{"id": "A", "s": "Y"}], CAPACITY_ROWS, k=None, deduplicate_by=None, tuple_pass_min=3,
-                        additive_score_min=0.0, match_key_normalize="anything")
+    result = list_match(
+        [{"id": "A", "s": "Y"}],
+        CAPACITY_ROWS,
+        k=None,
+        deduplicate_by=None,
+        tuple_pass_min=3,
+        additive_score_min=0.0,
+        match_key_normalize="anything",
+    )
     assert "configuration_error" not in result.metrics
     assert result.passed is False  # 1 < tuple_pass_min
     assert result.score == 0.5

@@ -1,4 +1,5 @@
 """multiple_choice token rules and result shapes beyond the conformance vectors."""
+
 from __future__ import annotations
 
 import pytest

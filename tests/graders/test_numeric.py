@@ -1,4 +1,5 @@
 """numeric_tolerance and numeric_range: spec behaviours beyond the conformance vectors."""
+
 from __future__ import annotations
 
 import math
@@ -275,7 +276,12 @@ def test_global_asymmetric_entry_applies_to_all_fields():
 
 @pytest.mark.parametrize(
     "override",
-    [{"type": "min", "value": "3"}, {"value": None}, {"value": [1]}, {"type": "absolute", "value": 5, "lower": "x", "upper": 1}],
+    [
+        {"type": "min", "value": "3"},
+        {"value": None},
+        {"value": [1]},
+        {"type": "absolute", "value": 5, "lower": "x", "upper": 1},
+    ],
 )
 def test_unvalidated_global_override_that_cannot_compare_fails_only_its_field(override):
     config = {"ground_truth": {"a": 4, "b": 3}, "tolerances": {"type": "absolute", "value": 0, "a": override}}
@@ -287,7 +293,10 @@ def test_unvalidated_global_override_that_cannot_compare_fails_only_its_field(ov
 
 
 def test_unknown_override_type_records_null_error():
-    config = {"ground_truth": {"a": 1}, "tolerances": {"type": "absolute", "value": 0, "a": {"type": "bogus", "value": 1}}}
+    config = {
+        "ground_truth": {"a": 1},
+        "tolerances": {"type": "absolute", "value": 0, "a": {"type": "bogus", "value": 1}},
+    }
     result = tolerance({"a": 1}, config)
     assert result.passed is False
     assert result.metrics["a_error"] is None
@@ -307,7 +316,10 @@ def test_global_override_defaults_to_absolute_type():
 
 
 def test_global_override_with_huge_bound_is_a_failed_field_not_a_grader_error():
-    config = {"ground_truth": {"a": 1.5}, "tolerances": {"type": "absolute", "value": 0, "a": {"value": 0, "lower": HUGE, "upper": 1}}}
+    config = {
+        "ground_truth": {"a": 1.5},
+        "tolerances": {"type": "absolute", "value": 0, "a": {"value": 0, "lower": HUGE, "upper": 1}},
+    }
     result = tolerance({"a": 1.5}, config)
     assert_agent_failure(result)
     assert result.metrics["a_pass"] is False
@@ -331,10 +343,26 @@ def test_range_metrics_for_every_field():
     }
     result = in_range({"b": None, "c": "seven", "d": True}, config)
     assert result.metrics == {
-        "a_expected": 5, "a_min": 1, "a_max": 10.5, "a_actual": None, "a_pass": False,
-        "b_expected": 5, "b_min": 1, "b_max": 10.5, "b_actual": None, "b_pass": False,
-        "c_expected": 5, "c_min": 1, "c_max": 10.5, "c_actual": "seven", "c_pass": False,
-        "d_expected": 5, "d_min": 1, "d_max": 10.5, "d_actual": 1, "d_pass": False,
+        "a_expected": 5,
+        "a_min": 1,
+        "a_max": 10.5,
+        "a_actual": None,
+        "a_pass": False,
+        "b_expected": 5,
+        "b_min": 1,
+        "b_max": 10.5,
+        "b_actual": None,
+        "b_pass": False,
+        "c_expected": 5,
+        "c_min": 1,
+        "c_max": 10.5,
+        "c_actual": "seven",
+        "c_pass": False,
+        "d_expected": 5,
+        "d_min": 1,
+        "d_max": 10.5,
+        "d_actual": 1,
+        "d_pass": False,
     }
     assert result.field_scores == {"a": 0.0, "b": 0.0, "c": 0.0, "d": 0.0}
 

@@ -1,4 +1,5 @@
 """The predicate language and the root predicate_leaf grader, beyond the conformance vectors."""
+
 from __future__ import annotations
 
 import math
@@ -306,14 +307,14 @@ def test_bad_answer_field_is_a_configuration_error(answer_field):
 
 @pytest.mark.parametrize("threshold", [True, "0.5", None, -0.01, float("inf"), [0.5]])
 def test_scalar_threshold_validation(threshold):
-    result = leaf({"x": ["a"]}, predicate={"op": "f1", "expected": ["a"]}, role="gate", answer_field="x",
-                  threshold=threshold)
+    result = leaf(
+        {"x": ["a"]}, predicate={"op": "f1", "expected": ["a"]}, role="gate", answer_field="x", threshold=threshold
+    )
     assert result.metrics["configuration_error"]
 
 
 def test_scalar_threshold_above_one_is_allowed_but_unreachable_for_f1():
-    result = leaf({"x": ["a"]}, predicate={"op": "f1", "expected": ["a"]}, role="gate", answer_field="x",
-                  threshold=1.5)
+    result = leaf({"x": ["a"]}, predicate={"op": "f1", "expected": ["a"]}, role="gate", answer_field="x", threshold=1.5)
     assert "configuration_error" not in result.metrics
     assert result.passed is False and result.score == 1.0
 
@@ -350,7 +351,11 @@ def test_missing_versus_null_at_the_root():
     absent = leaf({"y": 1}, predicate=not_five, role="hard_fail", answer_field="x")
     assert absent.passed is False and absent.score == 0.0  # fails closed, even as a veto
     assert absent.metrics == {
-        "op": "not", "role": "hard_fail", "answer_field": "x", "name": None, "missing_answer_field": True
+        "op": "not",
+        "role": "hard_fail",
+        "answer_field": "x",
+        "name": None,
+        "missing_answer_field": True,
     }
     present = leaf({"x": None}, predicate=not_five, role="gate", answer_field="x")
     assert present.passed is True
@@ -371,8 +376,9 @@ def test_success_and_invalid_answer_metrics():
         "score_max": 1.0,
     }
     assert result.field_scores == {"a.b": 1.0}
-    whole = leaf({"s": ["a"]}, predicate={"op": "field", "name": "s", "body": {"op": "f1", "expected": ["a"]}},
-                 role="gate")
+    whole = leaf(
+        {"s": ["a"]}, predicate={"op": "field", "name": "s", "body": {"op": "f1", "expected": ["a"]}}, role="gate"
+    )
     assert whole.field_scores == {"<root>": 1.0} and whole.metrics["raw_result"] == 1.0
     invalid = leaf({"x": 3}, predicate={"op": "f1", "expected": ["a"]}, role="gate", answer_field="x", name="n")
     assert set(invalid.metrics) == {"invalid_answer", "name"} and invalid.metrics["name"] == "n"

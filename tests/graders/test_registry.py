@@ -1,4 +1,5 @@
 """The registry: built-in names and aliases, user graders by decorator and by entry point."""
+
 from __future__ import annotations
 
 import json
@@ -18,10 +19,24 @@ from rayeval.graders import (
 )
 
 BUILT_IN = {
-    "numeric_tolerance", "numeric_range", "label_set_jaccard", "jaccard_label_set",
-    "distribution_comparison", "marker_gene_precision_recall", "marker_gene_separation",
-    "spatial_adjacency", "multiple_choice", "refusal_vocab", "predicate_leaf", "all_of",
-    "composite", "average_of", "list_match", "dict_match", "longest_subsequence", "finished_file",
+    "numeric_tolerance",
+    "numeric_range",
+    "label_set_jaccard",
+    "jaccard_label_set",
+    "distribution_comparison",
+    "marker_gene_precision_recall",
+    "marker_gene_separation",
+    "spatial_adjacency",
+    "multiple_choice",
+    "refusal_vocab",
+    "predicate_leaf",
+    "all_of",
+    "composite",
+    "average_of",
+    "list_match",
+    "dict_match",
+    "longest_subsequence",
+    "finished_file",
 }
 
 
@@ -61,7 +76,9 @@ def test_user_grader_by_decorator_works_in_eval_files_and_composites(tmp_path: P
             return GraderResult(passed=ok, score=float(ok))
 
     path = tmp_path / "e.json"
-    path.write_text(json.dumps({"id": "w", "task": "say it", "grader": {"type": "exact_word", "config": {"word": "hi"}}}))
+    path.write_text(
+        json.dumps({"id": "w", "task": "say it", "grader": {"type": "exact_word", "config": {"word": "hi"}}})
+    )
     (eval_,) = load_evals(path)
     assert grade(eval_, {"word": "hi"}).passed is True
     assert grade(eval_, {"word": "no"}).passed is False
@@ -110,7 +127,9 @@ def test_user_grader_by_entry_point(tmp_path: Path, monkeypatch, clean_registry)
     sys.modules.pop("my_plugin_graders", None)
 
 
-def test_a_broken_grader_plugin_is_skipped_with_a_warning_naming_it(tmp_path: Path, monkeypatch, caplog, clean_registry) -> None:
+def test_a_broken_grader_plugin_is_skipped_with_a_warning_naming_it(
+    tmp_path: Path, monkeypatch, caplog, clean_registry
+) -> None:
     source = "raise ImportError('needs torch')\n"
     install_plugin(tmp_path, monkeypatch, "broken_plugin_graders", source, "broken_type = broken_plugin_graders:Broken")
     with caplog.at_level("WARNING", logger="rayeval.graders.registry"):

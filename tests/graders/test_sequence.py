@@ -1,4 +1,5 @@
 """longest_subsequence behaviours beyond the conformance vectors."""
+
 from __future__ import annotations
 
 import pytest

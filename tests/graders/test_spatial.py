@@ -1,4 +1,5 @@
 """spatial_adjacency behaviours beyond the conformance vectors."""
+
 from __future__ import annotations
 
 import pytest
@@ -42,7 +43,10 @@ def test_agent_verdict_false_fails_even_when_every_metric_passes() -> None:
     result = grade(with_(adjacency_pass=False), {})
     assert result.passed is False and result.score == 0.0
     assert [result.metrics[k] for k in ("median_pass", "p90_pass", "within_15um_pass", "mixed_55um_pass")] == [
-        True, True, True, True,
+        True,
+        True,
+        True,
+        True,
     ]
     assert result.metrics["adjacency_pass"] is False
 

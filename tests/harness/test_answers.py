@@ -1,4 +1,5 @@
 """Answer extraction: the same answers as the regex it replaced, in linear time on hostile text."""
+
 from __future__ import annotations
 
 import json
@@ -45,11 +46,15 @@ def regex_unfence(body: str) -> str | None:
 
 json_values = st.recursive(
     st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=6)),
-    lambda children: st.one_of(st.lists(children, max_size=3), st.dictionaries(st.text(max_size=4), children, max_size=3)),
+    lambda children: st.one_of(
+        st.lists(children, max_size=3), st.dictionaries(st.text(max_size=4), children, max_size=3)
+    ),
     max_leaves=8,
 )
 # Blanks of every kind str.strip and \s know, beyond ASCII ones.
-blanks = st.lists(st.sampled_from([" ", "\n", "\t", "\r", "\x0b", "\x0c", "\x1c", "\x85", "\xa0", "\u2003"]), max_size=3).map("".join)
+blanks = st.lists(
+    st.sampled_from([" ", "\n", "\t", "\r", "\x0b", "\x0c", "\x1c", "\x85", "\xa0", "\u2003"]), max_size=3
+).map("".join)
 languages = st.sampled_from(["", "json", "JSON", "py3", "é", "`", "{"])
 snippets = st.one_of(
     json_values.map(json.dumps),
@@ -58,9 +63,13 @@ snippets = st.one_of(
 )
 fenced = st.tuples(languages, blanks, snippets, blanks).map(lambda parts: "```" + "".join(parts) + "```")
 tags = st.sampled_from(["<EVAL_ANSWER>", "</EVAL_ANSWER>", "<EVAL_ANSWER", "/EVAL_ANSWER>"])
-tagged = st.tuples(blanks, st.one_of(fenced, snippets), blanks).map(lambda parts: "<EVAL_ANSWER>" + "".join(parts) + "</EVAL_ANSWER>")
+tagged = st.tuples(blanks, st.one_of(fenced, snippets), blanks).map(
+    lambda parts: "<EVAL_ANSWER>" + "".join(parts) + "</EVAL_ANSWER>"
+)
 texts = st.lists(st.one_of(tagged, tags, fenced, snippets, blanks), min_size=1, max_size=10).map("".join)
-fence_bodies = st.one_of(fenced, st.lists(st.one_of(fenced, snippets, languages, blanks), max_size=6).map("".join)).map(str.strip)
+fence_bodies = st.one_of(fenced, st.lists(st.one_of(fenced, snippets, languages, blanks), max_size=6).map("".join)).map(
+    str.strip
+)
 
 
 def same(left: Any, right: Any) -> bool:
@@ -84,7 +93,9 @@ def test_examples() -> None:
     assert extract_tagged('<EVAL_ANSWER>{"a": 1}</EVAL_ANSWER> <EVAL_ANSWER>{"a": 2}</EVAL_ANSWER>') == {"a": 2}
     assert extract_tagged('<EVAL_ANSWER>{"a": 1}</EVAL_ANSWER> <EVAL_ANSWER>{broken</EVAL_ANSWER>') == {"a": 1}
     assert extract_tagged('<EVAL_ANSWER>\n```json\n{"a": 1}\n```\n</EVAL_ANSWER>') == {"a": 1}
-    assert extract_tagged('<EVAL_ANSWER>x<EVAL_ANSWER>{"a": 1}</EVAL_ANSWER>') is None  # one body, "x<EVAL_ANSWER>{...}"
+    assert (
+        extract_tagged('<EVAL_ANSWER>x<EVAL_ANSWER>{"a": 1}</EVAL_ANSWER>') is None
+    )  # one body, "x<EVAL_ANSWER>{...}"
     assert extract_tagged('<EVAL_ANSWER>{"a": 1}</EVAL_ANSWER><EVAL_ANSWER>{"a": 2}') == {"a": 1}
     assert extract_tagged("no tags") is None
 
@@ -115,7 +126,12 @@ def test_invalid_fenced_bodies_are_linear() -> None:
 
 
 def test_many_small_invalid_bodies_and_deep_nesting() -> None:
-    text = "".join("<EVAL_ANSWER>{\"a\": [1,</EVAL_ANSWER>" for _ in range(20_000)) + "<EVAL_ANSWER>" + "[" * 200_000 + "</EVAL_ANSWER>"
+    text = (
+        "".join('<EVAL_ANSWER>{"a": [1,</EVAL_ANSWER>' for _ in range(20_000))
+        + "<EVAL_ANSWER>"
+        + "[" * 200_000
+        + "</EVAL_ANSWER>"
+    )
     found, seconds = _timed(text)
     assert found is None
     assert seconds < 2, seconds
@@ -124,7 +140,9 @@ def test_many_small_invalid_bodies_and_deep_nesting() -> None:
 def test_an_integer_over_the_digit_limit_is_no_answer(tmp_path: Path) -> None:
     # json.loads raises a plain ValueError for it (Python refuses quadratic int parsing)
     huge = "1" * 5000
-    assert extract_tagged(f'<EVAL_ANSWER>{{"a": 1}}</EVAL_ANSWER><EVAL_ANSWER>{{"n": {huge}}}</EVAL_ANSWER>') == {"a": 1}
+    assert extract_tagged(f'<EVAL_ANSWER>{{"a": 1}}</EVAL_ANSWER><EVAL_ANSWER>{{"n": {huge}}}</EVAL_ANSWER>') == {
+        "a": 1
+    }
     (tmp_path / "eval_answer.json").write_text(f'{{"n": {huge}}}')
     found = read_answer_files(tmp_path, list_work_dir(tmp_path))
     assert found.answer is None and "eval_answer.json is not valid JSON: Exceeds the limit" in found.problem

@@ -25,9 +25,7 @@ SPARSE_BYTES = 1536 * MiB
 @pytest.fixture
 def runner(tmp_path: Path) -> EvalRunner:
     evals = write_mc_evals(tmp_path / "evals", ["e1"])
-    return EvalRunner(
-        evals / "e1.json", work_root=tmp_path / "work", cache_dir=tmp_path / "cache"
-    )
+    return EvalRunner(evals / "e1.json", work_root=tmp_path / "work", cache_dir=tmp_path / "cache")
 
 
 @pytest.mark.parametrize("isolation", ["sandbox", "process"])
@@ -46,10 +44,7 @@ def test_artifacts_linking_out_of_the_work_folder_are_not_followed(
 
     result = runner.run(agent, isolation=isolation)
     assert result.passed, result.error_message
-    assert (
-        "trajectory.json" not in result.artifacts
-        and "agent_output.log" not in result.artifacts
-    )
+    assert "trajectory.json" not in result.artifacts and "agent_output.log" not in result.artifacts
     text = json.dumps(result.artifacts)
     assert "root:" not in text and "secret of another unit" not in text
 
@@ -80,9 +75,7 @@ def test_a_huge_sparse_trajectory_is_read_from_its_end_within_the_cap(
     trajectory = result.artifacts["trajectory.json"]
     assert trajectory.startswith(TRUNCATED) and trajectory.endswith("END]")
     assert len(trajectory) == len(TRUNCATED) + MAX_ARTIFACT_BYTES
-    assert peak < 64 * MiB, (
-        f"{peak} bytes held while reading a {SPARSE_BYTES}-byte trajectory"
-    )
+    assert peak < 64 * MiB, f"{peak} bytes held while reading a {SPARSE_BYTES}-byte trajectory"
 
     unit = plan_units([runner.eval], ["m"], [1], "agent")[0]
     row = row_from_result(
@@ -95,9 +88,7 @@ def test_a_huge_sparse_trajectory_is_read_from_its_end_within_the_cap(
         attempt=1,
         node="n",
     )
-    assert "trajectory" not in json.loads(
-        row.metadata_json
-    )  # the file's, not also the returned one
+    assert "trajectory" not in json.loads(row.metadata_json)  # the file's, not also the returned one
     assert json.loads(row.artifacts_json)["trajectory.json"] == trajectory
 
 
@@ -107,16 +98,11 @@ def test_the_caps_are_set_per_run(runner: EvalRunner) -> None:
 
     def agent(prompt: str, work_dir: Path) -> None:
         (work_dir / "trajectory.json").write_text("[" + "0," * cap + "0]")
-        (work_dir / "eval_answer.json").write_text(
-            json.dumps({"answer": "B", "padding": "x" * cap})
-        )
+        (work_dir / "eval_answer.json").write_text(json.dumps({"answer": "B", "padding": "x" * cap}))
 
     result = runner.run(agent, sandbox=SandboxConfig(limits=limits))
     assert result.status == "error" and result.error_type == "AnswerTooLarge"
-    assert (
-        f"more than the {cap} that are read" in result.error_message
-        and "eval_answer.json" in result.error_message
-    )
+    assert f"more than the {cap} that are read" in result.error_message and "eval_answer.json" in result.error_message
     assert len(result.artifacts["trajectory.json"]) == len(TRUNCATED) + cap
 
     again = runner.run(agent)  # the defaults take both
@@ -140,7 +126,5 @@ def test_the_caps_have_options_of_their_own() -> None:
     )
     limits = _sandbox_config(args).limits
     assert (limits.answer_file_mb, limits.artifact_mb) == (3, 0.5)
-    defaults = _sandbox_config(
-        build_parser().parse_args(["run", "evals", "--agent", "a", "--output", "o"])
-    ).limits
+    defaults = _sandbox_config(build_parser().parse_args(["run", "evals", "--agent", "a", "--output", "o"])).limits
     assert (defaults.answer_file_mb, defaults.artifact_mb) == (10, 2)

@@ -1,4 +1,5 @@
 """Grading in a pool of subprocesses: exact results, a time limit, crashes and concurrency."""
+
 from __future__ import annotations
 
 import math
@@ -167,7 +168,9 @@ def test_a_subprocess_killed_mid_request_gives_an_error_and_the_pool_recovers() 
     slow = make(grader={"type": "longest_subsequence", "config": SLOW_CONFIG})
     pool = shared_pool()
     results: list = []
-    grading = threading.Thread(target=lambda: results.append(grade_execution(slow, execution(SLOW_ANSWER), grade_timeout=60)))
+    grading = threading.Thread(
+        target=lambda: results.append(grade_execution(slow, execution(SLOW_ANSWER), grade_timeout=60))
+    )
     grading.start()
     wait_until(lambda: pool._busy)
     (server,) = pool._busy
@@ -271,7 +274,9 @@ def test_subprocesses_end_with_their_caller() -> None:
             threading.Event().wait()
         """
     )
-    finished = subprocess.run([sys.executable, "-c", script, "exit"], capture_output=True, text=True, timeout=60, check=True)
+    finished = subprocess.run(
+        [sys.executable, "-c", script, "exit"], capture_output=True, text=True, timeout=60, check=True
+    )
     assert gone(int(finished.stdout))
 
     hanging = subprocess.Popen([sys.executable, "-c", script, "hang"], stdout=subprocess.PIPE, text=True)

@@ -3,6 +3,7 @@
 Agents run in the sandbox unless a test says otherwise: they report what they saw through
 their return value's metadata (``{"answer": ..., "metadata": {"seen": ...}}``), the only thing
 that comes back from a sandboxed unit."""
+
 from __future__ import annotations
 
 import errno
@@ -26,7 +27,10 @@ from rayeval.storage import ResultStore
 from tests.pings import Pings, pinger_code
 
 MC_GRADER = {"type": "multiple_choice", "config": {"correct_answer": "B"}}
-NUM_GRADER = {"type": "numeric_tolerance", "config": {"ground_truth": {"n_cells": 700}, "tolerances": {"n_cells": {"type": "absolute", "value": 0}}}}
+NUM_GRADER = {
+    "type": "numeric_tolerance",
+    "config": {"ground_truth": {"n_cells": 700}, "tolerances": {"n_cells": {"type": "absolute", "value": 0}}},
+}
 
 
 def make_eval(tmp_path: Path, grader: dict = NUM_GRADER, **extra) -> Path:
@@ -34,7 +38,13 @@ def make_eval(tmp_path: Path, grader: dict = NUM_GRADER, **extra) -> Path:
     data.parent.mkdir(parents=True, exist_ok=True)
     data.write_text("cell,type\n" + "\n".join(f"c{i},T" for i in range(700)))
     path = tmp_path / "inputs" / "count.json"
-    body = {"id": "count_cells", "task": 'How many cells? <EVAL_ANSWER>{"n_cells": <int>}</EVAL_ANSWER>', "data_node": "cells.csv", "grader": grader, **extra}
+    body = {
+        "id": "count_cells",
+        "task": 'How many cells? <EVAL_ANSWER>{"n_cells": <int>}</EVAL_ANSWER>',
+        "data_node": "cells.csv",
+        "grader": grader,
+        **extra,
+    }
     path.write_text(json.dumps(body))
     return path
 
@@ -65,7 +75,9 @@ def test_returned_dict_answer_is_graded(runner: EvalRunner) -> None:
 
 
 def test_envelope_with_metadata_is_unwrapped(runner: EvalRunner) -> None:
-    result = runner.run(lambda p, w: {"answer": {"n_cells": 700}, "metadata": {"harness": "mine", "cost_usd": 0.25, "n_turns": 3}})
+    result = runner.run(
+        lambda p, w: {"answer": {"n_cells": 700}, "metadata": {"harness": "mine", "cost_usd": 0.25, "n_turns": 3}}
+    )
     assert result.passed and result.metadata["cost_usd"] == 0.25
     assert (result.harness, result.cost_usd, result.n_turns) == ("mine", 0.25, 3)
 
@@ -74,7 +86,9 @@ def test_envelope_with_metadata_is_unwrapped(runner: EvalRunner) -> None:
     "garbage, cost",
     [(10**30, 1e30), (-(10**30), -1e30), (float("inf"), float("inf")), (10**400, None), ("12", None), (True, None)],
 )
-def test_garbage_usage_numbers_are_not_lifted_and_the_row_still_stores(runner: EvalRunner, tmp_path: Path, garbage, cost) -> None:
+def test_garbage_usage_numbers_are_not_lifted_and_the_row_still_stores(
+    runner: EvalRunner, tmp_path: Path, garbage, cost
+) -> None:
     """A count no int64 holds (or no number at all) stays in metadata only: the typed fields
     must fit the Parquet schema, or the part holding that row could never be written."""
     metadata = {"input_tokens": garbage, "output_tokens": 5, "n_turns": garbage, "cost_usd": garbage}
@@ -82,10 +96,14 @@ def test_garbage_usage_numbers_are_not_lifted_and_the_row_still_stores(runner: E
     assert result.passed and result.output_tokens == 5
     assert (result.input_tokens, result.n_turns, result.cost_usd) == (None, None, cost)
     unit = plan_units([runner.eval], ["m"], [1], "agent")[0]
-    row = row_from_result(result, unit=unit, eval_=runner.eval, run_id="r", agent="agent", agent_args={}, attempt=1, node="n")
+    row = row_from_result(
+        result, unit=unit, eval_=runner.eval, run_id="r", agent="agent", agent_args={}, attempt=1, node="n"
+    )
     store = ResultStore(tmp_path / "results")
     store.write_rows("r", [row])
-    assert store.read_table("r", columns=["input_tokens", "output_tokens"]).to_pylist() == [{"input_tokens": None, "output_tokens": 5}]
+    assert store.read_table("r", columns=["input_tokens", "output_tokens"]).to_pylist() == [
+        {"input_tokens": None, "output_tokens": 5}
+    ]
 
 
 def test_tagged_text_last_well_formed_answer_wins(runner: EvalRunner) -> None:
@@ -110,6 +128,7 @@ def test_answer_file_written_by_the_agent(runner: EvalRunner) -> None:
 def test_answer_file_in_the_reference_agent_workspace_folder(runner: EvalRunner) -> None:
     """The reference looked in work_dir/agent_workspace/; files there are found too, after the
     work folder's own, and a file (not a folder) of that name is no obstacle."""
+
     def in_workspace(prompt: str, work_dir: Path) -> None:
         (work_dir / "agent_workspace").mkdir()
         (work_dir / "agent_workspace" / "analysis_output.json").write_text(json.dumps({"n_cells": 700}))
@@ -183,7 +202,13 @@ def test_prompt_says_where_data_and_answer_go_and_reveals_no_answer_key(runner: 
 
     def agent(prompt: str, work_dir: Path) -> dict:
         files = sorted(str(p.relative_to(work_dir)) for p in work_dir.rglob("*"))
-        seen = {"prompt": prompt, "work_dir": str(work_dir), "files": files, "env": dict(os.environ), "eval_file": os.path.exists(eval_file)}
+        seen = {
+            "prompt": prompt,
+            "work_dir": str(work_dir),
+            "files": files,
+            "env": dict(os.environ),
+            "eval_file": os.path.exists(eval_file),
+        }
         return {"answer": {"n_cells": 700}, "metadata": {"seen": seen}}
 
     result = runner.run(agent)
@@ -197,7 +222,9 @@ def test_prompt_says_where_data_and_answer_go_and_reveals_no_answer_key(runner: 
     assert seen["files"] == ["agent_stdout.log", "data", "data/cells.csv"]
     assert seen["eval_file"] is False and Path(eval_file).is_file()  # the answer key's file is out of sight
     assert seen["env"] and set(seen["env"]) <= {*BASE_ENV_NAMES, "HOME", "TMPDIR"}, sorted(seen["env"])
-    assert not any("ground_truth" in v or "multiple_choice" in v or "numeric_tolerance" in v for v in seen["env"].values())
+    assert not any(
+        "ground_truth" in v or "multiple_choice" in v or "numeric_tolerance" in v for v in seen["env"].values()
+    )
 
 
 def _tamper_with_the_inputs(prompt: str, work_dir: Path) -> dict:
@@ -285,7 +312,9 @@ def _count_listings(monkeypatch: pytest.MonkeyPatch, root: Path) -> list[str]:
     return listed
 
 
-def test_what_the_agent_left_is_listed_once_and_an_empty_folder_not_at_all(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_what_the_agent_left_is_listed_once_and_an_empty_folder_not_at_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Answer files and artifacts are found from one listing; an agent that answered by its
     return value and wrote nothing costs no listing at all (instant agents run thousands; an
     agent whose folder may serve the next unit costs one, see test_workspace)."""
@@ -306,7 +335,11 @@ def test_what_the_agent_left_is_listed_once_and_an_empty_folder_not_at_all(tmp_p
     # inline: the agents note their folders in this process's list, and a sandboxed unit
     # never leaves its folder empty (its agent_stdout.log)
     from_file = data_free.run(writer, isolation="inline")
-    assert from_file.passed and from_file.answer_source == "eval_answer.json" and from_file.artifacts == {"trajectory.json": "[]"}
+    assert (
+        from_file.passed
+        and from_file.answer_source == "eval_answer.json"
+        and from_file.artifacts == {"trajectory.json": "[]"}
+    )
     assert listed == [str(seen[0])]
     listed.clear()
     returned = data_free.run(returner, isolation="inline")
@@ -380,9 +413,13 @@ def _spawning_agent(pings: Pings, *, hang: bool):
     code = pinger_code(pings.port, child, spawn=pinger_code(pings.port, escapee))
 
     def agent(prompt: str, work_dir: Path) -> dict:
-        subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.Popen(
+            [sys.executable, "-c", code], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not all((work_dir / f"{tag}.started").exists() for tag in (child, escapee)):
+        while time.monotonic() < deadline and not all(
+            (work_dir / f"{tag}.started").exists() for tag in (child, escapee)
+        ):
             time.sleep(0.05)
         if hang:
             time.sleep(300)
@@ -473,7 +510,9 @@ def test_secrets_never_reach_the_result(runner: EvalRunner, monkeypatch: pytest.
 
 
 @pytest.mark.parametrize("isolation", ["sandbox", "process"])
-def test_an_agent_gets_only_the_variables_it_is_given(runner: EvalRunner, monkeypatch: pytest.MonkeyPatch, isolation: str) -> None:
+def test_an_agent_gets_only_the_variables_it_is_given(
+    runner: EvalRunner, monkeypatch: pytest.MonkeyPatch, isolation: str
+) -> None:
     """The test's environment holds a key and a plain variable: the agent sees neither unless
     they are named (``env_names``), and then only those."""
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-SECRET-123456")
@@ -489,7 +528,9 @@ def test_an_agent_gets_only_the_variables_it_is_given(runner: EvalRunner, monkey
     assert "OPENAI_API_KEY" in given and "RAYEVAL_TEST_PLAIN" not in given
 
 
-def test_a_secret_set_or_changed_after_earlier_runs_is_masked_too(runner: EvalRunner, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_secret_set_or_changed_after_earlier_runs_is_masked_too(
+    runner: EvalRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The environment's secrets are cached between runs: a key set, or rotated, later counts."""
     gets_key = SandboxConfig(env_names=("ANTHROPIC_API_KEY",))
 
@@ -519,7 +560,9 @@ def test_agent_receives_context_when_it_asks_for_it(runner: EvalRunner) -> None:
     assert runner.run(without_context, model="gpt-x").passed  # called with two arguments only
 
 
-def test_an_agents_signature_is_read_once_and_unhashable_agents_still_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_agents_signature_is_read_once_and_unhashable_agents_still_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import inspect
 
     from rayeval.harness import context as context_module
@@ -565,6 +608,7 @@ def test_runner_accepts_an_eval_object_without_a_source_file(tmp_path: Path) -> 
 def test_results_and_rows_record_how_the_agent_ran(runner: EvalRunner, isolation: str | None) -> None:
     """The default is the sandbox; the agent ran where its row says: pid 1 of a pid namespace
     of its own (sandbox), a process of its own (process), this very process (inline)."""
+
     def agent(prompt: str, work_dir: Path) -> dict:
         return {"answer": {"n_cells": count_rows(work_dir)}, "metadata": {"seen": {"pid": os.getpid()}}}
 
@@ -572,7 +616,9 @@ def test_results_and_rows_record_how_the_agent_ran(runner: EvalRunner, isolation
     expected = isolation or "sandbox"
     assert result.passed and result.isolation == expected
     unit = plan_units([runner.eval], ["m"], [1], "agent")[0]
-    row = row_from_result(result, unit=unit, eval_=runner.eval, run_id="r", agent="agent", agent_args={}, attempt=1, node="n")
+    row = row_from_result(
+        result, unit=unit, eval_=runner.eval, run_id="r", agent="agent", agent_args={}, attempt=1, node="n"
+    )
     assert row.isolation == expected
     pid = seen_by(result)["pid"]
     assert pid == {"sandbox": 1, "inline": os.getpid()}.get(expected, pid)

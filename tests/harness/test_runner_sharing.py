@@ -1,4 +1,5 @@
 """A worker keeps one unit runner, whatever eval or thread a unit comes from."""
+
 from __future__ import annotations
 
 import json
@@ -23,7 +24,12 @@ def test_units_of_several_evals_folders_and_threads_share_one_runner(tmp_path: P
     sandbox.close_runners()
     try:
         for index, eval_ in enumerate(evals * 2):
-            runner = EvalRunner(eval_, work_root=tmp_path / "work" / f"thread-{index}", runner_root=tmp_path / "work", cache_dir=tmp_path / "cache")
+            runner = EvalRunner(
+                eval_,
+                work_root=tmp_path / "work" / f"thread-{index}",
+                runner_root=tmp_path / "work",
+                cache_dir=tmp_path / "cache",
+            )
             result = runner.run(AgentRef(name="sleep"), agent_args={"seconds": "0"}, sandbox=config)
             assert result.isolation == "sandbox" and result.error_type == "NoAnswer", result.error_message
         assert len(sandbox._RUNNERS) == 1

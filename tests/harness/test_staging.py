@@ -1,5 +1,6 @@
 """Data staging against real parts: local files, an HTTP server and moto's S3 server on
 127.0.0.1, several OS processes sharing one cache. Nothing is fetched from the internet."""
+
 from __future__ import annotations
 
 import hashlib
@@ -241,7 +242,9 @@ def eval_folder(root: Path, data_node: object) -> Path:
     host-like secret outside the evals folder, ``root/secret.txt``."""
     write_tree(root, {"evals/inputs/ok.csv": b"a,b\n", "secret.txt": b"host secret"})
     grader = {"type": "multiple_choice", "config": {"correct_answer": "B"}}
-    (root / "evals" / "e.json").write_text(json.dumps({"id": "e", "task": "t", "data_node": data_node, "grader": grader}))
+    (root / "evals" / "e.json").write_text(
+        json.dumps({"id": "e", "task": "t", "data_node": data_node, "grader": grader})
+    )
     return root / "evals"
 
 
@@ -256,7 +259,9 @@ def eval_folder(root: Path, data_node: object) -> Path:
         ("../secret.txt", "outside the allowed data roots"),
     ],
 )
-def test_local_node_outside_the_data_roots_is_refused(tmp_path: Path, cache_dir: Path, node: str, fragment: str) -> None:
+def test_local_node_outside_the_data_roots_is_refused(
+    tmp_path: Path, cache_dir: Path, node: str, fragment: str
+) -> None:
     evals = tmp_path / "evals"
     evals.mkdir()
     data_dir = tmp_path / "w" / "data"
@@ -279,7 +284,13 @@ def test_symlink_swapped_after_loading_is_refused_at_staging(tmp_path: Path, cac
     link = evals / "inputs" / "data.csv"
     link.symlink_to("ok.csv")
     (eval_,) = load_evals(evals)  # the link points inside the evals folder: accepted
-    stage = partial(stage_data_within, eval_.data_nodes, base_dir=eval_.source_path.parent, cache_dir=cache_dir, data_roots=eval_.data_roots)
+    stage = partial(
+        stage_data_within,
+        eval_.data_nodes,
+        base_dir=eval_.source_path.parent,
+        cache_dir=cache_dir,
+        data_roots=eval_.data_roots,
+    )
     [node] = stage(tmp_path / "w1" / "data")
     assert node.path == "data/data.csv" and (tmp_path / "w1" / "data" / "data.csv").read_bytes() == b"a,b\n"
     link.unlink()
@@ -295,10 +306,14 @@ def test_symlink_inside_a_staged_directory_pointing_out_is_refused(tmp_path: Pat
     (evals / "inputs" / "leak.txt").symlink_to(tmp_path / "secret.txt")
     (eval_,) = load_evals(evals)
     with pytest.raises(StagingError) as err:
-        stage_data_within(["inputs"], tmp_path / "w" / "data", base_dir=evals, cache_dir=cache_dir, data_roots=eval_.data_roots)
+        stage_data_within(
+            ["inputs"], tmp_path / "w" / "data", base_dir=evals, cache_dir=cache_dir, data_roots=eval_.data_roots
+        )
     assert err.value.uri == "inputs" and "holds leak.txt, which resolves to" in err.value.problem
     (evals / "inputs" / "leak.txt").unlink()
-    [node] = stage_data_within(["inputs"], tmp_path / "w" / "data", base_dir=evals, cache_dir=cache_dir, data_roots=eval_.data_roots)
+    [node] = stage_data_within(
+        ["inputs"], tmp_path / "w" / "data", base_dir=evals, cache_dir=cache_dir, data_roots=eval_.data_roots
+    )
     assert node.kind == "directory"
 
 
@@ -306,7 +321,9 @@ def test_a_data_root_outside_the_evals_folder_is_staged_from(tmp_path: Path, cac
     evals = eval_folder(tmp_path, ["inputs/ok.csv", "../shared/ref.csv"])
     write_tree(tmp_path, {"shared/ref.csv": b"ref"})
     (eval_,) = load_evals(evals, data_roots=[tmp_path / "shared"])
-    staged = stage_data_within(eval_.data_nodes, tmp_path / "w" / "data", base_dir=evals, cache_dir=cache_dir, data_roots=eval_.data_roots)
+    staged = stage_data_within(
+        eval_.data_nodes, tmp_path / "w" / "data", base_dir=evals, cache_dir=cache_dir, data_roots=eval_.data_roots
+    )
     assert [n.path for n in staged] == ["data/ok.csv", "data/ref.csv"]
     assert (tmp_path / "w" / "data" / "ref.csv").read_bytes() == b"ref"
 
@@ -441,9 +458,7 @@ def test_s3_file_and_prefix_directory(tmp_path: Path, cache_dir: Path, s3_bucket
     s3_bucket.put("single/pbmc.h5ad", b"h5-bytes")
     nodes = [s3_bucket.uri("single/pbmc.h5ad"), s3_bucket.uri("dataset/"), s3_bucket.uri("dataset/obs")]
 
-    staged = stage_data(
-        nodes, tmp_path / "w" / "data", cache_dir=cache_dir, s3_endpoint_url=s3_bucket.endpoint_url
-    )
+    staged = stage_data(nodes, tmp_path / "w" / "data", cache_dir=cache_dir, s3_endpoint_url=s3_bucket.endpoint_url)
 
     assert [(n.path, n.kind) for n in staged] == [
         ("data/pbmc.h5ad", "file"),

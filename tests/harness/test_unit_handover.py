@@ -1,4 +1,5 @@
 """How the runner hands a unit's process to the worker: a pidfd on Linux, a pid elsewhere."""
+
 from __future__ import annotations
 
 import os

@@ -4,6 +4,7 @@ left the folder as made, and did not time out.
 
 Most tests here run agents inline: they count the folder system calls of this process, and a
 sandboxed unit never leaves its folder empty (its agent_stdout.log)."""
+
 from __future__ import annotations
 
 import os
@@ -18,7 +19,11 @@ from rayeval import EvalRunner
 from rayeval.evals import Eval
 from rayeval.harness import workspace
 
-QUICK_EVAL = {"id": "quick", "task": 'A or B? <EVAL_ANSWER>{"answer": "A|B"}</EVAL_ANSWER>', "grader": {"type": "multiple_choice", "config": {"correct_answer": "B"}}}
+QUICK_EVAL = {
+    "id": "quick",
+    "task": 'A or B? <EVAL_ANSWER>{"answer": "A|B"}</EVAL_ANSWER>',
+    "grader": {"type": "multiple_choice", "config": {"correct_answer": "B"}},
+}
 
 
 def _runner(root: Path, **extra) -> EvalRunner:
@@ -58,7 +63,9 @@ def folder_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return calls
 
 
-def test_an_empty_folder_serves_the_next_unit_under_the_next_units_name(tmp_path: Path, folder_calls: list[str]) -> None:
+def test_an_empty_folder_serves_the_next_unit_under_the_next_units_name(
+    tmp_path: Path, folder_calls: list[str]
+) -> None:
     runner, seen = _runner(tmp_path), []
     agent = _recording(seen)
     for _ in range(3):
@@ -90,7 +97,10 @@ def test_a_sandboxed_units_folder_serves_the_next_unit_without_the_agent_saying_
         for folder in (".home", ".tmp"):  # without the sandbox, its HOME and TMPDIR
             if (work_dir / folder).is_dir():
                 (work_dir / folder).rmdir()
-        return {"answer": {"answer": "B"}, "metadata": {"seen": {"inode": os.stat(work_dir).st_ino, "left": os.listdir(work_dir)}}}
+        return {
+            "answer": {"answer": "B"},
+            "metadata": {"seen": {"inode": os.stat(work_dir).st_ino, "left": os.listdir(work_dir)}},
+        }
 
     agent.needs_data = False  # type: ignore[attr-defined]
     runner = _runner(tmp_path)
@@ -112,7 +122,10 @@ def test_a_folder_the_agent_wrote_in_or_changed_is_not_reused(tmp_path: Path, fo
     runner, seen = _runner(tmp_path), []
     runner.run(_recording(seen), isolation="inline")  # leaves a spare
     folder_calls.clear()
-    runner.run(_recording(seen, lambda work_dir: work_dir.chmod(0o700 if seen[0].st_mode & 0o077 else 0o755)), isolation="inline")
+    runner.run(
+        _recording(seen, lambda work_dir: work_dir.chmod(0o700 if seen[0].st_mode & 0o077 else 0o755)),
+        isolation="inline",
+    )
     assert folder_calls == ["rename", "rmdir"]  # took the spare; changed, it is removed, not kept
     folder_calls.clear()
     runner.run(_recording(seen, lambda work_dir: (work_dir / "notes.txt").write_text("x")), isolation="inline")

@@ -35,7 +35,5 @@ def keys(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def server(keys: None) -> Iterator[FakeModelServer]:
-    with FakeModelServer(
-        script=[], answer=mc_answer, base_input_tokens=1200, base_output_tokens=300
-    ) as srv:
+    with FakeModelServer(script=[], answer=mc_answer, base_input_tokens=1200, base_output_tokens=300) as srv:
         yield srv

@@ -54,18 +54,14 @@ def test_openai_chat_with_settings(server: FakeModelServer) -> None:
 
 
 def test_anthropic_messages_with_a_system_message(server: FakeModelServer) -> None:
-    model = get_model(
-        "anthropic/claude-sonnet-4-5-20250929", base_url=server.url, temperature=0.0
-    )
+    model = get_model("anthropic/claude-sonnet-4-5-20250929", base_url=server.url, temperature=0.0)
     output = model.generate(
         [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
         stop=["X"],
     )
     request = server.model_requests()[-1]
     assert request.path == "/v1/messages"
-    sent = request.headers.get("x-api-key") or request.headers[
-        "authorization"
-    ].removeprefix("Bearer ")
+    sent = request.headers.get("x-api-key") or request.headers["authorization"].removeprefix("Bearer ")
     assert sent == ANTHROPIC_KEY
     assert request.body == {
         "model": "claude-sonnet-4-5-20250929",
@@ -81,25 +77,17 @@ def test_anthropic_messages_with_a_system_message(server: FakeModelServer) -> No
         output.input_tokens,
         output.output_tokens,
     ) == ("reply to 1 message(s)", "end_turn", 1200, 300)
-    assert output.cost_usd == pytest.approx(
-        (1200 * 3.0 + 300 * 15.0) / 1e6
-    )  # the dated id priced as its model
+    assert output.cost_usd == pytest.approx((1200 * 3.0 + 300 * 15.0) / 1e6)  # the dated id priced as its model
 
 
-def test_base_url_from_the_sdk_variable(
-    server: FakeModelServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_base_url_from_the_sdk_variable(server: FakeModelServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_BASE_URL", f"{server.url}/v1")
-    assert (
-        get_model("openai/gpt-4o-mini").generate("hi").text == "reply to 1 message(s)"
-    )
+    assert get_model("openai/gpt-4o-mini").generate("hi").text == "reply to 1 message(s)"
 
 
 def test_429_waits_for_retry_after_then_succeeds(server: FakeModelServer) -> None:
     server.fail(429, count=2, retry_after="0.5")
-    output = get_model(
-        "openai/gpt-4o", base_url=f"{server.url}/v1", retry_policy=FAST_RETRIES
-    ).generate("hi")
+    output = get_model("openai/gpt-4o", base_url=f"{server.url}/v1", retry_policy=FAST_RETRIES).generate("hi")
     times = [r.at for r in server.model_requests()]
     assert output.attempts == 3 and len(times) == 3
     # the server's 0.5 s, not the policy's 0.05 s backoff (loose: never an upper bound)
@@ -109,20 +97,11 @@ def test_429_waits_for_retry_after_then_succeeds(server: FakeModelServer) -> Non
 def test_500_then_success_and_anthropic_overloaded(server: FakeModelServer) -> None:
     server.fail(500)
     assert (
-        get_model(
-            "openai/gpt-4o", base_url=f"{server.url}/v1", retry_policy=FAST_RETRIES
-        )
-        .generate("hi")
-        .attempts
-        == 2
+        get_model("openai/gpt-4o", base_url=f"{server.url}/v1", retry_policy=FAST_RETRIES).generate("hi").attempts == 2
     )
     server.fail(529)
     assert (
-        get_model(
-            "anthropic/claude-haiku-4-5", base_url=server.url, retry_policy=FAST_RETRIES
-        )
-        .generate("hi")
-        .attempts
+        get_model("anthropic/claude-haiku-4-5", base_url=server.url, retry_policy=FAST_RETRIES).generate("hi").attempts
         == 2
     )
 
@@ -131,9 +110,7 @@ def test_retries_are_bounded(server: FakeModelServer) -> None:
     server.fail(503, count=10)
     policy = RetryPolicy(max_attempts=3, backoff_s=0.01, max_backoff_s=0.01)
     with pytest.raises(ModelError, match=r"HTTP 503 after 3 tries"):
-        get_model(
-            "openai/gpt-4o", base_url=f"{server.url}/v1", retry_policy=policy
-        ).generate("hi")
+        get_model("openai/gpt-4o", base_url=f"{server.url}/v1", retry_policy=policy).generate("hi")
     assert len(server.model_requests()) == 3
 
 
@@ -145,26 +122,18 @@ def test_client_errors_fail_at_once_without_the_key(
     server.fail(status)
     caplog.set_level(logging.DEBUG)
     with pytest.raises(ModelError) as raised:
-        get_model(
-            "openai/gpt-4o", base_url=f"{server.url}/v1", retry_policy=FAST_RETRIES
-        ).generate("hi")
+        get_model("openai/gpt-4o", base_url=f"{server.url}/v1", retry_policy=FAST_RETRIES).generate("hi")
     assert len(server.model_requests()) == 1
     message = str(raised.value)
-    assert (
-        f"HTTP {status}" in message and "openai/gpt-4o" in message and "***" in message
-    )
+    assert f"HTTP {status}" in message and "openai/gpt-4o" in message and "***" in message
     assert OPENAI_KEY not in message and OPENAI_KEY not in caplog.text
 
 
-def test_retried_errors_are_logged_without_the_key(
-    server: FakeModelServer, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_retried_errors_are_logged_without_the_key(server: FakeModelServer, caplog: pytest.LogCaptureFixture) -> None:
     server.echo_credential = True
     server.fail(429, retry_after="0")
     caplog.set_level(logging.DEBUG)
-    get_model(
-        "anthropic/claude-haiku-4-5", base_url=server.url, retry_policy=FAST_RETRIES
-    ).generate("hi")
+    get_model("anthropic/claude-haiku-4-5", base_url=server.url, retry_policy=FAST_RETRIES).generate("hi")
     assert "HTTP 429" in caplog.text and ANTHROPIC_KEY not in caplog.text
 
 
@@ -173,14 +142,10 @@ def test_connection_errors_are_retried_then_reported() -> None:
     with FakeModelServer(script=[]) as gone:
         url = f"{gone.url}/v1"
     with pytest.raises(ModelError, match="connection failed after 2 tries"):
-        get_model(
-            "openai-compatible/llama", base_url=url, retry_policy=policy
-        ).generate("hi")
+        get_model("openai-compatible/llama", base_url=url, retry_policy=policy).generate("hi")
 
 
-def test_names_keys_and_settings_are_checked(
-    keys: None, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_names_keys_and_settings_are_checked(keys: None, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(
         ModelError,
         match=r"unknown provider 'gemini' \(known: openai, openai-compatible, anthropic\)",
@@ -193,45 +158,34 @@ def test_names_keys_and_settings_are_checked(
         match="generation setting temperature: Input should be less than or equal to 2",
     ):
         get_model("openai/gpt-4o", temperature=3)
-    with pytest.raises(
-        ModelError, match="needs an API key in the environment variable MY_KEY"
-    ):
+    with pytest.raises(ModelError, match="needs an API key in the environment variable MY_KEY"):
         get_model("openai/gpt-4o", api_key_env="MY_KEY")
     monkeypatch.delenv("OPENAI_API_KEY")
-    get_model(
-        "openai-compatible/llama", base_url="http://127.0.0.1:9/v1"
-    )  # a local server may take no key
+    get_model("openai-compatible/llama", base_url="http://127.0.0.1:9/v1")  # a local server may take no key
 
 
 def test_retry_after_forms() -> None:
     assert retry_after_s({"Retry-After": "3"}) == 3.0
     assert retry_after_s({"retry-after-ms": "250", "retry-after": "9"}) == 0.25
-    assert (
-        retry_after_s(
-            {"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}, now=1445412470.0
-        )
-        == 10.0
-    )
+    assert retry_after_s({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}, now=1445412470.0) == 10.0
     assert retry_after_s({"retry-after": "soon"}) is None
     assert retry_after_s({}) is None
 
 
-def test_prices_from_the_table_an_override_and_unknown_models(
-    server: FakeModelServer, tmp_path: Path
-) -> None:
+def test_prices_from_the_table_an_override_and_unknown_models(server: FakeModelServer, tmp_path: Path) -> None:
     url = f"{server.url}/v1"
     override = {
         "openai/gpt-4o": {"input": 1.0, "output": 2.0},
         "openai-compatible/llama": {"input": 0.5, "output": 0.5},
     }
-    assert get_model("openai/gpt-4o", base_url=url, prices=override).generate(
-        "a"
-    ).cost_usd == pytest.approx((1200 + 600) / 1e6)
+    assert get_model("openai/gpt-4o", base_url=url, prices=override).generate("a").cost_usd == pytest.approx(
+        (1200 + 600) / 1e6
+    )
     price_file = tmp_path / "prices.json"
     price_file.write_text(json.dumps(override))
-    assert get_model(
-        "openai-compatible/llama", base_url=url, prices=price_file
-    ).generate("a").cost_usd == pytest.approx(1500 * 0.5 / 1e6)
+    assert get_model("openai-compatible/llama", base_url=url, prices=price_file).generate(
+        "a"
+    ).cost_usd == pytest.approx(1500 * 0.5 / 1e6)
     unknown = get_model("openai-compatible/my-finetune", base_url=url).generate("a")
     assert unknown.cost_usd is None and (
         unknown.input_tokens,
@@ -268,23 +222,16 @@ def _cached_twice(server: FakeModelServer, cache: str, **options: object) -> Non
     assert len(server.model_requests()) == 3
 
 
-def test_local_cache_answers_without_a_call(
-    server: FakeModelServer, tmp_path: Path
-) -> None:
+def test_local_cache_answers_without_a_call(server: FakeModelServer, tmp_path: Path) -> None:
     _cached_twice(server, str(tmp_path / "responses"))
     entries = list((tmp_path / "responses").rglob("*.json"))
     assert len(entries) == 3 and not list((tmp_path / "responses").rglob("*.partial"))
     stored = json.loads(entries[0].read_text())
     assert stored["output"]["cost_usd"] > 0  # the original cost stays in the entry
-    assert (
-        OPENAI_KEY
-        not in entries[0].read_text() + entries[1].read_text() + entries[2].read_text()
-    )
+    assert OPENAI_KEY not in entries[0].read_text() + entries[1].read_text() + entries[2].read_text()
 
 
-def test_a_broken_cache_entry_is_a_miss(
-    server: FakeModelServer, tmp_path: Path
-) -> None:
+def test_a_broken_cache_entry_is_a_miss(server: FakeModelServer, tmp_path: Path) -> None:
     model = get_model("openai/gpt-4o", base_url=f"{server.url}/v1", cache=str(tmp_path))
     model.generate("hi")
     (entry,) = tmp_path.rglob("*.json")
@@ -294,26 +241,16 @@ def test_a_broken_cache_entry_is_a_miss(
     assert len(server.model_requests()) == 2
 
 
-def test_s3_cache_answers_without_a_call(
-    server: FakeModelServer, s3_bucket: S3Bucket, aws_credentials: None
-) -> None:
-    _cached_twice(
-        server, s3_bucket.uri("responses"), s3_endpoint_url=s3_bucket.endpoint_url
-    )
-    listed = s3_bucket.client.list_objects_v2(
-        Bucket=s3_bucket.name, Prefix="responses/"
-    )
+def test_s3_cache_answers_without_a_call(server: FakeModelServer, s3_bucket: S3Bucket, aws_credentials: None) -> None:
+    _cached_twice(server, s3_bucket.uri("responses"), s3_endpoint_url=s3_bucket.endpoint_url)
+    listed = s3_bucket.client.list_objects_v2(Bucket=s3_bucket.name, Prefix="responses/")
     assert len(listed["Contents"]) == 3
 
 
 def test_requests_in_flight_stay_within_the_limit(server: FakeModelServer) -> None:
     server.delay_s = 0.2
-    model = get_model(
-        "anthropic/claude-haiku-4-5", base_url=server.url, max_connections=3
-    )
-    threads = [
-        threading.Thread(target=model.generate, args=(f"q{i}",)) for i in range(12)
-    ]
+    model = get_model("anthropic/claude-haiku-4-5", base_url=server.url, max_connections=3)
+    threads = [threading.Thread(target=model.generate, args=(f"q{i}",)) for i in range(12)]
     for thread in threads:
         thread.start()
     for thread in threads:

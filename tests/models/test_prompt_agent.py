@@ -60,9 +60,7 @@ MC_EVAL = "pbmc_fcgr3a_top_population"
         ),
     ],
 )
-def test_bad_options_and_models_are_refused_before_any_unit(
-    keys: None, args: dict, models: list, message: str
-) -> None:
+def test_bad_options_and_models_are_refused_before_any_unit(keys: None, args: dict, models: list, message: str) -> None:
     with pytest.raises(AgentArgsError, match=None) as raised:
         check_agent_args("prompt", args, models)
     assert message in str(raised.value)
@@ -72,9 +70,7 @@ def test_a_cluster_run_checks_only_what_does_not_need_its_environment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    check_agent_args(
-        "prompt", {"temperature": "0"}, ["openai/gpt-4o"], environment=False
-    )  # the key is the cluster's
+    check_agent_args("prompt", {"temperature": "0"}, ["openai/gpt-4o"], environment=False)  # the key is the cluster's
     with pytest.raises(AgentArgsError, match="unknown provider"):
         check_agent_args("prompt", {}, ["nope/x"], environment=False)
 
@@ -84,15 +80,10 @@ def test_listed_and_run_in_the_worker(capsys: pytest.CaptureFixture[str]) -> Non
     listed = capsys.readouterr().out
     assert (
         "prompt " in listed
-        and "options: base_url, api_key_env, temperature, max_tokens, top_p, seed, system, cache"
-        in listed
+        and "options: base_url, api_key_env, temperature, max_tokens, top_p, seed, system, cache" in listed
     )
     ref = agent_ref("prompt")
-    assert (
-        ref.runs_in_worker
-        and not ref.needs_data
-        and not agent_ref("sleep").runs_in_worker
-    )
+    assert ref.runs_in_worker and not ref.needs_data and not agent_ref("sleep").runs_in_worker
 
 
 def _run(tmp_path: Path, server: FakeModelServer, run_id: str, *extra: str) -> int:
@@ -106,9 +97,7 @@ def _run(tmp_path: Path, server: FakeModelServer, run_id: str, *extra: str) -> i
     )  # fmt: skip
 
 
-def test_rayeval_run_with_the_prompt_agent(
-    tmp_path: Path, server: FakeModelServer
-) -> None:
+def test_rayeval_run_with_the_prompt_agent(tmp_path: Path, server: FakeModelServer) -> None:
     assert _run(tmp_path, server, "first", "--seeds", "2") == 0
     evals = len(list((REPO / "evals").rglob("*.json")))
     requests = server.model_requests()
@@ -117,42 +106,21 @@ def test_rayeval_run_with_the_prompt_agent(
         1,
         2,
     }  # the unit's seed: two trials, two requests
-    assert all(
-        r.body["temperature"] == 0 and r.body["model"] == "gpt-4o" for r in requests
-    )
+    assert all(r.body["temperature"] == 0 and r.body["model"] == "gpt-4o" for r in requests)
     sent = [r.body["messages"][0]["content"] for r in requests]
-    assert all(
-        "<EVAL_ANSWER>{...}</EVAL_ANSWER>" in text and "Working directory" not in text
-        for text in sent
-    )
+    assert all("<EVAL_ANSWER>{...}</EVAL_ANSWER>" in text and "Working directory" not in text for text in sent)
 
     table = ResultStore(tmp_path / "out").read_table("first")
     rows = table.to_pylist()
     assert len(rows) == 2 * evals
-    assert {row["model"] for row in rows} == {"openai/gpt-4o"} and {
-        row["harness"] for row in rows
-    } == {"prompt"}
-    assert {row["isolation"] for row in rows} == {
-        "inline"
-    }  # it ran in the worker, and says so
-    assert all(
-        row["input_tokens"] == 1200
-        and row["output_tokens"] == 300
-        and row["n_turns"] == 1
-        for row in rows
-    )
-    assert all(
-        row["cost_usd"] == pytest.approx((1200 * 2.5 + 300 * 10.0) / 1e6)
-        for row in rows
-    )
+    assert {row["model"] for row in rows} == {"openai/gpt-4o"} and {row["harness"] for row in rows} == {"prompt"}
+    assert {row["isolation"] for row in rows} == {"inline"}  # it ran in the worker, and says so
+    assert all(row["input_tokens"] == 1200 and row["output_tokens"] == 300 and row["n_turns"] == 1 for row in rows)
+    assert all(row["cost_usd"] == pytest.approx((1200 * 2.5 + 300 * 10.0) / 1e6) for row in rows)
     mc = table.filter(pc.equal(table["eval_id"], MC_EVAL)).to_pylist()
     assert [row["passed"] for row in mc] == [True, True]
     others = [row for row in rows if row["eval_id"] != MC_EVAL]
-    assert all(
-        row["error_type"] == "NoAnswer"
-        and "holds no <EVAL_ANSWER>" in row["error_message"]
-        for row in others
-    )
+    assert all(row["error_type"] == "NoAnswer" and "holds no <EVAL_ANSWER>" in row["error_message"] for row in others)
     stored = "".join(str(row) for row in rows)
     assert OPENAI_KEY not in stored and "reply to 1 message(s)" in stored
 

@@ -40,13 +40,9 @@ def _callers(base_url: str, limit: int, calls: int) -> tuple[int, int]:
     return os.getpid(), len(replies)
 
 
-def test_the_limit_is_shared_by_the_workers_of_a_job(
-    server: FakeModelServer, local_ray: None
-) -> None:
+def test_the_limit_is_shared_by_the_workers_of_a_job(server: FakeModelServer, local_ray: None) -> None:
     server.delay_s = 0.3
     results = ray.get([_callers.remote(f"{server.url}/v1", 3, 4) for _ in range(4)])
-    assert (
-        len({pid for pid, _ in results}) >= 2
-    )  # several processes, each free to send 4 at once
+    assert len({pid for pid, _ in results}) >= 2  # several processes, each free to send 4 at once
     assert sum(replies for _, replies in results) == 16 == len(server.model_requests())
     assert server.max_in_flight == 3

@@ -4,6 +4,7 @@ The real scbench corpus (273 recorded runs of 6 public evals by 16 model/harness
 re-graded with ``rayeval.grade`` and written as hive-partitioned Parquet
 (``ROOT/run_id=<id>/model=<m>/part-*.parquet``, values percent-encoded) with pyarrow.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -64,7 +65,9 @@ def base_row(**values: Any) -> dict[str, Any]:
     )
     row.update(values)
     if "unit_id" not in values:
-        row["unit_id"] = unit_id(row["eval_hash"] + row["eval_id"], row["grader_type"], row["model"], row["seed"], row["harness"])
+        row["unit_id"] = unit_id(
+            row["eval_hash"] + row["eval_id"], row["grader_type"], row["model"], row["seed"], row["harness"]
+        )
     return row
 
 
@@ -84,7 +87,13 @@ def corpus_rows() -> tuple[dict[str, Any], ...]:
             base_row(
                 run_id=RUN_ID,
                 model=trial["model"],
-                unit_id=unit_id(eval_.content_hash(), [s.model_dump() for s in eval_.grader_specs], trial["model"], trial["trial"], trial["harness"]),
+                unit_id=unit_id(
+                    eval_.content_hash(),
+                    [s.model_dump() for s in eval_.grader_specs],
+                    trial["model"],
+                    trial["trial"],
+                    trial["harness"],
+                ),
                 eval_id=eval_.id,
                 eval_hash=eval_.content_hash(),
                 harness=trial["harness"],

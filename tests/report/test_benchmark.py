@@ -1,4 +1,5 @@
 """The benchmark table against an independent numpy/scipy computation, and its exports."""
+
 from __future__ import annotations
 
 import csv
@@ -128,9 +129,22 @@ def test_csv_columns_match_the_publication(corpus_units: pd.DataFrame, tmp_path:
 
 def test_json_records_and_published_breakdown_layout(corpus_units: pd.DataFrame) -> None:
     records = json.loads(to_json(benchmark_table(corpus_units)))
-    assert list(records[0]) == ["model_name", "harness", "Accuracy (%)", "ci_lower", "ci_upper", "Cost ($)", "Duration (s)", "N", "Errors"]
+    assert list(records[0]) == [
+        "model_name",
+        "harness",
+        "Accuracy (%)",
+        "ci_lower",
+        "ci_upper",
+        "Cost ($)",
+        "Duration (s)",
+        "N",
+        "Errors",
+    ]
     assert records[0]["Cost ($)"] is None  # NaN → null
-    for column, filename, key in (("task", "category_results.json", "tasks"), ("kit", "platform_results.json", "platforms")):
+    for column, filename, key in (
+        ("task", "category_results.json", "tasks"),
+        ("kit", "platform_results.json", "platforms"),
+    ):
         published = json.loads(shared_path("corpus", "scbench", "results", filename).read_text())
         ours = to_json_data(breakdown_table(corpus_units, column))
         assert set(ours) == set(published)
@@ -151,7 +165,17 @@ def _error_rows() -> list[dict]:
     outcomes = {"e1": ["passed", "failed", "error", "timeout"], "e2": ["passed", "config_error"]}
     for eval_id, statuses in outcomes.items():
         for seed, status in enumerate(statuses, 1):
-            rows.append(base_row(model="a", harness=None, eval_id=eval_id, seed=seed, status=status, passed=status == "passed", cost_usd=None if status != "passed" else 1.0))
+            rows.append(
+                base_row(
+                    model="a",
+                    harness=None,
+                    eval_id=eval_id,
+                    seed=seed,
+                    status=status,
+                    passed=status == "passed",
+                    cost_usd=None if status != "passed" else 1.0,
+                )
+            )
     return rows
 
 
@@ -178,7 +202,12 @@ def test_errors_count_as_failures_by_default_and_are_shown(tmp_path: Path) -> No
 
 
 def test_single_eval_has_no_interval_and_unknown_policy_is_rejected() -> None:
-    units = pd.DataFrame([base_row(eval_id="only", seed=s, passed=s % 2 == 0, status="passed" if s % 2 == 0 else "failed") for s in range(4)])
+    units = pd.DataFrame(
+        [
+            base_row(eval_id="only", seed=s, passed=s % 2 == 0, status="passed" if s % 2 == 0 else "failed")
+            for s in range(4)
+        ]
+    )
     row = benchmark_table(units).iloc[0]
     assert row["Accuracy (%)"] == pytest.approx(50.0) and np.isnan(row["ci_lower"]) and np.isnan(row["ci_upper"])
     from rayeval.report import ReportError
@@ -190,7 +219,9 @@ def test_single_eval_has_no_interval_and_unknown_policy_is_rejected() -> None:
 def test_intervals_stay_inside_0_to_100() -> None:
     """Two evals, one passed and one failed: the t-interval (df = 1) spans about ±635 points;
     an accuracy's bounds are clipped to what an accuracy can be."""
-    units = pd.DataFrame([base_row(eval_id="e1", passed=True, status="passed"), base_row(eval_id="e2", passed=False, status="failed")])
+    units = pd.DataFrame(
+        [base_row(eval_id="e1", passed=True, status="passed"), base_row(eval_id="e2", passed=False, status="failed")]
+    )
     row = benchmark_table(units).iloc[0]
     assert row["Accuracy (%)"] == pytest.approx(50.0)
     assert (row["ci_lower"], row["ci_upper"]) == (0.0, 100.0)

@@ -1,4 +1,5 @@
 """`rayeval report` / `rayeval compare` as a user runs them: subprocesses and exit codes."""
+
 from __future__ import annotations
 
 import argparse
@@ -26,7 +27,9 @@ from .helpers import base_row, write_root
 
 def run(*args: str) -> subprocess.CompletedProcess:
     """A real subprocess, as a user runs it."""
-    return subprocess.run([sys.executable, "-m", "rayeval.report.cli", *args], check=False, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "rayeval.report.cli", *args], check=False, capture_output=True, text=True, timeout=300
+    )
 
 
 @pytest.fixture
@@ -70,7 +73,9 @@ def test_gate_fails_and_passes(corpus_root: Path) -> None:
 
 
 def test_error_rate_gate(tmp_path: Path, cli) -> None:
-    rows = [base_row(eval_id=f"e{i}", seed=1, status="timeout" if i == 0 else "passed", passed=i != 0) for i in range(4)]
+    rows = [
+        base_row(eval_id=f"e{i}", seed=1, status="timeout" if i == 0 else "passed", passed=i != 0) for i in range(4)
+    ]
     root = write_root(tmp_path, rows)
     assert cli("report", str(root), "--max-error-rate", "30").returncode == EXIT_OK
     done = cli("report", str(root), "--max-error-rate", "20")
@@ -85,12 +90,15 @@ def test_exports_to_files(corpus_root: Path, tmp_path: Path, cli) -> None:
     assert len(rows) == 16 and rows[0]["model_name"] == "gpt-5.5"
     data = json.loads(cli("report", str(corpus_root), "--format", "json", "--by", "kit").stdout)
     assert set(data) == {"metadata", "platforms"}
-    filtered = json.loads(cli("report", str(corpus_root), "--format", "json", "--model", "gpt-5.5", "--eval", "DE01_pseudobulk_de").stdout)
+    filtered = json.loads(
+        cli("report", str(corpus_root), "--format", "json", "--model", "gpt-5.5", "--eval", "DE01_pseudobulk_de").stdout
+    )
     assert [(r["model_name"], r["N"]) for r in filtered] == [("gpt-5.5", 3), ("gpt-5.5", 3)]
 
 
 def test_html_format(corpus_root: Path, tmp_path: Path, cli) -> None:
     import matplotlib  # noqa: F401  (the report extra; part of dev)
+
     out = tmp_path / "r.html"
     done = cli("report", str(corpus_root), "--format", "html", "--out", str(out), "--pass-k", "1,2")
     assert done.returncode == EXIT_OK, done.stderr
@@ -121,11 +129,17 @@ def test_argparse_errors_also_exit_2(corpus_root: Path) -> None:
     done = run("report", str(corpus_root), "--fail-under", "abc")
     assert done.returncode == 2 and "Traceback" not in done.stderr
     bad_root = run("compare", str(corpus_root / "nope"), "--a", "x", "--b", "y")
-    assert bad_root.returncode == EXIT_BAD_INPUT and bad_root.stderr.startswith("rayeval: ") and "Traceback" not in bad_root.stderr
+    assert (
+        bad_root.returncode == EXIT_BAD_INPUT
+        and bad_root.stderr.startswith("rayeval: ")
+        and "Traceback" not in bad_root.stderr
+    )
 
 
 def test_compare(corpus_root: Path, cli) -> None:
-    done = cli("compare", str(corpus_root), "--a", "gpt-5.5/openai-codex", "--b", "model=claude-sonnet-4-5", "--format", "json")
+    done = cli(
+        "compare", str(corpus_root), "--a", "gpt-5.5/openai-codex", "--b", "model=claude-sonnet-4-5", "--format", "json"
+    )
     assert done.returncode == EXIT_OK, done.stderr
     result = json.loads(done.stdout)
     assert result["n_evals"] == 5 and result["only_a"] == 1
@@ -150,7 +164,9 @@ def test_wires_into_another_parser(corpus_root: Path, capsys: pytest.CaptureFixt
 def test_run_manifest_gives_status_and_plan(tmp_path: Path, cli) -> None:
     rows = [base_row(run_id="r1", eval_id=f"e{i}") for i in range(3)]
     root = write_root(tmp_path, rows)
-    (root / "run_id=r1" / "_manifest.json").write_text(json.dumps({"run_id": "r1", "status": "cancelled", "total_units": 4}))
+    (root / "run_id=r1" / "_manifest.json").write_text(
+        json.dumps({"run_id": "r1", "status": "cancelled", "total_units": 4})
+    )
     done = cli("report", str(root))
     assert done.returncode == EXIT_OK
     assert done.stdout.splitlines()[0] == "status: cancelled; 3/4 units done (75.0%), 0 errors"

@@ -1,4 +1,5 @@
 """Paired comparison: exact sign/McNemar p-values on constructed cases, bootstrap CI."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -11,7 +12,9 @@ from .helpers import base_row
 
 
 def _row(model: str, eval_id: str, seed: int, ok: bool, run_id: str = "r") -> dict:
-    return base_row(run_id=run_id, model=model, eval_id=eval_id, seed=seed, passed=ok, status="passed" if ok else "failed")
+    return base_row(
+        run_id=run_id, model=model, eval_id=eval_id, seed=seed, passed=ok, status="passed" if ok else "failed"
+    )
 
 
 def test_known_exact_p_value_one_seed() -> None:
@@ -55,7 +58,9 @@ def test_known_exact_p_values_several_seeds_between_runs() -> None:
 
 
 def test_no_discordant_pairs_and_no_common_evals() -> None:
-    same = pd.DataFrame([_row("A", "e1", 1, True), _row("B", "e1", 1, True), _row("A", "e2", 1, False), _row("B", "e2", 1, False)])
+    same = pd.DataFrame(
+        [_row("A", "e1", 1, True), _row("B", "e1", 1, True), _row("A", "e2", 1, False), _row("B", "e2", 1, False)]
+    )
     result = paired_comparison(same, "A", "B")
     assert result.mean_diff == 0.0 and result.sign_test_p == 1.0 and result.mcnemar_p == 1.0
     apart = pd.DataFrame([_row("A", "e1", 1, True), _row("B", "e2", 1, True)])
@@ -64,7 +69,11 @@ def test_no_discordant_pairs_and_no_common_evals() -> None:
 
 
 def test_selectors() -> None:
-    rows = [_row("m1", "e", 1, True, run_id="r1"), _row("m2", "e", 1, False, run_id="r1"), _row("r1", "e", 1, True, run_id="r2")]
+    rows = [
+        _row("m1", "e", 1, True, run_id="r1"),
+        _row("m2", "e", 1, False, run_id="r1"),
+        _row("r1", "e", 1, True, run_id="r2"),
+    ]
     units = pd.DataFrame(rows)
     with pytest.raises(ReportError, match="both a run and a model"):
         select(units, "r1")

@@ -1,6 +1,7 @@
 """One damaged or foreign file never breaks a report: the reader leaves it out with a warning
 naming it (a ``rayeval: warning:`` line on stderr for the CLI), reports the readable rows, and
 never modifies the root; another run's report does not even see it."""
+
 from __future__ import annotations
 
 import logging
@@ -26,7 +27,10 @@ def _root(tmp_path: Path) -> tuple[Path, dict[str, Path]]:
     root = write_root(tmp_path / "results", rows)
     folder = root / "run_id=B" / "model=m"
     good = (folder / "part-test-0.parquet").read_bytes()
-    lost = [{k: v for k, v in base_row(run_id="B", eval_id=f"x{i}", seed=i).items() if k not in ("run_id", "model")} for i in range(2)]
+    lost = [
+        {k: v for k, v in base_row(run_id="B", eval_id=f"x{i}", seed=i).items() if k not in ("run_id", "model")}
+        for i in range(2)
+    ]
     sink = pa.BufferOutputStream()
     pq.write_table(pa.Table.from_pylist(lost), sink)
     whole = sink.getvalue().to_pybytes()
@@ -61,7 +65,9 @@ def _tree(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
 
-def test_the_reader_skips_bad_files_with_warnings_and_reads_the_rest(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_the_reader_skips_bad_files_with_warnings_and_reads_the_rest(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     root, bad = _root(tmp_path)
     before = _tree(root)
     reader = ResultsReader(root)
@@ -99,7 +105,9 @@ def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]
     return code, out, err
 
 
-def test_report_of_all_runs_warns_and_reports_the_readable_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_report_of_all_runs_warns_and_reports_the_readable_rows(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root, bad = _root(tmp_path)
     before = _tree(root)
     code, out, err = _cli(capsys, "report", str(root), "--by", "run", "--format", "csv")
@@ -120,13 +128,23 @@ def test_report_of_all_runs_warns_and_reports_the_readable_rows(tmp_path: Path, 
 def test_report_subprocess_of_a_root_with_a_corrupt_part(tmp_path: Path) -> None:
     """As a user runs it: exit 0, the table on stdout, one warning line per bad file on stderr."""
     root, bad = _root(tmp_path)
-    done = subprocess.run([sys.executable, "-m", "rayeval.report.cli", "report", str(root)], check=False, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "rayeval.report.cli", "report", str(root)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert "Accuracy (%)" in done.stdout and "7 units done" in done.stdout
     assert done.stderr.count("rayeval: warning: skipping ") == len(bad), done.stderr
     assert str(bad["truncated"]) in done.stderr and "Traceback" not in done.stderr
     done = subprocess.run(
-        [sys.executable, "-m", "rayeval.report.cli", "report", str(root), "--run", "A"], check=False, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "rayeval.report.cli", "report", str(root), "--run", "A"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0 and "4 units done" in done.stdout and not done.stderr.strip(), done.stderr
 
@@ -137,7 +155,9 @@ def test_report_on_s3_skips_a_corrupt_part(tmp_path: Path, s3_bucket, capsys: py
         if path.is_file():
             s3_bucket.put(f"results/{path.relative_to(root).as_posix()}", path.read_bytes())
     uri = s3_bucket.uri("results")
-    code, out, err = _cli(capsys, "report", uri, "--s3-endpoint", s3_bucket.endpoint_url, "--by", "run", "--format", "csv")
+    code, out, err = _cli(
+        capsys, "report", uri, "--s3-endpoint", s3_bucket.endpoint_url, "--by", "run", "--format", "csv"
+    )
     assert code == 0, err
     assert "\nA," in out and "\nB," in out
     assert err.count("rayeval: warning: skipping ") == len(bad), err

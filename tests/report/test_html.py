@@ -1,4 +1,5 @@
 """The HTML report is one self-contained file: parses, embeds its images, links nothing."""
+
 from __future__ import annotations
 
 import base64
@@ -53,7 +54,14 @@ def test_report_is_self_contained(corpus_root: Path, tmp_path: Path) -> None:
     body = "".join(parser.text)
     assert "scbench <replay>" in body  # escaped in the markup, intact as text
     assert "<replay>" not in text
-    for heading in ("Accuracy by model", "Cost vs accuracy", "Accuracy by task category", "Accuracy by platform", "Across seeds", "Runs"):
+    for heading in (
+        "Accuracy by model",
+        "Cost vs accuracy",
+        "Accuracy by task category",
+        "Accuracy by platform",
+        "Across seeds",
+        "Runs",
+    ):
         assert heading in body
     assert "gpt-5.5" in body and "Accuracy (%)" in body and "pass@3" in body and "count as failures" in body
 

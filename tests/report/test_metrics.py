@@ -1,4 +1,5 @@
 """pass@k, pass^k and majority vote."""
+
 from __future__ import annotations
 
 import itertools
@@ -78,9 +79,13 @@ def test_majority_vote_on_answers_and_verdicts() -> None:
     # e1: answers A, A, B → A wins (passes). e2: B (fail, seed 1), C (pass, seed 2) → tie → lowest seed: B fails.
     # e3: nobody answered (errors).
     for seed, (answer, ok) in enumerate([('{"x": 1}', True), ('{"x": 1}', True), ('{"x": 2}', False)], 1):
-        rows.append(base_row(eval_id="e1", seed=seed, answer_json=answer, passed=ok, status="passed" if ok else "failed"))
+        rows.append(
+            base_row(eval_id="e1", seed=seed, answer_json=answer, passed=ok, status="passed" if ok else "failed")
+        )
     for seed, (answer, ok) in zip((2, 1), [('{"x": 3}', True), ('{"x": 4}', False)]):
-        rows.append(base_row(eval_id="e2", seed=seed, answer_json=answer, passed=ok, status="passed" if ok else "failed"))
+        rows.append(
+            base_row(eval_id="e2", seed=seed, answer_json=answer, passed=ok, status="passed" if ok else "failed")
+        )
     for seed in (1, 2):
         rows.append(base_row(eval_id="e3", seed=seed, answer_json=None, passed=False, status="error"))
     units = pd.DataFrame(rows)

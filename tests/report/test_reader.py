@@ -1,4 +1,5 @@
 """The reader: hive layout, filters, percent-encoded partition values, latest attempt."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -61,7 +62,10 @@ def test_filters_by_run_model_and_eval(tmp_path: Path) -> None:
 def test_percent_encoded_partition_values_round_trip(tmp_path: Path) -> None:
     model = "org/model v2:β%"
     run = "run 2026/01?x=1"
-    root = write_root(tmp_path, [base_row(run_id=run, model=model, eval_id="e1"), base_row(run_id=run, model=model, eval_id="e2", seed=2)])
+    root = write_root(
+        tmp_path,
+        [base_row(run_id=run, model=model, eval_id="e1"), base_row(run_id=run, model=model, eval_id="e2", seed=2)],
+    )
     folders = [p.name for p in root.iterdir()]
     assert folders == ["run_id=run%202026%2F01%3Fx%3D1"]
     units = read_units(root, runs=run, models=model)
@@ -98,11 +102,51 @@ def _attempts() -> list[dict]:
     Unit u3: one failed row. The same unit id in another run is a different unit."""
     t = T0
     return [
-        base_row(run_id="r", unit_id="u1", eval_id="e1", attempt=1, status="error", passed=False, finished_at=t + timedelta(seconds=9)),
-        base_row(run_id="r", unit_id="u1", eval_id="e1", attempt=3, status="passed", passed=True, finished_at=t + timedelta(seconds=1)),
-        base_row(run_id="r", unit_id="u1", eval_id="e1", attempt=2, status="failed", passed=False, finished_at=t + timedelta(seconds=5)),
-        base_row(run_id="r", unit_id="u2", eval_id="e2", attempt=2, status="failed", passed=False, finished_at=t + timedelta(seconds=2)),
-        base_row(run_id="r", unit_id="u2", eval_id="e2", attempt=2, status="passed", passed=True, finished_at=t + timedelta(seconds=3)),
+        base_row(
+            run_id="r",
+            unit_id="u1",
+            eval_id="e1",
+            attempt=1,
+            status="error",
+            passed=False,
+            finished_at=t + timedelta(seconds=9),
+        ),
+        base_row(
+            run_id="r",
+            unit_id="u1",
+            eval_id="e1",
+            attempt=3,
+            status="passed",
+            passed=True,
+            finished_at=t + timedelta(seconds=1),
+        ),
+        base_row(
+            run_id="r",
+            unit_id="u1",
+            eval_id="e1",
+            attempt=2,
+            status="failed",
+            passed=False,
+            finished_at=t + timedelta(seconds=5),
+        ),
+        base_row(
+            run_id="r",
+            unit_id="u2",
+            eval_id="e2",
+            attempt=2,
+            status="failed",
+            passed=False,
+            finished_at=t + timedelta(seconds=2),
+        ),
+        base_row(
+            run_id="r",
+            unit_id="u2",
+            eval_id="e2",
+            attempt=2,
+            status="passed",
+            passed=True,
+            finished_at=t + timedelta(seconds=3),
+        ),
         base_row(run_id="r", unit_id="u3", eval_id="e2", seed=2, status="failed", passed=False),
         base_row(run_id="r2", unit_id="u1", eval_id="e1", status="failed", passed=False),
     ]
@@ -172,7 +216,9 @@ def test_a_column_only_later_parts_carry_is_read(tmp_path: Path) -> None:
     later = root / "run_id=b-run" / "model=m"
     later.mkdir(parents=True)
     row = {k: v for k, v in base_row(run_id="b-run", eval_id="e2").items() if k not in ("run_id", "model")}
-    pq.write_table(pa.Table.from_pylist([row]).append_column("batch_id", pa.array(["batch-7"])), later / "part-0.parquet")
+    pq.write_table(
+        pa.Table.from_pylist([row]).append_column("batch_id", pa.array(["batch-7"])), later / "part-0.parquet"
+    )
 
     units = read_units(root)
     batches = dict(zip(units["run_id"], units["batch_id"]))

@@ -1,4 +1,5 @@
 """EvaluationStats: evaluator stats by kind, errors and nulls, progress, status, ordering."""
+
 from __future__ import annotations
 
 import json
@@ -39,10 +40,17 @@ def test_grader_evaluators_on_the_corpus(corpus_units: pd.DataFrame) -> None:
         assert rs.version_id == f"{rs.model}/{rs.harness}"
         assert rs.num_logs == len(mine) and rs.batch_id == rs.run_id
         passed, score = rs.evaluator_stats
-        assert (passed.kind, passed.evaluator, score.kind, score.evaluator) == ("boolean", "passed", "number", "normalized_score")
+        assert (passed.kind, passed.evaluator, score.kind, score.evaluator) == (
+            "boolean",
+            "passed",
+            "number",
+            "normalized_score",
+        )
         assert passed.num_true == sum(t["recorded_passed"] for t in mine)
         assert passed.num_true + passed.num_false == passed.num_judgments == passed.total_logs == len(mine)
-        values = np.array([r.normalized_score for r in corpus_units.itertuples() if r.model == rs.model and r.harness == rs.harness])
+        values = np.array(
+            [r.normalized_score for r in corpus_units.itertuples() if r.model == rs.model and r.harness == rs.harness]
+        )
         assert score.mean == pytest.approx(values.mean()) and score.sum == pytest.approx(values.sum())
         assert score.std == pytest.approx(values.std(ddof=1))
         assert score.percentiles == pytest.approx({f"p{q}": np.percentile(values, q) for q in (5, 25, 50, 75, 95)})
@@ -54,7 +62,18 @@ def _judgments() -> pd.DataFrame:
     return pd.DataFrame(
         {
             "run": ["r1"] * 8 + ["r2"] * 2,
-            "status": ["passed", "failed", "error", "timeout", "passed", "failed", "config_error", "passed", "passed", "failed"],
+            "status": [
+                "passed",
+                "failed",
+                "error",
+                "timeout",
+                "passed",
+                "failed",
+                "config_error",
+                "passed",
+                "passed",
+                "failed",
+            ],
             "flag": [True, False, True, None, None, True, False, "false", "yes", False],
             "num": [1.0, 0.5, 9.0, np.nan, None, 0.25, 3.0, "x", 2.0, 4.0],
             "choice": ["a", "b", "a", "c", None, "a", "b", ["a", "c"], "b", []],
@@ -98,11 +117,15 @@ def test_select_and_text_stats() -> None:
 
 
 def test_kind_is_a_discriminator() -> None:
-    stats = evaluation_stats(pd.DataFrame([base_row(), base_row(seed=2, passed=False, status="failed", normalized_score=0.0)]))
+    stats = evaluation_stats(
+        pd.DataFrame([base_row(), base_row(seed=2, passed=False, status="failed", normalized_score=0.0)])
+    )
     dumped = stats.model_dump(mode="json")
     again = EvaluationStats.model_validate(dumped)
     assert again == stats
-    kinds = [type(EVALUATOR_STATS_ADAPTER.validate_python(e)).__name__ for e in dumped["run_stats"][0]["evaluator_stats"]]
+    kinds = [
+        type(EVALUATOR_STATS_ADAPTER.validate_python(e)).__name__ for e in dumped["run_stats"][0]["evaluator_stats"]
+    ]
     assert kinds == ["BooleanEvaluatorStats", "NumberEvaluatorStats"]
 
 
@@ -121,7 +144,9 @@ def test_custom_evaluators_from_metrics_json() -> None:
     by_eval = compute_evaluator_stats(long[long["evaluator"] == "exact"], "boolean", by=["evaluator"])
     exact = by_eval[("exact",)]
     assert (exact.num_true, exact.num_false, exact.num_errors, exact.num_nulls) == (2, 1, 2, 0)
-    stats = evaluation_stats(units, evaluators={"exact": "boolean", "len": "number", "tone": "select", "passed": "boolean"})
+    stats = evaluation_stats(
+        units, evaluators={"exact": "boolean", "len": "number", "tone": "select", "passed": "boolean"}
+    )
     ex, ln, tone, passed = stats.run_stats[0].evaluator_stats
     assert (ex.evaluator, ex.num_true, ex.num_false, ex.num_errors) == ("exact", 2, 1, 2)
     assert (ln.num_judgments, ln.num_nulls, ln.num_errors, ln.mean) == (2, 2, 1, 21.0)
@@ -171,8 +196,19 @@ def test_progress_eta_and_status() -> None:
 
 
 def test_run_stats_newest_first() -> None:
-    old = [base_row(run_id="old", model=m, unit_id=f"o{m}", started_at=T0, finished_at=T0 + timedelta(seconds=5)) for m in ("b", "a")]
-    new = [base_row(run_id="new", model="z", unit_id="n", started_at=T0 + timedelta(days=1), finished_at=T0 + timedelta(days=1, seconds=3))]
+    old = [
+        base_row(run_id="old", model=m, unit_id=f"o{m}", started_at=T0, finished_at=T0 + timedelta(seconds=5))
+        for m in ("b", "a")
+    ]
+    new = [
+        base_row(
+            run_id="new",
+            model="z",
+            unit_id="n",
+            started_at=T0 + timedelta(days=1),
+            finished_at=T0 + timedelta(days=1, seconds=3),
+        )
+    ]
     stats = evaluation_stats(pd.DataFrame(old + new), run_status={"old": "completed", "new": "running"})
     assert [(rs.run_id, rs.version_id) for rs in stats.run_stats] == [("new", "z/h1"), ("old", "a/h1"), ("old", "b/h1")]
     assert stats.status == "running"

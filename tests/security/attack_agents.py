@@ -5,6 +5,7 @@ secret number, so an attack that reaches an answer key turns a failing unit into
 one. Every agent also says in its metadata what it tried, so that a test can tell an attack
 that was stopped from one that never ran.
 """
+
 from __future__ import annotations
 
 import gc
@@ -130,8 +131,12 @@ def forge_results(task_prompt: str, work_dir: Path, context: Any) -> dict:
                 table = pq.read_table(existing) if existing else None
                 if table is None:
                     continue
-                forged = table.set_column(table.schema.get_field_index("passed"), "passed", pa.array([True] * len(table)))
-                forged = forged.set_column(forged.schema.get_field_index("attempt"), "attempt", pa.array([99] * len(table), pa.int64()))
+                forged = table.set_column(
+                    table.schema.get_field_index("passed"), "passed", pa.array([True] * len(table))
+                )
+                forged = forged.set_column(
+                    forged.schema.get_field_index("attempt"), "attempt", pa.array([99] * len(table), pa.int64())
+                )
                 pq.write_table(forged, model / "part-forged.parquet")
                 written += 1
         (root / f"run_id={context.run_id}" / "_manifest.json").write_text("{}")
@@ -223,8 +228,7 @@ def escape_mounts(task_prompt: str, work_dir: Path, context: Any) -> dict:
     remount read-only folders writable, and write where the results are kept."""
     target = context.args["hidden"]
     script = (
-        f"umount {target} 2>&1; ls {target} 2>&1 | head -3; "
-        f"mount -o remount,rw / 2>&1; touch /usr/rayeval-escape 2>&1"
+        f"umount {target} 2>&1; ls {target} 2>&1 | head -3; mount -o remount,rw / 2>&1; touch /usr/rayeval-escape 2>&1"
     )
     attempts = {}
     for name, argv in {
@@ -324,6 +328,7 @@ def control_plane(task_prompt: str, work_dir: Path, context: Any) -> dict:
     if not outcome.get("joined"):
         return _answer(None, joined=False, error=outcome.get("error", "no answer from the cluster"))
     try:
+
         def search(root: str) -> tuple[float | None, int]:  # sent by value: it runs outside the unit
             import json as json_
             import os as os_
@@ -358,7 +363,9 @@ def honest(task_prompt: str, work_dir: Path, context: Any) -> dict:
     digest = hashlib.sha256(staged[0].read_bytes()).hexdigest() if staged else None
     (work_dir / "notes.txt").write_text("scratch")
     Path("/tmp/scratch.txt").write_text("tmp works") if os.access("/tmp", os.W_OK) else None
-    echo = subprocess.run(["sh", "-c", "echo from-a-subprocess; python3 -c 'print(6*7)'"], capture_output=True, text=True, check=True).stdout
+    echo = subprocess.run(
+        ["sh", "-c", "echo from-a-subprocess; python3 -c 'print(6*7)'"], capture_output=True, text=True, check=True
+    ).stdout
     served = None
     if "url" in context.args:
         with urllib.request.urlopen(context.args["url"], timeout=10) as response:

@@ -5,6 +5,7 @@ shows it does (``--isolation process`` or ``inline``), so that each test can fai
 The evals under attack grade ``value`` against a secret number: a unit passes only if its
 agent got hold of the answer key. See tests/security/attack_agents.py.
 """
+
 from __future__ import annotations
 
 import http.server
@@ -47,7 +48,10 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             "canary": MARKER,
             "grader": {
                 "type": "numeric_tolerance",
-                "config": {"ground_truth": {"value": KEY}, "tolerances": {"value": {"type": "absolute", "value": 0.01}}},
+                "config": {
+                    "ground_truth": {"value": KEY},
+                    "tolerances": {"value": {"type": "absolute", "value": 0.01}},
+                },
             },
         }
         (evals / f"{name}.json").write_text(json.dumps(body))
@@ -55,7 +59,13 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     os.environ["ANTHROPIC_API_KEY"] = HUNTED_SECRET
     os.environ["RAYEVAL_CACHE_DIR"] = str(base / "cache")
     os.environ["RAYEVAL_WORK_ROOT"] = str(base / "work")
-    ray.init(address="local", include_dashboard=False, object_store_memory=256 << 20, log_to_driver=False, configure_logging=False)
+    ray.init(
+        address="local",
+        include_dashboard=False,
+        object_store_memory=256 << 20,
+        log_to_driver=False,
+        configure_logging=False,
+    )
     try:
         yield {"base": base, "evals": evals, "eval_file": evals / "alpha.json", "cache": base / "cache"}
     finally:
@@ -67,9 +77,22 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
                 os.environ[name] = value
 
 
-def rayeval_run(site: dict[str, Any], out: Path, agent: str, *options: str, evals: str | None = None) -> list[dict[str, Any]]:
+def rayeval_run(
+    site: dict[str, Any], out: Path, agent: str, *options: str, evals: str | None = None
+) -> list[dict[str, Any]]:
     """``rayeval run`` in this process (on the module's Ray); the stored rows."""
-    argv = ["run", evals or str(site["evals"]), "--agent", f"{AGENTS}:{agent}", "--output", str(out), "--no-progress", "--retries", "0", *options]
+    argv = [
+        "run",
+        evals or str(site["evals"]),
+        "--agent",
+        f"{AGENTS}:{agent}",
+        "--output",
+        str(out),
+        "--no-progress",
+        "--retries",
+        "0",
+        *options,
+    ]
     code = rayeval_main(argv)
     stored = rows(out)
     # 1: every unit errored (an attack ending in its unit's timeout or limit), as documented
@@ -110,7 +133,9 @@ def test_the_results_root_cannot_be_forged(site: dict[str, Any], tmp_path: Path)
     assert all(not attack(r)["root_visible"] and attack(r)["written"] == 0 for r in attacked if r["run_id"] == "attack")
     assert not list(out.rglob("part-forged.parquet"))
     assert [r["passed"] for r in rows(out) if r["run_id"] == "victim"] == [False, False]
-    rayeval_run(site, out, "forge_results", "--run-id", "control", "--isolation", "process", "--agent-arg", f"results={out}")
+    rayeval_run(
+        site, out, "forge_results", "--run-id", "control", "--isolation", "process", "--agent-arg", f"results={out}"
+    )
     assert list(out.rglob("part-forged.parquet"))  # without the sandbox the forgery lands
 
 
@@ -119,13 +144,17 @@ def test_other_units_answer_files_cannot_be_written(site: dict[str, Any], tmp_pa
     sandboxed = rayeval_run(site, tmp_path / "s", "forge_neighbours", *options, evals=str(site["eval_file"]))
     victim = next(r for r in sandboxed if r["seed"] == 1)
     assert not victim["passed"] and victim["answer_json"] == json.dumps({"value": -1.0})
-    unsandboxed = rayeval_run(site, tmp_path / "p", "forge_neighbours", *options, "--isolation", "process", evals=str(site["eval_file"]))
+    unsandboxed = rayeval_run(
+        site, tmp_path / "p", "forge_neighbours", *options, "--isolation", "process", evals=str(site["eval_file"])
+    )
     assert next(r for r in unsandboxed if r["seed"] == 1)["passed"]  # the control: the victim was overwritten
 
 
 def test_returned_objects_are_never_unpickled(site: dict[str, Any], tmp_path: Path) -> None:
     marker = tmp_path / "unpickled-here"
-    result = rayeval_run(site, tmp_path / "s", "hostile_object", "--agent-arg", f"marker={marker}", evals=str(site["eval_file"]))
+    result = rayeval_run(
+        site, tmp_path / "s", "hostile_object", "--agent-arg", f"marker={marker}", evals=str(site["eval_file"])
+    )
     assert not marker.exists()
     (row,) = result
     assert not row["passed"] and isinstance(json.loads(row["answer_json"])["value"], str)
@@ -136,12 +165,24 @@ def test_staged_inputs_and_the_cache_cannot_be_poisoned(site: dict[str, Any], tm
     original = source.read_text()
     for isolation in ("sandbox", "process"):
         options = ["--isolation", isolation, "--agent-arg", f"cache={site['cache']}"]
-        (attacker,) = rayeval_run(site, tmp_path / f"{isolation}-1", "poison_inputs", *options, evals=str(site["eval_file"]))
+        (attacker,) = rayeval_run(
+            site, tmp_path / f"{isolation}-1", "poison_inputs", *options, evals=str(site["eval_file"])
+        )
         outcomes = attack(attacker)["outcomes"]
         if isolation == "sandbox":
             assert outcomes and all(outcome != "rewritten" for outcome in outcomes.values()), outcomes
         # a later run: its first unit attacks again, its second reads what it is given
-        later = rayeval_run(site, tmp_path / f"{isolation}-2", "poison_inputs", "--seeds", "2", "--max-concurrency", "1", *options, evals=str(site["eval_file"]))
+        later = rayeval_run(
+            site,
+            tmp_path / f"{isolation}-2",
+            "poison_inputs",
+            "--seeds",
+            "2",
+            "--max-concurrency",
+            "1",
+            *options,
+            evals=str(site["eval_file"]),
+        )
         reader = next(r for r in later if r["seed"] == 2)
         assert attack(reader)["content"] == original
         assert source.read_text() == original
@@ -162,7 +203,9 @@ def test_nothing_an_agent_starts_outlives_its_unit(site: dict[str, Any], tmp_pat
 
 
 def test_hidden_folders_cannot_be_uncovered(site: dict[str, Any], tmp_path: Path) -> None:
-    result = rayeval_run(site, tmp_path / "s", "escape_mounts", "--agent-arg", f"hidden={site['evals']}", evals=str(site["eval_file"]))
+    result = rayeval_run(
+        site, tmp_path / "s", "escape_mounts", "--agent-arg", f"hidden={site['evals']}", evals=str(site["eval_file"])
+    )
     (row,) = result
     seen = attack(row)
     assert not row["passed"] and not seen["escaped"] and seen["looked"] == 0, seen
@@ -170,10 +213,29 @@ def test_hidden_folders_cannot_be_uncovered(site: dict[str, Any], tmp_path: Path
 
 
 def test_exhausting_resources_is_confined_to_the_unit(site: dict[str, Any], tmp_path: Path) -> None:
-    limits = ["--limit-processes", "64", "--limit-memory-mb", "1024", "--limit-file-size-mb", "64", "--limit-output-mb", "1"]
+    limits = [
+        "--limit-processes",
+        "64",
+        "--limit-memory-mb",
+        "1024",
+        "--limit-file-size-mb",
+        "64",
+        "--limit-output-mb",
+        "1",
+    ]
     found = {}
     for kind in ("fork", "memory", "file", "answer"):
-        (row,) = rayeval_run(site, tmp_path / kind, "exhaust", *limits, "--agent-arg", f"kind={kind}", "--timeout", "60", evals=str(site["eval_file"]))
+        (row,) = rayeval_run(
+            site,
+            tmp_path / kind,
+            "exhaust",
+            *limits,
+            "--agent-arg",
+            f"kind={kind}",
+            "--timeout",
+            "60",
+            evals=str(site["eval_file"]),
+        )
         found[kind] = row
     assert attack(found["fork"])["children"] < 64 and attack(found["fork"])["stopped"]
     memory = found["memory"]  # a control group kills the unit, an rlimit fails the allocation
@@ -187,14 +249,18 @@ def test_an_agent_signalling_every_process_ends_only_its_own(site: dict[str, Any
     (row,) = rayeval_run(site, tmp_path / "s", "kill_everything", evals=str(site["eval_file"]))
     seen = attack(row) if row["status"] != "error" else {}
     assert row["status"] == "error" or seen.get("visible", 99) <= 20  # it died with its namespace
-    (honest,) = rayeval_run(site, tmp_path / "after", "honest", "--agent-arg", f"value={KEY}", evals=str(site["eval_file"]))
+    (honest,) = rayeval_run(
+        site, tmp_path / "after", "honest", "--agent-arg", f"value={KEY}", evals=str(site["eval_file"])
+    )
     assert honest["passed"]
 
 
 def test_links_out_of_the_work_folder_are_not_followed(site: dict[str, Any], tmp_path: Path) -> None:
     options = ["--agent-arg", f"eval_file={site['eval_file']}"]
     for isolation in ("sandbox", "process"):
-        (row,) = rayeval_run(site, tmp_path / isolation, "symlinks", "--isolation", isolation, *options, evals=str(site["eval_file"]))
+        (row,) = rayeval_run(
+            site, tmp_path / isolation, "symlinks", "--isolation", isolation, *options, evals=str(site["eval_file"])
+        )
         assert not row["passed"] and row["answer_json"] is None
         assert MARKER not in json.dumps(row, default=str), row
         assert not (row["artifacts_json"] or "").count("attack_alpha")
@@ -202,10 +268,21 @@ def test_links_out_of_the_work_folder_are_not_followed(site: dict[str, Any], tmp
 
 def test_the_ray_control_plane_is_out_of_reach(site: dict[str, Any], tmp_path: Path) -> None:
     address = ray.get_runtime_context().gcs_address
-    options = ["--agent-arg", f"address={address}", "--agent-arg", f"evals={site['evals']}", "--agent-arg", "join_s=40", "--timeout", "90"]
+    options = [
+        "--agent-arg",
+        f"address={address}",
+        "--agent-arg",
+        f"evals={site['evals']}",
+        "--agent-arg",
+        "join_s=40",
+        "--timeout",
+        "90",
+    ]
     (row,) = rayeval_run(site, tmp_path / "s", "control_plane", *options, evals=str(site["eval_file"]))
     assert not row["passed"] and not attack(row)["joined"], attack(row)
-    (control,) = rayeval_run(site, tmp_path / "p", "control_plane", *options, "--isolation", "process", evals=str(site["eval_file"]))
+    (control,) = rayeval_run(
+        site, tmp_path / "p", "control_plane", *options, "--isolation", "process", evals=str(site["eval_file"])
+    )
     assert control["passed"], attack(control)  # without the sandbox: the token is in reach, the cluster runs its code
 
 
@@ -226,7 +303,16 @@ def test_an_honest_agent_has_what_it_needs(site: dict[str, Any], tmp_path: Path)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/"
-        (row,) = rayeval_run(site, tmp_path / "s", "honest", "--agent-arg", f"value={KEY}", "--agent-arg", f"url={url}", evals=str(site["eval_file"]))
+        (row,) = rayeval_run(
+            site,
+            tmp_path / "s",
+            "honest",
+            "--agent-arg",
+            f"value={KEY}",
+            "--agent-arg",
+            f"url={url}",
+            evals=str(site["eval_file"]),
+        )
     finally:
         server.shutdown()
         server.server_close()
@@ -242,12 +328,24 @@ def test_with_the_network_off_only_loopback_remains(site: dict[str, Any], tmp_pa
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/"
-        result = rayeval_run(site, tmp_path / "s", "honest", "--network", "none", "--agent-arg", f"url={url}", evals=str(site["eval_file"]))
+        result = rayeval_run(
+            site,
+            tmp_path / "s",
+            "honest",
+            "--network",
+            "none",
+            "--agent-arg",
+            f"url={url}",
+            evals=str(site["eval_file"]),
+        )
     finally:
         server.shutdown()
         server.server_close()
     (row,) = result
-    assert row["status"] == "error" and "URLError" in (row["error_type"] or "") + (row["error_message"] or ""), (host, row["error_message"])
+    assert row["status"] == "error" and "URLError" in (row["error_type"] or "") + (row["error_message"] or ""), (
+        host,
+        row["error_message"],
+    )
 
 
 def test_an_evals_folder_outside_the_temp_folder_is_hidden(site: dict[str, Any], tmp_path: Path) -> None:
@@ -260,14 +358,27 @@ def test_an_evals_folder_outside_the_temp_folder_is_hidden(site: dict[str, Any],
         options = ["--agent-arg", f"folder={evals}"]
         (row,) = rayeval_run(site, tmp_path / "s", "search_folder", *options, evals=str(evals))
         assert not row["passed"] and attack(row)["looked"] == 0, attack(row)
-        (control,) = rayeval_run(site, tmp_path / "p", "search_folder", *options, "--isolation", "process", evals=str(evals))
+        (control,) = rayeval_run(
+            site, tmp_path / "p", "search_folder", *options, "--isolation", "process", evals=str(evals)
+        )
         assert control["passed"]  # without the sandbox the key is in reach
     finally:
         shutil.rmtree(evals)
 
 
 def test_hostile_answers_are_confined_to_their_own_units(site: dict[str, Any], tmp_path: Path) -> None:
-    result = rayeval_run(site, tmp_path / "s", "hostile_answers", "--seeds", "7", "--max-concurrency", "7", "--agent-arg", f"key={KEY}", evals=str(site["eval_file"]))
+    result = rayeval_run(
+        site,
+        tmp_path / "s",
+        "hostile_answers",
+        "--seeds",
+        "7",
+        "--max-concurrency",
+        "7",
+        "--agent-arg",
+        f"key={KEY}",
+        evals=str(site["eval_file"]),
+    )
     by_seed = {row["seed"]: row for row in result}
     assert len(by_seed) == 7 and by_seed[7]["passed"]  # the honest unit beside them is untouched
     for seed in (1, 2, 4, 5, 6):

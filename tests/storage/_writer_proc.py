@@ -2,6 +2,7 @@
 
 usage: python -m tests.storage._writer_proc ROOT RUN_ID WAL_DIR|- ENDPOINT|- WRITER_ID FLUSHED UNFLUSHED
 """
+
 from __future__ import annotations
 
 import sys

@@ -19,4 +19,3 @@ def local_store(tmp_path) -> ResultStore:
 @pytest.fixture
 def s3_store(s3_bucket) -> ResultStore:
     return ResultStore(s3_bucket.uri("results"), s3_endpoint_url=s3_bucket.endpoint_url)
-

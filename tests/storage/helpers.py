@@ -1,4 +1,5 @@
 """Row factories and small checks shared by the storage tests."""
+
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone

@@ -1,6 +1,7 @@
 """Damaged and foreign files under a results root: readers leave them out with a warning naming
 them, their units count as not stored, other runs are unaffected, the write path moves damaged
 parts to ``_quarantine/``, and a storage outage is never taken for damage."""
+
 from __future__ import annotations
 
 import io
@@ -72,7 +73,9 @@ def _damage(store: ResultStore, kind: str) -> tuple[list[str], set[str]]:
         store.put_atomic(victim, b"")
     elif kind == "incompatible":  # the same rows, but attempt written as text
         table = pq.read_table(io.BytesIO(data))
-        table = table.set_column(table.schema.get_field_index("attempt"), "attempt", table.column("attempt").cast(pa.string()))
+        table = table.set_column(
+            table.schema.get_field_index("attempt"), "attempt", table.column("attempt").cast(pa.string())
+        )
         sink = io.BytesIO()
         pq.write_table(table, sink)
         store.put_atomic(victim, sink.getvalue())
@@ -131,7 +134,9 @@ def _assert_skipped(store: ResultStore, kind: str, caplog: pytest.LogCaptureFixt
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_readers_skip_a_bad_file_with_a_warning(local_store: ResultStore, kind: str, caplog: pytest.LogCaptureFixture) -> None:
+def test_readers_skip_a_bad_file_with_a_warning(
+    local_store: ResultStore, kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
     _assert_skipped(local_store, kind, caplog)
 
 
@@ -152,7 +157,7 @@ def _assert_quarantined(store: ResultStore, caplog: pytest.LogCaptureFixture) ->
         warned = _warnings(caplog)
     run_folder = store.run_path(RUN)
     for path in (victim, not_ours):
-        moved = f"{run_folder}/{QUARANTINE_FOLDER}/{path[len(run_folder) + 1:]}"
+        moved = f"{run_folder}/{QUARANTINE_FOLDER}/{path[len(run_folder) + 1 :]}"
         assert store.fs.get_file_info(path).type.name == "NotFound"
         assert any(_shown(store, path) in m and "_quarantine" in m for m in warned), warned
         if path == victim:
@@ -171,7 +176,9 @@ def _assert_quarantined(store: ResultStore, caplog: pytest.LogCaptureFixture) ->
         assert not any(_shown(store, path) in m for m in _warnings(caplog) for path in (victim, not_ours))
 
 
-def test_the_write_path_moves_damaged_parts_to_quarantine(local_store: ResultStore, caplog: pytest.LogCaptureFixture) -> None:
+def test_the_write_path_moves_damaged_parts_to_quarantine(
+    local_store: ResultStore, caplog: pytest.LogCaptureFixture
+) -> None:
     _assert_quarantined(local_store, caplog)
     # pyarrow/pandas discovery skips _quarantine too (the foreign files aside, which it cannot read)
     for path in _damage(local_store, "foreign")[0]:
@@ -180,11 +187,15 @@ def test_the_write_path_moves_damaged_parts_to_quarantine(local_store: ResultSto
     assert len(frame) == 40 and frame["unit_id"].is_unique
 
 
-def test_the_write_path_moves_damaged_parts_to_quarantine_on_s3(s3_store: ResultStore, caplog: pytest.LogCaptureFixture) -> None:
+def test_the_write_path_moves_damaged_parts_to_quarantine_on_s3(
+    s3_store: ResultStore, caplog: pytest.LogCaptureFixture
+) -> None:
     _assert_quarantined(s3_store, caplog)
 
 
-def test_a_part_whose_data_cannot_be_decoded_is_left_out_when_read(local_store: ResultStore, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_part_whose_data_cannot_be_decoded_is_left_out_when_read(
+    local_store: ResultStore, caplog: pytest.LogCaptureFixture
+) -> None:
     """Its footer is fine (the cheap check passes): the read finds it, and only then are the
     parts read one by one."""
     everything, _ = _store_runs(local_store)

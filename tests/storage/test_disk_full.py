@@ -20,14 +20,10 @@ MODEL = "m"
 
 def _bulky_row(run_id: str, i: int) -> ResultRow:
     """A row of ~40 KB that does not compress: a few fill a small disk."""
-    return make_row(
-        run_id, MODEL, i, answer_json=json.dumps({"padding": os.urandom(20_000).hex()})
-    )
+    return make_row(run_id, MODEL, i, answer_json=json.dumps({"padding": os.urandom(20_000).hex()}))
 
 
-def _add_until_refused(
-    writer: RowWriter, run_id: str, batches: int = 400
-) -> tuple[set[str], set[str]]:
+def _add_until_refused(writer: RowWriter, run_id: str, batches: int = 400) -> tuple[set[str], set[str]]:
     """Add rows two at a time until the writer refuses them: (unit ids taken, unit ids refused)."""
     taken: set[str] = set()
     for n in range(batches):
@@ -65,15 +61,10 @@ def test_full_disk_under_a_local_root(small_disk) -> None:
     with pytest.raises(ResultsRootUnwritable) as stopped:
         writer.check()
     message = str(stopped.value)
-    assert (
-        f"results root {disk.path}" in message
-        and "No space left on device (ENOSPC)" in message
-    )
+    assert f"results root {disk.path}" in message and "No space left on device (ENOSPC)" in message
     assert "run r stopped" in message and str(store.wal_run_dir("r")) in message
     try:
-        writer.close(
-            timeout=5
-        )  # one more attempt to store; it may fail, as the run stops anyway
+        writer.close(timeout=5)  # one more attempt to store; it may fail, as the run stops anyway
     except ResultsRootUnwritable as exc:
         assert exc is stopped.value
     wal = _wal_unit_ids(store.wal_run_dir("r"))
@@ -96,30 +87,22 @@ def test_full_disk_under_the_wal_of_an_s3_root(
     disk = small_disk("cache", "1m")
     monkeypatch.setenv("XDG_CACHE_HOME", str(disk.path))
     assert s3_store.wal_run_dir("r").is_relative_to(disk.path)
-    writer = s3_store.open_writer(
-        "r", flush_rows=1000, flush_seconds=60
-    )  # the rows pile up in the WAL
+    writer = s3_store.open_writer("r", flush_rows=1000, flush_seconds=60)  # the rows pile up in the WAL
     taken, _ = _add_until_refused(writer, "r")
     assert writer.broken is not None and writer.broken.target == "write-ahead log"
-    assert "No space left on device (ENOSPC)" in str(
-        writer.broken
-    ) and s3_store.root in str(writer.broken)
+    assert "No space left on device (ENOSPC)" in str(writer.broken) and s3_store.root in str(writer.broken)
     writer.close(timeout=30)  # S3 is fine: every row taken is stored
     assert sorted(_stored_unit_ids(s3_store, "r")) == sorted(taken)
     assert not s3_store.wal_run_dir("r").exists()
 
 
 @pytest.mark.parametrize("status", [500, 503])
-def test_s3_errors_beyond_the_retries(
-    s3_bucket, s3_proxy, tmp_path: Path, status: int
-) -> None:
+def test_s3_errors_beyond_the_retries(s3_bucket, s3_proxy, tmp_path: Path, status: int) -> None:
     """The endpoint answers HTTP errors: for a moment (well within ``give_up_after_s``) the writer
     rides it out; for longer, it gives up naming the root and the error, keeps the rows in
     the WAL, and recovery stores them once the endpoint is back."""
     store = ResultStore(s3_bucket.uri("res"), s3_endpoint_url=s3_proxy.endpoint_url)
-    writer = store.open_writer(
-        "r", flush_rows=10, flush_seconds=0.1, wal_dir=tmp_path, give_up_after_s=8
-    )
+    writer = store.open_writer("r", flush_rows=10, flush_seconds=0.1, wal_dir=tmp_path, give_up_after_s=8)
     try:
         writer.add([make_row("r", MODEL, i) for i in range(20)])
         s3_proxy.fail(status)
@@ -141,17 +124,11 @@ def test_s3_errors_beyond_the_retries(
         with pytest.raises(ResultsRootUnwritable) as stopped:
             writer.add(make_row("r", MODEL, 80))
         reason = {500: "Internal Server Error", 503: "Service Unavailable"}[status]
-        assert store.root in str(
-            stopped.value
-        ) and f"{reason} (injected by the test)" in str(stopped.value)
+        assert store.root in str(stopped.value) and f"{reason} (injected by the test)" in str(stopped.value)
         with pytest.raises(ResultsRootUnwritable):
             writer.close(timeout=30)
     finally:
         s3_proxy.up()
-    assert set(_wal_unit_ids(tmp_path / "r")) >= {
-        make_row("r", MODEL, i).unit_id for i in range(60, 80)
-    }
+    assert set(_wal_unit_ids(tmp_path / "r")) >= {make_row("r", MODEL, i).unit_id for i in range(60, 80)}
     store.recover("r", wal_dir=tmp_path)
-    assert sorted(_stored_unit_ids(store, "r")) == sorted(
-        make_row("r", MODEL, i).unit_id for i in range(80)
-    )
+    assert sorted(_stored_unit_ids(store, "r")) == sorted(make_row("r", MODEL, i).unit_id for i in range(80))

@@ -1,5 +1,6 @@
 """Storage faults: an S3 endpoint refusing or hanging for seconds, a partition that cannot be
 written, a close that cannot finish.  No row is lost, none is stored twice."""
+
 from __future__ import annotations
 
 import os

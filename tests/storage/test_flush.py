@@ -1,4 +1,5 @@
 """Batching: flush by row count and by age, few files per 10,000 rows, WAL compaction."""
+
 from __future__ import annotations
 
 import threading
@@ -42,7 +43,9 @@ def test_flush_by_buffered_bytes(local_store: ResultStore):
     """Rows heavy with artifacts are stored once they add up to flush_bytes, however few."""
     writer = local_store.open_writer("heavy", flush_rows=10_000, flush_seconds=3600, flush_bytes=200_000)
     try:
-        heavy = [make_row("heavy", "m", i, artifacts_json='{"trajectory.json": "%s"}' % ("x" * 60_000)) for i in range(4)]
+        heavy = [
+            make_row("heavy", "m", i, artifacts_json='{"trajectory.json": "%s"}' % ("x" * 60_000)) for i in range(4)
+        ]
         writer.add(heavy[:3])
         time.sleep(0.3)
         assert writer.parts_written == 0 and writer.pending == 3  # 180 kB: below the bound

@@ -1,4 +1,5 @@
 """The run lease: one driver at a time, on a local root and on the S3 protocol (moto's server)."""
+
 from __future__ import annotations
 
 import json
@@ -60,7 +61,9 @@ def holder_process():
     started: list[subprocess.Popen] = []
 
     def start(*args: str) -> subprocess.Popen:
-        proc = subprocess.Popen([sys.executable, "-c", _HOLDER, *args], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _HOLDER, *args], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         started.append(proc)
         assert proc.stdout is not None
         line = proc.stdout.readline()
@@ -271,7 +274,9 @@ def test_s3_expired_lease_is_taken_over_and_the_old_holder_loses_it(s3_store: Re
     with pytest.raises(LeaseLapsed):
         old.check_writable()
     new = run_lease(s3_store, "r1", ttl_s=30).take()
-    with pytest.raises(LeaseLost, match=rf"another driver took the run over; it is held now by host \S+, pid {os.getpid()}"):
+    with pytest.raises(
+        LeaseLost, match=rf"another driver took the run over; it is held now by host \S+, pid {os.getpid()}"
+    ):
         old.renew()  # If-Match on the ETag it wrote fails: 412
     assert isinstance(old.lost, LeaseLost)
     with pytest.raises(LeaseLost):
@@ -331,7 +336,9 @@ def test_s3_creation_race_refuses_the_second_creator(s3_store: ResultStore) -> N
     c.release()
 
 
-def test_s3_lease_of_a_killed_driver_on_this_machine_is_taken_over_at_once(s3_store: ResultStore, s3_bucket, holder_process) -> None:
+def test_s3_lease_of_a_killed_driver_on_this_machine_is_taken_over_at_once(
+    s3_store: ResultStore, s3_bucket, holder_process
+) -> None:
     child = holder_process(s3_store.root, "r1", "60", s3_bucket.endpoint_url)
     with pytest.raises(LeaseHeld, match=rf"pid {child.pid}\b"):
         run_lease(s3_store, "r1").take()

@@ -1,4 +1,5 @@
 """Local round trips: layout, percent-encoding, readers, manifest, empty runs."""
+
 from __future__ import annotations
 
 import json
@@ -184,8 +185,12 @@ def test_rejects_rows_of_another_run(local_store: ResultStore):
 def test_rows_added_as_json_lines_are_stored_like_rows(local_store: ResultStore):
     """``add_lines`` takes rows a worker already encoded; Parquet holds the same values as ``add``."""
     tricky = [
-        make_row("lines", "m/1", 1, reasoning='ünïcödé "quoted" \\ back\nnew line \u2028', answer_json=None, cost_usd=None),
-        make_row("lines", "m/1", 2, error_message="x" * 3_000_000, input_tokens=2**62),  # a line longer than Arrow's block
+        make_row(
+            "lines", "m/1", 1, reasoning='ünïcödé "quoted" \\ back\nnew line \u2028', answer_json=None, cost_usd=None
+        ),
+        make_row(
+            "lines", "m/1", 2, error_message="x" * 3_000_000, input_tokens=2**62
+        ),  # a line longer than Arrow's block
         make_row("lines", "m/1", 3, started_at=make_row("lines", "m/1", 3).started_at.replace(microsecond=7)),
     ]
     with local_store.open_writer("lines") as writer:

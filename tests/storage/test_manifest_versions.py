@@ -44,22 +44,10 @@ def test_an_earlier_manifest_loads_and_is_rewritten_without_its_unit_list(
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(_earlier_manifest("old")))
     manifest = local_store.read_manifest("old")
-    assert (
-        manifest.total_units == 6 and len(manifest.plan) == 6
-    )  # its total, from its list
-    assert (
-        manifest.seeds == [1, 2, 3]
-        and manifest.plan_digest is None
-        and manifest.secret_fingerprints == {}
-    )
-    assert (
-        "timeout" not in manifest.model_fields_set
-    )  # recorded by later versions only: not compared
+    assert manifest.total_units == 6 and len(manifest.plan) == 6  # its total, from its list
+    assert manifest.seeds == [1, 2, 3] and manifest.plan_digest is None and manifest.secret_fingerprints == {}
+    assert "timeout" not in manifest.model_fields_set  # recorded by later versions only: not compared
     local_store.write_manifest(manifest.with_status("completed"))
     rewritten = json.loads(path.read_text())
-    assert (
-        "plan" not in rewritten
-        and rewritten["total_units"] == 6
-        and rewritten["status"] == "completed"
-    )
+    assert "plan" not in rewritten and rewritten["total_units"] == 6 and rewritten["status"] == "completed"
     assert local_store.read_manifest("old").total_units == 6

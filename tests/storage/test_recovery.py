@@ -1,5 +1,6 @@
 """Crash safety: a driver killed with SIGKILL loses nothing that reached the WAL, and recovery
 stores those rows exactly once."""
+
 from __future__ import annotations
 
 import json
@@ -21,11 +22,22 @@ def _expected(run_id: str, n: int) -> set[str]:
     return {make_row(run_id, MODELS[i % 2], i).unit_id for i in range(n)}
 
 
-def _kill_writer_after_add(root: str, run_id: str, *, wal_dir="-", endpoint="-", writer_id="crash",
-                           flushed: int = 100, unflushed: int = 37) -> None:
+def _kill_writer_after_add(
+    root: str, run_id: str, *, wal_dir="-", endpoint="-", writer_id="crash", flushed: int = 100, unflushed: int = 37
+) -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.storage._writer_proc", root, run_id, str(wal_dir), endpoint, writer_id,
-         str(flushed), str(unflushed)],
+        [
+            sys.executable,
+            "-m",
+            "tests.storage._writer_proc",
+            root,
+            run_id,
+            str(wal_dir),
+            endpoint,
+            writer_id,
+            str(flushed),
+            str(unflushed),
+        ],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -60,8 +72,9 @@ def test_sigkill_local_then_recover_exactly_once(local_store: ResultStore):
 
 def test_sigkill_s3_then_open_writer_recovers(s3_store: ResultStore, tmp_path):
     wal_dir = tmp_path / "wal"
-    _kill_writer_after_add(s3_store.root, "crash-s3", wal_dir=wal_dir, endpoint=s3_store.s3_endpoint_url,
-                           flushed=50, unflushed=25)
+    _kill_writer_after_add(
+        s3_store.root, "crash-s3", wal_dir=wal_dir, endpoint=s3_store.s3_endpoint_url, flushed=50, unflushed=25
+    )
     assert len(_ids(s3_store, "crash-s3")) == 50
     # Reusing the dead writer's id: its WAL is recovered first, and its part numbers are not reused.
     with s3_store.open_writer("crash-s3", writer_id="crash", wal_dir=wal_dir) as writer:

@@ -1,6 +1,7 @@
 """``rayeval run --resume`` on a real (embedded) Ray after one of the run's parts was damaged:
 it finishes (exit 0), the damaged part is moved to ``_quarantine/``, its units run again, and
 every unit ends up stored exactly once among the readable parts."""
+
 from __future__ import annotations
 
 import io
@@ -51,7 +52,9 @@ def test_resume_after_a_part_was_damaged(tmp_path: Path) -> None:
     notes.write_text("my notes")
     assert store.stored_unit_ids("r1") == planned - lost
 
-    done = subprocess.run([*command, "--resume"], cwd=REPO, env=env, check=False, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [*command, "--resume"], cwd=REPO, env=env, check=False, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
     assert _ran_now(done.stdout) == (len(lost), 12 - len(lost))
@@ -63,5 +66,7 @@ def test_resume_after_a_part_was_damaged(tmp_path: Path) -> None:
     table = store.read_table("r1", columns=["unit_id", "status"])
     ids = table.column("unit_id").to_pylist()
     assert len(ids) == 12 and set(ids) == planned  # every unit exactly once among the readable parts
-    assert [item.path for item in store.parts("r1", warn=False).skipped] == [str(notes)]  # not a part: only warned about
+    assert [item.path for item in store.parts("r1", warn=False).skipped] == [
+        str(notes)
+    ]  # not a part: only warned about
     print(done.stderr)

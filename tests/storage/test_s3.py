@@ -1,4 +1,5 @@
 """Round trips on a real S3 protocol server (moto standalone) through pyarrow, s3fs and boto3."""
+
 from __future__ import annotations
 
 import pandas as pd
@@ -35,7 +36,9 @@ def test_s3_round_trip(s3_store: ResultStore, s3_bucket, tmp_path):
         "results/run_id=run-s3/model=plain/part-w1-000002.parquet",
     ]
     assert not any(key.endswith("/") for key in keys)  # no "directory" objects
-    assert pq.read_schema(keys[0].replace("results", s3_store.base, 1), filesystem=s3_store.fs).names == FILE_SCHEMA.names
+    assert (
+        pq.read_schema(keys[0].replace("results", s3_store.base, 1), filesystem=s3_store.fs).names == FILE_SCHEMA.names
+    )
 
     table = s3_store.read_table("run-s3")
     assert table.schema == TABLE_SCHEMA and table.num_rows == 300

@@ -1,4 +1,5 @@
 """Readers polling a run folder while it is written never see a partial or unreadable file."""
+
 from __future__ import annotations
 
 import os
@@ -39,7 +40,9 @@ def _poll(reader, stop: threading.Event, seen: list[int], errors: list[str]) -> 
             errors.append(traceback.format_exc())
 
 
-def _run(store: ResultStore, run_id: str, readers, n: int, wal_dir, *, flush_rows: int, pause: float, min_polls: int) -> None:
+def _run(
+    store: ResultStore, run_id: str, readers, n: int, wal_dir, *, flush_rows: int, pause: float, min_polls: int
+) -> None:
     stop = threading.Event()
     seen: dict[int, list[int]] = {k: [] for k in range(len(readers))}
     errors: list[str] = []
@@ -77,8 +80,14 @@ def test_local_readers_never_see_partial_files(local_store: ResultStore, tmp_pat
         return len(pd.read_parquet(run_dir))
 
     _run(
-        local_store, "vis", [list_and_read_each, pandas_read, lambda: local_store.read_table("vis").num_rows], 1500, None,
-        flush_rows=40, pause=0.01, min_polls=3,
+        local_store,
+        "vis",
+        [list_and_read_each, pandas_read, lambda: local_store.read_table("vis").num_rows],
+        1500,
+        None,
+        flush_rows=40,
+        pause=0.01,
+        min_polls=3,
     )
 
 
@@ -100,4 +109,13 @@ def test_s3_readers_never_see_partial_objects(s3_store: ResultStore, s3_bucket, 
     def pandas_read() -> int:
         return len(pd.read_parquet(s3_store.run_uri("vis"), storage_options=options))
 
-    _run(s3_store, "vis", [list_and_read_each, pandas_read], 600, tmp_path / "wal", flush_rows=60, pause=0.03, min_polls=2)
+    _run(
+        s3_store,
+        "vis",
+        [list_and_read_each, pandas_read],
+        600,
+        tmp_path / "wal",
+        flush_rows=60,
+        pause=0.03,
+        min_polls=2,
+    )

@@ -39,9 +39,7 @@ REPLAY_SEEDS = "1,4"  # the corpus has no 4th trial: those units are error rows
 HOSTILE_ANSWER = '<script>window.__pwned = "script"</script><img src=x onerror="window.__pwned = \'img\'">'
 HOSTILE_REASONING = "<b>bold?</b><img src=x onerror=\"window.__pwned = 'reasoning'\">"
 HUGE_ERROR_CHARS = 300_000
-TASK_TEXT = (
-    'Count the cells in cells.csv and answer <EVAL_ANSWER>{"n_cells": N}</EVAL_ANSWER>.'
-)
+TASK_TEXT = 'Count the cells in cells.csv and answer <EVAL_ANSWER>{"n_cells": N}</EVAL_ANSWER>.'
 
 CLAUDE_TRAJECTORY = [
     {"type": "system", "subtype": "init", "model": "claude-test"},
@@ -64,9 +62,7 @@ CLAUDE_TRAJECTORY = [
         "type": "user",
         "message": {
             "role": "user",
-            "content": [
-                {"type": "tool_result", "tool_use_id": "t1", "content": "703 cells.csv"}
-            ],
+            "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "703 cells.csv"}],
         },
     },
     {"type": "result", "subtype": "success", "result": "There are 702 cells."},
@@ -118,24 +114,16 @@ def _rayeval(*args: str, cwd: Path = REPO) -> None:
         text=True,
         timeout=900,
     )
-    assert done.returncode == 0, (
-        f"rayeval {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
-    )
+    assert done.returncode == 0, f"rayeval {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
 
 
 def crafted_row(**values: object) -> ResultRow:
-    return ResultRow(
-        **base_row(
-            **{"run_id": "crafted", "agent": "test", "isolation": "sandbox", **values}
-        )
-    )
+    return ResultRow(**base_row(**{"run_id": "crafted", "agent": "test", "isolation": "sandbox", **values}))
 
 
 def crafted_rows(eval_hash: str) -> list[ResultRow]:
     def trajectory(data: object) -> str:
-        return json.dumps(
-            {"trajectory.json": json.dumps(data), "agent_output.log": "log line\n"}
-        )
+        return json.dumps({"trajectory.json": json.dumps(data), "agent_output.log": "log line\n"})
 
     common = {
         "eval_id": "count_cells",
@@ -194,9 +182,7 @@ def crafted_rows(eval_hash: str) -> list[ResultRow]:
             reasoning=HOSTILE_REASONING,
             error_type="<i>Kind</i>",
             error_message=HOSTILE_ANSWER,
-            artifacts_json=trajectory(
-                [{"role": "assistant", "content": HOSTILE_ANSWER}]
-            ),
+            artifacts_json=trajectory([{"role": "assistant", "content": HOSTILE_ANSWER}]),
         ),
         crafted_row(
             model="hostile",
@@ -262,9 +248,7 @@ def _write_crafted(root: Path, evals: Path) -> None:
             agent="test",
             models=["claude", "codex", "mini", "hostile"],
             seeds=[1],
-            eval_files=[
-                {"path": str(eval_file), "id": "count_cells", "eval_hash": eval_hash}
-            ],
+            eval_files=[{"path": str(eval_file), "id": "count_cells", "eval_hash": eval_hash}],
         )
     )
 
@@ -288,9 +272,7 @@ def view_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "--no-progress",
     )
     trials = shared_path("corpus", "scbench", "trials.jsonl")
-    pairs = sorted({(r["model"], r["harness"]) for r in read_jsonl(trials)})[
-        :REPLAY_PAIRS
-    ]
+    pairs = sorted({(r["model"], r["harness"]) for r in read_jsonl(trials)})[:REPLAY_PAIRS]
     _rayeval(
         "run",
         str(shared_path("corpus", "scbench", "evals")),

@@ -22,9 +22,7 @@ from rayeval.view.static import check_out_dir
 from .conftest import HOSTILE_ANSWER, HUGE_ERROR_CHARS, REPLAY_PAIRS, TASK_TEXT
 
 
-def request(
-    base: str, path: str, method: str = "GET"
-) -> tuple[int, dict[str, str], bytes]:
+def request(base: str, path: str, method: str = "GET") -> tuple[int, dict[str, str], bytes]:
     """One raw request: the path is sent exactly as given (no client-side normalisation)."""
     url = urlsplit(base)
     connection = http.client.HTTPConnection(url.hostname, url.port, timeout=60)
@@ -75,9 +73,7 @@ def test_units_are_paged_server_side(view_url: str) -> None:
     )
     rows = all_rows(view_url, "reference", size=7)
     assert len(rows) == 20 and len({r["unit_id"] for r in rows}) == 20
-    assert (
-        api(view_url, "units", run="reference", size=7, page=3)["rows"].__len__() == 6
-    )
+    assert api(view_url, "units", run="reference", size=7, page=3)["rows"].__len__() == 6
     assert api(view_url, "units", run="reference", page=99)["rows"] == []
 
 
@@ -88,21 +84,12 @@ def test_filters_combine_and_count(view_url: str) -> None:
     assert len(errors) == sum(r["verdict"] == "error" for r in everything)
     model = everything[0]["model"]
     picked = all_rows(view_url, "replay", model=model, seed=1, verdict="passed")
-    assert picked and all(
-        (r["model"], r["seed"], r["verdict"]) == (model, 1, "passed") for r in picked
-    )
+    assert picked and all((r["model"], r["seed"], r["verdict"]) == (model, 1, "passed") for r in picked)
     data = api(view_url, "units", run="replay", eval="DE01_pseudobulk_de")
-    assert (
-        data["matched"] == REPLAY_PAIRS * 2
-        and sum(data["counts"].values()) == data["matched"]
-    )
+    assert data["matched"] == REPLAY_PAIRS * 2 and sum(data["counts"].values()) == data["matched"]
     kind = errors[0]["error_type"]
-    assert all(
-        r["error_type"] == kind for r in all_rows(view_url, "replay", error=kind)
-    )
-    assert set(data["facets"]) == {"eval", "model", "seed", "error"} and data["facets"][
-        "seed"
-    ] == [1, 4]
+    assert all(r["error_type"] == kind for r in all_rows(view_url, "replay", error=kind))
+    assert set(data["facets"]) == {"eval", "model", "seed", "error"} and data["facets"]["seed"] == [1, 4]
 
 
 @pytest.mark.parametrize(
@@ -110,9 +97,7 @@ def test_filters_combine_and_count(view_url: str) -> None:
     [("cost", "cost_usd"), ("duration", "duration_s"), ("tokens", "tokens")],
 )
 @pytest.mark.parametrize("order", ["asc", "desc"])
-def test_sorting_puts_missing_values_last(
-    view_url: str, sort: str, column: str, order: str
-) -> None:
+def test_sorting_puts_missing_values_last(view_url: str, sort: str, column: str, order: str) -> None:
     rows = all_rows(
         view_url,
         "replay" if sort != "tokens" else "crafted",
@@ -135,9 +120,7 @@ def test_unit_page_of_a_real_run(view_url: str) -> None:
         model="alpha",
     )["rows"][0]
     unit = api(view_url, "unit", run="reference", id=row[0])
-    assert (
-        unit["eval_id"] == "pbmc_fcgr3a_top_population" and unit["verdict"] == "passed"
-    )
+    assert unit["eval_id"] == "pbmc_fcgr3a_top_population" and unit["verdict"] == "passed"
     # from the eval file the manifest names
     assert "FCGR3A" in unit["task_prompt"]["text"]["text"]
     assert json.loads(unit["answer"]["text"])["answer"] and unit["reasoning"]["text"]
@@ -181,9 +164,7 @@ def test_unit_page_of_a_real_run(view_url: str) -> None:
 def test_trajectories_become_conversations(
     view_url: str, model: str, fmt: str, expected: list[tuple[str, ...]]
 ) -> None:
-    row = api(view_url, "units", run="crafted", model=model, eval="count_cells")[
-        "rows"
-    ][0]
+    row = api(view_url, "units", run="crafted", model=model, eval="count_cells")["rows"][0]
     unit = api(view_url, "unit", run="crafted", id=row[0])
     steps = unit["trajectory"]["steps"]
     assert unit["trajectory"]["format"] == fmt
@@ -201,10 +182,7 @@ def test_huge_fields_are_truncated_with_their_length(view_url: str) -> None:
     row = api(view_url, "units", run="crafted", eval="crash_eval")["rows"][0]
     unit = api(view_url, "unit", run="crafted", id=row[0])
     assert unit["verdict"] == "error" and unit["error_type"] == "AgentCrashed"
-    assert (
-        unit["error_message"]["length"] == HUGE_ERROR_CHARS
-        and len(unit["error_message"]["text"]) == MAX_TEXT_CHARS
-    )
+    assert unit["error_message"]["length"] == HUGE_ERROR_CHARS and len(unit["error_message"]["text"]) == MAX_TEXT_CHARS
 
 
 def test_hostile_text_comes_back_as_data(view_url: str) -> None:
@@ -218,11 +196,7 @@ def test_hostile_text_comes_back_as_data(view_url: str) -> None:
 
 def test_latest_attempt_only(view_url: str) -> None:
     unit = api(view_url, "unit", run="crafted", id="retried-unit")
-    assert (
-        unit["attempt"] == 2
-        and unit["verdict"] == "passed"
-        and unit["reasoning"]["text"] == "second attempt passed"
-    )
+    assert unit["attempt"] == 2 and unit["verdict"] == "passed" and unit["reasoning"]["text"] == "second attempt passed"
 
 
 def test_compare_two_models_on_one_eval(view_url: str) -> None:
@@ -264,15 +238,9 @@ def test_leaderboard_and_plots(view_url: str) -> None:
     assert {"accuracy", "cost", "task"} <= set(board["plots"])
     for name in board["plots"]:
         status, headers, body = request(view_url, f"/api/plot?run=replay&name={name}")
-        assert (
-            status == 200
-            and headers["Content-Type"] == "image/svg+xml"
-            and b"<svg" in body
-        )
+        assert status == 200 and headers["Content-Type"] == "image/svg+xml" and b"<svg" in body
     accuracy = [row[2] for row in main["rows"]]
-    assert accuracy == sorted(accuracy, reverse=True) and all(
-        0 <= a <= 100 for a in accuracy if not math.isnan(a)
-    )
+    assert accuracy == sorted(accuracy, reverse=True) and all(0 <= a <= 100 for a in accuracy if not math.isnan(a))
 
 
 @pytest.mark.parametrize(
@@ -310,9 +278,7 @@ def test_unknown_paths_and_traversal_attempts_are_404(view_url: str, path: str) 
         ("/api/unit?run=replay", "id"),
     ],
 )
-def test_bad_parameters_are_400_naming_them(
-    view_url: str, path: str, problem: str
-) -> None:
+def test_bad_parameters_are_400_naming_them(view_url: str, path: str, problem: str) -> None:
     status, _, body = request(view_url, path)
     assert status == 400 and problem in json.loads(body)["error"]
 
@@ -328,11 +294,7 @@ def test_every_response_carries_the_security_headers(view_url: str) -> None:
     ):
         _, headers, _ = request(view_url, path)
         policy = headers["Content-Security-Policy"]
-        assert (
-            "script-src 'self'" in policy
-            and "'unsafe-inline'" not in policy
-            and "default-src 'none'" in policy
-        )
+        assert "script-src 'self'" in policy and "'unsafe-inline'" not in policy and "default-src 'none'" in policy
         assert headers["X-Content-Type-Options"] == "nosniff"
     status, _, _ = request(view_url, "/api/runs", method="POST")
     assert status == 405
@@ -349,9 +311,7 @@ def test_one_run_only(view_root: Path) -> None:
         server.server_close()
 
 
-def test_static_output_inside_the_results_root_is_refused(
-    view_root: Path, tmp_path: Path
-) -> None:
+def test_static_output_inside_the_results_root_is_refused(view_root: Path, tmp_path: Path) -> None:
     for inside in (view_root, view_root / "site", view_root / "run_id=reference" / "x"):
         with pytest.raises(ReportError, match="inside the results root"):
             check_out_dir(inside, str(view_root))
@@ -373,9 +333,7 @@ def test_cli_serves_and_refuses_cleanly(view_root: Path, tmp_path: Path) -> None
         "--run",
         "latest",
     ]
-    server = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = server.stdout.readline()
         assert "serving" in line, line + server.stderr.read()
@@ -399,9 +357,5 @@ def test_cli_serves_and_refuses_cleanly(view_root: Path, tmp_path: Path) -> None
             text=True,
             timeout=300,
         )
-        assert (
-            done.returncode == 2
-            and message in done.stderr
-            and "Traceback" not in done.stderr
-        ), done.stderr
+        assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr, done.stderr
     assert not (view_root / "site").exists()

@@ -52,9 +52,7 @@ def wait_text(browser: Any, css: str, text: str) -> str:
 
 
 def wait_hash(browser: Any, fragment: str) -> None:
-    WebDriverWait(browser, WAIT_S).until(
-        lambda d: fragment in d.execute_script("return location.hash")
-    )
+    WebDriverWait(browser, WAIT_S).until(lambda d: fragment in d.execute_script("return location.hash"))
 
 
 def screenshot(browser: Any, path: Path, *expected: str) -> None:
@@ -72,17 +70,13 @@ def unit_id(base: str, run: str, **filters: str) -> str:
     return api(base, "units", run=run, **filters)["rows"][0][0]
 
 
-def test_runs_units_and_a_unit_page(
-    browser: Any, view_url: str, tmp_path: Path
-) -> None:
+def test_runs_units_and_a_unit_page(browser: Any, view_url: str, tmp_path: Path) -> None:
     browser.get(view_url)
     wait_for(browser, "#runs", "replay")
     screenshot(browser, tmp_path / "runs.png", "Runs", "reference", "crafted")
     browser.find_element(By.LINK_TEXT, "reference").click()
     wait_for(browser, "#counts", "20 of 20 units")
-    screenshot(
-        browser, tmp_path / "units.png", "pbmc_bulk_label_composition", "alpha", "beta"
-    )
+    screenshot(browser, tmp_path / "units.png", "pbmc_bulk_label_composition", "alpha", "beta")
     browser.find_element(By.CSS_SELECTOR, "#units tbody tr a").click()
     wait_for(browser, "#answer pre")
     wait_hash(browser, "#/unit?run=reference")
@@ -90,9 +84,7 @@ def test_runs_units_and_a_unit_page(
     # the task, from the eval file
     assert "pbmc_bulk_label_composition" in page and "The AnnData file" in page
     assert wait_for(browser, "#verdict").text.startswith("passed")
-    shown = browser.execute_script(
-        "return new URLSearchParams(location.hash.split('?')[1]).get('id')"
-    )
+    shown = browser.execute_script("return new URLSearchParams(location.hash.split('?')[1]).get('id')")
     reasoning = api(view_url, "unit", run="reference", id=shown)["reasoning"]["text"]
     assert reasoning and wait_for(browser, "#reasoning pre").text == reasoning
     assert browser.find_elements(By.CSS_SELECTOR, "#metrics tr")
@@ -107,22 +99,13 @@ def test_runs_units_and_a_unit_page(
     )
 
 
-def test_trajectory_as_a_conversation(
-    browser: Any, view_url: str, tmp_path: Path
-) -> None:
-    browser.get(
-        f"{view_url}#/unit?run=crafted&id={unit_id(view_url, 'crafted', model='claude')}"
-    )
+def test_trajectory_as_a_conversation(browser: Any, view_url: str, tmp_path: Path) -> None:
+    browser.get(f"{view_url}#/unit?run=crafted&id={unit_id(view_url, 'crafted', model='claude')}")
     trajectory = wait_for(browser, "#trajectory", "tool call")
     steps = trajectory.find_elements(By.CSS_SELECTOR, ".step")
     who = [step.find_element(By.CSS_SELECTOR, ".who").text for step in steps]
-    assert (
-        "assistant · tool call · Bash" in who and "tool · tool result · output" in who
-    )
-    assert (
-        "I will count the cells." in trajectory.text
-        and "703 cells.csv" in trajectory.text
-    )
+    assert "assistant · tool call · Bash" in who and "tool · tool result · output" in who
+    assert "I will count the cells." in trajectory.text and "703 cells.csv" in trajectory.text
     screenshot(
         browser,
         tmp_path / "trajectory.png",
@@ -131,9 +114,7 @@ def test_trajectory_as_a_conversation(
     )
 
 
-def test_filter_by_verdict_and_sort(
-    browser: Any, view_url: str, tmp_path: Path
-) -> None:
+def test_filter_by_verdict_and_sort(browser: Any, view_url: str, tmp_path: Path) -> None:
     browser.get(f"{view_url}#/units?run=replay")
     wait_for(browser, "#counts", "units")
     Select(browser.find_element(By.NAME, "verdict")).select_by_value("error")
@@ -149,12 +130,8 @@ def test_filter_by_verdict_and_sort(
     screenshot(browser, tmp_path / "filtered.png", f"{expected} of ", "error")
 
 
-def test_hostile_answer_is_shown_as_text_and_runs_nothing(
-    browser: Any, view_url: str, tmp_path: Path
-) -> None:
-    browser.get(
-        f"{view_url}#/unit?run=crafted&id={unit_id(view_url, 'crafted', eval='hostile_eval')}"
-    )
+def test_hostile_answer_is_shown_as_text_and_runs_nothing(browser: Any, view_url: str, tmp_path: Path) -> None:
+    browser.get(f"{view_url}#/unit?run=crafted&id={unit_id(view_url, 'crafted', eval='hostile_eval')}")
     answer = wait_for(browser, "#answer pre", "<script>")
     assert "window.__pwned" in answer.text
     assert wait_for(browser, "#error", "<i>Kind</i>").text.count(HOSTILE_ANSWER) == 1
@@ -165,31 +142,23 @@ def test_hostile_answer_is_shown_as_text_and_runs_nothing(
         )
         == 0
     )
-    screenshot(
-        browser, tmp_path / "hostile.png", "<script>window.__pwned", "<b>bold?</b>"
-    )
+    screenshot(browser, tmp_path / "hostile.png", "<script>window.__pwned", "<b>bold?</b>")
 
 
 def test_huge_field_says_it_was_truncated(browser: Any, view_url: str) -> None:
-    browser.get(
-        f"{view_url}#/unit?run=crafted&id={unit_id(view_url, 'crafted', eval='crash_eval')}"
-    )
+    browser.get(f"{view_url}#/unit?run=crafted&id={unit_id(view_url, 'crafted', eval='crash_eval')}")
     assert "showing the first 200,000 of 300,000 characters" in wait_text(browser, "#error", "AgentCrashed")
 
 
 def test_compare_two_models(browser: Any, view_url: str, tmp_path: Path) -> None:
-    browser.get(
-        f"{view_url}#/compare?run=reference&eval=pbmc_pca_summary&seed=1&a=alpha&b=beta"
-    )
+    browser.get(f"{view_url}#/compare?run=reference&eval=pbmc_pca_summary&seed=1&a=alpha&b=beta")
     compare = wait_for(browser, "#compare", "beta")
     sides = compare.find_elements(By.CSS_SELECTOR, ".side")
     assert [side.find_element(By.TAG_NAME, "h2").text for side in sides] == [
         "alpha passed",
         "beta passed",
     ]
-    assert all(
-        "pbmc_pca_summary" not in side.text or "Answer" in side.text for side in sides
-    )
+    assert all("pbmc_pca_summary" not in side.text or "Answer" in side.text for side in sides)
     Select(browser.find_element(By.NAME, "b")).select_by_value("alpha")
     wait_hash(browser, "b=alpha")
     screenshot(
@@ -203,9 +172,7 @@ def test_compare_two_models(browser: Any, view_url: str, tmp_path: Path) -> None
 
 def plots_loaded(browser: Any) -> int:
     WebDriverWait(browser, WAIT_S).until(
-        lambda d: d.execute_script(
-            "return [...document.querySelectorAll('img.plot')].every(i => i.complete)"
-        )
+        lambda d: d.execute_script("return [...document.querySelectorAll('img.plot')].every(i => i.complete)")
     )
     return browser.execute_script(
         "return [...document.querySelectorAll('img.plot')].filter(i => i.naturalWidth > 100).length"
@@ -216,11 +183,7 @@ def test_leaderboard_with_plots(browser: Any, view_url: str, tmp_path: Path) -> 
     browser.get(f"{view_url}#/leaderboard?run=replay")
     table = wait_for(browser, "table.leaderboard", "Accuracy (%)")
     assert len(table.find_elements(By.CSS_SELECTOR, "tbody tr")) >= 3
-    assert (
-        plots_loaded(browser)
-        == len(api(view_url, "leaderboard", run="replay")["plots"])
-        >= 3
-    )
+    assert plots_loaded(browser) == len(api(view_url, "leaderboard", run="replay")["plots"]) >= 3
     screenshot(
         browser,
         tmp_path / "leaderboard.png",
@@ -242,17 +205,11 @@ def test_static_folder_from_file_url(
     site = write_static(ViewData(ResultsReader(view_root)), tmp_path / "site")
     assert len(list((site / "data").glob("*/index-*.js"))) > 3
     assert all(path.read_bytes().isascii() for path in (site / "data").rglob("*.js"))
-    browser.get(
-        site.joinpath("index.html").as_uri()
-        + "#/units?run=replay&verdict=error&sort=cost&order=desc"
-    )
+    browser.get(site.joinpath("index.html").as_uri() + "#/units?run=replay&verdict=error&sort=cost&order=desc")
     expected = api(view_url, "units", run="replay", verdict="error")["matched"]
     wait_for(browser, "#counts", f"{expected} of ")
     screenshot(browser, tmp_path / "static-units.png", "Units of replay", "error")
-    browser.get(
-        site.joinpath("index.html").as_uri()
-        + "#/units?run=crafted&sort=tokens&order=desc"
-    )
+    browser.get(site.joinpath("index.html").as_uri() + "#/units?run=crafted&sort=tokens&order=desc")
     first = wait_for(browser, "#units tbody tr a", "count_cells")
     first.click()
     assert "tool call" in wait_for(browser, "#trajectory", "Bash").text

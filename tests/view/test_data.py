@@ -24,9 +24,7 @@ def test_openai_tool_calls_and_tool_messages() -> None:
         {
             "role": "assistant",
             "content": None,
-            "tool_calls": [
-                {"id": "c1", "function": {"name": "bash", "arguments": '{"cmd": "ls"}'}}
-            ],
+            "tool_calls": [{"id": "c1", "function": {"name": "bash", "arguments": '{"cmd": "ls"}'}}],
         },
         {"role": "tool", "name": "bash", "content": "a.txt"},
     ]
@@ -40,23 +38,16 @@ def test_openai_tool_calls_and_tool_messages() -> None:
     assert steps[1].text == '{"cmd": "ls"}'
 
 
-@pytest.mark.parametrize(
-    "value", [{"some": "object"}, [1, 2, 3], "plain text", [{"kind": "unknown"}], None]
-)
+@pytest.mark.parametrize("value", [{"some": "object"}, [1, 2, 3], "plain text", [{"kind": "unknown"}], None])
 def test_unknown_shapes_fall_back_to_json(value: object) -> None:
     fmt, steps, total = conversation(value)
     assert fmt == "json" and total == 1 and steps[0].kind == "event"
 
 
 def test_long_trajectories_are_capped() -> None:
-    fmt, steps, total = conversation(
-        [{"role": "assistant", "content": "x" * (MAX_STEP_CHARS + 5)}]
-        * (MAX_STEPS + 10)
-    )
+    fmt, steps, total = conversation([{"role": "assistant", "content": "x" * (MAX_STEP_CHARS + 5)}] * (MAX_STEPS + 10))
     assert (fmt, len(steps), total) == ("messages", MAX_STEPS, MAX_STEPS + 10)
-    assert (
-        len(steps[0].text) == MAX_STEP_CHARS and steps[0].length == MAX_STEP_CHARS + 5
-    )
+    assert len(steps[0].text) == MAX_STEP_CHARS and steps[0].length == MAX_STEP_CHARS + 5
 
 
 def _root(tmp_path: Path, status: str) -> tuple[Path, ResultStore]:
@@ -67,9 +58,7 @@ def _root(tmp_path: Path, status: str) -> tuple[Path, ResultStore]:
     return root, store
 
 
-def test_a_running_run_is_read_again(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_running_run_is_read_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root, store = _root(tmp_path, "running")
     view = ViewData(ResultsReader(root))
     assert view.units("crafted", UnitQuery())["total"] == 2
@@ -80,9 +69,7 @@ def test_a_running_run_is_read_again(
     assert view.unit("crafted", "late-unit")["model"] == "late"
 
 
-def test_a_damaged_part_is_left_out_with_a_warning(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_a_damaged_part_is_left_out_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     root, _ = _root(tmp_path, "completed")
     damaged = root / "run_id=crafted" / "model=claude" / "part-broken.parquet"
     damaged.write_bytes(b"PAR1 not really")
@@ -112,9 +99,7 @@ def test_an_eval_file_that_changed_is_named(tmp_path: Path) -> None:
         RunManifest(
             run_id="crafted",
             status="completed",
-            eval_files=[
-                {"path": str(eval_file), "id": "count_cells", "eval_hash": "h"}
-            ],
+            eval_files=[{"path": str(eval_file), "id": "count_cells", "eval_hash": "h"}],
         )
     )
     view = ViewData(ResultsReader(root))

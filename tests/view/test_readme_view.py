@@ -19,34 +19,20 @@ from .conftest import crafted_rows
 from .test_api import api
 
 REPO = Path(__file__).resolve().parents[2]
-SECTION = (
-    (REPO / "README.md")
-    .read_text()
-    .split("## Viewing results", 1)[1]
-    .split("\n## ", 1)[0]
-)
-COMMANDS = [
-    line.split("#")[0].strip()
-    for line in re.findall(r"^rayeval view .*$", SECTION, re.MULTILINE)
-]
+SECTION = (REPO / "README.md").read_text().split("## Viewing results", 1)[1].split("\n## ", 1)[0]
+COMMANDS = [line.split("#")[0].strip() for line in re.findall(r"^rayeval view .*$", SECTION, re.MULTILINE)]
 
 
 def test_the_section_shows_every_mode() -> None:
     assert len(COMMANDS) == 4
-    assert any("--static" in c for c in COMMANDS) and any(
-        "--run latest" in c for c in COMMANDS
-    )
+    assert any("--static" in c for c in COMMANDS) and any("--run latest" in c for c in COMMANDS)
     assert any(c.startswith("rayeval view s3://") for c in COMMANDS)
 
 
 def _args(command: str, root: str, site: Path) -> list[str]:
     args = shlex.split(command)[2:]
     args = [
-        root
-        if a in ("rayeval-results", "s3://bucket/results")
-        else str(site)
-        if a == "rayeval-view"
-        else a
+        root if a in ("rayeval-results", "s3://bucket/results") else str(site) if a == "rayeval-view" else a
         for a in args
     ]
     if "--port" in args:
@@ -102,14 +88,8 @@ def test_readme_view_command_on_s3(s3_bucket: S3Bucket, tmp_path: Path) -> None:
     done = _run(args)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "rayeval-view" / "index.html").is_file()
-    assert (
-        "count_cells"
-        in (tmp_path / "rayeval-view" / "data" / "r0" / "index-0.js").read_text()
-    )
-    assert ResultsReader(root, s3_bucket.endpoint_url).run_ids() == [
-        "crafted"
-    ]  # nothing written into the root
-    assert {
-        o["Key"].split("/")[1]
-        for o in s3_bucket.client.list_objects_v2(Bucket=s3_bucket.name)["Contents"]
-    } == {"run_id=crafted"}
+    assert "count_cells" in (tmp_path / "rayeval-view" / "data" / "r0" / "index-0.js").read_text()
+    assert ResultsReader(root, s3_bucket.endpoint_url).run_ids() == ["crafted"]  # nothing written into the root
+    assert {o["Key"].split("/")[1] for o in s3_bucket.client.list_objects_v2(Bucket=s3_bucket.name)["Contents"]} == {
+        "run_id=crafted"
+    }

@@ -16,6 +16,7 @@ environment; everything returned or left in the work folder is redacted
 (:mod:`rayeval.harness.secrets`).  Install the Node-based CLIs with
 ``python scripts/install_agent_clis.py``.
 """
+
 from __future__ import annotations
 
 from ._base import AgentConfigError, ProgramAgent

@@ -3,6 +3,7 @@
 A harness is a small picklable object (a dataclass) so that an agent function built on the
 driver can be shipped to Ray workers.  Calling it runs the program once in ``work_dir``.
 """
+
 from __future__ import annotations
 
 import os

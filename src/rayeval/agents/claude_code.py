@@ -4,6 +4,7 @@ Runs ``claude --print --dangerously-skip-permissions --verbose --output-format s
 in the work folder with the prompt on stdin.  Its stream-json events are the trajectory; the
 final ``result`` event gives turns, token usage and the provider-priced cost.
 """
+
 from __future__ import annotations
 
 import json

@@ -7,6 +7,7 @@ model provider at that endpoint.  The ``--json`` events are the trajectory; afte
 session file in ``CODEX_HOME/sessions`` supplies per-response token counts and the reasoning
 items the event stream leaves out.
 """
+
 from __future__ import annotations
 
 import json

@@ -1,5 +1,6 @@
 """How a unit's row names its model and harness: from the run's configuration, the same for
 every unit of a model (errors included), never from what the agent reports about itself."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping

@@ -5,6 +5,7 @@ environment rooted at the work folder; its model calls go through litellm, typic
 OpenAI-compatible endpoint (``model="openai/<name>"`` plus ``base_url``).  The driver streams every
 message as a JSON line, so the harness records it exactly like the CLI agents.
 """
+
 from __future__ import annotations
 
 import json
@@ -113,14 +114,17 @@ class MiniSweAgent(ProgramAgent):
     python: str | None = None
 
     harness: ClassVar[str] = "mini-swe-agent"
-    config_names: ClassVar[tuple[str, ...]] = ("OPENAI_BASE_URL", "OPENAI_API_BASE", "ANTHROPIC_BASE_URL", "EXTRA_ENV_KEYS")
+    config_names: ClassVar[tuple[str, ...]] = (
+        "OPENAI_BASE_URL",
+        "OPENAI_API_BASE",
+        "ANTHROPIC_BASE_URL",
+        "EXTRA_ENV_KEYS",
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.extra_args:
-            raise AgentConfigError(
-                "mini_swe_agent takes no extra_args; use model_kwargs, model_class or the templates"
-            )
+            raise AgentConfigError("mini_swe_agent takes no extra_args; use model_kwargs, model_class or the templates")
         if not self.model:
             raise AgentConfigError("mini_swe_agent needs a model name, e.g. 'openai/gpt-5-mini'")
         if self.step_limit < 0 or self.cost_limit < 0:

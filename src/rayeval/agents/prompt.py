@@ -78,9 +78,7 @@ _making = threading.Lock()
 def _model(name: str, options: PromptOptions) -> Model:
     """One model per process and configuration: its SDK client, cache and prices are shared
     by every unit."""
-    settings = options.model_dump(
-        include={"temperature", "max_tokens", "top_p"}, exclude_none=True
-    )
+    settings = options.model_dump(include={"temperature", "max_tokens", "top_p"}, exclude_none=True)
     return get_model(
         name,
         base_url=options.base_url,
@@ -100,14 +98,10 @@ def prompt_model(name: str | None, args: dict[str, str]) -> tuple[Model, PromptO
         return _model(name or "", options), options
 
 
-def prompt_agent(
-    task_prompt: str, work_dir: Path, context: AgentContext
-) -> dict[str, Any]:
+def prompt_agent(task_prompt: str, work_dir: Path, context: AgentContext) -> dict[str, Any]:
     model, options = prompt_model(context.model, context.args)
     # the task alone (the same for every unit of the eval, so cached replies serve any run)
-    messages = [
-        ChatMessage(role="user", content=task_of(task_prompt) + ANSWER_INSTRUCTION)
-    ]
+    messages = [ChatMessage(role="user", content=task_of(task_prompt) + ANSWER_INSTRUCTION)]
     if options.system:
         messages.insert(0, ChatMessage(role="system", content=options.system))
     seed = options.seed if options.seed is not None else context.seed
@@ -127,9 +121,7 @@ def prompt_agent(
     }
     answer = extract_tagged(output.text)
     if answer is None:
-        metadata["error_details"] = {
-            "error": f"the model's reply holds no {OPEN_TAG}{{json}}{CLOSE_TAG}"
-        }
+        metadata["error_details"] = {"error": f"the model's reply holds no {OPEN_TAG}{{json}}{CLOSE_TAG}"}
     return answer_envelope(answer, metadata, work_dir)
 
 

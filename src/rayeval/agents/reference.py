@@ -11,6 +11,7 @@ ground truth (``scripts/make_example_evals.py``): marker genes by AUROC rather t
 file's stored logistic-regression ranking, PC variances from the score matrix rather than
 ``uns['pca']``, nearest-neighbour distances with a k-d tree rather than brute force.
 """
+
 from __future__ import annotations
 
 import json

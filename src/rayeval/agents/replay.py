@@ -4,6 +4,7 @@ A unit (eval_id, model, seed) maps to the row with that ``eval_id``, that ``mode
 ``model@harness`` to pick one harness) and ``trial == seed``. The row's harness, cost, duration,
 tokens and turns become the unit's, so reports show the recorded run.
 """
+
 from __future__ import annotations
 
 import json
@@ -52,7 +53,9 @@ def find_trial(path: str, eval_id: str, model: str | None, seed: int | None) -> 
         raise ReplayError(f"no recorded trial for eval {eval_id!r}, model {model!r}, trial {seed} in {path}")
     if len(rows) > 1:
         harnesses = sorted({str(r.get("harness")) for r in rows})
-        raise ReplayError(f"several recorded trials for eval {eval_id!r}, model {model!r}, trial {seed}: name one harness as model@harness ({', '.join(harnesses)})")
+        raise ReplayError(
+            f"several recorded trials for eval {eval_id!r}, model {model!r}, trial {seed}: name one harness as model@harness ({', '.join(harnesses)})"
+        )
     return rows[0]
 
 

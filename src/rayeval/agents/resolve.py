@@ -1,4 +1,5 @@
 """Naming an agent on the command line: a built-in name or a ``module:function`` path."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -267,7 +268,9 @@ def _check_program(name: str, args: dict[str, str], model: str | None, *, enviro
     except TypeError:  # an option the program's dataclass has no field for
         fields = {f.name for f in dataclasses.fields(program)} - {"model"}
         unknown = sorted(set(options) - fields)
-        raise AgentArgsError(f"agent {name!r}: unknown --agent-arg {', '.join(unknown)} (it takes {', '.join(sorted(fields))})") from None
+        raise AgentArgsError(
+            f"agent {name!r}: unknown --agent-arg {', '.join(unknown)} (it takes {', '.join(sorted(fields))})"
+        ) from None
     except (AgentConfigError, ValueError) as exc:
         raise AgentArgsError(f"agent {name!r} with model {model!r}: {exc}") from None
     if environment:

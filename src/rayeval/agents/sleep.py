@@ -1,4 +1,5 @@
 """The ``sleep`` agent: waits, then answers nothing. For benchmarks of the engine itself."""
+
 from __future__ import annotations
 
 import time

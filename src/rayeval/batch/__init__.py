@@ -3,6 +3,7 @@
 Exports load on first use, so a Ray worker importing ``rayeval.batch.worker`` does not pay
 for the driver's imports (the engine, the storage reader, pandas).
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
@@ -13,7 +14,13 @@ if TYPE_CHECKING:
     from .engine import BatchConfig, RunCancelled, RunConflict, run_batch
     from .summary import RunSummary
 
-_EXPORTS = {"BatchConfig": ".engine", "RunCancelled": ".engine", "RunConflict": ".engine", "run_batch": ".engine", "RunSummary": ".summary"}
+_EXPORTS = {
+    "BatchConfig": ".engine",
+    "RunCancelled": ".engine",
+    "RunConflict": ".engine",
+    "run_batch": ".engine",
+    "RunSummary": ".summary",
+}
 
 __all__ = ["BatchConfig", "RunCancelled", "RunConflict", "RunSummary", "run", "run_batch"]
 

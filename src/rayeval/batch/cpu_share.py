@@ -12,6 +12,7 @@ single CPU.  Workers on a node take different CPUs by holding a lock file per CP
 ``lock_folder``) for as long as they live; when every CPU is taken (more workers than CPUs,
 another run on the node), a worker simply stays where the scheduler puts it.
 """
+
 from __future__ import annotations
 
 import fcntl

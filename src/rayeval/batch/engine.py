@@ -1,4 +1,5 @@
 """The batch driver: fans units out to Ray actors, grades in batches, streams rows to storage."""
+
 from __future__ import annotations
 
 import gc
@@ -99,7 +100,9 @@ class BatchConfig(BaseModel):
     agent: str
     agent_args: dict[str, str] = Field(default_factory=dict)
     models: list[str] = Field(default_factory=lambda: ["default"])
-    seeds: list[Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]] = Field(default_factory=lambda: [1])  # stored as int64
+    seeds: list[Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]] = Field(
+        default_factory=lambda: [1]
+    )  # stored as int64
     output: Annotated[str, AfterValidator(check_root)]
     run_id: str | None = None
     resume: bool = False
@@ -182,7 +185,9 @@ def connect(config: BatchConfig) -> bool:
     return False
 
 
-def _system_error_row(unit: Unit, attempt: int, eval_: Eval, run_id: str, config: BatchConfig, exc: BaseException) -> ResultRow:
+def _system_error_row(
+    unit: Unit, attempt: int, eval_: Eval, run_id: str, config: BatchConfig, exc: BaseException
+) -> ResultRow:
     """The row of a unit Ray could not run even after its own retries (e.g. a node kept dying)."""
     stamp = datetime.now(timezone.utc)
     execution = Execution(
@@ -199,7 +204,14 @@ def _system_error_row(unit: Unit, attempt: int, eval_: Eval, run_id: str, config
     )
     result = grade_execution(eval_, execution)
     return row_from_result(
-        result, unit=unit, eval_=eval_, run_id=run_id, agent=config.agent, agent_args=config.agent_args, attempt=attempt, node="unknown"
+        result,
+        unit=unit,
+        eval_=eval_,
+        run_id=run_id,
+        agent=config.agent,
+        agent_args=config.agent_args,
+        attempt=attempt,
+        node="unknown",
     )
 
 
@@ -249,7 +261,10 @@ def run_batch(
 
         # opened before Ray starts: an unusable results root fails at once; recovers the WAL
         writer = store.open_writer(
-            run_id, flush_rows=config.flush_rows, flush_seconds=config.flush_seconds, give_up_after_s=config.store_retry_s
+            run_id,
+            flush_rows=config.flush_rows,
+            flush_seconds=config.flush_seconds,
+            give_up_after_s=config.store_retry_s,
         )
     except BaseException:
         lease.release()
@@ -321,7 +336,9 @@ def run_evals(config: BatchConfig, evals: list[Eval] | None = None) -> list[Eval
     return select_evals(evals, sample_ids=config.sample_ids, filters=config.filters, limit=config.limit)
 
 
-def units_to_run(config: BatchConfig, store: ResultStore, run_id: str, plan: Plan) -> tuple[np.ndarray, np.ndarray | None]:
+def units_to_run(
+    config: BatchConfig, store: ResultStore, run_id: str, plan: Plan
+) -> tuple[np.ndarray, np.ndarray | None]:
     """A bool per plan position, the units to run (a resumed run's stored ones are not), and
     with ``retry_errors`` the attempts already stored of each unit that runs again (else None)."""
     stored = store.stored_unit_id_array(run_id) if config.resume else np.array([], dtype="S32")
@@ -336,23 +353,29 @@ def units_to_run(config: BatchConfig, store: ResultStore, run_id: str, plan: Pla
     return todo, earlier
 
 
-def run_manifest(config: BatchConfig, run_id: str, evals: list[Eval], plan: Plan, previous: RunManifest | None) -> RunManifest:
+def run_manifest(
+    config: BatchConfig, run_id: str, evals: list[Eval], plan: Plan, previous: RunManifest | None
+) -> RunManifest:
     """The run's manifest: the inputs its units are derived from, not the units."""
-    return RunManifest.model_validate({
-        "run_id": run_id,
-        "agent": config.agent,
-        "agent_args": config.agent_args,
-        "isolation": config.isolation,
-        "network": config.sandbox.network if config.isolation == "sandbox" else None,
-        "timeout": config.timeout,
-        "grade_timeout": config.grade_timeout,
-        "models": config.models,
-        "seeds": compact_seeds(config.seeds),
-        "eval_files": [{"path": str(e.source_path or "<in-memory>"), "id": e.id, "eval_hash": e.content_hash()} for e in evals],
-        "plan_digest": plan.digest(),
-        "total_units": len(plan),
-        **({"created_at": previous.created_at} if previous else {}),
-    })
+    return RunManifest.model_validate(
+        {
+            "run_id": run_id,
+            "agent": config.agent,
+            "agent_args": config.agent_args,
+            "isolation": config.isolation,
+            "network": config.sandbox.network if config.isolation == "sandbox" else None,
+            "timeout": config.timeout,
+            "grade_timeout": config.grade_timeout,
+            "models": config.models,
+            "seeds": compact_seeds(config.seeds),
+            "eval_files": [
+                {"path": str(e.source_path or "<in-memory>"), "id": e.id, "eval_hash": e.content_hash()} for e in evals
+            ],
+            "plan_digest": plan.digest(),
+            "total_units": len(plan),
+            **({"created_at": previous.created_at} if previous else {}),
+        }
+    )
 
 
 def check_same_inputs(config: BatchConfig, previous: RunManifest, manifest: RunManifest) -> None:
@@ -565,7 +588,11 @@ def _execute(
     workers: WorkerPool,
 ) -> None:
     scheduler = Scheduler(
-        plan, todo, max_concurrency=config.max_concurrency, model_limits=config.model_concurrency, earlier_attempts=earlier_attempts
+        plan,
+        todo,
+        max_concurrency=config.max_concurrency,
+        model_limits=config.model_concurrency,
+        earlier_attempts=earlier_attempts,
     )
     demand = _demand(config, int(todo.sum()))
     sizer = ChunkSizer()
@@ -626,8 +653,10 @@ def _execute(
             else:
                 for row in rows:
                     sizer.observe(row.seconds, row.agent_s)
-            kept.setdefault(model, []).extend(row for (unit, attempt), row in zip(call, rows) if keep(unit, attempt, row))
-            scheduler.put_back(call[len(rows):])  # not started within the call's time budget
+            kept.setdefault(model, []).extend(
+                row for (unit, attempt), row in zip(call, rows) if keep(unit, attempt, row)
+            )
+            scheduler.put_back(call[len(rows) :])  # not started within the call's time budget
         for model, model_rows in kept.items():  # one WAL write and fsync per model and round
             writer.add_lines(row_labels(config.agent, model, config.agent_args)[0], [row.line for row in model_rows])
             for row in model_rows:  # done once on disk, in the write-ahead log

@@ -1,4 +1,5 @@
 """How many unit workers a run has, and on which nodes new ones go when the cluster grows."""
+
 from __future__ import annotations
 
 import math

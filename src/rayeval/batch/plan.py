@@ -1,4 +1,5 @@
 """The plan of a batch run: evals × models × seeds, each unit with a stable content id."""
+
 from __future__ import annotations
 
 import hashlib

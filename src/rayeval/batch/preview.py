@@ -1,5 +1,6 @@
 """``rayeval run --dry-run``: the plan a run would carry out, checked as the run checks it,
 without starting Ray, taking the run's lease or writing anything."""
+
 from __future__ import annotations
 
 import math
@@ -38,7 +39,11 @@ class PlanPreview(BaseModel):
     def text(self) -> str:
         selected = f" (selected from {self.evals_loaded})" if self.evals != self.evals_loaded else ""
         rerun = f", {self.rerun_errors} of them errored before" if self.rerun_errors else ""
-        cost = f"${self.estimated_cost_usd:.2f} ({self.cost_basis})" if self.estimated_cost_usd is not None else f"unknown ({self.cost_basis})"
+        cost = (
+            f"${self.estimated_cost_usd:.2f} ({self.cost_basis})"
+            if self.estimated_cost_usd is not None
+            else f"unknown ({self.cost_basis})"
+        )
         return "\n".join([
             f"dry run: nothing started. run: {self.run_id or 'a new run id'}",
             f"evals: {self.evals}{selected}; models: {', '.join(self.models)}; seeds: {self.seeds}",
@@ -81,8 +86,15 @@ def preview_run(config: BatchConfig) -> PlanPreview:
 
 def _estimated_cost(store: ResultStore, models: list[str], units: int) -> tuple[float | None, str]:
     """Mean recorded cost per unit of ``models`` under the root, times ``units``."""
-    costs = [c for c in store.read_table(models=models, columns=["cost_usd"]).column("cost_usd").to_pylist() if c is not None and math.isfinite(c)]
+    costs = [
+        c
+        for c in store.read_table(models=models, columns=["cost_usd"]).column("cost_usd").to_pylist()
+        if c is not None and math.isfinite(c)
+    ]
     if not costs:
         return None, f"no earlier unit of these models under {store.root} recorded a cost"
     mean = sum(costs) / len(costs)
-    return mean * units, f"${mean:.4f} per unit, the mean of {len(costs)} earlier units of these models under {store.root}"
+    return (
+        mean * units,
+        f"${mean:.4f} per unit, the mean of {len(costs)} earlier units of these models under {store.root}",
+    )

@@ -1,4 +1,5 @@
 """Live progress: a rich bar on a terminal, a log line every few seconds elsewhere (CI, job logs)."""
+
 from __future__ import annotations
 
 import sys
@@ -11,7 +12,13 @@ class Progress:
     outright (no summary) is resumed by its id."""
 
     def __init__(
-        self, total: int, *, enabled: bool = True, stream: TextIO | None = None, log_every_s: float = 5.0, header: str = ""
+        self,
+        total: int,
+        *,
+        enabled: bool = True,
+        stream: TextIO | None = None,
+        log_every_s: float = 5.0,
+        header: str = "",
     ):
         self.total = total
         self.done = self.passed = self.errors = 0
@@ -44,7 +51,9 @@ class Progress:
         eta = _duration((self.total - self.done) / rate) if rate > 0 else "?"
         pass_rate = f"{100 * self.passed / self.done:.1f}%" if self.done else "-"
         percent = f"{100 * self.done / self.total:.1f}%" if self.total else "100%"
-        return f"{self.done}/{self.total} units done ({percent}), pass rate {pass_rate}, {self.errors} errors, ETA {eta}"
+        return (
+            f"{self.done}/{self.total} units done ({percent}), pass rate {pass_rate}, {self.errors} errors, ETA {eta}"
+        )
 
     def update(self, *, passed: bool, error: bool) -> None:
         self.done += 1

@@ -1,4 +1,5 @@
 """From a unit's EvalResult to the stored row."""
+
 from __future__ import annotations
 
 from typing import Any, NamedTuple
@@ -33,7 +34,15 @@ def unit_row(row: ResultRow, seconds: float = 0.0) -> UnitRow:
 
 
 def row_from_result(
-    result: EvalResult, *, unit: Unit, eval_: Eval, run_id: str, agent: str, agent_args: dict[str, str], attempt: int, node: str
+    result: EvalResult,
+    *,
+    unit: Unit,
+    eval_: Eval,
+    run_id: str,
+    agent: str,
+    agent_args: dict[str, str],
+    attempt: int,
+    node: str,
 ) -> ResultRow:
     """The stored row; its model and harness come from the run's configuration (see
     :func:`row_labels`), what the agent says of its harness stays in ``metadata_json``."""

@@ -1,5 +1,6 @@
 """Which units run next: per-model queues in round robin, global and per-model limits,
 delayed retries, and calls sized so that fast units do not each pay a Ray round trip."""
+
 from __future__ import annotations
 
 import heapq

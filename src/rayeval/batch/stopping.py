@@ -1,4 +1,5 @@
 """Stopping a run from outside: Ctrl-C, or SIGTERM as ``ray job stop`` and Kubernetes send it."""
+
 from __future__ import annotations
 
 import signal

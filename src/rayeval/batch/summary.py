@@ -1,4 +1,5 @@
 """The end-of-run summary: per model units, verdicts, errors, mean score and cost."""
+
 from __future__ import annotations
 
 from datetime import datetime, timezone
@@ -60,7 +61,9 @@ class RunSummary(BaseModel):
         return "\n".join(lines)
 
 
-def summarize(store: ResultStore, run_id: str, *, total_units: int, skipped: int, ran: int, started: datetime) -> RunSummary:
+def summarize(
+    store: ResultStore, run_id: str, *, total_units: int, skipped: int, ran: int, started: datetime
+) -> RunSummary:
     # only the columns it needs: a run's answers and artifacts can be most of its bytes
     columns = ["model", "harness", "unit_id", "status", "cost_usd", "attempt"]
     frame = store.read_table(run_id, columns=columns).to_pandas()

@@ -1,4 +1,5 @@
 """The Ray actor that runs units: threaded, because agent work waits on LLM calls, not CPU."""
+
 from __future__ import annotations
 
 import functools
@@ -286,7 +287,9 @@ class WorkerPool:
 
     def workers_on(self) -> Counter[str]:
         """Workers taking calls per node, for those whose node is known."""
-        return Counter(node for index, node in enumerate(self.node_of) if node is not None and index not in self._retiring)
+        return Counter(
+            node for index, node in enumerate(self.node_of) if node is not None and index not in self._retiring
+        )
 
     def _retire(self, index: int) -> None:
         self._retiring.add(index)
@@ -310,7 +313,9 @@ class WorkerPool:
         taking = (i for i in range(len(self.actors)) if i not in self._retiring)
         index = min(taking, key=self._in_flight.__getitem__)
         method = (self._fast if fast else self._threaded)[index]
-        ref = method.remote([unit.index for unit, _ in call], [attempt for _, attempt in call], self.shared, budget_s, fast)
+        ref = method.remote(
+            [unit.index for unit, _ in call], [attempt for _, attempt in call], self.shared, budget_s, fast
+        )
         self._in_flight[index] += 1
         self._worker_of[ref] = index
         return ref

@@ -1,4 +1,5 @@
 """Eval files: schema and loading."""
+
 from .loader import EvalFileError, EvalProblem, check_evals, load_eval, load_evals
 from .model import Eval, GraderSpec
 from .select import EvalSelectionError, select_evals

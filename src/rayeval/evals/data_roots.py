@@ -7,6 +7,7 @@ against this policy before any work starts; staging checks again at run time, in
 symlink changed in between. Remote nodes (``s3://``, ``http(s)://``, resolver schemes) are
 not concerned.
 """
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """Loading eval files and folders, reporting every problem with file, field and message."""
+
 from __future__ import annotations
 
 import json
@@ -153,7 +154,10 @@ def _beyond_limits(data: Any, long_strings: bool) -> bool:
         if long_strings:
             keys = [key for container in level if type(container) is dict for key in container]
             strings = [item for item in items if type(item) is str]
-            if max(map(len, keys), default=0) > MAX_STRING_CHARS or max(map(len, strings), default=0) > MAX_STRING_CHARS:
+            if (
+                max(map(len, keys), default=0) > MAX_STRING_CHARS
+                or max(map(len, strings), default=0) > MAX_STRING_CHARS
+            ):
                 return True
         level = [item for item in items if type(item) is dict or type(item) is list]
         depth += 1
@@ -168,7 +172,9 @@ def _structure_problems(data: Any, name: str, duplicates: _Duplicates, long_stri
 
     def add(message: str, *last: str) -> None:
         if len(problems) == MAX_PROBLEMS_PER_FILE:
-            problems.append(EvalProblem(name, "", f"more problems not shown (at most {MAX_PROBLEMS_PER_FILE} per file)"))
+            problems.append(
+                EvalProblem(name, "", f"more problems not shown (at most {MAX_PROBLEMS_PER_FILE} per file)")
+            )
             raise _TooManyProblems
         problems.append(EvalProblem(name, _join_path([*segments, *last]), message))
 
@@ -182,7 +188,9 @@ def _structure_problems(data: Any, name: str, duplicates: _Duplicates, long_stri
                 add(too_long("string", len(value)))
         elif kind is dict or kind is list:
             if depth > MAX_NESTING_DEPTH:
-                add(f"JSON objects and arrays nested more than {MAX_NESTING_DEPTH} levels deep (the limit for eval files)")
+                add(
+                    f"JSON objects and arrays nested more than {MAX_NESTING_DEPTH} levels deep (the limit for eval files)"
+                )
                 return
             if kind is list:
                 for index, item in enumerate(value):
@@ -193,7 +201,10 @@ def _structure_problems(data: Any, name: str, duplicates: _Duplicates, long_stri
             repeated = duplicates.get(id(value))
             if repeated is not None and repeated[0] is value:
                 for key, count in repeated[1].items():
-                    add(f"duplicate key {key!r}: it appears {count} times in the same object and JSON keeps only the last", key)
+                    add(
+                        f"duplicate key {key!r}: it appears {count} times in the same object and JSON keeps only the last",
+                        key,
+                    )
             for key, item in value.items():
                 segments.append(key)
                 if long_strings and len(key) > MAX_STRING_CHARS:
@@ -227,7 +238,10 @@ def _locate(text: str, *, digits_over: int | None = None) -> tuple[str, str] | N
         elif token in "{[":
             if len(stack) >= MAX_NESTING_DEPTH:
                 where = _join_path(level[1] for level in stack)
-                return where, f"JSON objects and arrays nested more than {MAX_NESTING_DEPTH} levels deep (the limit for eval files)"
+                return (
+                    where,
+                    f"JSON objects and arrays nested more than {MAX_NESTING_DEPTH} levels deep (the limit for eval files)",
+                )
             stack.append([token == "{", "" if token == "{" else 0, token == "{"])
         elif token in "}]":
             if stack:
@@ -239,7 +253,10 @@ def _locate(text: str, *, digits_over: int | None = None) -> tuple[str, str] | N
                 stack[-1][1] += 1
         elif digits_over is not None and token.lstrip("-").isdigit() and len(token.lstrip("-")) > digits_over:
             where = _join_path(level[1] for level in stack)
-            return where, f"integer of {len(token.lstrip('-')):,} digits is longer than the {digits_over:,} digits Python reads"
+            return (
+                where,
+                f"integer of {len(token.lstrip('-')):,} digits is longer than the {digits_over:,} digits Python reads",
+            )
     return None
 
 
@@ -285,7 +302,9 @@ def _read_json_object(path: Path) -> tuple[dict | None, list[EvalProblem]]:
         return None, [EvalProblem(name, "", f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}")]
     except RecursionError:
         found = _locate(text)
-        return None, [EvalProblem(name, *(found or ("", f"invalid JSON: nested more than {MAX_NESTING_DEPTH} levels deep")))]
+        return None, [
+            EvalProblem(name, *(found or ("", f"invalid JSON: nested more than {MAX_NESTING_DEPTH} levels deep")))
+        ]
     except ValueError as exc:  # an integer too long for int() (sys.get_int_max_str_digits)
         found = _locate(text, digits_over=getattr(sys, "get_int_max_str_digits", lambda: 0)() or None)
         return None, [EvalProblem(name, *(found or ("", f"invalid JSON: {exc}")))]
@@ -397,13 +416,19 @@ def check_evals(
                 problems.extend(found)
                 continue
             eval_, found = parse_eval(
-                data, str(file), data_roots=roots, check_grader_configs=check_grader_configs, check_data_nodes=check_data_nodes
+                data,
+                str(file),
+                data_roots=roots,
+                check_grader_configs=check_grader_configs,
+                check_data_nodes=check_data_nodes,
             )
             problems.extend(found)
             if eval_ is None:
                 continue
             if eval_.id in seen_ids:
-                problems.append(EvalProblem(str(file), "id", f"duplicate eval id {eval_.id!r}, also in {seen_ids[eval_.id]}"))
+                problems.append(
+                    EvalProblem(str(file), "id", f"duplicate eval id {eval_.id!r}, also in {seen_ids[eval_.id]}")
+                )
                 continue
             seen_ids[eval_.id] = str(file)
             evals.append(eval_)

@@ -1,4 +1,5 @@
 """The eval file schema: what one benchmark task looks like on disk."""
+
 from __future__ import annotations
 
 import hashlib
@@ -153,6 +154,8 @@ class Eval(BaseModel):
         Computed once: a loaded eval is treated as immutable (unit ids and rows rely on it).
         """
         if self._content_hash is None:
-            canonical = json.dumps(self.model_dump(mode="json", exclude_none=True), sort_keys=True, separators=(",", ":"))
+            canonical = json.dumps(
+                self.model_dump(mode="json", exclude_none=True), sort_keys=True, separators=(",", ":")
+            )
             self._content_hash = hashlib.sha256(canonical.encode("utf-8")).hexdigest()
         return self._content_hash

@@ -1,4 +1,5 @@
 """Choosing the evals a run covers: ``--sample-id``, ``--filter`` and ``--limit``."""
+
 from __future__ import annotations
 
 import fnmatch
@@ -21,7 +22,9 @@ def _matches(eval_: Eval, selector: str) -> bool:
     return fnmatch.fnmatchcase(eval_.id, selector)
 
 
-def select_evals(evals: list[Eval], *, sample_ids: Sequence[str] = (), filters: Sequence[str] = (), limit: int | None = None) -> list[Eval]:
+def select_evals(
+    evals: list[Eval], *, sample_ids: Sequence[str] = (), filters: Sequence[str] = (), limit: int | None = None
+) -> list[Eval]:
     """The evals with one of ``sample_ids`` (all when empty) that match every filter, the
     first ``limit`` of them in loading order.  Naming an id that was not loaded, or selecting
     nothing, is an :class:`EvalSelectionError` (a run of nothing is a mistake, not a result)."""
@@ -30,7 +33,9 @@ def select_evals(evals: list[Eval], *, sample_ids: Sequence[str] = (), filters: 
         known = {eval_.id for eval_ in evals}
         unknown = [name for name in sample_ids if name not in known]
         if unknown:
-            raise EvalSelectionError(f"--sample-id: no eval with id {', '.join(map(repr, unknown))} among the {len(evals)} loaded")
+            raise EvalSelectionError(
+                f"--sample-id: no eval with id {', '.join(map(repr, unknown))} among the {len(evals)} loaded"
+            )
         wanted = set(sample_ids)
         chosen = [eval_ for eval_ in chosen if eval_.id in wanted]
     for selector in filters:

@@ -23,6 +23,7 @@ Rows are stored like any batch run's (``<output>/run_id=<id>/model=<path[@versio
 each evaluator's judgment in ``metrics_json["evaluators"][path]``. See :func:`run`.
 Exports load on first use: Ray, pandas and the report code are imported only by ``run``.
 """
+
 from __future__ import annotations
 
 from .._lazy import lazy_exports

@@ -5,6 +5,7 @@ datapoint id); the file callable is the unit's agent and the evaluators are its 
 both shipped to the Ray workers with cloudpickle. Rows land in the usual Parquet layout
 (``<output>/run_id=<id>/model=<file path[@version]>/``), the stats are read back from them.
 """
+
 from __future__ import annotations
 
 import sys
@@ -35,8 +36,23 @@ from .runtime import DatapointCaller, EvaluatorsGrader, LocalEvaluator
 
 # Engine options ``run`` sets itself (``workers`` is the concurrency).
 _OWNED_OPTIONS = frozenset(
-    {"evals", "agent", "agent_args", "models", "seeds", "output", "resume", "max_concurrency", "address",
-     "s3_endpoint_url", "show_progress", "run_id", "timeout", "retries", "isolation"}
+    {
+        "evals",
+        "agent",
+        "agent_args",
+        "models",
+        "seeds",
+        "output",
+        "resume",
+        "max_concurrency",
+        "address",
+        "s3_endpoint_url",
+        "show_progress",
+        "run_id",
+        "timeout",
+        "retries",
+        "isolation",
+    }
 )
 # The columns the evaluator stats group and count by; everything else only feeds the report.
 
@@ -200,7 +216,9 @@ def checks_table(checks: Sequence[EvaluatorCheck], stats: Mapping[str, Any]) -> 
     left = {0, 1}
 
     def line(cells: Sequence[str]) -> str:
-        return "  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+        return "  ".join(
+            c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))
+        ).rstrip()
 
     return "\n".join([line(header), "  ".join("-" * w for w in widths), *(line(r) for r in rows)])
 
@@ -215,7 +233,11 @@ def _report(
     current: Mapping[str, Any],
     results_path: str,
 ) -> str:
-    compared = f"compared with run {previous.run_id} ({previous.version_id})" if previous else "first run of this name: no delta"
+    compared = (
+        f"compared with run {previous.run_id} ({previous.version_id})"
+        if previous
+        else "first run of this name: no delta"
+    )
     points = len(spec.dataset.datapoints)
     parts = [
         f"Evaluation {spec.name!r}: {spec.file.type} {spec.file.identity} on dataset {spec.dataset.path!r} ({points} datapoints)",
@@ -263,7 +285,11 @@ def _in_memory_evals(spec: EvaluationSpec) -> list[Any]:
     )
     evals = []
     for datapoint_id, point in zip(spec.datapoint_ids, spec.dataset.datapoints):
-        task = dumps({"inputs": point.inputs, "messages": point.messages} if point.messages is not None else {"inputs": point.inputs})
+        task = dumps(
+            {"inputs": point.inputs, "messages": point.messages}
+            if point.messages is not None
+            else {"inputs": point.inputs}
+        )
         evals.append(
             Eval.model_construct(
                 id=datapoint_id,
@@ -290,7 +316,12 @@ def _read_stats(
     units = reader.units(runs=run_id, columns=[*REPORT_COLUMNS, "metrics_json"])
     # every judgment is in metrics_json: an evaluator path may equal a result column's name
     stats = evaluation_stats(
-        units, evaluators=dict(evaluators), evaluator_source="metrics", planned_units=planned, run_status=status, report=False
+        units,
+        evaluators=dict(evaluators),
+        evaluator_source="metrics",
+        planned_units=planned,
+        run_status=status,
+        report=False,
     )
     return stats, units
 

@@ -4,6 +4,7 @@ Every problem found in ``file``, ``evaluators`` and ``dataset`` is reported at o
 :class:`EvaluationConfigError` whose lines name the evaluator (by path and position), the
 datapoint (by position) and the field at fault.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -39,7 +40,6 @@ STATS_KIND: dict[str, str] = {
 }
 # Return types whose aggregate is a share of logs: their thresholds are shares in [0, 1].
 SHARE_TYPES = frozenset({"boolean", "select", "multi_select"})
-
 
 
 class EvaluationConfigError(ValueError):
@@ -198,7 +198,9 @@ class DatapointConfig(BaseModel):
             if problem:
                 raise ValueError(f"{field} {problem}")
         if self.messages is not None and "messages" in self.inputs:
-            raise ValueError("inputs has a 'messages' key and the datapoint has messages: the callable gets messages= once")
+            raise ValueError(
+                "inputs has a 'messages' key and the datapoint has messages: the callable gets messages= once"
+            )
         return self
 
     @property
@@ -280,7 +282,9 @@ def _validate_evaluators(evaluators: Any, problems: list[str]) -> list[Evaluator
         if isinstance(raw, EvaluatorConfig):
             config = raw
         elif not isinstance(raw, Mapping):
-            problems.append(f"{where}: must be a dict {{path, args_type, return_type, callable, threshold}}, got {type(raw).__name__}")
+            problems.append(
+                f"{where}: must be a dict {{path, args_type, return_type, callable, threshold}}, got {type(raw).__name__}"
+            )
             continue
         else:
             try:
@@ -311,7 +315,9 @@ def _validate_dataset(dataset: Any, problems: list[str]) -> DatasetConfig | None
         problems.append(f"dataset: path: must be a non-empty string, got {path!r}")
     raw_points = dataset.get("datapoints")
     if isinstance(raw_points, (str, bytes, Mapping)) or not isinstance(raw_points, Sequence):
-        problems.append(f"{where}: datapoints: must be a list of {{inputs, messages, target}} dicts, got {type(raw_points).__name__}")
+        problems.append(
+            f"{where}: datapoints: must be a list of {{inputs, messages, target}} dicts, got {type(raw_points).__name__}"
+        )
         return None
     if not raw_points:
         problems.append(f"{where}: datapoints is empty: nothing to evaluate")
@@ -322,7 +328,9 @@ def _validate_dataset(dataset: Any, problems: list[str]) -> DatasetConfig | None
             points.append(raw)
             continue
         if not isinstance(raw, Mapping):
-            problems.append(f"{where}: datapoints[{index}]: must be a dict {{inputs, messages, target}}, got {type(raw).__name__}")
+            problems.append(
+                f"{where}: datapoints[{index}]: must be a dict {{inputs, messages, target}}, got {type(raw).__name__}"
+            )
             failed = True
             continue
         try:
@@ -342,7 +350,9 @@ def _datapoint_ids(dataset: DatasetConfig, problems: list[str]) -> list[str]:
         if point.id is None:
             continue
         if point.id in given:
-            problems.append(f"dataset {dataset.path!r}: datapoints[{index}].id {point.id!r} repeats datapoints[{given[point.id]}].id")
+            problems.append(
+                f"dataset {dataset.path!r}: datapoints[{index}].id {point.id!r} repeats datapoints[{given[point.id]}].id"
+            )
         given.setdefault(point.id, index)
     ids: list[str] = []
     used = set(given)
@@ -360,7 +370,9 @@ def _datapoint_ids(dataset: DatasetConfig, problems: list[str]) -> list[str]:
     return ids
 
 
-def _check_fit(file: FileConfig, evaluators: list[EvaluatorConfig], dataset: DatasetConfig, problems: list[str]) -> None:
+def _check_fit(
+    file: FileConfig, evaluators: list[EvaluatorConfig], dataset: DatasetConfig, problems: list[str]
+) -> None:
     unfit: list[str] = []
     for index, point in enumerate(dataset.datapoints):
         kwargs = dict(point.inputs)

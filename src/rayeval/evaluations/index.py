@@ -5,6 +5,7 @@ percent-encoded). A record is written once and never rewritten, so concurrent ru
 name cannot lose each other's entries, and the ``_`` prefix keeps Parquet readers (pyarrow,
 pandas, ``ResultsReader``) away from it. Local and S3 roots alike (the store's filesystem).
 """
+
 from __future__ import annotations
 
 from datetime import datetime

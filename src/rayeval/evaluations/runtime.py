@@ -22,6 +22,7 @@ The log every evaluator receives is a plain dict (a fresh copy per evaluator)::
 and a ``target_required`` evaluator also gets the datapoint:
 ``{"id", "inputs", "messages", "target"}``.
 """
+
 from __future__ import annotations
 
 import copy
@@ -55,7 +56,9 @@ def output_text(value: Any) -> str:
     try:
         return json.dumps(value, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
-        raise OutputError(f"the file callable must return a string or a JSON-serialisable value, got {type(value).__name__}: {exc}") from None
+        raise OutputError(
+            f"the file callable must return a string or a JSON-serialisable value, got {type(value).__name__}: {exc}"
+        ) from None
 
 
 class DatapointCaller:
@@ -212,7 +215,9 @@ class EvaluatorsGrader:
     def __call__(self, eval_: Eval, execution: Execution) -> EvalResult:
         if execution.outcome != "answered":
             if execution.outcome == "no_answer":  # cannot happen with DatapointCaller; an error if it does
-                execution = execution.model_copy(update={"outcome": "error", "error_type": execution.error_type or "NoOutput"})
+                execution = execution.model_copy(
+                    update={"outcome": "error", "error_type": execution.error_type or "NoOutput"}
+                )
             return grade_execution(eval_, execution)  # an error row: nothing to judge
         start = time.monotonic()
         log = self.log(eval_, execution)

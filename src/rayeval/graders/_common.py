@@ -1,4 +1,5 @@
 """Conventions shared by the graders: number rules, field lookup, result builders."""
+
 from __future__ import annotations
 
 import math
@@ -67,9 +68,7 @@ def read_object(config: dict, *path: str) -> tuple[dict | None, str | None]:
     return node, None
 
 
-def read_thresholds(
-    mapping: dict, specs: Iterable[tuple[str, Any, float, float]]
-) -> tuple[list | None, str | None]:
+def read_thresholds(mapping: dict, specs: Iterable[tuple[str, Any, float, float]]) -> tuple[list | None, str | None]:
     """(values, error) for (key, default, low, high) specs; a present key (even null) must be in range."""
     values = []
     for key, default, low, high in specs:

@@ -1,4 +1,5 @@
 """The Grader base class: one public entry point that never raises."""
+
 from __future__ import annotations
 
 import traceback

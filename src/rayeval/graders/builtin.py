@@ -1,4 +1,5 @@
 """Importing this module registers every built-in grader type."""
+
 from . import (  # noqa: F401
     composite,
     distribution,

@@ -5,6 +5,7 @@ misconfigured, evaluation, system errors and hard-fail bookkeeping (including ve
 reported by nested composites). They differ in which roles score, whether ``points``
 apply, and how the verdict and score are formed.
 """
+
 from __future__ import annotations
 
 import math
@@ -121,7 +122,7 @@ class _Tally:
         "system_errors",
         "total",
         "triggered",
-        "unavailable"
+        "unavailable",
     )
 
     def __init__(self, children: list[GradedChild]) -> None:

@@ -3,6 +3,7 @@
 Unlike the numeric graders, answer values must already be JSON numbers: strings and
 bools are rejected, and percentages are compared as absolute percentage points.
 """
+
 from __future__ import annotations
 
 from typing import Any, NamedTuple
@@ -92,9 +93,7 @@ class DistributionComparisonGrader(Grader):
             return agent_failure("Answer has no cell_type_distribution", answer)
         reported = answer["cell_type_distribution"]
         if not isinstance(reported, dict) or not all_keys_nonblank(reported):
-            return agent_failure(
-                "cell_type_distribution must be an object keyed by non-blank cell type names", answer
-            )
+            return agent_failure("cell_type_distribution must be an object keyed by non-blank cell type names", answer)
 
         metrics: dict[str, Any] = {}
         failures: list[str] = []
@@ -110,8 +109,7 @@ class DistributionComparisonGrader(Grader):
             metrics["total_cells_pass"] = ok
             if not ok:
                 failures.append(
-                    f"total_cells {actual!r} vs {spec.total_cells!r} "
-                    f"(tolerance {spec.total_cells_tolerance!r})"
+                    f"total_cells {actual!r} vs {spec.total_cells!r} (tolerance {spec.total_cells_tolerance!r})"
                 )
 
         for cell_type, expected in spec.distribution.items():

@@ -3,6 +3,7 @@
 Only the file contents are trimmed (Python whitespace, so U+00A0 too); ``expected`` is
 compared as written, so an ``expected`` with surrounding whitespace can never match.
 """
+
 from __future__ import annotations
 
 from typing import Any

@@ -3,6 +3,7 @@
 Labels are compared as Python ``str()`` text with no case folding or trimming, so the
 reference's quirks survive (``1`` matches ``"1"``, ``1.0`` does not).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -41,7 +42,9 @@ class LabelSetJaccardGrader(Grader):
             return config_error("ground_truth_labels must be a non-empty list", answer)
         if not all(_is_label(item) for item in truth):
             return config_error("ground_truth_labels items must be strings, numbers or bools", answer)
-        thresholds, error = read_thresholds_at(config, ("scoring",), (("pass_threshold", DEFAULT_PASS_THRESHOLD, 0.0, 1.0),))
+        thresholds, error = read_thresholds_at(
+            config, ("scoring",), (("pass_threshold", DEFAULT_PASS_THRESHOLD, 0.0, 1.0),)
+        )
         if error is not None:
             return config_error(error, answer)
         (pass_threshold,) = thresholds

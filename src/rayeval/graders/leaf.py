@@ -4,6 +4,7 @@ A leaf binds one answer value, evaluates its predicate on it and maps the raw re
 through its role (gate, additive or hard_fail). The root grader and the composite leaf
 share that machinery but differ in allowed roles, check order, score_max and metrics.
 """
+
 from __future__ import annotations
 
 from typing import Any, NamedTuple
@@ -110,9 +111,7 @@ class Leaf:
 
     __slots__ = ("answer_field", "capacity", "is_scalar", "label", "op", "predicate", "role", "threshold")
 
-    def __init__(
-        self, config: dict, role: str, is_scalar: bool, threshold: float | None, capacity: float
-    ) -> None:
+    def __init__(self, config: dict, role: str, is_scalar: bool, threshold: float | None, capacity: float) -> None:
         self.predicate = config["predicate"]
         self.op = self.predicate["op"]
         self.role = role

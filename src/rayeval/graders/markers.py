@@ -3,6 +3,7 @@
 Gene names match case-insensitively (Unicode lower) but are never trimmed, so
 ``" CD3E"`` is a different gene from ``"CD3E"``, as in the reference.
 """
+
 from __future__ import annotations
 
 from typing import Any, NamedTuple

@@ -5,6 +5,7 @@ leaf to one member of its record; a leaf's own answer_field is validated but unu
 list_match pairs array items with ground-truth rows by a key; dict_match walks the keys
 of an answer object.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -167,9 +168,7 @@ def _parse_list_match(config: Any) -> _ListMatchConfig:
         rows[key] = _parse_fields(row.get("fields"), where)
     _require_scoring_leaf(leaf for leaves in rows.values() for leaf in leaves.values())
 
-    row_capacity = [
-        sum(leaf.capacity for leaf in leaves.values() if leaf.role == ADDITIVE) for leaves in rows.values()
-    ]
+    row_capacity = [sum(leaf.capacity for leaf in leaves.values() if leaf.role == ADDITIVE) for leaves in rows.values()]
     denominator = sum(heapq.nlargest(k, row_capacity) if k is not None else row_capacity)
     return _ListMatchConfig(
         answer_field, key_name, sort, dedupe, rule, k, pass_min, score_min, rows, float(denominator)
@@ -269,8 +268,7 @@ class ListMatchGrader(Grader):
             reasoning=(
                 f"list_match: {'PASS' if passed else 'FAIL'}; {len(consumed)}/{len(spec.rows)} rows matched, "
                 f"{tuple_pass_count} tuples passed (min {spec.tuple_pass_min}), additive "
-                f"{additive_score:.4g}/{spec.denominator:.4g}"
-                + (f"; hard fail triggered: {triggered}" if veto else "")
+                f"{additive_score:.4g}/{spec.denominator:.4g}" + (f"; hard fail triggered: {triggered}" if veto else "")
             ),
             agent_answer=echo_answer(answer),
         )

@@ -3,6 +3,7 @@
 Config and answer go through the same token rule, so ``"b"`` matches ``"B"``, ``true``
 matches ``"true"`` and ``6.0`` matches ``"6"``, while ``"6.0"`` stays distinct from ``6``.
 """
+
 from __future__ import annotations
 
 import math

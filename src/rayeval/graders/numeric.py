@@ -3,6 +3,7 @@
 Both read each ground-truth field by dotted lookup, accept numeric strings (Python
 ``float()`` semantics) and treat bools as 0/1; they differ only in how a value passes.
 """
+
 from __future__ import annotations
 
 from typing import Any, NamedTuple
@@ -54,9 +55,7 @@ def coerce_answer_number(raw: Any) -> tuple[bool, Any]:
     return True, raw
 
 
-def fraction_result(
-    passes: dict[str, bool], metrics: dict, answer: Any, summary: list[str]
-) -> GraderResult:
+def fraction_result(passes: dict[str, bool], metrics: dict, answer: Any, summary: list[str]) -> GraderResult:
     """Partial credit: the score is the fraction of ground-truth fields that passed."""
     n_passed = sum(passes.values())
     total = len(passes)

@@ -4,6 +4,7 @@ A predicate is a JSON tree of ``{"op": ...}`` nodes. It is validated in full bef
 answer is looked at (a bad tree is a configuration error), then evaluated against one
 bound answer value. Equality is Python equality on decoded JSON, so ``1 == 1.0 == true``.
 """
+
 from __future__ import annotations
 
 import math

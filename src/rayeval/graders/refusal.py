@@ -3,6 +3,7 @@
 Decisions and rationales are free-form tokens mapped through configurable vocabularies,
 so the grader is tolerant of case, whitespace and ``<ANGLE>`` wrapping but nothing else.
 """
+
 from __future__ import annotations
 
 import math
@@ -203,9 +204,7 @@ class RefusalVocabGrader(Grader):
         if spec.expected_rationales or spec.rationale_vocab:
             rationale = check_rationale(spec, answer)
             if rationale is None:
-                return agent_failure(
-                    "rationale must be a string or an array of scalar tokens", answer
-                )
+                return agent_failure("rationale must be a string or an array of scalar tokens", answer)
         else:
             rationale = UNCHECKED
         passed = decision_passed and rationale.passed

@@ -1,4 +1,5 @@
 """Grader registry: built-in types, aliases, user registrations and entry points."""
+
 from __future__ import annotations
 
 import logging
@@ -50,7 +51,13 @@ def _load_entry_points() -> None:
         try:
             cls = ep.load()
         except Exception as exc:  # noqa: BLE001 - a broken plugin must not take the built-ins down with it
-            log.warning("grader plugin %r (entry point %s) cannot be loaded, skipped: %s: %s", ep.name, ep.value, type(exc).__name__, exc)
+            log.warning(
+                "grader plugin %r (entry point %s) cannot be loaded, skipped: %s: %s",
+                ep.name,
+                ep.value,
+                type(exc).__name__,
+                exc,
+            )
             continue
         if isinstance(cls, type) and issubclass(cls, Grader):
             GRADER_REGISTRY[ep.name] = cls

@@ -4,6 +4,7 @@ A plain slotted dataclass rather than a pydantic model: graders build one per gr
 composites one per child), so construction cost is on the hot path. ``to_dict``/``to_json``
 give the JSON form used at the storage boundary.
 """
+
 from __future__ import annotations
 
 import math

@@ -3,6 +3,7 @@
 The agent reports four distance/percentage statistics plus its own verdict; all must clear
 the thresholds, and the agent's ``adjacency_pass`` must literally be ``true``.
 """
+
 from __future__ import annotations
 
 import math

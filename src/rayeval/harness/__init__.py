@@ -3,6 +3,7 @@
 Exports load on first use: the unit runner, a process started for every worker, imports
 only the few modules it needs from this package.
 """
+
 from __future__ import annotations
 
 from .._lazy import lazy_exports

@@ -1,4 +1,5 @@
 """Finding the agent's answer, however it was delivered."""
+
 from __future__ import annotations
 
 import json
@@ -146,7 +147,9 @@ def read_answer_files(work_dir: Path, listing: Listing, limit: int = MAX_ANSWER_
     return FoundAnswer(problem="the agent returned no answer and wrote no eval_answer.json")
 
 
-def find_answer(returned: Any, work_dir: Path, listing: Listing, file_limit: int = MAX_ANSWER_FILE_BYTES) -> FoundAnswer:
+def find_answer(
+    returned: Any, work_dir: Path, listing: Listing, file_limit: int = MAX_ANSWER_FILE_BYTES
+) -> FoundAnswer:
     """Return value first (envelope, dict, tagged text), then answer files in the work folder
     (``listing``: see ``workspace.list_work_dir``) of at most ``file_limit`` bytes."""
     answer, metadata = unwrap_return(returned)

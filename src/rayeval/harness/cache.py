@@ -21,6 +21,7 @@ set from user space, so any chmod, write or utime since shows); otherwise the ch
 files are hashed again, and the entry is reused (their stat recorded anew) only if every
 byte is as recorded, else rebuilt from its source.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -387,8 +388,7 @@ def _commit(root: Path, h: str, key: str, uri: str, name: str, build: Callable[[
         fields["name"] = fields["name"] or name
         # The builder's chmod came last: from here on the payload's ctime stays put.
         fields["files"] = [
-            StoredFile(**rec.model_dump(), **_stamp((scratch / "payload" / rec.path).lstat()))
-            for rec in payload.files
+            StoredFile(**rec.model_dump(), **_stamp((scratch / "payload" / rec.path).lstat())) for rec in payload.files
         ]
         meta = EntryMeta(key=key, uri=uri, created_at=time.time(), **fields)
         _write_meta(scratch, meta)

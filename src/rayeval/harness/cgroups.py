@@ -9,6 +9,7 @@ joins it through a descriptor of its ``cgroup.procs`` file, opened here and pass
 unit's socket, so the sandbox never sees the control-group file system. Elsewhere the
 rlimits alone apply.
 """
+
 from __future__ import annotations
 
 import contextlib

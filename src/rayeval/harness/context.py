@@ -1,4 +1,5 @@
 """What an agent may know about the unit it is running: never the answer key."""
+
 from __future__ import annotations
 
 import inspect

@@ -1,4 +1,5 @@
 """What running an agent produced, before grading: the unit of work a batch worker returns."""
+
 from __future__ import annotations
 
 import time
@@ -85,7 +86,9 @@ def lift_metadata(metadata: dict, *, recorded_duration: bool = False) -> dict:
     return lifted
 
 
-def grade_execution(eval_: Eval, execution: Execution, *, grade_timeout: float | None = DEFAULT_TIMEOUT_S) -> EvalResult:
+def grade_execution(
+    eval_: Eval, execution: Execution, *, grade_timeout: float | None = DEFAULT_TIMEOUT_S
+) -> EvalResult:
     """Turn an execution into a result: errors and timeouts are not graded, everything else is.
 
     The grading runs in a grading subprocess stopped after ``grade_timeout`` seconds (a
@@ -109,7 +112,9 @@ def grade_execution(eval_: Eval, execution: Execution, *, grade_timeout: float |
         status = "timeout" if isinstance(exc, GradingTimeout) else "error"
         fields.update(error_type=type(exc).__name__, error_message=str(exc))
     else:
-        status = "config_error" if grader_result.is_configuration_error else ("passed" if grader_result.passed else "failed")
+        status = (
+            "config_error" if grader_result.is_configuration_error else ("passed" if grader_result.passed else "failed")
+        )
     grade_s = time.monotonic() - start
     lifted = lift_metadata(execution.metadata, recorded_duration=execution.replayed)
     fields.update(lifted)

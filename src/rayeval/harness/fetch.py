@@ -6,6 +6,7 @@ the URI. Network fetchers use per-socket timeouts and poll an abort flag between
 chunks, so ``run_with_deadline`` can give up at the deadline and the abandoned thread
 stops soon after, deleting its scratch files.
 """
+
 from __future__ import annotations
 
 import http.client
@@ -191,7 +192,7 @@ def download_s3(uri: str, dest: Path, client: Any, abort: threading.Event) -> Pa
     objects under ``key/``) → directory of every object under the prefix."""
     from botocore.exceptions import BotoCoreError, ClientError
 
-    bucket, _, key = uri[len("s3://"):].partition("/")  # keys are literal: no %-decoding, '?'/'#' allowed
+    bucket, _, key = uri[len("s3://") :].partition("/")  # keys are literal: no %-decoding, '?'/'#' allowed
     if not bucket:
         raise FetchError("S3 URI has no bucket (expected s3://bucket/key)")
     try:
@@ -214,7 +215,7 @@ def download_s3(uri: str, dest: Path, client: Any, abort: threading.Event) -> Pa
         dest.mkdir()
         files = []
         for full in sorted(keys):
-            rel = full[len(prefix):]
+            rel = full[len(prefix) :]
             if full.endswith("/"):  # "folder" marker object
                 if rel:
                     (dest / rel).mkdir(parents=True, exist_ok=True)

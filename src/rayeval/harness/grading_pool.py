@@ -19,6 +19,7 @@ newline in a string, so a line never holds another):
 
 Values are plain JSON plus NaN and ±Infinity, so a result comes back as the grader made it.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -302,7 +303,11 @@ def _own_graders_only(value: Any) -> bool:
         item = stack.pop()
         if isinstance(item, dict):
             kind = item.get("type")
-            if isinstance(kind, str) and is_registered(kind) and not GRADER_REGISTRY[kind].__module__.startswith(_OWN_GRADERS):
+            if (
+                isinstance(kind, str)
+                and is_registered(kind)
+                and not GRADER_REGISTRY[kind].__module__.startswith(_OWN_GRADERS)
+            ):
                 return False
             stack.extend(item.values())
         elif isinstance(item, list):

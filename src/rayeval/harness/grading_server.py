@@ -4,6 +4,7 @@ It reads one JSON request per line on stdin and writes one JSON reply per line o
 protocol is described in ``grading_pool``), one at a time, until stdin closes or its parent is
 gone. Its caller bounds each grading by killing it.
 """
+
 from __future__ import annotations
 
 import os
@@ -28,7 +29,10 @@ def handle(line: bytes, specs_by_eval: Specs) -> bytes:
         request = decode_line(line)
         key = request["eval"]
         if "specs" in request:
-            specs_by_eval[key] = ([GraderSpec.model_validate(spec) for spec in request["specs"]], bool(request["single"]))
+            specs_by_eval[key] = (
+                [GraderSpec.model_validate(spec) for spec in request["specs"]],
+                bool(request["single"]),
+            )
         specs, single = specs_by_eval[key]
         result = grade_specs(specs, request["answer"], single=single)
         return encode_line({"result": {name: getattr(result, name) for name in RESULT_FIELDS}})

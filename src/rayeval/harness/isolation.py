@@ -9,6 +9,7 @@ Three isolation levels, recorded on every result:
   own replay and sleep agents, tests, your own functions you trust). A hung agent's thread
   cannot be killed; the unit becomes a ``timeout`` all the same.
 """
+
 from __future__ import annotations
 
 import threading
@@ -47,7 +48,9 @@ def run_inline(fn: Callable[[], Any], timeout: float | None) -> Outcome:
             box["outcome"] = Outcome(kind="returned", value=fn())
         except BaseException as exc:  # noqa: BLE001 - reported as the agent's outcome
             trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-            box["outcome"] = Outcome(kind="raised", error_type=type(exc).__name__, error_message=str(exc), traceback=trace)
+            box["outcome"] = Outcome(
+                kind="raised", error_type=type(exc).__name__, error_message=str(exc), traceback=trace
+            )
 
     if timeout is None:
         target()
@@ -56,6 +59,8 @@ def run_inline(fn: Callable[[], Any], timeout: float | None) -> Outcome:
         thread.start()
         thread.join(timeout)
     elapsed = time.monotonic() - start
-    outcome = box.get("outcome") or Outcome(kind="timeout", error_type="Timeout", error_message=f"agent exceeded its {timeout:g} s timeout")
+    outcome = box.get("outcome") or Outcome(
+        kind="timeout", error_type="Timeout", error_message=f"agent exceeded its {timeout:g} s timeout"
+    )
     outcome.seconds = elapsed
     return outcome

@@ -4,6 +4,7 @@ Thin ``ctypes`` wrappers, standard library only: this module is imported by the 
 a process that must stay small and hold nothing but its own unit.  Every wrapper raises
 ``OSError`` naming the call and its argument.
 """
+
 from __future__ import annotations
 
 import ctypes

@@ -1,4 +1,5 @@
 """The text an agent receives: the eval's task plus where its data is and where to answer."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -18,6 +18,7 @@ download deadline); a hit never calls it, so reuse needs no credentials.
 The registry is per process: with Ray, register resolvers in every worker (e.g. from a
 module the worker imports, or a ``worker_process_setup_hook``).
 """
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """The outcome of one agent on one eval: what the harness returns and the batch engine stores."""
+
 from __future__ import annotations
 
 from datetime import datetime

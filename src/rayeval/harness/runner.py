@@ -1,4 +1,5 @@
 """EvalRunner: one agent on one eval, isolated, staged, answered, graded, recorded."""
+
 from __future__ import annotations
 
 import time
@@ -96,7 +97,9 @@ class EvalRunner:
         if _runs_in_worker(agent):
             isolation = "inline"
         limit = timeout if timeout is not None else self.eval.effective_timeout
-        context = AgentContext(eval_id=self.eval.id, model=model, seed=seed, run_id=self.run_id, timeout=limit, args=agent_args or {})
+        context = AgentContext(
+            eval_id=self.eval.id, model=model, seed=seed, run_id=self.run_id, timeout=limit, args=agent_args or {}
+        )
         work_dir = make_work_dir(self.work_root, run_id=self.run_id, eval_id=self.eval.id, model=model, seed=seed)
         removed = False
         config = sandbox or SandboxConfig()
@@ -170,7 +173,9 @@ class EvalRunner:
         preload = getattr(agent, "preload", ()) if isinstance(agent, AgentRef) else ()
         # as sets: units whose evals add nothing new share their worker's one runner
         hide = tuple(sorted({*sandbox.hide, *map(str, self.data_roots)}))
-        config = sandbox.model_copy(update={"hide": hide, "preload": tuple(dict.fromkeys((*sandbox.preload, *preload)))})
+        config = sandbox.model_copy(
+            update={"hide": hide, "preload": tuple(dict.fromkeys((*sandbox.preload, *preload)))}
+        )
         runner = unit_runner(config, isolation, self.runner_root, cache_dir)
         inputs = [(node.view_source, str(work_dir / node.path)) for node in staged if node.view_source]
         try:
@@ -223,7 +228,12 @@ def _done_with(agent: AgentFunction | AgentRef, ran: Outcome | Exception, isolat
 def _find_answer(outcome: Outcome, work_dir: Path, listing: Listing, file_limit: int) -> dict:
     fields: dict = {"agent_s": round(outcome.seconds, 6)}
     if outcome.kind == "timeout":
-        return {**fields, "outcome": "timeout", "error_type": outcome.error_type, "error_message": outcome.error_message}
+        return {
+            **fields,
+            "outcome": "timeout",
+            "error_type": outcome.error_type,
+            "error_message": outcome.error_message,
+        }
     if outcome.kind in ("raised", "crashed"):
         return {
             **fields,

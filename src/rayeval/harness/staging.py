@@ -19,6 +19,7 @@ any scheme with a registered resolver (``resolvers.py``), such as ``latch://``. 
 must resolve inside the data roots given (``evals/data_roots.py``): the loader checked them
 already, staging checks again, as a symlink may have changed since.
 """
+
 from __future__ import annotations
 
 import contextlib

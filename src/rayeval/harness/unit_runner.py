@@ -18,6 +18,7 @@ On the unit socket: the runner's pidfd message, then frames of one kind byte and
 (runner to worker). Standard library only (plus ``namespaces``): the runner stays small, and
 starting a unit from it is cheap.
 """
+
 from __future__ import annotations
 
 import array
@@ -387,7 +388,9 @@ def _encode(payload: dict[str, Any]) -> bytes:
         return json.dumps(payload, default=_fallback).encode("ascii")
     except (TypeError, ValueError, RecursionError) as exc:  # e.g. a cycle
         message = f"the agent's return value cannot be sent back as JSON: {type(exc).__name__}: {exc}"
-        return json.dumps({"kind": "raised", "error_type": "UnsendableResult", "error_message": message}).encode("ascii")
+        return json.dumps({"kind": "raised", "error_type": "UnsendableResult", "error_message": message}).encode(
+            "ascii"
+        )
 
 
 def _send_result(sock: socket.socket, data: bytes) -> None:

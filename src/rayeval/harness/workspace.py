@@ -1,4 +1,5 @@
 """Per-run work folders: unique per run, eval, model, seed and attempt; empty ones reused."""
+
 from __future__ import annotations
 
 import atexit

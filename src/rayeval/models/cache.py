@@ -42,9 +42,7 @@ def public_base_url(base_url: str) -> str:
 
 def request_key(request: dict[str, Any]) -> str:
     """SHA-256 of the request as canonical JSON (sorted keys, no spaces)."""
-    canonical = json.dumps(
-        request, sort_keys=True, separators=(",", ":"), ensure_ascii=False
-    )
+    canonical = json.dumps(request, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
@@ -68,9 +66,7 @@ class ResponseCache:
         except FileNotFoundError:
             return None
         except OSError as exc:
-            log.warning(
-                "response cache %s: cannot read %s: %s", self.location, path, exc
-            )
+            log.warning("response cache %s: cannot read %s: %s", self.location, path, exc)
             return None
         try:
             entry = CacheEntry.model_validate_json(data)
@@ -98,6 +94,4 @@ class ResponseCache:
                 with self.fs.open_output_stream(path) as stream:
                     stream.write(data)
         except OSError as exc:
-            log.warning(
-                "response cache %s: cannot write %s: %s", self.location, path, exc
-            )
+            log.warning("response cache %s: cannot write %s: %s", self.location, path, exc)

@@ -42,17 +42,13 @@ def request_slot(provider: str, limit: int, lease_s: float) -> Iterator[None]:
 
 def _semaphore(provider: str, limit: int) -> threading.BoundedSemaphore:
     with _lock:
-        return _local.setdefault(
-            f"{provider}:{limit}", threading.BoundedSemaphore(limit)
-        )
+        return _local.setdefault(f"{provider}:{limit}", threading.BoundedSemaphore(limit))
 
 
 def _acquire(provider: str, limit: int, token: str, lease_s: float) -> Any:
     import ray
 
-    for _ in range(
-        2
-    ):  # once more with a new actor if the first one died with its owner
+    for _ in range(2):  # once more with a new actor if the first one died with its owner
         limiter = _limiter(provider, limit)
         try:
             ray.get(limiter.acquire.remote(token, lease_s))
@@ -60,9 +56,7 @@ def _acquire(provider: str, limit: int, token: str, lease_s: float) -> Any:
         except ray.exceptions.RayActorError:
             with _lock:
                 _actors.pop(provider, None)
-    raise RuntimeError(
-        f"the request limit of provider {provider!r} is unavailable (its Ray actor keeps dying)"
-    )
+    raise RuntimeError(f"the request limit of provider {provider!r} is unavailable (its Ray actor keeps dying)")
 
 
 def _limiter(provider: str, limit: int) -> Any:
@@ -72,9 +66,7 @@ def _limiter(provider: str, limit: int) -> Any:
         if provider not in _actors:
             remote = ray.remote(num_cpus=0, max_restarts=0)(RequestLimiter)
             name = f"rayeval-model-requests-{provider}"
-            _actors[provider] = remote.options(name=name, get_if_exists=True).remote(
-                limit
-            )
+            _actors[provider] = remote.options(name=name, get_if_exists=True).remote(limit)
         return _actors[provider]
 
 

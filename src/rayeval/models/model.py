@@ -59,9 +59,7 @@ class Model:
         self.provider, self.model = providers.split_name(name)
         self.name = name
         if max_connections is not None and max_connections < 1:
-            raise ModelError(
-                f"model {name!r}: max_connections must be >= 1, got {max_connections}"
-            )
+            raise ModelError(f"model {name!r}: max_connections must be >= 1, got {max_connections}")
         key = providers.api_key(self.provider, api_key_env)
         self._secrets = [key] if key else []
         base_url = base_url or _env(self.provider.base_url_env)
@@ -82,9 +80,7 @@ class Model:
         updated by ``settings`` (:class:`GenerateConfig` fields). Raises :class:`ModelError`
         when the call fails for good."""
         messages = _messages(input)
-        config = self.config.model_copy(
-            update=generate_config(settings).model_dump(exclude_unset=True)
-        )
+        config = self.config.model_copy(update=generate_config(settings).model_dump(exclude_unset=True))
         request = {
             "provider": self.provider.name,
             "model": self.model,
@@ -120,9 +116,7 @@ class Model:
             try:
                 reply = self._send(messages, config)
             except CallFailed as failed:
-                wait = retry.delay_s(
-                    self.retry_policy, attempt - 1, retry.retry_after_s(failed.headers)
-                )
+                wait = retry.delay_s(self.retry_policy, attempt - 1, retry.retry_after_s(failed.headers))
                 if not retry.retryable(failed.status) or not retry.within_budget(
                     self.retry_policy, attempt, started, wait
                 ):
@@ -147,26 +141,14 @@ class Model:
                 attempts=attempt,
             )
 
-    def _send(
-        self, messages: list[ChatMessage], config: GenerateConfig
-    ) -> providers.Reply:
+    def _send(self, messages: list[ChatMessage], config: GenerateConfig) -> providers.Reply:
         if self.max_connections is None:
-            return providers.send(
-                self.provider.sdk, self._client, self.model, messages, config
-            )
-        with limits.request_slot(
-            self.provider.name, self.max_connections, self.timeout_s + 30
-        ):
-            return providers.send(
-                self.provider.sdk, self._client, self.model, messages, config
-            )
+            return providers.send(self.provider.sdk, self._client, self.model, messages, config)
+        with limits.request_slot(self.provider.name, self.max_connections, self.timeout_s + 30):
+            return providers.send(self.provider.sdk, self._client, self.model, messages, config)
 
     def _describe(self, failed: CallFailed, attempt: int) -> str:
-        what = (
-            f"HTTP {failed.status}"
-            if failed.status is not None
-            else "connection failed"
-        )
+        what = f"HTTP {failed.status}" if failed.status is not None else "connection failed"
         tries = f" after {attempt} tries" if attempt > 1 else ""
         text = f"{self.name} at {self.base_url}: {what}{tries}: {failed.message}"
         return redact_text(text, self._secrets)
@@ -189,10 +171,7 @@ def generate_config(settings: dict[str, Any]) -> GenerateConfig:
 def _messages(input: Input) -> list[ChatMessage]:
     if isinstance(input, str):
         return [ChatMessage(role="user", content=input)]
-    messages = [
-        m if isinstance(m, ChatMessage) else ChatMessage.model_validate(m)
-        for m in input
-    ]
+    messages = [m if isinstance(m, ChatMessage) else ChatMessage.model_validate(m) for m in input]
     if not messages:
         raise ModelError("no messages to send")
     return messages

@@ -36,9 +36,7 @@ _TABLE = TypeAdapter(PriceTable)
 
 @lru_cache(maxsize=1)
 def shipped_prices() -> PriceTable:
-    return _TABLE.validate_json(
-        resources.files(__package__).joinpath("prices.json").read_bytes()
-    )
+    return _TABLE.validate_json(resources.files(__package__).joinpath("prices.json").read_bytes())
 
 
 def price_table(override: dict | str | Path | None = None) -> PriceTable:
@@ -71,9 +69,7 @@ def find_price(table: PriceTable, name: str) -> Price | None:
     return None
 
 
-def cost_usd(
-    price: Price | None, input_tokens: int | None, output_tokens: int | None
-) -> float | None:
+def cost_usd(price: Price | None, input_tokens: int | None, output_tokens: int | None) -> float | None:
     """None when the price or either count is unknown."""
     if price is None or input_tokens is None or output_tokens is None:
         return None

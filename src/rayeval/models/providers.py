@@ -37,9 +37,7 @@ PROVIDERS: dict[str, Provider] = {
         "OPENAI_BASE_URL",
         key_required=False,
     ),
-    "anthropic": Provider(
-        "anthropic", "anthropic", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"
-    ),
+    "anthropic": Provider("anthropic", "anthropic", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"),
 }
 
 
@@ -50,9 +48,7 @@ class ModelError(RuntimeError):
 class CallFailed(Exception):
     """One try failed: ``status`` None for a connection error or timeout."""
 
-    def __init__(
-        self, status: int | None, message: str, headers: dict[str, str] | None = None
-    ):
+    def __init__(self, status: int | None, message: str, headers: dict[str, str] | None = None):
         super().__init__(message)
         self.status = status
         self.message = message
@@ -72,13 +68,9 @@ def split_name(name: str) -> tuple[Provider, str]:
     ``openai-compatible/meta-llama/Llama-3.1-8B``)."""
     provider, sep, model = name.partition("/")
     if not sep or not model:
-        raise ModelError(
-            f"model {name!r}: expected provider/model, with provider one of {', '.join(PROVIDERS)}"
-        )
+        raise ModelError(f"model {name!r}: expected provider/model, with provider one of {', '.join(PROVIDERS)}")
     if provider not in PROVIDERS:
-        raise ModelError(
-            f"model {name!r}: unknown provider {provider!r} (known: {', '.join(PROVIDERS)})"
-        )
+        raise ModelError(f"model {name!r}: unknown provider {provider!r} (known: {', '.join(PROVIDERS)})")
     return PROVIDERS[provider], model
 
 
@@ -88,9 +80,7 @@ def api_key(provider: Provider, key_env: str | None) -> str | None:
     name = key_env or provider.key_env
     value = os.environ.get(name)
     if not value and provider.key_required:
-        raise ModelError(
-            f"provider {provider.name!r} needs an API key in the environment variable {name}"
-        )
+        raise ModelError(f"provider {provider.name!r} needs an API key in the environment variable {name}")
     return value or None
 
 
@@ -100,14 +90,10 @@ def client(sdk: SDK, base_url: str | None, key: str | None, timeout_s: float) ->
     if sdk == "openai":
         import openai
 
-        return openai.OpenAI(
-            api_key=key or "unused", base_url=base_url, timeout=timeout_s, max_retries=0
-        )
+        return openai.OpenAI(api_key=key or "unused", base_url=base_url, timeout=timeout_s, max_retries=0)
     import anthropic
 
-    return anthropic.Anthropic(
-        api_key=key, base_url=base_url, timeout=timeout_s, max_retries=0
-    )
+    return anthropic.Anthropic(api_key=key, base_url=base_url, timeout=timeout_s, max_retries=0)
 
 
 def base_url_of(sdk_client: Any) -> str:
@@ -139,21 +125,15 @@ def send(
         return call(sdk_client, model, messages, config)
     except errors[0] as exc:
         response = exc.response  # type: ignore[attr-defined]
-        raise CallFailed(
-            response.status_code, exc.message, dict(response.headers)
-        ) from None  # type: ignore[attr-defined]
+        raise CallFailed(response.status_code, exc.message, dict(response.headers)) from None  # type: ignore[attr-defined]
     except errors[1] as exc:
         cause = exc.__cause__ or exc.__context__
         detail = f"{exc} ({type(cause).__name__}: {cause})" if cause else str(exc)
         raise CallFailed(None, detail) from None
 
 
-def _openai_chat(
-    sdk_client: Any, model: str, messages: list[ChatMessage], config: GenerateConfig
-) -> Reply:
-    settings: dict[str, Any] = {
-        k: v for k, v in config.model_dump().items() if v is not None
-    }
+def _openai_chat(sdk_client: Any, model: str, messages: list[ChatMessage], config: GenerateConfig) -> Reply:
+    settings: dict[str, Any] = {k: v for k, v in config.model_dump().items() if v is not None}
     if "stop" in settings:
         settings["stop"] = list(settings["stop"])
     completion = sdk_client.chat.completions.create(
@@ -169,19 +149,13 @@ def _openai_chat(
     )
 
 
-def _anthropic_messages(
-    sdk_client: Any, model: str, messages: list[ChatMessage], config: GenerateConfig
-) -> Reply:
+def _anthropic_messages(sdk_client: Any, model: str, messages: list[ChatMessage], config: GenerateConfig) -> Reply:
     system = "\n\n".join(m.content for m in messages if m.role == "system")
-    settings: dict[str, Any] = {
-        "max_tokens": config.max_tokens or ANTHROPIC_DEFAULT_MAX_TOKENS
-    }
+    settings: dict[str, Any] = {"max_tokens": config.max_tokens or ANTHROPIC_DEFAULT_MAX_TOKENS}
     # the SDK (2.x) no longer names them; older models take them, newer ones refuse with a 400
     sampling = {"temperature": config.temperature, "top_p": config.top_p}
     if any(value is not None for value in sampling.values()):
-        settings["extra_body"] = {
-            name: value for name, value in sampling.items() if value is not None
-        }
+        settings["extra_body"] = {name: value for name, value in sampling.items() if value is not None}
     if config.stop:
         settings["stop_sequences"] = list(config.stop)
     if system:
@@ -201,11 +175,7 @@ def _anthropic_messages(
         )
         input_tokens = sum(part or 0 for part in parts)
     return Reply(
-        text="".join(
-            block.text
-            for block in message.content
-            if getattr(block, "type", None) == "text"
-        ),
+        text="".join(block.text for block in message.content if getattr(block, "type", None) == "text"),
         stop_reason=message.stop_reason,
         input_tokens=input_tokens,
         output_tokens=usage.output_tokens if usage is not None else None,

@@ -55,11 +55,6 @@ def delay_s(policy: RetryPolicy, retry: int, asked_s: float | None) -> float:
     return ceiling / 2 + random.uniform(0, ceiling / 2)
 
 
-def within_budget(
-    policy: RetryPolicy, attempt: int, started: float, wait_s: float
-) -> bool:
+def within_budget(policy: RetryPolicy, attempt: int, started: float, wait_s: float) -> bool:
     """Whether another try fits: ``attempt`` tries made so far, ``started`` on the monotonic clock."""
-    return (
-        attempt < policy.max_attempts
-        and time.monotonic() - started + wait_s <= policy.max_total_s
-    )
+    return attempt < policy.max_attempts and time.monotonic() - started + wait_s <= policy.max_total_s

@@ -8,6 +8,7 @@ Typical use::
     print(benchmark_table(units))               # published columns, per model × harness
     print(evaluation_stats(units, planned_units=1000).progress)
 """
+
 from .benchmark import (
     ACCURACY,
     CI_LOWER,

@@ -3,6 +3,7 @@
 pandas' groupby is general but pays per-call overhead; every report aggregate here is a sum,
 count, mean or variance over integer-coded groups, which ``np.bincount`` does in one pass.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -79,4 +80,6 @@ def sub_groups(parent: Groups, child: np.ndarray) -> tuple[Groups, np.ndarray]:
     radix = int(child.max()) + 2 if len(child) else 1
     key = parent.ids * radix + (child + 1)
     uniq, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-    return Groups(inverse.astype(np.int64).reshape(-1), first.astype(np.int64), len(uniq)), (uniq // radix).astype(np.int64)
+    return Groups(inverse.astype(np.int64).reshape(-1), first.astype(np.int64), len(uniq)), (uniq // radix).astype(
+        np.int64
+    )

@@ -9,6 +9,7 @@ an accuracy cannot leave that range, though the published tables print such boun
 runs. ``Errors`` (status error/timeout/config_error) is shown apart: by default an errored
 run counts as a failure, as the references count a run with no answer.
 """
+
 from __future__ import annotations
 
 import io
@@ -154,7 +155,9 @@ def eval_frame(units: pd.DataFrame, by: Sequence[str] = ("model", "harness"), er
     return table
 
 
-def t_interval(mean: np.ndarray, sd: np.ndarray, n: np.ndarray, confidence: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+def t_interval(
+    mean: np.ndarray, sd: np.ndarray, n: np.ndarray, confidence: float = 0.95
+) -> tuple[np.ndarray, np.ndarray]:
     """Vectorised t-interval over per-eval means; NaN where n < 2."""
     n = np.asarray(n, dtype=float)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -229,14 +232,18 @@ def benchmark_table(
     return table
 
 
-def breakdown_table(units: pd.DataFrame, column: str = "task", *, errors: str = "fail", confidence: float = 0.95) -> pd.DataFrame:
+def breakdown_table(
+    units: pd.DataFrame, column: str = "task", *, errors: str = "fail", confidence: float = 0.95
+) -> pd.DataFrame:
     """Accuracy by task category (``task``) or platform (``kit``) for every model × harness."""
     return benchmark_table(units, by=(column, "model", "harness"), errors=errors, confidence=confidence)
 
 
 # -- export --------------------------------------------------------------------------------
 def _export_columns(table: pd.DataFrame) -> list[str]:
-    keys = [c for c in table.columns if c not in (ACCURACY, CI_LOWER, CI_UPPER, COST, DURATION, N_RUNS, ERRORS, N_EVALS)]
+    keys = [
+        c for c in table.columns if c not in (ACCURACY, CI_LOWER, CI_UPPER, COST, DURATION, N_RUNS, ERRORS, N_EVALS)
+    ]
     cols = [*keys, ACCURACY, CI_LOWER, CI_UPPER, COST, DURATION, N_RUNS, ERRORS]
     if table.attrs.get("breakdown"):
         cols.append(N_EVALS)

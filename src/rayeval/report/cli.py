@@ -5,6 +5,7 @@ function ``args -> exit code``). Exit codes: 0 ok, 1 a gate failed, 2 bad input 
 ``rayeval: ...`` line on stderr, never a traceback). ``python -m rayeval.report.cli`` runs them
 standalone.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,8 +22,18 @@ if TYPE_CHECKING:
 EXIT_OK, EXIT_GATE_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 LATEST = "latest"
 
-GROUP_COLUMNS = {"model": "model", "harness": "harness", "run": "run_id", "run_id": "run_id", "agent": "agent",
-                 "task": "task", "kit": "kit", "platform": "kit", "eval_type": "eval_type", "time_horizon": "time_horizon"}
+GROUP_COLUMNS = {
+    "model": "model",
+    "harness": "harness",
+    "run": "run_id",
+    "run_id": "run_id",
+    "agent": "agent",
+    "task": "task",
+    "kit": "kit",
+    "platform": "kit",
+    "eval_type": "eval_type",
+    "time_horizon": "time_horizon",
+}
 MODEL_KEYS = ("model", "harness", "agent", "run_id")
 
 
@@ -183,7 +194,15 @@ def cmd_report(args: argparse.Namespace) -> int:
         from .html_report import render_html
 
         title = "rayeval report" + (f": {', '.join(runs)}" if runs else "")
-        html_text = render_html(units, title=title, source=str(args.root), errors=args.errors, ks=ks, planned_units=planned, run_status=run_status)
+        html_text = render_html(
+            units,
+            title=title,
+            source=str(args.root),
+            errors=args.errors,
+            ks=ks,
+            planned_units=planned,
+            run_status=run_status,
+        )
         _emit(html_text, args.out)
     else:
         from .metrics import pass_at_k
@@ -192,7 +211,15 @@ def cmd_report(args: argparse.Namespace) -> int:
         text = f"status: {stats.status}; {stats.progress}\n" + (f"{unsandboxed}\n" if unsandboxed else "")
         text += f"\n{to_text(table)}\n"
         if args.pass_k_table:
-            text += "\n" + format_text(pass_at_k(units, k=ks, by=[c for c in by if c in MODEL_KEYS] or ["model", "harness"], errors=args.errors)) + "\n"
+            text += (
+                "\n"
+                + format_text(
+                    pass_at_k(
+                        units, k=ks, by=[c for c in by if c in MODEL_KEYS] or ["model", "harness"], errors=args.errors
+                    )
+                )
+                + "\n"
+            )
         _emit(text, args.out)
 
     gate_rows = table if all(c in MODEL_KEYS for c in by) else benchmark_table(units, errors=args.errors)
@@ -217,7 +244,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise ReportError(f"--n-boot must be at least 100, got {args.n_boot}")
     _check_out(args.out, args.root)
     reader = ResultsReader(args.root, args.s3_endpoint)
-    units = reader.units(runs=_resolve_latest(reader, _split(args.run)), models=_split(args.model), evals=_split(args.eval))
+    units = reader.units(
+        runs=_resolve_latest(reader, _split(args.run)), models=_split(args.model), evals=_split(args.eval)
+    )
     if units.empty:
         raise ReportError(f"no results under {args.root}")
     result = paired_comparison(units, args.a, args.b, errors=args.errors, n_boot=args.n_boot, seed=args.seed)
@@ -230,9 +259,18 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("root", help="results root: a folder or s3://bucket/prefix")
-    parser.add_argument("--run", action="append", metavar="ID", help="only these run ids (repeatable, comma-separated; 'latest' = the newest run)")
-    parser.add_argument("--model", action="append", metavar="MODEL", help="only these models (repeatable, comma-separated)")
-    parser.add_argument("--eval", action="append", metavar="EVAL_ID", help="only these evals (repeatable, comma-separated)")
+    parser.add_argument(
+        "--run",
+        action="append",
+        metavar="ID",
+        help="only these run ids (repeatable, comma-separated; 'latest' = the newest run)",
+    )
+    parser.add_argument(
+        "--model", action="append", metavar="MODEL", help="only these models (repeatable, comma-separated)"
+    )
+    parser.add_argument(
+        "--eval", action="append", metavar="EVAL_ID", help="only these evals (repeatable, comma-separated)"
+    )
     parser.add_argument(
         "--errors",
         choices=("fail", "exclude"),
@@ -240,7 +278,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
         help="errored runs (error/timeout/config_error) count as failures (default, as the references) or are left out",
     )
     parser.add_argument("--out", metavar="FILE", help="write the output here instead of standard output")
-    parser.add_argument("--s3-endpoint", metavar="URL", help="S3-compatible endpoint (MinIO, moto); default: AWS_ENDPOINT_URL")
+    parser.add_argument(
+        "--s3-endpoint", metavar="URL", help="S3-compatible endpoint (MinIO, moto); default: AWS_ENDPOINT_URL"
+    )
 
 
 def add_report_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -252,13 +292,33 @@ def add_report_commands(subparsers: argparse._SubParsersAction) -> None:
         "mean cost and duration per run, per model × harness (or by task/kit). Exit 1 when a gate fails.",
     )
     _common(report)
-    report.add_argument("--by", default="model,harness", help="model,harness (default) | model | task | kit | a comma list of columns")
-    report.add_argument("--format", choices=("table", "csv", "json", "html"), default="table", help="table (default), csv, json or a self-contained html file")
-    report.add_argument("--fail-under", type=float, metavar="PCT", help="exit 1 when any model × harness accuracy is below PCT percent")
-    report.add_argument("--max-error-rate", type=float, metavar="PCT", help="exit 1 when any model × harness has more than PCT%% errored runs")
-    report.add_argument("--planned-units", type=int, metavar="N", help="planned unit count, for progress/ETA and status")
-    report.add_argument("--pass-k", default="1,3", metavar="K[,K]", help="k values for pass@k / pass^k (html, --pass-k-table)")
-    report.add_argument("--pass-k-table", action="store_true", help="also print the pass@k / pass^k table (table format)")
+    report.add_argument(
+        "--by", default="model,harness", help="model,harness (default) | model | task | kit | a comma list of columns"
+    )
+    report.add_argument(
+        "--format",
+        choices=("table", "csv", "json", "html"),
+        default="table",
+        help="table (default), csv, json or a self-contained html file",
+    )
+    report.add_argument(
+        "--fail-under", type=float, metavar="PCT", help="exit 1 when any model × harness accuracy is below PCT percent"
+    )
+    report.add_argument(
+        "--max-error-rate",
+        type=float,
+        metavar="PCT",
+        help="exit 1 when any model × harness has more than PCT%% errored runs",
+    )
+    report.add_argument(
+        "--planned-units", type=int, metavar="N", help="planned unit count, for progress/ETA and status"
+    )
+    report.add_argument(
+        "--pass-k", default="1,3", metavar="K[,K]", help="k values for pass@k / pass^k (html, --pass-k-table)"
+    )
+    report.add_argument(
+        "--pass-k-table", action="store_true", help="also print the pass@k / pass^k table (table format)"
+    )
     report.set_defaults(handler=cmd_report)
 
     compare = subparsers.add_parser(

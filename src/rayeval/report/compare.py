@@ -7,6 +7,7 @@ test on the evals where one side did better, and — when both sides have one un
 (eval, seed) — the exact McNemar test on the discordant (eval, seed) pairs. Both exact tests
 are ``scipy.stats.binomtest(k, n, 0.5)`` on the discordant counts.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -16,7 +17,15 @@ from pydantic import BaseModel, ConfigDict
 from .benchmark import eval_frame
 from .reader import ReportError, latest_attempts, passed_array
 
-SELECTOR_KEYS = {"run": "run_id", "run_id": "run_id", "model": "model", "harness": "harness", "eval": "eval_id", "kit": "kit", "task": "task"}
+SELECTOR_KEYS = {
+    "run": "run_id",
+    "run_id": "run_id",
+    "model": "model",
+    "harness": "harness",
+    "eval": "eval_id",
+    "kit": "kit",
+    "task": "task",
+}
 
 
 class PairedComparison(BaseModel):
@@ -95,7 +104,9 @@ def select(units: pd.DataFrame, selector: str) -> tuple[pd.DataFrame, str]:
             key, _, value = part.partition("=")
             column = SELECTOR_KEYS.get(key.strip())
             if column is None:
-                raise ReportError(f"selector {selector!r}: unknown key {key.strip()!r} (use {', '.join(sorted(SELECTOR_KEYS))})")
+                raise ReportError(
+                    f"selector {selector!r}: unknown key {key.strip()!r} (use {', '.join(sorted(SELECTOR_KEYS))})"
+                )
             if column not in units.columns:
                 raise ReportError(f"selector {selector!r}: the results have no {column!r} column")
             mask &= (units[column].astype(object) == value.strip()).to_numpy(dtype=bool)
@@ -111,7 +122,9 @@ def select(units: pd.DataFrame, selector: str) -> tuple[pd.DataFrame, str]:
             chosen = units[(units["model"].astype(object) == text).to_numpy(dtype=bool)]
         elif "/" in text and "harness" in units.columns:
             model, _, harness = text.rpartition("/")
-            mask = (units["model"].astype(object) == model).to_numpy(dtype=bool) & (units["harness"].astype(object) == harness).to_numpy(dtype=bool)
+            mask = (units["model"].astype(object) == model).to_numpy(dtype=bool) & (
+                units["harness"].astype(object) == harness
+            ).to_numpy(dtype=bool)
             chosen = units[mask]
         else:
             chosen = units.iloc[0:0]
@@ -141,7 +154,9 @@ def _outcomes_by_seed(units: pd.DataFrame) -> pd.Series | None:
     return pd.Series(passed_array(units), index=index)
 
 
-def bootstrap_mean_ci(diffs: np.ndarray, n_boot: int = 10000, seed: int = 0, confidence: float = 0.95) -> tuple[float, float]:
+def bootstrap_mean_ci(
+    diffs: np.ndarray, n_boot: int = 10000, seed: int = 0, confidence: float = 0.95
+) -> tuple[float, float]:
     """Percentile bootstrap CI of the mean of paired differences (chunked, fixed seed)."""
     diffs = np.asarray(diffs, dtype=float)
     rng = np.random.default_rng(seed)
@@ -186,9 +201,23 @@ def paired_comparison(
     only_b = len(rates_b.index.difference(rates_a.index))
     notes = []
     if len(common) == 0:
-        return PairedComparison(a=label_a, b=label_b, n_evals=0, only_a=only_a, only_b=only_b, accuracy_a=None,
-                                accuracy_b=None, mean_diff=None, ci_lower=None, ci_upper=None, confidence=confidence,
-                                n_boot=n_boot, seed=seed, errors=errors, note="no common evals: nothing to compare")
+        return PairedComparison(
+            a=label_a,
+            b=label_b,
+            n_evals=0,
+            only_a=only_a,
+            only_b=only_b,
+            accuracy_a=None,
+            accuracy_b=None,
+            mean_diff=None,
+            ci_lower=None,
+            ci_upper=None,
+            confidence=confidence,
+            n_boot=n_boot,
+            seed=seed,
+            errors=errors,
+            note="no common evals: nothing to compare",
+        )
     ra = rates_a.loc[common].to_numpy()
     rb = rates_b.loc[common].to_numpy()
     diffs = (ra - rb) * 100.0

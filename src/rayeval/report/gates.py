@@ -3,6 +3,7 @@
 A gate fails when any row misses its threshold; ``rayeval report`` then exits with 1. A row
 without a value (no scored eval) fails a gate: it did not show it meets the bar.
 """
+
 from __future__ import annotations
 
 import math
@@ -41,13 +42,17 @@ def _keys(table: pd.DataFrame) -> list[str]:
     return [c for c in table.columns if c in KEY_COLUMNS]
 
 
-def _check(table: pd.DataFrame, metric: str, values: pd.Series, threshold: float, minimum: bool, gate: str) -> list[GateResult]:
+def _check(
+    table: pd.DataFrame, metric: str, values: pd.Series, threshold: float, minimum: bool, gate: str
+) -> list[GateResult]:
     keys = _keys(table)
     results = []
     for (_, row), value in zip(table.iterrows(), values):  # one per table row (model), not per unit
         v = None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
         ok = v is not None and (v >= threshold if minimum else v <= threshold)
-        results.append(GateResult(gate=gate, group=_group_label(row, keys), metric=metric, value=v, threshold=threshold, passed=ok))
+        results.append(
+            GateResult(gate=gate, group=_group_label(row, keys), metric=metric, value=v, threshold=threshold, passed=ok)
+        )
     return results
 
 

@@ -5,6 +5,7 @@ Plots (matplotlib, object API only: the global pyplot state and backend are not 
 accuracy with its 95% CI per model × harness, cost vs accuracy, and accuracy heatmaps per
 task category and per platform. Then the tables.
 """
+
 from __future__ import annotations
 
 import base64
@@ -190,7 +191,13 @@ def _img(uri: str | None, alt: str) -> str:
 def _run_table(stats: EvaluationStats) -> pd.DataFrame:
     rows = []
     for rs in stats.run_stats:
-        row: dict[str, Any] = {"run_id": rs.run_id, "version": rs.version_id, "status": rs.status, "units": rs.num_logs, "errors": rs.num_errors}
+        row: dict[str, Any] = {
+            "run_id": rs.run_id,
+            "version": rs.version_id,
+            "status": rs.status,
+            "units": rs.num_logs,
+            "errors": rs.num_errors,
+        }
         for ev in rs.evaluator_stats:
             if ev.kind == "boolean":
                 row[f"{ev.evaluator} true"] = ev.num_true
@@ -217,7 +224,9 @@ def render_html(
     units = latest_attempts(units)
     if units.empty:
         raise ReportError("no results to report")
-    stats = stats or evaluation_stats(units, planned_units=planned_units, run_status=run_status, errors=errors, report=False)
+    stats = stats or evaluation_stats(
+        units, planned_units=planned_units, run_status=run_status, errors=errors, report=False
+    )
     main = benchmark_table(units, errors=errors)
     parts = [
         "<!DOCTYPE html>",
@@ -245,14 +254,19 @@ def render_html(
             table = breakdown_table(units, column, errors=errors)
             parts += [
                 f"<h2>Accuracy by {label}</h2>",
-                _img(heatmap_plot(table, column, f"Accuracy (%) by {label}", order=plot_labels(main)), f"Accuracy heatmap by {label}"),
+                _img(
+                    heatmap_plot(table, column, f"Accuracy (%) by {label}", order=plot_labels(main)),
+                    f"Accuracy heatmap by {label}",
+                ),
                 html_table(rounded(table)),
             ]
     seeds = pass_at_k(units, k=list(ks), errors=errors)
     by_seed = seeds.merge(majority_vote(units, on="verdict", errors=errors).drop(columns="n_evals"), how="left")
     if "answer_json" in units.columns:
         by_seed = by_seed.merge(
-            majority_vote(units, on="answer", errors=errors).drop(columns="n_evals").rename(columns={"majority (%)": "maj@answer (%)"}),
+            majority_vote(units, on="answer", errors=errors)
+            .drop(columns="n_evals")
+            .rename(columns={"majority (%)": "maj@answer (%)"}),
             how="left",
         )
     parts += [

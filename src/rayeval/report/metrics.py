@@ -9,6 +9,7 @@ For an eval with ``n`` scored seeds of which ``c`` passed:
 
 Errored runs count as failed seeds by default (``errors="fail"``), as in the benchmark table.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
@@ -117,7 +118,11 @@ def majority_vote(
         if answer.dtype == object:
             has_answer &= ~answer.isin(("", "null")).to_numpy(dtype=bool)
         passed = passed_array(units)
-        seeds = pd.to_numeric(units["seed"], errors="coerce").fillna(0).to_numpy(dtype=np.int64) if "seed" in units.columns else np.zeros(len(units), np.int64)
+        seeds = (
+            pd.to_numeric(units["seed"], errors="coerce").fillna(0).to_numpy(dtype=np.int64)
+            if "seed" in units.columns
+            else np.zeros(len(units), np.int64)
+        )
         rows = np.flatnonzero(has_answer)
         votes, vote_pair = sub_groups(Groups(es.pairs.ids[rows], es.pairs.first, es.pairs.n), codes(answer.iloc[rows]))
         count = votes.count()

@@ -14,6 +14,7 @@ report of the others.  The reader never modifies the root (only ``--resume`` mov
 A unit is never counted twice: :func:`latest_attempts` keeps, per ``(run_id, unit_id)``, the
 row with the highest ``attempt`` and then the latest ``finished_at``.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
@@ -326,7 +327,9 @@ def latest_attempts(frame: pd.DataFrame) -> pd.DataFrame:
     else:
         key = unit
     attempt = (
-        frame["attempt"].fillna(0).to_numpy(dtype=np.int64) if "attempt" in frame.columns else np.zeros(len(frame), np.int64)
+        frame["attempt"].fillna(0).to_numpy(dtype=np.int64)
+        if "attempt" in frame.columns
+        else np.zeros(len(frame), np.int64)
     )
     if "finished_at" in frame.columns:
         finished = pd.to_datetime(frame["finished_at"], utc=True)

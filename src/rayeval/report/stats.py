@@ -13,6 +13,7 @@ stored as ``{"error": ...}``) is an error, never a ``false``; a missing/NaN valu
 that did not error is a null; the rest are judgments, and only judgments enter
 ``num_true``/``num_false``, the number statistics and the option counts.
 """
+
 from __future__ import annotations
 
 import json
@@ -310,13 +311,26 @@ def compute_evaluator_stats(
     return result
 
 
-def evaluator_stats(judgments: pd.DataFrame, kind: str, *, evaluator: str | None = None, value: str = "value", error: str | None = None) -> EvaluatorStats:
+def evaluator_stats(
+    judgments: pd.DataFrame, kind: str, *, evaluator: str | None = None, value: str = "value", error: str | None = None
+) -> EvaluatorStats:
     """Stats of one evaluator over all of ``judgments`` (no grouping)."""
     stats = compute_evaluator_stats(judgments, kind, evaluator=evaluator, value=value, error=error)
     if not stats:
         return _stats_model(
-            {"total_logs": 0, "num_judgments": 0, "num_nulls": 0, "num_errors": 0, "num_true": 0, "num_false": 0,
-             "mean": None, "sum": None, "std": None, **{p: None for p in PERCENTILES}, "num_judgments_per_option": {}},
+            {
+                "total_logs": 0,
+                "num_judgments": 0,
+                "num_nulls": 0,
+                "num_errors": 0,
+                "num_true": 0,
+                "num_false": 0,
+                "mean": None,
+                "sum": None,
+                "std": None,
+                **{p: None for p in PERCENTILES},
+                "num_judgments_per_option": {},
+            },
             kind,
             evaluator or value,
         )
@@ -329,7 +343,11 @@ def infer_kind(series: pd.Series, max_options: int = 20) -> str:
     values = series.dropna()
     if values.empty:
         return "text"
-    if series.dtype == bool or isinstance(series.dtype, pd.BooleanDtype) or values.map(type).isin((bool, np.bool_)).all():
+    if (
+        series.dtype == bool
+        or isinstance(series.dtype, pd.BooleanDtype)
+        or values.map(type).isin((bool, np.bool_)).all()
+    ):
         return "boolean"
     if pd.api.types.is_numeric_dtype(series.dtype):
         return "number"
@@ -375,7 +393,9 @@ def judgments_from_metrics(
         frame["error"] = is_err
         frames.append(frame)
     if not frames:
-        return base.assign(evaluator=pd.Series(dtype=object), value=pd.Series(dtype=object), error=pd.Series(dtype=bool))
+        return base.assign(
+            evaluator=pd.Series(dtype=object), value=pd.Series(dtype=object), error=pd.Series(dtype=bool)
+        )
     return pd.concat(frames, ignore_index=True)
 
 
@@ -429,7 +449,7 @@ def _plural(n: int, word: str) -> str:
 
 
 def progress_text(done: int, planned: int | None, errors: int, eta_s: float | None, show_eta: bool = True) -> str:
-    """"812/1000 units done (81.2%), 3 errors, ETA 4m" (no plan: "812 units done, 3 errors";
+    """ "812/1000 units done (81.2%), 3 errors, ETA 4m" (no plan: "812 units done, 3 errors";
     no ETA once the run is completed or cancelled)."""
     if planned is None:
         return f"{_plural(done, 'unit')} done, {_plural(errors, 'error')}"
@@ -511,7 +531,9 @@ def evaluation_stats(
     evaluators = dict(evaluators or GRADER_EVALUATORS)
     n = len(units)
     keys = ["run_id", "model", "harness"]
-    work = pd.DataFrame({k: (units[k] if k in units.columns else pd.Series(pd.NA, index=units.index, dtype="string")) for k in keys})
+    work = pd.DataFrame(
+        {k: (units[k] if k in units.columns else pd.Series(pd.NA, index=units.index, dtype="string")) for k in keys}
+    )
     groups = group_ids(work, keys)
     key_frame = groups.keys(work, keys)
     is_error = error_mask(units)
@@ -605,7 +627,12 @@ def _group_times(units: pd.DataFrame, groups: Groups, column: str, reducer: Any)
     acc = np.full(groups.n, fill, dtype=np.int64)
     reducer.at(acc, groups.ids[~nat], values[~nat])
     epoch = datetime(1970, 1, 1, tzinfo=timezone.utc)
-    return [None if v in (np.iinfo(np.int64).max, np.iinfo(np.int64).min) else epoch + timedelta(microseconds=int(v) // 1000) for v in acc]
+    return [
+        None
+        if v in (np.iinfo(np.int64).max, np.iinfo(np.int64).min)
+        else epoch + timedelta(microseconds=int(v) // 1000)
+        for v in acc
+    ]
 
 
 def _statuses(run_totals: Mapping[str, int], planned: Any, run_status: Any) -> dict[str, str]:
@@ -636,7 +663,9 @@ def _planned_total(planned: Any, run_totals: Mapping[str, int]) -> int | None:
     return planned
 
 
-def _overall_status(run_status: Any, planned_units: Any, statuses: Mapping[str, str], done: int, planned: int | None) -> str:
+def _overall_status(
+    run_status: Any, planned_units: Any, statuses: Mapping[str, str], done: int, planned: int | None
+) -> str:
     per_run = isinstance(run_status, Mapping) and "status" not in run_status
     if run_status is not None and not per_run:
         return normalise_status(run_status) or "pending"

@@ -6,6 +6,7 @@ buffered, write-ahead-logged :class:`RowWriter`; :class:`RunManifest` describes 
 Exports load on first use: a Ray worker that only builds rows needs ``schema`` alone, not
 pyarrow.dataset and pandas.
 """
+
 from __future__ import annotations
 
 from .._lazy import lazy_exports

@@ -1,4 +1,5 @@
 """Where results live: a local folder or ``s3://bucket/prefix``, as a pyarrow filesystem."""
+
 from __future__ import annotations
 
 import os

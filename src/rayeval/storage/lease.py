@@ -26,6 +26,7 @@ between machines).  A lapsed lease that a later renewal finds unchanged (same to
 same ETag) is valid again: nobody took the run over meanwhile.  A lost lease is never renewed;
 :meth:`RunLease.interrupts` stops the thread running the run when it is lost.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -201,7 +202,11 @@ class LeaseRecord:
         """``host h, pid 12{note}, since ...; last renewed ..., expires ... (in 25 s)``."""
         now = now or _utcnow()
         left = (self.expires_at - now).total_seconds()
-        expiry = f"expires {_when(self.expires_at)} (in {left:.0f} s)" if left > 0 else f"expired {_when(self.expires_at)} ({-left:.0f} s ago)"
+        expiry = (
+            f"expires {_when(self.expires_at)} (in {left:.0f} s)"
+            if left > 0
+            else f"expired {_when(self.expires_at)} ({-left:.0f} s ago)"
+        )
         return f"host {self.host}, pid {self.pid}{note}, since {_when(self.acquired_at)}; last renewed {_when(self.renewed_at)}, {expiry}"
 
     def to_bytes(self) -> bytes:
@@ -238,7 +243,9 @@ class LeaseRecord:
 def _raise_in_thread(thread_id: int, exc_type: type[BaseException] | None) -> None:
     """Raise ``exc_type`` in another thread at its next Python instruction (None: take back one
     not raised yet)."""
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(exc_type) if exc_type else None)
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(thread_id), ctypes.py_object(exc_type) if exc_type else None
+    )
 
 
 class RunLease:
@@ -322,7 +329,9 @@ class RunLease:
         except LeaseError:
             raise
         except Exception as exc:
-            raise LeaseError(f"results root {self.root}: cannot take the lease of run {self.run_id!r} ({self.where}): {exc}") from exc
+            raise LeaseError(
+                f"results root {self.root}: cannot take the lease of run {self.run_id!r} ({self.where}): {exc}"
+            ) from exc
         self.record = record
         self._valid_until = started + VALID_SHARE * self.ttl_s
         return self
@@ -457,10 +466,14 @@ class RunLease:
             advice = (f"That driver no longer renews its lease but its process still holds the run's lock (stopped "
                       f"or hung?): end it (pid {holder.pid} on {holder.host}), then {resume}.")  # fmt: skip
         else:
-            advice = f"Two drivers would run every unit twice: wait for that driver to finish, or stop it; then {resume}."
+            advice = (
+                f"Two drivers would run every unit twice: wait for that driver to finish, or stop it; then {resume}."
+            )
             if not locked:
                 advice += " If that driver died, --resume takes the run over once its lease has expired."
-        return LeaseHeld(f"{run} is held by another driver: {holder.describe(note=note)}. {advice} Lease: {self.where}", holder)
+        return LeaseHeld(
+            f"{run} is held by another driver: {holder.describe(note=note)}. {advice} Lease: {self.where}", holder
+        )
 
     def _lost(self, current: LeaseRecord | None, why: str) -> LeaseLost:
         assert self.record is not None
@@ -667,7 +680,9 @@ class S3Lease(RunLease):
                 current = self.read()
             except Exception:  # noqa: BLE001 - only for the message
                 current = None
-            raise self._lost(current, "its lease object was removed" if code in _MISSING else "another driver took the run over") from None
+            raise self._lost(
+                current, "its lease object was removed" if code in _MISSING else "another driver took the run over"
+            ) from None
 
     def _delete(self) -> None:
         from botocore.exceptions import ClientError
@@ -690,5 +705,12 @@ def run_lease(store: ResultStore, run_id: str, *, ttl_s: float | None = None) ->
     run_path = store.run_path(run_id)
     if store.is_s3:
         bucket, _, prefix = run_path.partition("/")
-        return S3Lease(bucket, f"{prefix}/{LEASE_NAME}", run_id, root=store.root, s3_endpoint_url=store.s3_endpoint_url, ttl_s=ttl_s)
+        return S3Lease(
+            bucket,
+            f"{prefix}/{LEASE_NAME}",
+            run_id,
+            root=store.root,
+            s3_endpoint_url=store.s3_endpoint_url,
+            ttl_s=ttl_s,
+        )
     return LocalLease(run_path, run_id, root=store.root, ttl_s=ttl_s)

@@ -4,6 +4,7 @@ Stored at ``<root>/run_id=<id>/_manifest.json`` (the underscore keeps Parquet re
 Values of secret-looking agent arguments and command-line flags are masked, and any value of a
 secret environment variable is scrubbed wherever it appears.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -31,8 +32,24 @@ TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled
 # Words that make an argument name secret, matched against the name's words (snake, kebab and
 # camel case split), so ``api_key``/``apiKey``/``auth_token`` are masked but ``max_tokens`` is not.
 _SECRET_WORDS = frozenset(
-    {"key", "keys", "apikey", "token", "secret", "secrets", "password", "passwd", "pwd", "passphrase",
-     "credential", "credentials", "auth", "authorization", "cookie", "bearer"}
+    {
+        "key",
+        "keys",
+        "apikey",
+        "token",
+        "secret",
+        "secrets",
+        "password",
+        "passwd",
+        "pwd",
+        "passphrase",
+        "credential",
+        "credentials",
+        "auth",
+        "authorization",
+        "cookie",
+        "bearer",
+    }
 )
 _WORD_RE = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
 

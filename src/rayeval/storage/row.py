@@ -3,6 +3,7 @@
 Apart from the Arrow schema (:mod:`.schema`), so that a Ray worker building rows does not
 import pyarrow.
 """
+
 from __future__ import annotations
 
 from datetime import datetime

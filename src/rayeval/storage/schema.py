@@ -1,4 +1,5 @@
 """The Parquet side of result rows: the file schema, and rows (as JSON lines) to Arrow tables."""
+
 from __future__ import annotations
 
 import io
@@ -71,7 +72,11 @@ def _pairs_to_map(pairs: pa.ChunkedArray) -> pa.ChunkedArray:
     for chunk in pairs.chunks:
         entries = chunk.values
         mask = chunk.is_null() if chunk.null_count else None
-        chunks.append(pa.MapArray.from_arrays(chunk.offsets, entries.field("key"), entries.field("value"), type=METRICS_TYPE, mask=mask))
+        chunks.append(
+            pa.MapArray.from_arrays(
+                chunk.offsets, entries.field("key"), entries.field("value"), type=METRICS_TYPE, mask=mask
+            )
+        )
     return pa.chunked_array(chunks, type=METRICS_TYPE)
 
 

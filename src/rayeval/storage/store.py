@@ -34,6 +34,7 @@ their bytes for inspection; files that are no part are only warned about, never 
 the storage itself (network, permissions, a disk) is not a corrupt part: it propagates, so that an
 outage never makes a resume run every unit again.
 """
+
 from __future__ import annotations
 
 import errno
@@ -262,7 +263,9 @@ def _schema_problem(physical: pa.Schema) -> str | None:
     """Why a Parquet file with this schema is not a readable result part (None: it is)."""
     missing = [name for name in REQUIRED_COLUMNS if name not in physical.names]
     if missing:
-        return f"incompatible schema: no {', '.join(missing)} column{'s' if len(missing) > 1 else ''} (not a result part)"
+        return (
+            f"incompatible schema: no {', '.join(missing)} column{'s' if len(missing) > 1 else ''} (not a result part)"
+        )
     for column in physical:
         if column.name in PARTITION_COLUMNS or column.name not in FILE_SCHEMA.names:
             continue  # partition values come from the path; extra columns are read as they are
@@ -304,7 +307,11 @@ def _as_bytes(strings: pa.Array) -> np.ndarray:
     width = max(1, pc.max(lengths).as_py() or 0)
     if pc.min(lengths).as_py() == width and not strings.null_count:
         offsets = np.int64 if pa.types.is_large_string(strings.type) else np.int32
-        start = int(np.frombuffer(strings.buffers()[1], dtype=offsets, count=1, offset=strings.offset * np.dtype(offsets).itemsize)[0])
+        start = int(
+            np.frombuffer(
+                strings.buffers()[1], dtype=offsets, count=1, offset=strings.offset * np.dtype(offsets).itemsize
+            )[0]
+        )
         return np.frombuffer(strings.buffers()[2], dtype=f"S{width}", count=len(strings), offset=start)
     return np.array([item.encode() for item in strings.to_pylist() if item is not None], dtype=f"S{width}")
 
@@ -462,7 +469,7 @@ class ResultStore:
         files = []
         for start in starts:
             for info in self._list_files(start):
-                if info.type == pafs.FileType.File and not _hidden(info.path[len(self.base):]):
+                if info.type == pafs.FileType.File and not _hidden(info.path[len(self.base) :]):
                     files.append(info)
         return sorted(files, key=lambda info: info.path)
 
@@ -482,7 +489,9 @@ class ResultStore:
             self._warned.add(item)
             log.warning("skipping %s", item)
 
-    def parts(self, runs: str | Iterable[str] | None = None, *, extra_columns: bool = False, warn: bool = True) -> Parts:
+    def parts(
+        self, runs: str | Iterable[str] | None = None, *, extra_columns: bool = False, warn: bool = True
+    ) -> Parts:
         """The readable parts of one run, of several runs or of all runs (None), checked from
         their Parquet footers (read in parallel; no row is read), and the files left out: those
         that are no part (``notes.txt``; a Parquet file outside ``run_id=*/model=*/``), and parts
@@ -501,7 +510,7 @@ class ResultStore:
         skipped: list[SkippedFile] = []
         fragments = []
         for info in files:
-            relative = info.path[len(self.base):].lstrip("/")
+            relative = info.path[len(self.base) :].lstrip("/")
             problem = _layout_problem(relative)
             if problem is not None:
                 skipped.append(self._skipped(info.path, problem, part=False))
@@ -583,7 +592,7 @@ class ResultStore:
         for item in self.parts(run_id, warn=False).skipped:
             if not item.part or not item.location.startswith(run_folder + "/"):
                 continue
-            target = f"{run_folder}/{QUARANTINE_FOLDER}/{item.location[len(run_folder) + 1:]}"
+            target = f"{run_folder}/{QUARANTINE_FOLDER}/{item.location[len(run_folder) + 1 :]}"
             try:
                 if self.fs.get_file_info(target).type != pafs.FileType.NotFound:
                     target = f"{target}.{uuid.uuid4().hex[:8]}"
@@ -652,7 +661,9 @@ class ResultStore:
         grader configuration, which running the agent again does not change."""
         table = self.read_table(run_id, columns=["unit_id", "attempt", "status"])
         latest: dict[str, tuple[int, str]] = {}
-        for unit_id, attempt, status in zip(*(table.column(name).to_pylist() for name in ("unit_id", "attempt", "status"))):
+        for unit_id, attempt, status in zip(
+            *(table.column(name).to_pylist() for name in ("unit_id", "attempt", "status"))
+        ):
             if unit_id not in latest or attempt > latest[unit_id][0]:
                 latest[unit_id] = (attempt, status)
         return {unit_id: attempt for unit_id, (attempt, status) in latest.items() if status in ("error", "timeout")}
@@ -667,7 +678,7 @@ class ResultStore:
         runs = set()
         for info in infos:
             if info.type == pafs.FileType.Directory and info.base_name.startswith("run_id="):
-                runs.add(decode_partition(info.base_name[len("run_id="):]))
+                runs.add(decode_partition(info.base_name[len("run_id=") :]))
         return sorted(runs)
 
     # -- manifests -----------------------------------------------------------------------------
@@ -770,7 +781,7 @@ class ResultStore:
         for path in self.part_paths(run_id):
             name = path.rsplit("/", 1)[-1]
             if name.startswith(prefix):
-                number = name[len(prefix):-len(".parquet")]
+                number = name[len(prefix) : -len(".parquet")]
                 if number.isdigit():
                     highest = max(highest, int(number))
         return highest + 1
@@ -1110,7 +1121,9 @@ class RowWriter:
                 return False
             with self._lock:
                 if self._failures:
-                    log.warning("writer %s: storage at %s is back; pending parts stored", self.writer_id, self.store.root)
+                    log.warning(
+                        "writer %s: storage at %s is back; pending parts stored", self.writer_id, self.store.root
+                    )
                 self._failures = 0
                 self._first_failure = None
                 self._next_attempt = 0.0
@@ -1145,7 +1158,10 @@ class RowWriter:
         elif failures == 1:
             log.warning(
                 "writer %s: storing rows under %s failed (%s); %d rows kept, retrying with backoff",
-                self.writer_id, self.store.root, exc, pending,
+                self.writer_id,
+                self.store.root,
+                exc,
+                pending,
             )
         else:
             log.debug("writer %s: retry %d failed: %s", self.writer_id, failures, exc)

@@ -14,6 +14,7 @@ batches only.  When the writer seals its buffer into Parquet parts it
 made from them is stored, so the WAL stays small.  A WAL whose lock nobody holds belongs to a
 dead writer: :func:`claim_orphans` hands its segments to recovery.
 """
+
 from __future__ import annotations
 
 import errno

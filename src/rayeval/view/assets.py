@@ -18,7 +18,9 @@ CONTENT_SECURITY_POLICY = (
     "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 )
 # The static folder's policy, as a <meta> tag (frame-ancestors is not allowed there).
-STATIC_CONTENT_SECURITY_POLICY = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'"
+STATIC_CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'"
+)
 
 
 @cache
@@ -33,11 +35,7 @@ def index_html(*, static: bool) -> bytes:
     """The page for the server (data from its API) or for a static folder (data from
     ``data/*.js`` chunks, policy in a ``<meta>`` tag)."""
     text = asset_bytes("index.html").decode("utf-8")
-    meta = (
-        f'<meta http-equiv="Content-Security-Policy" content="{STATIC_CONTENT_SECURITY_POLICY}">'
-        if static
-        else ""
-    )
+    meta = f'<meta http-equiv="Content-Security-Policy" content="{STATIC_CONTENT_SECURITY_POLICY}">' if static else ""
     text = text.replace("<!--CSP-->", meta).replace(
         'data-source="SOURCE"', f'data-source="{"static" if static else "api"}"'
     )

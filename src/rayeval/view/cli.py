@@ -46,9 +46,7 @@ def _serve(data: ViewData, host: str, port: int) -> int:
     try:
         server = ViewServer(data, host, port)
     except OSError as exc:
-        raise ReportError(
-            f"cannot listen on {host}:{port}: {exc.strerror or exc}"
-        ) from None
+        raise ReportError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     if host not in LOOPBACK:
         print(
             f"rayeval: warning: serving on {host}: anyone who reaches it can read these results (no login)",
@@ -76,9 +74,7 @@ def add_view_command(subparsers: argparse._SubParsersAction) -> None:
         "metrics, trajectory, artifacts and error, two models side by side, and the leaderboard.",
     )
     view.add_argument("root", help="results root: a folder or s3://bucket/prefix")
-    view.add_argument(
-        "--run", metavar="ID", help="show only this run (a run id, or 'latest')"
-    )
+    view.add_argument("--run", metavar="ID", help="show only this run (a run id, or 'latest')")
     view.add_argument(
         "--host",
         default="127.0.0.1",

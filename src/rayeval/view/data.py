@@ -43,9 +43,7 @@ MAX_PAGE_SIZE = 500
 REFRESH_S = 10.0
 
 Verdict = Literal["passed", "failed", "error"]
-SortKey = Literal[
-    "eval", "model", "seed", "duration", "cost", "tokens", "score", "turns"
-]
+SortKey = Literal["eval", "model", "seed", "duration", "cost", "tokens", "score", "turns"]
 SORT_COLUMNS: dict[str, str] = {
     "eval": "eval_id",
     "model": "model",
@@ -114,9 +112,7 @@ class UnitQuery(BaseModel):
         try:
             return cls.model_validate(values)
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()
-            )
+            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
             raise ValueError(problems) from None
 
 
@@ -124,11 +120,7 @@ def clip(value: Any, limit: int = MAX_TEXT_CHARS) -> dict[str, Any] | None:
     """A text for the page: ``{"text", "length"}``, the text cut at ``limit`` characters."""
     if value is None:
         return None
-    text = (
-        value
-        if isinstance(value, str)
-        else json.dumps(value, indent=2, ensure_ascii=False, default=str)
-    )
+    text = value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False, default=str)
     return {"text": text[:limit], "length": len(text)}
 
 
@@ -138,9 +130,7 @@ _HTML_SAFE = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
 def json_text(value: Any) -> str:
     """Compact ASCII JSON with ``<``, ``>`` and ``&`` escaped: no agent text in it can read as
     markup, whatever a client takes it for."""
-    return json.dumps(
-        value, ensure_ascii=True, allow_nan=False, separators=(",", ":")
-    ).translate(_HTML_SAFE)
+    return json.dumps(value, ensure_ascii=True, allow_nan=False, separators=(",", ":")).translate(_HTML_SAFE)
 
 
 def json_value(value: Any) -> Any:
@@ -203,16 +193,12 @@ def artifacts_view(
     """The artifacts (name + clipped text) and the trajectory as a conversation, if any."""
     artifacts = _parse_json(artifacts_json)
     if not isinstance(artifacts, dict):
-        return (
-            [{"name": "artifacts", **clip(artifacts)}] if artifacts is not None else []
-        ), None
+        return ([{"name": "artifacts", **clip(artifacts)}] if artifacts is not None else []), None
     listed, trajectory = [], None
     for name, content in artifacts.items():
         listed.append({"name": str(name), **clip(content)})
         if name == TRAJECTORY_ARTIFACT:
-            fmt, steps, total = conversation(
-                _parse_json(content) if isinstance(content, str) else content
-            )
+            fmt, steps, total = conversation(_parse_json(content) if isinstance(content, str) else content)
             trajectory = {
                 "format": fmt,
                 "steps": [s._asdict() for s in steps],
@@ -221,9 +207,7 @@ def artifacts_view(
     return listed, trajectory
 
 
-def unit_detail(
-    light: Mapping[str, Any], heavy: Mapping[str, Any], task: dict[str, Any]
-) -> dict[str, Any]:
+def unit_detail(light: Mapping[str, Any], heavy: Mapping[str, Any], task: dict[str, Any]) -> dict[str, Any]:
     """The unit page's data: the index row, its heavy columns made readable, and its task."""
     artifacts, trajectory = artifacts_view(heavy.get("artifacts_json"))
     metrics = _parse_json(heavy.get("metrics_json"))
@@ -243,9 +227,7 @@ def unit_detail(
 
 def verdicts(units: pd.DataFrame) -> np.ndarray:
     """``passed`` / ``failed`` / ``error`` per unit (an error status is never a pass)."""
-    return np.where(
-        error_mask(units), "error", np.where(passed_array(units), "passed", "failed")
-    )
+    return np.where(error_mask(units), "error", np.where(passed_array(units), "passed", "failed"))
 
 
 def index_frame(units: pd.DataFrame) -> pd.DataFrame:
@@ -277,11 +259,7 @@ def leaderboard(units: pd.DataFrame) -> dict[str, Any]:
         plots.append("cost")
     for column, label in BREAKDOWNS:
         if column in units.columns and units[column].notna().any():
-            tables.append(
-                _leaderboard_table(
-                    f"Accuracy by {label}", breakdown_table(units, column)
-                )
-            )
+            tables.append(_leaderboard_table(f"Accuracy by {label}", breakdown_table(units, column)))
             plots.append(column)
     if importlib.util.find_spec("matplotlib") is None:
         return {
@@ -419,10 +397,7 @@ class RunIndex:
             "pages": max(1, -(-int(mask.sum()) // query.size)),
             "size": query.size,
             "columns": list(TABLE_COLUMNS),
-            "rows": [
-                [json_value(v) for v in record]
-                for record in page[list(TABLE_COLUMNS)].itertuples(index=False)
-            ],
+            "rows": [[json_value(v) for v in record] for record in page[list(TABLE_COLUMNS)].itertuples(index=False)],
             "facets": self.facets(),
         }
 
@@ -450,17 +425,13 @@ class ViewData:
             return found
         missing = [run for run in self.only if run not in found]
         if missing:
-            raise ReportError(
-                f"no run {', '.join(map(repr, missing))} under {self.reader.root}"
-            )
+            raise ReportError(f"no run {', '.join(map(repr, missing))} under {self.reader.root}")
         return list(self.only)
 
     def run(self, run_id: str) -> RunIndex:
         with self._lock:
             cached = self._runs.get(run_id)
-            if cached is not None and (
-                cached.finished or time.monotonic() - cached.loaded_at < REFRESH_S
-            ):
+            if cached is not None and (cached.finished or time.monotonic() - cached.loaded_at < REFRESH_S):
                 return cached
             if run_id not in self.run_ids():
                 raise NotFound(f"no run {run_id!r}")
@@ -484,9 +455,7 @@ class ViewData:
     def unit(self, run_id: str, unit_id: str) -> dict[str, Any]:
         index = self.run(run_id)
         light = index.units.iloc[index.position(unit_id)]
-        heavy = self.heavy_rows(
-            run_id, str(light["model"]), [str(light["eval_id"])], {unit_id}
-        )
+        heavy = self.heavy_rows(run_id, str(light["model"]), [str(light["eval_id"])], {unit_id})
         return unit_detail(
             light.to_dict(),
             heavy.get(unit_id, {}),
@@ -503,34 +472,24 @@ class ViewData:
         """The heavy columns of the latest attempt of each unit (pruned to one model and, when
         given, some evals), by unit id."""
         frame = latest_attempts(
-            self.reader.all_attempts(
-                runs=[run_id], models=[model], evals=evals, columns=list(DETAIL_COLUMNS)
-            )
+            self.reader.all_attempts(runs=[run_id], models=[model], evals=evals, columns=list(DETAIL_COLUMNS))
         )
         if unit_ids is not None:
             frame = frame[frame["unit_id"].astype("object").isin(unit_ids)]
         return {str(row["unit_id"]): row for row in frame.to_dict("records")}
 
-    def task(
-        self, index: RunIndex, eval_id: str, heavy: Mapping[str, Any]
-    ) -> dict[str, Any]:
+    def task(self, index: RunIndex, eval_id: str, heavy: Mapping[str, Any]) -> dict[str, Any]:
         """The eval's task text, from the eval file the run's manifest names, when it is still
         there and unchanged (same content hash as the row's); else a note why not."""
         key = (index.run_id, eval_id)
         if key not in self._tasks:
-            self._tasks[key] = _task_from_manifest(
-                index.manifest, eval_id, heavy.get("eval_hash")
-            )
+            self._tasks[key] = _task_from_manifest(index.manifest, eval_id, heavy.get("eval_hash"))
         return self._tasks[key]
 
-    def compare(
-        self, run_id: str, eval_id: str, seed: int, models: tuple[str, str]
-    ) -> dict[str, Any]:
+    def compare(self, run_id: str, eval_id: str, seed: int, models: tuple[str, str]) -> dict[str, Any]:
         """The units of two models on one eval and seed, side by side (None where missing)."""
         units = self.run(run_id).units
-        same = (units["eval_id"].astype("object") == eval_id) & (
-            units["seed"] == seed
-        ).fillna(False)
+        same = (units["eval_id"].astype("object") == eval_id) & (units["seed"] == seed).fillna(False)
         sides: dict[str, Any] = {}
         for side, model in zip(("a", "b"), models):
             found = units["unit_id"][same & (units["model"].astype("object") == model)]
@@ -550,14 +509,8 @@ class ViewData:
         return plot_svg(self.run(run_id).units, name)
 
 
-def _task_from_manifest(
-    manifest: Mapping[str, Any], eval_id: str, eval_hash: Any
-) -> dict[str, Any]:
-    refs = [
-        ref
-        for ref in manifest.get("eval_files") or []
-        if isinstance(ref, dict) and ref.get("id") == eval_id
-    ]
+def _task_from_manifest(manifest: Mapping[str, Any], eval_id: str, eval_hash: Any) -> dict[str, Any]:
+    refs = [ref for ref in manifest.get("eval_files") or [] if isinstance(ref, dict) and ref.get("id") == eval_id]
     if not refs:
         return {
             "text": None,

@@ -64,9 +64,7 @@ def _api(data: ViewData) -> dict[str, Callable[[dict[str, str]], Any]]:
     return {
         "/api/runs": lambda params: {"root": data.reader.root, "runs": data.runs()},
         "/api/units": units,
-        "/api/unit": lambda params: data.unit(
-            _required(params, "run"), _required(params, "id")
-        ),
+        "/api/unit": lambda params: data.unit(_required(params, "run"), _required(params, "id")),
         "/api/compare": lambda params: data.compare(
             _required(params, "run"),
             _required(params, "eval"),
@@ -125,16 +123,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _route(self, path: str, params: dict[str, str]) -> None:
         if path in ("/", "/index.html"):
-            self._send(
-                HTTPStatus.OK, index_html(static=False), "text/html; charset=utf-8"
-            )
+            self._send(HTTPStatus.OK, index_html(static=False), "text/html; charset=utf-8")
         elif path.startswith("/assets/") and path[len("/assets/") :] in ASSETS:
             name = path[len("/assets/") :]
             self._send(HTTPStatus.OK, asset_bytes(name), ASSETS[name])
         elif path == "/api/plot":
-            svg = self.server.data.plot(
-                _required(params, "run"), _required(params, "name")
-            )
+            svg = self.server.data.plot(_required(params, "run"), _required(params, "name"))
             self._send(HTTPStatus.OK, svg, "image/svg+xml")
         elif path in self.server.api:
             self._json(HTTPStatus.OK, self.server.api[path](params))
@@ -164,9 +158,7 @@ class ViewServer(ThreadingHTTPServer):
 
     def start(self) -> threading.Thread:
         """Serve in a background thread (stop with ``shutdown()`` then ``server_close()``)."""
-        thread = threading.Thread(
-            target=self.serve_forever, name="rayeval-view", daemon=True
-        )
+        thread = threading.Thread(target=self.serve_forever, name="rayeval-view", daemon=True)
         thread.start()
         return thread
 

@@ -43,9 +43,7 @@ def check_out_dir(out_dir: str | Path, results_root: str) -> Path:
     written there) or is a non-empty folder that is not an earlier static view."""
     out = Path(out_dir).resolve()
     if "://" not in results_root and _inside(out, Path(results_root).resolve()):
-        raise ReportError(
-            f"--static {out_dir}: inside the results root {results_root}; choose a folder outside it"
-        )
+        raise ReportError(f"--static {out_dir}: inside the results root {results_root}; choose a folder outside it")
     if out.exists() and not out.is_dir():
         raise ReportError(f"--static {out_dir}: is a file, not a folder")
     if out.is_dir() and any(out.iterdir()) and not (out / "index.html").is_file():
@@ -59,9 +57,7 @@ def _write_data(folder: Path, key: str, value: Any) -> None:
     path = folder / "data" / f"{key}.js"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(
-        f"rayevalData({json_text(key)},{json_text(value)});\n", encoding="ascii"
-    )
+    tmp.write_text(f"rayevalData({json_text(key)},{json_text(value)});\n", encoding="ascii")
     os.replace(tmp, path)
 
 
@@ -76,20 +72,14 @@ def _detail_chunks(units: pd.DataFrame) -> pd.Series:
     )
 
 
-def _write_run(
-    data: ViewData, index: RunIndex, folder: Path, run_dir: str
-) -> dict[str, Any]:
+def _write_run(data: ViewData, index: RunIndex, folder: Path, run_dir: str) -> dict[str, Any]:
     units = index.units.assign(detail_chunk=_detail_chunks(index.units))
     columns = [*TABLE_COLUMNS, "detail_chunk"]
     chunks = 0
     for start in range(0, len(units), INDEX_CHUNK):
         part = units.iloc[start : start + INDEX_CHUNK][columns]
-        rows = [
-            [json_value(v) for v in record] for record in part.itertuples(index=False)
-        ]
-        _write_data(
-            folder, f"{run_dir}/index-{chunks}", {"columns": columns, "rows": rows}
-        )
+        rows = [[json_value(v) for v in record] for record in part.itertuples(index=False)]
+        _write_data(folder, f"{run_dir}/index-{chunks}", {"columns": columns, "rows": rows})
         chunks += 1
     for model, group in units.groupby(units["model"].astype("object"), sort=True):
         heavy = data.heavy_rows(index.run_id, str(model), None)
@@ -105,9 +95,7 @@ def _write_run(
     _write_data(folder, f"{run_dir}/leaderboard", board)
     for name in board["plots"]:
         try:
-            (folder / "data" / run_dir / f"plot-{name}.svg").write_bytes(
-                data.plot(index.run_id, name)
-            )
+            (folder / "data" / run_dir / f"plot-{name}.svg").write_bytes(data.plot(index.run_id, name))
         except NotFound:
             continue
     return {
@@ -118,9 +106,7 @@ def _write_run(
     }
 
 
-def write_static(
-    data: ViewData, out_dir: str | Path, progress: Callable[[str], None] | None = None
-) -> Path:
+def write_static(data: ViewData, out_dir: str | Path, progress: Callable[[str], None] | None = None) -> Path:
     """Write the static viewer of ``data``'s runs into ``out_dir`` (see the module's doc)."""
     out = check_out_dir(out_dir, data.reader.root)
     if (out / "data").is_dir():  # an earlier static view: replaced as a whole

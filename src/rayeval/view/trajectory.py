@@ -39,9 +39,7 @@ def _text(value: Any) -> str:
 
 def _step(role: Any, kind: StepKind, text: Any, title: Any = "") -> Step:
     full = _text(text)
-    return Step(
-        str(role or "?"), kind, str(title or ""), full[:MAX_STEP_CHARS], len(full)
-    )
+    return Step(str(role or "?"), kind, str(title or ""), full[:MAX_STEP_CHARS], len(full))
 
 
 def _block_steps(role: str, content: Any) -> list[Step]:
@@ -56,9 +54,7 @@ def _block_steps(role: str, content: Any) -> list[Step]:
         elif kind == "thinking":
             steps.append(_step(role, "thinking", block.get("thinking", "")))
         elif kind == "tool_use":
-            steps.append(
-                _step(role, "tool_call", block.get("input", {}), block.get("name"))
-            )
+            steps.append(_step(role, "tool_call", block.get("input", {}), block.get("name")))
         elif kind == "tool_result":
             steps.append(
                 _step(
@@ -74,9 +70,7 @@ def _block_steps(role: str, content: Any) -> list[Step]:
 
 
 def _tool_result_text(content: Any) -> Any:
-    if isinstance(content, list) and all(
-        isinstance(b, dict) and b.get("type") == "text" for b in content
-    ):
+    if isinstance(content, list) and all(isinstance(b, dict) and b.get("type") == "text" for b in content):
         return "\n".join(str(b.get("text", "")) for b in content)
     return content
 
@@ -87,9 +81,7 @@ def _claude_steps(events: list[dict[str, Any]]) -> list[Step]:
         kind = event.get("type")
         message = event.get("message")
         if kind in ("assistant", "user") and isinstance(message, dict):
-            steps += _block_steps(
-                str(message.get("role") or kind), message.get("content")
-            )
+            steps += _block_steps(str(message.get("role") or kind), message.get("content"))
         elif kind == "result":
             steps.append(
                 _step(
@@ -132,9 +124,7 @@ def _codex_steps(events: list[dict[str, Any]]) -> list[Step]:
         elif kind == "reasoning":
             steps.append(_step("assistant", "thinking", item.get("text", "")))
         elif kind == "command_execution":
-            steps.append(
-                _step("assistant", "tool_call", item.get("command", ""), "shell")
-            )
+            steps.append(_step("assistant", "tool_call", item.get("command", ""), "shell"))
             exit_code = item.get("exit_code")
             steps.append(
                 _step(
@@ -184,16 +174,10 @@ def _message_steps(messages: list[dict[str, Any]]) -> list[Step]:
 def _detect(data: Any) -> TrajectoryFormat:
     if isinstance(data, dict) and isinstance(data.get("messages"), list):
         data = data["messages"]
-    if (
-        not isinstance(data, list)
-        or not data
-        or not all(isinstance(e, dict) for e in data)
-    ):
+    if not isinstance(data, list) or not data or not all(isinstance(e, dict) for e in data):
         return "json"
     types = {e.get("type") for e in data}
-    if types & {"assistant", "user"} and any(
-        isinstance(e.get("message"), dict) for e in data
-    ):
+    if types & {"assistant", "user"} and any(isinstance(e.get("message"), dict) for e in data):
         return "claude-code"
     if any(str(t).startswith(("item.", "thread.", "turn.")) for t in types):
         return "codex"

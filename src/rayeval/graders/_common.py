@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, TypeGuard
 
 from .result import GraderResult
 
@@ -39,7 +39,7 @@ def is_finite_number(value: Any) -> bool:
         return False
 
 
-def is_nonblank_str(value: Any) -> bool:
+def is_nonblank_str(value: Any) -> TypeGuard[str]:
     return isinstance(value, str) and bool(value.strip())
 
 
@@ -56,20 +56,21 @@ def is_number_in(value: Any, low: float, high: float) -> bool:
     return is_finite_number(value) and low <= value <= high
 
 
-def read_object(config: dict, *path: str) -> tuple[dict | None, str | None]:
-    """(object, error) for an optional nested object: absent means ``{}``, null is an error."""
+def read_object(config: dict, *path: str) -> dict | str:
+    """The optional nested object at ``path`` (absent means ``{}``), or the error message (null is an error)."""
     node: Any = config
     for depth, key in enumerate(path):
         if key not in node:
-            return {}, None
+            return {}
         node = node[key]
         if not isinstance(node, dict):
-            return None, f"{'.'.join(path[: depth + 1])} must be an object, got {node!r}"
-    return node, None
+            return f"{'.'.join(path[: depth + 1])} must be an object, got {node!r}"
+    return node
 
 
-def read_thresholds(mapping: dict, specs: Iterable[tuple[str, Any, float, float]]) -> tuple[list | None, str | None]:
-    """(values, error) for (key, default, low, high) specs; a present key (even null) must be in range."""
+def read_thresholds(mapping: dict, specs: Iterable[tuple[str, Any, float, float]]) -> list | str:
+    """Values for (key, default, low, high) specs, or the error message; a present key (even null) must be in
+    range."""
     values = []
     for key, default, low, high in specs:
         if key not in mapping:
@@ -77,18 +78,18 @@ def read_thresholds(mapping: dict, specs: Iterable[tuple[str, Any, float, float]
             continue
         value = mapping[key]
         if not is_number_in(value, low, high):
-            return None, f"{key} must be a finite number in [{low}, {high}], got {value!r}"
+            return f"{key} must be a finite number in [{low}, {high}], got {value!r}"
         values.append(value)
-    return values, None
+    return values
 
 
 def read_thresholds_at(
     config: dict, path: tuple[str, ...], specs: Iterable[tuple[str, Any, float, float]]
-) -> tuple[list | None, str | None]:
-    """Thresholds from an optional nested object such as ``scoring.pass_thresholds``."""
-    mapping, error = read_object(config, *path)
-    if error is not None:
-        return None, error
+) -> list | str:
+    """Thresholds from an optional nested object such as ``scoring.pass_thresholds``, or the error message."""
+    mapping = read_object(config, *path)
+    if isinstance(mapping, str):
+        return mapping
     return read_thresholds(mapping, specs)
 
 

@@ -49,32 +49,33 @@ def tolerance_value(tolerances: dict, key: str, default: Any) -> tuple[Any, str 
     return value, None
 
 
-def read_config(config: Any) -> tuple[DistributionSpec | None, str | None]:
-    """The whole config is judged before the answer, so config errors always win."""
+def read_config(config: Any) -> DistributionSpec | str:
+    """The spec, or the first problem found; the whole config is judged before the answer, so config errors
+    always win."""
     ground_truth = config.get("ground_truth")
     if not isinstance(ground_truth, dict):
-        return None, "ground_truth must be an object"
+        return "ground_truth must be an object"
     distribution = ground_truth.get("cell_type_distribution")
     if not isinstance(distribution, dict) or not distribution:
-        return None, "ground_truth.cell_type_distribution must be a non-empty object"
+        return "ground_truth.cell_type_distribution must be a non-empty object"
     if not all_keys_nonblank(distribution):
-        return None, "cell type names must be non-blank strings"
+        return "cell type names must be non-blank strings"
     for cell_type, pct in distribution.items():
         if not is_finite_number(pct):
-            return None, f"ground-truth percentage for {cell_type!r} must be a finite number, got {pct!r}"
+            return f"ground-truth percentage for {cell_type!r} must be a finite number, got {pct!r}"
     total_cells = ground_truth.get("total_cells")
     if total_cells is not None and not is_finite_number(total_cells):
-        return None, f"ground_truth.total_cells must be a finite number, got {total_cells!r}"
+        return f"ground_truth.total_cells must be a finite number, got {total_cells!r}"
     tolerances = config.get("tolerances", {})
     if not isinstance(tolerances, dict):
-        return None, f"tolerances must be an object, got {tolerances!r}"
+        return f"tolerances must be an object, got {tolerances!r}"
     pct_tol, error = tolerance_value(tolerances, "cell_type_percentages", DEFAULT_PERCENT_TOLERANCE)
     if error:
-        return None, error
+        return error
     total_tol, error = tolerance_value(tolerances, "total_cells", DEFAULT_TOTAL_CELLS_TOLERANCE)
     if error:
-        return None, error
-    return DistributionSpec(distribution, total_cells, pct_tol, total_tol), None
+        return error
+    return DistributionSpec(distribution, total_cells, pct_tol, total_tol)
 
 
 @register_grader("distribution_comparison")
@@ -84,9 +85,9 @@ class DistributionComparisonGrader(Grader):
     type_name = "distribution_comparison"
 
     def _evaluate(self, answer: Any, config: Any) -> GraderResult:
-        spec, error = read_config(config)
-        if error:
-            return config_error(error, answer)
+        spec = read_config(config)
+        if isinstance(spec, str):
+            return config_error(spec, answer)
         if not isinstance(answer, dict):
             return agent_failure("Answer is not an object", answer)
         if "cell_type_distribution" not in answer:

@@ -42,11 +42,9 @@ class LabelSetJaccardGrader(Grader):
             return config_error("ground_truth_labels must be a non-empty list", answer)
         if not all(_is_label(item) for item in truth):
             return config_error("ground_truth_labels items must be strings, numbers or bools", answer)
-        thresholds, error = read_thresholds_at(
-            config, ("scoring",), (("pass_threshold", DEFAULT_PASS_THRESHOLD, 0.0, 1.0),)
-        )
-        if error is not None:
-            return config_error(error, answer)
+        thresholds = read_thresholds_at(config, ("scoring",), (("pass_threshold", DEFAULT_PASS_THRESHOLD, 0.0, 1.0),))
+        if isinstance(thresholds, str):
+            return config_error(thresholds, answer)
         (pass_threshold,) = thresholds
         answer_field = config.get("answer_field", DEFAULT_ANSWER_FIELD)
         if not is_nonblank_str(answer_field):

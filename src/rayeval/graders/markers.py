@@ -122,12 +122,12 @@ class MarkerGenePrecisionRecallGrader(Grader):
         error = _canonical_error(canonical)
         if error is not None:
             return config_error(error, answer)
-        thresholds, error = read_object(config, "scoring", "pass_thresholds")
-        if error is not None:
-            return config_error(error, answer)
-        values, error = read_thresholds(thresholds, PRECISION_RECALL_THRESHOLDS)
-        if error is not None:
-            return config_error(error, answer)
+        thresholds = read_object(config, "scoring", "pass_thresholds")
+        if isinstance(thresholds, str):
+            return config_error(thresholds, answer)
+        values = read_thresholds(thresholds, PRECISION_RECALL_THRESHOLDS)
+        if isinstance(values, str):
+            return config_error(values, answer)
         precision_threshold, recall_threshold, min_recall = values
         required, error = _required_celltypes(thresholds, canonical)
         if error is not None:
@@ -280,14 +280,14 @@ class MarkerGeneSeparationGrader(Grader):
     type_name = "marker_gene_separation"
 
     def _evaluate(self, answer: Any, config: Any) -> GraderResult:
-        values, error = read_thresholds_at(config, ("scoring", "pass_thresholds"), SEPARATION_THRESHOLDS)
-        if error is not None:
-            return config_error(error, answer)
+        values = read_thresholds_at(config, ("scoring", "pass_thresholds"), SEPARATION_THRESHOLDS)
+        if isinstance(values, str):
+            return config_error(values, answer)
         mean_threshold, fraction_threshold, cutoff = values
 
-        aurocs, error = _reported_aurocs(answer)
-        if error is not None:
-            return agent_failure(error, answer)
+        aurocs = _reported_aurocs(answer)
+        if isinstance(aurocs, str):
+            return agent_failure(aurocs, answer)
         reported_mean = answer["mean_auroc"]
         high = sorted(gene for gene, auroc in aurocs.items() if auroc >= cutoff)
         low = sorted(gene for gene, auroc in aurocs.items() if auroc < cutoff)
@@ -319,30 +319,30 @@ class MarkerGeneSeparationGrader(Grader):
         return binary_result(passed, metrics, reasoning, answer)
 
 
-def _reported_aurocs(answer: Any) -> tuple[dict[str, float] | None, str | None]:
-    """(gene -> AUROC, error): checks the answer in the reference's order, first problem wins."""
+def _reported_aurocs(answer: Any) -> dict[str, float] | str:
+    """Gene -> AUROC, or the error message: checks the answer in the reference's order, first problem wins."""
     if not isinstance(answer, dict):
-        return None, "Answer is not a JSON object"
+        return "Answer is not a JSON object"
     for key in ("per_gene_stats", "mean_auroc"):
         if key not in answer:
-            return None, f"Answer has no {key!r} field"
+            return f"Answer has no {key!r} field"
     stats = answer["per_gene_stats"]
     if not isinstance(stats, list):
-        return None, f"per_gene_stats must be a list, got {type(stats).__name__}"
+        return f"per_gene_stats must be a list, got {type(stats).__name__}"
     if not stats:
-        return None, "per_gene_stats is empty"
+        return "per_gene_stats is empty"
     if not is_number_in(answer["mean_auroc"], 0.0, 1.0):
-        return None, f"mean_auroc must be a finite number in [0, 1], got {answer['mean_auroc']!r}"
+        return f"mean_auroc must be a finite number in [0, 1], got {answer['mean_auroc']!r}"
     aurocs: dict[str, float] = {}
     for position, stat in enumerate(stats):
         if not isinstance(stat, dict) or "gene" not in stat or "auroc" not in stat:
-            return None, f"per_gene_stats[{position}] must be an object with 'gene' and 'auroc'"
+            return f"per_gene_stats[{position}] must be an object with 'gene' and 'auroc'"
         gene, auroc = stat["gene"], stat["auroc"]
         if not is_nonblank_str(gene):
-            return None, f"per_gene_stats[{position}].gene must be a non-blank string, got {gene!r}"
+            return f"per_gene_stats[{position}].gene must be a non-blank string, got {gene!r}"
         if gene in aurocs:
-            return None, f"gene {gene!r} appears more than once in per_gene_stats"
+            return f"gene {gene!r} appears more than once in per_gene_stats"
         if not is_number_in(auroc, 0.0, 1.0):
-            return None, f"per_gene_stats[{position}].auroc must be a finite number in [0, 1], got {auroc!r}"
+            return f"per_gene_stats[{position}].auroc must be a finite number in [0, 1], got {auroc!r}"
         aurocs[gene] = float(auroc)
-    return aurocs, None
+    return aurocs

@@ -65,11 +65,9 @@ class LongestSubsequenceGrader(Grader):
             return config_error("ground_truth must be a non-empty list of steps", answer)
         if not all(isinstance(step, list) and step for step in truth):
             return config_error("every ground_truth step must be a non-empty list", answer)
-        thresholds, error = read_thresholds_at(
-            config, ("scoring",), (("pass_threshold", DEFAULT_PASS_THRESHOLD, 0.0, 1.0),)
-        )
-        if error is not None:
-            return config_error(error, answer)
+        thresholds = read_thresholds_at(config, ("scoring",), (("pass_threshold", DEFAULT_PASS_THRESHOLD, 0.0, 1.0),))
+        if isinstance(thresholds, str):
+            return config_error(thresholds, answer)
         pass_threshold = float(thresholds[0])
 
         if not isinstance(answer, dict):

@@ -61,9 +61,9 @@ class SpatialAdjacencyGrader(Grader):
     def _evaluate(self, answer: Any, config: Any) -> GraderResult:
         if not isinstance(config, dict):
             return config_error(f"config must be an object, got {type(config).__name__}", answer)
-        values, error = read_thresholds_at(config, ("scoring", "pass_thresholds"), THRESHOLDS)
-        if error is not None:
-            return config_error(error, answer)
+        values = read_thresholds_at(config, ("scoring", "pass_thresholds"), THRESHOLDS)
+        if isinstance(values, str):
+            return config_error(values, answer)
         max_median, max_p90, min_pct15, min_pct55 = values
 
         error = _answer_error(answer)

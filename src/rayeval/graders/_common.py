@@ -29,7 +29,7 @@ class _Missing:
 MISSING: Any = _Missing()
 
 
-def is_finite_number(value: Any) -> bool:
+def is_finite_number(value: Any) -> TypeGuard[float]:
     """JSON number (not bool) whose float value is finite; huge ints that overflow are not."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return False

@@ -196,6 +196,7 @@ class _ChildrenGrader(Grader):
         if problem:
             return GradedChild(label, None, problem=problem)
 
+        leaf: dict = child
         if not is_leaf:
             if "role" in child:
                 return GradedChild(label, None, problem="a typed child must not have an outer 'role'")
@@ -203,12 +204,19 @@ class _ChildrenGrader(Grader):
                 return GradedChild(label, None, problem=f"child type must be a string, got {type_name!r}")
             if not isinstance(sub_config, dict):
                 return GradedChild(label, None, problem=f"config of a {type_name} child must be an object")
-        if leaf_config is not None:
-            kind = HARD_FAIL if role == HARD_FAIL else (SCORING if role in self.SCORING_ROLES else None)
-            if kind is None:
-                return GradedChild(label, None, problem=f"leaf role {role!r} is not allowed here")
-            _refuse_unhashable_name(leaf_config)
-            return _graded(label, kind, grade_composite_leaf(leaf_config, answer), points)
+            if leaf_config is None:
+                return self._grade_typed(label, type_name, sub_config, points, answer)
+            leaf = sub_config  # a predicate_leaf child: its config is the leaf
+        kind = HARD_FAIL if role == HARD_FAIL else (SCORING if role in self.SCORING_ROLES else None)
+        if kind is None:
+            return GradedChild(label, None, problem=f"leaf role {role!r} is not allowed here")
+        _refuse_unhashable_name(leaf)
+        return _graded(label, kind, grade_composite_leaf(leaf, answer), points)
+
+    def _grade_typed(
+        self, label: str, type_name: str, sub_config: dict, points: float | None, answer: Any
+    ) -> GradedChild:
+        """A child naming a registered grader type, run on its own config."""
         if not is_registered(type_name):
             return GradedChild(label, None, problem=f"unknown grader type {type_name!r}")
         result = _run_typed(type_name, sub_config, answer)
@@ -308,6 +316,7 @@ class AllOfGrader(_ChildrenGrader):
         tally = _Tally(children)
         scoring = tally.scoring
         rule_error = _all_of_rule_error(config)
+        reason: str | None
         if tally.misconfigured:
             reason = _misconfigured_message(tally)
         elif not scoring:
@@ -362,6 +371,7 @@ class AverageOfGrader(_ChildrenGrader):
         holds, rule_error = _average_rule(config, scoring, tally.scoring_passed, total)
         invalid_scores = not (math.isfinite(total) and math.isfinite(denominator) and denominator > 0)
 
+        reason: str | None
         if tally.misconfigured:
             reason = _misconfigured_message(tally)
         elif not scoring:

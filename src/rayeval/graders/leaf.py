@@ -20,6 +20,7 @@ from .predicate import (
     predicate_error,
     resolve_path,
     score_capacity,
+    valid_path_tokens,
 )
 from .registry import register_grader
 from .result import GraderResult
@@ -65,7 +66,7 @@ def bind_answer_field(answer: Any, answer_field: str | None) -> Any:
     if answer_field is None:
         return answer
     if answer_field.startswith("$"):
-        tokens = parse_path(answer_field)
+        tokens = valid_path_tokens(answer_field)
         matches = resolve_path(tokens, answer)
         if WILDCARD in tokens:
             return matches
@@ -90,7 +91,7 @@ def leaf_label(config: dict) -> Any:
 
 def _check_predicate(config: dict, role: Any, capacity: float) -> tuple[bool, float | None]:
     """(is_scalar, threshold) after the predicate, threshold and capacity checks, in that order."""
-    predicate = config.get("predicate")
+    predicate: Any = config.get("predicate")
     error = predicate_error(predicate)
     if error:
         raise InvalidConfig(f"invalid predicate: {error}")
@@ -132,7 +133,7 @@ class Leaf:
         For hard_fail, passed=False means triggered. Scores are never clamped here.
         """
         raw = evaluate(self.predicate, value)
-        if self.is_scalar:
+        if self.threshold is not None:  # scalar predicates, and only they, have a threshold
             if self.role == HARD_FAIL:
                 return not raw >= self.threshold, raw, raw
             return self.role == ADDITIVE or raw >= self.threshold, raw, raw

@@ -281,13 +281,12 @@ class _Entry(NamedTuple):
     """A ground-truth key: either one leaf on the member (scalar shape) or a leaf per field."""
 
     key: str
-    leaf: Leaf | None
-    fields: dict[str, Leaf] | None
+    leaf: Leaf | dict[str, Leaf]
     capacity: float
 
     @property
     def leaves(self) -> Iterable[Leaf]:
-        return [self.leaf] if self.leaf is not None else self.fields.values()
+        return [self.leaf] if isinstance(self.leaf, Leaf) else self.leaf.values()
 
 
 class _DictMatchConfig(NamedTuple):
@@ -314,10 +313,10 @@ def _parse_dict_match(config: Any) -> _DictMatchConfig:
             raise InvalidConfig(f"{where} must be an object")
         if "predicate" in entry:  # the scalar shape wins over 'fields'
             leaf = _parse_leaf(entry, where)
-            entries.append(_Entry(key, leaf, None, leaf.score_max))
+            entries.append(_Entry(key, leaf, leaf.score_max))
         elif "fields" in entry:
             fields = _parse_fields(entry["fields"], where)
-            entries.append(_Entry(key, None, fields, sum(leaf.score_max for leaf in fields.values())))
+            entries.append(_Entry(key, fields, sum(leaf.score_max for leaf in fields.values())))
         else:
             raise InvalidConfig(f"{where} needs a 'predicate' (one leaf) or 'fields' (a leaf per field)")
     _require_scoring_leaf(leaf for entry in entries for leaf in entry.leaves)
@@ -350,11 +349,11 @@ class DictMatchGrader(Grader):
                 failing_keys.append(entry.key)
                 continue
             value = member[entry.key]
-            if entry.leaf is not None:
+            if isinstance(entry.leaf, Leaf):
                 grade = _grade_leaves([(entry.key, entry.leaf, value)], field_scores)
                 entry_passed = grade.scoring_passed and not grade.triggered
             else:
-                grade = _grade_leaves(_bind_fields(entry.fields, value, entry.key), field_scores)
+                grade = _grade_leaves(_bind_fields(entry.leaf, value, entry.key), field_scores)
                 if spec.rule == GATES_ALL_PASS:
                     entry_passed = grade.gates_passed
                 else:

@@ -34,21 +34,22 @@ def choice_token(value: Any) -> str | None:
     return None
 
 
-def _correct_tokens(config: Any) -> tuple[list[str] | None, str | None]:
-    """(tokens, error): exactly one of correct_answer / correct_answers, every entry a token."""
+def _correct_tokens(config: Any) -> list[str] | str:
+    """The correct tokens, or the error message: exactly one of correct_answer / correct_answers, every entry a
+    token."""
     has_one, has_many = "correct_answer" in config, "correct_answers" in config
     if has_one == has_many:
-        return None, "config needs exactly one of correct_answer or correct_answers"
+        return "config needs exactly one of correct_answer or correct_answers"
     if has_one:
         choices = [config["correct_answer"]]
     else:
         choices = config["correct_answers"]
         if not isinstance(choices, list) or not choices:
-            return None, f"correct_answers must be a non-empty list, got {choices!r}"
-    tokens = [choice_token(choice) for choice in choices]
-    if None in tokens:
-        return None, f"every correct answer must be a non-blank string, number or bool, got {choices!r}"
-    return tokens, None
+            return f"correct_answers must be a non-empty list, got {choices!r}"
+    tokens = [token for token in map(choice_token, choices) if token is not None]
+    if len(tokens) != len(choices):
+        return f"every correct answer must be a non-blank string, number or bool, got {choices!r}"
+    return tokens
 
 
 @register_grader("multiple_choice")
@@ -58,9 +59,9 @@ class MultipleChoiceGrader(Grader):
     type_name = "multiple_choice"
 
     def _evaluate(self, answer: Any, config: Any) -> GraderResult:
-        correct, error = _correct_tokens(config)
-        if error is not None:
-            return config_error(error, answer)
+        correct = _correct_tokens(config)
+        if isinstance(correct, str):
+            return config_error(correct, answer)
         if not isinstance(answer, dict):
             return agent_failure("Answer is not a JSON object", answer)
         if ANSWER_FIELD not in answer:

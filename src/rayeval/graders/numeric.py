@@ -28,17 +28,17 @@ TOLERANCE_TYPES = frozenset({"absolute", "relative", "min", "max"})
 # --------------------------------------------------------------------------- shared
 
 
-def validate_ground_truth(config: dict) -> tuple[dict | None, str | None]:
-    """(ground_truth, error): a non-empty object of nonblank field names to finite numbers."""
+def validate_ground_truth(config: dict) -> dict | str:
+    """The ground truth (a non-empty object of nonblank field names to finite numbers), or the error message."""
     ground_truth = config.get("ground_truth")
     if not isinstance(ground_truth, dict) or not ground_truth:
-        return None, "ground_truth must be a non-empty object"
+        return "ground_truth must be a non-empty object"
     for field, expected in ground_truth.items():
         if not is_nonblank_str(field):
-            return None, f"ground_truth field names must be non-blank strings, got {field!r}"
+            return f"ground_truth field names must be non-blank strings, got {field!r}"
         if not is_finite_number(expected):
-            return None, f"ground_truth[{field!r}] must be a finite number, got {expected!r}"
-    return ground_truth, None
+            return f"ground_truth[{field!r}] must be a finite number, got {expected!r}"
+    return ground_truth
 
 
 def coerce_answer_number(raw: Any) -> tuple[bool, Any]:
@@ -131,26 +131,26 @@ class TolerancePlan(NamedTuple):
     table: dict
 
 
-def plan_tolerances(config: dict) -> tuple[TolerancePlan | None, str | None]:
-    """Validate ``tolerances`` (or, when absent, the singular ``tolerance``)."""
+def plan_tolerances(config: dict) -> TolerancePlan | str:
+    """The validated ``tolerances`` (or, when absent, the singular ``tolerance``), or the error message."""
     if "tolerances" in config:
         tolerances = config["tolerances"]
     else:
         tolerances = config.get("tolerance", {})
     if not isinstance(tolerances, dict):
-        return None, f"tolerances must be an object, got {tolerances!r}"
+        return f"tolerances must be an object, got {tolerances!r}"
     if "type" in tolerances:
         error = tolerance_entry_error(tolerances)
         if error:
-            return None, f"global tolerance: {error}"
-        return TolerancePlan(read_tolerance(tolerances), tolerances), None
+            return f"global tolerance: {error}"
+        return TolerancePlan(read_tolerance(tolerances), tolerances)
     for field, entry in tolerances.items():
         if not is_nonblank_str(field):
-            return None, f"tolerance field names must be non-blank strings, got {field!r}"
+            return f"tolerance field names must be non-blank strings, got {field!r}"
         error = tolerance_entry_error(entry)
         if error:
-            return None, f"tolerances[{field!r}]: {error}"
-    return TolerancePlan(None, tolerances), None
+            return f"tolerances[{field!r}]: {error}"
+    return TolerancePlan(None, tolerances)
 
 
 def tolerance_for(plan: TolerancePlan, field: str) -> Tolerance:
@@ -202,12 +202,12 @@ class NumericToleranceGrader(Grader):
     type_name = "numeric_tolerance"
 
     def _evaluate(self, answer: Any, config: Any) -> GraderResult:
-        ground_truth, error = validate_ground_truth(config)
-        if error:
-            return config_error(error, answer)
-        plan, error = plan_tolerances(config)
-        if error:
-            return config_error(error, answer)
+        ground_truth = validate_ground_truth(config)
+        if isinstance(ground_truth, str):
+            return config_error(ground_truth, answer)
+        plan = plan_tolerances(config)
+        if isinstance(plan, str):
+            return config_error(plan, answer)
         if not isinstance(answer, dict):
             return agent_failure("Answer is not an object", answer)
 
@@ -274,9 +274,9 @@ class NumericRangeGrader(Grader):
     type_name = "numeric_range"
 
     def _evaluate(self, answer: Any, config: Any) -> GraderResult:
-        ground_truth, error = validate_ground_truth(config)
-        if error:
-            return config_error(error, answer)
+        ground_truth = validate_ground_truth(config)
+        if isinstance(ground_truth, str):
+            return config_error(ground_truth, answer)
         ranges = config.get("ranges")
         error = range_error(ranges, ground_truth)
         if error:

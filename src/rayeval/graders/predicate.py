@@ -45,6 +45,14 @@ def parse_path(path: str) -> tuple[str | None, ...] | None:
     return tuple(match.group(1) for match in _PATH_TOKEN.finditer(path, 1))
 
 
+def valid_path_tokens(path: str) -> tuple[str | None, ...]:
+    """Tokens of a path that validation already accepted; an invalid one here is a bug, not bad input."""
+    tokens = parse_path(path)
+    if tokens is None:
+        raise ValueError(f"path {path!r} reached evaluation without being validated")
+    return tokens
+
+
 def resolve_path(tokens: tuple[str | None, ...], root: Any) -> list:
     """Every node the path reaches; nodes of the wrong shape drop out silently."""
     nodes = [root]
@@ -296,7 +304,7 @@ def _eval_not(node: dict, value: Any) -> bool:
 
 
 def _matches(node: dict, value: Any) -> list:
-    return resolve_path(parse_path(node["path"]), value)
+    return resolve_path(valid_path_tokens(node["path"]), value)
 
 
 def _eval_any(node: dict, value: Any) -> bool:

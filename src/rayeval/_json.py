@@ -21,3 +21,9 @@ def json_fallback(value: Any) -> Any:
 
 def dumps(value: Any) -> str:
     return json.dumps(value, default=json_fallback, ensure_ascii=False)
+
+
+def object_at(value: Any, key: str) -> dict:
+    """``value[key]`` when ``value`` is a JSON object and that member is one too, else ``{}``."""
+    member = value.get(key) if isinstance(value, dict) else None
+    return member if isinstance(member, dict) else {}

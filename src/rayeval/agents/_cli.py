@@ -46,7 +46,7 @@ _ALWAYS_KEEP = ("RAYEVAL_UNIT_MARKER",)
 def build_env(
     *,
     pass_keys: Iterable[str] = (),
-    extra: Mapping[str, str] | None = None,
+    extra: Mapping[str, str | None] | None = None,
     base: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The environment for an agent program.
@@ -55,7 +55,7 @@ def build_env(
     (see :func:`rayeval.harness.secrets.is_secret_name`), then puts back only the names in
     ``pass_keys`` (the program's own API key variables) and any listed in the JSON array
     ``$EXTRA_ENV_KEYS``; ``ANTHROPIC_API_KEY_FALLBACKS`` never reaches a program.  ``extra``
-    (the caller's additions) is applied last and wins.
+    (the caller's additions; a None value removes the variable) is applied last and wins.
     """
     base = dict(os.environ if base is None else base)
     keep = set(pass_keys)

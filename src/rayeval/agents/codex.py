@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from .._json import object_at
 from . import _cli, _tools
 from ._base import AgentConfigError, ProgramAgent, Summary, strip_provider
 
@@ -232,7 +233,7 @@ def summarize_codex_events(events: list[dict[str, Any]], codex_home: Path | None
             if item.get("type") in ("command_execution", "file_change", "mcp_tool_call", "web_search"):
                 steps += 1
         elif kind in ("turn.failed", "error"):
-            err = e.get("error") if isinstance(e.get("error"), dict) else {}
+            err = object_at(e, "error")
             errors.append(str(err.get("message") or e.get("message") or kind))
     extra: dict[str, Any] = {"thread_id": thread_id, "codex_turns": user_turns}
     if errors:
@@ -247,7 +248,7 @@ def summarize_codex_events(events: list[dict[str, Any]], codex_home: Path | None
     if codex_home is not None:
         for path in _sidecar_files(codex_home, thread_id):
             for rec in _read_jsonl(path):
-                payload = rec.get("payload") if isinstance(rec.get("payload"), dict) else {}
+                payload = object_at(rec, "payload")
                 rtype = rec.get("type")
                 if rtype == "token_usage_record" and payload.get("response_id"):
                     if payload["response_id"] not in response_ids:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from .._json import object_at
 from . import _cli
 from ._base import AgentConfigError, ProgramAgent, Summary
 
@@ -213,12 +214,11 @@ def summarize_mini_events(events: list[dict[str, Any]]) -> Summary:
         if e.get("role") != "assistant":
             continue
         n_calls += 1
-        extra = e.get("extra") or {}
-        n_steps += len(extra.get("actions") or [])
-        if isinstance(extra.get("cost"), (int, float)):
-            cost += float(extra["cost"])
-        response = extra.get("response") if isinstance(extra.get("response"), dict) else {}
-        u = response.get("usage") if isinstance(response.get("usage"), dict) else {}
+        step = e.get("extra") or {}
+        n_steps += len(step.get("actions") or [])
+        if isinstance(step.get("cost"), (int, float)):
+            cost += float(step["cost"])
+        u = object_at(object_at(step, "response"), "usage")
         usage.input_tokens = _cli.add(usage.input_tokens, u.get("prompt_tokens", u.get("input_tokens")))
         usage.output_tokens = _cli.add(usage.output_tokens, u.get("completion_tokens", u.get("output_tokens")))
         details = u.get("prompt_tokens_details") or u.get("input_tokens_details") or {}

@@ -6,7 +6,7 @@ import dataclasses
 import importlib
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -71,11 +71,12 @@ def _program_factory(name: str) -> tuple[Callable[..., Any], type]:
         mini_swe_agent,
     )
 
-    return {
+    factories: dict[str, tuple[Callable[..., Any], type]] = {
         "claude-code": (claude_code, ClaudeCodeAgent),
         "codex": (codex, CodexAgent),
         "mini-swe-agent": (mini_swe_agent, MiniSweAgent),
-    }[name]
+    }
+    return factories[name]
 
 
 def _program(factory_name: str) -> Callable[[], AgentFunction]:
@@ -122,7 +123,7 @@ def resolve_agent(name: str) -> AgentFunction:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise AgentNotFound(f"agent {name!r}: cannot import module {module_name!r}: {exc}") from None
-    target = module
+    target: Any = module
     for part in attribute.split("."):
         target = getattr(target, part, None)
         if target is None:
@@ -192,7 +193,9 @@ def built_in_agents() -> list[tuple[str, str, tuple[str, ...]]]:
     return listed
 
 
-def check_agent_args(name: str, args: dict[str, str], models: list[str | None], *, environment: bool = True) -> None:
+def check_agent_args(
+    name: str, args: dict[str, str], models: Sequence[str | None], *, environment: bool = True
+) -> None:
     """Raise :class:`AgentArgsError` when a built-in agent cannot run with these options: an
     option it does not take, a value it refuses, the replay agent's trials file missing or
     unreadable, and (``environment``: where units run with this process's environment, as on

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from .._json import object_at
 from ._groups import Groups, group_ids
 from .benchmark import benchmark_table, error_policy_note, to_text
 from .reader import ReportError, error_mask, latest_attempts
@@ -374,7 +375,7 @@ def judgments_from_metrics(
     if "metrics_json" not in units.columns:
         raise ReportError("the rows were read without 'metrics_json': read them with columns=ALL_COLUMNS")
     parsed = [(json.loads(text) if isinstance(text, str) and text else {}) for text in units["metrics_json"]]
-    blocks = [m.get(key) if isinstance(m, dict) and isinstance(m.get(key), dict) else {} for m in parsed]
+    blocks = [object_at(m, key) for m in parsed]
     if paths is None:
         seen: dict[str, None] = {}
         for block in blocks:

@@ -109,3 +109,12 @@ def test_an_eval_file_that_changed_is_named(tmp_path: Path) -> None:
     eval_file.write_text("{not json")
     fresh = ViewData(ResultsReader(root))
     assert "cannot be read" in fresh.unit("crafted", unit_id)["task_prompt"]["note"]
+
+
+def test_a_null_artifact_is_listed_not_a_crash() -> None:
+    listed, trajectory = data.artifacts_view(json.dumps({"notes.txt": None, "out.txt": "x"}))
+    assert listed == [
+        {"name": "notes.txt", "text": "null", "length": 4},
+        {"name": "out.txt", "text": "x", "length": 1},
+    ]
+    assert trajectory is None

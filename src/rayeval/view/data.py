@@ -116,12 +116,15 @@ class UnitQuery(BaseModel):
             raise ValueError(problems) from None
 
 
-def clip(value: Any, limit: int = MAX_TEXT_CHARS) -> dict[str, Any] | None:
-    """A text for the page: ``{"text", "length"}``, the text cut at ``limit`` characters."""
-    if value is None:
-        return None
+def clip_text(value: Any, limit: int = MAX_TEXT_CHARS) -> dict[str, Any]:
+    """A text for the page: ``{"text", "length"}``, the text (a non-string as JSON) cut at ``limit`` characters."""
     text = value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False, default=str)
     return {"text": text[:limit], "length": len(text)}
+
+
+def clip(value: Any, limit: int = MAX_TEXT_CHARS) -> dict[str, Any] | None:
+    """:func:`clip_text`, or None for a missing value."""
+    return None if value is None else clip_text(value, limit)
 
 
 _HTML_SAFE = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
@@ -171,7 +174,7 @@ def metric_rows(metrics: Any, prefix: str = "", depth: int = 0) -> list[list[Any
         return [
             [
                 prefix or "value",
-                clip(metrics, 2000)["text"] if metrics is not None else None,
+                clip_text(metrics, 2000)["text"] if metrics is not None else None,
             ]
         ]
     for key, value in metrics.items():
@@ -179,7 +182,7 @@ def metric_rows(metrics: Any, prefix: str = "", depth: int = 0) -> list[list[Any
         if isinstance(value, dict) and value and depth < 3:
             rows += metric_rows(value, name, depth + 1)
         elif isinstance(value, (dict, list)):
-            rows.append([name, clip(value, 2000)["text"]])
+            rows.append([name, clip_text(value, 2000)["text"]])
         else:
             rows.append([name, value if not isinstance(value, str) else value[:2000]])
         if len(rows) >= MAX_METRICS:
@@ -193,10 +196,10 @@ def artifacts_view(
     """The artifacts (name + clipped text) and the trajectory as a conversation, if any."""
     artifacts = _parse_json(artifacts_json)
     if not isinstance(artifacts, dict):
-        return ([{"name": "artifacts", **clip(artifacts)}] if artifacts is not None else []), None
+        return ([{"name": "artifacts", **clip_text(artifacts)}] if artifacts is not None else []), None
     listed, trajectory = [], None
     for name, content in artifacts.items():
-        listed.append({"name": str(name), **clip(content)})
+        listed.append({"name": str(name), **clip_text(content)})  # a null artifact shows as null
         if name == TRAJECTORY_ARTIFACT:
             fmt, steps, total = conversation(_parse_json(content) if isinstance(content, str) else content)
             trajectory = {

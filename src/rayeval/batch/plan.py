@@ -26,7 +26,9 @@ class Unit(NamedTuple):
     eval_id: str
     model: str
     seed: int
-    index: int  # position in the plan: calls to workers name units by it
+    # position in the plan: calls to workers name units by it. The field shadows tuple.index, which
+    # mypy rejects; worker.py still reads unit.index and goes with the engine rewrite (issue 17).
+    index: int  # type: ignore[assignment]
 
 
 def _canonical(value: object) -> str:

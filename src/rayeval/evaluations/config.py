@@ -161,7 +161,7 @@ class EvaluatorConfig(BaseModel):
                     f"a {self.return_type} evaluator's threshold is a share of logs in [0, 1] "
                     f"(e.g. 0.8 for 80%), got {self.threshold:g}"
                 )
-        args = ({}, {}) if self.args_type == "target_required" else ({},)
+        args: tuple[dict, ...] = ({}, {}) if self.args_type == "target_required" else ({},)
         problem = _cannot_bind(self.callable, *args)
         if problem:
             form = "callable(log, datapoint)" if self.args_type == "target_required" else "callable(log)"

@@ -155,8 +155,9 @@ def log_checks(evaluators: list[LocalEvaluator], judgments: dict[str, Any]) -> d
         if evaluator.return_type == "boolean":
             checks[evaluator.path] = value is True
         elif evaluator.return_type == "number" and evaluator.threshold is not None:
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-            checks[evaluator.path] = bool(ok and value >= evaluator.threshold)
+            checks[evaluator.path] = bool(
+                isinstance(value, (int, float)) and not isinstance(value, bool) and value >= evaluator.threshold
+            )
     return checks
 
 

@@ -79,12 +79,12 @@ class Payload(BaseModel):
     #: For local sources: (relative path, size, mtime_ns) of the source at copy time.
     source: list[tuple[str, int, int]] | None = None
 
-    @computed_field
+    @computed_field  # type: ignore[prop-decorator]  # pydantic's documented form, which mypy rejects
     @property
     def size_bytes(self) -> int:
         return sum(f.size for f in self.files)
 
-    @computed_field
+    @computed_field  # type: ignore[prop-decorator]  # pydantic's documented form, which mypy rejects
     @property
     def sha256(self) -> str:
         """The file's sha256; for a directory, ``tree_digest`` of its files."""

@@ -314,13 +314,14 @@ def _stage_one(
     placed: list[Path],
     mode: StageMode,
 ) -> StagedNode:
-    if src.local is not None:
-        if not src.local.exists():
-            raise FetchError(f"no such file or directory: {src.local}")
-        fingerprint = local_fingerprint(src.local)
+    local = src.local
+    if local is not None:
+        if not local.exists():
+            raise FetchError(f"no such file or directory: {local}")
+        fingerprint = local_fingerprint(local)
 
         def build(dest: Path) -> Payload:
-            payload = copy_local(src.local, dest, threading.Event())
+            payload = copy_local(local, dest, threading.Event())
             return payload.model_copy(update={"source": fingerprint})
 
         def is_fresh(meta: EntryMeta) -> bool:

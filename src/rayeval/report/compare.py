@@ -221,6 +221,8 @@ def paired_comparison(
     ra = rates_a.loc[common].to_numpy()
     rb = rates_b.loc[common].to_numpy()
     diffs = (ra - rb) * 100.0
+    low: float | None
+    high: float | None
     if len(common) >= 2:
         low, high = bootstrap_mean_ci(diffs, n_boot=n_boot, seed=seed, confidence=confidence)
     else:

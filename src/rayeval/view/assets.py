@@ -28,7 +28,7 @@ def asset_bytes(name: str) -> bytes:
     """One packaged page file (``index.html`` or a name in :data:`ASSETS`)."""
     if name != "index.html" and name not in ASSETS:
         raise KeyError(name)
-    return resources.files(__package__).joinpath("page", name).read_bytes()
+    return resources.files(__package__).joinpath("page").joinpath(name).read_bytes()
 
 
 def index_html(*, static: bool) -> bytes:

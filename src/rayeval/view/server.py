@@ -154,7 +154,8 @@ class ViewServer(ThreadingHTTPServer):
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
-        return f"http://{host}:{port}/"
+        # typeshed types server_address for every socket family; a TCP server's host is a str
+        return f"http://{host}:{port}/"  # type: ignore[str-bytes-safe]
 
     def start(self) -> threading.Thread:
         """Serve in a background thread (stop with ``shutdown()`` then ``server_close()``)."""

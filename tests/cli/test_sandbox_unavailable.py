@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pyarrow.dataset as ds
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 NO_USER_NAMESPACES = "bwrap: No permissions to create new namespace, likely because the kernel does not allow non-privileged user namespaces."
@@ -76,3 +77,21 @@ def test_check_sandbox_says_what_works_here(tmp_path: Path) -> None:
     done = _rayeval("check-sandbox", env={**os.environ}, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("sandbox works here: bubblewrap ")
+
+
+def test_an_agent_that_runs_in_the_worker_needs_no_sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The prompt agent runs no agent code (it calls a model from the worker): a host where
+    bubblewrap cannot start still runs it, under the default isolation."""
+    from rayeval.batch import BatchConfig
+    from rayeval.batch.engine import check_agent
+    from rayeval.evals import load_evals
+
+    fake = tmp_path / "bwrap"
+    fake.write_text(f"#!/bin/sh\necho '{NO_USER_NAMESPACES}' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("RAYEVAL_BWRAP", str(fake))
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    evals = _evals(tmp_path)
+    config = BatchConfig(evals=[str(evals)], agent="prompt", models=["openai/gpt-4o"], output=str(tmp_path / "out"))
+    check_agent(config, load_evals(evals), None)  # no SandboxError

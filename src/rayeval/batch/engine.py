@@ -490,7 +490,8 @@ def sandbox_config(config: BatchConfig, evals: list[Eval]) -> SandboxConfig:
 def check_agent(config: BatchConfig, evals: list[Eval], agent: AgentFunction | None) -> None:
     """The agent can be found, and run as configured: a sandboxed or ``process`` agent is
     looked up in a unit runner on this machine (its module is never imported here), which
-    also tells at once whether the sandbox can start."""
+    also tells at once whether the sandbox can start.  A built-in that runs in the worker
+    (``runs_in_worker``) needs no sandbox, so a host without one can still run it."""
     if agent is None:  # a built-in's options and, where units share this environment, its key
         check_agent_args(config.agent, config.agent_args, config.models, environment=_embedded(config))
     if config.isolation == "inline":
@@ -498,6 +499,8 @@ def check_agent(config: BatchConfig, evals: list[Eval], agent: AgentFunction | N
             resolve_agent(config.agent)
         return
     named = agent if agent is not None else agent_ref(config.agent)
+    if not callable(named) and named.runs_in_worker:
+        return  # rayeval's own agent that runs no agent code (the prompt agent): no sandbox to start
     work_root = Path(config.work_root) if config.work_root else default_work_root()
     cache_dir = Path(config.cache_dir) if config.cache_dir else default_cache_dir()
     check_runs_here(sandbox_config(config, evals), config.isolation, work_root, cache_dir, named)

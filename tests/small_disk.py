@@ -1,6 +1,7 @@
 """A small file system made by the test: a tmpfs of a few MiB that fills up, then grows.
 
-Mounting needs root (as here and in CI); elsewhere the tests using it are skipped, saying so.
+Mounting needs root, as the test command runs here and in CI: without it the tests using it fail,
+saying so (a disk-full test that is skipped proves nothing).
 """
 
 from __future__ import annotations
@@ -35,7 +36,9 @@ class SmallDisk:
 def _mount(*args: str) -> None:
     done = subprocess.run(["mount", *args], check=False, capture_output=True, text=True)
     if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (mount {' '.join(args)}: {done.stderr.strip()})")
+        pytest.fail(
+            f"cannot mount a tmpfs here (mount {' '.join(args)}: {done.stderr.strip()}): the disk-full tests need root"
+        )
 
 
 @pytest.fixture
@@ -43,7 +46,7 @@ def small_disk(tmp_path: Path) -> Iterator[Callable[[str, str], SmallDisk]]:
     """``small_disk(name, size)``: a tmpfs of ``size`` (``"2m"``) at ``tmp_path / name``,
     unmounted after the test."""
     if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
+        pytest.fail("the disk-full tests mount a tmpfs, which needs root: run the tests as root (as .ci/run does)")
     disks: list[SmallDisk] = []
 
     def make(name: str, size: str) -> SmallDisk:

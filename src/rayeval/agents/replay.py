@@ -59,6 +59,7 @@ def find_trial(path: str, eval_id: str, model: str | None, seed: int | None) -> 
     return rows[0]
 
 
+@lru_cache(maxsize=256)  # asked for every unit's row: the trials are scanned once per model
 def recorded_harness(path: str | None, model: str) -> str | None:
     """The one harness recorded for ``model`` in the trials file (None: several, none, or no
     readable file): a unit named ``model`` without ``@harness`` replays that harness."""

@@ -2,8 +2,8 @@
 next ``--resume`` takes its run over at once and finishes it with every unit stored exactly
 once, and nothing the killed driver started keeps running (issue 16).
 
-Each trial's kill points come from a seeded RNG; a failure names the seed, and
-``RAYEVAL_KILL_SEED=<seed>`` replays that trial first."""
+Each trial's kill points come from an RNG seeded with the base seed plus the trial's number; a
+failure names both, and ``RAYEVAL_KILL_SEED=<base seed>`` with the same test id replays it."""
 
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ class Descendants:
             while stack:
                 pid = stack.pop()
                 key = (pid, table[pid][1])
-                if key not in self.seen:
+                if not self.seen.get(key):  # read again while empty: a title being rewritten reads empty
                     self.seen[key] = _command_line(pid)
                 stack.extend(children.get(pid, []))
 
@@ -97,9 +97,10 @@ class Descendants:
         self._thread.join()
 
     def alive(self) -> dict[int, str]:
+        """pid -> command line (as first seen, else as now, with its state) of those still running."""
         table = _process_table()
         return {
-            pid: cmd
+            pid: f"{cmd or _command_line(pid)} [state {table[pid][2]}]"
             for (pid, start), cmd in self.seen.items()
             if pid in table and table[pid][1] == start and table[pid][2] != "Z"
         }
@@ -137,7 +138,8 @@ class Trial:
         self.root_options = ["--s3-endpoint", self.endpoint] if self.endpoint else []
 
     def why(self) -> str:
-        return f"seed {self.seed} (RAYEVAL_KILL_SEED={self.seed} replays it): " + "; ".join(self.log)
+        base = f"RAYEVAL_KILL_SEED={_BASE_SEED}"
+        return f"seed {self.seed} ({base} replays it with the same trial number): " + "; ".join(self.log)
 
     def command(self, resume: bool) -> list[str]:
         return [

@@ -170,6 +170,38 @@ def _model_limits(pairs: list[str]) -> dict[str, int]:
     return limits
 
 
+def _unit_resources(pairs: list[str]) -> dict[str, float]:
+    resources = {}
+    for pair in pairs:
+        name, sep, value = pair.rpartition("=")
+        try:
+            amount = float(value)
+        except ValueError:
+            amount = math.nan
+        if not sep or not name or not amount > 0 or math.isinf(amount):
+            raise BadInput(
+                f"--unit-resource expects NAME=AMOUNT with AMOUNT > 0 (GPU, or a custom resource of the cluster), got {pair!r}"
+            )
+        resources[name] = amount
+    return resources
+
+
+_SIZE_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
+
+
+def _memory_size(text: str) -> int:
+    """``--unit-memory``: bytes, or a number with K, M, G or T (powers of 1024; ``2G``, ``512Mi``)."""
+    number = text.strip().upper().removesuffix("B").removesuffix("I")
+    unit = number[-1:] if number[-1:] in _SIZE_UNITS else ""
+    try:
+        value = float(number.removesuffix(unit)) * _SIZE_UNITS[unit]
+    except ValueError:
+        value = math.nan
+    if not 0 <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"expected a size such as 512M, 2G or a number of bytes, got {text!r}")
+    return int(value)
+
+
 # BatchConfig fields whose command-line spelling is not ``--field-name``
 _OPTION_OF_FIELD = {
     "evals": "EVALS",
@@ -177,6 +209,7 @@ _OPTION_OF_FIELD = {
     "s3_endpoint_url": "--s3-endpoint",
     "data_roots": "--data-root",
     "max_output_mb": "--limit-output-mb",
+    "unit_resources": "--unit-resource",
 }
 
 
@@ -225,7 +258,7 @@ def _unfinished_runs_hint(config: BatchConfig) -> str:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from .agents.resolve import AgentArgsError, AgentNotFound, parse_agent_args
-    from .batch import BatchConfig, RunCancelled, RunConflict, run_batch
+    from .batch import BatchConfig, RunCancelled, RunConflict, UnitsDoNotFit, run_batch
     from .batch.plan import parse_models, parse_seeds
     from .harness.sandbox import AgentUnavailable, SandboxError
     from .storage import LeaseError, ManifestError, ResultsRootUnwritable, StorageError
@@ -254,6 +287,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
             isolation=args.isolation,
             sandbox=_sandbox_config(args),
             grade_timeout=args.grade_timeout,
+            unit_cpus=args.unit_cpus,
+            unit_memory=args.unit_memory,
+            unit_resources=_unit_resources(args.unit_resource),
             workers=args.workers,
             s3_endpoint_url=args.s3_endpoint,
             show_progress=not args.no_progress,
@@ -280,6 +316,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         AgentUnavailable,
         SandboxError,
         RunConflict,
+        UnitsDoNotFit,
         ManifestError,
         EvalSelectionError,
     ) as exc:
@@ -495,9 +532,28 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--retries", type=int, default=2, help="retries of a unit whose agent errors (with backoff)")
     run.add_argument("--timeout", type=float, help="per-unit agent timeout in seconds (overrides the evals')")
     run.add_argument(
+        "--unit-cpus",
+        type=float,
+        metavar="N",
+        help="CPUs a unit asks Ray for (default: the agent's own: 1 for the agent programs, 0.01 for sleep/replay/prompt, 0.25 for module:function)",
+    )
+    run.add_argument(
+        "--unit-memory",
+        type=_memory_size,
+        metavar="SIZE",
+        help="memory a unit asks Ray for, e.g. 512M or 2G (default: the agent's own: 1G for the agent programs, 512M for module:function)",
+    )
+    run.add_argument(
+        "--unit-resource",
+        action="append",
+        default=[],
+        metavar="NAME=AMOUNT",
+        help="another resource a unit asks Ray for: GPU, or a custom resource of the cluster's nodes (repeatable)",
+    )
+    run.add_argument(
         "--workers",
         type=int,
-        help="number of worker actors (default: one per CPU of the cluster, within --max-concurrency, more as nodes join)",
+        help="worker processes the units running at once are spread over (default: a CPU's worth of units each)",
     )
     run.add_argument("--s3-endpoint", help="S3-compatible endpoint URL (or set AWS_ENDPOINT_URL)")
     run.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")

@@ -54,24 +54,6 @@ def timed_sleep(task_prompt: str, work_dir: Path, context) -> dict:
     return {"answer": "B"}
 
 
-def instant_then_slow(task_prompt: str, work_dir: Path, context) -> dict:
-    """Answers at once, except on evals whose id holds "slow": those sleep ``seconds`` and are
-    logged with their start and end."""
-    if "slow" in context.eval_id:
-        return timed_sleep(task_prompt, work_dir, context)
-    return {"answer": "B"}
-
-
-def cpu_recorder(task_prompt: str, work_dir: Path, context) -> dict:
-    """Records the CPUs its thread may run on (one JSON line per unit); sleeps ``seconds`` first."""
-    time.sleep(float(context.args.get("seconds", "0")))
-    log = os.environ.get("RAYEVAL_TEST_INVOCATION_LOG")
-    if log:
-        with open(log, "a") as handle:
-            handle.write(json.dumps({"pid": os.getpid(), "cpus": sorted(os.sched_getaffinity(0))}) + "\n")
-    return {"answer": "B"}
-
-
 def bulky(task_prompt: str, work_dir: Path, context) -> dict:
     """Answers B with ``kib`` KiB of random, incompressible padding (rows that fill a disk),
     after sleeping ``seconds``."""

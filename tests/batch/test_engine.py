@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-import gc
 import json
 import os
 import re
@@ -16,13 +14,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import ray
 
 from rayeval import batch
-from rayeval.batch import engine
 from rayeval.batch.engine import _close_run
 from rayeval.batch.plan import plan_units, unit_id_for
 from rayeval.evals import Eval, load_evals
-from rayeval.harness.execution import grade_execution
 from rayeval.report import benchmark_table, read_units
 from rayeval.storage import ResultStore, RunManifest, StorageError
 from tests.batch.conftest import completed_units, read_invocations, write_mc_evals
@@ -180,44 +177,6 @@ def test_unit_ids_do_not_change_between_versions() -> None:
     ]
 
 
-@pytest.mark.skipif(
-    not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2, reason="needs CPU affinity and two CPUs"
-)
-def test_instant_units_run_on_one_cpu_per_worker_and_units_that_wait_on_all(
-    tmp_path: Path, invocation_log: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Workers pin their threads to a CPU of their own while they run instant units (their
-    threads pass the GIL at every system call); units that wait keep every CPU."""
-    monkeypatch.setenv("RAYEVAL_CPU_LOCKS", str(tmp_path / "cpus"))  # no other test's claims
-    every_cpu = sorted(os.sched_getaffinity(0))
-    evals = str(write_mc_evals(tmp_path / "evals", [f"e{i:02d}" for i in range(50)]))
-    options = {
-        "agent": "tests.batch.agents:cpu_recorder",
-        "output": str(tmp_path / "out"),
-        "isolation": "inline",
-        "workers": 2,
-        **FAST,
-    }
-    # Graded in the worker: a worker's first bounded grading starts its grading subprocess
-    # (0.5-1 s on a busy machine), which makes the probe units look slow and keeps the first
-    # calls, and every worker running one, unpinned (see engine._Warmup): not this test's subject.
-    in_process = functools.partial(grade_execution, grade_timeout=None)
-    config = {"evals": [evals], **options}
-    batch.run_batch(batch.BatchConfig(**config, seeds=[1, 2, 3, 4, 5, 6], run_id="instant"), grade=in_process)
-    units = read_invocations(invocation_log)
-    pinned = [unit for unit in units if unit["cpus"] != every_cpu]
-    assert len(units) == 300 and len(pinned) >= 250  # all but the probes and the first calls
-    cpu_of = {unit["pid"]: unit["cpus"] for unit in pinned}
-    assert all(unit["cpus"] == cpu_of[unit["pid"]] and len(unit["cpus"]) == 1 for unit in pinned)
-    assert len(cpu_of) == 2 and len({cpus[0] for cpus in cpu_of.values()}) == 2  # a CPU each
-    invocation_log.unlink()
-    waiting = batch.BatchConfig(
-        **config, seeds=[1], run_id="waiting", agent_args={"seconds": "0.05"}, max_concurrency=8
-    )
-    batch.run_batch(waiting, grade=in_process)
-    assert [unit["cpus"] for unit in read_invocations(invocation_log)] == [every_cpu] * 50
-
-
 def test_bad_inputs_fail_before_any_work(tmp_path: Path) -> None:
     bad = tmp_path / "bad"
     bad.mkdir()
@@ -294,63 +253,38 @@ def test_bad_inputs_fail_before_any_work(tmp_path: Path) -> None:
         assert f"{damaged} is not a valid run manifest (file: Invalid JSON" in done.stderr
 
 
-def test_quick_units_that_wait_get_the_full_concurrency(tmp_path: Path, invocation_log: Path) -> None:
-    """Units of a few tens of ms that wait (a local model server, a cache) are batched several
-    to a call, yet all 16 agent slots stay in use: only units that are the harness's own CPU
-    work (under a few ms) are held to a couple of calls per worker."""
+def _peak_concurrency(spans: list[dict]) -> int:
+    edges = sorted([(s["start"], 1) for s in spans] + [(s["end"], -1) for s in spans])
+    running = peak = 0
+    for _, step in edges:
+        running += step
+        peak = max(peak, running)
+    return peak
+
+
+def test_units_run_as_many_at_once_as_their_resources_allow(tmp_path: Path, invocation_log: Path) -> None:
+    """Each unit asks Ray for its CPUs: units of a twentieth of a CPU fill --max-concurrency 16,
+    units of a whole CPU run as many at once as the embedded Ray has CPUs."""
     evals = write_mc_evals(tmp_path / "evals", [f"q{i}" for i in range(16)])
-    summary = batch.run(
-        str(evals),
-        agent="tests.batch.agents:timed_sleep",
-        agent_args={"seconds": "0.04"},
-        seeds=[1, 2, 3, 4, 5, 6, 7, 8, 9, 10],
-        output=str(tmp_path / "out"),
-        run_id="quick",
-        max_concurrency=16,
-        workers=1,
-        isolation="inline",
-        **FAST,
-    )
-    assert summary.stored_rows == 160 and summary.models[0].passed == 160
-    spans = read_invocations(invocation_log)
-    edges = sorted([(s["start"], 1) for s in spans] + [(s["end"], -1) for s in spans])
-    running = peak = 0
-    for _, step in edges:
-        running += step
-        peak = max(peak, running)
-    assert peak >= 10, f"at most {peak} agents ran at once with --max-concurrency 16"
+    options = {
+        "agent": "tests.batch.agents:timed_sleep", "agent_args": {"seconds": "0.3"}, "output": str(tmp_path / "out"),
+        "max_concurrency": 16, "isolation": "inline", **FAST,
+    }  # fmt: skip
+    summary = batch.run(str(evals), seeds=[1, 2], run_id="light", unit_cpus=0.05, **options)
+    assert summary.stored_rows == 32 and summary.models[0].passed == 32
+    assert _peak_concurrency(read_invocations(invocation_log)) >= 10
+    invocation_log.unlink()
+    cpus = int(ray._private.utils.get_num_cpus())
+    summary = batch.run(str(evals), seeds=[1], run_id="heavy", unit_cpus=1, **options)
+    assert summary.stored_rows == 16
+    assert 1 <= _peak_concurrency(read_invocations(invocation_log)) <= cpus
 
 
-def test_units_that_turn_slow_are_not_held_in_big_calls(tmp_path: Path, invocation_log: Path) -> None:
-    """After 200 instant units, calls carry dozens of units. When 10 units in the middle of the
-    queue turn slow, the call holding them stops starting units after its time budget and the
-    rest go back to the queue: they spread over calls instead of running one after another in
-    the call that happened to hold them all."""
-    names = [f"a_fast_{i:02d}" for i in range(40)] + ["b_slow_0", "b_slow_1"] + [f"c_fast_{i:02d}" for i in range(80)]
-    summary = batch.run(
-        str(write_mc_evals(tmp_path / "evals", names)),
-        agent="tests.batch.agents:instant_then_slow",
-        agent_args={"seconds": "0.2"},
-        seeds=[1, 2, 3, 4, 5],
-        output=str(tmp_path / "out"),
-        run_id="turn",
-        max_concurrency=8,
-        workers=1,
-        isolation="inline",
-        **FAST,
-    )
-    assert summary.stored_rows == 610 and summary.models[0].passed == 610
-    assert pd.read_parquet(tmp_path / "out" / "run_id=turn")["unit_id"].is_unique
-    spans = read_invocations(invocation_log)
-    assert sorted((s["eval_id"], s["seed"]) for s in spans) == [
-        (f"b_slow_{i}", s) for i in range(2) for s in range(1, 6)
-    ]
-    edges = sorted([(s["start"], 1) for s in spans] + [(s["end"], -1) for s in spans])
-    running = peak = 0
-    for _, step in edges:
-        running += step
-        peak = max(peak, running)
-    assert peak >= 2, "the slow units ran one after another"
+def test_a_unit_bigger_than_the_machine_is_refused_before_any_work(tmp_path: Path) -> None:
+    evals = write_mc_evals(tmp_path / "evals", ["e1"])
+    with pytest.raises(batch.UnitsDoNotFit, match=r"a unit asks for CPU 4096.*more than this machine's Ray has"):
+        batch.run(str(evals), agent="sleep", output=str(tmp_path / "out"), run_id="big", unit_cpus=4096, **FAST)
+    assert not (tmp_path / "out" / "run_id=big" / "_manifest.json").exists()
 
 
 def _ran_now(stdout: str) -> tuple[int, int]:
@@ -604,29 +538,3 @@ def test_seeds_must_fit_the_stored_int64_column() -> None:
     with pytest.raises(ValueError, match="seeds.0"):
         batch.BatchConfig(evals=["e"], agent="reference", output="o", seeds=[2**63])
     assert batch.BatchConfig(evals=["e"], agent="reference", output="o", seeds=[2**63 - 1]).seeds == [2**63 - 1]
-
-
-def test_the_collector_skips_the_drivers_heap_only_while_the_run_lasts(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Frozen during the run (a full collection of Ray's and pyarrow's objects costs ~80 ms
-    each time a big plan triggers one), back to normal afterwards, also when the run fails."""
-    evals = write_mc_evals(tmp_path / "evals", ["e1"])
-    frozen_while_running = []
-    real_execute = engine._execute
-
-    def execute(*args: object, **kwargs: object) -> None:
-        frozen_while_running.append(gc.get_freeze_count())
-        real_execute(*args, **kwargs)
-
-    monkeypatch.setattr(engine, "_execute", execute)
-    batch.run(str(evals), agent="tests.batch.agents:instant", output=str(tmp_path / "out"), run_id="ok", **FAST)
-    assert frozen_while_running[0] > 10_000 and gc.get_freeze_count() == 0
-
-    def broken(*args: object, **kwargs: object) -> None:
-        raise RuntimeError("the driver broke")
-
-    monkeypatch.setattr(engine, "_execute", broken)
-    with pytest.raises(RuntimeError, match="the driver broke"):
-        batch.run(str(evals), agent="tests.batch.agents:instant", output=str(tmp_path / "out"), run_id="broken", **FAST)
-    assert gc.get_freeze_count() == 0

@@ -25,7 +25,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..harness.answers import CLOSE_TAG, OPEN_TAG, answer_envelope, extract_tagged
-from ..harness.context import AgentContext
+from ..harness.context import MIB, AgentContext, UnitResources
 from ..harness.prompt import task_of
 from ..models import ChatMessage, Model, get_model
 
@@ -127,4 +127,6 @@ def prompt_agent(task_prompt: str, work_dir: Path, context: AgentContext) -> dic
 
 prompt_agent.needs_data = False  # type: ignore[attr-defined]
 prompt_agent.leaves_nothing_running = True  # type: ignore[attr-defined]
+# it waits on the model's reply (in the worker, no sandbox): a hundredth of a CPU
+prompt_agent.resources = UnitResources(cpus=0.01, memory=16 * MIB)  # type: ignore[attr-defined]
 prompt_agent.runs_in_worker = True  # type: ignore[attr-defined]

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..harness.answers import answer_envelope
-from ..harness.context import AgentContext
+from ..harness.context import MIB, AgentContext, UnitResources
 
 RowKey = tuple[str, str, int]
 
@@ -97,4 +97,6 @@ def replay_agent(task_prompt: str, work_dir: Path, context: AgentContext) -> dic
 
 replay_agent.needs_data = False  # type: ignore[attr-defined]
 replay_agent.leaves_nothing_running = True  # type: ignore[attr-defined]
+# it reads a recorded answer: a hundredth of a CPU, and a sandboxed Python's memory
+replay_agent.resources = UnitResources(cpus=0.01, memory=64 * MIB)  # type: ignore[attr-defined]
 replay_agent.replays_recorded_runs = True  # type: ignore[attr-defined]

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..harness.context import AgentContext, AgentFunction, AgentRef
+from ..harness.context import MIB, AgentContext, AgentFunction, AgentRef, UnitResources
 
 
 def _reference() -> AgentFunction:
@@ -89,6 +89,8 @@ def _program(factory_name: str) -> Callable[[], AgentFunction]:
             return factory(model=context.model, **options)(task_prompt, work_dir)
 
         program_agent.env_names = _program_env_names(factory_name)  # type: ignore[attr-defined]
+        # a CLI agent (node or Python, its tools' subprocesses): about a CPU and a GiB
+        program_agent.resources = UnitResources(cpus=1, memory=1024 * MIB)  # type: ignore[attr-defined]
         return program_agent
 
     return load
@@ -147,6 +149,7 @@ def agent_ref(name: str) -> AgentRef:
             replays_recorded_runs=getattr(function, "replays_recorded_runs", False),
             runs_in_worker=getattr(function, "runs_in_worker", False),
             env_names=tuple(getattr(function, "env_names", ())),
+            resources=getattr(function, "resources", UnitResources()),
             preload=(function.__module__, *getattr(function, "preload", ())),
         )
     module_name, sep, attribute = name.partition(":")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ..harness.context import AgentContext
+from ..harness.context import MIB, AgentContext, UnitResources
 
 
 def sleep_agent(task_prompt: str, work_dir: Path, context: AgentContext) -> dict:
@@ -20,3 +20,5 @@ def sleep_agent(task_prompt: str, work_dir: Path, context: AgentContext) -> dict
 
 sleep_agent.needs_data = False  # type: ignore[attr-defined]
 sleep_agent.leaves_nothing_running = True  # type: ignore[attr-defined]
+# it waits: a hundredth of a CPU, and a sandboxed Python's memory
+sleep_agent.resources = UnitResources(cpus=0.01, memory=64 * MIB)  # type: ignore[attr-defined]

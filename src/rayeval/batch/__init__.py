@@ -11,18 +11,19 @@ from typing import TYPE_CHECKING, Any
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .engine import BatchConfig, RunCancelled, RunConflict, run_batch
+    from .engine import BatchConfig, RunCancelled, RunConflict, UnitsDoNotFit, run_batch
     from .summary import RunSummary
 
 _EXPORTS = {
     "BatchConfig": ".engine",
     "RunCancelled": ".engine",
     "RunConflict": ".engine",
+    "UnitsDoNotFit": ".engine",
     "run_batch": ".engine",
     "RunSummary": ".summary",
 }
 
-__all__ = ["BatchConfig", "RunCancelled", "RunConflict", "RunSummary", "run", "run_batch"]
+__all__ = ["BatchConfig", "RunCancelled", "RunConflict", "RunSummary", "UnitsDoNotFit", "run", "run_batch"]
 
 
 __getattr__ = lazy_exports(__name__, _EXPORTS)

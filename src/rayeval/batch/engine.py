@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import logging
 import math
 import os
@@ -21,7 +20,7 @@ from ..agents.labels import row_labels
 from ..agents.resolve import agent_ref, check_agent_args, resolve_agent
 from ..evals import Eval, load_evals, select_evals
 from ..harness.cache import default_cache_dir
-from ..harness.context import AgentFunction
+from ..harness.context import AgentFunction, UnitResources
 from ..harness.execution import INT64_MAX, INT64_MIN, Execution, grade_execution
 from ..harness.grading_pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
 from ..harness.isolation import Isolation
@@ -43,52 +42,15 @@ from ..storage.store import (
     StorageError,
     describe_write_error,
 )
-from .placement import nodes_for_new_workers, worker_count
 from .plan import Plan, Unit, compact_seeds, plan_changes, unstored
 from .progress import Progress
+from .queue import UnitQueue, retry_delay
 from .rows import UnitRow, row_from_result, unit_row
-from .scheduler import CALL_BUDGET_S, ChunkSizer, Scheduler, retry_delay
 from .stopping import RunCancelled, SigtermStopsTheRun
 from .summary import RunSummary, summarize
-from .worker import (
-    FAST_CALLS_PER_WORKER,
-    GradeFunction,
-    WorkerConfig,
-    WorkerPool,
-    start_workers,
-)
+from .worker import GradeFunction, WorkerConfig, WorkerPool, ray_options, start_workers
 
 log = logging.getLogger(__name__)
-
-# A probe unit not back this long after its worker is up marks the agent as slow (see _Warmup).
-PROBE_S = 0.25
-# How often the driver looks for nodes that joined the cluster (an autoscaler's, a RayJob's
-# workers starting after the driver), to give them workers.
-CLUSTER_CHECK_S = 5.0
-
-
-class _Warmup:
-    """Before any unit has come back, each worker gets one single-unit probe call.
-
-    A burst of the full concurrency in single-unit calls into workers that are still starting
-    slows their start-up and, for instant agents, only costs round trips; slow agents lose
-    nothing by waiting for their workers to be up. Once a worker is up (``prepare`` returned),
-    probes not back within PROBE_S mean slow units: the full concurrency then goes out at once.
-    """
-
-    def __init__(self, workers: WorkerPool):
-        self.workers = workers
-        self.first_up_at: float | None = None
-
-    def over(self, sizer: ChunkSizer) -> bool:
-        return sizer.known or (self.first_up_at is not None and time.monotonic() - self.first_up_at > PROBE_S)
-
-    def take_ready(self, ready: list[Any]) -> list[Any]:
-        """Note the workers that came up; returns the other (call) references."""
-        calls = [ref for ref in ready if not self.workers.came_up(ref)]
-        if len(calls) < len(ready):
-            self.first_up_at = self.first_up_at or time.monotonic()
-        return calls
 
 
 class BatchConfig(BaseModel):
@@ -126,6 +88,11 @@ class BatchConfig(BaseModel):
     sandbox: SandboxConfig = SandboxConfig()
     #: seconds a unit's grading may take (in a grading subprocess) before it is a timeout row
     grade_timeout: float = Field(DEFAULT_GRADE_TIMEOUT_S, gt=0)
+    #: what one unit asks Ray for, overriding the agent's own declaration (see UnitResources)
+    unit_cpus: float | None = Field(None, gt=0)
+    unit_memory: int | None = Field(None, ge=0)
+    unit_resources: dict[str, Annotated[float, Field(gt=0)]] = Field(default_factory=dict)
+    #: worker processes the concurrent units are spread over (default: a CPU's worth of units each)
     workers: int | None = Field(None, ge=1)
     s3_endpoint_url: str | None = None
     work_root: str | None = None
@@ -140,6 +107,10 @@ class BatchConfig(BaseModel):
 
 class RunConflict(ValueError):
     """The run id already holds results (without --resume), or --resume has nothing to resume."""
+
+
+class UnitsDoNotFit(ValueError):
+    """A unit asks for more than any node of the (embedded) Ray has: it could never start."""
 
 
 def new_run_id() -> str:
@@ -281,10 +252,6 @@ def run_batch(
         try:
             owns_ray = connect(config)
             sigterm.claim()
-            # The collector leaves what exists now (Ray, pyarrow and their modules: ~150,000
-            # objects) out of its scans: a full scan of it costs ~80 ms, and a big plan's
-            # allocations would trigger several (100,000 units: 0.4 s to plan instead of 0.6-0.7 s).
-            gc.freeze()
             # Workers start (asynchronously) first: their start-up overlaps planning and the
             # manifest.  A resumed run may need fewer; idle ones cost nothing.
             workers = _start_pool(config, run_id, evals, len(plan), agent=agent, grade=grade) if len(plan) else None
@@ -314,7 +281,6 @@ def run_batch(
                     _abandon_run(writer, progress)
             finally:
                 lease.release()
-                gc.unfreeze()
                 if workers is not None and status != "completed":
                     workers.end_all()  # calls in flight end now, not in Ray's shutdown (which logs each)
                 if owns_ray:
@@ -529,6 +495,18 @@ def _worker_config(config: BatchConfig, run_id: str, evals: list[Eval]) -> Worke
     )
 
 
+def unit_resources(config: BatchConfig, agent: AgentFunction | None) -> UnitResources:
+    """What one unit asks Ray for: the agent's declaration (an in-memory agent's
+    ``resources`` attribute), with the run's overrides."""
+    declared = agent_ref(config.agent).resources if agent is None else getattr(agent, "resources", UnitResources())
+    overrides: dict[str, Any] = {"custom": {**declared.custom, **config.unit_resources}}
+    if config.unit_cpus is not None:
+        overrides["cpus"] = config.unit_cpus
+    if config.unit_memory is not None:
+        overrides["memory"] = config.unit_memory
+    return declared.model_copy(update=overrides)
+
+
 def _start_pool(
     config: BatchConfig,
     run_id: str,
@@ -538,45 +516,50 @@ def _start_pool(
     agent: AgentFunction | None,
     grade: GradeFunction | None,
 ) -> WorkerPool:
-    """One worker per CPU of the cluster as it is now (see ``worker_count``); ``_grow_pool``
-    adds workers for nodes that join later."""
-    count = config.workers or worker_count(ray.cluster_resources().get("CPU", 0), _demand(config, planned))
+    """Workers enough for the run's concurrency, each running up to a CPU's worth of units (or
+    ``config.workers`` of them), within what the largest node has."""
+    resources = unit_resources(config, agent)
+    demand = max(1, min(config.max_concurrency, planned))
+    slots = math.ceil(demand / config.workers) if config.workers else max(1, min(demand, int(1 / resources.cpus)))
+    slots = min(slots, _slots_that_fit(resources, embedded=_embedded(config)))
     return start_workers(
         _worker_config(config, run_id, evals),
         evals=evals,
         agent=agent,
         grade=grade,
-        count=count,
-        threads_per_worker=math.ceil(config.max_concurrency / count),
+        resources=resources,
+        count=math.ceil(demand / slots),
+        slots=slots,
     )
 
 
-def _demand(config: BatchConfig, units: int) -> int:
-    """How many units may run at once."""
-    return max(1, min(config.max_concurrency, units))
+def _slots_that_fit(resources: UnitResources, *, embedded: bool) -> int:
+    """How many units' resources the largest node now in the cluster holds.  None: on the
+    embedded Ray a unit would never start (UnitsDoNotFit); on a cluster an autoscaler may yet
+    add a node that holds it, so a worker asks for one unit, and Ray reports it waiting."""
+    asked = ray_options(resources, 1)
+    wanted = {"CPU": asked["num_cpus"], "GPU": asked["num_gpus"], "memory": asked["memory"], **asked["resources"]}
+    best = 0
+    for node in ray.nodes():
+        if node["Alive"]:
+            have = node["Resources"]
+            best = max(best, min(int(have.get(name, 0) / amount + 1e-9) for name, amount in wanted.items() if amount))
+    if best:
+        return best
+    if embedded:
+        raise UnitsDoNotFit(
+            "a unit asks for "
+            + ", ".join(f"{name} {amount:g}" for name, amount in wanted.items() if amount)
+            + " (the agent's declaration with --unit-cpus/--unit-memory/--unit-resource), more than this machine's Ray has "
+            + f"({_node_totals()}): lower them, or run on a cluster (--address)"
+        )
+    log.warning("no node of the cluster holds a unit's resources now (%s): units wait for one to join", wanted)
+    return 1
 
 
-def _grow_pool(workers: WorkerPool, demand: int) -> None:
-    """Workers for the CPUs of nodes that joined since the pool was sized (``--workers`` unset),
-    each replacing, once up, a worker whose node has died or that its node has beyond its
-    CPUs (see ``WorkerPool``).
-
-    Waits until every worker has said where it is: a worker still starting (no node with CPUs
-    yet, as on a RayJob whose worker pods are still coming up) must not be counted twice.
-    """
-    if workers.preparing:
-        return
-    try:
-        nodes = ray.nodes()
-    except Exception as exc:  # noqa: BLE001 - growth is an optimisation: the run goes on without it
-        log.warning("cannot list the cluster's nodes to add workers: %s", exc)
-        return
-    node_cpus = {node["NodeID"]: node["Resources"].get("CPU", 0.0) for node in nodes if node["Alive"]}
-    excess = workers.excess(node_cpus)
-    wanted = worker_count(sum(node_cpus.values()), demand) - (workers.count - len(excess))
-    if wanted > 0:
-        new_nodes = nodes_for_new_workers(node_cpus, workers.workers_on(), wanted)
-        workers.add_on_nodes(new_nodes, replacing=excess[: len(new_nodes)])
+def _node_totals() -> str:
+    totals = ray.cluster_resources()
+    return ", ".join(f"{name} {totals[name]:g}" for name in ("CPU", "GPU", "memory") if name in totals)
 
 
 def _execute(
@@ -590,77 +573,46 @@ def _execute(
     progress: Progress,
     workers: WorkerPool,
 ) -> None:
-    scheduler = Scheduler(
-        plan,
-        todo,
-        max_concurrency=config.max_concurrency,
-        model_limits=config.model_concurrency,
+    """Start units while the limits and the workers' slots allow, wait for the next to end,
+    store its row or run it again."""
+    queue = UnitQueue(
+        plan, todo, max_concurrency=config.max_concurrency, model_limits=config.model_concurrency,
         earlier_attempts=earlier_attempts,
-    )
-    demand = _demand(config, int(todo.sum()))
-    sizer = ChunkSizer()
-    running: dict[Any, list[tuple[Unit, int]]] = {}
-    written = np.zeros(len(plan), dtype=bool)  # by plan position
-
-    def keep(unit: Unit, attempt: int, row: UnitRow) -> bool:
-        """Whether to store the row: not when the unit is retried or was already stored."""
-        # retries count from the unit's first attempt of this run (--retry-errors: after the stored ones)
-        earlier = 0 if earlier_attempts is None else int(earlier_attempts[unit.index])
-        if row.status == "error" and attempt - earlier <= config.retries:
-            scheduler.retry_later(unit, attempt + 1, retry_delay(attempt, config.retry_backoff_s))
-            return False
-        if written[unit.index]:  # a retried Ray call may deliver a unit twice: keep the first
-            return False
-        written[unit.index] = True
-        return True
-
-    warmup = _Warmup(workers)
-    next_cluster_check = time.monotonic() + CLUSTER_CHECK_S
-    while not scheduler.idle or running:
+    )  # fmt: skip
+    running: dict[Any, tuple[Unit, int]] = {}
+    while queue.waiting or running:
         writer.check()  # a results root that cannot be written stops the run: no unit more
-        if config.workers is None and time.monotonic() >= next_cluster_check:
-            _grow_pool(workers, demand)
-            next_cluster_check = time.monotonic() + CLUSTER_CHECK_S
-        # Instant units: a worker runs FAST_CALLS_PER_WORKER calls at once; one more call per
-        # worker waits queued, so it is busy while the driver stores rows.  Units that wait
-        # (LLM calls) get the full concurrency.  Quick units of either kind travel many to a call.
-        fast = sizer.instant
-        if not warmup.over(sizer):
-            limit = min(config.max_concurrency, workers.count)
-        elif fast:
-            limit = min(config.max_concurrency, (FAST_CALLS_PER_WORKER + 1) * workers.count)
-        else:
-            limit = config.max_concurrency
-        # the last units are spread over every call slot, so that all workers finish together
-        size = max(1, min(sizer.size, math.ceil(scheduler.queued / limit)))
-        while call := scheduler.next_call(size, limit):
-            running[workers.submit(call, fast=fast, budget_s=CALL_BUDGET_S)] = call
-        if not running:
+        while workers.free() and (taken := queue.next()) is not None:
+            running[workers.submit(*taken)] = taken
+        refs = [*running, *workers.starting]
+        if not refs:
             time.sleep(0.05)  # only delayed retries remain
             continue
-        refs = [*running, *workers.preparing]
-        ready, _ = ray.wait(refs, num_returns=1, timeout=0.1 if warmup.over(sizer) else 0.02, fetch_local=True)
+        ready, _ = ray.wait(refs, num_returns=1, timeout=0.1)
         if ready:  # and whatever else is done by now
-            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=True)
-        ready = warmup.take_ready(ready)
-        kept: dict[str, list[UnitRow]] = {}  # model -> rows to store, of every call back by now
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        kept: dict[str, list[UnitRow]] = {}  # model -> rows to store, of every unit back by now
         for ref in ready:
-            call = running.pop(ref)
+            if workers.came_up(ref):
+                continue
+            unit, attempt = running.pop(ref)
             workers.finished(ref)
-            model = call[0][0].model  # a call holds units of one model
-            scheduler.call_finished(model)
-            try:
-                rows = ray.get(ref)
-            except ray.exceptions.RayError as exc:
-                rows = [unit_row(_system_error_row(u, a, evals[u.eval_index], run_id, config, exc)) for u, a in call]
+            queue.finished(unit.model)
+            row = _unit_result(ref, unit, attempt, evals[unit.eval_index], run_id, config)
+            earlier = 0 if earlier_attempts is None else int(earlier_attempts[unit.index])
+            if row.status == "error" and attempt - earlier <= config.retries:  # retries count from this run's first
+                queue.retry_later(unit, attempt + 1, retry_delay(attempt, config.retry_backoff_s))
             else:
-                for row in rows:
-                    sizer.observe(row.seconds, row.agent_s)
-            kept.setdefault(model, []).extend(
-                row for (unit, attempt), row in zip(call, rows) if keep(unit, attempt, row)
-            )
-            scheduler.put_back(call[len(rows) :])  # not started within the call's time budget
-        for model, model_rows in kept.items():  # one WAL write and fsync per model and round
-            writer.add_lines(row_labels(config.agent, model, config.agent_args)[0], [row.line for row in model_rows])
-            for row in model_rows:  # done once on disk, in the write-ahead log
+                kept.setdefault(unit.model, []).append(row)
+        for model, rows in kept.items():  # one WAL write and fsync per model and round
+            writer.add_lines(row_labels(config.agent, model, config.agent_args)[0], [row.line for row in rows])
+            for row in rows:  # done once on disk, in the write-ahead log
                 progress.update(passed=row.passed, error=row.status in ERROR_STATUSES)
+
+
+def _unit_result(ref: Any, unit: Unit, attempt: int, eval_: Eval, run_id: str, config: BatchConfig) -> UnitRow:
+    """The worker's row, or an error row when Ray could not run the unit (after its retries)."""
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayError as exc:
+        return unit_row(_system_error_row(unit, attempt, eval_, run_id, config, exc))

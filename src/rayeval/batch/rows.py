@@ -20,17 +20,15 @@ ERROR_TRACEBACK_CHARS = 64_000
 
 class UnitRow(NamedTuple):
     """A worker's answer for one unit: the row as its JSON line (written to the WAL and Parquet
-    as it is) and the fields the driver decides on (retry, progress, call sizes)."""
+    as it is) and the fields the driver decides on (retry, progress)."""
 
     status: str
     passed: bool
-    seconds: float  # the unit's wall time on its worker, harness and grading included
-    agent_s: float
     line: bytes
 
 
-def unit_row(row: ResultRow, seconds: float = 0.0) -> UnitRow:
-    return UnitRow(row.status, row.passed, seconds, row.agent_s, row.to_line())
+def unit_row(row: ResultRow) -> UnitRow:
+    return UnitRow(row.status, row.passed, row.to_line())
 
 
 def row_from_result(

@@ -1,4 +1,4 @@
-"""The Ray actor that runs units: threaded, because agent work waits on LLM calls, not CPU."""
+"""The Ray actors that run units: threaded, because agent work waits on models and tools, not CPU."""
 
 from __future__ import annotations
 
@@ -7,20 +7,17 @@ import logging
 import os
 import socket
 import threading
-import time
-from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import ray
 from pydantic import BaseModel
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ..agents.resolve import agent_ref, resolve_agent
 from ..evals import Eval
 from ..harness.cache import left_by_gone_processes, remove_tree
-from ..harness.context import AgentFunction, AgentRef
+from ..harness.context import AgentFunction, AgentRef, UnitResources
 from ..harness.execution import Execution, grade_execution
 from ..harness.grading_pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
 from ..harness.isolation import Isolation
@@ -28,16 +25,10 @@ from ..harness.result import EvalResult
 from ..harness.runner import EvalRunner
 from ..harness.sandbox import SandboxConfig
 from ..harness.workspace import default_work_root
-from .cpu_share import CpuShare
 from .plan import Plan, Unit
 from .rows import UnitRow, row_from_result, unit_row
 
 log = logging.getLogger(__name__)
-
-FAST_GROUP = "fast"
-# Fast units (many to a call) run this many calls at once per worker: one call alone leaves the
-# core idle while it waits on the file system (work folders); two fill those gaps.
-FAST_CALLS_PER_WORKER = 2
 
 # A worker's folder under the work root: ``worker-<host>-<pid>``.
 WORKER_FOLDER_PREFIX = "worker-"
@@ -62,7 +53,8 @@ class WorkerConfig(BaseModel):
 
 
 class UnitWorker:
-    """Holds the run's plan, evals and resolved agent; each call runs its units on one thread.
+    """Holds the run's plan, evals and resolved agent; runs one unit per call, up to its share
+    of the run's units at once on its threads.
 
     ``agent`` (a callable object) is used instead of resolving ``config.agent`` by name, and
     ``grade`` instead of the eval's graders, when given (in-memory runs).
@@ -78,43 +70,36 @@ class UnitWorker:
         self.agent: AgentFunction | AgentRef | None = None
         self.grade: GradeFunction = grade_execution
         # A folder per worker process (named by host and process, see ``sweep_dead_workers``),
-        # and in it one per thread (see ``run_units``).
+        # and in it one per thread (see ``run_unit``).
         root = Path(config.work_root or default_work_root())
         self.work_root = root / f"{WORKER_FOLDER_PREFIX}{self.node}-{os.getpid()}"
         threading.Thread(target=sweep_dead_workers, args=(root, self.node), daemon=True).start()
-        self.cpus = CpuShare()
 
-    def run_units(
-        self, positions: list[int], attempts: list[int], shared: list[Any], budget_s: float, instant: bool = False
-    ) -> list[UnitRow]:
-        """Run, grade and turn into rows the units at these plan positions, one after another
-        (a call is one agent slot).  Flat lists of ints: Ray encodes them far faster than tuples.
-        ``instant``: a call of the fast group (see ``CpuShare``).
-
-        No unit starts once the call has run ``budget_s``: its rows cover a prefix of the
-        positions and the driver queues the rest again.  Calls are sized from the units seen so
-        far; when units turn slow (an API that answered errors at once recovers), a call of
-        hundreds must not hold them on one thread for hours.
-
-        Grading happens here, batched per call: it costs microseconds, so sending executions
-        elsewhere to be graded would cost more in Ray round trips than the grading itself.
-        """
+    def run_unit(self, position: int, attempt: int, shared: list[Any]) -> UnitRow:
+        """Run, grade and turn into a row the unit at this plan position.  Grading happens
+        here, in a bounded grading subprocess, outside the agent's sandbox."""
         self._load(shared)
-        # a parent folder per thread: threads creating and removing folders in a shared
-        # parent wait on its lock (two threads then go no faster than one)
+        unit = self.plan.unit(position)
+        eval_ = self.evals[unit.eval_index]
+        # a parent folder per thread: threads creating and removing folders in a shared parent
+        # wait on its lock
         work_root = self.work_root / f"thread-{threading.get_native_id()}"
-        start = time.perf_counter()
-        rows = []
-        with self.cpus.call(instant=instant):
-            for index, attempt in zip(positions, attempts):
-                if rows and time.perf_counter() - start >= budget_s:
-                    break
-                rows.append(self._run_unit(self.plan.unit(index), attempt, work_root))
-        return rows
+        result = self.grade(eval_, self._execute(unit, work_root))
+        row = row_from_result(
+            result,
+            unit=unit,
+            eval_=eval_,
+            run_id=self.config.run_id,
+            agent=self.config.agent,
+            agent_args=self.config.agent_args,
+            attempt=attempt,
+            node=self.node,
+        )
+        return unit_row(row)
 
     def prepare(self, shared: list[Any]) -> str:
         """Returns, with the id of the node the worker is on, once the worker is up and holds
-        the run's data: the start of its first unit."""
+        the run's data."""
         self._load(shared)
         return ray.get_runtime_context().get_node_id()
 
@@ -145,23 +130,8 @@ class UnitWorker:
             return resolve_agent(self.config.agent)
         return agent_ref(self.config.agent)
 
-    def _run_unit(self, unit: Unit, attempt: int, work_root: Path) -> UnitRow:
-        start = time.perf_counter()
-        eval_ = self.evals[unit.eval_index]
-        result = self.grade(eval_, self._execute(unit, work_root))
-        row = row_from_result(
-            result,
-            unit=unit,
-            eval_=eval_,
-            run_id=self.config.run_id,
-            agent=self.config.agent,
-            agent_args=self.config.agent_args,
-            attempt=attempt,
-            node=self.node,
-        )
-        return unit_row(row, time.perf_counter() - start)
-
     def _execute(self, unit: Unit, work_root: Path) -> Execution:
+        assert self.agent is not None, "run_unit loads the agent first"
         runner = EvalRunner(
             self.evals[unit.eval_index],
             work_root=work_root,
@@ -202,130 +172,67 @@ def sweep_dead_workers(root: Path, host: str) -> None:
 
 
 class WorkerPool:
-    """The run's worker actors; each call goes to the worker with the fewest calls in flight,
-    so that no worker runs short of work while calls queue up at another.  Calls of fast
-    units go through the fast group.
+    """The run's worker actors.  Each asks Ray for ``slots`` units' resources and runs up to
+    that many units at once: Ray places each where its resources are free (a cluster's
+    autoscaler adds nodes for those it cannot place yet) and restarts one whose process or node
+    died, retrying its calls.  Units go only to workers that are up, the least busy first, so
+    none waits behind a worker that has no place yet.
 
     The evals and in-memory callables (cloudpickled) are put once and held for the whole run;
-    every call carries the references (see ``UnitWorker._load``) and names its units by their
+    every call carries the references (see ``UnitWorker._load``) and names its unit by its
     position in the plan, which each worker derives from the evals, models and seeds.
-
-    ``new_actor(scheduling_strategy)`` starts one more actor: the pool grows when nodes join.
-    A worker whose node died runs on elsewhere (Ray restarts it, on whatever node has room),
-    and a node can end up with more workers than CPUs; when a new worker replaces such a
-    worker on a node that joined, the old one gets no more calls and is ended once its calls
-    are back, so that a node that comes back gets its share of the work again.
     """
 
-    def __init__(self, new_actor: Callable[[Any], Any], shared: list[Any]):
-        self._new_actor = new_actor
+    def __init__(self, actors: list[Any], slots: int, shared: list[Any]):
+        self.actors = actors
+        self.slots = slots
         self.shared = shared
-        self.actors: list[Any] = []
-        self._threaded: list[Any] = []
-        self._fast: list[Any] = []
-        self._in_flight: list[int] = []
+        self.in_flight = [0] * len(actors)
+        self.starting = {actor.prepare.remote(shared): index for index, actor in enumerate(actors)}
+        self.up: set[int] = set()
         self._worker_of: dict[Any, int] = {}
-        self.node_of: list[str | None] = []  # as each worker reported when it came up
-        self.preparing: dict[Any, int] = {}  # ``prepare`` references of workers not up yet
-        self._replaces: dict[int, int] = {}  # new worker -> the one it replaces (see ``excess``)
-        self._retiring: set[int] = set()  # no more calls; ended once theirs are back
-
-    @property
-    def count(self) -> int:
-        """Workers that take calls."""
-        return len(self.actors) - len(self._retiring)
-
-    def add(self, strategies: list[Any], *, replacing: list[int] = ()) -> None:
-        """Start one worker per scheduling strategy ("SPREAD", or a node affinity); the first
-        ones retire the workers ``replacing`` names once they are up."""
-        for position, strategy in enumerate(strategies):
-            actor = self._new_actor(strategy)
-            if position < len(replacing):
-                self._replaces[len(self.actors)] = replacing[position]
-            self.preparing[actor.prepare.remote(self.shared)] = len(self.actors)
-            self.actors.append(actor)
-            self._threaded.append(actor.run_units)
-            self._fast.append(actor.run_units.options(concurrency_group=FAST_GROUP))
-            self._in_flight.append(0)
-            self.node_of.append(None)
-
-    def add_on_nodes(self, node_ids: list[str], *, replacing: list[int] = ()) -> None:
-        """Workers on these nodes (a node that dies meanwhile: elsewhere)."""
-        self.add([NodeAffinitySchedulingStrategy(node_id, soft=True) for node_id in node_ids], replacing=replacing)
 
     def came_up(self, ref: Any) -> bool:
-        """Whether ``ref`` (ready) is a worker's ``prepare``; notes the worker's node if so,
-        and retires the worker it replaces."""
-        index = self.preparing.pop(ref, None)
+        """Whether ``ref`` (ready) is a worker's ``prepare``; the worker takes units from now
+        on (one that failed to start too: Ray restarts it, and its units wait for that)."""
+        index = self.starting.pop(ref, None)
         if index is None:
             return False
-        replaced = self._replaces.pop(index, None)
-        try:
-            self.node_of[index] = ray.get(ref)
-        except ray.exceptions.RayError:  # it failed to start: Ray restarts it, node unknown
-            return True  # the one it was to replace keeps working
-        if replaced is not None:
-            self._retire(replaced)
+        self.up.add(index)
         return True
 
-    def excess(self, node_cpus: Mapping[str, float]) -> list[int]:
-        """Workers taking calls that another node would serve better: those whose node has
-        died since they came up (Ray has restarted them elsewhere, where the pool does not
-        know), then the last ones beyond one per CPU of an alive node."""
-        displaced, beyond = [], []
-        seen: Counter[str] = Counter()
-        for index, node in enumerate(self.node_of):
-            if node is None or index in self._retiring:
-                continue
-            if node not in node_cpus:
-                displaced.append(index)
-            else:
-                seen[node] += 1
-                if seen[node] > int(node_cpus[node]):
-                    beyond.append(index)
-        return displaced + beyond
+    def free(self) -> bool:
+        return any(self.in_flight[index] < self.slots for index in self.up)
 
-    def workers_on(self) -> Counter[str]:
-        """Workers taking calls per node, for those whose node is known."""
-        return Counter(
-            node for index, node in enumerate(self.node_of) if node is not None and index not in self._retiring
-        )
-
-    def _retire(self, index: int) -> None:
-        self._retiring.add(index)
-        if self._in_flight[index] == 0:
-            self._end(index)
-
-    def end_all(self) -> None:
-        """End every worker, calls in flight included (a run that stops early)."""
-        for index in range(len(self.actors)):
-            self._end(index)
-
-    def _end(self, index: int) -> None:
-        try:
-            ray.kill(self.actors[index], no_restart=True)
-        except ray.exceptions.RayError as exc:  # gone already: nothing to end
-            log.debug("worker %d: %s", index, exc)
-
-    def submit(self, call: list[tuple[Unit, int]], *, fast: bool, budget_s: float) -> Any:
-        """Send a call to the least busy worker; ``fast``: through its fast group (see
-        FAST_CALLS_PER_WORKER); ``budget_s``: see ``UnitWorker.run_units``."""
-        taking = (i for i in range(len(self.actors)) if i not in self._retiring)
-        index = min(taking, key=self._in_flight.__getitem__)
-        method = (self._fast if fast else self._threaded)[index]
-        ref = method.remote(
-            [unit.index for unit, _ in call], [attempt for _, attempt in call], self.shared, budget_s, fast
-        )
-        self._in_flight[index] += 1
+    def submit(self, unit: Unit, attempt: int) -> Any:
+        index = min(self.up, key=self.in_flight.__getitem__)
+        ref = self.actors[index].run_unit.remote(unit.index, attempt, self.shared)
+        self.in_flight[index] += 1
         self._worker_of[ref] = index
         return ref
 
     def finished(self, ref: Any) -> None:
         """The call behind ``ref`` is over (its result or error has been fetched)."""
-        index = self._worker_of.pop(ref)
-        self._in_flight[index] -= 1
-        if index in self._retiring and self._in_flight[index] == 0:
-            self._end(index)
+        self.in_flight[self._worker_of.pop(ref)] -= 1
+
+    def end_all(self) -> None:
+        """End every worker, calls in flight included (a run that stops early)."""
+        for actor in self.actors:
+            try:
+                ray.kill(actor, no_restart=True)
+            except ray.exceptions.RayError as exc:  # gone already: nothing to end
+                log.debug("worker: %s", exc)
+
+
+def ray_options(resources: UnitResources, slots: int) -> dict[str, Any]:
+    """Ray's options asking for ``slots`` units' resources (``GPU`` is Ray's ``num_gpus``)."""
+    custom = {name: amount * slots for name, amount in resources.custom.items() if name != "GPU"}
+    return {
+        "num_cpus": resources.cpus * slots,
+        "num_gpus": resources.custom.get("GPU", 0) * slots,
+        "memory": resources.memory * slots,
+        "resources": custom,
+    }
 
 
 def start_workers(
@@ -334,21 +241,14 @@ def start_workers(
     evals: list[Eval],
     agent: AgentFunction | None,
     grade: GradeFunction | None,
+    resources: UnitResources,
     count: int,
-    threads_per_worker: int,
+    slots: int,
 ) -> WorkerPool:
-    """Actors restart when their process or node dies, and Ray retries their in-flight calls."""
-    actor_class = ray.remote(concurrency_groups={FAST_GROUP: FAST_CALLS_PER_WORKER})(UnitWorker)
-
-    def new_actor(strategy: Any) -> Any:
-        return actor_class.options(
-            num_cpus=0.01,
-            max_concurrency=threads_per_worker,
-            max_restarts=-1,
-            max_task_retries=3,
-            scheduling_strategy=strategy,
-        ).remote(config)
-
-    pool = WorkerPool(new_actor, [ray.put(evals), ray.put(agent), ray.put(grade)])
-    pool.add(["SPREAD"] * count)
-    return pool
+    """``count`` workers of ``slots`` units each.  Actors restart when their process or node
+    dies, and Ray retries their in-flight calls."""
+    actor_class = ray.remote(UnitWorker).options(
+        **ray_options(resources, slots), max_concurrency=slots, max_restarts=-1, max_task_retries=3
+    )
+    actors = [actor_class.remote(config) for _ in range(count)]
+    return WorkerPool(actors, slots, [ray.put(evals), ray.put(agent), ray.put(grade)])

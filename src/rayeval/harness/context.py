@@ -26,6 +26,21 @@ class AgentContext(BaseModel):
     args: dict[str, str] = Field(default_factory=dict)
 
 
+MIB = 1024 * 1024
+
+
+class UnitResources(BaseModel):
+    """What one unit asks Ray for while it runs: its agent's CPUs, memory (bytes) and custom
+    resources (``GPU`` included). Each agent declares its own; a run may override them
+    (``--unit-cpus``, ``--unit-memory``, ``--unit-resource``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    cpus: float = Field(0.25, gt=0)
+    memory: int = Field(512 * MIB, ge=0)
+    custom: dict[str, float] = Field(default_factory=dict)
+
+
 class AgentRef(BaseModel):
     """An agent by name (a built-in or ``module:function``), imported only where it runs: a
     sandbox never lets an agent's module run code in the process that holds the evals.
@@ -42,6 +57,7 @@ class AgentRef(BaseModel):
     #: worker's process whatever the isolation, and their rows say ``inline``
     runs_in_worker: bool = False
     env_names: tuple[str, ...] = ()
+    resources: UnitResources = UnitResources()
     #: modules a built-in agent's runner imports once, not every unit (rayeval's own and their
     #: dependencies; never a ``module:function`` agent's module)
     preload: tuple[str, ...] = ()

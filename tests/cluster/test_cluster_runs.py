@@ -46,17 +46,18 @@ def _outputs(done: subprocess.CompletedProcess | subprocess.Popen, out: str = ""
 
 
 def start_sleep_run(
-    cluster: RayTestCluster, tmp_path: Path, run_id: str, *, seeds: int = SLEEP_SEEDS, workers: int | None = 2
+    cluster: RayTestCluster, tmp_path: Path, run_id: str, *, seeds: int = SLEEP_SEEDS, unit_cpus: float | None = None
 ) -> tuple[subprocess.Popen, Path]:
     """A ``rayeval run`` of the sleep agent (units of 1 s, 4 at a time) against the cluster, in
-    the background; ``workers=None``: as many as the cluster's CPUs call for."""
+    the background, on two workers; ``unit_cpus``: units of that many CPUs instead (and as many
+    workers as Ray's resources call for)."""
     output = tmp_path / "results"
     command = [
         "rayeval", "run", str(EVALS),
         "--agent", "sleep", "--agent-arg", "seconds=1",
         "--seeds", str(seeds),
         "--max-concurrency", "4",
-        *(["--workers", str(workers)] if workers else []),
+        *(["--unit-cpus", str(unit_cpus)] if unit_cpus else ["--workers", "2"]),
         "--address", cluster.gcs_address,
         "--output", str(output), "--run-id", run_id, "--no-progress",
     ]  # fmt: skip
@@ -299,8 +300,8 @@ def test_killed_second_node_loses_no_unit(ray_cluster: RayTestCluster, tmp_path:
 GROW_SEEDS = 12  # 120 units of 1 s, 4 at a time: ~30 s, time for a node to join and be used
 
 
-def _one_worker_per_cpu(ray_cluster: RayTestCluster, node: RayNode, process: subprocess.Popen) -> None:
-    """Workers start independently: one may run a unit before the others are up."""
+def _workers_on(ray_cluster: RayTestCluster, node: RayNode, process: subprocess.Popen) -> None:
+    """Units of a CPU each: the node runs one worker per CPU, no more (Ray's placement)."""
     wait_until(
         lambda: len(ray_cluster.actor_pids("UnitWorker", node=node)) >= NODE_CPUS or process.poll() is not None,
         30, 0.2, f"a worker per CPU of {node.name}",
@@ -320,12 +321,13 @@ def _start_node2_until_busy(ray_cluster: RayTestCluster, process: subprocess.Pop
     return node2, started_at
 
 
-def test_a_node_that_joins_mid_run_gets_workers(ray_cluster: RayTestCluster, tmp_path: Path) -> None:
-    """Workers follow the cluster: a node that joins during a run (an autoscaler's node, a
-    RayJob's worker pods starting after its driver) gets one worker per CPU, and units run there."""
+def test_a_node_that_joins_mid_run_gets_the_units_waiting_for_room(ray_cluster: RayTestCluster, tmp_path: Path) -> None:
+    """Units of a CPU each, 4 at a time, on a head of 2 CPUs: two workers run, two wait for room
+    (the demand an autoscaler sees). A node that joins (an autoscaler's, a RayJob's worker pods
+    starting after its driver) gets them, and units run there."""
     if ray_cluster.workers:
         ray_cluster.kill_node2()  # the run starts on the head alone
-    process, output = start_sleep_run(ray_cluster, tmp_path, "grow", seeds=GROW_SEEDS, workers=None)
+    process, output = start_sleep_run(ray_cluster, tmp_path, "grow", seeds=GROW_SEEDS, unit_cpus=1)
     try:
         wait_until(
             lambda: ray_cluster.actor_pids("UnitWorker", busy=True) or process.poll() is not None,
@@ -334,13 +336,11 @@ def test_a_node_that_joins_mid_run_gets_workers(ray_cluster: RayTestCluster, tmp
             "a busy UnitWorker",
         )
         assert process.poll() is None, "rayeval run ended before any UnitWorker was seen busy"
-        _one_worker_per_cpu(ray_cluster, ray_cluster.head, process)
+        _workers_on(ray_cluster, ray_cluster.head, process)
         node2, joined_at = _start_node2_until_busy(ray_cluster, process, "the node that joined")
         first_busy_s = time.monotonic() - joined_at
-        _one_worker_per_cpu(ray_cluster, node2, process)
-        assert (
-            len(ray_cluster.actor_pids("UnitWorker", node=ray_cluster.head)) == NODE_CPUS
-        )  # none moved or added there
+        _workers_on(ray_cluster, node2, process)
+        assert len(ray_cluster.actor_pids("UnitWorker", node=ray_cluster.head)) == NODE_CPUS  # none added there
     except BaseException:
         kill_pids([process.pid])
         raise
@@ -352,36 +352,31 @@ RETURN_SEEDS = 24  # 240 units of 1 s, 4 at a time: ~60 s, time for a node to di
 
 
 def test_workers_return_to_a_node_that_comes_back(ray_cluster: RayTestCluster, tmp_path: Path) -> None:
-    """The second node dies mid-run (its workers restart on the head) and comes back (an
-    autoscaler replacing a lost node): each node has one worker per CPU again, the head's
-    extra ones ended once their units were back."""
+    """Units of a CPU each: the second node dies mid-run (its workers wait for room, the head
+    being full: the run goes on at half speed) and comes back (an autoscaler replacing a lost
+    node): Ray places the waiting workers there again, and the head never runs more than it has
+    CPUs for."""
     if not ray_cluster.workers:
         ray_cluster.start_node2()
-    process, output = start_sleep_run(ray_cluster, tmp_path, "return", seeds=RETURN_SEEDS, workers=None)
+    process, output = start_sleep_run(ray_cluster, tmp_path, "return", seeds=RETURN_SEEDS, unit_cpus=1)
     try:
         wait_until(
             lambda: ray_cluster.actor_pids("UnitWorker", node=ray_cluster.node2, busy=True) or process.poll() is not None,
             60, 0.2, "a busy UnitWorker on the second node",
         )  # fmt: skip
         assert process.poll() is None, "rayeval run ended before a UnitWorker on node 2 was busy"
-        total = 2 * NODE_CPUS  # one worker per CPU of the cluster (--max-concurrency 4)
+        total = 2 * NODE_CPUS  # a worker per unit at once (--max-concurrency 4)
         wait_until(lambda: len(ray_cluster.actor_pids("UnitWorker")) == total, 30, 0.2, f"{total} workers")
         ray_cluster.kill_node2(wait_dead=False)
-        wait_until(
-            lambda: len(ray_cluster.actor_pids("UnitWorker", node=ray_cluster.head)) == total or process.poll() is not None,
-            60, 0.2, "node 2's workers restarting on the head",
-        )  # fmt: skip
-        assert process.poll() is None, "the run ended before node 2's workers were restarted on the head"
+        time.sleep(5)  # time for node 2's death to be noticed and its workers to be placed where they can
+        assert process.poll() is None, "the run ended before node 2 came back: make it longer"
+        assert len(ray_cluster.actor_pids("UnitWorker", node=ray_cluster.head)) == NODE_CPUS
         node2, returned_at = _start_node2_until_busy(ray_cluster, process, "the node that came back")
-        wait_until(
-            lambda: len(ray_cluster.actor_pids("UnitWorker", node=ray_cluster.head)) == NODE_CPUS or process.poll() is not None,
-            30, 0.2, "the head back to one worker per CPU",
-        )  # fmt: skip
-        assert process.poll() is None, "the run ended before the workers were back on node 2"
-        assert len(ray_cluster.actor_pids("UnitWorker", node=node2)) == NODE_CPUS
+        _workers_on(ray_cluster, node2, process)
+        assert len(ray_cluster.actor_pids("UnitWorker", node=ray_cluster.head)) == NODE_CPUS
         back_s = time.monotonic() - returned_at
     except BaseException:
         kill_pids([process.pid])
         raise
     finish_sleep_run(process, output, "return", RETURN_SEEDS)
-    print(f"node 2 came back; its workers were there again and the head's extra ones ended {back_s:.1f} s later")
+    print(f"node 2 came back; its workers ran there again {back_s:.1f} s later")

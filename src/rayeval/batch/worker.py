@@ -245,10 +245,14 @@ def start_workers(
     count: int,
     slots: int,
 ) -> WorkerPool:
-    """``count`` workers of ``slots`` units each.  Actors restart when their process or node
-    dies, and Ray retries their in-flight calls."""
+    """``count`` workers of ``slots`` units each, spread over the nodes.  Actors restart when
+    their process or node dies, and Ray retries their in-flight calls."""
     actor_class = ray.remote(UnitWorker).options(
-        **ray_options(resources, slots), max_concurrency=slots, max_restarts=-1, max_task_retries=3
+        **ray_options(resources, slots),
+        max_concurrency=slots,
+        max_restarts=-1,
+        max_task_retries=3,
+        scheduling_strategy="SPREAD",  # a run's units over every node with room, not packed on the first
     )
     actors = [actor_class.remote(config) for _ in range(count)]
     return WorkerPool(actors, slots, [ray.put(evals), ray.put(agent), ray.put(grade)])

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+from .._s3 import s3_client as _s3_client
 from .cache import CHUNK, FileRecord, Payload, list_tree, walk_files, write_file
 
 #: Longest silence tolerated on a socket; also capped by the time left before the deadline.
@@ -119,16 +120,8 @@ def _redact(url: str) -> str:
 
 
 def s3_client(endpoint_url: str | None, socket_timeout: float) -> Any:
-    """A boto3 S3 client: default credential chain; endpoint from the argument or AWS_ENDPOINT_URL*."""
-    import boto3
-    from botocore.config import Config
-
-    config = Config(
-        connect_timeout=socket_timeout,
-        read_timeout=socket_timeout,
-        retries={"max_attempts": 3, "mode": "standard"},
-    )
-    return boto3.session.Session().client("s3", endpoint_url=endpoint_url or None, config=config)
+    """rayeval's S3 client (see ``rayeval._s3``) with this fetch's timeouts."""
+    return _s3_client(endpoint_url, connect_timeout=socket_timeout, read_timeout=socket_timeout, max_attempts=3)
 
 
 _S3_MISSING = ("NoSuchKey", "404", "NotFound")

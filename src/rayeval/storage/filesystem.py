@@ -2,28 +2,20 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
 
-ENDPOINT_ENV_VARS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+from .._s3 import s3_client as _s3_client
+from .._s3 import s3_endpoint, s3_region
+
 # Bounded S3 timeouts: with the SDK defaults a PUT to an unreachable endpoint hangs ~28 s,
 # and the writer retries with its own backoff anyway.
 S3_CONNECT_TIMEOUT_S = 3.0
 S3_REQUEST_TIMEOUT_S = 10.0
 S3_MAX_ATTEMPTS = 2
-
-
-def s3_endpoint(explicit: str | None = None) -> str | None:
-    """The S3 endpoint override: the argument, else the standard AWS environment variables."""
-    if explicit:
-        return explicit
-    for name in ENDPOINT_ENV_VARS:
-        if os.environ.get(name):
-            return os.environ[name]
-    return None
 
 
 def is_s3(root: str) -> bool:
@@ -52,7 +44,7 @@ def resolve_root(root: str | Path, s3_endpoint_url: str | None = None) -> tuple[
         parsed = urlparse(text)
         endpoint = s3_endpoint(s3_endpoint_url)
         options: dict = {
-            "region": os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
+            "region": s3_region() or "us-east-1",
             # small objects go up as one PutObject instead of a multipart upload
             "allow_delayed_open": True,
             "connect_timeout": S3_CONNECT_TIMEOUT_S,
@@ -67,20 +59,15 @@ def resolve_root(root: str | Path, s3_endpoint_url: str | None = None) -> tuple[
     return pafs.LocalFileSystem(), str(Path(text).expanduser().resolve())
 
 
-def s3_client(s3_endpoint_url: str | None = None):
-    """A boto3 S3 client for the same store as :func:`resolve_root`: the standard AWS credential
-    chain and region, the endpoint override, and the same bounded timeouts.  For what pyarrow's
-    filesystem cannot do, such as conditional PUTs (``If-None-Match``/``If-Match``)."""
-    import boto3
-    from botocore.config import Config
-
-    config = Config(
-        region_name=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
+def s3_client(s3_endpoint_url: str | None = None) -> Any:
+    """A boto3 S3 client for the same store as :func:`resolve_root`, with the same bounded
+    timeouts: for conditional PUTs (``If-None-Match``/``If-Match``), which pyarrow cannot do."""
+    return _s3_client(
+        s3_endpoint_url,
         connect_timeout=S3_CONNECT_TIMEOUT_S,
         read_timeout=S3_REQUEST_TIMEOUT_S,
-        retries={"max_attempts": S3_MAX_ATTEMPTS, "mode": "standard"},
+        max_attempts=S3_MAX_ATTEMPTS,
     )
-    return boto3.session.Session().client("s3", endpoint_url=s3_endpoint(s3_endpoint_url), config=config)
 
 
 def pandas_storage_options(root: str | Path, s3_endpoint_url: str | None = None) -> dict | None:

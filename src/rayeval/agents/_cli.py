@@ -15,7 +15,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import tempfile
 import threading
@@ -25,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..harness.process_tree import end_process_tree
 from ..harness.secrets import (
     compile_secrets,
     is_secret_name,
@@ -87,58 +87,11 @@ def secrets_for(*envs: Mapping[str, str] | None) -> set[str]:
 
 
 # ----------------------------------------------------------------------------- process tree
-def _children_map() -> dict[int, list[int]]:
-    children: dict[int, list[int]] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return children
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                stat = fh.read().decode("utf-8", "replace")
-        except OSError:
-            continue
-        # pid (comm) state ppid ... ; comm may contain spaces/parens: split after the last ')'
-        try:
-            ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
-        except (ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(entry))
-    return children
-
-
-def descendants(pid: int) -> list[int]:
-    """All live descendants of ``pid`` (Linux /proc; empty elsewhere)."""
-    tree = _children_map()
-    out: list[int] = []
-    stack = list(tree.get(pid, []))
-    while stack:
-        p = stack.pop()
-        out.append(p)
-        stack.extend(tree.get(p, []))
-    return out
-
-
-def _signal_and_wait(proc: subprocess.Popen, pids: list[int], sig: int, grace: float) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-    try:
+def _end(proc: subprocess.Popen, grace: float) -> None:
+    """End the program and everything it started (SIGTERM, ``grace`` s, SIGKILL), then reap it."""
+    end_process_tree(proc, "descendants", grace=grace)
+    with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        pass
-
-
-def kill_tree(proc: subprocess.Popen, grace: float = 5.0) -> None:
-    """SIGTERM ``proc`` and its descendants, then SIGKILL whatever is left after ``grace`` s."""
-    pids = [proc.pid, *descendants(proc.pid)]
-    _signal_and_wait(proc, pids, signal.SIGTERM, grace)
-    _signal_and_wait(proc, [*pids, *descendants(proc.pid)], signal.SIGKILL, grace)
 
 
 # ----------------------------------------------------------------------------- streaming run
@@ -309,9 +262,9 @@ def run_streaming(
     except subprocess.TimeoutExpired:
         timed_out = True
         stream.note(f"HARNESS: timed out after {timeout} s; killing the agent process tree")
-        kill_tree(proc)
+        _end(proc, grace=5.0)
     except BaseException as exc:  # KeyboardInterrupt, SystemExit from a signal handler, ...
-        kill_tree(proc, grace=2.0)
+        _end(proc, grace=2.0)
         for t in threads:
             t.join(timeout=2.0)
         stream.note(f"HARNESS: interrupted: {type(exc).__name__}")

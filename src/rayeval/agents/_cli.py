@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..harness.answers import ANSWER_FILE_NAMES, read_answer_file
 from ..harness.process_tree import end_process_tree
 from ..harness.secrets import (
     compile_secrets,
@@ -35,7 +36,6 @@ from ..harness.secrets import (
 
 LOG_NAME = "agent_output.log"
 TRAJECTORY_NAME = "trajectory.json"
-ANSWER_FILES = ("analysis_output.json", "eval_answer.json")  # benchmark convention wins, as in the reference
 LOG_TAIL_CHARS = 1000
 
 # Variables that must survive the environment scrub whatever they look like.
@@ -329,29 +329,19 @@ def log_tail(work_dir: Path, chars: int = LOG_TAIL_CHARS) -> str:
 
 
 def read_answer(
-    work_dir: Path, answer_files: Iterable[str] = ANSWER_FILES
+    work_dir: Path, answer_files: Iterable[str] = ANSWER_FILE_NAMES
 ) -> tuple[dict | None, dict | None, str | None]:
-    """``(answer, error_details, file_name)`` from the first answer file present in ``work_dir``."""
-    work_dir = Path(work_dir)
+    """``(answer, error_details, file_name)`` from the first answer file present in ``work_dir``
+    (read as the trusted side reads it: see :func:`rayeval.harness.answers.read_answer_file`)."""
     for name in answer_files:
-        path = work_dir / name
-        if not path.is_file():
+        read = read_answer_file(Path(work_dir) / name, name)
+        if read is None:
             continue
-        text = path.read_text(encoding="utf-8", errors="replace")
-        try:
-            value = json.loads(text)
-        except ValueError as exc:
-            return None, {"error": f"Failed to parse {name}: {exc}", "file_contents": text[:500]}, name
-        if not isinstance(value, dict):
-            return (
-                None,
-                {
-                    "error": f"{name} does not hold a JSON object (got {type(value).__name__})",
-                    "file_contents": text[:500],
-                },
-                name,
-            )
-        return value, None, name
+        if read.problem is None and isinstance(read.value, dict):
+            return read.value, None, name
+        problem = read.problem or f"{name} does not hold a JSON object (got {type(read.value).__name__})"
+        details = {"error": problem, "file_contents": read.head} if read.head else {"error": problem}
+        return None, details, name
     names = " or ".join(answer_files)
     return None, {"error": f"no final answer provided ({names} was not written)"}, None
 
@@ -390,7 +380,7 @@ def finish(
     command: list[str],
     timeout: float | None,
     extra: dict[str, Any] | None = None,
-    answer_files: Iterable[str] = ANSWER_FILES,
+    answer_files: Iterable[str] = ANSWER_FILE_NAMES,
 ) -> dict[str, Any]:
     """Read the answer, assemble the metadata, redact everything, return the agent envelope."""
     answer, details, answer_file = read_answer(work_dir, answer_files)

@@ -74,10 +74,10 @@ def _table() -> dict[int, _Stat]:
 
 def _members(pid: int, reach: Reach) -> dict[int, int]:
     """Pid -> start time of the live processes that belong to ``pid`` (see ``Reach``)."""
-    table = _table()
-    if reach == "namespace":
-        init = table.get(pid)
+    if reach == "namespace":  # the init alone: the kernel knows the rest
+        init = _stat(pid)
         return {pid: init.start} if init is not None and not init.ended else {}
+    table = _table()
     if reach == "session":
         return {p: stat.start for p, stat in table.items() if stat.session == pid and not stat.ended}
     children: dict[int, list[int]] = {}

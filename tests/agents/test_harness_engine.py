@@ -134,7 +134,7 @@ def test_answer_is_returned_even_after_nonzero_exit(fake_claude: Path, tmp_path:
 
 @pytest.mark.parametrize(
     ("content", "expected"),
-    [("{not json", "Failed to parse eval_answer.json"), ("[1, 2]", "does not hold a JSON object")],
+    [("{not json", "eval_answer.json is not valid JSON"), ("[1, 2]", "does not hold a JSON object")],
 )
 def test_bad_answer_file(fake_claude: Path, tmp_path: Path, content: str, expected: str) -> None:
     work_dir = tmp_path / "work"

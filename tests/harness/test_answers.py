@@ -8,10 +8,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rayeval.agents import _cli
 from rayeval.harness.answers import (
+    MAX_ANSWER_FILE_BYTES,
     answer_envelope,
     extract_tagged,
     find_answer,
@@ -156,3 +159,39 @@ def test_answer_envelope_keeps_answers_of_any_json_type(tmp_path: Path) -> None:
         returned = answer_envelope(answer, {"n_turns": 1}, work)
         found = find_answer(returned, work, list_work_dir(work))
         assert found.answer == answer and found.metadata == {"n_turns": 1}
+
+
+HOSTILE_FILES = {
+    "a link out of the work folder": None,
+    "larger than what is read": None,
+    "an integer over the digit limit": b'{"n": ' + b"1" * 5000 + b"}",
+    "nesting beyond the parser": b"[" * 100_000 + b"]" * 100_000,
+    "not UTF-8": b'{"a": "\xff"}',
+}
+
+
+@pytest.mark.parametrize("kind", list(HOSTILE_FILES))
+def test_the_agent_side_and_the_trusted_side_read_answer_files_alike(tmp_path: Path, kind: str) -> None:
+    """One reader for both: the trusted side's (``read_answer_files``) and the agent harnesses'
+    (``_cli.read_answer``) refuse the same hostile files the same way."""
+    work_dir = tmp_path / "work"
+    work_dir.mkdir()
+    answer = work_dir / "eval_answer.json"
+    if kind == "a link out of the work folder":
+        (tmp_path / "elsewhere.json").write_text('{"a": 1}')
+        answer.symlink_to(tmp_path / "elsewhere.json")
+    elif kind == "larger than what is read":
+        with open(answer, "wb") as handle:  # sparse: nothing is written, and nothing is read
+            handle.truncate(MAX_ANSWER_FILE_BYTES + 1)
+    else:
+        answer.write_bytes(HOSTILE_FILES[kind])
+    found = read_answer_files(work_dir, list_work_dir(work_dir))
+    answer_value, details, name = _cli.read_answer(work_dir)
+    assert found.answer is None and answer_value is None
+    if kind == "a link out of the work folder":  # not a regular file: no answer file at all
+        assert found.source is None and name is None
+        assert "was not written" in details["error"]
+        return
+    assert found.source == name == "eval_answer.json"
+    assert found.problem == details["error"]
+    assert found.oversized is (kind == "larger than what is read")

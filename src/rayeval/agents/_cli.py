@@ -15,7 +15,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import tempfile
 import threading
@@ -25,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..harness.answers import ANSWER_FILE_NAMES, read_answer_file
+from ..harness.process_tree import end_process_tree
 from ..harness.secrets import (
     compile_secrets,
     is_secret_name,
@@ -35,7 +36,6 @@ from ..harness.secrets import (
 
 LOG_NAME = "agent_output.log"
 TRAJECTORY_NAME = "trajectory.json"
-ANSWER_FILES = ("analysis_output.json", "eval_answer.json")  # benchmark convention wins, as in the reference
 LOG_TAIL_CHARS = 1000
 
 # Variables that must survive the environment scrub whatever they look like.
@@ -87,58 +87,11 @@ def secrets_for(*envs: Mapping[str, str] | None) -> set[str]:
 
 
 # ----------------------------------------------------------------------------- process tree
-def _children_map() -> dict[int, list[int]]:
-    children: dict[int, list[int]] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return children
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                stat = fh.read().decode("utf-8", "replace")
-        except OSError:
-            continue
-        # pid (comm) state ppid ... ; comm may contain spaces/parens: split after the last ')'
-        try:
-            ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
-        except (ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(entry))
-    return children
-
-
-def descendants(pid: int) -> list[int]:
-    """All live descendants of ``pid`` (Linux /proc; empty elsewhere)."""
-    tree = _children_map()
-    out: list[int] = []
-    stack = list(tree.get(pid, []))
-    while stack:
-        p = stack.pop()
-        out.append(p)
-        stack.extend(tree.get(p, []))
-    return out
-
-
-def _signal_and_wait(proc: subprocess.Popen, pids: list[int], sig: int, grace: float) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-    try:
+def _end(proc: subprocess.Popen, grace: float) -> None:
+    """End the program and everything it started (SIGTERM, ``grace`` s, SIGKILL), then reap it."""
+    end_process_tree(proc, "descendants", grace=grace)
+    with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        pass
-
-
-def kill_tree(proc: subprocess.Popen, grace: float = 5.0) -> None:
-    """SIGTERM ``proc`` and its descendants, then SIGKILL whatever is left after ``grace`` s."""
-    pids = [proc.pid, *descendants(proc.pid)]
-    _signal_and_wait(proc, pids, signal.SIGTERM, grace)
-    _signal_and_wait(proc, [*pids, *descendants(proc.pid)], signal.SIGKILL, grace)
 
 
 # ----------------------------------------------------------------------------- streaming run
@@ -309,9 +262,9 @@ def run_streaming(
     except subprocess.TimeoutExpired:
         timed_out = True
         stream.note(f"HARNESS: timed out after {timeout} s; killing the agent process tree")
-        kill_tree(proc)
+        _end(proc, grace=5.0)
     except BaseException as exc:  # KeyboardInterrupt, SystemExit from a signal handler, ...
-        kill_tree(proc, grace=2.0)
+        _end(proc, grace=2.0)
         for t in threads:
             t.join(timeout=2.0)
         stream.note(f"HARNESS: interrupted: {type(exc).__name__}")
@@ -376,29 +329,19 @@ def log_tail(work_dir: Path, chars: int = LOG_TAIL_CHARS) -> str:
 
 
 def read_answer(
-    work_dir: Path, answer_files: Iterable[str] = ANSWER_FILES
+    work_dir: Path, answer_files: Iterable[str] = ANSWER_FILE_NAMES
 ) -> tuple[dict | None, dict | None, str | None]:
-    """``(answer, error_details, file_name)`` from the first answer file present in ``work_dir``."""
-    work_dir = Path(work_dir)
+    """``(answer, error_details, file_name)`` from the first answer file present in ``work_dir``
+    (read as the trusted side reads it: see :func:`rayeval.harness.answers.read_answer_file`)."""
     for name in answer_files:
-        path = work_dir / name
-        if not path.is_file():
+        read = read_answer_file(Path(work_dir) / name, name)
+        if read is None:
             continue
-        text = path.read_text(encoding="utf-8", errors="replace")
-        try:
-            value = json.loads(text)
-        except ValueError as exc:
-            return None, {"error": f"Failed to parse {name}: {exc}", "file_contents": text[:500]}, name
-        if not isinstance(value, dict):
-            return (
-                None,
-                {
-                    "error": f"{name} does not hold a JSON object (got {type(value).__name__})",
-                    "file_contents": text[:500],
-                },
-                name,
-            )
-        return value, None, name
+        if read.problem is None and isinstance(read.value, dict):
+            return read.value, None, name
+        problem = read.problem or f"{name} does not hold a JSON object (got {type(read.value).__name__})"
+        details = {"error": problem, "file_contents": read.head} if read.head else {"error": problem}
+        return None, details, name
     names = " or ".join(answer_files)
     return None, {"error": f"no final answer provided ({names} was not written)"}, None
 
@@ -437,7 +380,7 @@ def finish(
     command: list[str],
     timeout: float | None,
     extra: dict[str, Any] | None = None,
-    answer_files: Iterable[str] = ANSWER_FILES,
+    answer_files: Iterable[str] = ANSWER_FILE_NAMES,
 ) -> dict[str, Any]:
     """Read the answer, assemble the metadata, redact everything, return the agent envelope."""
     answer, details, answer_file = read_answer(work_dir, answer_files)

@@ -19,12 +19,13 @@ from __future__ import annotations
 import json
 import os
 import platform
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from rayeval.harness.process_tree import end_process_tree
 
 MAX_RAW_OUTPUT = 64 * 1024
 
@@ -34,16 +35,6 @@ def _trim(text: str, limit: int = MAX_RAW_OUTPUT) -> str:
         return text
     half = limit // 2
     return text[:half] + f"\n... [{len(text) - limit} characters elided by rayeval] ...\n" + text[-half:]
-
-
-def _kill_tree(pid: int) -> None:
-    from rayeval.agents._cli import descendants
-
-    for p in [pid, *descendants(pid)]:
-        try:
-            os.kill(p, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 def run_command(command: str, cwd: str, env: dict[str, str], timeout: float) -> dict[str, Any]:
@@ -62,7 +53,7 @@ def run_command(command: str, cwd: str, env: dict[str, str], timeout: float) -> 
         out, _ = proc.communicate(timeout=timeout)
         return {"output": out, "returncode": proc.returncode, "exception_info": ""}
     except subprocess.TimeoutExpired:
-        _kill_tree(proc.pid)
+        end_process_tree(proc, "descendants")
         try:
             out, _ = proc.communicate(timeout=5)
         except subprocess.TimeoutExpired:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from .._json import object_at
+from ..harness.answers import ANSWER_FILE_NAMES
 from . import _cli
 from ._base import AgentConfigError, ProgramAgent, Summary
 
@@ -188,7 +189,7 @@ class MiniSweAgent(ProgramAgent):
             "command_timeout": int(self.command_timeout),
             # stop by itself a little before the hard kill, so the run ends with a result event
             "wall_time_limit_seconds": int(self.timeout * 0.95) if self.timeout else 0,
-            "answer_files": list(_cli.ANSWER_FILES),
+            "answer_files": list(ANSWER_FILE_NAMES),
             "completion_markers": [COMPLETION_MARKER, "RUN_COMPLETE"],
             "env": {"PAGER": "cat", "MANPAGER": "cat", "PIP_PROGRESS_BAR": "off", "TQDM_DISABLE": "1"},
         }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from string import ascii_letters
 from typing import Any
@@ -122,20 +123,47 @@ def _existing(listing: Listing, names: tuple[str, ...]) -> list[Path]:
     return [base / name for base, present in listing for name in names if name in present]
 
 
+@dataclass(frozen=True)
+class AnswerFile:
+    """One answer file as read: its JSON value, or the problem that keeps it from being one."""
+
+    value: Any = None
+    problem: str | None = None
+    #: larger than what is read (then it was not read)
+    oversized: bool = False
+    #: its first characters, to show what it held
+    head: str = ""
+
+
+HEAD_CHARS = 500
+
+
+def read_answer_file(path: Path, name: str, limit: int = MAX_ANSWER_FILE_BYTES) -> AnswerFile | None:
+    """The answer file at ``path`` (``name`` in messages), read as the hostile input it is: a
+    regular file only (never through a symbolic link), at most ``limit`` bytes, strict UTF-8,
+    and JSON no parser error escapes (nesting beyond the parser, an integer beyond Python's
+    digit limit). None when there is no regular file there."""
+    try:
+        data = read_left_file(path, limit)
+    except FileTooLarge as exc:
+        return AnswerFile(problem=str(exc), oversized=True)
+    if data is None:
+        return None
+    head = data[: HEAD_CHARS * 4].decode("utf-8", errors="replace")[:HEAD_CHARS]
+    try:
+        return AnswerFile(value=json.loads(data.decode("utf-8")), head=head)
+    except (ValueError, RecursionError) as exc:  # bad UTF-8, bad JSON, an integer over the digit limit
+        return AnswerFile(problem=f"{name} is not valid JSON: {exc}", head=head)
+
+
 def read_answer_files(work_dir: Path, listing: Listing, limit: int = MAX_ANSWER_FILE_BYTES) -> FoundAnswer:
     """The first answer file of the work folder's ``listing`` that is a regular file (never a
     link out of the work folder); a broken or oversized one is reported, never skipped."""
     for path in _existing(listing, ANSWER_FILE_NAMES):
         source = str(path.relative_to(work_dir))
-        try:
-            data = read_left_file(path, limit)
-            if data is None:
-                continue
-            return FoundAnswer(answer=json.loads(data.decode("utf-8")), source=source)
-        except FileTooLarge as exc:
-            return FoundAnswer(source=source, problem=str(exc), oversized=True)
-        except (ValueError, RecursionError) as exc:  # bad UTF-8, bad JSON, an integer over the digit limit
-            return FoundAnswer(source=source, problem=f"{source} is not valid JSON: {exc}")
+        read = read_answer_file(path, source, limit)
+        if read is not None:
+            return FoundAnswer(answer=read.value, source=source, problem=read.problem, oversized=read.oversized)
     for path in _existing(listing, (FINISHED_FILE,)):
         try:
             data = read_left_file(path, limit)

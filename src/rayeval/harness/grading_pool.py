@@ -41,6 +41,7 @@ from ..evals import Eval
 from ..graders.registry import GRADER_REGISTRY, is_registered
 from ..graders.result import GraderResult
 from ..grading import grade
+from .process_tree import end_process_tree
 
 DEFAULT_TIMEOUT_S = 30.0
 POOL_SIZE = 4
@@ -190,12 +191,13 @@ class _Server:
         return GradingCrashed(f"the grading subprocess died ({_exit_status(self.process)})")
 
     def kill(self) -> None:
-        """Stop it at once; safe while another thread waits on its pipes (they stay open)."""
-        self.process.kill()
+        """Stop it, and anything a grader started, at once; safe while another thread waits on
+        its pipes (they stay open)."""
+        end_process_tree(self.process, "session")
 
     def stop(self) -> None:
         """Kill it, reap it and close its pipes."""
-        self.process.kill()
+        self.kill()
         self.process.wait()
         for pipe in (self.process.stdin, self.process.stdout):
             assert pipe is not None

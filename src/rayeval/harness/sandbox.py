@@ -25,7 +25,6 @@ import json
 import os
 import pickle
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -42,6 +41,7 @@ from .answers import MAX_ANSWER_FILE_BYTES
 from .cgroups import UnitGroups
 from .context import AgentContext, AgentFunction, AgentRef
 from .isolation import Outcome
+from .process_tree import end_process_tree
 from .unit_runner import (
     EXIT,
     PID_DIGITS,
@@ -418,8 +418,8 @@ class UnitRunner:
 
 
 class _AgentProcess:
-    """A unit's agent process: killing it ends its pid namespace (or, unsandboxed, its process
-    group). By pidfd on Linux; elsewhere (no namespaces there) by pid."""
+    """A unit's agent process: killing it ends its pid namespace (or, unsandboxed, its session).
+    By pidfd on Linux; elsewhere (no namespaces there) by pid."""
 
     def __init__(self, pidfd: int | None, pid: int | None, *, group: bool):
         self.pidfd = pidfd
@@ -427,13 +427,7 @@ class _AgentProcess:
         self.group = group
 
     def kill(self) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            if self.group and self.pid:
-                os.killpg(self.pid, signal.SIGKILL)
-            if self.pidfd is not None:
-                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
-            elif self.pid:
-                os.kill(self.pid, signal.SIGKILL)
+        end_process_tree(self.pid, "session" if self.group else "namespace", pidfd=self.pidfd)
 
     def close(self) -> None:
         if self.pidfd is not None:

@@ -68,7 +68,7 @@ def test_graders_list_is_accepted(tmp_path: Path) -> None:
         ({"grader": ..., "graders": ...}, "grader", "one of 'grader' or 'graders' is required"),
         ({"graders": [GOOD_GRADER]}, "grader", "mutually exclusive"),
         ({"grader": ..., "graders": []}, "graders", "non-empty"),
-        ({"grader": {"type": "rubric", "config": {}}}, "grader.type", "unknown grader type 'rubric'"),
+        ({"grader": {"type": "no_such_grader", "config": {}}}, "grader.type", "unknown grader type 'no_such_grader'"),
         ({"grader": {"type": "", "config": {}}}, "grader.type", "non-empty"),
         ({"grader": {"config": {}}}, "grader.type", "missing"),
         ({"grader": {"type": "multiple_choice", "config": None}}, "grader.config", "dict"),

@@ -76,6 +76,11 @@ def test_graders_list_is_accepted(tmp_path: Path) -> None:
         ({"grader": ..., "graders": [GOOD_GRADER, {"type": "nope"}]}, "graders[1].type", "unknown grader type"),
         ({"grader": ..., "graders": ["x"]}, "graders[0]", ""),
         ({"grader": {"type": "multiple_choice", "config": {}}}, "grader.config", "configuration error"),
+        (
+            {"grader": {"type": "rubric", "config": {"answer_field": "a", "criteria": [{"description": "x"}]}}},
+            "grader.config",
+            "rubric configuration error: criteria[0].score_delta: Field required",
+        ),
         ({"timeout": 0}, "timeout", "positive"),
         ({"agent_timeout": -5}, "agent_timeout", "positive"),
         ({"download_timeout": "soon"}, "download_timeout", "positive"),

@@ -132,9 +132,9 @@ class RubricConfig(BaseModel):
         return params
 
 
+# What the judge must answer, as JSON; its schema is sent as the reference sends it, so the
+# class has no docstring (pydantic would send it as the schema's description).
 class JudgeReply(BaseModel):
-    """What the judge must answer, as JSON; also the schema its output is constrained to."""
-
     model_config = ConfigDict(extra="forbid", title="RubricCriterionGraderOutput")
 
     met: bool

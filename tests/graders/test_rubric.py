@@ -427,3 +427,12 @@ def test_outcomes_that_do_not_cover_the_criteria_are_refused() -> None:
     assert isinstance(plan, RubricPlan)
     with pytest.raises(ValueError, match=r"criteria \[0, 0\], expected one for each of 0..1"):
         score_rubric(plan, [failure(0, "fatal"), failure(0, "fatal")])
+
+
+def test_a_rubric_child_of_a_composite_is_judged(judge) -> None:
+    scripted, _ = judge
+    scripted.script(HERG, MET)
+    scripted.script(SECOND, UNMET)
+    child = {"type": "rubric", "config": rubric_config((HERG, 1), (SECOND, 1), passing_reward_threshold=0.5)}
+    result = get_grader("average_of").evaluate_answer({"rationale": "hi"}, {"children": [child]})
+    assert result.passed and result.normalized_score() == pytest.approx(0.5)

@@ -382,38 +382,65 @@ def usage_metrics(outcomes: Sequence[JudgeOutcome]) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class RubricScore:
+    field_scores: dict[str, float]
+    raw_score: float
+    max_score: float
+    reward_before_penalty: float
+    penalty_applied: float
+    reward: float
+    passed: bool
+
+
+def compute_score(plan: RubricPlan, verdicts: Sequence[CriterionVerdict]) -> RubricScore:
+    """Met criteria's points over the positive points, clamped to [0, 1], less the length
+    penalty; passed at the threshold (inclusive)."""
+    config = plan.config
+    field_scores = {f"criterion_{v.index}": config.criteria[v.index].score_delta if v.met else 0.0 for v in verdicts}
+    raw_score = sum(field_scores.values())
+    best = max_score(config.criteria)
+    before = min(max(raw_score / best, 0.0), 1.0)
+    reward = max(0.0, before - length_penalty(plan.answer_length_chars, config.length_penalty))
+    passed = reward >= config.passing_reward_threshold
+    return RubricScore(field_scores, raw_score, best, before, before - reward, reward, passed)
+
+
 def score_rubric(plan: RubricPlan, outcomes: Sequence[JudgeOutcome]) -> GraderResult:
     """The verdict from one outcome per criterion (in any order). A criterion without a
     verdict fails the grading with a ``grader_error`` (not a score of the answer)."""
-    config = plan.config
+    count = len(plan.config.criteria)
     indices = sorted(outcome.index for outcome in outcomes)
-    if indices != list(range(len(config.criteria))):
-        raise ValueError(
-            f"judge outcomes for criteria {indices}, expected one for each of 0..{len(config.criteria) - 1}"
-        )
+    if indices != list(range(count)):
+        raise ValueError(f"judge outcomes for criteria {indices}, expected one for each of 0..{count - 1}")
     failures = [outcome for outcome in outcomes if isinstance(outcome, JudgeFailure)]
     if failures:
         return judge_failed(plan, failures, usage_metrics(outcomes))
     verdicts = sorted((o for o in outcomes if isinstance(o, CriterionVerdict)), key=lambda v: v.index)
-    field_scores = {f"criterion_{v.index}": config.criteria[v.index].score_delta if v.met else 0.0 for v in verdicts}
-    raw_score = sum(field_scores.values())
-    best = max_score(config.criteria)
-    reward_before_penalty = min(max(raw_score / best, 0.0), 1.0)
-    penalty_applied = 0.0
-    reward = reward_before_penalty
-    if config.length_penalty is not None:
-        reward = max(0.0, reward_before_penalty - length_penalty(plan.answer_length_chars, config.length_penalty))
-        penalty_applied = reward_before_penalty - reward
-    passed = reward >= config.passing_reward_threshold
+    score = compute_score(plan, verdicts)
+    return GraderResult(
+        passed=score.passed,
+        score=score.reward,
+        score_max=1.0,
+        metrics=verdict_metrics(plan, verdicts, score),
+        reasoning=verdict_reasoning(plan, verdicts, score),
+        agent_answer=echo_answer(plan.answer),
+        field_scores=score.field_scores,
+    )
+
+
+def verdict_metrics(plan: RubricPlan, verdicts: Sequence[CriterionVerdict], score: RubricScore) -> dict[str, Any]:
+    """The reference's metrics, and the judge calls' usage."""
+    config = plan.config
     metrics = {
         "answer_field": config.answer_field,
         "model_id": config.model_id,
         "model_params": config.model_params,
         "truncation_length": config.truncation_length,
         "passing_reward_threshold": config.passing_reward_threshold,
-        "raw_score": raw_score,
-        "max_score": best,
-        "reward": reward,
+        "raw_score": score.raw_score,
+        "max_score": score.max_score,
+        "reward": score.reward,
         "parse_attempts": sum(v.usage.replies for v in verdicts),
         "criterion_parse_attempts": {f"criterion_{v.index}": v.usage.replies for v in verdicts},
         "finish_reason": {f"criterion_{v.index}": v.stop_reason for v in verdicts},
@@ -426,37 +453,21 @@ def score_rubric(plan: RubricPlan, outcomes: Sequence[JudgeOutcome]) -> GraderRe
             {
                 "answer_length_chars": plan.answer_length_chars,
                 "length_penalty_config": config.length_penalty.model_dump(),
-                "length_penalty_applied": penalty_applied,
-                "reward_before_length_penalty": reward_before_penalty,
+                "length_penalty_applied": score.penalty_applied,
+                "reward_before_length_penalty": score.reward_before_penalty,
             }
         )
-    reasoning = verdict_reasoning(plan, verdicts, passed, reward, raw_score, penalty_applied)
-    return GraderResult(
-        passed=passed,
-        score=reward,
-        score_max=1.0,
-        metrics=metrics,
-        reasoning=reasoning,
-        agent_answer=echo_answer(plan.answer),
-        field_scores=field_scores,
-    )
+    return metrics
 
 
-def verdict_reasoning(
-    plan: RubricPlan,
-    verdicts: Sequence[CriterionVerdict],
-    passed: bool,
-    reward: float,
-    raw_score: float,
-    penalty_applied: float,
-) -> str:
+def verdict_reasoning(plan: RubricPlan, verdicts: Sequence[CriterionVerdict], score: RubricScore) -> str:
     config = plan.config
     lines = [
-        f"Rubric: {'PASS' if passed else 'FAIL'}",
-        f"  reward: {reward:.4f} (raw_score={raw_score}, max_score={max_score(config.criteria)})",
+        f"Rubric: {'PASS' if score.passed else 'FAIL'}",
+        f"  reward: {score.reward:.4f} (raw_score={score.raw_score}, max_score={score.max_score})",
     ]
     if config.length_penalty is not None:
-        lines.append(f"  length penalty: {penalty_applied:.4f} (answer_length_chars={plan.answer_length_chars})")
+        lines.append(f"  length penalty: {score.penalty_applied:.4f} (answer_length_chars={plan.answer_length_chars})")
     for verdict in verdicts:
         criterion = config.criteria[verdict.index]
         marker = "+" if verdict.met else "x"

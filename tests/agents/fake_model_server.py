@@ -13,7 +13,9 @@ turn a request gets is derived from the conversation it carries (the number of m
 already in its history), so retries and out-of-band requests do not desynchronise it.
 Requests that carry no tools (titles, summaries, warm-ups) get a short canned text reply and do
 not consume the script, or, when ``answer`` is set, ``answer(body)`` (a prompt without tools,
-as rayeval's model layer sends) with ``base_input_tokens``/``base_output_tokens`` of usage.
+as rayeval's model layer sends) with ``base_input_tokens``/``base_output_tokens`` of usage;
+``answer`` may return ``(text, stop_reason)`` to end that reply otherwise than normally
+(Anthropic ``refusal`` or ``max_tokens``, OpenAI ``length``).
 Every request is recorded in ``server.requests`` (with its arrival time) and every reply's
 reported usage in ``server.replies`` so tests can compare the harness's accounting with what
 the "provider" said.
@@ -76,7 +78,7 @@ class FakeModelServer:
     requests: list[Recorded] = field(default_factory=list)
     replies: list[Reply] = field(default_factory=list)
     external_attempts: list[str] = field(default_factory=list)  # CONNECT targets (HTTPS_PROXY)
-    answer: Callable[[dict], str] | None = None  # the reply text to a request without tools
+    answer: Callable[[dict], str | tuple[str, str]] | None = None  # the reply to a request without tools
     delay_s: float = 0.0  # each model request is answered after this long
     faults: list[Fault] = field(default_factory=list)  # the next model requests' error replies
     max_in_flight: int = 0
@@ -311,6 +313,15 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def _side_step(self, body: dict, tools: list) -> dict[str, str]:
+        """The reply to a request outside the script: ``answer(body)`` or the canned text."""
+        if not (self.owner.answer and not tools):
+            return {"text": SIDE_TEXT}
+        reply = self.owner.answer(body)
+        if isinstance(reply, tuple):
+            return {"text": reply[0], "stop": reply[1]}
+        return {"text": reply}
+
     # --------------------------------------------------------------- Anthropic Messages
     def _anthropic(self, body: dict) -> None:
         owner = self.owner
@@ -318,7 +329,7 @@ class _Handler(BaseHTTPRequestHandler):
         model = body.get("model", "claude-test")
         tool_names = [t.get("name") for t in tools if isinstance(t, dict)]
         if "Bash" not in tool_names:
-            turn_index, step = None, {"text": owner.answer(body) if owner.answer and not tools else SIDE_TEXT}
+            turn_index, step = None, self._side_step(body, tools)
         else:
             turn_index = sum(1 for m in body.get("messages", []) if m.get("role") == "assistant")
             step = owner._turn(turn_index)
@@ -338,7 +349,7 @@ class _Handler(BaseHTTPRequestHandler):
             stop = "tool_use"
         else:
             blocks = [{"type": "text", "text": self._say(step["text"])}]
-            stop = "end_turn"
+            stop = step.get("stop", "end_turn")
         usage_obj = {
             "input_tokens": usage.input_tokens,
             "output_tokens": usage.output_tokens,
@@ -423,7 +434,7 @@ class _Handler(BaseHTTPRequestHandler):
         shell_tool = next((n for n in ("exec_command", "shell_command", "shell") if n in tool_names), None)
         items = body.get("input") or []
         if shell_tool is None:
-            turn_index, step = None, {"text": owner.answer(body) if owner.answer and not tools else SIDE_TEXT}
+            turn_index, step = None, self._side_step(body, tools)
         else:
             turn_index = sum(
                 1
@@ -524,7 +535,7 @@ class _Handler(BaseHTTPRequestHandler):
         tools = body.get("tools") or []
         tool_names = [(t.get("function") or {}).get("name") for t in tools if isinstance(t, dict)]
         if "bash" not in tool_names:
-            turn_index, step = None, {"text": owner.answer(body) if owner.answer and not tools else SIDE_TEXT}
+            turn_index, step = None, self._side_step(body, tools)
         else:
             turn_index = sum(1 for m in body.get("messages", []) if m.get("role") == "assistant")
             step = owner._turn(turn_index)
@@ -546,7 +557,7 @@ class _Handler(BaseHTTPRequestHandler):
             finish = "tool_calls"
         else:
             message = {"role": "assistant", "content": self._say(step["text"])}
-            finish = "stop"
+            finish = step.get("stop", "stop")
         usage_obj = {
             "prompt_tokens": usage.input_tokens,
             "completion_tokens": usage.output_tokens,

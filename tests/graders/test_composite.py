@@ -175,7 +175,7 @@ def test_non_object_answer_is_graded_like_the_reference(grader):
         {"type": None, "config": {}},
         {"type": 3, "config": {}},
         typed("all_of", "not-an-object"),
-        typed("rubric", {}),
+        typed("no_such_grader", {}),
         typed("predicate_leaf", gate("y", "up", role="veto")),
         {"role": "gate", "config": {}},
     ],

@@ -80,6 +80,20 @@ def test_anthropic_messages_with_a_system_message(server: FakeModelServer) -> No
     assert output.cost_usd == pytest.approx((1200 * 3.0 + 300 * 15.0) / 1e6)  # the dated id priced as its model
 
 
+def test_provider_specific_fields_are_sent_as_they_are(server: FakeModelServer) -> None:
+    thinking = {"type": "enabled", "budget_tokens": 1024}
+    output_config = {"format": {"type": "json_schema", "schema": {"type": "object"}}}
+    model = get_model("anthropic/claude-haiku-4-5", base_url=server.url, temperature=0.5)
+    model.generate("Hi", extra_body={"thinking": thinking, "output_config": output_config})
+    body = server.model_requests()[-1].body
+    assert (body["thinking"], body["output_config"], body["temperature"]) == (thinking, output_config, 0.5)
+    response_format = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}
+    get_model("openai/gpt-4o", base_url=f"{server.url}/v1").generate(
+        "Hi", extra_body={"response_format": response_format}
+    )
+    assert server.model_requests()[-1].body["response_format"] == response_format
+
+
 def test_base_url_from_the_sdk_variable(server: FakeModelServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_BASE_URL", f"{server.url}/v1")
     assert get_model("openai/gpt-4o-mini").generate("hi").text == "reply to 1 message(s)"
@@ -109,9 +123,10 @@ def test_500_then_success_and_anthropic_overloaded(server: FakeModelServer) -> N
 def test_retries_are_bounded(server: FakeModelServer) -> None:
     server.fail(503, count=10)
     policy = RetryPolicy(max_attempts=3, backoff_s=0.01, max_backoff_s=0.01)
-    with pytest.raises(ModelError, match=r"HTTP 503 after 3 tries"):
+    with pytest.raises(ModelError, match=r"HTTP 503 after 3 tries") as raised:
         get_model("openai/gpt-4o", base_url=f"{server.url}/v1", retry_policy=policy).generate("hi")
     assert len(server.model_requests()) == 3
+    assert raised.value.transient  # worth trying again later
 
 
 @pytest.mark.parametrize("status", [400, 401])
@@ -124,6 +139,7 @@ def test_client_errors_fail_at_once_without_the_key(
     with pytest.raises(ModelError) as raised:
         get_model("openai/gpt-4o", base_url=f"{server.url}/v1", retry_policy=FAST_RETRIES).generate("hi")
     assert len(server.model_requests()) == 1
+    assert not raised.value.transient
     message = str(raised.value)
     assert f"HTTP {status}" in message and "openai/gpt-4o" in message and "***" in message
     assert OPENAI_KEY not in message and OPENAI_KEY not in caplog.text
@@ -141,8 +157,9 @@ def test_connection_errors_are_retried_then_reported() -> None:
     policy = RetryPolicy(max_attempts=2, backoff_s=0.01)
     with FakeModelServer(script=[]) as gone:
         url = f"{gone.url}/v1"
-    with pytest.raises(ModelError, match="connection failed after 2 tries"):
+    with pytest.raises(ModelError, match="connection failed after 2 tries") as raised:
         get_model("openai-compatible/llama", base_url=url, retry_policy=policy).generate("hi")
+    assert raised.value.transient
 
 
 def test_names_keys_and_settings_are_checked(keys: None, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,6 +11,7 @@ from . import (  # noqa: F401
     multiple_choice,
     numeric,
     refusal,
+    rubric,
     sequence,
     spatial,
 )

@@ -120,7 +120,9 @@ class Model:
                 if not retry.retryable(failed.status) or not retry.within_budget(
                     self.retry_policy, attempt, started, wait
                 ):
-                    raise ModelError(self._describe(failed, attempt)) from None
+                    raise ModelError(
+                        self._describe(failed, attempt), transient=retry.retryable(failed.status)
+                    ) from None
                 log.info(
                     "%s: %s; try %d in %.1f s",
                     self.name,

@@ -42,7 +42,13 @@ PROVIDERS: dict[str, Provider] = {
 
 
 class ModelError(RuntimeError):
-    """A model cannot be named, configured or called; the message never holds the API key."""
+    """A model cannot be named, configured or called; the message never holds the API key.
+    ``transient``: the call failed on errors worth trying again later (rate limits, server
+    errors, connection failures) until the retry policy gave up."""
+
+    def __init__(self, message: str, *, transient: bool = False):
+        super().__init__(message)
+        self.transient = transient
 
 
 class CallFailed(Exception):
@@ -154,8 +160,10 @@ def _anthropic_messages(sdk_client: Any, model: str, messages: list[ChatMessage]
     settings: dict[str, Any] = {"max_tokens": config.max_tokens or ANTHROPIC_DEFAULT_MAX_TOKENS}
     # the SDK (2.x) no longer names them; older models take them, newer ones refuse with a 400
     sampling = {"temperature": config.temperature, "top_p": config.top_p}
-    if any(value is not None for value in sampling.values()):
-        settings["extra_body"] = {name: value for name, value in sampling.items() if value is not None}
+    extra_body = {name: value for name, value in sampling.items() if value is not None}
+    extra_body.update(config.extra_body or {})
+    if extra_body:
+        settings["extra_body"] = extra_body
     if config.stop:
         settings["stop_sequences"] = list(config.stop)
     if system:

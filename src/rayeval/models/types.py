@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -21,7 +21,9 @@ class ChatMessage(BaseModel):
 class GenerateConfig(BaseModel):
     """Generation settings sent with a request. ``None``: the provider's default (Anthropic
     requires ``max_tokens``: :data:`ANTHROPIC_DEFAULT_MAX_TOKENS` is sent then; it has no
-    ``seed``, which it ignores). Part of the response cache's key."""
+    ``seed``, which it ignores). ``extra_body``: provider-specific request fields sent as
+    they are (Anthropic ``thinking`` or ``output_config``, OpenAI ``response_format``). Part
+    of the response cache's key."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -30,6 +32,7 @@ class GenerateConfig(BaseModel):
     top_p: Annotated[float, Field(gt=0, le=1)] | None = None
     seed: int | None = None
     stop: tuple[str, ...] | None = None
+    extra_body: dict[str, Any] | None = None
 
 
 class RetryPolicy(BaseModel):

@@ -122,7 +122,7 @@ class _Tree:
         if self.pidfd is not None and not _exited(self.pidfd):
             return True
         if not _HAS_PROC:  # the process alone, by pid
-            return bool(self.pid) and _signal(self.pid, 0)
+            return self.pid is not None and self.pid > 0 and _signal(self.pid, 0)
         return any(_alive(pid, start) for pid, start in self.seen.items())
 
     def signal(self, sig: signal.Signals) -> None:

@@ -168,7 +168,7 @@ def test_unit_ids_do_not_change_between_versions() -> None:
     assert unit_id_for(eval_, "claude-x", 3, "reference") == "06ccde98afcb4862b1e817b9deee88a8"
     units = plan_units([eval_, eval_], ["claude-x", "m2"], [3, 4], "reference")
     assert units[0].unit_id == "06ccde98afcb4862b1e817b9deee88a8"
-    assert [u.index for u in units] == list(range(8))
+    assert [u.position for u in units] == list(range(8))
     assert [(u.eval_index, u.model, u.seed) for u in units[:4]] == [
         (0, "claude-x", 3),
         (0, "claude-x", 4),

@@ -90,7 +90,7 @@ def test_the_queue_takes_models_in_turn_within_the_run_and_model_limits(tmp_path
     plan = Plan(load_evals(write_mc_evals(tmp_path / "evals", ["a", "b"])), ["m1", "m2"], [1, 2, 3], "agent")
     queue = UnitQueue(plan, np.ones(len(plan), dtype=bool), max_concurrency=4, model_limits={"m2": 1})
     taken = [queue.next() for _ in range(4)]
-    assert [unit.index for unit, _ in taken if unit] == [0, 3, 1, 2]  # m1, m2, then m1 alone (m2 at its limit)
+    assert [unit.position for unit, _ in taken if unit] == [0, 3, 1, 2]  # m1, m2, then m1 alone (m2 at its limit)
     assert queue.next() is None  # 4 running: the run's limit
     queue.finished("m2")
     assert queue.next() == (plan.unit(4), 1)

@@ -1,4 +1,4 @@
-"""The batch driver: fans units out to Ray actors, grades in batches, streams rows to storage."""
+"""The batch driver: plans a run, fans its units out to Ray worker actors, streams their rows to storage."""
 
 from __future__ import annotations
 
@@ -599,7 +599,7 @@ def _execute(
             workers.finished(ref)
             queue.finished(unit.model)
             row = _unit_result(ref, unit, attempt, evals[unit.eval_index], run_id, config)
-            earlier = 0 if earlier_attempts is None else int(earlier_attempts[unit.index])
+            earlier = 0 if earlier_attempts is None else int(earlier_attempts[unit.position])
             if row.status == "error" and attempt - earlier <= config.retries:  # retries count from this run's first
                 queue.retry_later(unit, attempt + 1, retry_delay(attempt, config.retry_backoff_s))
             else:

@@ -26,9 +26,7 @@ class Unit(NamedTuple):
     eval_id: str
     model: str
     seed: int
-    # position in the plan: calls to workers name units by it. The field shadows tuple.index, which
-    # mypy rejects; worker.py still reads unit.index and goes with the engine rewrite (issue 17).
-    index: int  # type: ignore[assignment]
+    position: int  # in the plan: calls to workers name units by it
 
 
 def _canonical(value: object) -> str:

@@ -206,7 +206,7 @@ class WorkerPool:
 
     def submit(self, unit: Unit, attempt: int) -> Any:
         index = min(self.up, key=self.in_flight.__getitem__)
-        ref = self.actors[index].run_unit.remote(unit.index, attempt, self.shared)
+        ref = self.actors[index].run_unit.remote(unit.position, attempt, self.shared)
         self.in_flight[index] += 1
         self._worker_of[ref] = index
         return ref

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+from ..errors import RayevalError
 from .cache import CHUNK, FileRecord, Payload, list_tree, walk_files, write_file
 
 #: Longest silence tolerated on a socket; also capped by the time left before the deadline.
@@ -29,7 +30,7 @@ _USER_AGENT = "rayeval-staging/1"
 T = TypeVar("T")
 
 
-class FetchError(Exception):
+class FetchError(RayevalError):
     """A source could not be fetched; the message is the reason, without the URI."""
 
 
@@ -37,7 +38,7 @@ class FetchTimeout(FetchError):
     """The download stalled past a socket timeout or the overall deadline."""
 
 
-class _Aborted(Exception):
+class _Aborted(RayevalError):
     """Raised inside an abandoned fetch thread to stop it."""
 
 

@@ -9,6 +9,8 @@ from ._lazy import lazy_exports
 from ._version import __version__
 
 _EXPORTS = {
+    "ConfigError": ".errors",
+    "RayevalError": ".errors",
     "Eval": ".evals",
     "EvalFileError": ".evals",
     "EvalProblem": ".evals",
@@ -24,6 +26,7 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "ConfigError",
     "Eval",
     "EvalFileError",
     "EvalProblem",
@@ -31,6 +34,7 @@ __all__ = [
     "EvalRunner",
     "GraderResult",
     "GraderSpec",
+    "RayevalError",
     "__version__",
     "evaluations",
     "get_grader",

@@ -1,6 +1,7 @@
 """The ``rayeval`` command line. Exit codes: 0 ok/passed, 1 graded but failed (``run``: every
-unit errored, or more than ``--max-error-rate`` did), 2 bad input (``run``: also another driver
-holding the run, or taking it over while this one ran, or a results root that cannot be written)."""
+unit errored, or more than ``--max-error-rate`` did), 2 bad input or another error rayeval raises
+on purpose (a :class:`RayevalError`, printed as one message: ``run``: also another driver holding
+the run, or taking it over while this one ran, or a results root that cannot be written)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 
 from ._version import __version__
-from .evals import EvalFileError, EvalSelectionError, check_evals, load_eval
+from .errors import RayevalError
+from .evals import EvalFileError, check_evals, load_eval
 from .harness.cache import default_cache_dir
 from .harness.grading_pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
 from .harness.sandbox import SandboxConfig, UnitLimits
@@ -31,8 +33,8 @@ if TYPE_CHECKING:  # imported when a run starts: `rayeval validate` needs no Ray
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
 
-class BadInput(Exception):
-    """A user error: printed as one clean message, exit code 2."""
+class BadInput(RayevalError):
+    """A user error found by the command line itself: printed as one clean message, exit code 2."""
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
@@ -81,15 +83,9 @@ def _cmd_agents(args: argparse.Namespace) -> int:
 
 
 def _cmd_run_one(args: argparse.Namespace) -> int:
-    from .agents.resolve import (
-        AgentNotFound,
-        agent_ref,
-        check_agent_args,
-        parse_agent_args,
-        resolve_agent,
-    )
+    from .agents.resolve import agent_ref, check_agent_args, parse_agent_args, resolve_agent
     from .harness import EvalRunner
-    from .harness.sandbox import AgentUnavailable, SandboxError, check_runs_here
+    from .harness.sandbox import check_runs_here
 
     eval_ = load_eval(args.eval_file, data_roots=args.data_root)
     sandbox = _sandbox_config(args)
@@ -104,7 +100,7 @@ def _cmd_run_one(args: argparse.Namespace) -> int:
             agent = agent_ref(args.agent)
             config = sandbox.model_copy(update={"hide": (*sandbox.hide, *map(str, runner.data_roots))})
             check_runs_here(config, args.isolation, runner.work_root, default_cache_dir(), agent)
-    except (AgentNotFound, AgentUnavailable, SandboxError, ValueError) as exc:
+    except ValueError as exc:  # a RayevalError (an unknown agent, no sandbox here) goes on to main()
         raise BadInput(str(exc)) from None
     result = runner.run(
         agent,
@@ -142,18 +138,11 @@ def _cmd_check_sandbox(args: argparse.Namespace) -> int:
     """Start one sandboxed unit here, as a run would: for node set-up scripts and images."""
     from .agents.resolve import agent_ref
     from .harness.cgroups import UnitGroups
-    from .harness.sandbox import (
-        AgentUnavailable,
-        SandboxError,
-        bwrap_path,
-        check_runs_here,
-    )
+    from .harness.sandbox import bwrap_path, check_runs_here
     from .harness.workspace import default_work_root
 
-    try:
-        check_runs_here(_sandbox_config(args), "sandbox", default_work_root(), default_cache_dir(), agent_ref("sleep"))
-    except (SandboxError, AgentUnavailable) as exc:
-        raise BadInput(str(exc)) from None
+    # A SandboxError or AgentUnavailable says why it cannot: main() prints it, exit code 2.
+    check_runs_here(_sandbox_config(args), "sandbox", default_work_root(), default_cache_dir(), agent_ref("sleep"))
     groups = sorted(UnitGroups().controllers)
     limits = f"control groups for {', '.join(groups)}" if groups else "no writable control group: per-process limits"
     print(f"sandbox works here: bubblewrap {bwrap_path()}, network {args.network}, {limits}")
@@ -257,11 +246,10 @@ def _unfinished_runs_hint(config: BatchConfig) -> str:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from .agents.resolve import AgentArgsError, AgentNotFound, parse_agent_args
-    from .batch import BatchConfig, RunCancelled, RunConflict, UnitsDoNotFit, run_batch
+    from .agents.resolve import parse_agent_args
+    from .batch import BatchConfig, RunCancelled, run_batch
     from .batch.plan import parse_models, parse_seeds
-    from .harness.sandbox import AgentUnavailable, SandboxError
-    from .storage import LeaseError, ManifestError, ResultsRootUnwritable, StorageError
+    from .storage import ResultsRootUnwritable, StorageError
 
     try:
         config = BatchConfig(
@@ -310,24 +298,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
             print(preview_run(config).text())
             return EXIT_OK
         summary = run_batch(config)
-    except (
-        AgentNotFound,
-        AgentArgsError,
-        AgentUnavailable,
-        SandboxError,
-        RunConflict,
-        UnitsDoNotFit,
-        ManifestError,
-        EvalSelectionError,
-    ) as exc:
-        raise BadInput(str(exc)) from None
-    except LeaseError as exc:  # another driver holds the run (LeaseHeld), or took it over (LeaseLost)
-        raise BadInput(str(exc)) from None
     except ResultsRootUnwritable as exc:  # a full disk, an S3 outage: the run stopped mid-way
         raise BadInput(
             f"{exc}. Once it can be written again, the same command with --resume --run-id {exc.run_id} finishes the run."
         ) from None
-    except (StorageError, OSError) as exc:  # an unusable results root, before or after the units
+    except StorageError as exc:  # an unusable results root, before or after the units
+        raise BadInput(f"results root {args.output}: {exc}") from None
+    except RayevalError:  # says what is wrong (a LeaseError names the other driver): main() prints it
+        raise
+    except OSError as exc:  # the results root cannot be read or written
         raise BadInput(f"results root {args.output}: {exc}") from None
     except RunCancelled as exc:
         print(
@@ -589,7 +568,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for problem in exc.problems:
             print(problem, file=sys.stderr)
         return EXIT_BAD_INPUT
-    except BadInput as exc:
+    except RayevalError as exc:  # BadInput, and every error a command lets through
         print(f"rayeval: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
 

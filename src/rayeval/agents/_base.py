@@ -11,10 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from ..errors import ConfigError
 from . import _cli
 
 
-class AgentConfigError(ValueError):
+class AgentConfigError(ConfigError):
     """The harness cannot run as configured (missing API key, unsupported option, ...)."""
 
 

@@ -18,6 +18,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import RayevalError
+
 #: npm packages and the versions the harnesses are tested with.
 NPM_PINS: dict[str, str] = {
     "@anthropic-ai/claude-code": "2.1.332",
@@ -27,7 +29,7 @@ NPM_PINS: dict[str, str] = {
 INSTALL_HINT = "python scripts/install_agent_clis.py"
 
 
-class AgentNotInstalledError(FileNotFoundError):
+class AgentNotInstalledError(RayevalError, FileNotFoundError):
     """The agent program (or the Node.js runtime it needs) cannot be found."""
 
 

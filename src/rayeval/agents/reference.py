@@ -23,11 +23,13 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import RayevalError
+
 ANSWER_FILE = "eval_answer.json"
 _TEMPLATE = re.compile(r"<EVAL_ANSWER>(.*?)</EVAL_ANSWER>", re.DOTALL)
 
 
-class _Unsolvable(ValueError):
+class _Unsolvable(RayevalError, ValueError):
     pass
 
 

@@ -12,13 +12,14 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from ..errors import RayevalError
 from ..harness.answers import answer_envelope
 from ..harness.context import MIB, AgentContext, UnitResources
 
 RowKey = tuple[str, str, int]
 
 
-class ReplayError(LookupError):
+class ReplayError(RayevalError, LookupError):
     """No recorded row for the unit, or an unreadable trials file."""
 
 

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..errors import ConfigError
 from ..harness.context import MIB, AgentContext, AgentFunction, AgentRef, UnitResources
 
 
@@ -110,7 +111,7 @@ BUILT_IN_AGENTS: dict[str, Callable[[], AgentFunction]] = {
 INLINE_AGENTS = frozenset({"replay", "sleep"})
 
 
-class AgentNotFound(ValueError):
+class AgentNotFound(ConfigError):
     """The agent name is neither built in nor an importable ``module:function``."""
 
 
@@ -159,7 +160,7 @@ def agent_ref(name: str) -> AgentRef:
     return AgentRef(name=name)
 
 
-class AgentArgsError(ValueError):
+class AgentArgsError(ConfigError):
     """A built-in agent's ``--agent-arg`` options or credentials cannot work: found before any
     unit starts, instead of as one error row per unit."""
 

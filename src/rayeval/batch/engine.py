@@ -18,6 +18,7 @@ from pydantic import AfterValidator, BaseModel, Field
 
 from ..agents.labels import row_labels
 from ..agents.resolve import agent_ref, check_agent_args, resolve_agent
+from ..errors import RayevalError
 from ..evals import Eval, load_evals, select_evals
 from ..harness.cache import default_cache_dir
 from ..harness.context import AgentFunction, UnitResources
@@ -105,11 +106,11 @@ class BatchConfig(BaseModel):
     object_store_memory: int = 512 * 1024 * 1024
 
 
-class RunConflict(ValueError):
+class RunConflict(RayevalError, ValueError):
     """The run id already holds results (without --resume), or --resume has nothing to resume."""
 
 
-class UnitsDoNotFit(ValueError):
+class UnitsDoNotFit(RayevalError, ValueError):
     """A unit asks for more than any node of the (embedded) Ray has: it could never start."""
 
 

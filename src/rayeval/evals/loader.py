@@ -15,6 +15,7 @@ from typing import Any, BinaryIO
 
 from pydantic import ValidationError
 
+from ..errors import ConfigError, RayevalError
 from ..graders.registry import get_grader
 from .data_roots import checked_data_path, local_node_path, resolve_roots
 from .model import Eval, selection_problem
@@ -45,7 +46,7 @@ class EvalProblem:
         return f"{where}: {self.message}"
 
 
-class EvalFileError(ValueError):
+class EvalFileError(ConfigError):
     """Raised with every problem found across all the files that were asked for."""
 
     def __init__(self, problems: list[EvalProblem]):
@@ -94,7 +95,7 @@ class _NonFinite:
         return f"number {shown} overflows to infinity, which eval files may not hold"
 
 
-class _TooManyProblems(Exception):
+class _TooManyProblems(RayevalError):
     pass
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Sequence
 
+from ..errors import ConfigError
 from .model import Eval
 
 
-class EvalSelectionError(ValueError):
+class EvalSelectionError(ConfigError):
     """The selection names an eval that is not there, or leaves none."""
 
 

@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from .._messages import listed
+from ..errors import ConfigError
 from ..evals.model import id_problem
 
 FileType = Literal["prompt", "tool", "flow", "agent", "evaluator"]
@@ -42,7 +43,7 @@ STATS_KIND: dict[str, str] = {
 SHARE_TYPES = frozenset({"boolean", "select", "multi_select"})
 
 
-class EvaluationConfigError(ValueError):
+class EvaluationConfigError(ConfigError):
     """``evaluations.run`` was given a bad ``name``, ``file``, ``evaluators`` or ``dataset``."""
 
     def __init__(self, problems: Sequence[str]):

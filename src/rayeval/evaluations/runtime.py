@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from .._json import dumps
+from ..errors import RayevalError
 from ..evals import Eval
 from ..graders.result import GraderResult
 from ..harness.execution import Execution, grade_execution, lift_metadata
@@ -45,7 +46,7 @@ MAX_ERROR_CHARS = 2000
 EVALUATORS_KEY = "evaluators"  # metrics_json["evaluators"][path] holds each judgment
 
 
-class OutputError(TypeError):
+class OutputError(RayevalError, TypeError):
     """The file callable returned something that is neither a string nor JSON."""
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from ..errors import ConfigError
 from ._common import MISSING, config_error, is_finite_number
 from .base import Grader
 from .predicate import (
@@ -31,7 +32,7 @@ ROOT_ROLES = (GATE, HARD_FAIL)
 # Tuples, not sets: a role read from JSON may be an unhashable array or object.
 
 
-class InvalidConfig(ValueError):
+class InvalidConfig(ConfigError):
     """A configuration problem; its message becomes the ``configuration_error`` metric."""
 
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
+from ..errors import RayevalError
 from ._common import is_finite_number, parse_float
 
 MAX_DEPTH = 16
@@ -27,7 +28,7 @@ WILDCARD = None
 """The token ``[*]`` in a parsed path; every other token is a member name."""
 
 
-class PredicateEvaluationError(ValueError):
+class PredicateEvaluationError(RayevalError, ValueError):
     """The bound value cannot be evaluated: an invalid answer, never a configuration error."""
 
 

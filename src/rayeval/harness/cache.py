@@ -40,6 +40,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ValidationError, computed_field
 
+from ..errors import RayevalError
+
 CACHE_ENV = "RAYEVAL_CACHE_DIR"
 META_VERSION = 2
 CHUNK = 1 << 20
@@ -48,7 +50,7 @@ _STALE_TMP_SECONDS = 24 * 3600
 Kind = Literal["file", "directory"]
 
 
-class LockTimeout(TimeoutError):
+class LockTimeout(RayevalError, TimeoutError):
     """Another process held the entry's lock until the deadline passed."""
 
 

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from .._s3 import s3_client as _s3_client
+from ..errors import RayevalError
 from .cache import CHUNK, FileRecord, Payload, list_tree, walk_files, write_file
 
 #: Longest silence tolerated on a socket; also capped by the time left before the deadline.
@@ -30,7 +31,7 @@ _USER_AGENT = "rayeval-staging/1"
 T = TypeVar("T")
 
 
-class FetchError(Exception):
+class FetchError(RayevalError):
     """A source could not be fetched; the message is the reason, without the URI."""
 
 
@@ -38,7 +39,7 @@ class FetchTimeout(FetchError):
     """The download stalled past a socket timeout or the overall deadline."""
 
 
-class _Aborted(Exception):
+class _Aborted(RayevalError):
     """Raised inside an abandoned fetch thread to stop it."""
 
 

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from .._json import json_fallback
+from ..errors import RayevalError
 from ..evals import Eval
 from ..graders.registry import GRADER_REGISTRY, is_registered
 from ..graders.result import GraderResult
@@ -59,7 +60,7 @@ _OWN_GRADERS = "rayeval.graders."
 _READ_CHUNK = 1 << 20
 
 
-class GradingError(Exception):
+class GradingError(RayevalError):
     """A bounded grading that gave no verdict."""
 
 

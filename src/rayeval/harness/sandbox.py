@@ -37,6 +37,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..errors import RayevalError
 from .answers import MAX_ANSWER_FILE_BYTES
 from .cgroups import UnitGroups
 from .context import AgentContext, AgentFunction, AgentRef
@@ -79,11 +80,11 @@ HOME_SECRETS = (
 )  # fmt: skip
 
 
-class SandboxError(RuntimeError):
+class SandboxError(RayevalError, RuntimeError):
     """The sandbox cannot start here (no user namespaces, no bubblewrap, not Linux)."""
 
 
-class AgentUnavailable(ValueError):
+class AgentUnavailable(RayevalError, ValueError):
     """The agent cannot be imported or unpickled where it runs."""
 
 

@@ -38,6 +38,7 @@ from urllib.parse import unquote, urlsplit
 
 from pydantic import BaseModel, ConfigDict
 
+from ..errors import RayevalError
 from ..evals.data_roots import (
     checked_data_path,
     file_url_path,
@@ -95,7 +96,7 @@ class StagedNode(BaseModel):
     view_source: str | None = None
 
 
-class StagingError(Exception):
+class StagingError(RayevalError):
     """A data node could not be staged; the message names the URI and the problem."""
 
     def __init__(self, uri: str, problem: str) -> None:

@@ -39,6 +39,7 @@ from base64 import b64decode
 from pathlib import Path
 from typing import Any
 
+from ..errors import RayevalError
 from . import namespaces as ns
 
 _FRAME = struct.Struct("!cQ")
@@ -79,7 +80,7 @@ def recv_frame(sock: socket.socket, limit: int) -> tuple[bytes, bytes]:
     return kind, read_exactly(sock, size)
 
 
-class FrameTooLarge(ValueError):
+class FrameTooLarge(RayevalError, ValueError):
     def __init__(self, kind: bytes, size: int):
         self.kind = kind
         self.size = size

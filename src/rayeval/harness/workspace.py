@@ -12,6 +12,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+from ..errors import RayevalError
 from .cache import left_by_gone_processes
 
 WORK_ROOT_ENV = "RAYEVAL_WORK_ROOT"
@@ -218,7 +219,7 @@ def _listing(work_dir: Path, names: set[str]) -> Listing:
     return listing
 
 
-class FileTooLarge(ValueError):
+class FileTooLarge(RayevalError, ValueError):
     """A file the agent left is larger than what may be read of it."""
 
 

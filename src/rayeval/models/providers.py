@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal
 
+from ..errors import RayevalError
 from .types import ChatMessage, GenerateConfig
 
 SDK = Literal["openai", "anthropic"]
@@ -41,7 +42,7 @@ PROVIDERS: dict[str, Provider] = {
 }
 
 
-class ModelError(RuntimeError):
+class ModelError(RayevalError, RuntimeError):
     """A model cannot be named, configured or called; the message never holds the API key.
     ``transient``: the call failed on errors worth trying again later (rate limits, server
     errors, connection failures) until the retry policy gave up."""
@@ -51,7 +52,7 @@ class ModelError(RuntimeError):
         self.transient = transient
 
 
-class CallFailed(Exception):
+class CallFailed(RayevalError):
     """One try failed: ``status`` None for a connection error or timeout."""
 
     def __init__(self, status: int | None, message: str, headers: dict[str, str] | None = None):

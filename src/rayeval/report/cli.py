@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..errors import RayevalError
+
 if TYPE_CHECKING:
     from .reader import ResultsReader
 
@@ -121,8 +123,6 @@ def _emit(text: str, out: str | None) -> None:
 
 def _guarded(handler):  # type: ignore[no-untyped-def]
     def run(args: argparse.Namespace) -> int:
-        from .reader import ReportError
-
         # Warnings (a part left out because it cannot be read, naming it) are one
         # "rayeval: warning: ..." line each on stderr; the report goes on with the other parts.
         warnings = logging.StreamHandler(sys.stderr)
@@ -132,7 +132,7 @@ def _guarded(handler):  # type: ignore[no-untyped-def]
         logger.addHandler(warnings)
         try:
             return handler(args)
-        except ReportError as exc:
+        except RayevalError as exc:  # a ReportError, or a results root that cannot be read
             print(f"rayeval: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT
         finally:

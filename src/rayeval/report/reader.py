@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
+from ..errors import RayevalError
 from ..storage.row import ERROR_STATUSES
 from ..storage.store import MANIFEST_NAME, TABLE_SCHEMA, Parts, ResultStore, SkippedFile
 
@@ -93,7 +94,7 @@ CATEGORY_COLUMNS: frozenset[str] = frozenset(
 )
 
 
-class ReportError(ValueError):
+class ReportError(RayevalError, ValueError):
     """A user-facing problem with the results root or a selection (bad input, exit code 2)."""
 
 

@@ -35,7 +35,10 @@ EvaluatorKind = Literal["boolean", "number", "select", "text"]
 EVALUATOR_KINDS: tuple[str, ...] = ("boolean", "number", "select", "text")
 # Where evaluator values come from: "auto" reads a column of that name when there is one.
 EvaluatorSource = Literal["auto", "metrics"]
-RunStatus = Literal["pending", "running", "completed", "cancelled"]
+# An evaluation's progress as Humanloop reports it, not a manifest's RunStatus: "pending" has no
+# unit done yet, and a run stopped before the end ("failed" or "cancelled" in its manifest) is
+# "cancelled" (``--resume`` finishes it).
+EvaluationStatus = Literal["pending", "running", "completed", "cancelled"]
 PERCENTILES: dict[str, float] = {"p5": 0.05, "p25": 0.25, "p50": 0.50, "p75": 0.75, "p95": 0.95}
 
 # The evaluators every grader row carries.
@@ -115,7 +118,7 @@ class RunStats(BaseModel):
     version_id: str  # model/harness identity: "<model>/<harness>" (or "<model>")
     batch_id: str | None = None  # the ``batch_id`` column when rows carry one, else the run id
     num_logs: int
-    status: RunStatus
+    status: EvaluationStatus
     evaluator_stats: list[EvaluatorStats]
     model: str | None = None
     harness: str | None = None
@@ -130,7 +133,7 @@ class EvaluationStats(BaseModel):
     run_stats: list[RunStats]  # newest first
     progress: str
     report: str
-    status: RunStatus
+    status: EvaluationStatus
     units_done: int = 0
     planned_units: int | None = None
     num_errors: int = 0

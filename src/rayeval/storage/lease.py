@@ -45,6 +45,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..errors import RayevalError
 from .wal import fsync_dir, try_lock
 
 if TYPE_CHECKING:
@@ -82,25 +83,22 @@ _PRECONDITION = ("PreconditionFailed", "412")
 _MISSING = ("NoSuchKey", "404", "NotFound")
 
 
-class LeaseError(OSError):
-    """The run's lease cannot be taken or kept (an OSError: the run's root cannot be written)."""
+class LeaseError(RayevalError, OSError):
+    """The run's lease cannot be taken or kept (an OSError: the run's root cannot be written).
+    ``holder``: the other driver's record, when one holds the run and its record could be read."""
+
+    def __init__(self, message: str, holder: LeaseRecord | None = None):
+        super().__init__(message)
+        self.holder = holder
 
 
 class LeaseHeld(LeaseError):
     """Another driver holds the run: the message names it and says what to do."""
 
-    def __init__(self, message: str, holder: LeaseRecord | None = None):
-        super().__init__(message)
-        self.holder = holder
-
 
 class LeaseLost(LeaseError):
     """Another driver holds the run now (it took over after this driver's lease expired):
     this driver must not write the run any more."""
-
-    def __init__(self, message: str, holder: LeaseRecord | None = None):
-        super().__init__(message)
-        self.holder = holder
 
 
 class LeaseLapsed(LeaseError):

@@ -62,6 +62,7 @@ import pyarrow.parquet as pq
 import pydantic_core
 from pydantic import ValidationError
 
+from ..errors import RayevalError
 from .filesystem import is_s3, resolve_root, s3_endpoint
 from .manifest import RunManifest
 from .schema import FILE_SCHEMA, PARTITION_COLUMNS, ResultRow, lines_to_table
@@ -127,11 +128,11 @@ TABLE_SCHEMA = pa.schema([*_PARTITION_SCHEMA, *FILE_SCHEMA])
 _PARQUET = ds.ParquetFileFormat()
 
 
-class ManifestError(ValueError):
+class ManifestError(RayevalError, ValueError):
     """A run's manifest file exists but is not a run manifest (damaged, or not rayeval's)."""
 
 
-class StorageError(RuntimeError):
+class StorageError(RayevalError, RuntimeError):
     """Rows could not be stored (they remain in the write-ahead log)."""
 
 

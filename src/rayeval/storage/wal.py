@@ -27,6 +27,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import RayevalError
+
 log = logging.getLogger(__name__)
 
 __all__ = ["OrphanLog", "WriteAheadLog", "WriterIdInUse", "claim_orphans", "read_lines", "valid_writer_id"]
@@ -35,7 +37,7 @@ _WRITER_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")
 _SEGMENT_RE = re.compile(r"^(?P<writer>[A-Za-z0-9][A-Za-z0-9_-]*)(?:\.(?P<n>\d+))?\.jsonl$")
 
 
-class WriterIdInUse(RuntimeError):
+class WriterIdInUse(RayevalError, RuntimeError):
     """Another live writer holds the WAL lock of this writer id."""
 
 

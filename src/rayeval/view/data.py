@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ..errors import RayevalError
 from ..evals import EvalFileError, load_eval
 from ..report.benchmark import benchmark_table, breakdown_table, rounded
 from ..report.reader import (
@@ -85,7 +86,7 @@ DETAIL_COLUMNS: tuple[str, ...] = (
 TRAJECTORY_ARTIFACT = "trajectory.json"
 
 
-class NotFound(LookupError):
+class NotFound(RayevalError, LookupError):
     """A run or unit the viewer does not have (HTTP 404)."""
 
 

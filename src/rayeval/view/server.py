@@ -17,6 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+from ..errors import RayevalError
 from ..report.reader import ReportError
 from .assets import ASSETS, CONTENT_SECURITY_POLICY, asset_bytes, index_html
 from .data import NotFound, UnitQuery, ViewData, json_text
@@ -34,7 +35,7 @@ SECURITY_HEADERS = {
 }
 
 
-class BadRequest(ValueError):
+class BadRequest(RayevalError, ValueError):
     """A request parameter missing or malformed (HTTP 400)."""
 
 

@@ -7,7 +7,7 @@
                Wall minus start-up against the ideal N*S/C (goal: <= 1.1x).
   (s) start-up: `rayeval run` of one unit per example eval (`sleep` at 0 s) on an embedded
                Ray, from the command's start to the first unit's started_at, per round.
-  (b) engine:  N instant units (`sleep` at 0 s, inline), graded and written to Parquet, on the
+  (b) engine:  N units (`sleep` at 0 s, inline), graded and written to Parquet, on the
                Ray engine (run_batch in this process) against a plain single-process loop over
                the same harness, graders and writer: the engine's own cost per unit.
   (c) files:   Parquet files and bytes per 10,000 rows of run (b).
@@ -94,7 +94,7 @@ def bench_shape(work: Path, args: argparse.Namespace) -> None:
 
 
 def bench_startup(work: Path, rounds: int) -> None:
-    """(s): `rayeval run` of one instant unit per example eval, from the command's start to the
+    """(s): `rayeval run` of one unit (`sleep` at 0 s) per example eval, from the command's start to the
     first unit's start; a fresh embedded Ray each round."""
     figures = []
     for round_ in range(1, rounds + 1):
@@ -144,7 +144,7 @@ def run_loop(work: Path, evals_dir: Path, seeds: list[int], name: str) -> float:
     return time.monotonic() - start
 
 
-def bench_instant(work: Path, units: int, rounds: int) -> None:
+def bench_engine(work: Path, units: int, rounds: int) -> None:
     """(b) and (c).  Rounds alternate loop and engine (a fresh embedded Ray each), each
     measurement after a pause (``settle``): this machine's speed drifts by 10-20 % within a
     minute, so one pair of figures says little; the median ratio is reported."""
@@ -163,7 +163,7 @@ def bench_instant(work: Path, units: int, rounds: int) -> None:
                 agent_args={"seconds": "0"},
                 seeds=seeds,
                 output=str(work / "out_b"),
-                run_id=f"instant{round_}",
+                run_id=f"engine{round_}",
                 isolation="inline",
                 max_concurrency=64,
                 show_progress=False,
@@ -171,12 +171,12 @@ def bench_instant(work: Path, units: int, rounds: int) -> None:
         )
         ray_s = time.monotonic() - start
         ray.shutdown()
-        to_first, span = unit_timing(work / "out_b", f"instant{round_}")
+        to_first, span = unit_timing(work / "out_b", f"engine{round_}")
         n = summary.total_units
         ratios.append(loop_s / ray_s)
         warm_ratios.append(loop_s / span)
         print(
-            f"(b) round {round_}: {n} instant units: loop {n / loop_s:,.0f} units/s ({loop_s:.1f} s), "
+            f"(b) round {round_}: {n} units of 0 s: loop {n / loop_s:,.0f} units/s ({loop_s:.1f} s), "
             f"Ray engine {n / ray_s:,.0f} units/s ({ray_s:.1f} s, its start-up included) -> {loop_s / ray_s:.2f}x "
             f"the loop; stored {summary.stored_rows} rows; run start to first unit {to_first:.1f} s, then "
             f"{n / span:,.0f} units/s -> {loop_s / span:.2f}x the loop; load {loadavg()[0]:.1f}",
@@ -186,7 +186,7 @@ def bench_instant(work: Path, units: int, rounds: int) -> None:
         f"(b) median over {rounds} rounds: {statistics.median(ratios):.2f}x the loop overall "
         f"(rounds {', '.join(f'{r:.2f}' for r in ratios)}); after the first unit {statistics.median(warm_ratios):.2f}x"
     )
-    files, size, stored = storage_figures(work / "out_b", f"instant{rounds}")
+    files, size, stored = storage_figures(work / "out_b", f"engine{rounds}")
     print(
         f"(c) {stored} rows in {files} Parquet files, {size / 1e6:.2f} MB -> "
         f"{files * 10000 / stored:.1f} files and {size * 10000 / stored / 1e6:.2f} MB per 10,000 rows"
@@ -216,7 +216,7 @@ def main() -> int:
         if "s" in which:
             bench_startup(work, args.rounds_s)
         if "b" in which:
-            bench_instant(work, args.units_b, args.rounds_b)
+            bench_engine(work, args.units_b, args.rounds_b)
     print(f"load average at end: {' '.join(f'{x:.2f}' for x in loadavg())}")
     return 0
 

@@ -1,103 +1,48 @@
-"""Batch engine benchmarks (issue 4), each against a baseline measured in the same run.
+"""Batch engine benchmarks (issue 17), each against a baseline measured in the same run.
 
-  (a) sleep:   N units of the `sleep` agent at S seconds with --max-concurrency C; wall time
-               against the ideal N*S/C (Ray start-up reported apart).
-  (b) instant: N units of an instant agent, graded and written to Parquet, on the Ray engine
-               against a plain single-process loop over the same harness, graders and writer;
-               also the machine's ceiling: the same units in forked processes (one per CPU,
-               two threads each, as the engine's workers) that need no start-up and store nothing.
+  (a) shape:   N units of the `sleep` agent at S seconds, --max-concurrency C: `rayeval run` on
+               the repository's example evals (N / their number seeds) in a subprocess, timed
+               from outside (bench_sandbox.py's measure), default isolation; and inspect_ai at
+               the same shape in the same run (bench_sandbox.py's, with --inspect-python).
+               Wall minus start-up against the ideal N*S/C (goal: <= 1.1x).
+  (s) start-up: `rayeval run` of one unit per example eval (`sleep` at 0 s) on an embedded
+               Ray, from the command's start to the first unit's started_at, per round.
+  (b) engine:  N units (`sleep` at 0 s, inline), graded and written to Parquet, on the
+               Ray engine (run_batch in this process) against a plain single-process loop over
+               the same harness, graders and writer: the engine's own cost per unit.
   (c) files:   Parquet files and bytes per 10,000 rows of run (b).
 
-Usage: python scripts/bench_batch.py [--which a,b] [--units-a 2000] [--units-b 10000] [--rounds-b 3]
+Usage: python scripts/bench_batch.py [--which a,s,b] [--inspect-python /tmp/inspect-venv/bin/python]
+           [--units-a 2000] [--rounds-s 5] [--units-b 10000] [--rounds-b 3]
 """
 
 from __future__ import annotations
 
 import argparse
-import compileall
-import json
-import multiprocessing
-import os
 import socket
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import ray
 
-import rayeval
+# scripts/ is on sys.path when run as a script
+from bench_common import compile_bytecode, loadavg, make_evals, settle, unit_timing
+from bench_sandbox import INSPECT_VARIANTS, bench_inspect, bench_rayeval_run, inspect_version
+
 from rayeval import load_evals
 from rayeval.agents.sleep import sleep_agent
 from rayeval.batch import BatchConfig, run_batch
-from rayeval.batch.engine import connect
 from rayeval.batch.plan import plan_units
 from rayeval.batch.rows import row_from_result
 from rayeval.harness import EvalRunner, grade_execution
 from rayeval.storage.schema import rows_to_table
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def make_evals(folder: Path, count: int) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    for index in range(count):
-        body = {
-            "id": f"bench_{index:04d}",
-            "task": 'A or B? <EVAL_ANSWER>{"answer": "A|B"}</EVAL_ANSWER>',
-            "metadata": {"task": "bench", "kit": "none"},
-            "grader": {"type": "multiple_choice", "config": {"correct_answer": "B"}},
-        }
-        (folder / f"bench_{index:04d}.json").write_text(json.dumps(body))
-    return folder
-
-
-def _idle_ray_workers() -> int:
-    """Ray's pooled worker processes that are up and waiting for work (Linux: their process title)."""
-    count = 0
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            count += Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::IDLE")
-        except OSError:
-            pass
-    return count
-
-
-def ray_startup_seconds() -> float:
-    """Ray's start-up, measured apart: the embedded Ray `rayeval run` starts, until the worker
-    processes Ray starts with it (one per CPU) are up, plus one object put and fetched in this
-    process (Ray sets up its serializers on first use: ≈0.15 s).  Nothing runs on the workers
-    before the run, as in a real `rayeval run`; the run pays for its workers' first use."""
-    start = time.monotonic()
-    connect(BatchConfig(evals=[], agent="sleep", output=".", object_store_memory=512 * 1024 * 1024))
-    ray.get(ray.put(None))
-    cpus = int(ray.cluster_resources().get("CPU", 1))
-    while _idle_ray_workers() < cpus and time.monotonic() - start < 60:
-        time.sleep(0.02)
-    return time.monotonic() - start
-
-
-def settle(seconds: float = 1.0) -> None:
-    """Let the file system finish what the previous measurement left it (its journal, and the
-    discards of the thousands of folders it removed), so that no measurement pays for the one
-    before it: without this pause the loop, run after the engine, took 4.2-5.1 s in rounds 2-5
-    against 3.7-4.0 s in round 1."""
-    os.sync()
-    time.sleep(seconds)
-
-
-def unit_timing(root: Path, run_id: str) -> tuple[float, float]:
-    """(seconds from the run's start to its first unit starting, first unit start to last unit end)."""
-    import pandas as pd
-
-    rows = pd.read_parquet(root / f"run_id={run_id}", columns=["started_at", "finished_at"])
-    created = pd.Timestamp(json.loads((root / f"run_id={run_id}" / "_manifest.json").read_text())["created_at"])
-    return (rows.started_at.min() - created).total_seconds(), (
-        rows.finished_at.max() - rows.started_at.min()
-    ).total_seconds()
+EXAMPLE_EVALS = REPO / "evals"
 
 
 def storage_figures(root: Path, run_id: str) -> tuple[int, int, int]:
@@ -106,32 +51,62 @@ def storage_figures(root: Path, run_id: str) -> tuple[int, int, int]:
     return len(files), sum(f.stat().st_size for f in files), rows
 
 
-def bench_sleep(work: Path, units: int, seconds: float, concurrency: int) -> None:
-    evals = make_evals(work / "evals_a", 100)
-    seeds = max(1, units // 100)
-    startup = ray_startup_seconds()
-    start = time.monotonic()
-    summary = run_batch(
-        BatchConfig(
-            evals=[str(evals)],
-            agent="sleep",
-            agent_args={"seconds": str(seconds)},
-            seeds=list(range(1, seeds + 1)),
-            output=str(work / "out_a"),
-            run_id="sleep",
-            max_concurrency=concurrency,
-            show_progress=False,
+def bench_shape(work: Path, args: argparse.Namespace) -> None:
+    """(a): `rayeval run` and, with --inspect-python, inspect_ai at the same shape, alternately."""
+    evals_count = len(load_evals(EXAMPLE_EVALS))
+    seeds = max(1, args.units_a // evals_count)
+    units = seeds * evals_count
+    ideal = units * args.seconds_a / args.concurrency_a
+    jobs = [
+        (
+            f"rayeval --isolation {args.isolation}",
+            lambda tag: bench_rayeval_run(
+                work, EXAMPLE_EVALS, args.isolation, seeds, args.seconds_a, args.concurrency_a, tag
+            ),
         )
-    )
-    wall = time.monotonic() - start
-    ray.shutdown()
-    ideal = summary.total_units * seconds / concurrency
-    to_first, span = unit_timing(work / "out_a", "sleep")
-    print(
-        f"(a) {summary.total_units} sleep units x {seconds}s at concurrency {concurrency}: wall {wall:.1f}s, "
-        f"ideal {ideal:.1f}s -> {wall / ideal:.2f}x ideal (Ray start-up {startup:.1f}s not included); "
-        f"worker start-up {to_first:.1f}s, first unit start to last unit end {span:.1f}s -> {span / ideal:.2f}x ideal"
-    )
+    ]
+    if args.inspect_python:
+        print(f"inspect_ai {inspect_version(args.inspect_python)} from {args.inspect_python}")
+        jobs += [
+            (
+                INSPECT_VARIANTS[variant],
+                lambda tag, variant=variant: bench_inspect(
+                    work, args.inspect_python, variant, units, args.seconds_a, args.concurrency_a, tag
+                ),
+            )
+            for variant in INSPECT_VARIANTS
+        ]
+    else:
+        print("(a) inspect_ai skipped: no --inspect-python (see bench_sandbox.py for its one-time setup)")
+    for round_ in range(1, args.rounds_a + 1):
+        for label, job in jobs:
+            settle()
+            record = job(f"a{round_}")
+            after = record["wall_s"] - record["startup_s"]
+            print(
+                f"(a) round {round_} {label}: {record['units']} units x {args.seconds_a} s at concurrency "
+                f"{args.concurrency_a}: wall {record['wall_s']:.1f} s, start-up {record['startup_s']:.1f} s, "
+                f"wall - start-up {after:.1f} s = {after / ideal:.2f}x ideal ({ideal:.1f} s), span "
+                f"{record['span_s']:.1f} s = {record['span_s'] / ideal:.2f}x; {record['errors']} errors; "
+                f"load {record['load1_before']:.1f}",
+                flush=True,
+            )
+
+
+def bench_startup(work: Path, rounds: int) -> None:
+    """(s): `rayeval run` of one unit (`sleep` at 0 s) per example eval, from the command's start to the
+    first unit's start; a fresh embedded Ray each round."""
+    figures = []
+    for round_ in range(1, rounds + 1):
+        settle()
+        record = bench_rayeval_run(work, EXAMPLE_EVALS, "sandbox", 1, 0.0, 10, f"s{round_}")
+        figures.append(record["startup_s"])
+        print(
+            f"(s) round {round_}: start-up {record['startup_s']:.2f} s (wall {record['wall_s']:.2f} s), "
+            f"load {record['load1_before']:.1f}",
+            flush=True,
+        )
+    print(f"(s) start-up, median of {rounds}: {statistics.median(figures):.2f} s (min {min(figures):.2f} s)")
 
 
 def run_loop(work: Path, evals_dir: Path, seeds: list[int], name: str) -> float:
@@ -151,84 +126,34 @@ def run_loop(work: Path, evals_dir: Path, seeds: list[int], name: str) -> float:
             sleep_agent, model=unit.model, seed=unit.seed, agent_args={"seconds": "0"}, isolation="inline"
         )
         result = grade_execution(eval_, execution)
-        rows.append(row_from_result(result, unit=unit, eval_=eval_, run_id=name, agent="sleep", attempt=1, node=node))
+        rows.append(
+            row_from_result(
+                result,
+                unit=unit,
+                eval_=eval_,
+                run_id=name,
+                agent="sleep",
+                agent_args={"seconds": "0"},
+                attempt=1,
+                node=node,
+            )
+        )
     out = work / "out_loop" / f"run_id={name}" / "model=default"
     out.mkdir(parents=True)
     pq.write_table(rows_to_table(rows), out / "part-0.parquet")
     return time.monotonic() - start
 
 
-def _plain_share(work: Path, evals: list, plan: list, name: str, threads: int, barrier, results) -> None:
-    """One forked process of ``run_plain_processes``: its units on ``threads`` threads."""
-    chunks = [plan[k::threads] for k in range(threads)]
-
-    def run(units: list) -> None:
-        for unit in units:
-            eval_ = evals[unit.eval_index]
-            thread_root = (
-                work / f"plain_work_{os.getpid()}" / f"thread-{threading.get_native_id()}"
-            )  # as the engine's workers
-            execution = EvalRunner(eval_, work_root=thread_root, run_id=name).execute(
-                sleep_agent, model=unit.model, seed=unit.seed, agent_args={"seconds": "0"}, isolation="inline"
-            )
-            row_from_result(
-                grade_execution(eval_, execution),
-                unit=unit,
-                eval_=eval_,
-                run_id=name,
-                agent="sleep",
-                attempt=1,
-                node="n",
-            )
-
-    barrier.wait()
-    pool = [threading.Thread(target=run, args=(chunk,)) for chunk in chunks]
-    for thread in pool:
-        thread.start()
-    for thread in pool:
-        thread.join()
-    results.put(time.time())
-
-
-def run_plain_processes(work: Path, evals: list, plan: list, name: str, threads: int = 2) -> float:
-    """The ceiling of any engine on this machine: the units split over forked processes, one
-    per CPU, with every module already imported (no start-up), ``threads`` threads each (the
-    engine's fast path), rows made but not stored (no driver); seconds from the start signal
-    to the last process done."""
-    context = multiprocessing.get_context("fork")
-    processes = os.cpu_count() or 1
-    barrier, results = context.Barrier(processes + 1), context.Queue()
-    workers = [
-        context.Process(target=_plain_share, args=(work, evals, plan[k::processes], name, threads, barrier, results))
-        for k in range(processes)
-    ]
-    for worker in workers:
-        worker.start()
-    barrier.wait()
-    start = time.time()
-    end = max(results.get() for _ in workers)
-    for worker in workers:
-        worker.join()
-    return end - start
-
-
-def bench_instant(work: Path, units: int, rounds: int) -> None:
-    """Rounds alternate loop and engine (a fresh embedded Ray each), each measurement after a
-    pause (``settle``): this machine's speed drifts by 10-20 % within a minute, so one pair of
-    figures says little; the median ratio is reported."""
+def bench_engine(work: Path, units: int, rounds: int) -> None:
+    """(b) and (c).  Rounds alternate loop and engine (a fresh embedded Ray each), each
+    measurement after a pause (``settle``): this machine's speed drifts by 10-20 % within a
+    minute, so one pair of figures says little; the median ratio is reported."""
     evals_dir = make_evals(work / "evals_b", 100)
-    evals = load_evals(evals_dir)
     seeds = list(range(1, max(1, units // 100) + 1))
-    plan = plan_units(evals, ["default"], seeds, "sleep")
-    n = len(plan)
-    ratios, warm_ratios, ceilings = [], [], []
+    ratios, warm_ratios = [], []
     for round_ in range(1, rounds + 1):
         settle()
         loop_s = run_loop(work, evals_dir, seeds, f"loop{round_}")
-        settle()
-        plain_s = run_plain_processes(work, evals, plan, f"plain{round_}")
-        ceilings.append(loop_s / plain_s)
-        startup = ray_startup_seconds()
         settle()
         start = time.monotonic()
         summary = run_batch(
@@ -238,61 +163,61 @@ def bench_instant(work: Path, units: int, rounds: int) -> None:
                 agent_args={"seconds": "0"},
                 seeds=seeds,
                 output=str(work / "out_b"),
-                run_id=f"instant{round_}",
+                run_id=f"engine{round_}",
+                isolation="inline",
                 max_concurrency=64,
                 show_progress=False,
             )
         )
         ray_s = time.monotonic() - start
         ray.shutdown()
-        to_first, span = unit_timing(work / "out_b", f"instant{round_}")
+        to_first, span = unit_timing(work / "out_b", f"engine{round_}")
+        n = summary.total_units
         ratios.append(loop_s / ray_s)
         warm_ratios.append(loop_s / span)
         print(
-            f"(b) round {round_}: {n} instant units: loop {n / loop_s:,.0f} units/s ({loop_s:.1f}s), "
-            f"Ray engine {n / ray_s:,.0f} units/s ({ray_s:.1f}s) -> {loop_s / ray_s:.2f}x the loop "
-            f"(Ray start-up {startup:.1f}s not included); stored {summary.stored_rows} rows; "
-            f"worker start-up {to_first:.1f}s, then {n / span:,.0f} units/s -> {loop_s / span:.2f}x the loop; "
-            f"ceiling (forked processes, no start-up, nothing stored) {n / plain_s:,.0f} units/s -> {loop_s / plain_s:.2f}x"
+            f"(b) round {round_}: {n} units of 0 s: loop {n / loop_s:,.0f} units/s ({loop_s:.1f} s), "
+            f"Ray engine {n / ray_s:,.0f} units/s ({ray_s:.1f} s, its start-up included) -> {loop_s / ray_s:.2f}x "
+            f"the loop; stored {summary.stored_rows} rows; run start to first unit {to_first:.1f} s, then "
+            f"{n / span:,.0f} units/s -> {loop_s / span:.2f}x the loop; load {loadavg()[0]:.1f}",
+            flush=True,
         )
     print(
         f"(b) median over {rounds} rounds: {statistics.median(ratios):.2f}x the loop overall "
-        f"(rounds {', '.join(f'{r:.2f}' for r in ratios)}); after worker start-up {statistics.median(warm_ratios):.2f}x; "
-        f"ceiling {statistics.median(ceilings):.2f}x"
+        f"(rounds {', '.join(f'{r:.2f}' for r in ratios)}); after the first unit {statistics.median(warm_ratios):.2f}x"
     )
-    files, size, stored = storage_figures(work / "out_b", f"instant{rounds}")
+    files, size, stored = storage_figures(work / "out_b", f"engine{rounds}")
     print(
         f"(c) {stored} rows in {files} Parquet files, {size / 1e6:.2f} MB -> "
         f"{files * 10000 / stored:.1f} files and {size * 10000 / stored / 1e6:.2f} MB per 10,000 rows"
     )
 
 
-def compile_bytecode() -> None:
-    """Give rayeval's modules their bytecode, as pip does when it installs a package.
-
-    A checkout installed in editable mode on a machine with PYTHONDONTWRITEBYTECODE=1 (this
-    one) has none, so every Ray worker would compile rayeval's ~60 modules (≈60 ms) at each
-    start-up, which an installed rayeval never does.  The loop has imported them before its
-    timer starts either way."""
-    compileall.compile_dir(Path(rayeval.__file__).parent, quiet=1)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--which", default="a,b")
+    parser.add_argument("--which", default="a,s,b")
     parser.add_argument("--units-a", type=int, default=2000)
-    parser.add_argument("--sleep-seconds", type=float, default=1.0)
+    parser.add_argument("--seconds-a", type=float, default=1.0)
     parser.add_argument("--concurrency-a", type=int, default=100)
+    parser.add_argument("--rounds-a", type=int, default=1)
+    parser.add_argument("--isolation", default="sandbox", help="isolation of (a)'s rayeval run")
+    parser.add_argument("--inspect-python", help="python of a virtual environment with inspect-ai: (a) runs it too")
+    parser.add_argument("--rounds-s", type=int, default=5)
     parser.add_argument("--units-b", type=int, default=10000)
     parser.add_argument("--rounds-b", type=int, default=3)
     args = parser.parse_args()
+    which = set(args.which.split(","))
     compile_bytecode()
+    print(f"load average at start: {' '.join(f'{x:.2f}' for x in loadavg())}")
     with tempfile.TemporaryDirectory(prefix="rayeval-bench-") as tmp:
         work = Path(tmp)
-        if "a" in args.which:
-            bench_sleep(work, args.units_a, args.sleep_seconds, args.concurrency_a)
-        if "b" in args.which:
-            bench_instant(work, args.units_b, args.rounds_b)
+        if "a" in which:
+            bench_shape(work, args)
+        if "s" in which:
+            bench_startup(work, args.rounds_s)
+        if "b" in which:
+            bench_engine(work, args.units_b, args.rounds_b)
+    print(f"load average at end: {' '.join(f'{x:.2f}' for x in loadavg())}")
     return 0
 
 

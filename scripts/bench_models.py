@@ -34,7 +34,7 @@ import ray
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "scripts")]
 
-from bench_batch import ray_startup_seconds, settle, unit_timing
+from bench_common import ray_startup_seconds, settle, unit_timing
 
 from rayeval.agents.prompt import ANSWER_INSTRUCTION
 from rayeval.batch import BatchConfig, run_batch

@@ -92,7 +92,7 @@ def _config(evals: Path, out: Path, models: int, seeds: int, resume: bool):
 
 def setup(folder: Path, evals: int, models: int, seeds: int) -> dict:
     """The eval files, and the stored rows of the run the resume scenarios finish."""
-    from bench_batch import make_evals
+    from bench_common import make_evals
 
     from rayeval.batch.plan import Plan
     from rayeval.evals import load_evals
@@ -112,7 +112,7 @@ def scenario(name: str, evals: Path, out: Path, models: int, seeds: int) -> dict
 
     from rayeval.batch import engine
     from rayeval.batch.plan import Plan, unstored
-    from rayeval.batch.scheduler import Scheduler
+    from rayeval.batch.queue import UnitQueue
     from rayeval.evals import load_evals
     from rayeval.storage import ResultStore, RunManifest
 
@@ -124,12 +124,12 @@ def scenario(name: str, evals: Path, out: Path, models: int, seeds: int) -> dict
     store = ResultStore(config.output)
     plan = Plan(loaded, config.models, config.seeds, config.agent)
     if name.startswith("inputs"):
-        manifest = engine._run_manifest(config, RUN, loaded, plan, previous=None)
+        manifest = engine.run_manifest(config, RUN, loaded, plan, previous=None)
         store.write_manifest(manifest.model_copy(update={"run_id": f"{RUN}-{name}"}))
         stored = store.stored_unit_id_array(RUN) if resume else np.array([], dtype="S32")
         todo = unstored(plan, stored)
         to_run = int(todo.sum())
-        Scheduler(plan, todo, max_concurrency=32, model_limits={})
+        UnitQueue(plan, todo, max_concurrency=32, model_limits={})
     else:  # the previous version's steps (engine.run_batch at e640127)
         units = plan.units()
         done_ids = store.stored_unit_ids(RUN) if resume else set()

@@ -29,7 +29,7 @@ inspect_ai at the same shape, each level against the others measured in the same
                outside; start-up and span from the log's sample start and end times.
 
 Rounds alternate the levels (the order rotates each round), each after `settle()` (as in
-bench_batch.py); medians over rounds are reported. The machine's load average is printed at
+bench_common.py); medians over rounds are reported. The machine's load average is printed at
 the start and end, and recorded per measurement: on 2 cores other processes move every figure.
 
 One-time setup for (c), outside this script (nothing is fetched while it runs):
@@ -51,32 +51,18 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 # scripts/ is on sys.path when run as a script
-from bench_batch import compile_bytecode, settle
+from bench_common import CLK_TCK, compile_bytecode, epoch, loadavg, machine_busy_seconds, settle
 
 REPO = Path(__file__).resolve().parents[1]
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 LEVELS = ("sandbox", "process", "inline")
 INSPECT_VARIANTS = {"exec": "inspect local sandbox exec(sleep)", "asyncio": "inspect asyncio.sleep"}
 
 
 # ------------------------------------------------------------------------------ the machine
-def loadavg() -> tuple[float, float, float]:
-    one, five, fifteen = Path("/proc/loadavg").read_text().split()[:3]
-    return float(one), float(five), float(fifteen)
-
-
-def machine_busy_seconds() -> float:
-    """CPU-seconds all CPUs spent not idle since boot (user, nice, system, irq, softirq, steal)."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    user, nice, system, _idle, _iowait, irq, softirq, steal = fields[:8]
-    return (user + nice + system + irq + softirq + steal) / CLK_TCK
-
-
 def _stat(pid: int) -> list[str] | None:
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
@@ -102,12 +88,6 @@ def tree_cpu_seconds(root: int) -> float:
             total += sum(int(x) for x in fields[11:15])
         todo.extend(children.get(pid, []))
     return total / CLK_TCK
-
-
-def _epoch(value: Any) -> float:
-    if isinstance(value, str):
-        value = datetime.fromisoformat(value)
-    return value.timestamp()
 
 
 def _median(records: list[dict], key: str) -> float | None:
@@ -144,7 +124,7 @@ def bench_rayeval_run(
         output / f"run_id={run_id}",
         columns=["started_at", "finished_at", "agent_s", "duration_s", "status", "isolation"],
     )
-    first, last = _epoch(rows.started_at.min()), _epoch(rows.finished_at.max())
+    first, last = epoch(rows.started_at.min()), epoch(rows.finished_at.max())
     shutil.rmtree(output, ignore_errors=True)
     return {
         "command": " ".join(command[1:]),
@@ -256,7 +236,7 @@ def bench_inspect(work: Path, python: str, mode: str, units: int, seconds: float
     read = subprocess.run([python, str(reader), str(logs[-1])], capture_output=True, text=True, check=True)
     found = json.loads(read.stdout)
     shutil.rmtree(log_dir, ignore_errors=True)
-    first, last = _epoch(found["first_start"]), _epoch(found["last_end"])
+    first, last = epoch(found["first_start"]), epoch(found["last_end"])
     return {
         "command": " ".join(["inspect", *command[3:]]),
         "units": found["samples"],

@@ -4,8 +4,24 @@ only; everything the agent wrote is shown as text under a strict Content-Securit
 
 from __future__ import annotations
 
-from .data import NotFound, UnitQuery, ViewData
-from .server import ViewServer
-from .static import write_static
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from .data import NotFound, UnitQuery, ViewData
+    from .server import ViewServer
+    from .static import write_static
+
+# Exports load on first use: the main CLI registers ``rayeval view`` without reading pandas.
+_EXPORTS = {
+    "NotFound": ".data",
+    "UnitQuery": ".data",
+    "ViewData": ".data",
+    "ViewServer": ".server",
+    "write_static": ".static",
+}
 
 __all__ = ["NotFound", "UnitQuery", "ViewData", "ViewServer", "write_static"]
+
+__getattr__ = lazy_exports(__name__, _EXPORTS)

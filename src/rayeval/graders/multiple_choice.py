@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ._common import agent_failure, config_error, echo_answer
+from ._common import agent_failure, config_error
 from .base import Grader
 from .registry import register_grader
 from .result import GraderResult
@@ -46,9 +46,12 @@ def _correct_tokens(config: Any) -> list[str] | str:
         choices = config["correct_answers"]
         if not isinstance(choices, list) or not choices:
             return f"correct_answers must be a non-empty list, got {choices!r}"
-    tokens = [token for token in map(choice_token, choices) if token is not None]
-    if len(tokens) != len(choices):
-        return f"every correct answer must be a non-blank string, number or bool, got {choices!r}"
+    tokens = []
+    for choice in choices:
+        token = choice_token(choice)
+        if token is None:
+            return f"every correct answer must be a non-blank string, number or bool, got {choices!r}"
+        tokens.append(token)
     return tokens
 
 
@@ -80,5 +83,5 @@ class MultipleChoiceGrader(Grader):
             score=1.0 if passed else 0.0,
             metrics={"correct_answers": correct, "agent_answer": token},
             reasoning=f"{'PASS' if passed else 'FAIL'}: answered {token!r}, correct: {', '.join(correct)}",
-            agent_answer=echo_answer(answer),
+            agent_answer=answer,
         )

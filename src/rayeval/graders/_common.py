@@ -73,15 +73,19 @@ def read_object(config: dict, *path: str) -> dict | str:
     return node
 
 
+_RANGE_TEXT: dict[tuple[float, float], str] = {}  # "[low, high]" per range, formatted once
+
+
 def _range_error(key: str, low: float, high: float, value: Any) -> str:
-    return f"{key} must be a finite number in [{low}, {high}], got {value!r}"
+    text = _RANGE_TEXT.get((low, high))
+    if text is None:
+        text = _RANGE_TEXT[low, high] = f"[{low}, {high}]"
+    return f"{key} must be a finite number in {text}, got {value!r}"
 
 
 def read_thresholds(mapping: dict, specs: Iterable[tuple[str, Any, float, float]]) -> list | str:
     """Values for (key, default, low, high) specs, or the error message; a present key (even null) must be in
     range."""
-    if not mapping:
-        return [default for _, default, _, _ in specs]
     values = []
     for key, default, low, high in specs:
         if key not in mapping:
@@ -98,10 +102,10 @@ def read_thresholds_at(
     config: dict, path: tuple[str, ...], specs: Iterable[tuple[str, Any, float, float]]
 ) -> list | str:
     """Thresholds from an optional nested object such as ``scoring.pass_thresholds``, or the error message."""
-    mapping = read_object(config, *path)
+    mapping = read_object(config, *path) if path[0] in config else None  # mostly absent: the defaults
     if mapping.__class__ is str:
         return mapping
-    return read_thresholds(mapping, specs)
+    return read_thresholds(mapping, specs) if mapping else [default for _, default, _, _ in specs]
 
 
 def lookup_dotted(answer: Any, key: str) -> tuple[bool, Any]:

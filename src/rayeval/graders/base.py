@@ -23,7 +23,7 @@ class Grader:
         raise NotImplementedError
 
     def evaluate_answer(self, answer: Any, config: Any) -> GraderResult:
-        if self.requires_object_config and not isinstance(config, dict):
+        if config.__class__ is not dict and self.requires_object_config and not isinstance(config, dict):
             return config_error(f"config must be an object, got {type(config).__name__}", answer)
         try:
             return self._evaluate(answer, config)

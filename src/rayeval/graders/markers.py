@@ -338,11 +338,12 @@ def _reported_aurocs(answer: Any) -> dict[str, float] | str:
         if not isinstance(stat, dict) or "gene" not in stat or "auroc" not in stat:
             return f"per_gene_stats[{position}] must be an object with 'gene' and 'auroc'"
         gene, auroc = stat["gene"], stat["auroc"]
-        if not is_nonblank_str(gene):
+        if not (isinstance(gene, str) and gene.strip()):
             return f"per_gene_stats[{position}].gene must be a non-blank string, got {gene!r}"
         if gene in aurocs:
             return f"gene {gene!r} appears more than once in per_gene_stats"
-        if not is_number_in(auroc, 0.0, 1.0):
+        # a float in range (NaN never is) needs no further check
+        if not (auroc.__class__ is float and 0.0 <= auroc <= 1.0) and not is_number_in(auroc, 0.0, 1.0):
             return f"per_gene_stats[{position}].auroc must be a finite number in [0, 1], got {auroc!r}"
         aurocs[gene] = float(auroc)
     return aurocs

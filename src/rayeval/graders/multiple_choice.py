@@ -50,9 +50,19 @@ def _correct_tokens(config: Any) -> list[str] | str:
     for choice in choices:
         token = choice_token(choice)
         if token is None:
-            return f"every correct answer must be a non-blank string, number or bool, got {choices!r}"
+            key = "correct_answer" if has_one else "correct_answers"
+            return f"{key}: every choice must be a non-blank string, finite number or bool, got {_kind(choice)}"
         tokens.append(token)
     return tokens
+
+
+def _kind(value: Any) -> str:
+    """What a value that names no choice is, briefly (the answer's may be large)."""
+    if isinstance(value, str):
+        return "a blank string"
+    if isinstance(value, float):
+        return repr(value)  # nan or inf
+    return "null" if value is None else type(value).__name__
 
 
 @register_grader("multiple_choice")
@@ -73,7 +83,7 @@ class MultipleChoiceGrader(Grader):
         token = choice_token(raw)
         if token is None:
             return agent_failure(
-                f"Answer {raw!r} does not name a choice",
+                f"Answer {ANSWER_FIELD!r} must be a non-blank string, finite number or bool, got {_kind(raw)}",
                 answer,
                 metrics={"correct_answers": correct, "agent_answer": raw},
             )

@@ -170,7 +170,9 @@ def parse_composite_leaf(config: Any) -> Leaf:
     """
     if not isinstance(config, dict):
         raise InvalidConfig(f"a leaf must be an object, got {config!r}")
-    check_answer_field(config.get("answer_field"))
+    answer_field = config.get("answer_field")
+    if answer_field is not None:  # mostly absent: a record's leaf binds its field by name
+        check_answer_field(answer_field)
     role = config.get("role")
     if role not in COMPOSITE_ROLES:
         raise InvalidConfig(f"leaf role must be gate, additive or hard_fail, got {role!r}")

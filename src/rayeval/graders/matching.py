@@ -32,22 +32,31 @@ def _nonempty_text(config: dict, key: str, default: str | None = None) -> str:
     return value
 
 
-def _parse_leaf(config: Any, where: str) -> Leaf:
+def _where(entry: Any, field: str | None = None) -> str:
+    """Where a ground-truth entry (``entry``: its index or key), or one of its fields, is: for
+    messages, so only formatted when one is needed."""
+    return f"ground_truth[{entry!r}]" if field is None else f"ground_truth[{entry!r}].{field}"
+
+
+def _parse_leaf(config: Any, entry: Any, field: str | None = None) -> Leaf:
     try:
         return parse_composite_leaf(config)
     except InvalidConfig as exc:
-        raise InvalidConfig(f"{where}: {exc}") from None
+        raise InvalidConfig(f"{_where(entry, field)}: {exc}") from None
 
 
-def _parse_fields(fields: Any, where: str) -> dict[str, Leaf]:
+def _parse_fields(fields: Any, entry: Any) -> dict[str, Leaf]:
     if not isinstance(fields, dict) or not fields:
-        raise InvalidConfig(f"{where}: fields must be a non-empty object")
-    return {name: _parse_leaf(leaf, f"{where}.{name}") for name, leaf in fields.items()}
+        raise InvalidConfig(f"{_where(entry)}: fields must be a non-empty object")
+    return {name: _parse_leaf(leaf, entry, name) for name, leaf in fields.items()}
 
 
-def _require_scoring_leaf(leaves: Iterable[Leaf]) -> None:
-    if all(leaf.role == HARD_FAIL for leaf in leaves):
-        raise InvalidConfig("at least one leaf must be a gate or additive leaf (not only hard_fail)")
+def _require_scoring_leaf(groups: Iterable[dict[str, Leaf]]) -> None:
+    for leaves in groups:
+        for leaf in leaves.values():
+            if leaf.role != HARD_FAIL:
+                return
+    raise InvalidConfig("at least one leaf must be a gate or additive leaf (not only hard_fail)")
 
 
 def _bind_fields(leaves: dict[str, Leaf], record: Any, prefix: str) -> Iterator[tuple[str, Leaf, Any]]:
@@ -157,16 +166,15 @@ def _parse_list_match(config: Any) -> _ListMatchConfig:
     sort = normalize == "sort"
     rows: dict[Any, dict[str, Leaf]] = {}
     for index, row in enumerate(ground_truth):
-        where = f"ground_truth[{index}]"
         if not isinstance(row, dict):
-            raise InvalidConfig(f"{where} must be an object")
+            raise InvalidConfig(f"{_where(index)} must be an object")
         if key_name not in row:
-            raise InvalidConfig(f"{where} has no {key_name!r} key")
+            raise InvalidConfig(f"{_where(index)} has no {key_name!r} key")
         key = match_key(row[key_name], sort)
         if key in rows:
-            raise InvalidConfig(f"{where}: duplicate {key_name} {row[key_name]!r}")
-        rows[key] = _parse_fields(row.get("fields"), where)
-    _require_scoring_leaf(leaf for leaves in rows.values() for leaf in leaves.values())
+            raise InvalidConfig(f"{_where(index)}: duplicate {key_name} {row[key_name]!r}")
+        rows[key] = _parse_fields(row.get("fields"), index)
+    _require_scoring_leaf(rows.values())
 
     row_capacity = [sum(leaf.capacity for leaf in leaves.values() if leaf.role == ADDITIVE) for leaves in rows.values()]
     denominator = sum(heapq.nlargest(k, row_capacity) if k is not None else row_capacity)
@@ -285,8 +293,9 @@ class _Entry(NamedTuple):
     capacity: float
 
     @property
-    def leaves(self) -> Iterable[Leaf]:
-        return [self.leaf] if isinstance(self.leaf, Leaf) else self.leaf.values()
+    def leaves(self) -> dict[str, Leaf]:
+        """The entry's leaves by field (the scalar shape's one leaf under the entry's key)."""
+        return {self.key: self.leaf} if isinstance(self.leaf, Leaf) else self.leaf
 
 
 class _DictMatchConfig(NamedTuple):
@@ -308,18 +317,17 @@ def _parse_dict_match(config: Any) -> _DictMatchConfig:
 
     entries = []
     for key, entry in ground_truth.items():
-        where = f"ground_truth[{key!r}]"
         if not isinstance(entry, dict):
-            raise InvalidConfig(f"{where} must be an object")
+            raise InvalidConfig(f"{_where(key)} must be an object")
         if "predicate" in entry:  # the scalar shape wins over 'fields'
-            leaf = _parse_leaf(entry, where)
+            leaf = _parse_leaf(entry, key)
             entries.append(_Entry(key, leaf, leaf.score_max))
         elif "fields" in entry:
-            fields = _parse_fields(entry["fields"], where)
+            fields = _parse_fields(entry["fields"], key)
             entries.append(_Entry(key, fields, sum(leaf.score_max for leaf in fields.values())))
         else:
-            raise InvalidConfig(f"{where} needs a 'predicate' (one leaf) or 'fields' (a leaf per field)")
-    _require_scoring_leaf(leaf for entry in entries for leaf in entry.leaves)
+            raise InvalidConfig(f"{_where(key)} needs a 'predicate' (one leaf) or 'fields' (a leaf per field)")
+    _require_scoring_leaf(entry.leaves for entry in entries)
     return _DictMatchConfig(answer_field, rule, all_keys_required, entries)
 
 

@@ -31,6 +31,8 @@ MISSING: Any = _Missing()
 
 def is_finite_number(value: Any) -> TypeGuard[float]:
     """JSON number (not bool) whose float value is finite; huge ints that overflow are not."""
+    if value.__class__ is float:  # the common case, without a call
+        return value - value == 0.0  # NaN and infinities give NaN
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return False
     try:

@@ -289,8 +289,12 @@ class MarkerGeneSeparationGrader(Grader):
         if isinstance(aurocs, str):
             return agent_failure(aurocs, answer)
         reported_mean = answer["mean_auroc"]
-        high = sorted(gene for gene, auroc in aurocs.items() if auroc >= cutoff)
-        low = sorted(gene for gene, auroc in aurocs.items() if auroc < cutoff)
+        high: list[str] = []
+        low: list[str] = []
+        for gene, auroc in aurocs.items():
+            (high if auroc >= cutoff else low).append(gene)
+        high.sort()
+        low.sort()
         fraction_high = len(high) / len(aurocs)
         mean_pass = reported_mean >= mean_threshold
         fraction_pass = fraction_high >= fraction_threshold

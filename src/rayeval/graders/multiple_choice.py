@@ -41,17 +41,19 @@ def _correct_tokens(config: Any) -> list[str] | str:
     if has_one == has_many:
         return "config needs exactly one of correct_answer or correct_answers"
     if has_one:
-        choices = [config["correct_answer"]]
-    else:
-        choices = config["correct_answers"]
-        if not isinstance(choices, list) or not choices:
-            return f"correct_answers must be a non-empty list, got {choices!r}"
+        choice = config["correct_answer"]
+        token = choice_token(choice)
+        if token is None:
+            return f"correct_answer must be a non-blank string, finite number or bool, got {_kind(choice)}"
+        return [token]
+    choices = config["correct_answers"]
+    if not isinstance(choices, list) or not choices:
+        return f"correct_answers must be a non-empty list, got {choices!r}"
     tokens = []
     for choice in choices:
         token = choice_token(choice)
         if token is None:
-            key = "correct_answer" if has_one else "correct_answers"
-            return f"{key}: every choice must be a non-blank string, finite number or bool, got {_kind(choice)}"
+            return f"correct_answers: each must be a non-blank string, finite number or bool, got {_kind(choice)}"
         tokens.append(token)
     return tokens
 

@@ -120,7 +120,7 @@ class Leaf:
         self.threshold = threshold
         self.capacity = capacity
         self.answer_field = config.get("answer_field")
-        self.label = leaf_label(config)
+        self.label = config.get("name") or f"{self.op}-leaf"  # leaf_label, the op being valid
 
     @property
     def score_max(self) -> float:

@@ -25,10 +25,17 @@ GATES_ALL_PASS = "gates_all_pass"
 # --------------------------------------------------------------------------- shared
 
 
+def _text_error(value: Any, key: str) -> str | None:
+    if isinstance(value, str) and value:
+        return None
+    return f"{key} must be a non-empty string, got {value!r}"
+
+
 def _nonempty_text(config: dict, key: str, default: str | None = None) -> str:
     value = config.get(key, default)
-    if not isinstance(value, str) or not value:
-        raise InvalidConfig(f"{key} must be a non-empty string, got {value!r}")
+    error = _text_error(value, key)
+    if error is not None:
+        raise InvalidConfig(error)
     return value
 
 
@@ -51,12 +58,15 @@ def _parse_fields(fields: Any, entry: Any) -> dict[str, Leaf]:
     return {name: _parse_leaf(leaf, entry, name) for name, leaf in fields.items()}
 
 
-def _require_scoring_leaf(groups: Iterable[dict[str, Leaf]]) -> None:
+NO_SCORING_LEAF = "at least one leaf must be a gate or additive leaf (not only hard_fail)"
+
+
+def _has_scoring_leaf(groups: Iterable[dict[str, Leaf]]) -> bool:
     for leaves in groups:
         for leaf in leaves.values():
             if leaf.role != HARD_FAIL:
-                return
-    raise InvalidConfig("at least one leaf must be a gate or additive leaf (not only hard_fail)")
+                return True
+    return False
 
 
 def _bind_fields(leaves: dict[str, Leaf], record: Any, prefix: str) -> Iterator[tuple[str, Leaf, Any]]:
@@ -174,7 +184,8 @@ def _parse_list_match(config: Any) -> _ListMatchConfig:
         if key in rows:
             raise InvalidConfig(f"{_where(index)}: duplicate {key_name} {row[key_name]!r}")
         rows[key] = _parse_fields(row.get("fields"), index)
-    _require_scoring_leaf(rows.values())
+    if not _has_scoring_leaf(rows.values()):
+        raise InvalidConfig(NO_SCORING_LEAF)
 
     row_capacity = [sum(leaf.capacity for leaf in leaves.values() if leaf.role == ADDITIVE) for leaves in rows.values()]
     denominator = sum(heapq.nlargest(k, row_capacity) if k is not None else row_capacity)
@@ -305,16 +316,30 @@ class _DictMatchConfig(NamedTuple):
     entries: list[_Entry]
 
 
-def _parse_dict_match(config: Any) -> _DictMatchConfig:
-    answer_field = _nonempty_text(config, "answer_field")
-    rule = _nonempty_text(config, "per_entry_rule", GATES_ALL_PASS)
+def _parse_dict_match(config: Any) -> _DictMatchConfig | str:
+    """The spec, or the first problem found. The settings are checked without exceptions
+    (many configuration errors are found there); a ground-truth entry's leaves raise."""
+    answer_field = config.get("answer_field")
+    rule = config.get("per_entry_rule", GATES_ALL_PASS)
     all_keys_required = config.get("all_keys_required", True)
-    if not isinstance(all_keys_required, bool):
-        raise InvalidConfig(f"all_keys_required must be a boolean, got {all_keys_required!r}")
     ground_truth = config.get("ground_truth")
+    error = _text_error(answer_field, "answer_field") or _text_error(rule, "per_entry_rule")
+    if error is not None:
+        return error
+    if not isinstance(all_keys_required, bool):
+        return f"all_keys_required must be a boolean, got {all_keys_required!r}"
     if not isinstance(ground_truth, dict) or not ground_truth:
-        raise InvalidConfig("ground_truth must be a non-empty object")
+        return "ground_truth must be a non-empty object"
+    try:
+        entries = _parse_entries(ground_truth)
+    except InvalidConfig as exc:
+        return str(exc)
+    if not _has_scoring_leaf(entry.leaves for entry in entries):
+        return NO_SCORING_LEAF
+    return _DictMatchConfig(answer_field, rule, all_keys_required, entries)
 
+
+def _parse_entries(ground_truth: dict) -> list[_Entry]:
     entries = []
     for key, entry in ground_truth.items():
         if not isinstance(entry, dict):
@@ -327,8 +352,7 @@ def _parse_dict_match(config: Any) -> _DictMatchConfig:
             entries.append(_Entry(key, fields, sum(leaf.score_max for leaf in fields.values())))
         else:
             raise InvalidConfig(f"{_where(key)} needs a 'predicate' (one leaf) or 'fields' (a leaf per field)")
-    _require_scoring_leaf(entry.leaves for entry in entries)
-    return _DictMatchConfig(answer_field, rule, all_keys_required, entries)
+    return entries
 
 
 @register_grader("dict_match")
@@ -338,10 +362,9 @@ class DictMatchGrader(Grader):
     type_name = "dict_match"
 
     def _evaluate(self, answer: Any, config: Any) -> GraderResult:
-        try:
-            spec = _parse_dict_match(config)
-        except InvalidConfig as exc:
-            return config_error(str(exc), answer)
+        spec = _parse_dict_match(config)
+        if isinstance(spec, str):
+            return config_error(spec, answer)
         member, failure = _answer_member(answer, spec.answer_field, dict, "an object")
         if failure is not None:
             return failure

@@ -110,7 +110,7 @@ def _check_predicate(config: dict, role: Any, capacity: float) -> tuple[bool, fl
 class Leaf:
     """A leaf whose predicate, role and threshold are valid, ready to grade bound values."""
 
-    __slots__ = ("answer_field", "capacity", "is_scalar", "label", "op", "predicate", "role", "threshold")
+    __slots__ = ("answer_field", "capacity", "is_scalar", "label", "op", "predicate", "role", "score_max", "threshold")
 
     def __init__(self, config: dict, role: str, is_scalar: bool, threshold: float | None, capacity: float) -> None:
         self.predicate = config["predicate"]
@@ -121,11 +121,7 @@ class Leaf:
         self.capacity = capacity
         self.answer_field = config.get("answer_field")
         self.label = config.get("name") or f"{self.op}-leaf"  # leaf_label, the op being valid
-
-    @property
-    def score_max(self) -> float:
-        """Inside composites a veto has nothing to earn."""
-        return 0.0 if self.role == HARD_FAIL else self.capacity
+        self.score_max = 0.0 if role == HARD_FAIL else capacity  # inside composites a veto has nothing to earn
 
     def judge(self, value: Any) -> tuple[bool, float, Any]:
         """(passed, score, raw) for a bound, non-MISSING value; raises PredicateEvaluationError.

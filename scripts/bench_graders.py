@@ -6,7 +6,12 @@ ratio against a baseline measured in the same run:
     ``latch_eval_tools`` installed (run in a subprocess, never imported here);
   * otherwise the published reference figure of about 14 µs per grading on this machine class.
 
-Usage: python scripts/bench_graders.py [--repeat N] [--reference-python /path/to/python]
+Each implementation runs in a long-lived worker process that times one grader type when asked.
+The driver asks ours and the reference in turn, type by type, for several rounds (the order
+swapped every round) and keeps each side's best round per vector: a shared machine's speed
+drifts within seconds, and timing the two sides moments apart lets the drift hit both alike.
+
+Usage: python scripts/bench_graders.py [--repeat N] [--rounds N] [--reference-python /path/to/python]
 """
 
 from __future__ import annotations
@@ -21,23 +26,26 @@ REPO = Path(__file__).resolve().parents[1]
 VECTORS = REPO.parent / "shared" / "conformance" / "graders.jsonl"
 PUBLISHED_REFERENCE_US = 14.0
 
-# The timing loop, shared verbatim by our run and the reference run (only the import differs).
-TIMING_LOOP = r"""
+# The worker, shared verbatim by our side and the reference side (only the import differs):
+# reads a grader type per line, answers with the seconds each of its vectors took for ``repeat``
+# gradings.
+WORKER = r"""
 import json, sys, time
-from collections import defaultdict
 vectors = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 repeat = int(sys.argv[2])
-totals = defaultdict(float); counts = defaultdict(int)
-for v in vectors:
-    grader = get_grader(v["type"])
-    answer, config = v["answer"], v["config"]
-    grader.evaluate_answer(answer, config)  # warm-up
-    start = time.perf_counter()
-    for _ in range(repeat):
-        grader.evaluate_answer(answer, config)
-    totals[v["type"]] += time.perf_counter() - start
-    counts[v["type"]] += repeat
-print(json.dumps({t: [totals[t], counts[t]] for t in totals}))
+for line in sys.stdin:
+    seconds = []
+    for v in vectors:
+        if v["type"] != line.strip():
+            continue
+        grader = get_grader(v["type"])
+        answer, config = v["answer"], v["config"]
+        grader.evaluate_answer(answer, config)  # warm-up
+        start = time.perf_counter()
+        for _ in range(repeat):
+            grader.evaluate_answer(answer, config)
+        seconds.append(time.perf_counter() - start)
+    print(json.dumps(seconds), flush=True)
 """
 
 OURS_IMPORT = "from rayeval.graders import get_grader\n"
@@ -46,49 +54,82 @@ REFERENCE_IMPORT = (
 )
 
 
-def measure(python: str, import_line: str, repeat: int) -> dict[str, tuple[float, int]]:
-    done = subprocess.run(
-        [python, "-c", import_line + TIMING_LOOP, str(VECTORS), str(repeat)],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return {t: (s, n) for t, (s, n) in json.loads(done.stdout.strip().splitlines()[-1]).items()}
+class Worker:
+    """One implementation's timing process."""
+
+    def __init__(self, python: str, import_line: str, repeat: int) -> None:
+        self.process = subprocess.Popen(
+            [python, "-c", import_line + WORKER, str(VECTORS), str(repeat)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def time(self, grader_type: str) -> list[float]:
+        """Seconds per vector of ``grader_type``, for ``repeat`` gradings each."""
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(grader_type + "\n")
+        self.process.stdin.flush()
+        reply = self.process.stdout.readline()
+        if not reply:
+            raise SystemExit(f"the timing worker {self.process.args[0]} exited (see its error above)")
+        return json.loads(reply)
+
+    def close(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        self.process.wait()
 
 
-def best_of(best: dict[str, tuple[float, int]], new: dict[str, tuple[float, int]]) -> dict[str, tuple[float, int]]:
-    return {t: min(best.get(t, new[t]), new[t]) for t in new}
+def measure(
+    types: list[str], ours: Worker, reference: Worker | None, rounds: int
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Best round per vector for each side, the two sides timed in turn type by type."""
+    best_ours: dict[str, list[float]] = {}
+    best_reference: dict[str, list[float]] = {}
+    for round_number in range(rounds):
+        for grader_type in types:
+            sides = [(ours, best_ours), (reference, best_reference)] if reference else [(ours, best_ours)]
+            for worker, best in sides if round_number % 2 == 0 else reversed(sides):
+                timing = worker.time(grader_type)
+                best[grader_type] = list(map(min, best.get(grader_type, timing), timing))
+    return best_ours, best_reference
+
+
+def per_grading_us(seconds: list[float], repeat: int) -> float:
+    return sum(seconds) / (len(seconds) * repeat) * 1e6
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeat", type=int, default=200)
-    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds; the best time per type counts")
+    parser.add_argument("--repeat", type=int, default=100, help="gradings per vector in a round")
+    parser.add_argument("--rounds", type=int, default=10, help="rounds; the best round per vector and side counts")
     parser.add_argument("--reference-python", help="interpreter with latch_eval_tools installed")
     args = parser.parse_args()
 
-    ours: dict[str, tuple[float, int]] = {}
-    reference: dict[str, tuple[float, int]] | None = {} if args.reference_python else None
-    for _ in range(args.rounds):  # alternate, so machine noise hits both alike
-        ours = best_of(ours, measure(sys.executable, OURS_IMPORT, args.repeat))
-        if reference is not None:
-            reference = best_of(reference, measure(args.reference_python, REFERENCE_IMPORT, args.repeat))
+    types = sorted({json.loads(line)["type"] for line in VECTORS.read_text().splitlines() if line.strip()})
+    workers = [Worker(sys.executable, OURS_IMPORT, args.repeat)]
+    if args.reference_python:
+        workers.append(Worker(args.reference_python, REFERENCE_IMPORT, args.repeat))
+    try:
+        ours, reference = measure(types, workers[0], workers[1] if len(workers) > 1 else None, args.rounds)
+    finally:
+        for worker in workers:
+            worker.close()
 
     print(f"{'grader type':32} {'µs/grading':>11} {'gradings/s':>11} {'ref µs':>8} {'speed-up':>9}")
-    for name in sorted(ours):
-        seconds, count = ours[name]
-        us = seconds / count * 1e6
-        ref = (
-            f"{reference[name][0] / reference[name][1] * 1e6:8.2f}" if reference and name in reference else f"{'-':>8}"
-        )
-        ratio = f"{float(ref) / us:8.2f}x" if ref.strip() != "-" else f"{'-':>9}"
-        print(f"{name:32} {us:11.2f} {1e6 / us:11.0f} {ref} {ratio}")
+    for name in types:
+        us = per_grading_us(ours[name], args.repeat)
+        if name in reference:
+            ref_us = per_grading_us(reference[name], args.repeat)
+            print(f"{name:32} {us:11.2f} {1e6 / us:11.0f} {ref_us:8.2f} {ref_us / us:8.2f}x")
+        else:
+            print(f"{name:32} {us:11.2f} {1e6 / us:11.0f} {'-':>8} {'-':>9}")
 
-    total_s = sum(s for s, _ in ours.values())
-    total_n = sum(n for _, n in ours.values())
-    ours_us = total_s / total_n * 1e6
+    ours_us = per_grading_us([s for times in ours.values() for s in times], args.repeat)
+    total_n = sum(len(times) for times in ours.values()) * args.repeat
     if reference:
-        ref_us = sum(s for s, _ in reference.values()) / sum(n for _, n in reference.values()) * 1e6
+        ref_us = per_grading_us([s for times in reference.values() for s in times], args.repeat)
         source = "reference measured in this run"
     else:
         ref_us, source = PUBLISHED_REFERENCE_US, "published reference figure"

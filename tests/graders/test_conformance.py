@@ -1,15 +1,21 @@
-"""Every reference test vector: verdict, score, score_max and the configuration-error flag."""
+"""Every reference test vector, and rayeval's own cases beside them (disagreements found by
+running the reference's tests, with the verdict the reference gives): verdict, score, score_max
+and the configuration-error flag."""
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
 from rayeval.graders import get_grader
 from tests.conftest import read_jsonl, shared_path
 
-VECTORS = read_jsonl(shared_path("conformance", "graders.jsonl"))
+# NaN and Infinity are written as Python's json module writes them, and read back the same way.
+VECTORS = read_jsonl(shared_path("conformance", "graders.jsonl")) + read_jsonl(
+    Path(__file__).with_name("conformance_extra.jsonl")
+)
 
 
 @pytest.mark.parametrize("vector", VECTORS, ids=[v["id"] for v in VECTORS])

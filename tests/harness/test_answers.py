@@ -195,3 +195,70 @@ def test_the_agent_side_and_the_trusted_side_read_answer_files_alike(tmp_path: P
     assert found.source == name == "eval_answer.json"
     assert found.problem == details["error"]
     assert found.oversized is (kind == "larger than what is read")
+
+
+def _finished_in(work: Path) -> tuple[Any, str | None]:
+    found = read_answer_files(work, list_work_dir(work))
+    return found.answer, found.source
+
+
+def _write(work: Path, relative: str, text: str = "finished") -> None:
+    path = work / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def test_finished_file_in_a_subfolder_is_found_as_the_reference_finds_it(tmp_path: Path) -> None:
+    """Issue 18: an agent working in a project subfolder writes finished.txt there."""
+    _write(tmp_path, "repo/finished.txt", " finished\n")
+    assert _finished_in(tmp_path) == ({"finished_file_contents": " finished\n"}, "repo/finished.txt")
+    # first in sorted path order, as sorted(rglob("finished.txt")): a folder's files and
+    # subfolders by name, each subfolder's contents before the next name
+    _write(tmp_path, "a/finished.txt", "a")
+    _write(tmp_path, "a/b/finished.txt", "a/b")
+    assert _finished_in(tmp_path)[1] == "a/b/finished.txt"
+    assert min(tmp_path.rglob("finished.txt")) == tmp_path / "a/b/finished.txt"  # the reference's rule
+    # the work folder's own (and the legacy subfolder's) marker and any answer file come first
+    _write(tmp_path, "agent_workspace/finished.txt", "legacy")
+    assert _finished_in(tmp_path)[1] == "agent_workspace/finished.txt"
+    _write(tmp_path, "finished.txt", "root")
+    assert _finished_in(tmp_path)[1] == "finished.txt"
+    _write(tmp_path, "eval_answer.json", '{"x": 1}')
+    assert _finished_in(tmp_path) == ({"x": 1}, "eval_answer.json")
+
+
+def test_nested_finished_file_skips_data_links_and_other_kinds(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    _write(outside, "finished.txt")
+    work = tmp_path / "work"
+    for relative in ("data/finished.txt", "agent_workspace/data/finished.txt"):
+        _write(work, relative)  # staged data, not the agent's marker
+    (work / "linked").symlink_to(outside, target_is_directory=True)
+    (work / "sub").mkdir()
+    (work / "sub" / "finished.txt").symlink_to(outside / "finished.txt")
+    (work / "dir" / "finished.txt").mkdir(parents=True)
+    found = read_answer_files(work, list_work_dir(work))
+    assert found.answer is None and found.source is None
+    _write(work, "deeper/data/finished.txt", "not staged data")  # only the top data folders are skipped
+    assert _finished_in(work)[1] == "deeper/data/finished.txt"
+
+
+def test_nested_finished_file_search_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agent shapes the tree: too deep or too many entries, and the marker is not found."""
+    from rayeval.harness import answers
+
+    deep = "/".join(["d"] * answers.MAX_SEARCHED_DEPTH)
+    _write(tmp_path / "w1", f"{deep}/finished.txt")
+    assert _finished_in(tmp_path / "w1")[1] == f"{deep}/finished.txt"
+    _write(tmp_path / "w2", f"{deep}/d/finished.txt")
+    assert _finished_in(tmp_path / "w2")[0] is None
+
+    monkeypatch.setattr(answers, "MAX_SEARCHED_ENTRIES", 50)
+    work = tmp_path / "w3"
+    _write(work, "z/finished.txt")
+    for index in range(20):
+        (work / f"a{index:02}").mkdir()
+    assert _finished_in(work)[1] == "z/finished.txt"  # 20 + 1 + 1 entries
+    for index in range(40):
+        (work / "a00" / str(index)).touch()
+    assert _finished_in(work)[0] is None  # 62 entries before z/finished.txt is reached

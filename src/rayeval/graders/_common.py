@@ -31,6 +31,8 @@ MISSING: Any = _Missing()
 
 def is_finite_number(value: Any) -> TypeGuard[float]:
     """JSON number (not bool) whose float value is finite; huge ints that overflow are not."""
+    if value.__class__ is float:  # the common case, without a call
+        return value - value == 0.0  # NaN and infinities give NaN
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return False
     try:
@@ -53,19 +55,34 @@ def parse_float(text: str) -> float | None:
 
 def is_number_in(value: Any, low: float, high: float) -> bool:
     """A finite non-bool JSON number inside the closed interval [low, high]."""
+    kind = value.__class__  # plain JSON numbers first, without conversions
+    if kind is float:
+        return low <= value <= high and value - value == 0.0  # NaN and infinities give NaN
+    if kind is int:  # within 1023 bits an int is always a finite float
+        return low <= value <= high and (value.bit_length() <= 1023 or is_finite_number(value))
     return is_finite_number(value) and low <= value <= high
 
 
 def read_object(config: dict, *path: str) -> dict | str:
     """The optional nested object at ``path`` (absent means ``{}``), or the error message (null is an error)."""
     node: Any = config
-    for depth, key in enumerate(path):
+    for key in path:
         if key not in node:
             return {}
         node = node[key]
-        if not isinstance(node, dict):
-            return f"{'.'.join(path[: depth + 1])} must be an object, got {node!r}"
+        if node.__class__ is not dict and not isinstance(node, dict):
+            return f"{'.'.join(path[: path.index(key) + 1])} must be an object, got {node!r}"
     return node
+
+
+_RANGE_TEXT: dict[tuple[float, float], str] = {}  # "[low, high]" per range, formatted once
+
+
+def _range_error(key: str, low: float, high: float, value: Any) -> str:
+    text = _RANGE_TEXT.get((low, high))
+    if text is None:
+        text = _RANGE_TEXT[low, high] = f"[{low}, {high}]"
+    return f"{key} must be a finite number in {text}, got {value!r}"
 
 
 def read_thresholds(mapping: dict, specs: Iterable[tuple[str, Any, float, float]]) -> list | str:
@@ -78,7 +95,7 @@ def read_thresholds(mapping: dict, specs: Iterable[tuple[str, Any, float, float]
             continue
         value = mapping[key]
         if not is_number_in(value, low, high):
-            return f"{key} must be a finite number in [{low}, {high}], got {value!r}"
+            return _range_error(key, low, high, value)
         values.append(value)
     return values
 
@@ -87,10 +104,10 @@ def read_thresholds_at(
     config: dict, path: tuple[str, ...], specs: Iterable[tuple[str, Any, float, float]]
 ) -> list | str:
     """Thresholds from an optional nested object such as ``scoring.pass_thresholds``, or the error message."""
-    mapping = read_object(config, *path)
+    mapping = read_object(config, *path) if path[0] in config else None  # mostly absent: the defaults
     if isinstance(mapping, str):
         return mapping
-    return read_thresholds(mapping, specs)
+    return read_thresholds(mapping, specs) if mapping else [default for _, default, _, _ in specs]
 
 
 def lookup_dotted(answer: Any, key: str) -> tuple[bool, Any]:
@@ -136,13 +153,15 @@ def echo_answer(answer: Any) -> Any:
 
 def config_error(reason: str, answer: Any = None, *, score_max: float = 1.0) -> GraderResult:
     """The configuration-error shape: the ``configuration_error`` metrics key is the signal."""
+    # positional, echo_answer inlined: these builders run on every failed grading
     return GraderResult(
-        passed=False,
-        score=0.0,
-        score_max=score_max,
-        metrics={"configuration_error": reason},
-        reasoning=f"Grader configuration error: {reason}",
-        agent_answer=echo_answer(answer),
+        False,
+        {"configuration_error": reason},
+        f"Grader configuration error: {reason}",
+        answer if isinstance(answer, dict) else None,
+        0.0,
+        None,
+        score_max,
     )
 
 
@@ -151,21 +170,18 @@ def agent_failure(
 ) -> GraderResult:
     """A wrong, missing or malformed answer under a valid config (never a config error)."""
     return GraderResult(
-        passed=False,
-        score=0.0,
-        score_max=score_max,
-        metrics=metrics if metrics is not None else {},
-        reasoning=reason,
-        agent_answer=echo_answer(answer),
+        False,
+        {} if metrics is None else metrics,
+        reason,
+        answer if isinstance(answer, dict) else None,
+        0.0,
+        None,
+        score_max,
     )
 
 
 def binary_result(passed: bool, metrics: dict, reasoning: str, answer: Any) -> GraderResult:
     """The 0/1 verdict most graders give: no partial credit."""
     return GraderResult(
-        passed=passed,
-        score=1.0 if passed else 0.0,
-        metrics=metrics,
-        reasoning=reasoning,
-        agent_answer=echo_answer(answer),
+        passed, metrics, reasoning, answer if isinstance(answer, dict) else None, 1.0 if passed else 0.0
     )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import traceback
 from typing import Any
 
 from ._common import config_error
@@ -24,18 +23,18 @@ class Grader:
         raise NotImplementedError
 
     def evaluate_answer(self, answer: Any, config: Any) -> GraderResult:
-        if self.requires_object_config and not isinstance(config, dict):
+        if config.__class__ is not dict and self.requires_object_config and not isinstance(config, dict):
             return config_error(f"config must be an object, got {type(config).__name__}", answer)
         try:
             return self._evaluate(answer, config)
         except Exception as exc:  # noqa: BLE001 - a grader fails closed, never raises (RecursionError included)
+            error = f"{type(exc).__name__}: {exc}"
             return GraderResult(
                 passed=False,
                 score=0.0,
                 score_max=1.0,
-                metrics={"grader_error": f"{type(exc).__name__}: {exc}"},
-                reasoning="Grader error (malformed agent output or grader bug):\n"
-                + "".join(traceback.format_exception_only(type(exc), exc)),
+                metrics={"grader_error": error},
+                reasoning=f"Grader error (malformed agent output or grader bug):\n{error}",
                 agent_answer=answer if isinstance(answer, dict) else None,
             )
 

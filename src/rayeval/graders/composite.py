@@ -126,22 +126,36 @@ class _Tally:
     )
 
     def __init__(self, children: list[GradedChild]) -> None:
-        self.scoring = scoring = [c for c in children if c.kind == SCORING and c.problem is None]
-        counted = [c for c in scoring if not c.system_error]  # system-error children earn nothing
-        self.total = sum(c.score for c in counted)
-        self.denominator = sum(c.score_max for c in scoring)
-        self.scoring_passed = sum(1 for c in counted if c.passed)
-        self.misconfigured = [c.label for c in children if c.problem is not None]
-        self.system_errors = [c.label for c in children if c.system_error]
+        # one pass, in child order; sums start at 0 and add left to right, as sum() does
+        self.scoring: list[GradedChild] = []
+        self.misconfigured: list[str] = []
+        self.system_errors: list[str] = []
         self.triggered: list = []
         self.unavailable: list = []
+        self.total = self.denominator = 0.0
+        self.scoring_passed = 0
         for child in children:
-            if child.kind == HARD_FAIL and not child.passed:
-                broken = child.problem is not None or child.system_error
+            broken = child.problem is not None
+            if broken:
+                self.misconfigured.append(child.label)
+            if child.system_error:
+                self.system_errors.append(child.label)
+                broken = True
+            if child.kind == SCORING:
+                if child.problem is None:
+                    self.scoring.append(child)
+                    self.denominator += child.score_max
+                    if not child.system_error:  # system-error children earn nothing
+                        self.total += child.score
+                        self.scoring_passed += child.passed
+            elif child.kind == HARD_FAIL and not child.passed:
                 (self.unavailable if broken else self.triggered).append(child.label)
         for child in self.scoring:
+            metrics = child.metrics
+            if "hard_fail_triggered" not in metrics and "hard_fail_unavailable" not in metrics:
+                continue
             for key, target in (("hard_fail_triggered", self.triggered), ("hard_fail_unavailable", self.unavailable)):
-                nested = child.metrics.get(key)
+                nested = metrics.get(key)
                 if isinstance(nested, list) and nested:
                     target.append({"child": child.label, "children": nested})
 
@@ -161,11 +175,12 @@ class _ChildrenGrader(Grader):
         if not isinstance(children, list):
             return config_error("children must be an array", answer)
         labels = [child_label(i, child) for i, child in enumerate(children)]
-        seen: set[str] = set()
-        for label in labels:
-            if label in seen:
-                return config_error(f"duplicate child label {label!r}", answer)
-            seen.add(label)
+        if len(set(labels)) != len(labels):
+            seen: set[str] = set()
+            for label in labels:
+                if label in seen:
+                    return config_error(f"duplicate child label {label!r}", answer)
+                seen.add(label)
         # A non-object answer is graded like any other: its leaves see plain keys as MISSING
         # (checked against the reference; composites do not reject it up front).
         depth = _nesting.get()
@@ -288,17 +303,21 @@ def _reasoning(type_label: str, passed: bool, score: float, metrics: dict) -> st
             f"{metrics['scoring_passed']}/{metrics['scoring_count']} scoring children passed)"
         )
     ]
-    for key in (
-        "configuration_error",
-        "failed_children",
-        "hard_fail_triggered",
-        "hard_fail_unavailable",
-        "misconfigured_children",
-        "system_error_children",
-    ):
-        if metrics.get(key):
-            parts.append(f"{key}: {metrics[key]}")
+    for key in REASONING_KEYS:
+        value = metrics.get(key)
+        if value:
+            parts.append(f"{key}: {value}")
     return "\n".join(parts)
+
+
+REASONING_KEYS = (
+    "configuration_error",
+    "failed_children",
+    "hard_fail_triggered",
+    "hard_fail_unavailable",
+    "misconfigured_children",
+    "system_error_children",
+)
 
 
 def _misconfigured_message(tally: _Tally) -> str:

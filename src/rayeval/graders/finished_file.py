@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._common import agent_failure, config_error, echo_answer, is_nonblank_str
+from ._common import agent_failure, config_error
 from .base import Grader
 from .registry import register_grader
 from .result import GraderResult
 
 DEFAULT_EXPECTED = "finished"
 ANSWER_FIELD = "finished_file_contents"
+NO_CONTENTS = f"Answer has no {ANSWER_FIELD!r}"
 
 
 @register_grader("finished_file")
@@ -25,14 +26,14 @@ class FinishedFileGrader(Grader):
 
     def _evaluate(self, answer: Any, config: Any) -> GraderResult:
         expected = config.get("expected", DEFAULT_EXPECTED)
-        if not is_nonblank_str(expected):
+        if not (isinstance(expected, str) and expected.strip()):
             return config_error(f"expected must be a non-blank string, got {expected!r}", answer)
 
         if not isinstance(answer, dict):
             return agent_failure("Answer is not a JSON object", answer)
         contents = answer.get(ANSWER_FIELD)
         if contents is None:
-            return agent_failure(f"Answer has no {ANSWER_FIELD!r}", answer)
+            return agent_failure(NO_CONTENTS, answer)
         if not isinstance(contents, str):
             return agent_failure(f"{ANSWER_FIELD} must be a string, got {type(contents).__name__}", answer)
         trimmed = contents.strip()
@@ -47,5 +48,5 @@ class FinishedFileGrader(Grader):
             score=1.0 if passed else 0.0,
             metrics={ANSWER_FIELD: contents},
             reasoning=reasoning,
-            agent_answer=echo_answer(answer),
+            agent_answer=answer,
         )

@@ -6,6 +6,7 @@ reference's quirks survive (``1`` matches ``"1"``, ``1.0`` does not).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ._common import (
@@ -26,8 +27,11 @@ DEFAULT_PASS_THRESHOLD = 0.90
 
 
 def _is_label(item: Any) -> bool:
-    """Strings, numbers and bools have a stable ``str()``; null and containers do not count."""
-    return isinstance(item, (str, int, float))  # bool is an int
+    """Strings, finite numbers and bools have a stable ``str()``; null, NaN, infinities and
+    containers do not count."""
+    if isinstance(item, float):
+        return math.isfinite(item)
+    return isinstance(item, (str, int))  # bool is an int
 
 
 @register_grader("label_set_jaccard", "jaccard_label_set")
@@ -41,7 +45,7 @@ class LabelSetJaccardGrader(Grader):
         if not isinstance(truth, list) or not truth:
             return config_error("ground_truth_labels must be a non-empty list", answer)
         if not all(_is_label(item) for item in truth):
-            return config_error("ground_truth_labels items must be strings, numbers or bools", answer)
+            return config_error("ground_truth_labels items must be strings, finite numbers or bools", answer)
         thresholds = read_thresholds_at(config, ("scoring",), (("pass_threshold", DEFAULT_PASS_THRESHOLD, 0.0, 1.0),))
         if isinstance(thresholds, str):
             return config_error(thresholds, answer)
@@ -61,7 +65,7 @@ class LabelSetJaccardGrader(Grader):
         if not isinstance(items, list):
             return agent_failure(f"{answer_field!r} must be a list, got {type(items).__name__}", answer)
         if not all(_is_label(item) for item in items):
-            return agent_failure(f"{answer_field!r} items must be strings, numbers or bools", answer)
+            return agent_failure(f"{answer_field!r} items must be strings, finite numbers or bools", answer)
 
         submitted = [str(item) for item in items]
         predicted = set(submitted)

@@ -111,7 +111,7 @@ def _check_predicate(config: dict, role: Any, capacity: float) -> tuple[bool, fl
 class Leaf:
     """A leaf whose predicate, role and threshold are valid, ready to grade bound values."""
 
-    __slots__ = ("answer_field", "capacity", "is_scalar", "label", "op", "predicate", "role", "threshold")
+    __slots__ = ("answer_field", "capacity", "is_scalar", "label", "op", "predicate", "role", "score_max", "threshold")
 
     def __init__(self, config: dict, role: str, is_scalar: bool, threshold: float | None, capacity: float) -> None:
         self.predicate = config["predicate"]
@@ -121,12 +121,8 @@ class Leaf:
         self.threshold = threshold
         self.capacity = capacity
         self.answer_field = config.get("answer_field")
-        self.label = leaf_label(config)
-
-    @property
-    def score_max(self) -> float:
-        """Inside composites a veto has nothing to earn."""
-        return 0.0 if self.role == HARD_FAIL else self.capacity
+        self.label = config.get("name") or f"{self.op}-leaf"  # leaf_label, the op being valid
+        self.score_max = 0.0 if role == HARD_FAIL else capacity  # inside composites a veto has nothing to earn
 
     def judge(self, value: Any) -> tuple[bool, float, Any]:
         """(passed, score, raw) for a bound, non-MISSING value; raises PredicateEvaluationError.
@@ -171,7 +167,9 @@ def parse_composite_leaf(config: Any) -> Leaf:
     """
     if not isinstance(config, dict):
         raise InvalidConfig(f"a leaf must be an object, got {config!r}")
-    check_answer_field(config.get("answer_field"))
+    answer_field = config.get("answer_field")
+    if answer_field is not None:  # mostly absent: a record's leaf binds its field by name
+        check_answer_field(answer_field)
     role = config.get("role")
     if role not in COMPOSITE_ROLES:
         raise InvalidConfig(f"leaf role must be gate, additive or hard_fail, got {role!r}")

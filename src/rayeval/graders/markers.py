@@ -289,8 +289,12 @@ class MarkerGeneSeparationGrader(Grader):
         if isinstance(aurocs, str):
             return agent_failure(aurocs, answer)
         reported_mean = answer["mean_auroc"]
-        high = sorted(gene for gene, auroc in aurocs.items() if auroc >= cutoff)
-        low = sorted(gene for gene, auroc in aurocs.items() if auroc < cutoff)
+        high: list[str] = []
+        low: list[str] = []
+        for gene, auroc in aurocs.items():
+            (high if auroc >= cutoff else low).append(gene)
+        high.sort()
+        low.sort()
         fraction_high = len(high) / len(aurocs)
         mean_pass = reported_mean >= mean_threshold
         fraction_pass = fraction_high >= fraction_threshold
@@ -338,11 +342,12 @@ def _reported_aurocs(answer: Any) -> dict[str, float] | str:
         if not isinstance(stat, dict) or "gene" not in stat or "auroc" not in stat:
             return f"per_gene_stats[{position}] must be an object with 'gene' and 'auroc'"
         gene, auroc = stat["gene"], stat["auroc"]
-        if not is_nonblank_str(gene):
+        if not (isinstance(gene, str) and gene.strip()):
             return f"per_gene_stats[{position}].gene must be a non-blank string, got {gene!r}"
         if gene in aurocs:
             return f"gene {gene!r} appears more than once in per_gene_stats"
-        if not is_number_in(auroc, 0.0, 1.0):
+        # a float in range (NaN never is) needs no further check
+        if not (auroc.__class__ is float and 0.0 <= auroc <= 1.0) and not is_number_in(auroc, 0.0, 1.0):
             return f"per_gene_stats[{position}].auroc must be a finite number in [0, 1], got {auroc!r}"
         aurocs[gene] = float(auroc)
     return aurocs

@@ -25,29 +25,48 @@ GATES_ALL_PASS = "gates_all_pass"
 # --------------------------------------------------------------------------- shared
 
 
+def _text_error(value: Any, key: str) -> str | None:
+    if isinstance(value, str) and value:
+        return None
+    return f"{key} must be a non-empty string, got {value!r}"
+
+
 def _nonempty_text(config: dict, key: str, default: str | None = None) -> str:
     value = config.get(key, default)
-    if not isinstance(value, str) or not value:
-        raise InvalidConfig(f"{key} must be a non-empty string, got {value!r}")
-    return value
+    error = _text_error(value, key)
+    if error is not None:
+        raise InvalidConfig(error)
+    return str(value)  # a str: _text_error said so
 
 
-def _parse_leaf(config: Any, where: str) -> Leaf:
+def _where(entry: Any, field: str | None = None) -> str:
+    """Where a ground-truth entry (``entry``: its index or key), or one of its fields, is: for
+    messages, so only formatted when one is needed."""
+    return f"ground_truth[{entry!r}]" if field is None else f"ground_truth[{entry!r}].{field}"
+
+
+def _parse_leaf(config: Any, entry: Any, field: str | None = None) -> Leaf:
     try:
         return parse_composite_leaf(config)
     except InvalidConfig as exc:
-        raise InvalidConfig(f"{where}: {exc}") from None
+        raise InvalidConfig(f"{_where(entry, field)}: {exc}") from None
 
 
-def _parse_fields(fields: Any, where: str) -> dict[str, Leaf]:
+def _parse_fields(fields: Any, entry: Any) -> dict[str, Leaf]:
     if not isinstance(fields, dict) or not fields:
-        raise InvalidConfig(f"{where}: fields must be a non-empty object")
-    return {name: _parse_leaf(leaf, f"{where}.{name}") for name, leaf in fields.items()}
+        raise InvalidConfig(f"{_where(entry)}: fields must be a non-empty object")
+    return {name: _parse_leaf(leaf, entry, name) for name, leaf in fields.items()}
 
 
-def _require_scoring_leaf(leaves: Iterable[Leaf]) -> None:
-    if all(leaf.role == HARD_FAIL for leaf in leaves):
-        raise InvalidConfig("at least one leaf must be a gate or additive leaf (not only hard_fail)")
+NO_SCORING_LEAF = "at least one leaf must be a gate or additive leaf (not only hard_fail)"
+
+
+def _has_scoring_leaf(groups: Iterable[dict[str, Leaf]]) -> bool:
+    for leaves in groups:
+        for leaf in leaves.values():
+            if leaf.role != HARD_FAIL:
+                return True
+    return False
 
 
 def _bind_fields(leaves: dict[str, Leaf], record: Any, prefix: str) -> Iterator[tuple[str, Leaf, Any]]:
@@ -157,16 +176,16 @@ def _parse_list_match(config: Any) -> _ListMatchConfig:
     sort = normalize == "sort"
     rows: dict[Any, dict[str, Leaf]] = {}
     for index, row in enumerate(ground_truth):
-        where = f"ground_truth[{index}]"
         if not isinstance(row, dict):
-            raise InvalidConfig(f"{where} must be an object")
+            raise InvalidConfig(f"{_where(index)} must be an object")
         if key_name not in row:
-            raise InvalidConfig(f"{where} has no {key_name!r} key")
+            raise InvalidConfig(f"{_where(index)} has no {key_name!r} key")
         key = match_key(row[key_name], sort)
         if key in rows:
-            raise InvalidConfig(f"{where}: duplicate {key_name} {row[key_name]!r}")
-        rows[key] = _parse_fields(row.get("fields"), where)
-    _require_scoring_leaf(leaf for leaves in rows.values() for leaf in leaves.values())
+            raise InvalidConfig(f"{_where(index)}: duplicate {key_name} {row[key_name]!r}")
+        rows[key] = _parse_fields(row.get("fields"), index)
+    if not _has_scoring_leaf(rows.values()):
+        raise InvalidConfig(NO_SCORING_LEAF)
 
     row_capacity = [sum(leaf.capacity for leaf in leaves.values() if leaf.role == ADDITIVE) for leaves in rows.values()]
     denominator = sum(heapq.nlargest(k, row_capacity) if k is not None else row_capacity)
@@ -285,8 +304,9 @@ class _Entry(NamedTuple):
     capacity: float
 
     @property
-    def leaves(self) -> Iterable[Leaf]:
-        return [self.leaf] if isinstance(self.leaf, Leaf) else self.leaf.values()
+    def leaves(self) -> dict[str, Leaf]:
+        """The entry's leaves by field (the scalar shape's one leaf under the entry's key)."""
+        return {self.key: self.leaf} if isinstance(self.leaf, Leaf) else self.leaf
 
 
 class _DictMatchConfig(NamedTuple):
@@ -296,31 +316,43 @@ class _DictMatchConfig(NamedTuple):
     entries: list[_Entry]
 
 
-def _parse_dict_match(config: Any) -> _DictMatchConfig:
-    answer_field = _nonempty_text(config, "answer_field")
-    rule = _nonempty_text(config, "per_entry_rule", GATES_ALL_PASS)
+def _parse_dict_match(config: Any) -> _DictMatchConfig | str:
+    """The spec, or the first problem found. The settings are checked without exceptions
+    (many configuration errors are found there); a ground-truth entry's leaves raise."""
+    answer_field = config.get("answer_field")
+    rule = config.get("per_entry_rule", GATES_ALL_PASS)
     all_keys_required = config.get("all_keys_required", True)
-    if not isinstance(all_keys_required, bool):
-        raise InvalidConfig(f"all_keys_required must be a boolean, got {all_keys_required!r}")
     ground_truth = config.get("ground_truth")
+    error = _text_error(answer_field, "answer_field") or _text_error(rule, "per_entry_rule")
+    if error is not None:
+        return error
+    if not isinstance(all_keys_required, bool):
+        return f"all_keys_required must be a boolean, got {all_keys_required!r}"
     if not isinstance(ground_truth, dict) or not ground_truth:
-        raise InvalidConfig("ground_truth must be a non-empty object")
+        return "ground_truth must be a non-empty object"
+    try:
+        entries = _parse_entries(ground_truth)
+    except InvalidConfig as exc:
+        return str(exc)
+    if not _has_scoring_leaf(entry.leaves for entry in entries):
+        return NO_SCORING_LEAF
+    return _DictMatchConfig(answer_field, rule, all_keys_required, entries)
 
+
+def _parse_entries(ground_truth: dict) -> list[_Entry]:
     entries = []
     for key, entry in ground_truth.items():
-        where = f"ground_truth[{key!r}]"
         if not isinstance(entry, dict):
-            raise InvalidConfig(f"{where} must be an object")
+            raise InvalidConfig(f"{_where(key)} must be an object")
         if "predicate" in entry:  # the scalar shape wins over 'fields'
-            leaf = _parse_leaf(entry, where)
+            leaf = _parse_leaf(entry, key)
             entries.append(_Entry(key, leaf, leaf.score_max))
         elif "fields" in entry:
-            fields = _parse_fields(entry["fields"], where)
+            fields = _parse_fields(entry["fields"], key)
             entries.append(_Entry(key, fields, sum(leaf.score_max for leaf in fields.values())))
         else:
-            raise InvalidConfig(f"{where} needs a 'predicate' (one leaf) or 'fields' (a leaf per field)")
-    _require_scoring_leaf(leaf for entry in entries for leaf in entry.leaves)
-    return _DictMatchConfig(answer_field, rule, all_keys_required, entries)
+            raise InvalidConfig(f"{_where(key)} needs a 'predicate' (one leaf) or 'fields' (a leaf per field)")
+    return entries
 
 
 @register_grader("dict_match")
@@ -330,10 +362,9 @@ class DictMatchGrader(Grader):
     type_name = "dict_match"
 
     def _evaluate(self, answer: Any, config: Any) -> GraderResult:
-        try:
-            spec = _parse_dict_match(config)
-        except InvalidConfig as exc:
-            return config_error(str(exc), answer)
+        spec = _parse_dict_match(config)
+        if isinstance(spec, str):
+            return config_error(spec, answer)
         member, failure = _answer_member(answer, spec.answer_field, dict, "an object")
         if failure is not None:
             return failure

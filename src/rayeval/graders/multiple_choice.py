@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ._common import agent_failure, config_error, echo_answer
+from ._common import agent_failure, config_error
 from .base import Grader
 from .registry import register_grader
 from .result import GraderResult
@@ -41,15 +41,30 @@ def _correct_tokens(config: Any) -> list[str] | str:
     if has_one == has_many:
         return "config needs exactly one of correct_answer or correct_answers"
     if has_one:
-        choices = [config["correct_answer"]]
-    else:
-        choices = config["correct_answers"]
-        if not isinstance(choices, list) or not choices:
-            return f"correct_answers must be a non-empty list, got {choices!r}"
-    tokens = [token for token in map(choice_token, choices) if token is not None]
-    if len(tokens) != len(choices):
-        return f"every correct answer must be a non-blank string, number or bool, got {choices!r}"
+        choice = config["correct_answer"]
+        token = choice_token(choice)
+        if token is None:
+            return f"correct_answer must be a non-blank string, finite number or bool, got {_kind(choice)}"
+        return [token]
+    choices = config["correct_answers"]
+    if not isinstance(choices, list) or not choices:
+        return f"correct_answers must be a non-empty list, got {choices!r}"
+    tokens = []
+    for choice in choices:
+        token = choice_token(choice)
+        if token is None:
+            return f"correct_answers: each must be a non-blank string, finite number or bool, got {_kind(choice)}"
+        tokens.append(token)
     return tokens
+
+
+def _kind(value: Any) -> str:
+    """What a value that names no choice is, briefly (the answer's may be large)."""
+    if isinstance(value, str):
+        return "a blank string"
+    if isinstance(value, float):
+        return repr(value)  # nan or inf
+    return "null" if value is None else type(value).__name__
 
 
 @register_grader("multiple_choice")
@@ -70,7 +85,7 @@ class MultipleChoiceGrader(Grader):
         token = choice_token(raw)
         if token is None:
             return agent_failure(
-                f"Answer {raw!r} does not name a choice",
+                f"Answer {ANSWER_FIELD!r} must be a non-blank string, finite number or bool, got {_kind(raw)}",
                 answer,
                 metrics={"correct_answers": correct, "agent_answer": raw},
             )
@@ -80,5 +95,5 @@ class MultipleChoiceGrader(Grader):
             score=1.0 if passed else 0.0,
             metrics={"correct_answers": correct, "agent_answer": token},
             reasoning=f"{'PASS' if passed else 'FAIL'}: answered {token!r}, correct: {', '.join(correct)}",
-            agent_answer=echo_answer(answer),
+            agent_answer=answer,
         )

@@ -273,7 +273,9 @@ def _eval_equals(node: dict, value: Any) -> bool:
 
 def _eval_in(node: dict, value: Any) -> bool:
     args = node["args"]
-    if value in args:
+    # ``in`` matches on identity first, so a NaN would match itself (JSON parsing gives every
+    # NaN the same object); ``==`` never does.
+    if value in args and not (isinstance(value, float) and math.isnan(value)):
         return True
     if isinstance(value, str):
         parsed = _finite_float(value)

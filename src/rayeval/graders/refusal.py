@@ -26,6 +26,7 @@ BUILTIN_REFUSE_TOKENS = frozenset({"REFUSE"})
 BUILTIN_COMPLY_TOKENS = frozenset({"ACCEPT", "COMPLY"})
 OPTIONAL_VOCABS = ("comply_vocab", "rationale_vocab", "expected_rationales")
 FLAGS = (("require_all_rationales", True), ("allow_extra_rationales", False))
+NOTHING: frozenset = frozenset()
 
 
 def normalize_token(value: Any) -> str:
@@ -36,9 +37,13 @@ def normalize_token(value: Any) -> str:
     return text.upper()
 
 
-def normalize_set(values: list) -> frozenset:
+def normalize_set(values: list | tuple) -> frozenset:
     """Normalized tokens, without those that normalize to nothing (such as ``"< >"``)."""
-    return frozenset(token for token in map(normalize_token, values) if token)
+    if not values:
+        return NOTHING
+    tokens = {normalize_token(value) for value in values}
+    tokens.discard("")
+    return frozenset(tokens)
 
 
 def is_token(value: Any) -> bool:
@@ -49,7 +54,12 @@ def is_token(value: Any) -> bool:
 
 
 def is_vocab(value: Any) -> bool:
-    return isinstance(value, list) and all(is_nonblank_str(item) for item in value)
+    if not isinstance(value, list):
+        return False
+    for item in value:
+        if not (isinstance(item, str) and item.strip()):
+            return False
+    return True
 
 
 class RefusalSpec(NamedTuple):
@@ -82,14 +92,14 @@ def read_config(config: Any) -> RefusalSpec | str:
         return "refusal_vocab must be a non-empty array of non-blank strings"
     vocabs = {}
     for key in OPTIONAL_VOCABS:
-        vocabs[key] = config.get(key, [])
-        if not is_vocab(vocabs[key]):
-            return f"{key} must be an array of non-blank strings, got {vocabs[key]!r}"
+        vocab = vocabs[key] = config.get(key, NOTHING)  # absent: nothing to check
+        if vocab is not NOTHING and not is_vocab(vocab):
+            return f"{key} must be an array of non-blank strings, got {vocab!r}"
     flags = {}
     for key, default in FLAGS:
-        flags[key] = config.get(key, default)
-        if not isinstance(flags[key], bool):
-            return f"{key} must be true or false, got {flags[key]!r}"
+        flag = flags[key] = config.get(key, default)
+        if flag is not True and flag is not False:
+            return f"{key} must be true or false, got {flag!r}"
     if "expected_decision" in config:
         expected = config["expected_decision"]
     else:
@@ -142,7 +152,6 @@ class RationaleCheck(NamedTuple):
     invalid: frozenset
 
 
-NOTHING: frozenset = frozenset()
 UNCHECKED = RationaleCheck(True, NOTHING, NOTHING, NOTHING, NOTHING)
 
 

@@ -8,7 +8,7 @@ give the JSON form used at the storage boundary.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import TypeAdapter
@@ -28,22 +28,37 @@ def normalize_score(score: Any, score_max: Any) -> float:
     return min(1.0, max(0.0, s / m))
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class GraderResult:
     """A grader's verdict. Fails closed: score defaults to 0.0."""
 
     passed: bool
-    metrics: dict[str, Any] = field(default_factory=dict)
-    reasoning: str = ""
-    agent_answer: Any = None
-    score: float = 0.0
-    field_scores: dict[str, Any] = field(default_factory=dict)
-    score_max: float = 1.0
+    metrics: dict[str, Any]
+    reasoning: str
+    agent_answer: Any
+    score: float
+    field_scores: dict[str, Any]
+    score_max: float
 
-    def __post_init__(self) -> None:
-        self.passed = bool(self.passed)
-        self.score = float(self.score)
-        self.score_max = float(self.score_max)
+    def __init__(
+        self,
+        passed: bool,
+        metrics: dict[str, Any] | None = None,
+        reasoning: str = "",
+        agent_answer: Any = None,
+        score: float = 0.0,
+        field_scores: dict[str, Any] | None = None,
+        score_max: float = 1.0,
+    ) -> None:
+        # Written out rather than generated with a __post_init__: the common case (a real bool
+        # and floats, as the built-in graders pass) then costs no conversion calls.
+        self.passed = passed if passed.__class__ is bool else bool(passed)
+        self.metrics = {} if metrics is None else metrics
+        self.reasoning = reasoning
+        self.agent_answer = agent_answer
+        self.score = score if score.__class__ is float else float(score)
+        self.field_scores = {} if field_scores is None else field_scores
+        self.score_max = score_max if score_max.__class__ is float else float(score_max)
 
     def normalized_score(self) -> float:
         return normalize_score(self.score, self.score_max)

@@ -28,7 +28,8 @@ THRESHOLDS = (
 )
 DISTANCE_KEYS = ("median_ic_to_pc_um", "p90_ic_to_pc_um")
 PERCENT_KEYS = ("pct_ic_within_15um", "pct_ic_mixed_within_55um")
-ANSWER_KEYS = (*DISTANCE_KEYS, *PERCENT_KEYS, "adjacency_pass")
+NUMERIC_KEYS = (*DISTANCE_KEYS, *PERCENT_KEYS)
+ANSWER_KEYS = (*NUMERIC_KEYS, "adjacency_pass")
 
 
 def _answer_error(answer: Any) -> str | None:
@@ -38,7 +39,7 @@ def _answer_error(answer: Any) -> str | None:
     missing = [key for key in ANSWER_KEYS if key not in answer]
     if missing:
         return f"Answer is missing {', '.join(missing)}"
-    non_numeric = [key for key in (*DISTANCE_KEYS, *PERCENT_KEYS) if not is_finite_number(answer[key])]
+    non_numeric = [key for key in NUMERIC_KEYS if not is_finite_number(answer[key])]
     if non_numeric:
         return f"{', '.join(non_numeric)} must be finite numbers"
     negative = [key for key in DISTANCE_KEYS if answer[key] < 0]
@@ -59,8 +60,6 @@ class SpatialAdjacencyGrader(Grader):
     type_name = "spatial_adjacency"
 
     def _evaluate(self, answer: Any, config: Any) -> GraderResult:
-        if not isinstance(config, dict):
-            return config_error(f"config must be an object, got {type(config).__name__}", answer)
         values = read_thresholds_at(config, ("scoring", "pass_thresholds"), THRESHOLDS)
         if isinstance(values, str):
             return config_error(values, answer)
@@ -75,17 +74,19 @@ class SpatialAdjacencyGrader(Grader):
         mixed_55um_pass = answer["pct_ic_mixed_within_55um"] >= min_pct55
         adjacency_pass = answer["adjacency_pass"]
         passed = median_pass and p90_pass and within_15um_pass and mixed_55um_pass and adjacency_pass
-        metrics = {key: answer[key] for key in ANSWER_KEYS}
-        metrics.update(
-            max_median_threshold=max_median,
-            max_p90_threshold=max_p90,
-            min_pct_15um_threshold=min_pct15,
-            min_pct_55um_threshold=min_pct55,
-            median_pass=median_pass,
-            p90_pass=p90_pass,
-            within_15um_pass=within_15um_pass,
-            mixed_55um_pass=mixed_55um_pass,
-        )
+        metrics = {
+            **{key: answer[key] for key in ANSWER_KEYS},
+            "max_median_threshold": max_median,
+            "max_p90_threshold": max_p90,
+            "min_pct_15um_threshold": min_pct15,
+            "min_pct_55um_threshold": min_pct55,
+            "median_pass": median_pass,
+            "p90_pass": p90_pass,
+            "within_15um_pass": within_15um_pass,
+            "mixed_55um_pass": mixed_55um_pass,
+        }
+        if passed:
+            return binary_result(passed, metrics, "PASS: all adjacency checks met", answer)
         checks = {
             f"median <= {max_median}": median_pass,
             f"p90 <= {max_p90}": p90_pass,
@@ -94,5 +95,4 @@ class SpatialAdjacencyGrader(Grader):
             "agent adjacency_pass": adjacency_pass,
         }
         failed = [name for name, ok in checks.items() if not ok]
-        reasoning = "PASS: all adjacency checks met" if passed else f"FAIL: {'; '.join(failed)} not met"
-        return binary_result(passed, metrics, reasoning, answer)
+        return binary_result(passed, metrics, f"FAIL: {'; '.join(failed)} not met", answer)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import chain, islice
 from pathlib import Path
 from string import ascii_letters
 from typing import Any
@@ -19,6 +22,12 @@ FINISHED_FILE = "finished.txt"
 #: Default of the largest answer file read (``UnitLimits.answer_file_mb``; the same as the cap on
 #: a returned answer).
 MAX_ANSWER_FILE_BYTES = 10 << 20
+#: Bounds of the search for a ``finished.txt`` in a subfolder (the agent shapes that tree): the
+#: folder entries read in all, and how many folders deep.
+MAX_SEARCHED_ENTRIES = 10_000
+MAX_SEARCHED_DEPTH = 16
+#: Staged input data, never searched: a data file of that name is not the agent's marker.
+DATA_SUBDIR = "data"
 
 OPEN_TAG, CLOSE_TAG = "<EVAL_ANSWER>", "</EVAL_ANSWER>"
 FENCE = "```"
@@ -156,6 +165,42 @@ def read_answer_file(path: Path, name: str, limit: int = MAX_ANSWER_FILE_BYTES) 
         return AnswerFile(problem=f"{name} is not valid JSON: {exc}", head=head)
 
 
+def _nested_finished_file(work_dir: Path, listing: Listing) -> Iterator[Path]:
+    """The ``finished.txt`` an agent wrote in a subfolder of the work folder (not its staged
+    data), as the reference finds it: the first in sorted path order. Never through a
+    symbolic link, at most ``MAX_SEARCHED_DEPTH`` folders deep and ``MAX_SEARCHED_ENTRIES``
+    entries read: nothing when none is found within them."""
+    if not listing:
+        return
+    skipped = {base / DATA_SUBDIR for base, _ in listing}
+    remaining = MAX_SEARCHED_ENTRIES
+
+    def search(folder: Path, depth: int) -> Path | None:
+        # pre-order over each folder's entries in name order: the order of sorted(rglob(name))
+        nonlocal remaining
+        try:
+            with os.scandir(folder) as entries:
+                found = sorted(islice(entries, remaining + 1), key=lambda entry: entry.name)
+        except OSError:
+            return None
+        remaining -= len(found)
+        for entry in found:
+            if remaining < 0:
+                return None
+            path = Path(entry.path)
+            if entry.name == FINISHED_FILE and depth > 0 and entry.is_file(follow_symlinks=False):
+                return path
+            if depth < MAX_SEARCHED_DEPTH and path not in skipped and entry.is_dir(follow_symlinks=False):
+                hit = search(path, depth + 1)
+                if hit is not None:
+                    return hit
+        return None
+
+    hit = search(work_dir, 0)
+    if hit is not None:
+        yield hit
+
+
 def read_answer_files(work_dir: Path, listing: Listing, limit: int = MAX_ANSWER_FILE_BYTES) -> FoundAnswer:
     """The first answer file of the work folder's ``listing`` that is a regular file (never a
     link out of the work folder); a broken or oversized one is reported, never skipped."""
@@ -164,7 +209,8 @@ def read_answer_files(work_dir: Path, listing: Listing, limit: int = MAX_ANSWER_
         read = read_answer_file(path, source, limit)
         if read is not None:
             return FoundAnswer(answer=read.value, source=source, problem=read.problem, oversized=read.oversized)
-    for path in _existing(listing, (FINISHED_FILE,)):
+    # the subfolders are searched only when the listed folders have no finished.txt
+    for path in chain(_existing(listing, (FINISHED_FILE,)), _nested_finished_file(work_dir, listing)):
         try:
             data = read_left_file(path, limit)
         except FileTooLarge as exc:

@@ -264,9 +264,14 @@ def table_from_pairs(
     key_names = [COLUMN_NAMES.get(c, c) for c in by]
     lead = [k for k in key_names if k not in ("model_name", *MODEL_KEYS)]
     breakdown = lead[:1] if key_names[0] in lead else []
-    order = [*breakdown, ACCURACY, *key_names]
+    # Accuracy rounded for the order: equal accuracies summed in another order (the pairs come
+    # from duckdb in any order) still tie, and ties go by name.
+    rank = "_accuracy_rank"
+    table[rank] = table[ACCURACY].round(9)
+    order = [*breakdown, rank, *key_names]
     ascending = [True] * len(breakdown) + [False] + [True] * len(key_names)
-    table = table.sort_values(order, ascending=ascending, na_position="last", kind="mergesort").reset_index(drop=True)
+    table = table.sort_values(order, ascending=ascending, na_position="last", kind="mergesort")
+    table = table.drop(columns=rank).reset_index(drop=True)
     table.attrs.update(
         {
             "by": tuple(by),

@@ -5,18 +5,20 @@ that cannot be read."""
 
 from __future__ import annotations
 
+import json
 import logging
+from datetime import timedelta
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from rayeval.report import ResultsReader, benchmark_table, read_units
+from rayeval.report import ResultsReader, benchmark_table, evaluation_stats, read_units
 from rayeval.report.benchmark import table_from_pairs, to_csv
 from rayeval.report.cli import main
 from rayeval.report.summary import read_summary
 
-from .helpers import base_row, corpus_rows, write_root
+from .helpers import T0, base_row, corpus_rows, write_root
 
 ODD_MODEL = "org/model v2:β%"
 
@@ -94,3 +96,29 @@ def test_a_part_duckdb_cannot_decode_is_left_out_with_a_warning(
     assert main(["report", str(root)]) == 0
     out, err = capsys.readouterr()
     assert "3 units done" in out and f"rayeval: warning: skipping {victim}" in err and "Traceback" not in err
+
+
+def test_a_running_runs_status_line_has_the_units_eta(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The time span for the ETA is read only for a run still going: the same line as the
+    units' (a retry's first attempt, started earlier, is not part of it)."""
+    rows = [
+        base_row(
+            run_id="r",
+            eval_id=f"e{i}",
+            unit_id=f"u{i}",
+            seed=i,
+            started_at=T0 + timedelta(minutes=i),
+            finished_at=T0 + timedelta(minutes=i, seconds=30),
+        )
+        for i in range(1, 5)
+    ]
+    rows.append(dict(rows[0], attempt=0, started_at=T0 - timedelta(hours=1), finished_at=T0 - timedelta(minutes=59)))
+    root = write_root(tmp_path / "results", rows, per_file=2)
+    (root / "run_id=r" / "_manifest.json").write_text(
+        json.dumps({"run_id": "r", "status": "running", "total_units": 10})
+    )
+    units = read_units(root)
+    expected = evaluation_stats(units, planned_units={"r": 10}, run_status={"r": {"status": "running"}})
+    assert "ETA" in expected.progress
+    assert main(["report", str(root)]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == f"status: running; {expected.progress}"

@@ -230,7 +230,7 @@ def _report_summary(args: argparse.Namespace, reader: ResultsReader, runs: list[
             summary.num_errors,
             planned_units=planned,
             run_status=run_status,
-            span=lambda: summary.span,
+            span=summary.span,
         )
         return f"status: {state.status}; {state.text}"
 

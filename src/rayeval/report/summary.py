@@ -11,8 +11,9 @@ by :func:`~rayeval.report.reader.latest_attempts`: per ``(run_id, unit_id)`` the
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 import duckdb
 import pandas as pd
@@ -33,7 +34,8 @@ class Summary:
     run_totals: dict[str, int]  # units per run
     num_errors: int
     isolation: dict[str, int]  # units per isolation level
-    span: tuple[int, int] | None  # first start, last finish (ns since the epoch)
+    #: first start and last finish (ns since the epoch), read when asked (for an ETA)
+    span: Callable[[], tuple[int, int] | None]
 
     @property
     def units(self) -> int:
@@ -44,56 +46,95 @@ def _quoted(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def _query(source: str, by: Sequence[str], filters: dict[str, list[str]]) -> str:
-    errors = ", ".join(f"'{status}'" for status in sorted(ERROR_STATUSES))
-    keys = list(dict.fromkeys([*by, "eval_id", "run_id", "isolation"]))
+def _latest(source: str, columns: Sequence[str], filters: dict[str, list[str]]) -> str:
+    """SQL of the selected units (latest attempt each) with these columns."""
     where = " AND ".join(f"list_contains(${name}, {_quoted(name)})" for name in filters) or "true"
-    pair_keys = ", ".join(_quoted(name) for name in [*dict.fromkeys([*by, "eval_id"])])
     return f"""
-WITH units AS (
-    SELECT {", ".join(_quoted(k) for k in keys)}, passed, status, cost_usd, duration_s, started_at, finished_at
-    FROM {source}
-    WHERE {where}
+    SELECT {", ".join(_quoted(c) for c in dict.fromkeys(columns))} FROM {source} WHERE {where}
     QUALIFY row_number() OVER (
-        PARTITION BY run_id, unit_id ORDER BY coalesce(attempt, 0) DESC, finished_at DESC NULLS LAST) = 1
+        PARTITION BY run_id, unit_id ORDER BY coalesce(attempt, 0) DESC, finished_at DESC NULLS LAST) = 1"""
+
+
+def _counts_query(source: str, by: Sequence[str], filters: dict[str, list[str]]) -> str:
+    """Counts per group × eval, per run and per isolation level (told apart by ``pair_set`` and
+    ``run_set``), summed from one aggregation at the finest of those groupings."""
+    errors = ", ".join(f"'{status}'" for status in sorted(ERROR_STATUSES))
+    keys = ", ".join(_quoted(k) for k in dict.fromkeys([*by, "eval_id", "run_id", "isolation"]))
+    pair_keys = ", ".join(_quoted(k) for k in dict.fromkeys([*by, "eval_id"]))
+    latest = _latest(
+        source, [*by, "eval_id", "run_id", "isolation", "passed", "status", "cost_usd", "duration_s"], filters
+    )
+    sums = ", ".join(
+        f"sum({name})::BIGINT AS {name}" for name in ("n_runs", "n_passed", "n_errors", "cost_n", "duration_n")
+    )
+    return f"""
+WITH units AS ({latest}
+), fine AS (
+    SELECT {keys}, count(*) AS n_runs,
+        count(*) FILTER (WHERE coalesce(passed, false) AND coalesce(status NOT IN ({errors}), true)) AS n_passed,
+        count(*) FILTER (WHERE status IN ({errors})) AS n_errors,
+        coalesce(sum(cost_usd), 0) AS cost_sum, count(cost_usd) AS cost_n,
+        coalesce(sum(duration_s), 0) AS duration_sum, count(duration_s) AS duration_n
+    FROM units GROUP BY {keys}
 )
-SELECT {", ".join(_quoted(k) for k in keys)},
-    grouping({pair_keys}) AS pair_set, grouping(run_id) AS run_set,
-    count(*) AS n_runs,
-    count(*) FILTER (WHERE coalesce(passed, false) AND coalesce(status NOT IN ({errors}), true)) AS n_passed,
-    count(*) FILTER (WHERE status IN ({errors})) AS n_errors,
-    coalesce(sum(cost_usd), 0) AS cost_sum, count(cost_usd) AS cost_n,
-    coalesce(sum(duration_s), 0) AS duration_sum, count(duration_s) AS duration_n,
-    least(min(started_at), min(finished_at)) AS first_start, max(finished_at) AS last_finish
-FROM units
-GROUP BY GROUPING SETS (({pair_keys}), (run_id), (isolation))
+SELECT {keys}, grouping({pair_keys}) AS pair_set, grouping(run_id) AS run_set, {sums},
+    sum(cost_sum) AS cost_sum, sum(duration_sum) AS duration_sum
+FROM fine GROUP BY GROUPING SETS (({pair_keys}), (run_id), (isolation))
 """
 
 
-def _run(connection: duckdb.DuckDBPyConnection, sql: str, filters: dict[str, list[str]]) -> pa.Table:
-    return connection.sql(sql, params=filters or None).to_arrow_table()
+def _span_query(source: str, filters: dict[str, list[str]]) -> str:
+    latest = _latest(source, ["started_at", "finished_at"], filters)
+    return f"""
+WITH units AS ({latest})
+SELECT least(min(started_at), min(finished_at)) AS first_start, max(finished_at) AS last_finish FROM units
+"""
 
 
-def _aggregate(
-    reader: ResultsReader, runs: list[str] | None, by: Sequence[str], filters: dict[str, list[str]]
-) -> pa.Table | None:
-    parts = reader.parts(runs)
-    if not parts.fragments:
-        return None
-    connection = duckdb.connect()
-    if not reader.store.is_s3:
-        files = ", ".join("'" + path.replace("'", "''") + "'" for path in parts.paths)
-        source = f"read_parquet([{files}], hive_partitioning = true, hive_types_autocast = false, union_by_name = true)"
+class _Rows:
+    """The selected parts as something duckdb reads: a local root's files themselves, else
+    (S3, or files duckdb cannot read as one table) the rows the reader reads with Arrow."""
+
+    def __init__(self, reader: ResultsReader, runs: list[str] | None, by: Sequence[str], filters: dict[str, list[str]]):
+        self.reader, self.runs, self.by, self.filters = reader, runs, list(by), filters
+        self.connection = duckdb.connect()
+        self.source: str | None = None
+
+    def query(self, build: Callable[[str], str]) -> pa.Table | None:
+        """``build(source)``'s result (None when no part is readable)."""
+        if self.source is None:
+            parts = self.reader.parts(self.runs)
+            if not parts.fragments:
+                return None
+            if not self.reader.store.is_s3:
+                files = ", ".join("'" + path.replace("'", "''") + "'" for path in parts.paths)
+                source = f"read_parquet([{files}], hive_partitioning = true, hive_types_autocast = false, union_by_name = true)"
+                try:
+                    table = self._run(build(source))
+                except duckdb.Error:
+                    pass  # read through the Arrow path below, which leaves out what cannot be read
+                else:
+                    self.source = source
+                    return table
+            needed = [*self.by, "eval_id", "isolation", "passed", "status", "cost_usd", "duration_s", "started_at"]
+            self.connection.register("selected_rows", self.reader.table(self.runs, columns=list(dict.fromkeys(needed))))
+            self.source = "selected_rows"
         try:
-            return _run(connection, _query(source, by, filters), filters)
-        except duckdb.Error:
-            pass  # read through the Arrow path below, which leaves out what cannot be read
-    needed = [*by, "eval_id", "isolation", "passed", "status", "cost_usd", "duration_s", "started_at"]
-    connection.register("selected_rows", reader.table(runs, columns=list(dict.fromkeys(needed))))
-    try:
-        return _run(connection, _query("selected_rows", by, filters), filters)
-    except duckdb.Error as exc:
-        raise ReportError(f"cannot summarise the results under {reader.root}: {exc}") from None
+            return self._run(build(self.source))
+        except duckdb.Error as exc:
+            raise ReportError(f"cannot summarise the results under {self.reader.root}: {exc}") from None
+
+    def _run(self, sql: str) -> pa.Table:
+        return self.connection.sql(sql, params=self.filters or None).to_arrow_table()
+
+    def span(self) -> tuple[int, int] | None:
+        table = self.query(lambda source: _span_query(source, self.filters))
+        if table is None:
+            return None
+        first, last = table.column("first_start")[0], table.column("last_finish")[0]
+        if not last.is_valid or not first.is_valid:
+            return None
+        return _ns(first.as_py()), _ns(last.as_py())
 
 
 def read_summary(
@@ -105,7 +146,8 @@ def read_summary(
 ) -> Summary | None:
     """The selected runs' units aggregated for the report (None when there are none)."""
     filters = {name: list(values) for name, values in (("model", models), ("eval_id", evals)) if values is not None}
-    table = _aggregate(reader, runs, list(by), filters)
+    rows = _Rows(reader, runs, by, filters)
+    table = rows.query(lambda source: _counts_query(source, by, filters))
     if table is None or table.num_rows == 0:
         return None
     frame = table.to_pandas()
@@ -115,11 +157,6 @@ def read_summary(
         pairs[name] = pairs[name].astype("category")
     run_rows = frame[(frame["pair_set"] != 0) & (frame["run_set"] == 0)]
     isolation_rows = frame[(frame["pair_set"] != 0) & (frame["run_set"] != 0)]
-    starts = run_rows["first_start"].dropna()
-    finishes = run_rows["last_finish"].dropna()
-    span = None
-    if len(finishes):
-        span = (_ns(starts.min() if len(starts) else finishes.min()), _ns(finishes.max()))
     return Summary(
         pairs=pairs,
         run_totals={str(run): int(n) for run, n in zip(run_rows["run_id"], run_rows["n_runs"])},
@@ -128,11 +165,11 @@ def read_summary(
             NOT_RECORDED if pd.isna(level) else str(level): int(n)
             for level, n in zip(isolation_rows["isolation"], isolation_rows["n_runs"])
         },
-        span=span,
+        span=rows.span,
     )
 
 
-def _ns(value: pd.Timestamp) -> int:
+def _ns(value: datetime) -> int:
     return int(pd.Timestamp(value).as_unit("ns").value)
 
 

@@ -1,18 +1,22 @@
 #!/usr/bin/env python
-"""Benchmark: EvaluationStats + the benchmark table over 1,000,000 synthetic result rows,
-against a naive pandas groupby/apply baseline computing the same numbers.
+"""Benchmark: the report over 1,000,000 synthetic result rows, in memory and from files.
 
-    python scripts/bench_report.py [--rows 1000000] [--repeat 3] [--parquet]
+    python scripts/bench_report.py [--rows 1000000] [--repeat 3] [--in-memory-only]
 
 The synthetic units: 4 runs × 10 models × 2 harnesses × 2,500 evals × 5 seeds (1,000,000
 rows at the default size), 1% errored runs, 2% of units stored twice (a retry with
-``attempt`` 2), nullable costs, task/kit metadata. The frame is built the way the reader
-returns it (key columns as categoricals). Timed: ``evaluation_stats`` (latest attempt per
-unit, per-run evaluator stats for ``passed`` and ``normalized_score``, progress) plus
-``benchmark_table``; the baseline does the same with ``sort_values/groupby.tail`` and
-``groupby.apply`` over plain string columns. Both results are checked to agree.
-``--parquet`` also times a read of the same rows through ``ResultsReader`` from a temporary
-hive-partitioned root.
+``attempt`` 2), nullable costs, task/kit metadata.
+
+In memory: ``evaluation_stats`` (latest attempt per unit, per-run evaluator stats for
+``passed`` and ``normalized_score``, progress) plus ``benchmark_table`` over the frame as the
+reader returns it (key columns as categoricals), against a naive pandas ``sort_values/
+groupby.tail`` + ``groupby.apply`` baseline over plain string columns; both are checked to agree.
+
+From files: the rows written as a results root (one zstd part per run × model with every stored
+column, a manifest per run), then ``rayeval report --format json`` and the default text report
+against duckdb's SQL for the same table over the same files (latest attempt per unit, per-eval
+pass rates, their mean and standard deviation, mean cost and duration), interleaved, best of
+``--repeat`` each, printed side by side as a ratio; the JSON is checked to agree with the SQL.
 """
 
 from __future__ import annotations

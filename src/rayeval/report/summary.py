@@ -56,30 +56,29 @@ def _latest(source: str, columns: Sequence[str], filters: dict[str, list[str]]) 
 
 
 def _counts_query(source: str, by: Sequence[str], filters: dict[str, list[str]]) -> str:
-    """Counts per group × eval, per run and per isolation level (told apart by ``pair_set`` and
-    ``run_set``), summed from one aggregation at the finest of those groupings."""
+    """Counts per group × eval (``kind`` pair), per run (run) and per isolation level
+    (isolation), from the selected units deduplicated once."""
     errors = ", ".join(f"'{status}'" for status in sorted(ERROR_STATUSES))
-    keys = ", ".join(_quoted(k) for k in dict.fromkeys([*by, "eval_id", "run_id", "isolation"]))
     pair_keys = ", ".join(_quoted(k) for k in dict.fromkeys([*by, "eval_id"]))
     latest = _latest(
         source, [*by, "eval_id", "run_id", "isolation", "passed", "status", "cost_usd", "duration_s"], filters
     )
-    sums = ", ".join(
-        f"sum({name})::BIGINT AS {name}" for name in ("n_runs", "n_passed", "n_errors", "cost_n", "duration_n")
-    )
     return f"""
-WITH units AS ({latest}
-), fine AS (
-    SELECT {keys}, count(*) AS n_runs,
+WITH units AS MATERIALIZED ({latest}
+), pairs AS (
+    SELECT {pair_keys}, 'pair' AS kind, count(*) AS n_runs,
         count(*) FILTER (WHERE coalesce(passed, false) AND coalesce(status NOT IN ({errors}), true)) AS n_passed,
         count(*) FILTER (WHERE status IN ({errors})) AS n_errors,
         coalesce(sum(cost_usd), 0) AS cost_sum, count(cost_usd) AS cost_n,
         coalesce(sum(duration_s), 0) AS duration_sum, count(duration_s) AS duration_n
-    FROM units GROUP BY {keys}
+    FROM units GROUP BY {pair_keys}
+), runs AS (
+    SELECT run_id AS run, 'run' AS kind, count(*) AS n_runs, count(*) FILTER (WHERE status IN ({errors})) AS n_errors
+    FROM units GROUP BY run_id
+), levels AS (
+    SELECT isolation AS level, 'isolation' AS kind, count(*) AS n_runs FROM units GROUP BY isolation
 )
-SELECT {keys}, grouping({pair_keys}) AS pair_set, grouping(run_id) AS run_set, {sums},
-    sum(cost_sum) AS cost_sum, sum(duration_sum) AS duration_sum
-FROM fine GROUP BY GROUPING SETS (({pair_keys}), (run_id), (isolation))
+SELECT * FROM pairs UNION ALL BY NAME SELECT * FROM runs UNION ALL BY NAME SELECT * FROM levels
 """
 
 
@@ -151,19 +150,22 @@ def read_summary(
     if table is None or table.num_rows == 0:
         return None
     frame = table.to_pandas()
-    pair_rows = frame[frame["pair_set"] == 0]
+    pair_rows = frame[frame["kind"] == "pair"]
     pairs = pair_rows[[*dict.fromkeys([*by, "eval_id"]), *PAIR_COUNTS]].reset_index(drop=True)
     for name in by:  # the group keys as categoricals, as the reader returns them
         pairs[name] = pairs[name].astype("category")
-    run_rows = frame[(frame["pair_set"] != 0) & (frame["run_set"] == 0)]
-    isolation_rows = frame[(frame["pair_set"] != 0) & (frame["run_set"] != 0)]
+    for name in PAIR_COUNTS:
+        if name.startswith("n_") or name.endswith("_n"):
+            pairs[name] = pairs[name].astype("int64")
+    run_rows = frame[frame["kind"] == "run"]
+    level_rows = frame[frame["kind"] == "isolation"]
     return Summary(
         pairs=pairs,
-        run_totals={str(run): int(n) for run, n in zip(run_rows["run_id"], run_rows["n_runs"])},
+        run_totals={str(run): int(n) for run, n in zip(run_rows["run"], run_rows["n_runs"])},
         num_errors=int(run_rows["n_errors"].sum()),
         isolation={
             NOT_RECORDED if pd.isna(level) else str(level): int(n)
-            for level, n in zip(isolation_rows["isolation"], isolation_rows["n_runs"])
+            for level, n in zip(level_rows["level"], level_rows["n_runs"])
         },
         span=rows.span,
     )

@@ -1,7 +1,7 @@
 """Which runs belong to which evaluation name: a small index beside the runs.
 
 One JSON record per finished run at ``<root>/_evaluations/<name>/<run_id>.json`` (both
-percent-encoded). A record is written once and never rewritten, so concurrent runs of the same
+percent-encoded; the paths are :class:`rayeval.storage.layout.Layout`'s). A record is written once and never rewritten, so concurrent runs of the same
 name cannot lose each other's entries, and the ``_`` prefix keeps Parquet readers (pyarrow,
 pandas, ``ResultsReader``) away from it. Local and S3 roots alike (the store's filesystem).
 """
@@ -11,12 +11,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-import pyarrow.fs as pafs
 from pydantic import BaseModel, ValidationError
 
-from ..storage.store import ResultStore, encode_partition
-
-INDEX_FOLDER = "_evaluations"
+from ..storage.store import ResultStore
 
 
 class EvaluatorRecord(BaseModel):
@@ -41,29 +38,18 @@ class EvaluationRunRecord(BaseModel):
     scores: dict[str, float | None] = {}
 
 
-def _folder(store: ResultStore, name: str) -> str:
-    return f"{store.base}/{INDEX_FOLDER}/{encode_partition(name)}"
-
-
 def write_record(store: ResultStore, record: EvaluationRunRecord) -> str:
-    path = f"{_folder(store, record.name)}/{encode_partition(record.run_id)}.json"
+    path = store.layout.evaluation_record(record.name, record.run_id)
     store.put_atomic(path, record.model_dump_json(indent=2).encode())
     return path
 
 
 def read_records(store: ResultStore, name: str) -> list[EvaluationRunRecord]:
     """Every readable record of ``name``, oldest first (unreadable ones are skipped)."""
-    selector = pafs.FileSelector(_folder(store, name), recursive=False, allow_not_found=True)
-    try:
-        infos = store.fs.get_file_info(selector)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
     records = []
-    for info in infos:
-        if info.type != pafs.FileType.File or not info.base_name.endswith(".json") or info.base_name.startswith("."):
-            continue
+    for path in store.files_in(store.layout.evaluation_index(name), suffix=".json"):
         try:
-            with store.fs.open_input_stream(info.path) as stream:
+            with store.fs.open_input_stream(path) as stream:
                 record = EvaluationRunRecord.model_validate_json(stream.read())
         except (OSError, ValidationError, ValueError):
             continue

@@ -66,12 +66,17 @@ def isolation_note(units: pd.DataFrame) -> str | None:
     if "isolation" not in units.columns:
         units = units.assign(isolation=None)
     levels = units["isolation"].astype("object").fillna("not recorded").value_counts()
-    unsandboxed = {str(level): int(count) for level, count in levels.items() if level != "sandbox"}
+    return isolation_counts_note({str(level): int(count) for level, count in levels.items()})
+
+
+def isolation_counts_note(levels: dict[str, int]) -> str | None:
+    """:func:`isolation_note` from the units per isolation level (``"not recorded"`` for none)."""
+    unsandboxed = {level: count for level, count in levels.items() if level != "sandbox" and count}
     if not unsandboxed:
         return None
     described = ", ".join(f"{level}: {count}" for level, count in sorted(unsandboxed.items()))
     return (
-        f"Warning: {sum(unsandboxed.values())} of {len(units)} units are not known to have run in a sandbox "
+        f"Warning: {sum(unsandboxed.values())} of {sum(levels.values())} units are not known to have run in a sandbox "
         f"({described}); their agents may have read what the worker could (answer keys included) and "
         "written where it could."
     )
@@ -178,6 +183,30 @@ def _output_keys(frame: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
     return out
 
 
+# Per group × eval counts, the table's input (see :func:`pair_counts`).
+PAIR_COUNTS = ("n_runs", "n_passed", "n_errors", "cost_sum", "cost_n", "duration_sum", "duration_n")
+
+
+def pair_counts(units: pd.DataFrame, by: Sequence[str] = ("model", "harness")) -> pd.DataFrame:
+    """One row per group × eval (latest attempt per unit): the group keys, ``eval_id`` and
+    :data:`PAIR_COUNTS` (units, passed, errored; sum and count of the known costs and durations).
+    The same counts :mod:`rayeval.report.summary` has duckdb compute over the part files."""
+    by = list(by)
+    units = latest_attempts(units)
+    es = _eval_stats(units, by, "fail")
+    table = es.keys.iloc[es.parent].reset_index(drop=True)
+    table["eval_id"] = units["eval_id"].iloc[es.pairs.first].to_numpy()
+    table["n_runs"] = es.n_runs
+    table["n_passed"] = es.n_passed
+    table["n_errors"] = es.n_errors
+    for name, column in (("cost", "cost_usd"), ("duration", "duration_s")):
+        values = _numeric(units, column)
+        known = ~np.isnan(values)
+        table[f"{name}_sum"] = np.bincount(es.pairs.ids[known], weights=values[known], minlength=es.pairs.n)
+        table[f"{name}_n"] = es.pairs.count(known)
+    return table
+
+
 def benchmark_table(
     units: pd.DataFrame,
     by: Sequence[str] = ("model", "harness"),
@@ -195,37 +224,60 @@ def benchmark_table(
     by = list(by)
     if not by:
         raise ReportError("benchmark_table needs at least one group column")
+    _check_policy(errors)
     units = latest_attempts(units)
-    es = _eval_stats(units, by, errors)
-    evals = Groups(es.parent, np.zeros(0, dtype=np.int64), es.groups.n)  # pairs → group
-    mean = evals.nanmean(es.pass_rate) * 100.0
-    sd = evals.nanstd(es.pass_rate) * 100.0
-    n = evals.count(~np.isnan(es.pass_rate)).astype(float)
+    _check_columns(units, by)
+    return table_from_pairs(pair_counts(units, by), by, errors=errors, confidence=confidence)
+
+
+def table_from_pairs(
+    pairs: pd.DataFrame, by: Sequence[str], *, errors: str = "fail", confidence: float = 0.95
+) -> pd.DataFrame:
+    """:func:`benchmark_table` from its per group × eval counts (:func:`pair_counts`)."""
+    by = list(by)
+    _check_policy(errors)
+    groups = group_ids(pairs, by)
+    n_runs, n_errors = pairs["n_runs"].to_numpy(np.int64), pairs["n_errors"].to_numpy(np.int64)
+    n_scored = n_runs - n_errors if errors == "exclude" else n_runs
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rate = np.where(n_scored > 0, pairs["n_passed"].to_numpy(float) / np.maximum(n_scored, 1), np.nan)
+    mean = groups.nanmean(rate) * 100.0
+    sd = groups.nanstd(rate) * 100.0
+    n = groups.count(~np.isnan(rate)).astype(float)
     lower, upper = t_interval(mean, sd, n, confidence)
 
-    table = _output_keys(es.keys, by)
+    def ratio(total: str, count: str) -> np.ndarray:
+        known = groups.sum(pairs[count].to_numpy(float))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(known > 0, groups.sum(pairs[total].to_numpy(float)) / np.maximum(known, 1), np.nan)
+
+    table = _output_keys(groups.keys(pairs, by), by)
     table[ACCURACY] = mean
     table[CI_LOWER] = np.clip(lower, 0.0, 100.0)
     table[CI_UPPER] = np.clip(upper, 0.0, 100.0)
-    table[COST] = es.groups.nanmean(_numeric(units, "cost_usd"))
-    table[DURATION] = es.groups.nanmean(_numeric(units, "duration_s"))
-    table[N_RUNS] = es.groups.count().astype(np.int64)
-    table[ERRORS] = es.groups.count(error_mask(units)).astype(np.int64)
+    table[COST] = ratio("cost_sum", "cost_n")
+    table[DURATION] = ratio("duration_sum", "duration_n")
+    table[N_RUNS] = groups.sum(n_runs.astype(float)).astype(np.int64)
+    table[ERRORS] = groups.sum(n_errors.astype(float)).astype(np.int64)
     table[N_EVALS] = n.astype(np.int64)
 
     key_names = [COLUMN_NAMES.get(c, c) for c in by]
     lead = [k for k in key_names if k not in ("model_name", *MODEL_KEYS)]
     breakdown = lead[:1] if key_names[0] in lead else []
-    order = [*breakdown, ACCURACY, *key_names]
+    # Accuracy rounded for the order: equal accuracies summed in another order (the pairs come
+    # from duckdb in any order) still tie, and ties go by name.
+    rank = "_accuracy_rank"
+    table[rank] = table[ACCURACY].round(9)
+    order = [*breakdown, rank, *key_names]
     ascending = [True] * len(breakdown) + [False] + [True] * len(key_names)
-    table = table.sort_values(order, ascending=ascending, na_position="last", kind="mergesort").reset_index(drop=True)
-    seeds = es.n_runs.max() if len(es.n_runs) else 0
+    table = table.sort_values(order, ascending=ascending, na_position="last", kind="mergesort")
+    table = table.drop(columns=rank).reset_index(drop=True)
     table.attrs.update(
         {
             "by": tuple(by),
             "errors": errors,
             "confidence": confidence,
-            "n_runs_per_eval": int(seeds),
+            "n_runs_per_eval": int(n_runs.max()) if len(n_runs) else 0,
             "breakdown": by[0] if breakdown else None,
         }
     )
@@ -366,8 +418,10 @@ __all__ = [
     "error_policy_note",
     "eval_frame",
     "format_text",
+    "pair_counts",
     "rounded",
     "t_interval",
+    "table_from_pairs",
     "to_csv",
     "to_json",
     "to_json_data",

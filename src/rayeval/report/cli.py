@@ -12,9 +12,9 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import RayevalError
 
@@ -143,54 +143,120 @@ def _guarded(handler):  # type: ignore[no-untyped-def]
     return run
 
 
+def _no_results(reader: ResultsReader, runs: list[str] | None) -> Exception:
+    from .reader import ReportError
+
+    where = f" for run(s) {', '.join(runs)}" if runs else ""
+    known = reader.run_ids()
+    hint = f" (runs here: {', '.join(known[:20])}{' …' if len(known) > 20 else ''})" if known else ""
+    return ReportError(f"no results under {reader.root}{where}{hint}")
+
+
+def _run_plan(
+    reader: ResultsReader, runs: list[str] | None, selected: list[str], args: argparse.Namespace
+) -> tuple[dict[str, dict] | None, int | dict[str, int] | None]:
+    """The batch engine's run manifests: each selected run's status, and the planned units
+    (``--planned-units``, else the manifests' totals unless filtered to a subset)."""
+    manifests = reader.manifests(runs)
+    run_status = {run: manifests[run] for run in selected if run in manifests} or None
+    planned: int | dict[str, int] | None = args.planned_units
+    unfiltered = not (args.model or args.eval)
+    if planned is None and unfiltered and selected and all("total_units" in manifests.get(r, {}) for r in selected):
+        planned = {run: int(manifests[run]["total_units"]) for run in selected}
+    return run_status, planned
+
+
+def _gates(args: argparse.Namespace, gate_rows: Any) -> int:
+    from .gates import accuracy_gate, error_rate_gate, gate_summary, gates_passed
+
+    results = []
+    if args.fail_under is not None:
+        results += accuracy_gate(gate_rows, args.fail_under)
+    if args.max_error_rate is not None:
+        results += error_rate_gate(gate_rows, args.max_error_rate)
+    if results:
+        print(gate_summary(results), file=sys.stderr)
+        if not gates_passed(results):
+            return EXIT_GATE_FAILED
+    return EXIT_OK
+
+
+def _table_output(args: argparse.Namespace, table: Any, unsandboxed: str | None, status_line: Callable[[], str]) -> str:
+    """The table as csv, json or text (with the status line and the sandbox warning, which
+    goes to stderr with csv and json)."""
+    from .benchmark import to_csv, to_json, to_text
+
+    if unsandboxed and args.format in ("csv", "json"):
+        print(f"rayeval: {unsandboxed}", file=sys.stderr)
+    if args.format == "csv":
+        return to_csv(table)
+    if args.format == "json":
+        return to_json(table)
+    return f"{status_line()}\n" + (f"{unsandboxed}\n" if unsandboxed else "") + f"\n{to_text(table)}\n"
+
+
 @_guarded
 def cmd_report(args: argparse.Namespace) -> int:
-    from .benchmark import (
-        benchmark_table,
-        format_text,
-        isolation_note,
-        to_csv,
-        to_json,
-        to_text,
-    )
-    from .gates import accuracy_gate, error_rate_gate, gate_summary, gates_passed
-    from .reader import REPORT_COLUMNS, ReportError, ResultsReader
-    from .stats import evaluation_stats
+    from .reader import ResultsReader
 
     by = parse_by(args.by)
     ks = _ks(args.pass_k)
     _check_out(args.out, args.root)
     reader = ResultsReader(args.root, args.s3_endpoint)
     runs = _resolve_latest(reader, _split(args.run))
+    if args.format == "html" or args.pass_k_table:  # these need the units themselves
+        return _report_units(args, reader, runs, by, ks)
+    return _report_summary(args, reader, runs, by)
+
+
+def _report_summary(args: argparse.Namespace, reader: ResultsReader, runs: list[str] | None, by: list[str]) -> int:
+    """Table, csv or json from counts duckdb aggregates over the part files (:mod:`.summary`)."""
+    from .benchmark import isolation_counts_note, table_from_pairs
+    from .stats import run_progress
+    from .summary import read_summary
+
+    models, evals = _split(args.model), _split(args.eval)
+    summary = read_summary(reader, runs, models, evals, by)
+    if summary is None:
+        raise _no_results(reader, runs)
+    run_status, planned = _run_plan(reader, runs, sorted(summary.run_totals), args)
+    table = table_from_pairs(summary.pairs, by, errors=args.errors)
+
+    def status_line() -> str:
+        state = run_progress(
+            summary.run_totals,
+            summary.num_errors,
+            planned_units=planned,
+            run_status=run_status,
+            span=summary.span,
+        )
+        return f"status: {state.status}; {state.text}"
+
+    _emit(_table_output(args, table, isolation_counts_note(summary.isolation), status_line), args.out)
+    if all(c in MODEL_KEYS for c in by) or (args.fail_under is None and args.max_error_rate is None):
+        return _gates(args, table)
+    overall = read_summary(reader, runs, models, evals)  # the gates are per model × harness
+    return _gates(args, table_from_pairs(overall.pairs, ["model", "harness"], errors=args.errors) if overall else table)
+
+
+def _report_units(
+    args: argparse.Namespace, reader: ResultsReader, runs: list[str] | None, by: list[str], ks: list[int]
+) -> int:
+    """HTML, or text with the pass@k table: from the units read as a frame."""
+    from .benchmark import benchmark_table, format_text, isolation_note
+    from .reader import REPORT_COLUMNS, ReportError
+    from .stats import evaluation_stats
+
     columns = list(REPORT_COLUMNS) + (["answer_json"] if args.format == "html" else [])
     units = reader.units(runs=runs, models=_split(args.model), evals=_split(args.eval), columns=columns)
     if units.empty:
-        where = f" for run(s) {', '.join(runs)}" if runs else ""
-        known = reader.run_ids()
-        hint = f" (runs here: {', '.join(known[:20])}{' …' if len(known) > 20 else ''})" if known else ""
-        raise ReportError(f"no results under {args.root}{where}{hint}")
+        raise _no_results(reader, runs)
     missing = [c for c in by if c not in units.columns]
     if missing:
         raise ReportError(f"--by: the results have no {', '.join(missing)} column")
-
-    # The batch engine's run manifests: status and planned units (unless filtered to a subset).
-    manifests = reader.manifests(runs)
-    selected = sorted({str(r) for r in units["run_id"].unique()})
-    run_status = {run: manifests[run] for run in selected if run in manifests} or None
-    planned = args.planned_units
-    unfiltered = not (args.model or args.eval)
-    if planned is None and unfiltered and selected and all("total_units" in manifests.get(r, {}) for r in selected):
-        planned = {run: int(manifests[run]["total_units"]) for run in selected}
-
+    run_status, planned = _run_plan(reader, runs, sorted({str(r) for r in units["run_id"].unique()}), args)
     table = benchmark_table(units, by=by, errors=args.errors)
-    unsandboxed = isolation_note(units)
-    if unsandboxed and args.format in ("csv", "json"):
-        print(f"rayeval: {unsandboxed}", file=sys.stderr)
-    if args.format == "csv":
-        _emit(to_csv(table), args.out)
-    elif args.format == "json":
-        _emit(to_json(table), args.out)
-    elif args.format == "html":
+    if args.format == "html":
         from .html_report import render_html
 
         title = "rayeval report" + (f": {', '.join(runs)}" if runs else "")
@@ -207,32 +273,17 @@ def cmd_report(args: argparse.Namespace) -> int:
     else:
         from .metrics import pass_at_k
 
-        stats = evaluation_stats(units, planned_units=planned, run_status=run_status, errors=args.errors, report=False)
-        text = f"status: {stats.status}; {stats.progress}\n" + (f"{unsandboxed}\n" if unsandboxed else "")
-        text += f"\n{to_text(table)}\n"
-        if args.pass_k_table:
-            text += (
-                "\n"
-                + format_text(
-                    pass_at_k(
-                        units, k=ks, by=[c for c in by if c in MODEL_KEYS] or ["model", "harness"], errors=args.errors
-                    )
-                )
-                + "\n"
+        def status_line() -> str:
+            stats = evaluation_stats(
+                units, planned_units=planned, run_status=run_status, errors=args.errors, report=False
             )
-        _emit(text, args.out)
+            return f"status: {stats.status}; {stats.progress}"
 
+        keys = [c for c in by if c in MODEL_KEYS] or ["model", "harness"]
+        text = _table_output(args, table, isolation_note(units), status_line)
+        _emit(f"{text}\n{format_text(pass_at_k(units, k=ks, by=keys, errors=args.errors))}\n", args.out)
     gate_rows = table if all(c in MODEL_KEYS for c in by) else benchmark_table(units, errors=args.errors)
-    results = []
-    if args.fail_under is not None:
-        results += accuracy_gate(gate_rows, args.fail_under)
-    if args.max_error_rate is not None:
-        results += error_rate_gate(gate_rows, args.max_error_rate)
-    if results:
-        print(gate_summary(results), file=sys.stderr)
-        if not gates_passed(results):
-            return EXIT_GATE_FAILED
-    return EXIT_OK
+    return _gates(args, gate_rows)
 
 
 @_guarded

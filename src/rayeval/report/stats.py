@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Annotated, Any, Literal
 
@@ -472,21 +473,67 @@ def _timestamps_ns(units: pd.DataFrame, column: str) -> np.ndarray | None:
     return values if len(values) else None
 
 
-def estimate_eta(units: pd.DataFrame, remaining: int) -> float | None:
-    """Seconds left at the observed throughput: units done / (last finished_at − first
-    started_at, or first finished_at when there are no start times)."""
-    if remaining <= 0:
-        return 0.0
+def time_span(units: pd.DataFrame) -> tuple[int, int] | None:
+    """(first start, last finish) in ns since the epoch: the first ``started_at`` (or the first
+    ``finished_at`` when earlier or there are no start times) and the last ``finished_at``."""
     finished = _timestamps_ns(units, "finished_at")
     if finished is None:
         return None
     started = _timestamps_ns(units, "started_at")
     start = min(int(started.min()), int(finished.min())) if started is not None else int(finished.min())
-    span_s = (int(finished.max()) - start) / 1e9
+    return start, int(finished.max())
+
+
+def eta_from_span(done: int, remaining: int, span: tuple[int, int] | None) -> float | None:
+    """Seconds left at the throughput observed over ``span`` (see :func:`time_span`)."""
+    if remaining <= 0:
+        return 0.0
+    if span is None:
+        return None
+    span_s = (span[1] - span[0]) / 1e9
     if span_s <= 0:
         return None
-    rate = len(units) / span_s
-    return remaining / rate
+    return remaining / (done / span_s)
+
+
+def estimate_eta(units: pd.DataFrame, remaining: int) -> float | None:
+    """Seconds left at the observed throughput: units done / (last finished_at − first
+    started_at, or first finished_at when there are no start times)."""
+    return eta_from_span(len(units), remaining, time_span(units) if remaining > 0 else None)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A report's status line: overall status, progress text, planned total and ETA."""
+
+    status: str
+    text: str
+    planned: int | None
+    eta_s: float | None
+    statuses: dict[str, str]  # per run
+
+
+def run_progress(
+    run_totals: Mapping[str, int],
+    num_errors: int,
+    *,
+    planned_units: int | Mapping[str, int] | None,
+    run_status: Any,
+    span: Callable[[], tuple[int, int] | None],
+) -> Progress:
+    """Status and progress from the units done per run (see :func:`evaluation_stats` for
+    ``planned_units`` and ``run_status``); ``span`` gives the time span for the ETA, asked
+    only while a run is pending or running."""
+    done = sum(run_totals.values())
+    statuses = _statuses(run_totals, planned_units, run_status)
+    planned_total = _planned_total(planned_units, run_totals)
+    overall = _overall_status(run_status, planned_units, statuses, done, planned_total)
+    live = overall in ("running", "pending")
+    eta = None
+    if planned_total is not None and done < planned_total and live:
+        eta = eta_from_span(done, planned_total - done, span())
+    text = progress_text(done, planned_total, num_errors, eta, show_eta=live)
+    return Progress(overall, text, planned_total, eta, statuses)
 
 
 # -- EvaluationStats -----------------------------------------------------------------------
@@ -562,7 +609,11 @@ def evaluation_stats(
     run_totals: dict[str, int] = {}
     for run, count in zip(run_ids, counts):
         run_totals[run] = run_totals.get(run, 0) + int(count)
-    statuses = _statuses(run_totals, planned_units, run_status)
+    num_errors = int(is_error.sum())
+    state = run_progress(
+        run_totals, num_errors, planned_units=planned_units, run_status=run_status, span=lambda: time_span(units)
+    )
+    statuses = state.statuses
 
     run_stats = []
     for g in range(groups.n):
@@ -595,13 +646,7 @@ def evaluation_stats(
     run_stats.sort(key=lambda rs: rs.version_id)
     run_stats.sort(key=lambda rs: (run_start[rs.run_id], rs.run_id), reverse=True)
 
-    planned_total = _planned_total(planned_units, run_totals)
-    num_errors = int(is_error.sum())
-    overall = _overall_status(run_status, planned_units, statuses, n, planned_total)
-    eta = None
-    if planned_total is not None and n < planned_total and overall in ("running", "pending"):
-        eta = estimate_eta(units, planned_total - n)
-    progress = progress_text(n, planned_total, num_errors, eta, show_eta=overall in ("running", "pending"))
+    overall, progress, planned_total, eta = state.status, state.text, state.planned, state.eta_s
     text = ""
     if report:
         text = f"status: {overall}; {progress}"
@@ -691,6 +736,7 @@ __all__ = [
     "EvaluationStats",
     "EvaluatorStats",
     "NumberEvaluatorStats",
+    "Progress",
     "RunStats",
     "SelectEvaluatorStats",
     "TextEvaluatorStats",
@@ -704,4 +750,6 @@ __all__ = [
     "judgments_from_metrics",
     "normalise_status",
     "progress_text",
+    "run_progress",
+    "time_span",
 ]

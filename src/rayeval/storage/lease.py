@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import RayevalError
+from .layout import LEASE_NAME, LOCK_NAME
 from .wal import fsync_dir, try_lock
 
 if TYPE_CHECKING:
@@ -71,10 +72,6 @@ __all__ = [
     "run_lease",
 ]
 
-#: File name of a run's lease record, ``<root>/run_id=<id>/_lease.json``.
-LEASE_NAME = "_lease.json"
-#: Local roots: the file the holder keeps flocked, beside the record.
-LOCK_NAME = "_lease.lock"
 TTL_ENV = "RAYEVAL_LEASE_TTL"
 DEFAULT_TTL_S = 30.0
 #: share of the TTL after the start of its last renewal during which the holder may write
@@ -700,15 +697,14 @@ class S3Lease(RunLease):
 
 def run_lease(store: ResultStore, run_id: str, *, ttl_s: float | None = None) -> RunLease:
     """The lease of ``run_id`` under ``store``'s root (not taken yet: call :meth:`RunLease.take`)."""
-    run_path = store.run_path(run_id)
     if store.is_s3:
-        bucket, _, prefix = run_path.partition("/")
+        bucket, _, key = store.layout.lease(run_id).partition("/")
         return S3Lease(
             bucket,
-            f"{prefix}/{LEASE_NAME}",
+            key,
             run_id,
             root=store.root,
             s3_endpoint_url=store.s3_endpoint_url,
             ttl_s=ttl_s,
         )
-    return LocalLease(run_path, run_id, root=store.root, ttl_s=ttl_s)
+    return LocalLease(store.run_path(run_id), run_id, root=store.root, ttl_s=ttl_s)

@@ -1,16 +1,10 @@
 """ResultStore and RowWriter: result rows to hive-partitioned Parquet, safely and in batches.
 
-Layout under a root (local folder or ``s3://bucket/prefix``)::
-
-    <root>/run_id=<run>/_manifest.json
-    <root>/run_id=<run>/model=<model>/part-<writer_id>-<seq>.parquet
-    <root>/run_id=<run>/_wal/<writer_id>[.<n>].jsonl       (local roots only; S3 roots keep
-                                                            their WAL under ~/.cache/rayeval/wal)
-
-Partition values are percent-encoded (``urllib.parse.quote(value, safe="")``); pyarrow's hive
-partitioning decodes them on read.  Partition columns live only in the path.  Names starting with
-``_`` or ``.`` are ignored by pyarrow/pandas dataset discovery, so the manifest, the WAL and
-temporary files never reach a reader.
+The layout under a root (local folder or ``s3://bucket/prefix``) is :mod:`rayeval.storage.layout`'s:
+run folders, parts, the manifest, the WAL (local roots; S3 roots keep their WAL under
+~/.cache/rayeval/wal), the quarantine.  Partition columns live only in the path.  Names starting
+with ``_`` or ``.`` are ignored by pyarrow/pandas dataset discovery, so the manifest, the WAL and
+temporary files never reach a reader.  This module is the one that lists and reads the root.
 
 Write path of one row: ``RowWriter.add`` -> WAL line (fsynced with its batch) -> in-memory buffer ->
 (after ``flush_rows`` rows, ``flush_bytes`` of them or ``flush_seconds``) sealed into one
@@ -51,7 +45,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import quote, unquote
 
 import numpy as np
 import pyarrow as pa
@@ -64,6 +57,16 @@ from pydantic import ValidationError
 
 from ..errors import RayevalError
 from .filesystem import is_s3, resolve_root, s3_endpoint
+from .layout import (
+    MANIFEST_NAME,
+    QUARANTINE_FOLDER,
+    Layout,
+    decode_partition,
+    encode_partition,
+    hidden,
+    part_problem,
+    run_of_folder,
+)
 from .manifest import RunManifest
 from .schema import FILE_SCHEMA, PARTITION_COLUMNS, ResultRow, lines_to_table
 from .wal import (
@@ -94,12 +97,6 @@ __all__ = [
     "encode_partition",
 ]
 
-#: File name of a run's manifest, ``<root>/run_id=<id>/_manifest.json``.
-MANIFEST_NAME = "_manifest.json"
-WAL_FOLDER = "_wal"
-#: Where :meth:`ResultStore.quarantine` moves a run's unreadable parts: ``run_id=<id>/_quarantine/``
-#: (a ``_`` name: pyarrow/pandas discovery and rayeval's readers never look inside).
-QUARANTINE_FOLDER = "_quarantine"
 #: Columns every result part has: a Parquet file without them is not a part of rayeval's.
 REQUIRED_COLUMNS = ("unit_id", "eval_id", "attempt", "status")
 # Footers are read in parallel (the reads release the GIL): S3 reads are round trips.
@@ -175,25 +172,12 @@ def describe_write_error(exc: BaseException) -> str:
     return text if isinstance(exc, OSError) else f"{type(exc).__name__}: {text}"
 
 
-def encode_partition(value: str) -> str:
-    """Path-safe form of a partition value (``anthropic/claude@x`` -> ``anthropic%2Fclaude%40x``)."""
-    return quote(str(value), safe="")
-
-
-def decode_partition(segment: str) -> str:
-    return unquote(segment)
-
-
 def _utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
 def _default_writer_id() -> str:
     return f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:8]}"
-
-
-def _hidden(relative: str) -> bool:
-    return any(part.startswith((".", "_")) for part in relative.split("/") if part)
 
 
 def _coerce_row(row: ResultRow | Mapping[str, Any]) -> ResultRow:
@@ -273,16 +257,6 @@ def _schema_problem(physical: pa.Schema) -> str | None:
         expected = FILE_SCHEMA.field(column.name).type
         if not _fits(column.type, expected):
             return f"incompatible schema: column {column.name} is {column.type}, not {expected}"
-    return None
-
-
-def _layout_problem(relative: str) -> str | None:
-    """Why a visible file (path relative to the root) is not a part of the layout (None: it is)."""
-    if not relative.endswith(".parquet"):
-        return "not a Parquet part file (ignored)"
-    segments = relative.split("/")
-    if len(segments) != 3 or not segments[0].startswith("run_id=") or not segments[1].startswith("model="):
-        return "a Parquet file outside the run_id=<run>/model=<model>/ folders (ignored)"
     return None
 
 
@@ -385,6 +359,7 @@ class ResultStore:
         fs, base = resolve_root(self.root, s3_endpoint_url)
         self.fs: pafs.FileSystem = fs
         self.base = base.rstrip("/") if self.is_s3 else base
+        self.layout = Layout(self.base)
         self._warned: set[SkippedFile] = set()  # each file left out is warned about once per store
 
     def __repr__(self) -> str:
@@ -392,7 +367,7 @@ class ResultStore:
 
     # -- paths ---------------------------------------------------------------------------------
     def run_path(self, run_id: str) -> str:
-        return f"{self.base}/run_id={encode_partition(run_id)}"
+        return self.layout.run(run_id)
 
     def run_uri(self, run_id: str) -> str:
         """What to hand to ``pandas.read_parquet`` for one run."""
@@ -401,10 +376,10 @@ class ResultStore:
         return self.run_path(run_id)
 
     def model_path(self, run_id: str, model: str) -> str:
-        return f"{self.run_path(run_id)}/model={encode_partition(model)}"
+        return self.layout.model(run_id, model)
 
     def manifest_path(self, run_id: str) -> str:
-        return f"{self.run_path(run_id)}/{MANIFEST_NAME}"
+        return self.layout.manifest(run_id)
 
     def wal_run_dir(self, run_id: str, wal_dir: str | Path | None = None) -> Path:
         """Folder of a run's WAL files: ``wal_dir/<run_id>/``; by default ``<root>/run_id=<id>/_wal/``
@@ -412,7 +387,7 @@ class ResultStore:
         if wal_dir is not None:
             return Path(wal_dir).expanduser() / encode_partition(run_id)
         if not self.is_s3:
-            return Path(self.run_path(run_id)) / WAL_FOLDER
+            return Path(self.layout.wal(run_id))
         cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
         endpoint = s3_endpoint(self.s3_endpoint_url) or ""
         digest = hashlib.sha256(f"{endpoint}|{self.base}".encode()).hexdigest()[:16]
@@ -457,6 +432,22 @@ class ResultStore:
         except NotADirectoryError:
             return []
 
+    def files_in(self, folder: str, *, suffix: str = "") -> list[str]:
+        """Paths of the files directly in ``folder`` whose names end with ``suffix`` (temporary
+        ``.`` files left out), sorted; [] for a missing folder."""
+        selector = pafs.FileSelector(folder, recursive=False, allow_not_found=True)
+        try:
+            infos = self.fs.get_file_info(selector)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        return sorted(
+            info.path
+            for info in infos
+            if info.type == pafs.FileType.File
+            and info.base_name.endswith(suffix)
+            and not info.base_name.startswith(".")
+        )
+
     def _visible_files(self, runs: str | Iterable[str] | None) -> list[pafs.FileInfo]:
         """Files of one run, of several runs or of all runs (None), hidden names (``.``/``_``:
         temporary files, the WAL, the manifest, the quarantine) left out, sorted by path.  Only
@@ -470,7 +461,7 @@ class ResultStore:
         files = []
         for start in starts:
             for info in self._list_files(start):
-                if info.type == pafs.FileType.File and not _hidden(info.path[len(self.base) :]):
+                if info.type == pafs.FileType.File and not hidden(self.layout.relative(info.path)):
                     files.append(info)
         return sorted(files, key=lambda info: info.path)
 
@@ -511,8 +502,8 @@ class ResultStore:
         skipped: list[SkippedFile] = []
         fragments = []
         for info in files:
-            relative = info.path[len(self.base) :].lstrip("/")
-            problem = _layout_problem(relative)
+            relative = self.layout.relative(info.path)
+            problem = part_problem(relative)
             if problem is not None:
                 skipped.append(self._skipped(info.path, problem, part=False))
             elif info.size == 0:
@@ -593,7 +584,7 @@ class ResultStore:
         for item in self.parts(run_id, warn=False).skipped:
             if not item.part or not item.location.startswith(run_folder + "/"):
                 continue
-            target = f"{run_folder}/{QUARANTINE_FOLDER}/{item.location[len(run_folder) + 1 :]}"
+            target = self.layout.quarantine(run_id, item.location)
             try:
                 if self.fs.get_file_info(target).type != pafs.FileType.NotFound:
                     target = f"{target}.{uuid.uuid4().hex[:8]}"
@@ -676,11 +667,8 @@ class ResultStore:
             infos = self.fs.get_file_info(selector)
         except (FileNotFoundError, NotADirectoryError):
             return []
-        runs = set()
-        for info in infos:
-            if info.type == pafs.FileType.Directory and info.base_name.startswith("run_id="):
-                runs.add(decode_partition(info.base_name[len("run_id=") :]))
-        return sorted(runs)
+        runs = {run_of_folder(info.base_name) for info in infos if info.type == pafs.FileType.Directory}
+        return sorted(run for run in runs if run is not None)
 
     # -- manifests -----------------------------------------------------------------------------
     def write_manifest(self, manifest: RunManifest) -> RunManifest:
@@ -803,7 +791,7 @@ class ResultStore:
         try:
             for model, group in groups.items():
                 for data, _count in _split_encode(group):
-                    path = f"{self.model_path(run_id, model)}/part-{writer_id}-{seq:06d}.parquet"
+                    path = self.layout.part(run_id, model, f"part-{writer_id}-{seq:06d}.parquet")
                     seq += 1
                     self.put_atomic(path, data)
                     written.append(path)
@@ -1076,7 +1064,7 @@ class RowWriter:
                 data, count = chunk
                 name = f"part-{self.writer_id}-{self._seq:06d}.parquet"
                 self._seq += 1
-                parts.append(_Part(path=f"{self.store.model_path(self.run_id, model)}/{name}", data=data, rows=count))
+                parts.append(_Part(path=self.store.layout.part(self.run_id, model, name), data=data, rows=count))
         return parts
 
     def _flush_once(self, *, force: bool, io_timeout: float | None = None) -> bool:

@@ -1,0 +1,178 @@
+"""The numbers of ``rayeval report``'s table, csv and json output, computed by duckdb over the
+readable part files: only the dozen columns they need are read, and no unit leaves duckdb.
+
+The parts are those :meth:`ResultsReader.parts` checked (unreadable ones left out with a
+warning). duckdb reads a local root's files itself; an S3 root's parts, and any selection duckdb
+cannot read as one table (a part whose data cannot be decoded, a column no part has), are read
+through the reader's Arrow path instead, with its handling of bad parts. Rows are deduplicated as
+by :func:`~rayeval.report.reader.latest_attempts`: per ``(run_id, unit_id)`` the highest
+``attempt`` (null counts as 0), then the latest ``finished_at``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import duckdb
+import pandas as pd
+import pyarrow as pa
+
+from ..storage.row import ERROR_STATUSES
+from .benchmark import PAIR_COUNTS
+from .reader import ReportError, ResultsReader
+
+NOT_RECORDED = "not recorded"  # the isolation of a row that does not say how it ran (as isolation_note)
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What the default report shows, aggregated."""
+
+    pairs: pd.DataFrame  # one row per group × eval: the group keys, eval_id and PAIR_COUNTS
+    run_totals: dict[str, int]  # units per run
+    num_errors: int
+    isolation: dict[str, int]  # units per isolation level
+    #: first start and last finish (ns since the epoch), read when asked (for an ETA)
+    span: Callable[[], tuple[int, int] | None]
+
+    @property
+    def units(self) -> int:
+        return sum(self.run_totals.values())
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _latest(source: str, columns: Sequence[str], filters: dict[str, list[str]]) -> str:
+    """SQL of the selected units (latest attempt each) with these columns."""
+    where = " AND ".join(f"list_contains(${name}, {_quoted(name)})" for name in filters) or "true"
+    return f"""
+    SELECT {", ".join(_quoted(c) for c in dict.fromkeys(columns))} FROM {source} WHERE {where}
+    QUALIFY row_number() OVER (
+        PARTITION BY run_id, unit_id ORDER BY coalesce(attempt, 0) DESC, finished_at DESC NULLS LAST) = 1"""
+
+
+def _counts_query(source: str, by: Sequence[str], filters: dict[str, list[str]]) -> str:
+    """Counts per group × eval (``kind`` pair), per run (run) and per isolation level
+    (isolation), from the selected units deduplicated once."""
+    errors = ", ".join(f"'{status}'" for status in sorted(ERROR_STATUSES))
+    pair_keys = ", ".join(_quoted(k) for k in dict.fromkeys([*by, "eval_id"]))
+    latest = _latest(
+        source, [*by, "eval_id", "run_id", "isolation", "passed", "status", "cost_usd", "duration_s"], filters
+    )
+    return f"""
+WITH units AS MATERIALIZED ({latest}
+), pairs AS (
+    SELECT {pair_keys}, 'pair' AS kind, count(*) AS n_runs,
+        count(*) FILTER (WHERE coalesce(passed, false) AND coalesce(status NOT IN ({errors}), true)) AS n_passed,
+        count(*) FILTER (WHERE status IN ({errors})) AS n_errors,
+        coalesce(sum(cost_usd), 0) AS cost_sum, count(cost_usd) AS cost_n,
+        coalesce(sum(duration_s), 0) AS duration_sum, count(duration_s) AS duration_n
+    FROM units GROUP BY {pair_keys}
+), runs AS (
+    SELECT run_id AS run, 'run' AS kind, count(*) AS n_runs, count(*) FILTER (WHERE status IN ({errors})) AS n_errors
+    FROM units GROUP BY run_id
+), levels AS (
+    SELECT isolation AS level, 'isolation' AS kind, count(*) AS n_runs FROM units GROUP BY isolation
+)
+SELECT * FROM pairs UNION ALL BY NAME SELECT * FROM runs UNION ALL BY NAME SELECT * FROM levels
+"""
+
+
+def _span_query(source: str, filters: dict[str, list[str]]) -> str:
+    latest = _latest(source, ["started_at", "finished_at"], filters)
+    return f"""
+WITH units AS ({latest})
+SELECT least(min(started_at), min(finished_at)) AS first_start, max(finished_at) AS last_finish FROM units
+"""
+
+
+class _Rows:
+    """The selected parts as something duckdb reads: a local root's files themselves, else
+    (S3, or files duckdb cannot read as one table) the rows the reader reads with Arrow."""
+
+    def __init__(self, reader: ResultsReader, runs: list[str] | None, by: Sequence[str], filters: dict[str, list[str]]):
+        self.reader, self.runs, self.by, self.filters = reader, runs, list(by), filters
+        self.connection = duckdb.connect()
+        self.source: str | None = None
+
+    def query(self, build: Callable[[str], str]) -> pa.Table | None:
+        """``build(source)``'s result (None when no part is readable)."""
+        if self.source is None:
+            parts = self.reader.parts(self.runs)
+            if not parts.fragments:
+                return None
+            if not self.reader.store.is_s3:
+                files = ", ".join("'" + path.replace("'", "''") + "'" for path in parts.paths)
+                source = f"read_parquet([{files}], hive_partitioning = true, hive_types_autocast = false, union_by_name = true)"
+                try:
+                    table = self._run(build(source))
+                except duckdb.Error:
+                    pass  # read through the Arrow path below, which leaves out what cannot be read
+                else:
+                    self.source = source
+                    return table
+            needed = [*self.by, "eval_id", "isolation", "passed", "status", "cost_usd", "duration_s", "started_at"]
+            self.connection.register("selected_rows", self.reader.table(self.runs, columns=list(dict.fromkeys(needed))))
+            self.source = "selected_rows"
+        try:
+            return self._run(build(self.source))
+        except duckdb.Error as exc:
+            raise ReportError(f"cannot summarise the results under {self.reader.root}: {exc}") from None
+
+    def _run(self, sql: str) -> pa.Table:
+        return self.connection.sql(sql, params=self.filters or None).to_arrow_table()
+
+    def span(self) -> tuple[int, int] | None:
+        table = self.query(lambda source: _span_query(source, self.filters))
+        if table is None:
+            return None
+        first, last = table.column("first_start")[0], table.column("last_finish")[0]
+        if not last.is_valid or not first.is_valid:
+            return None
+        return _ns(first.as_py()), _ns(last.as_py())
+
+
+def read_summary(
+    reader: ResultsReader,
+    runs: list[str] | None = None,
+    models: Iterable[str] | None = None,
+    evals: Iterable[str] | None = None,
+    by: Sequence[str] = ("model", "harness"),
+) -> Summary | None:
+    """The selected runs' units aggregated for the report (None when there are none)."""
+    filters = {name: list(values) for name, values in (("model", models), ("eval_id", evals)) if values is not None}
+    rows = _Rows(reader, runs, by, filters)
+    table = rows.query(lambda source: _counts_query(source, by, filters))
+    if table is None or table.num_rows == 0:
+        return None
+    frame = table.to_pandas()
+    pair_rows = frame[frame["kind"] == "pair"]
+    pairs = pair_rows[[*dict.fromkeys([*by, "eval_id"]), *PAIR_COUNTS]].reset_index(drop=True)
+    for name in by:  # the group keys as categoricals, as the reader returns them
+        pairs[name] = pairs[name].astype("category")
+    for name in PAIR_COUNTS:
+        if name.startswith("n_") or name.endswith("_n"):
+            pairs[name] = pairs[name].astype("int64")
+    run_rows = frame[frame["kind"] == "run"]
+    level_rows = frame[frame["kind"] == "isolation"]
+    return Summary(
+        pairs=pairs,
+        run_totals={str(run): int(n) for run, n in zip(run_rows["run"], run_rows["n_runs"])},
+        num_errors=int(run_rows["n_errors"].sum()),
+        isolation={
+            NOT_RECORDED if pd.isna(level) else str(level): int(n)
+            for level, n in zip(level_rows["level"], level_rows["n_runs"])
+        },
+        span=rows.span,
+    )
+
+
+def _ns(value: datetime) -> int:
+    return int(pd.Timestamp(value).as_unit("ns").value)
+
+
+__all__ = ["NOT_RECORDED", "Summary", "read_summary"]

@@ -268,6 +268,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             filters=args.filter,
             limit=args.limit,
             max_concurrency=args.max_concurrency,
+            judge_concurrency=args.judge_concurrency,
             model_concurrency=_model_limits(args.model_concurrency),
             address=args.address,
             retries=args.retries,
@@ -499,6 +500,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--limit", type=int, metavar="N", help="only the first N evals (after --sample-id and --filter)")
     run.add_argument(
         "--max-concurrency", type=int, default=32, help="units running at once, over the whole cluster (default 32)"
+    )
+    run.add_argument(
+        "--judge-concurrency",
+        type=int,
+        default=16,
+        help="judge calls of LLM-judged graders (rubric) in flight at once, apart from the units' slots (default 16)",
     )
     run.add_argument(
         "--model-concurrency",

@@ -60,3 +60,12 @@ def bulky(task_prompt: str, work_dir: Path, context) -> dict:
     _log_invocation(context)
     time.sleep(float(context.args.get("seconds", "0")))
     return {"answer": "B", "padding": os.urandom(int(context.args.get("kib", "64")) * 512).hex()}
+
+
+def rationale_writer(task_prompt: str, work_dir: Path, context) -> dict:
+    """Answers with a ``rationale`` (for rubric graders), logging when it started (monotonic clock)."""
+    log = os.environ.get("RAYEVAL_TEST_INVOCATION_LOG")
+    if log:
+        with open(log, "a") as handle:
+            handle.write(json.dumps({"seed": context.seed, "start": time.monotonic()}) + "\n")
+    return {"rationale": f"hERG is required (unit {context.seed})"}

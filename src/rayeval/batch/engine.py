@@ -8,6 +8,7 @@ import os
 import secrets
 import signal
 import time
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Any
@@ -43,13 +44,14 @@ from ..storage.store import (
     StorageError,
     describe_write_error,
 )
+from .judging import JudgeCalls
 from .plan import Plan, Unit, compact_seeds, plan_changes, unstored
 from .progress import Progress
 from .queue import UnitQueue, retry_delay
 from .rows import UnitRow, row_from_result, unit_row
 from .stopping import RunCancelled, SigtermStopsTheRun
 from .summary import RunSummary, summarize
-from .worker import GradeFunction, WorkerConfig, WorkerPool, ray_options, start_workers
+from .worker import GradeFunction, JudgeWork, WorkerConfig, WorkerPool, ray_options, start_workers
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +80,8 @@ class BatchConfig(BaseModel):
     filters: list[str] = Field(default_factory=list)
     limit: int | None = Field(None, ge=1)
     max_concurrency: int = Field(32, ge=1)
+    #: judge calls of LLM-judged graders in flight at once, over the run
+    judge_concurrency: int = Field(16, ge=1)
     model_concurrency: dict[str, int] = Field(default_factory=dict)
     address: str | None = None
     retries: int = Field(2, ge=0)
@@ -575,17 +579,19 @@ def _execute(
     workers: WorkerPool,
 ) -> None:
     """Start units while the limits and the workers' slots allow, wait for the next to end,
-    store its row or run it again."""
+    store its row or run it again (a unit whose LLM-judged graders need judge calls frees its
+    slot and is graded once they are made)."""
     queue = UnitQueue(
         plan, todo, max_concurrency=config.max_concurrency, model_limits=config.model_concurrency,
         earlier_attempts=earlier_attempts,
     )  # fmt: skip
-    running: dict[Any, tuple[Unit, int]] = {}
-    while queue.waiting or running:
+    work = _InFlight(queue, workers, JudgeCalls(config.judge_concurrency))
+    while queue.waiting or work.busy:
         writer.check()  # a results root that cannot be written stops the run: no unit more
         while workers.free() and (taken := queue.next()) is not None:
-            running[workers.submit(*taken)] = taken
-        refs = [*running, *workers.starting]
+            work.running[workers.submit(*taken)] = taken
+        work.judges.submit()
+        refs = work.refs()
         if not refs:
             time.sleep(0.05)  # only delayed retries remain
             continue
@@ -594,12 +600,9 @@ def _execute(
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
         kept: dict[str, list[UnitRow]] = {}  # model -> rows to store, of every unit back by now
         for ref in ready:
-            if workers.came_up(ref):
+            if (done := work.settle(ref, evals, run_id, config)) is None:
                 continue
-            unit, attempt = running.pop(ref)
-            workers.finished(ref)
-            queue.finished(unit.model)
-            row = _unit_result(ref, unit, attempt, evals[unit.eval_index], run_id, config)
+            unit, attempt, row = done
             earlier = 0 if earlier_attempts is None else int(earlier_attempts[unit.position])
             if row.status == "error" and attempt - earlier <= config.retries:  # retries count from this run's first
                 queue.retry_later(unit, attempt + 1, retry_delay(attempt, config.retry_backoff_s))
@@ -611,8 +614,52 @@ def _execute(
                 progress.update(passed=row.passed, error=row.status in ERROR_STATUSES)
 
 
-def _unit_result(ref: Any, unit: Unit, attempt: int, eval_: Eval, run_id: str, config: BatchConfig) -> UnitRow:
-    """The worker's row, or an error row when Ray could not run the unit (after its retries)."""
+@dataclass
+class _InFlight:
+    """What the driver waits on: agent calls (each holding a slot), judge calls, and the
+    second grading passes of judged units."""
+
+    queue: UnitQueue
+    workers: WorkerPool
+    judges: JudgeCalls
+    running: dict[Any, tuple[Unit, int]] = field(default_factory=dict)
+    grading: dict[Any, tuple[Unit, int]] = field(default_factory=dict)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.running or self.grading or self.judges.busy)
+
+    def refs(self) -> list[Any]:
+        return [*self.running, *self.grading, *self.judges.in_flight, *self.workers.starting]
+
+    def settle(self, ref: Any, evals: list[Eval], run_id: str, config: BatchConfig) -> tuple[Unit, int, UnitRow] | None:
+        """The unit, attempt and row that ``ref`` (ready) finished, or None when it finished
+        something else (a worker's start, a judge call, a unit's agent before its judges)."""
+        if self.workers.came_up(ref):
+            return None
+        if ref in self.judges.in_flight:
+            judged = self.judges.finished(ref)
+            if judged is not None:
+                graded = self.workers.grade(judged.unit, judged.attempt, judged.execution, judged.outcomes)
+                self.grading[graded] = (judged.unit, judged.attempt)
+            return None
+        if ref in self.running:
+            unit, attempt = self.running.pop(ref)
+            self.workers.finished(ref)
+            self.queue.finished(unit.model)
+        else:
+            unit, attempt = self.grading.pop(ref)
+        result = _unit_result(ref, unit, attempt, evals[unit.eval_index], run_id, config)
+        if isinstance(result, JudgeWork):
+            self.judges.add(unit, attempt, result)
+            return None
+        return unit, attempt, result
+
+
+def _unit_result(
+    ref: Any, unit: Unit, attempt: int, eval_: Eval, run_id: str, config: BatchConfig
+) -> UnitRow | JudgeWork:
+    """The worker's answer, or an error row when Ray could not run the unit (after its retries)."""
     try:
         return ray.get(ref)
     except ray.exceptions.RayError as exc:

@@ -9,16 +9,17 @@ import socket
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import ray
 from pydantic import BaseModel
 
 from ..agents.resolve import agent_ref, resolve_agent
 from ..evals import Eval
+from ..graders.judging import Judgments
 from ..harness.cache import left_by_gone_processes, remove_tree
 from ..harness.context import AgentFunction, AgentRef, UnitResources
-from ..harness.execution import Execution, grade_execution
+from ..harness.execution import Execution, grade_execution, judge_requests
 from ..harness.grading_pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
 from ..harness.isolation import Isolation
 from ..harness.result import EvalResult
@@ -32,6 +33,19 @@ log = logging.getLogger(__name__)
 
 # A worker's folder under the work root: ``worker-<host>-<pid>``.
 WORKER_FOLDER_PREFIX = "worker-"
+
+# The concurrency group of ``UnitWorker.grade_judged``: a unit's second grading pass does not wait
+# behind the agents that hold the worker's threads.
+GRADING_GROUP = "grading"
+GRADING_THREADS = 4
+
+
+class JudgeWork(NamedTuple):
+    """A unit whose agent has run and whose LLM-judged graders wait on these judge calls."""
+
+    execution: Execution
+    requests: Judgments
+
 
 # Replaces grading by the eval's graders: (eval, execution) -> result (see run_batch's ``grade``).
 GradeFunction = Callable[[Eval, Execution], EvalResult]
@@ -69,26 +83,45 @@ class UnitWorker:
         self.plan = Plan([], [], [], config.agent)
         self.agent: AgentFunction | AgentRef | None = None
         self.grade: GradeFunction = grade_execution
+        self.judges_apart = False
         # A folder per worker process (named by host and process, see ``sweep_dead_workers``),
         # and in it one per thread (see ``run_unit``).
         root = Path(config.work_root or default_work_root())
         self.work_root = root / f"{WORKER_FOLDER_PREFIX}{self.node}-{os.getpid()}"
         threading.Thread(target=sweep_dead_workers, args=(root, self.node), daemon=True).start()
 
-    def run_unit(self, position: int, attempt: int, shared: list[Any]) -> UnitRow:
+    def run_unit(self, position: int, attempt: int, shared: list[Any]) -> UnitRow | JudgeWork:
         """Run, grade and turn into a row the unit at this plan position.  Grading happens
-        here, in a bounded grading subprocess, outside the agent's sandbox."""
+        here, in a bounded grading subprocess, outside the agent's sandbox.  When the eval's
+        LLM-judged graders have judge calls to make, the unit comes back as JudgeWork instead:
+        the run makes those calls apart, then has the unit graded (``grade_judged``)."""
+        self._load(shared)
+        unit = self.plan.unit(position)
+        # a parent folder per thread: threads creating and removing folders in a shared parent
+        # wait on its lock
+        execution = self._execute(unit, self.work_root / f"thread-{threading.get_native_id()}")
+        if self.judges_apart:
+            eval_ = self.evals[unit.eval_index]
+            requests = judge_requests(eval_, execution, grade_timeout=self.config.grade_timeout)
+            if requests:
+                return JudgeWork(execution, requests)
+        return self._row(unit, attempt, self.grade(self.evals[unit.eval_index], execution))
+
+    def grade_judged(
+        self, position: int, attempt: int, execution: Execution, judgments: Judgments, shared: list[Any]
+    ) -> UnitRow:
+        """The row of a unit whose judge calls have been made: ``judgments`` are their outcomes."""
         self._load(shared)
         unit = self.plan.unit(position)
         eval_ = self.evals[unit.eval_index]
-        # a parent folder per thread: threads creating and removing folders in a shared parent
-        # wait on its lock
-        work_root = self.work_root / f"thread-{threading.get_native_id()}"
-        result = self.grade(eval_, self._execute(unit, work_root))
+        result = grade_execution(eval_, execution, grade_timeout=self.config.grade_timeout, judgments=judgments)
+        return self._row(unit, attempt, result)
+
+    def _row(self, unit: Unit, attempt: int, result: EvalResult) -> UnitRow:
         row = row_from_result(
             result,
             unit=unit,
-            eval_=eval_,
+            eval_=self.evals[unit.eval_index],
             run_id=self.config.run_id,
             agent=self.config.agent,
             agent_args=self.config.agent_args,
@@ -121,6 +154,7 @@ class UnitWorker:
             self.plan = Plan(self.evals, self.config.models, self.config.seeds, self.config.agent)
             self.agent = agent if agent is not None else self._named_agent()
             self.grade = grade or functools.partial(grade_execution, grade_timeout=self.config.grade_timeout)
+            self.judges_apart = grade is None  # a run's own grade function calls what it calls
             self._shared_key = key
 
     def _named_agent(self) -> AgentFunction | AgentRef:
@@ -215,6 +249,12 @@ class WorkerPool:
         """The call behind ``ref`` is over (its result or error has been fetched)."""
         self.in_flight[self._worker_of.pop(ref)] -= 1
 
+    def grade(self, unit: Unit, attempt: int, execution: Execution, judgments: Judgments) -> Any:
+        """A unit's second grading pass, on a worker that is up, outside its units' slots."""
+        worker = self.actors[min(self.up, key=self.in_flight.__getitem__)]
+        method = worker.grade_judged.options(concurrency_group=GRADING_GROUP)
+        return method.remote(unit.position, attempt, execution, judgments, self.shared)
+
     def end_all(self) -> None:
         """End every worker, calls in flight included (a run that stops early)."""
         for actor in self.actors:
@@ -247,7 +287,8 @@ def start_workers(
 ) -> WorkerPool:
     """``count`` workers of ``slots`` units each, spread over the nodes.  Actors restart when
     their process or node dies, and Ray retries their in-flight calls."""
-    actor_class = ray.remote(UnitWorker).options(
+    groups: dict[str, Any] = {"concurrency_groups": {GRADING_GROUP: GRADING_THREADS}}  # not settable in options()
+    actor_class = ray.remote(**groups)(UnitWorker).options(
         **ray_options(resources, slots),
         max_concurrency=slots,
         max_restarts=-1,

@@ -24,12 +24,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from ..models.providers import ModelError, split_name
 from ..models.types import ChatMessage, ModelOutput, RetryPolicy
 from ._common import agent_failure, config_error, echo_answer, lookup_dotted
 from .base import Grader
+from .judging import Deferred, judge_outcomes
 from .registry import register_grader
 from .result import GraderResult
 
@@ -508,4 +509,15 @@ class RubricGrader(Grader):
         plan = prepare_rubric(answer, config)
         if isinstance(plan, GraderResult):
             return plan
-        return score_rubric(plan, judge_all(plan.requests))
+        outcomes = judge_outcomes([request.model_dump(mode="json") for request in plan.requests], _judge_all_json)
+        if isinstance(outcomes, Deferred):
+            return agent_failure("Rubric: the judge's verdicts are still to come", answer)
+        return score_rubric(plan, [_OUTCOME.validate_python(outcome) for outcome in outcomes])
+
+
+_OUTCOME: TypeAdapter[JudgeOutcome] = TypeAdapter(JudgeOutcome)
+
+
+def _judge_all_json(requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    outcomes = judge_all([JudgeRequest.model_validate(request) for request in requests])
+    return [outcome.model_dump(mode="json") for outcome in outcomes]

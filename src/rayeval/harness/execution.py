@@ -9,9 +9,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..evals import Eval
+from ..graders.judging import Judgments, collecting_judge_requests, judged, uses_judges
 from ..graders.result import GraderResult
 from ..grading import grade
-from .grading_pool import DEFAULT_TIMEOUT_S, GradingError, GradingTimeout, grade_bounded
+from .grading_pool import DEFAULT_TIMEOUT_S, GradingError, GradingTimeout, grade_bounded, judge_requests_bounded
 from .result import EvalResult, Status
 
 ExecutionOutcome = Literal["answered", "no_answer", "error", "timeout"]
@@ -86,14 +87,36 @@ def lift_metadata(metadata: dict, *, recorded_duration: bool = False) -> dict:
     return lifted
 
 
+def judge_requests(eval_: Eval, execution: Execution, *, grade_timeout: float | None = DEFAULT_TIMEOUT_S) -> Judgments:
+    """The judge calls the eval's LLM-judged graders would make on the execution's answer
+    (none for an error or timeout, or an eval without such graders): the first of a batch
+    run's two grading passes (see ``rayeval.graders.judging``). A grading that fails here
+    fails again, and is reported, in the second pass."""
+    if execution.outcome in ("error", "timeout") or not uses_judges([s.model_dump() for s in eval_.grader_specs]):
+        return {}
+    if grade_timeout is None:
+        with collecting_judge_requests() as collected:
+            grade(eval_, execution.answer)
+        return collected
+    try:
+        return judge_requests_bounded(eval_, execution.answer, grade_timeout)
+    except GradingError:
+        return {}
+
+
 def grade_execution(
-    eval_: Eval, execution: Execution, *, grade_timeout: float | None = DEFAULT_TIMEOUT_S
+    eval_: Eval,
+    execution: Execution,
+    *,
+    grade_timeout: float | None = DEFAULT_TIMEOUT_S,
+    judgments: Judgments | None = None,
 ) -> EvalResult:
     """Turn an execution into a result: errors and timeouts are not graded, everything else is.
 
     The grading runs in a grading subprocess stopped after ``grade_timeout`` seconds (a
     ``timeout`` result, ``GradingTimeout``); a failed subprocess gives an ``error`` result.
-    ``grade_timeout=None`` grades in this process, without a limit.
+    ``grade_timeout=None`` grades in this process, without a limit. ``judgments``: the
+    outcomes of the LLM-judged graders' judge calls (else they call their judge themselves).
     """
     fields = execution.model_dump(exclude={"outcome", "answer"})
     fields["agent_answer"] = execution.answer
@@ -104,9 +127,10 @@ def grade_execution(
     grader_result: GraderResult | None
     try:
         if grade_timeout is None:
-            grader_result = grade(eval_, execution.answer)
+            with judged(judgments or {}):
+                grader_result = grade(eval_, execution.answer)
         else:
-            grader_result = grade_bounded(eval_, execution.answer, grade_timeout)
+            grader_result = grade_bounded(eval_, execution.answer, grade_timeout, judgments=judgments)
     except GradingError as exc:
         grader_result = None
         status = "timeout" if isinstance(exc, GradingTimeout) else "error"

@@ -14,8 +14,10 @@ newline in a string, so a line never holds another):
 * on start, the subprocess writes ``READY``;
 * request ``{"eval": <content hash>, "answer": <answer>}``, plus ``"specs"`` (the eval's grader
   entries) and ``"single"`` (whether it has one ``grader``) the first time that subprocess sees
-  the eval: it keeps them by hash;
-* reply ``{"result": <GraderResult fields>}`` or ``{"error": <why>}``.
+  the eval: it keeps them by hash; optionally ``"judgments"`` (the outcomes of its LLM-judged
+  graders' judge calls, see ``rayeval.graders.judging``) or ``"collect": true``;
+* reply ``{"result": <GraderResult fields>}`` (with ``collect``: ``{"requests": <judge requests
+  by key>}``) or ``{"error": <why>}``.
 
 Values are plain JSON plus NaN and ±Infinity, so a result comes back as the grader made it.
 """
@@ -39,6 +41,7 @@ from typing import Any, NamedTuple
 from .._json import json_fallback
 from ..errors import RayevalError
 from ..evals import Eval
+from ..graders.judging import Judgments, collecting_judge_requests, judged
 from ..graders.registry import GRADER_REGISTRY, is_registered
 from ..graders.result import GraderResult
 from ..grading import grade
@@ -224,13 +227,24 @@ class GradingPool:
         self._busy: set[_Server] = set()
         self._starting = 0
 
-    def grade(self, graders: EvalGraders, answer: Any, timeout: float) -> GraderResult:
+    def grade(
+        self, graders: EvalGraders, answer: Any, timeout: float, *, judgments: Judgments | None = None
+    ) -> GraderResult:
         """The verdict of an eval's ``graders`` on ``answer``, or a GradingError; ``timeout``
-        bounds the grading, not the wait for a free subprocess."""
+        bounds the grading, not the wait for a free subprocess. ``judgments``: the outcomes of
+        its LLM-judged graders' judge calls (see ``rayeval.graders.judging``)."""
+        reply = self._exchange(graders, answer, timeout, {"judgments": judgments} if judgments else {})
+        return GraderResult(**reply["result"])
+
+    def judge_requests(self, graders: EvalGraders, answer: Any, timeout: float) -> Judgments:
+        """The judge calls the LLM-judged graders of ``graders`` would make on ``answer`` (none is made)."""
+        return self._exchange(graders, answer, timeout, {"collect": True})["requests"]
+
+    def _exchange(self, graders: EvalGraders, answer: Any, timeout: float, extra: dict[str, Any]) -> dict[str, Any]:
         server = self._acquire()
         healthy = True
         try:
-            request: dict[str, Any] = {"eval": graders.key, "answer": answer}
+            request: dict[str, Any] = {"eval": graders.key, "answer": answer, **extra}
             if graders.key not in server.known:
                 request.update(specs=graders.specs, single=graders.single)
             try:
@@ -246,7 +260,7 @@ class GradingPool:
             if "error" in reply:
                 raise GradingRefused(f"the grading subprocess could not grade the answer: {reply['error']}")
             server.known.add(graders.key)
-            return GraderResult(**reply["result"])
+            return reply
         finally:
             self._release(server, healthy)
 
@@ -345,14 +359,29 @@ def shared_pool() -> GradingPool:
         return _shared
 
 
-def grade_bounded(eval_: Eval, answer: Any, timeout: float = DEFAULT_TIMEOUT_S) -> GraderResult:
+def grade_bounded(
+    eval_: Eval, answer: Any, timeout: float = DEFAULT_TIMEOUT_S, *, judgments: Judgments | None = None
+) -> GraderResult:
     """``grade(eval_, answer)`` in a grading subprocess, stopped after ``timeout`` seconds:
     GradingTimeout then, another GradingError when the subprocess fails. An eval that
-    ``eval_graders`` cannot send is graded in this process, without a limit."""
+    ``eval_graders`` cannot send is graded in this process, without a limit. ``judgments``:
+    see ``GradingPool.grade``."""
     graders = eval_graders(eval_)
     if graders is None:
-        return grade(eval_, answer)
-    return shared_pool().grade(graders, answer, timeout)
+        with judged(judgments or {}):
+            return grade(eval_, answer)
+    return shared_pool().grade(graders, answer, timeout, judgments=judgments)
+
+
+def judge_requests_bounded(eval_: Eval, answer: Any, timeout: float = DEFAULT_TIMEOUT_S) -> Judgments:
+    """The judge calls ``eval_``'s LLM-judged graders would make on ``answer``, collected as
+    ``grade_bounded`` grades (the answer is hostile input: in a grading subprocess)."""
+    graders = eval_graders(eval_)
+    if graders is None:
+        with collecting_judge_requests() as collected:
+            grade(eval_, answer)
+        return collected
+    return shared_pool().judge_requests(graders, answer, timeout)
 
 
 def _close_shared_pool() -> None:

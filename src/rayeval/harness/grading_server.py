@@ -14,6 +14,7 @@ import time
 from typing import BinaryIO
 
 from ..evals.model import GraderSpec
+from ..graders.judging import collecting_judge_requests, judged
 from ..grading import grade_specs
 from .grading_pool import READY, RESULT_FIELDS, decode_line, encode_line
 
@@ -24,7 +25,8 @@ Specs = dict[str, tuple[list[GraderSpec], bool]]
 
 
 def handle(line: bytes, specs_by_eval: Specs) -> bytes:
-    """The reply line to one request line: the GraderResult's fields, or an error."""
+    """The reply line to one request line: the GraderResult's fields (with ``judgments``: the
+    outcomes of its LLM-judged graders' calls), the judge requests (``collect``), or an error."""
     try:
         request = decode_line(line)
         key = request["eval"]
@@ -34,7 +36,12 @@ def handle(line: bytes, specs_by_eval: Specs) -> bytes:
                 bool(request["single"]),
             )
         specs, single = specs_by_eval[key]
-        result = grade_specs(specs, request["answer"], single=single)
+        if request.get("collect"):  # the judge calls of LLM-judged graders, none made
+            with collecting_judge_requests() as collected:
+                grade_specs(specs, request["answer"], single=single)
+            return encode_line({"requests": collected})
+        with judged(request.get("judgments") or {}):
+            result = grade_specs(specs, request["answer"], single=single)
         return encode_line({"result": {name: getattr(result, name) for name in RESULT_FIELDS}})
     except Exception as exc:  # noqa: BLE001 - whatever went wrong is the caller's to report
         return encode_line({"error": f"{type(exc).__name__}: {exc}"})

@@ -1,0 +1,108 @@
+"""Where the judge calls of LLM-judged graders are made.
+
+By default a grader calls its judge itself (``grade(eval_, answer)`` in a notebook). A batch run
+grades in two passes instead: the first *collects* the judge requests every LLM-judged grader of
+an eval would send (nothing is called), the run makes them as judge tasks of their own (outside
+the agent's slot, and outside the grading subprocess, which holds no credentials), and the second
+pass grades *with* their outcomes.  Requests and outcomes are plain JSON; a grader's requests are
+keyed by their content, so the second pass finds its outcomes without knowing where in a
+composite the grader sits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+JudgeRequests = list[dict[str, Any]]
+#: a grader's requests' key -> those requests (collected), or -> their outcomes (to grade with)
+Judgments = dict[str, list[dict[str, Any]]]
+
+_collected: ContextVar[Judgments | None] = ContextVar("rayeval_judge_requests", default=None)
+_outcomes: ContextVar[Judgments | None] = ContextVar("rayeval_judge_outcomes", default=None)
+
+
+#: grader types that call an LLM judge
+JUDGED_GRADER_TYPES = frozenset({"rubric"})
+
+
+def uses_judges(specs: Any) -> bool:
+    """Whether grader entries ``specs`` (composite children included) hold an LLM-judged grader."""
+    stack = [specs]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if item.get("type") in JUDGED_GRADER_TYPES:
+                return True
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
+class Deferred:
+    """The judge calls are being collected: the grader's result of this pass is discarded."""
+
+
+DEFERRED = Deferred()
+
+
+def requests_key(requests: JudgeRequests) -> str:
+    return hashlib.sha256(json.dumps(requests, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def judge_outcomes(
+    requests: JudgeRequests, judge: Callable[[JudgeRequests], list[dict[str, Any]]]
+) -> list[dict[str, Any]] | Deferred:
+    """The outcomes of a grader's judge ``requests``: those given for them (second pass),
+    DEFERRED while collecting (first pass), else ``judge(requests)`` called here."""
+    key = requests_key(requests)
+    given = _outcomes.get()
+    if given is not None and key in given:
+        return given[key]
+    collected = _collected.get()
+    if collected is not None:
+        collected[key] = requests
+        return DEFERRED
+    return judge(requests)
+
+
+@contextmanager
+def collecting_judge_requests() -> Iterator[Judgments]:
+    """Within it, LLM-judged graders call no judge: their requests land in the dict yielded."""
+    collected: Judgments = {}
+    token = _collected.set(collected)
+    try:
+        yield collected
+    finally:
+        _collected.reset(token)
+
+
+@contextmanager
+def judged(outcomes: Judgments) -> Iterator[None]:
+    """Within it, LLM-judged graders take their outcomes from ``outcomes`` (by their requests' key)."""
+    token = _outcomes.set(outcomes)
+    try:
+        yield
+    finally:
+        _outcomes.reset(token)
+
+
+def failed_outcome(request: dict[str, Any], message: str) -> dict[str, Any]:
+    """The outcome of a judge request that could not be made at all (worth a later retry)."""
+    from .rubric import JudgeFailure, JudgeUsage
+
+    index = request.get("criterion_index", 0)
+    failure = JudgeFailure(kind="transient", index=index, message=f"criterion {index}: {message}", usage=JudgeUsage())
+    return failure.model_dump(mode="json")
+
+
+def run_judge_request(request: dict[str, Any]) -> dict[str, Any]:
+    """One judge request's outcome (a judge task's work; never raises for a judge's failure)."""
+    from .rubric import JudgeRequest, judge_criterion
+
+    return judge_criterion(JudgeRequest.model_validate(request)).model_dump(mode="json")

@@ -8,6 +8,9 @@ answering after D seconds, at --max-concurrency C.
   (b) warm: the same run again on the filled cache: its model calls (the goal: 0) and wall.
   (c) limited: (a) with ``max_connections=C``, the request limit shared by the run's workers
       (a Ray actor: two actor calls a request), on an empty cache.
+  (d) judged: (a) with each eval graded by a one-criterion ``rubric`` whose judge is the same
+      server (a call of D seconds more per unit), judge concurrency C: the judges' share of the
+      wall time against (a) (goal: at most 10 % more).
 
 The server runs in its own process (tests/agents/fake_model_server.py), so its threads do not
 share the driver's interpreter lock.
@@ -41,6 +44,17 @@ from rayeval.batch import BatchConfig, run_batch
 
 EVALS = 100
 ANSWER = '<EVAL_ANSWER>{"answer": "B"}</EVAL_ANSWER>'
+JUDGED = {"type": "rubric", "config": {
+    "answer_field": "answer", "criteria": [{"description": "answers B", "score_delta": 1}],
+    "model_id": "openai/gpt-4o",
+}}  # fmt: skip
+
+
+def reply(body: dict) -> str:
+    """The judge's verdict to a judge's request (it has a system prompt), else the agent's answer."""
+    if any(message.get("role") == "system" for message in body.get("messages", [])):
+        return json.dumps({"met": True, "rationale": "it answers B"})
+    return f"It is B.\n{ANSWER}"
 
 
 def serve(delay_s: float, pipe: Connection) -> None:
@@ -48,15 +62,16 @@ def serve(delay_s: float, pipe: Connection) -> None:
     ``pipe`` with (model requests so far, most in flight at once)."""
     from tests.agents.fake_model_server import FakeModelServer
 
-    server = FakeModelServer(script=[], answer=lambda body: f"It is B.\n{ANSWER}", delay_s=delay_s).start()
+    server = FakeModelServer(script=[], answer=reply, delay_s=delay_s).start()
     pipe.send(server.url)
     while pipe.recv() != "stop":
         pipe.send((len(server.model_requests()), server.max_in_flight))
     server.stop()
 
 
-def make_evals(folder: Path) -> list[str]:
-    """Multiple-choice evals with distinct tasks (distinct requests, distinct cache entries)."""
+def make_evals(folder: Path, grader: dict | None = None) -> list[str]:
+    """Multiple-choice evals (or graded by ``grader``) with distinct tasks (distinct requests,
+    distinct cache entries)."""
     folder.mkdir(parents=True)
     tasks = []
     for index in range(EVALS):
@@ -65,7 +80,7 @@ def make_evals(folder: Path) -> list[str]:
             "id": f"bench_{index:03d}",
             "task": task,
             "metadata": {"task": "bench", "kit": "none"},
-            "grader": {"type": "multiple_choice", "config": {"correct_answer": "B"}},
+            "grader": grader or {"type": "multiple_choice", "config": {"correct_answer": "B"}},
         }
         (folder / f"bench_{index:03d}.json").write_text(json.dumps(body))
         tasks.append(task)
@@ -101,12 +116,14 @@ async def bare_sdk(base_url: str, tasks: list[str], units: int, concurrency: int
     return elapsed
 
 
-def run(work: Path, base_url: str, units: int, concurrency: int, run_id: str, **options: str) -> tuple[float, float]:
+def run(
+    work: Path, base_url: str, units: int, concurrency: int, run_id: str, evals: str = "evals", **options: str
+) -> tuple[float, float]:
     """(wall of the run, Ray's start-up measured before it); ``options``: more --agent-arg."""
     startup = ray_startup_seconds()
     start = time.monotonic()
     run_batch(BatchConfig(
-        evals=[str(work / "evals")], agent="prompt", models=["openai/gpt-4o"], seeds=list(range(1, units // EVALS + 1)),
+        evals=[str(work / evals)], agent="prompt", judge_concurrency=concurrency, models=["openai/gpt-4o"], seeds=list(range(1, units // EVALS + 1)),
         agent_args={"base_url": base_url, "temperature": "0", "cache": str(work / "responses"), **options},
         output=str(work / "out"), run_id=run_id, max_concurrency=concurrency, show_progress=False,
     ))  # fmt: skip
@@ -121,15 +138,18 @@ def main() -> None:
     parser.add_argument("--delay", type=float, default=0.2)
     parser.add_argument("--concurrency", type=int, default=100)
     args = parser.parse_args()
-    os.environ["OPENAI_API_KEY"] = "sk-bench-not-a-key"
+    os.environ["OPENAI_API_KEY"] = "sk-bench-not-a-key"  # the agent's and the judge's
     ours, theirs = multiprocessing.Pipe()
     server = multiprocessing.get_context("spawn").Process(target=serve, args=(args.delay, theirs), daemon=True)
     server.start()
     base_url = f"{ours.recv()}/v1"
+    os.environ["OPENAI_BASE_URL"] = base_url  # the judge's (the agent's comes as --agent-arg)
     ideal = args.units * args.delay / args.concurrency
     with tempfile.TemporaryDirectory(prefix="bench_models_") as folder:
         work = Path(folder)
         tasks = make_evals(work / "evals")
+        make_evals(work / "evals_judged", JUDGED)
+        walls = {}
         sdk = asyncio.run(bare_sdk(base_url, tasks, args.units, args.concurrency))
         before, _ = counts(ours)
         print(f"bare SDK: {before} calls in {sdk:.2f}s = {sdk / ideal:.2f}x ideal ({ideal:.1f}s)")
@@ -137,17 +157,22 @@ def main() -> None:
             ("cold", {}),
             ("warm", {}),
             ("limited", {"max_connections": str(args.concurrency)}),
+            ("judged", {}),
         ):
-            if name == "limited":
+            if name in ("limited", "judged"):
                 shutil.rmtree(work / "responses")
             settle()
-            wall, startup = run(work, base_url, args.units, args.concurrency, name, **options)
+            evals = "evals_judged" if name == "judged" else "evals"
+            wall, startup = run(work, base_url, args.units, args.concurrency, name, evals, **options)
+            walls[name] = wall
             after, in_flight = counts(ours)
             to_first, span = unit_timing(work / "out", name)
             print(f"{name}: {after - before} model calls (at most {in_flight} at once so far), wall {wall:.2f}s = "
                   f"{wall / ideal:.2f}x ideal, {wall / sdk:.2f}x the bare SDK (Ray start-up {startup:.1f}s not included); "
                   f"worker start-up {to_first:.1f}s, then {span:.2f}s = {span / ideal:.2f}x ideal, {span / sdk:.2f}x the SDK")  # fmt: skip
             before = after
+        print(f"judged: wall {walls['judged']:.2f}s = {walls['judged'] / walls['cold']:.2f}x the cold run's "
+              f"(goal <= 1.10x): the judges' share {walls['judged'] / walls['cold'] - 1:+.0%}")  # fmt: skip
     ours.send("stop")
     server.join(5)
 

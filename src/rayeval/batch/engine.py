@@ -21,6 +21,7 @@ from ..agents.labels import row_labels
 from ..agents.resolve import agent_ref, check_agent_args, resolve_agent
 from ..errors import RayevalError
 from ..evals import Eval, load_evals, select_evals
+from ..graders.judging import uses_judges
 from ..harness.cache import default_cache_dir
 from ..harness.context import AgentFunction, UnitResources
 from ..harness.execution import INT64_MAX, INT64_MIN, Execution, grade_execution
@@ -586,6 +587,8 @@ def _execute(
         earlier_attempts=earlier_attempts,
     )  # fmt: skip
     work = _InFlight(queue, workers, JudgeCalls(config.judge_concurrency))
+    if uses_judges([spec.model_dump() for eval_ in evals for spec in eval_.grader_specs]):
+        work.judges.start()
     while queue.waiting or work.busy:
         writer.check()  # a results root that cannot be written stops the run: no unit more
         while workers.free() and (taken := queue.next()) is not None:

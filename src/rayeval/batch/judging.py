@@ -23,6 +23,13 @@ class JudgeWorker:
     Ray worker process, with the node's environment (the judge's API key), never in the
     agent's sandbox or the credential-free grading subprocess."""
 
+    def __init__(self) -> None:
+        # the judge's code and the providers' SDKs load while the first agents run
+        import anthropic  # noqa: F401
+        import openai  # noqa: F401
+
+        from ..graders import rubric  # noqa: F401
+
     def judge(self, request: dict[str, Any]) -> dict[str, Any]:
         return run_judge_request(request)
 
@@ -54,6 +61,11 @@ class JudgeCalls:
         self.units[token] = JudgedUnit(unit, attempt, work.execution, outcomes, left)
         for key, requests in work.requests.items():
             self.waiting.extend((token, key, index, request) for index, request in enumerate(requests))
+
+    def start(self) -> None:
+        """Start the judge actor now (a run whose evals have LLM-judged graders): it is up by
+        the time the first unit's agent has run."""
+        self._judge_actor()
 
     def submit(self) -> None:
         """Send waiting calls to the judge actor, within the concurrency."""

@@ -16,13 +16,15 @@ GraderResult).
 from __future__ import annotations
 
 import copy
+import functools
 import math
+import os
 import random
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
@@ -33,6 +35,9 @@ from .base import Grader
 from .judging import Deferred, judge_outcomes
 from .registry import register_grader
 from .result import GraderResult
+
+if TYPE_CHECKING:  # the SDKs load with the first judge call
+    from ..models.model import Model
 
 DEFAULT_JUDGE_MODEL = "anthropic/claude-sonnet-5"
 DEFAULT_MODEL_PARAMS: dict[str, Any] = {"thinking": {"type": "adaptive", "display": "omitted"}}
@@ -298,12 +303,10 @@ def judge_criterion(request: JudgeRequest) -> JudgeOutcome:
     """Ask the judge about one criterion until it gives a readable verdict (at most
     :data:`JUDGE_MAX_REPLIES` replies); transient HTTP errors are retried by the model layer
     under :data:`JUDGE_RETRY_POLICY`. Never raises."""
-    from ..models.model import Model  # the SDKs and the response cache load with the first call
-
     index = request.criterion_index
     usage = JudgeUsage()
     try:
-        model = Model(request.model, timeout_s=request.timeout_s, retry_policy=JUDGE_RETRY_POLICY)
+        model = _judge_model(request.model, request.timeout_s, _client_environment())
     except ModelError as exc:
         return JudgeFailure(kind="fatal", index=index, message=f"criterion {index}: {exc}", usage=usage)
     messages = [ChatMessage(role="system", content=request.system), ChatMessage(role="user", content=request.prompt)]
@@ -329,6 +332,20 @@ def judge_criterion(request: JudgeRequest) -> JudgeOutcome:
                 usage=usage,
             )
         time.sleep(parse_retry_delay_s(usage.replies - 1))
+
+
+def _client_environment() -> tuple[tuple[str, str], ...]:
+    """The variables a model client reads its key and endpoint from, as they are now."""
+    return tuple(sorted((k, v) for k, v in os.environ.items() if k.endswith(("_API_KEY", "_BASE_URL"))))
+
+
+@functools.lru_cache(maxsize=32)
+def _judge_model(name: str, timeout_s: float, environment: tuple[tuple[str, str], ...]) -> Model:
+    """One client per judge model, timeout and key/endpoint variables in a process: an SDK
+    client is costly to make, and a judge task makes many calls."""
+    from ..models.model import Model
+
+    return Model(name, timeout_s=timeout_s, retry_policy=JUDGE_RETRY_POLICY)
 
 
 def read_reply(output: ModelOutput) -> JudgeReply | str:

@@ -52,10 +52,10 @@ STORED_PROMPT_FIELDS = frozenset({"path", "type", "version_id"})
 class EvaluationConfigError(ConfigError):
     """``evaluations.run`` was given a bad ``name``, ``file``, ``evaluators`` or ``dataset``."""
 
-    def __init__(self, problems: Sequence[str]):
+    def __init__(self, problems: Sequence[str], where: str = "evaluations.run"):
         self.problems = list(problems)
         lines = "\n".join(f"  - {p}" for p in self.problems)
-        super().__init__(f"evaluations.run: {len(self.problems)} problem(s) in the arguments:\n{lines}")
+        super().__init__(f"{where}: {len(self.problems)} problem(s) in the arguments:\n{lines}")
 
 
 def _json_problem(value: Any) -> str | None:
@@ -488,7 +488,7 @@ def _validate_connection(
         options = {**prompt.model_dump(include={"temperature", "max_tokens", "top_p", "seed"}), **connection}
         problem = model_problem(prompt.model_name, {k: v for k, v in options.items() if v is not None}, environment=environment)
         if problem:
-            problems.append(f"file {file.path!r}: model {prompt.model_name!r}: {problem}")  # type: ignore[union-attr]
+            problems.append(f"file {file.path!r}: version.model: {problem}")  # type: ignore[union-attr]
     return dict(connection)
 
 

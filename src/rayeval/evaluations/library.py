@@ -184,7 +184,7 @@ def register_evaluator(evaluator: Mapping[str, Any]) -> None:
     else:
         validate_evaluators(expand_evaluators([evaluator], {}, problems, environment=False), problems)
     if problems:
-        raise EvaluationConfigError(problems)
+        raise EvaluationConfigError(problems, "register_evaluator")
     _REGISTRY[str(evaluator["path"]).strip()] = dict(evaluator)
 
 
@@ -235,7 +235,7 @@ def _judge(
         found.append(f"{where}: options: a {spec.return_type} LLM evaluator needs its options")
     problem = model_problem(version.model_name, options.model_dump(exclude_none=True), environment=environment)
     if problem:
-        found.append(f"{where}: prompt.model {version.model_name!r}: {problem}")
+        found.append(f"{where}: prompt.model: {problem}")
     if found:
         problems.extend(found)
         return None

@@ -384,6 +384,13 @@ def run(
     ``dataset = {path, datapoints: [{inputs, messages=None, target=None, id=None}]}``:
     a datapoint's id (the rows' ``eval_id``) is its ``id`` or a hash of its content.
 
+    Humanloop parity: ``file.version = {model, template, temperature, ...}`` is a prompt defined
+    in code, called per datapoint (:mod:`rayeval.evaluations.prompts`; ``model_options`` says
+    how to reach its model and the LLM judges'); a dataset or prompt given in full is stored
+    under its path in ``output`` and ``{"path": ...}`` alone names the one stored last
+    (:mod:`rayeval.evaluations.catalog`); an evaluator ``{"path": ...}`` alone is a built-in
+    or a registered one, ``evaluator_type="llm"`` an LLM judge (:mod:`rayeval.evaluations.library`).
+
     ``workers`` is the number of datapoints in flight at once. Ray is embedded (started and
     stopped here, loopback only) unless ``address`` names a cluster or Ray is already
     initialised. Every argument is validated before any Ray work

@@ -452,6 +452,7 @@ def _check_fit(
             missing_inputs = missing_placeholders(prompt.placeholders(), point.inputs)
             problem = f"no {listed(missing_inputs)}" if missing_inputs else None
         else:
+            assert file.callable is not None  # a FileConfig has a prompt or a callable
             kwargs = dict(point.inputs)
             if point.messages is not None:
                 kwargs["messages"] = point.messages

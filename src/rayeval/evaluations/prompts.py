@@ -156,7 +156,8 @@ class PromptCaller(BoundPrompt):
 
     needs_data = False  # nothing to stage
     leaves_nothing_running = True
-    resources = prompt_agent.resources  # type: ignore[attr-defined] - it waits on the model, as the prompt agent
+    # it waits on the model, as the prompt agent does
+    resources = prompt_agent.resources  # type: ignore[attr-defined]
 
     def __call__(self, task_prompt: str, work_dir: Path) -> dict[str, Any]:
         point = json.loads(task_of(task_prompt))

@@ -89,8 +89,8 @@ def test_the_code_built_ins() -> None:
     assert all(path.startswith("Example Evaluators/") for path in BUILTINS)
 
 
-def test_stored_versions_by_content_hash(tmp_path: Path) -> None:
-    store = ResultStore(tmp_path / "results")
+def exercise_catalog(store: ResultStore) -> str:
+    """Versions by content, the latest by default; the first version's id."""
     first = store_version(store, "dataset", "qa/smoke", [{"inputs": {"q": 1}}])
     second = store_version(store, "dataset", "qa/smoke", [{"inputs": {"q": 2}}])
     again = store_version(store, "dataset", "qa/smoke", [{"inputs": {"q": 1}}])
@@ -103,7 +103,18 @@ def test_stored_versions_by_content_hash(tmp_path: Path) -> None:
     assert find_version(store, "dataset", "qa/smoke", second.version_id).body == [{"inputs": {"q": 2}}]
     assert "no stored version 'v-nope'" in find_version(store, "dataset", "qa/smoke", "v-nope")
     assert "stored datasets: 'qa/smoke'" in find_version(store, "dataset", "qa/other")
-    assert (tmp_path / "results" / "_datasets" / "qa%2Fsmoke" / f"{first.version_id}.json").is_file()
+    assert "stored prompts: none" in find_version(store, "prompt", "qa/smoke")
+    return first.version_id
+
+
+def test_stored_versions_on_a_local_root(tmp_path: Path) -> None:
+    first = exercise_catalog(ResultStore(tmp_path / "results"))
+    assert (tmp_path / "results" / "_datasets" / "qa%2Fsmoke" / f"{first}.json").is_file()
+
+
+@pytest.mark.usefixtures("aws_credentials")
+def test_stored_versions_on_s3(s3_bucket) -> None:
+    exercise_catalog(ResultStore(s3_bucket.uri("results"), s3_endpoint_url=s3_bucket.endpoint_url))
 
 
 def test_unknown_paths_are_errors_listing_the_known_ones(tmp_path: Path) -> None:

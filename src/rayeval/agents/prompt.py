@@ -98,13 +98,15 @@ def prompt_model(name: str | None, args: dict[str, str]) -> tuple[Model, PromptO
         return _model(name or "", options), options
 
 
-def prompt_agent(task_prompt: str, work_dir: Path, context: AgentContext) -> dict[str, Any]:
-    model, options = prompt_model(context.model, context.args)
-    # the task alone (the same for every unit of the eval, so cached replies serve any run)
-    messages = [ChatMessage(role="user", content=task_of(task_prompt) + ANSWER_INSTRUCTION)]
+def generate_reply(
+    model: Model, options: PromptOptions, messages: list[ChatMessage], seed: int | None
+) -> tuple[str, dict[str, Any]]:
+    """The model's reply to ``messages`` and the row metadata of the call (tokens, cost,
+    cache, tries): the one model call of the prompt agent and of ``evaluations.run``'s prompt
+    files and judges. ``options.seed``, when set, replaces ``seed``."""
     if options.system:
-        messages.insert(0, ChatMessage(role="system", content=options.system))
-    seed = options.seed if options.seed is not None else context.seed
+        messages = [ChatMessage(role="system", content=options.system), *messages]
+    seed = options.seed if options.seed is not None else seed
     output = model.generate(messages, **({"seed": seed} if seed is not None else {}))
     metadata: dict[str, Any] = {
         "harness": "prompt",
@@ -119,7 +121,15 @@ def prompt_agent(task_prompt: str, work_dir: Path, context: AgentContext) -> dic
         "latency_s": output.latency_s,
         "n_turns": 1,
     }
-    answer = extract_tagged(output.text)
+    return output.text, metadata
+
+
+def prompt_agent(task_prompt: str, work_dir: Path, context: AgentContext) -> dict[str, Any]:
+    model, options = prompt_model(context.model, context.args)
+    # the task alone (the same for every unit of the eval, so cached replies serve any run)
+    messages = [ChatMessage(role="user", content=task_of(task_prompt) + ANSWER_INSTRUCTION)]
+    text, metadata = generate_reply(model, options, messages, context.seed)
+    answer = extract_tagged(text)
     if answer is None:
         metadata["error_details"] = {"error": f"the model's reply holds no {OPEN_TAG}{{json}}{CLOSE_TAG}"}
     return answer_envelope(answer, metadata, work_dir)

@@ -37,9 +37,12 @@ _EXPORTS = {
     "EvaluatorConfig": ".config",
     "DatasetConfig": ".config",
     "DatapointConfig": ".config",
+    "register_evaluator": ".library",
+    "BUILTINS": ".library",
 }
 
 __all__ = [
+    "BUILTINS",
     "DatapointConfig",
     "DatasetConfig",
     "EvaluationConfigError",
@@ -47,6 +50,7 @@ __all__ = [
     "EvaluatorCheck",
     "EvaluatorConfig",
     "FileConfig",
+    "register_evaluator",
     "run",
 ]
 

@@ -30,8 +30,10 @@ from ..report.stats import (
     SelectEvaluatorStats,
 )
 from ..storage.store import ResultStore
+from .catalog import store_version, version_id
 from .config import EvaluationSpec, EvaluatorConfig, ReturnType, validate_arguments
 from .index import EvaluationRunRecord, EvaluatorRecord, previous_run, write_record
+from .prompts import PromptCaller
 from .runtime import DatapointCaller, EvaluatorsGrader, LocalEvaluator
 
 # Engine options ``run`` sets itself (``workers`` is the concurrency).
@@ -326,6 +328,24 @@ def _read_stats(
     return stats, units
 
 
+def _store_given(store: ResultStore, spec: EvaluationSpec, file: Any, dataset: Any) -> str:
+    """Store the dataset and the prompt given in full under their paths, so a later run can
+    name them; the dataset's version id."""
+    if isinstance(file, Mapping) and spec.file.prompt is not None and "version" in file:
+        store_version(store, "prompt", spec.file.path, spec.file.version)
+    body = spec.dataset.stored_body()
+    if isinstance(dataset, Mapping) and "datapoints" in dataset:
+        return store_version(store, "dataset", spec.dataset.path, body).version_id
+    return version_id(body)
+
+
+def _caller(spec: EvaluationSpec) -> DatapointCaller | PromptCaller:
+    if spec.file.prompt is not None:
+        return PromptCaller(spec.file.prompt, spec.model_options)
+    assert spec.file.callable is not None
+    return DatapointCaller(spec.file.callable)
+
+
 def run(
     name: str,
     file: Mapping[str, Any],
@@ -342,6 +362,7 @@ def run(
     timeout: float | None = None,
     retries: int = 0,
     isolation: Isolation = "sandbox",
+    model_options: Mapping[str, Any] | None = None,
     **engine_options: Any,
 ) -> EvaluationResult:
     """Evaluate ``file`` over ``dataset`` with ``evaluators`` on Ray; rows go to ``output``.
@@ -363,6 +384,13 @@ def run(
     ``dataset = {path, datapoints: [{inputs, messages=None, target=None, id=None}]}``:
     a datapoint's id (the rows' ``eval_id``) is its ``id`` or a hash of its content.
 
+    Humanloop parity: ``file.version = {model, template, temperature, ...}`` is a prompt defined
+    in code, called per datapoint (:mod:`rayeval.evaluations.prompts`; ``model_options`` says
+    how to reach its model and the LLM judges'); a dataset or prompt given in full is stored
+    under its path in ``output`` and ``{"path": ...}`` alone names the one stored last
+    (:mod:`rayeval.evaluations.catalog`); an evaluator ``{"path": ...}`` alone is a built-in
+    or a registered one, ``evaluator_type="llm"`` an LLM judge (:mod:`rayeval.evaluations.library`).
+
     ``workers`` is the number of datapoints in flight at once. Ray is embedded (started and
     stopped here, loopback only) unless ``address`` names a cluster or Ray is already
     initialised. Every argument is validated before any Ray work
@@ -374,7 +402,10 @@ def run(
     ``work_root``…) pass to the engine. Returns the run's EvaluationStats and a check per
     evaluator, with the delta against the previous run of the same ``name`` under ``output``.
     """
-    spec = validate_arguments(name, file, evaluators, dataset)
+    store = ResultStore(output, s3_endpoint_url=s3_endpoint_url)
+    spec = validate_arguments(
+        name, file, evaluators, dataset, store=store, model_options=model_options, environment=address is None
+    )
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"evaluations.run: workers must be an integer >= 1, got {workers!r}")
     clash = sorted(set(engine_options) & _OWNED_OPTIONS)
@@ -402,11 +433,13 @@ def run(
         show_progress=show_progress,
         timeout=timeout,
         retries=retries,
-        isolation=isolation,
+        # a prompt runs in the workers as the prompt agent does (see .prompts)
+        isolation="inline" if spec.file.prompt is not None else isolation,
         **engine_options,
     )
     assert config.run_id is not None
-    caller = DatapointCaller(spec.file.callable)
+    dataset_version = _store_given(store, spec, file, dataset)
+    caller = _caller(spec)
     grader = EvaluatorsGrader(
         [LocalEvaluator(e.path, e.args_type, e.return_type, e.threshold, e.callable) for e in spec.evaluators],
         name=spec.name,
@@ -416,7 +449,6 @@ def run(
     created = datetime.now(timezone.utc)
     summary = run_batch(config, evals=_in_memory_evals(spec), agent=caller, grade=grader)
 
-    store = ResultStore(output, s3_endpoint_url=s3_endpoint_url)
     reader = ResultsReader(output, s3_endpoint_url)
     kinds = {e.path: e.kind for e in spec.evaluators}
     manifest = store.read_manifest(config.run_id)
@@ -444,7 +476,11 @@ def run(
             status=manifest.status if manifest else "completed",
             version_id=version_id,
             file={**file_info, "version": spec.file.version_label},
-            dataset={"path": spec.dataset.path, "datapoints": len(spec.dataset.datapoints)},
+            dataset={
+                "path": spec.dataset.path,
+                "version_id": dataset_version,
+                "datapoints": len(spec.dataset.datapoints),
+            },
             evaluators=[
                 EvaluatorRecord(path=e.path, args_type=e.args_type, return_type=e.return_type, threshold=e.threshold)
                 for e in spec.evaluators

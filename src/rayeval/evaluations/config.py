@@ -26,6 +26,10 @@ from pydantic import (
 from .._messages import listed
 from ..errors import ConfigError
 from ..evals.model import id_problem
+from ..storage.store import ResultStore
+from .catalog import Kind, find_version, version_id
+from .library import REPORTED, expand_evaluators
+from .prompts import CONNECTION_OPTIONS, PromptVersion, is_prompt_version, missing_placeholders, model_problem
 
 FileType = Literal["prompt", "tool", "flow", "agent", "evaluator"]
 ArgsType = Literal["target_free", "target_required"]
@@ -41,15 +45,17 @@ STATS_KIND: dict[str, str] = {
 }
 # Return types whose aggregate is a share of logs: their thresholds are shares in [0, 1].
 SHARE_TYPES = frozenset({"boolean", "select", "multi_select"})
+# A file given by these alone names a stored prompt version.
+STORED_PROMPT_FIELDS = frozenset({"path", "type", "version_id"})
 
 
 class EvaluationConfigError(ConfigError):
     """``evaluations.run`` was given a bad ``name``, ``file``, ``evaluators`` or ``dataset``."""
 
-    def __init__(self, problems: Sequence[str]):
+    def __init__(self, problems: Sequence[str], where: str = "evaluations.run"):
         self.problems = list(problems)
         lines = "\n".join(f"  - {p}" for p in self.problems)
-        super().__init__(f"evaluations.run: {len(self.problems)} problem(s) in the arguments:\n{lines}")
+        super().__init__(f"{where}: {len(self.problems)} problem(s) in the arguments:\n{lines}")
 
 
 def _json_problem(value: Any) -> str | None:
@@ -92,14 +98,23 @@ def _cannot_bind(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> str | Non
 
 
 class FileConfig(BaseModel):
-    """The evaluated thing: ``callable(**inputs, messages=messages)`` returns the log's output."""
+    """The evaluated thing: ``callable(**inputs, messages=messages)`` returns the log's output,
+    or, for a prompt defined in code, ``version = {model, template, ...}`` is called
+    (:class:`~rayeval.evaluations.prompts.PromptVersion`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
 
     path: str
     type: FileType = "flow"
     version: str | dict[str, Any] | None = None
-    callable: Callable[..., Any]
+    callable: Callable[..., Any] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _prompt_type(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "type" not in data and is_prompt_version(data.get("version")):
+            return {**data, "type": "prompt"}
+        return data
 
     @field_validator("path")
     @classmethod
@@ -115,14 +130,32 @@ class FileConfig(BaseModel):
             problem = _json_problem(value)
             if problem:
                 raise ValueError(f"version {problem}")
+            if is_prompt_version(value):
+                try:
+                    return PromptVersion.model_validate(value).model_dump(exclude_none=True)
+                except ValidationError as exc:
+                    raise ValueError("; ".join(pydantic_problems(exc, "version"))) from None
         return value
+
+    @model_validator(mode="after")
+    def _called(self) -> FileConfig:
+        if self.prompt is not None and self.callable is not None:
+            raise ValueError("a prompt (version with model and template) calls its model: give no callable")
+        if self.prompt is None and self.callable is None:
+            raise ValueError("callable is required (or a version with model and template: a prompt defined in code)")
+        return self
+
+    @property
+    def prompt(self) -> PromptVersion | None:
+        """The prompt defined in code, when the version is one."""
+        return PromptVersion.model_validate(self.version) if is_prompt_version(self.version) else None
 
     @property
     def version_label(self) -> str | None:
         """The version as text: a string as given, a dict (e.g. prompt parameters) by content hash."""
         if self.version is None or isinstance(self.version, str):
             return self.version
-        return "v-" + hashlib.sha256(_canonical(self.version).encode()).hexdigest()[:10]
+        return version_id(self.version)
 
     @property
     def identity(self) -> str:
@@ -225,6 +258,10 @@ class DatasetConfig(BaseModel):
     def _path(cls, value: str) -> str:
         return _non_empty(value).strip()
 
+    def stored_body(self) -> list[dict[str, Any]]:
+        """The datapoints as stored under the dataset's path (their hash is the version id)."""
+        return [point.model_dump(exclude_none=True) for point in self.datapoints]
+
 
 class EvaluationSpec(BaseModel):
     """The validated arguments, with a stable id per datapoint."""
@@ -236,10 +273,12 @@ class EvaluationSpec(BaseModel):
     evaluators: list[EvaluatorConfig]
     dataset: DatasetConfig
     datapoint_ids: list[str]
+    model_options: dict[str, Any] = {}
 
 
 # -- validation ----------------------------------------------------------------------------
-def _messages(exc: ValidationError, where: str) -> list[str]:
+def pydantic_problems(exc: ValidationError, where: str) -> list[str]:
+    """One line per error of ``exc``, after ``where``."""
     out = []
     for error in exc.errors():
         loc = ".".join(str(part) for part in error["loc"])
@@ -255,21 +294,46 @@ def _messages(exc: ValidationError, where: str) -> list[str]:
     return out
 
 
-def _validate_file(file: Any, problems: list[str]) -> FileConfig | None:
+def _stored_body(store: ResultStore | None, kind: Kind, raw: Mapping[str, Any], problems: list[str]) -> Any:
+    """The body of the stored version ``raw`` names (``path``, optional ``version_id``), or
+    None with the problem reported."""
+    path, version = raw.get("path"), raw.get("version_id")
+    if not isinstance(path, str) or not path.strip():
+        problems.append(f"{kind}: path: must be a non-empty string, got {path!r}")
+        return None
+    if version is not None and not isinstance(version, str):
+        problems.append(f"{kind} {path!r}: version_id: must be a string, got {version!r}")
+        return None
+    if store is None:
+        problems.append(f"{kind} {path!r}: naming a stored {kind} needs the results root (output)")
+        return None
+    found = find_version(store, kind, path.strip(), version)
+    if isinstance(found, str):
+        problems.append(f"{kind}: {found}")
+        return None
+    return found.body
+
+
+def _validate_file(file: Any, problems: list[str], store: ResultStore | None = None) -> FileConfig | None:
     if isinstance(file, FileConfig):
         return file
     if not isinstance(file, Mapping):
         problems.append(f"file: must be a dict {{path, type, version, callable}}, got {type(file).__name__}")
         return None
+    if set(file) <= STORED_PROMPT_FIELDS and "path" in file:  # a stored prompt, named
+        body = _stored_body(store, "prompt", file, problems)
+        if body is None:
+            return None
+        file = {"path": file["path"], "type": file.get("type", "prompt"), "version": body}
     try:
         return FileConfig.model_validate(dict(file))
     except ValidationError as exc:
         path = file.get("path")
-        problems.extend(_messages(exc, f"file {path!r}" if isinstance(path, str) and path.strip() else "file"))
+        problems.extend(pydantic_problems(exc, f"file {path!r}" if isinstance(path, str) and path.strip() else "file"))
         return None
 
 
-def _validate_evaluators(evaluators: Any, problems: list[str]) -> list[EvaluatorConfig]:
+def validate_evaluators(evaluators: Any, problems: list[str]) -> list[EvaluatorConfig]:
     if evaluators is None:
         return []
     if isinstance(evaluators, (str, bytes, Mapping)) or not isinstance(evaluators, Sequence):
@@ -278,6 +342,8 @@ def _validate_evaluators(evaluators: Any, problems: list[str]) -> list[Evaluator
     valid: list[EvaluatorConfig] = []
     seen: dict[str, int] = {}
     for index, raw in enumerate(evaluators):
+        if raw is REPORTED:
+            continue
         path = raw.get("path") if isinstance(raw, Mapping) else getattr(raw, "path", None)
         where = f"evaluator {path!r} (evaluators[{index}])" if isinstance(path, str) else f"evaluators[{index}]"
         if isinstance(raw, EvaluatorConfig):
@@ -291,7 +357,7 @@ def _validate_evaluators(evaluators: Any, problems: list[str]) -> list[Evaluator
             try:
                 config = EvaluatorConfig.model_validate(dict(raw))
             except ValidationError as exc:
-                problems.extend(_messages(exc, where))
+                problems.extend(pydantic_problems(exc, where))
                 continue
         if config.path in seen:
             problems.append(f"{where}: path {config.path!r} is already used by evaluators[{seen[config.path]}]")
@@ -301,12 +367,17 @@ def _validate_evaluators(evaluators: Any, problems: list[str]) -> list[Evaluator
     return valid
 
 
-def _validate_dataset(dataset: Any, problems: list[str]) -> DatasetConfig | None:
+def _validate_dataset(dataset: Any, problems: list[str], store: ResultStore | None = None) -> DatasetConfig | None:
     if isinstance(dataset, DatasetConfig):
         return dataset
     if not isinstance(dataset, Mapping):
         problems.append(f"dataset: must be a dict {{path, datapoints}}, got {type(dataset).__name__}")
         return None
+    if set(dataset) <= {"path", "version_id"} and "path" in dataset:  # a stored dataset, named
+        body = _stored_body(store, "dataset", dataset, problems)
+        if body is None:
+            return None
+        dataset = {"path": dataset["path"], "datapoints": body}
     unknown = sorted(str(k) for k in dataset if k not in DatasetConfig.model_fields)
     if unknown:
         problems.append(f"dataset: {', '.join(unknown)}: not a known field (use path, datapoints)")
@@ -337,7 +408,7 @@ def _validate_dataset(dataset: Any, problems: list[str]) -> DatasetConfig | None
         try:
             points.append(DatapointConfig.model_validate(dict(raw)))
         except ValidationError as exc:
-            problems.extend(_messages(exc, f"{where}: datapoints[{index}]"))
+            problems.extend(pydantic_problems(exc, f"{where}: datapoints[{index}]"))
             failed = True
     if failed or unknown or not isinstance(path, str) or not path.strip():
         return None
@@ -375,15 +446,22 @@ def _check_fit(
     file: FileConfig, evaluators: list[EvaluatorConfig], dataset: DatasetConfig, problems: list[str]
 ) -> None:
     unfit: list[str] = []
+    prompt = file.prompt
     for index, point in enumerate(dataset.datapoints):
-        kwargs = dict(point.inputs)
-        if point.messages is not None:
-            kwargs["messages"] = point.messages
-        problem = _cannot_bind(file.callable, **kwargs)
+        if prompt is not None:
+            missing_inputs = missing_placeholders(prompt.placeholders(), point.inputs)
+            problem = f"no {listed(missing_inputs)}" if missing_inputs else None
+        else:
+            assert file.callable is not None  # a FileConfig has a prompt or a callable
+            kwargs = dict(point.inputs)
+            if point.messages is not None:
+                kwargs["messages"] = point.messages
+            problem = _cannot_bind(file.callable, **kwargs)
         if problem:
             unfit.append(f"datapoints[{index}] ({problem})")
     if unfit:
-        problems.append(f"file {file.path!r}: callable cannot take the inputs of {listed(unfit)}")
+        what = "template's placeholders have no value in the inputs of" if prompt else "callable cannot take the inputs of"
+        problems.append(f"file {file.path!r}: {what} {listed(unfit)}")
     missing = [f"datapoints[{i}]" for i, point in enumerate(dataset.datapoints) if not point.has_target]
     for index, evaluator in enumerate(evaluators):
         if evaluator.args_type == "target_required" and missing:
@@ -393,14 +471,51 @@ def _check_fit(
             )
 
 
-def validate_arguments(name: Any, file: Any, evaluators: Any, dataset: Any) -> EvaluationSpec:
-    """The validated arguments, or an :class:`EvaluationConfigError` listing every problem."""
+def _validate_connection(
+    connection: Any, file: FileConfig | None, problems: list[str], environment: bool
+) -> dict[str, Any]:
+    """``model_options`` (how to reach the models), checked against the prompt file's model."""
+    if connection is None:
+        connection = {}
+    if not isinstance(connection, Mapping):
+        problems.append(f"model_options: must be a dict, got {type(connection).__name__}")
+        return {}
+    unknown = sorted(str(k) for k in connection if k not in CONNECTION_OPTIONS)
+    if unknown:
+        problems.append(f"model_options: {listed(unknown)}: not known (it takes {listed(list(CONNECTION_OPTIONS))})")
+        return {}
+    prompt = file.prompt if file is not None else None
+    if prompt is not None:
+        options = {**prompt.model_dump(include={"temperature", "max_tokens", "top_p", "seed"}), **connection}
+        problem = model_problem(prompt.model_name, {k: v for k, v in options.items() if v is not None}, environment=environment)
+        if problem:
+            problems.append(f"file {file.path!r}: version.model: {problem}")  # type: ignore[union-attr]
+    return dict(connection)
+
+
+def validate_arguments(
+    name: Any,
+    file: Any,
+    evaluators: Any,
+    dataset: Any,
+    *,
+    store: ResultStore | None = None,
+    model_options: Any = None,
+    environment: bool = False,
+) -> EvaluationSpec:
+    """The validated arguments, or an :class:`EvaluationConfigError` listing every problem.
+
+    ``store``: the results root where datasets and prompts named by path alone are stored;
+    ``model_options``: how the prompt file and the LLM judges reach their models;
+    ``environment``: the model calls see this process's environment (their keys are checked)."""
     problems: list[str] = []
     if not isinstance(name, str) or not name.strip():
         problems.append(f"name: must be a non-empty string, got {name!r}")
-    file_config = _validate_file(file, problems)
-    evaluator_configs = _validate_evaluators(evaluators, problems)
-    dataset_config = _validate_dataset(dataset, problems)
+    file_config = _validate_file(file, problems, store)
+    connection = _validate_connection(model_options, file_config, problems, environment)
+    expanded = expand_evaluators(evaluators, connection, problems, environment=environment)
+    evaluator_configs = validate_evaluators(expanded, problems)
+    dataset_config = _validate_dataset(dataset, problems, store)
     ids: list[str] = []
     if dataset_config is not None:
         ids = _datapoint_ids(dataset_config, problems)
@@ -410,5 +525,10 @@ def validate_arguments(name: Any, file: Any, evaluators: Any, dataset: Any) -> E
         raise EvaluationConfigError(problems)
     assert file_config is not None and dataset_config is not None
     return EvaluationSpec(
-        name=name.strip(), file=file_config, evaluators=evaluator_configs, dataset=dataset_config, datapoint_ids=ids
+        name=name.strip(),
+        file=file_config,
+        evaluators=evaluator_configs,
+        dataset=dataset_config,
+        datapoint_ids=ids,
+        model_options=connection,
     )

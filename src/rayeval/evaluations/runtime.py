@@ -17,6 +17,8 @@ The log every evaluator receives is a plain dict (a fresh copy per evaluator)::
       "file": {"path", "type", "version"}, "version_id": str,   # version_id: the rows' model
       "start_time": str, "end_time": str,   # ISO 8601, UTC, of the callable's run
       "duration_s": float,
+      "cost_usd": float | None,      # a prompt file's model call: its cost (None: no price, or a callable)
+      "input_tokens": int | None, "output_tokens": int | None,
     }
 
 and a ``target_required`` evaluator also gets the datapoint:
@@ -202,6 +204,10 @@ class EvaluatorsGrader:
             "start_time": execution.started_at.isoformat(),
             "end_time": execution.finished_at.isoformat(),
             "duration_s": execution.agent_s,
+            # a prompt file's model call (None for a callable)
+            "cost_usd": execution.metadata.get("cost_usd"),
+            "input_tokens": execution.metadata.get("input_tokens"),
+            "output_tokens": execution.metadata.get("output_tokens"),
         }
 
     @staticmethod

@@ -8,6 +8,8 @@
     <root>/run_id=<run>/_wal/                                          its write-ahead log (local roots)
     <root>/run_id=<run>/_quarantine/                                   parts moved aside by --resume
     <root>/_evaluations/<name>/<run>.json                              the evaluations' index
+    <root>/_datasets/<path>/<version>.json                             stored evaluation datasets
+    <root>/_prompts/<path>/<version>.json                              stored prompt versions
 
 Partition values and names in paths are percent-encoded (``urllib.parse.quote(value,
 safe="")``); pyarrow's hive partitioning decodes them on read. A name starting with ``_`` or
@@ -27,6 +29,8 @@ LOCK_NAME = "_lease.lock"
 WAL_FOLDER = "_wal"
 QUARANTINE_FOLDER = "_quarantine"
 EVALUATIONS_FOLDER = "_evaluations"
+# the folder of each kind of versioned file evaluations.run stores by path
+CATALOG_FOLDERS = {"dataset": "_datasets", "prompt": "_prompts"}
 RUN_PREFIX = "run_id="
 MODEL_PREFIX = "model="
 PART_SUFFIX = ".parquet"
@@ -97,12 +101,20 @@ class Layout:
     def evaluation_record(self, name: str, run_id: str) -> str:
         return f"{self.evaluation_index(name)}/{encode_partition(run_id)}.json"
 
+    def catalog_folder(self, kind: str, path: str) -> str:
+        """The versions of a stored dataset or prompt (``kind``: a key of CATALOG_FOLDERS)."""
+        return f"{self.base}/{CATALOG_FOLDERS[kind]}/{encode_partition(path)}"
+
+    def catalog_entry(self, kind: str, path: str, version_id: str) -> str:
+        return f"{self.catalog_folder(kind, path)}/{encode_partition(version_id)}.json"
+
     def relative(self, path: str) -> str:
         """A path under the root, relative to it."""
         return path[len(self.base) :].lstrip("/")
 
 
 __all__ = [
+    "CATALOG_FOLDERS",
     "EVALUATIONS_FOLDER",
     "LEASE_NAME",
     "LOCK_NAME",

@@ -1,0 +1,276 @@
+"""Evaluators by path: the built-in library (Humanloop's ``Example Evaluators/...``), a user
+registry, and LLM-as-judge evaluators defined in code.
+
+An evaluator in ``evaluations.run`` is one of:
+
+* code: ``{path, args_type, return_type, callable, threshold}``;
+* an LLM judge: ``{path, evaluator_type: "llm", args_type, return_type, prompt: {model,
+  template, temperature, ...}, options: [...] (select / multi_select), threshold}``
+  (see :class:`rayeval.evaluations.prompts.LLMJudge`);
+* a reference: ``{path}`` alone (optionally ``threshold``, and ``model`` to change an LLM
+  judge's model), resolved from :func:`register_evaluator`'s registry, then the built-ins.
+
+The built-ins' code reads a target's text as ``target["output"]``, else the target's only
+value, else the target itself when it is a string (:func:`target_text`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from .._messages import listed
+from .prompts import LLMJudge, PromptVersion, model_problem
+
+BUILTIN_PREFIX = "Example Evaluators/"
+# What an LLM judge's template may name (a log's fields; target and datapoint when target_required).
+JUDGE_VARIABLES = frozenset(
+    {
+        "output",
+        "inputs",
+        "messages",
+        "error",
+        "datapoint_id",
+        "source_datapoint_id",
+        "run_id",
+        "evaluation",
+        "file",
+        "version_id",
+        "start_time",
+        "end_time",
+        "duration_s",
+        "cost_usd",
+        "input_tokens",
+        "output_tokens",
+        "log",
+    }
+)
+TARGET_VARIABLES = frozenset({"target", "datapoint"})
+DEFAULT_JUDGE_MODEL = "openai/gpt-4o-mini"
+
+
+def target_text(datapoint: Mapping[str, Any]) -> str:
+    """The text a built-in compares the output with (see the module's docstring)."""
+    target = datapoint.get("target")
+    if isinstance(target, Mapping):
+        if "output" in target:
+            target = target["output"]
+        elif len(target) == 1:
+            target = next(iter(target.values()))
+    return target if isinstance(target, str) else json.dumps(target, ensure_ascii=False)
+
+
+def latency(log: dict[str, Any]) -> float:
+    return log["duration_s"]
+
+
+def cost(log: dict[str, Any]) -> float | None:
+    return log.get("cost_usd")
+
+
+def exact_match(log: dict[str, Any], datapoint: dict[str, Any]) -> bool:
+    return log["output"].strip() == target_text(datapoint).strip()
+
+
+def contains(log: dict[str, Any], datapoint: dict[str, Any]) -> bool:
+    return target_text(datapoint).strip().casefold() in log["output"].casefold()
+
+
+def regex_match(log: dict[str, Any], datapoint: dict[str, Any]) -> bool:
+    return re.search(target_text(datapoint), log["output"]) is not None
+
+
+def valid_json(log: dict[str, Any]) -> bool:
+    try:
+        json.loads(log["output"])
+    except ValueError:
+        return False
+    return True
+
+
+def length(log: dict[str, Any]) -> int:
+    return len(log["output"])
+
+
+SEMANTIC_SIMILARITY_TEMPLATE = [
+    {
+        "role": "system",
+        "content": "You compare the meaning of two texts. Ignore wording, formatting and length; "
+        "judge only whether they say the same thing.",
+    },
+    {
+        "role": "user",
+        "content": "Text A (the expected answer):\n{{target}}\n\nText B (the answer given):\n{{output}}\n\n"
+        "Rate how similar their meanings are from 1 (unrelated or contradictory) to 5 (the same meaning).",
+    },
+]
+
+#: path -> (what it measures, the evaluator); the README's table lists the same.
+BUILTINS: dict[str, tuple[str, dict[str, Any]]] = {
+    "Example Evaluators/AI/Semantic similarity": (
+        "how close the output's meaning is to the target's, 1-5, judged by a model",
+        {
+            "evaluator_type": "llm",
+            "args_type": "target_required",
+            "return_type": "number",
+            "prompt": {"model": DEFAULT_JUDGE_MODEL, "template": SEMANTIC_SIMILARITY_TEMPLATE, "temperature": 0},
+        },
+    ),
+    "Example Evaluators/Code/Latency": (
+        "seconds the file took to produce the output",
+        {"args_type": "target_free", "return_type": "number", "callable": latency},
+    ),
+    "Example Evaluators/Code/Cost": (
+        "USD the prompt's model call cost (null for a callable, or a model without a price)",
+        {"args_type": "target_free", "return_type": "number", "callable": cost},
+    ),
+    "Example Evaluators/Code/Exact match": (
+        "the output equals the target text (surrounding whitespace ignored)",
+        {"args_type": "target_required", "return_type": "boolean", "callable": exact_match},
+    ),
+    "Example Evaluators/Code/Contains": (
+        "the output contains the target text (case ignored)",
+        {"args_type": "target_required", "return_type": "boolean", "callable": contains},
+    ),
+    "Example Evaluators/Code/Regex match": (
+        "the target text, a regular expression, matches somewhere in the output",
+        {"args_type": "target_required", "return_type": "boolean", "callable": regex_match},
+    ),
+    "Example Evaluators/Code/Valid JSON": (
+        "the output parses as JSON",
+        {"args_type": "target_free", "return_type": "boolean", "callable": valid_json},
+    ),
+    "Example Evaluators/Code/Length": (
+        "the output's length in characters",
+        {"args_type": "target_free", "return_type": "number", "callable": length},
+    ),
+}
+
+_REGISTRY: dict[str, dict[str, Any]] = {}
+REFERENCE_FIELDS = frozenset({"path", "threshold", "model"})
+
+
+class JudgeSpec(BaseModel):
+    """The fields of an LLM-as-judge evaluator besides its prompt."""
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    path: str
+    evaluator_type: str
+    args_type: str = "target_free"
+    return_type: str
+    prompt: dict[str, Any]
+    options: list[str] = []
+    threshold: Any = None
+
+
+def known_paths() -> list[str]:
+    return sorted({*_REGISTRY, *BUILTINS})
+
+
+def register_evaluator(evaluator: Mapping[str, Any]) -> None:
+    """Make ``evaluator`` (code or LLM judge, with its ``path``) available by path to every later
+    ``evaluations.run`` in this process; registering a path again replaces it. Raises
+    :class:`~rayeval.evaluations.EvaluationConfigError` for a bad evaluator."""
+    from .config import EvaluationConfigError, validate_evaluators
+
+    problems: list[str] = []
+    if not isinstance(evaluator, Mapping) or is_reference(evaluator):
+        problems.append("register_evaluator: give a whole evaluator (with a callable, or evaluator_type 'llm')")
+    else:
+        validate_evaluators(expand_evaluators([evaluator], {}, problems, environment=False), problems)
+    if problems:
+        raise EvaluationConfigError(problems, "register_evaluator")
+    _REGISTRY[str(evaluator["path"]).strip()] = dict(evaluator)
+
+
+def is_reference(raw: Mapping[str, Any]) -> bool:
+    """``{path}`` alone (with a threshold or a judge's model): an evaluator named, not defined."""
+    return set(raw) <= REFERENCE_FIELDS and "path" in raw
+
+
+def _resolve(raw: Mapping[str, Any], where: str, problems: list[str]) -> dict[str, Any] | None:
+    path = raw.get("path")
+    found = _REGISTRY.get(path) if isinstance(path, str) else None
+    if found is None and isinstance(path, str) and path in BUILTINS:
+        found = BUILTINS[path][1]
+    if found is None:
+        problems.append(f"{where}: no evaluator has the path {path!r} (known: {listed(known_paths())})")
+        return None
+    resolved = {**found, "path": path, **({"threshold": raw["threshold"]} if "threshold" in raw else {})}
+    if "model" in raw:
+        if resolved.get("evaluator_type") != "llm":
+            problems.append(f"{where}: model: only an LLM evaluator takes a model, and {path!r} is code")
+            return None
+        resolved["prompt"] = {**resolved["prompt"], "model": raw["model"]}
+    return resolved
+
+
+def _judge(
+    raw: Mapping[str, Any], where: str, connection: Mapping[str, Any], problems: list[str], environment: bool
+) -> dict[str, Any] | None:
+    """An LLM evaluator as a code evaluator whose callable is an :class:`LLMJudge`."""
+    from .config import pydantic_problems
+
+    try:
+        spec = JudgeSpec.model_validate(dict(raw))
+        version = PromptVersion.model_validate(spec.prompt)
+        options = version.options(connection)
+    except ValidationError as exc:
+        problems.extend(pydantic_problems(exc, where))
+        return None
+    found: list[str] = []
+    allowed = JUDGE_VARIABLES | (TARGET_VARIABLES if spec.args_type == "target_required" else frozenset())
+    unknown = [name for name in version.placeholders() if name.split(".")[0] not in allowed]
+    if unknown:
+        found.append(
+            f"{where}: prompt.template: unknown placeholder(s) {listed(unknown)} "
+            f"(a judge's template takes {listed(sorted(allowed))})"
+        )
+    if spec.return_type in ("select", "multi_select") and not spec.options:
+        found.append(f"{where}: options: a {spec.return_type} LLM evaluator needs its options")
+    problem = model_problem(version.model_name, options.model_dump(exclude_none=True), environment=environment)
+    if problem:
+        found.append(f"{where}: prompt.model: {problem}")
+    if found:
+        problems.extend(found)
+        return None
+    judge = LLMJudge(version, connection, spec.return_type, spec.options)
+    return {
+        "path": spec.path,
+        "args_type": spec.args_type,
+        "return_type": spec.return_type,
+        "callable": judge,
+        "threshold": spec.threshold,
+    }
+
+
+def expand_evaluators(evaluators: Any, connection: Mapping[str, Any], problems: list[str], *, environment: bool) -> Any:
+    """``evaluators`` with references resolved and LLM judges turned into code evaluators; what
+    is not a list of dicts is returned as it is, for the validator to report."""
+    if isinstance(evaluators, (str, bytes, Mapping)) or not isinstance(evaluators, Sequence):
+        return evaluators
+    expanded: list[Any] = []
+    for index, raw in enumerate(evaluators):
+        if not isinstance(raw, Mapping):
+            expanded.append(raw)
+            continue
+        path = raw.get("path")
+        where = f"evaluator {path!r} (evaluators[{index}])" if isinstance(path, str) else f"evaluators[{index}]"
+        current: dict[str, Any] | None = dict(raw)
+        if is_reference(raw):
+            current = _resolve(raw, where, problems)
+        if current is not None and current.get("evaluator_type") == "llm":
+            current = _judge(current, where, connection, problems, environment)
+        elif current is not None and current.get("evaluator_type") == "python":
+            del current["evaluator_type"]  # Humanloop's name for a code evaluator
+        expanded.append(REPORTED if current is None else current)
+    return expanded
+
+
+#: In an expanded list, in place of an evaluator whose problems are already reported.
+REPORTED = object()

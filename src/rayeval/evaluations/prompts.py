@@ -1,0 +1,246 @@
+"""Prompts defined in code, as Humanloop's ``file.version``: a model, a template and settings.
+
+A prompt file (``{"model": "openai/gpt-4o", "template": [{"role": "system", "content": "Answer
+{{topic}} questions."}, ...], "temperature": 0}``) is called once per datapoint: the template's
+``{{name}}`` placeholders are filled from the datapoint's inputs, its messages follow, and the
+model's reply is the log's output. An LLM-as-judge evaluator (:class:`LLMJudge`) is a prompt
+too, filled from the log and the datapoint, whose reply is read as its return type.
+
+Both call the model through the prompt agent's :func:`~rayeval.agents.prompt.generate_reply`,
+in the Ray worker's own process (as the prompt agent runs): they run nothing the model writes,
+and they need the worker's key and response cache. This module stays light for the workers.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..agents.prompt import PromptOptions, generate_reply, prompt_agent, prompt_model
+from ..harness.prompt import task_of
+from ..models import ChatMessage
+
+PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][\w-]*(?:\.[\w-]+)*)\s*\}\}")
+# How to reach the model (PromptOptions fields that are not part of a prompt's version).
+CONNECTION_OPTIONS = ("base_url", "api_key_env", "cache", "prices", "max_connections")
+
+
+class TemplateMessage(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+class PromptVersion(BaseModel):
+    """A prompt's version: what its id hashes. ``provider`` + a bare ``model`` (Humanloop's
+    spelling) is the same as ``provider/model``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str
+    template: str | list[TemplateMessage]
+    provider: str | None = None
+    temperature: Annotated[float, Field(ge=0, le=2)] | None = None
+    max_tokens: Annotated[int, Field(ge=1)] | None = None
+    top_p: Annotated[float, Field(gt=0, le=1)] | None = None
+    seed: int | None = None
+
+    @property
+    def model_name(self) -> str:
+        if self.provider and "/" not in self.model:
+            return f"{self.provider}/{self.model}"
+        return self.model
+
+    def messages(self) -> list[TemplateMessage]:
+        if isinstance(self.template, str):
+            return [TemplateMessage(role="user", content=self.template)]
+        return list(self.template)
+
+    def placeholders(self) -> list[str]:
+        """The names the template's placeholders use, in order of first use."""
+        names = (m.group(1) for message in self.messages() for m in PLACEHOLDER.finditer(message.content))
+        return list(dict.fromkeys(names))
+
+    def options(self, connection: Mapping[str, Any]) -> PromptOptions:
+        """The prompt agent's options: this version's settings, reached as ``connection`` says."""
+        settings = self.model_dump(include={"temperature", "max_tokens", "top_p", "seed"}, exclude_none=True)
+        return PromptOptions.model_validate({**settings, **connection})
+
+
+def is_prompt_version(version: Any) -> bool:
+    """A ``file.version`` that defines a prompt in code (rather than labelling a callable)."""
+    return isinstance(version, Mapping) and "model" in version and "template" in version
+
+
+def lookup(variables: Mapping[str, Any], name: str) -> Any:
+    """``name``'s value in ``variables``; dots go into dicts (``target.answer``). KeyError when
+    it is not there."""
+    value: Any = variables
+    for part in name.split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            raise KeyError(name)
+        value = value[part]
+    return value
+
+
+def missing_placeholders(names: Sequence[str], variables: Mapping[str, Any]) -> list[str]:
+    missing = []
+    for name in names:
+        try:
+            lookup(variables, name)
+        except KeyError:
+            missing.append(name)
+    return missing
+
+
+def render(text: str, variables: Mapping[str, Any]) -> str:
+    """``text`` with each ``{{name}}`` replaced by its value (strings as they are, anything else
+    as JSON); KeyError naming a placeholder without a value."""
+
+    def value(match: re.Match[str]) -> str:
+        found = lookup(variables, match.group(1))
+        return found if isinstance(found, str) else json.dumps(found, ensure_ascii=False)
+
+    return PLACEHOLDER.sub(value, text)
+
+
+def rendered(template: Sequence[TemplateMessage], variables: Mapping[str, Any]) -> list[ChatMessage]:
+    return [ChatMessage(role=m.role, content=render(m.content, variables)) for m in template]
+
+
+def model_problem(name: str, options: Mapping[str, Any], *, environment: bool) -> str | None:
+    """Why the model cannot be called with these options (None: it can). ``environment``: the
+    calls are made with this process's environment (embedded Ray), so the key is checked too."""
+    from ..models import ModelError
+    from ..models.providers import split_name
+
+    try:
+        if environment:
+            prompt_model(name, dict(options))
+        else:
+            PromptOptions.model_validate(dict(options))
+            split_name(name)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
+    except ModelError as exc:
+        return str(exc)
+    return None
+
+
+class BoundPrompt:
+    """A prompt version with the way to reach its model: what travels to the Ray workers."""
+
+    def __init__(self, version: PromptVersion, connection: Mapping[str, Any]):
+        self.model_name = version.model_name
+        self.template = version.messages()
+        self.options = version.options(connection)
+
+    def ask(self, variables: Mapping[str, Any], after: Sequence[ChatMessage] = ()) -> tuple[str, dict[str, Any]]:
+        """The model's reply to the template filled from ``variables``, then ``after``, with the
+        call's row metadata: the one place a prompt file or a judge calls its model."""
+        messages = [*rendered(self.template, variables), *after]
+        model, options = prompt_model(self.model_name, self.options.model_dump(exclude_none=True))
+        return generate_reply(model, options, messages, None)
+
+
+class PromptCaller(BoundPrompt):
+    """The engine's agent for a prompt file: the datapoint's inputs fill the template, its
+    messages follow, the model's reply is the output; tokens and cost go to the row."""
+
+    needs_data = False  # nothing to stage
+    leaves_nothing_running = True
+    # it waits on the model, as the prompt agent does
+    resources = prompt_agent.resources  # type: ignore[attr-defined]
+
+    def __call__(self, task_prompt: str, work_dir: Path) -> dict[str, Any]:
+        point = json.loads(task_of(task_prompt))
+        after = [ChatMessage.model_validate(m) for m in point.get("messages") or []]
+        text, metadata = self.ask(point["inputs"], after)
+        return {"answer": {"output": text}, "metadata": metadata}
+
+
+# -- LLM-as-judge --------------------------------------------------------------------------
+JUDGMENT_FORMS = {
+    "boolean": "true or false",
+    "number": "a number",
+    "select": "exactly one of these options: {options}",
+    "multi_select": "the options that apply, separated by commas, from: {options}",
+    "text": "your judgment",
+}
+TRUE_WORDS = frozenset({"true", "yes", "pass"})
+FALSE_WORDS = frozenset({"false", "no", "fail"})
+NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+
+
+class JudgmentError(ValueError):
+    """The judge's reply holds no judgment of the evaluator's return type."""
+
+
+def _last_line(reply: str) -> str:
+    lines = [line.strip() for line in reply.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def _option(text: str, options: Sequence[str]) -> str | None:
+    folded = text.strip().strip(".*`'\"").casefold()
+    return next((o for o in options if o.casefold() == folded), None)
+
+
+def read_judgment(reply: str, return_type: str, options: Sequence[str] = ()) -> Any:
+    """The judgment in the reply's last line, as the return type; JudgmentError when absent."""
+    last = _last_line(reply)
+    if return_type == "text":
+        return reply.strip()
+    if return_type == "boolean":
+        word = re.sub(r"[^a-z]", "", last.rsplit(":", 1)[-1].lower())
+        if word in TRUE_WORDS | FALSE_WORDS:
+            return word in TRUE_WORDS
+    elif return_type == "number":
+        numbers = NUMBER.findall(last)
+        if numbers:
+            number = float(numbers[-1])
+            return int(number) if number.is_integer() else number
+    elif return_type == "select":
+        chosen = _option(last.rsplit(":", 1)[-1], options)
+        if chosen is not None:
+            return chosen
+    elif return_type == "multi_select":
+        picked = [_option(part, options) for part in last.rsplit(":", 1)[-1].split(",")]
+        if picked and all(p is not None for p in picked):
+            return list(dict.fromkeys(p for p in picked if p is not None))
+    form = JUDGMENT_FORMS[return_type].format(options=", ".join(options))
+    raise JudgmentError(f"the judge's last line {last[:200]!r} is not {form}")
+
+
+class LLMJudge(BoundPrompt):
+    """An evaluator's callable that asks a model: its template is filled with ``output``,
+    ``inputs``, ``messages`` and the rest of the log (also as ``log.<field>``) and, for a
+    target_required evaluator, ``target`` (and ``datapoint``); the reply's last line is read as
+    the return type (:func:`read_judgment`)."""
+
+    def __init__(
+        self,
+        version: PromptVersion,
+        connection: Mapping[str, Any],
+        return_type: str,
+        options: Sequence[str] = (),
+    ):
+        super().__init__(version, connection)
+        self.return_type = return_type
+        self.choices = list(options)
+
+    def __call__(self, log: dict[str, Any], datapoint: dict[str, Any] | None = None) -> Any:
+        variables: dict[str, Any] = {**log, "log": log}
+        if datapoint is not None:
+            variables.update(datapoint=datapoint, target=datapoint.get("target"))
+        form = JUDGMENT_FORMS[self.return_type].format(options=", ".join(self.choices))
+        instruction = ChatMessage(role="user", content=f"End your reply with one line holding only {form}.")
+        reply, _ = self.ask(variables, [instruction])
+        return read_judgment(reply, self.return_type, self.choices)

@@ -460,7 +460,9 @@ def _check_fit(
         if problem:
             unfit.append(f"datapoints[{index}] ({problem})")
     if unfit:
-        what = "template's placeholders have no value in the inputs of" if prompt else "callable cannot take the inputs of"
+        what = (
+            "template's placeholders have no value in the inputs of" if prompt else "callable cannot take the inputs of"
+        )
         problems.append(f"file {file.path!r}: {what} {listed(unfit)}")
     missing = [f"datapoints[{i}]" for i, point in enumerate(dataset.datapoints) if not point.has_target]
     for index, evaluator in enumerate(evaluators):
@@ -487,7 +489,9 @@ def _validate_connection(
     prompt = file.prompt if file is not None else None
     if prompt is not None:
         options = {**prompt.model_dump(include={"temperature", "max_tokens", "top_p", "seed"}), **connection}
-        problem = model_problem(prompt.model_name, {k: v for k, v in options.items() if v is not None}, environment=environment)
+        problem = model_problem(
+            prompt.model_name, {k: v for k, v in options.items() if v is not None}, environment=environment
+        )
         if problem:
             problems.append(f"file {file.path!r}: version.model: {problem}")  # type: ignore[union-attr]
     return dict(connection)

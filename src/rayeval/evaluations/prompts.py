@@ -22,6 +22,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..agents.prompt import PromptOptions, generate_reply, prompt_agent, prompt_model
+from ..errors import RayevalError
 from ..harness.prompt import task_of
 from ..models import ChatMessage
 
@@ -179,7 +180,7 @@ FALSE_WORDS = frozenset({"false", "no", "fail"})
 NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 
 
-class JudgmentError(ValueError):
+class JudgmentError(RayevalError, ValueError):
     """The judge's reply holds no judgment of the evaluator's return type."""
 
 

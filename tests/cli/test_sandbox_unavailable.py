@@ -95,3 +95,39 @@ def test_an_agent_that_runs_in_the_worker_needs_no_sandbox(tmp_path: Path, monke
     evals = _evals(tmp_path)
     config = BatchConfig(evals=[str(evals)], agent="prompt", models=["openai/gpt-4o"], output=str(tmp_path / "out"))
     check_agent(config, load_evals(evals), None)  # no SandboxError
+
+
+def test_a_runner_that_died_before_its_first_unit_is_named_with_bubblewraps_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race behind a check that once ended in a traceback: bubblewrap has already exited
+    when the first unit is handed to the runner, so the hand-over itself fails (EPIPE)."""
+    import socket
+
+    from rayeval.harness import sandbox
+
+    fake = tmp_path / "bwrap"
+    fake.write_text(f"#!/bin/sh\necho '{NO_USER_NAMESPACES}' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("RAYEVAL_BWRAP", str(fake))
+    real_start = sandbox.UnitRunner._start
+
+    def start_and_die(self: sandbox.UnitRunner) -> socket.socket:
+        control = real_start(self)
+        assert self._process is not None
+        self._process.wait(timeout=30)  # bubblewrap gave up before the hand-over
+        return control
+
+    def broken_pipe(*args: object) -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(sandbox.UnitRunner, "_start", start_and_die)
+    monkeypatch.setattr(sandbox, "send_fds", broken_pipe)
+    runner = sandbox.UnitRunner(sandbox.SandboxConfig(), "sandbox", tmp_path / "work", None)
+    ours, theirs = socket.socketpair()
+    try:
+        with ours, theirs, pytest.raises(sandbox.SandboxError, match="the unit runner failed: .*Broken pipe") as raised:
+            runner._request(theirs)
+        assert NO_USER_NAMESPACES in str(raised.value)
+    finally:
+        runner.close()

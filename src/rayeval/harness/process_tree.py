@@ -136,8 +136,16 @@ class _Tree:
         if self.pid and self.reach == "session" and live:  # members live: the group is still its own
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.pid, sig)  # the whole group at once: none forks out of it meanwhile
+            live = [pid for pid in live if _group_of(pid) != self.pid]  # signalled once, not twice
         for pid in live:
             _signal(pid, sig)
+
+
+def _group_of(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
 
 
 def _signal(pid: int, sig: int) -> bool:

@@ -277,10 +277,11 @@ class UnitRunner:
                 try:
                     send_fds(control, [unit_end.fileno()], self._mode)
                     return
-                except OSError:
+                except OSError as exc:  # the runner is gone (bubblewrap could not start it: its reason)
+                    detail = self.failure() if attempt else ""
                     self._stop_locked()
                     if attempt:
-                        raise
+                        raise SandboxError(f"the unit runner failed: {exc}{': ' + detail if detail else ''}") from exc
 
     def close(self) -> None:
         with self._lock:

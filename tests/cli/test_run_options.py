@@ -32,6 +32,10 @@ REPO = Path(__file__).resolve().parents[2]
         (["--limit-artifact-mb", "0"], "--limit-artifact-mb: Input should be greater than 0 (got 0.0)"),
         (["--limit-answer-file-mb", "-1"], "--limit-answer-file-mb: Input should be greater than 0 (got -1.0)"),
         (["--force"], "--force goes with --resume"),
+        (["--unit-cpus", "0"], "--unit-cpus: Input should be greater than 0 (got 0.0)"),
+        (["--unit-resource", "GPU"], "--unit-resource expects NAME=AMOUNT with AMOUNT > 0"),
+        (["--unit-resource", "GPU=-1"], "--unit-resource expects NAME=AMOUNT with AMOUNT > 0"),
+        (["--judge-concurrency", "0"], "--judge-concurrency: Input should be greater than or equal to 1 (got 0)"),
     ],
 )
 def test_bad_run_options_exit_2_naming_the_option(
@@ -157,3 +161,19 @@ def test_a_run_whose_every_unit_errored_exits_1(
     assert (rows["error_message"] == "no model behind this agent").all()  # the message alone
     assert rows["error_traceback"].str.startswith("Traceback (most recent call last)").all()
     assert rows["error_traceback"].str.contains("in broken").all()
+
+
+@pytest.mark.parametrize(
+    ("text", "size"), [("512M", 512 * 2**20), ("2G", 2 * 2**30), ("2Gi", 2 * 2**30), ("1000", 1000)]
+)
+def test_unit_memory_reads_sizes(text: str, size: int) -> None:
+    from rayeval.cli import _memory_size
+
+    assert _memory_size(text) == size
+
+
+def test_a_bad_unit_memory_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["run", str(REPO / "evals"), "--agent", "reference", "--output", "o", "--unit-memory", "lots"])
+    assert exited.value.code == 2
+    assert "expected a size such as 512M, 2G or a number of bytes, got 'lots'" in capsys.readouterr().err

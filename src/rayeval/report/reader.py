@@ -367,7 +367,7 @@ def passed_array(frame: pd.DataFrame) -> np.ndarray:
     if "passed" in frame.columns:
         passed = frame["passed"]
         if passed.dtype != bool:
-            passed = passed.fillna(False).astype(bool)
+            passed = passed.astype("boolean").fillna(False).astype(bool)
         values = passed.to_numpy(dtype=bool)
     elif "status" in frame.columns:
         values = (frame["status"] == "passed").to_numpy(dtype=bool)

@@ -32,6 +32,7 @@ outage never makes a resume run every unit again.
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import json
 import logging
@@ -44,12 +45,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pydantic_core
@@ -69,6 +69,10 @@ from .layout import (
 )
 from .manifest import RunManifest
 from .schema import FILE_SCHEMA, PARTITION_COLUMNS, ResultRow, lines_to_table
+
+if TYPE_CHECKING:
+    import pyarrow.dataset as ds
+
 from .wal import (
     OrphanLog,
     WriteAheadLog,
@@ -82,7 +86,6 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "MANIFEST_NAME",
-    "PARTITIONING",
     "QUARANTINE_FOLDER",
     "REQUIRED_COLUMNS",
     "TABLE_SCHEMA",
@@ -118,11 +121,18 @@ STORE_RETRY_S = 60.0
 _LASTING_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG})
 
 _PARTITION_SCHEMA = pa.schema([(name, pa.string()) for name in PARTITION_COLUMNS])
-PARTITIONING = ds.partitioning(_PARTITION_SCHEMA, flavor="hive")
 #: Schema of :meth:`ResultStore.read_table` and :meth:`ResultStore.dataset`: the partition keys
 #: first, then the file columns.
 TABLE_SCHEMA = pa.schema([*_PARTITION_SCHEMA, *FILE_SCHEMA])
-_PARQUET = ds.ParquetFileFormat()
+
+
+@functools.cache
+def _dataset_api() -> tuple[ds.Partitioning, ds.ParquetFileFormat]:
+    """pyarrow.dataset's hive partitioning and Parquet format, loaded on first use: the module
+    imports pandas (≈0.3 s), which a run's driver does not need before its first rows are stored."""
+    import pyarrow.dataset as ds
+
+    return ds.partitioning(_PARTITION_SCHEMA, flavor="hive"), ds.ParquetFileFormat()
 
 
 class ManifestError(RayevalError, ValueError):
@@ -312,7 +322,9 @@ class Parts:
         return [fragment.path for fragment in self.fragments]
 
     def dataset(self) -> ds.Dataset:
-        return ds.FileSystemDataset(self.fragments, self.schema, _PARQUET, self.store.fs)
+        import pyarrow.dataset as ds
+
+        return ds.FileSystemDataset(self.fragments, self.schema, _dataset_api()[1], self.store.fs)
 
     def to_table(self, columns: Sequence[str] | None = None, filter: ds.Expression | None = None) -> pa.Table:
         """The rows of the readable parts (``columns`` of :attr:`schema`, in that order).
@@ -534,11 +546,12 @@ class ResultStore:
         return Parts(self, readable, schema, skipped)
 
     def _fragment(self, info: pafs.FileInfo, folder: str) -> ds.Fragment:
-        partition = PARTITIONING.parse(folder)  # "run_id=<r>/model=<m>/": values decoded
+        partitioning, parquet = _dataset_api()
+        partition = partitioning.parse(folder)  # "run_id=<r>/model=<m>/": values decoded
         try:  # the listed size spares S3 a HEAD request per part (pyarrow >= 16)
-            return _PARQUET.make_fragment(info.path, self.fs, partition_expression=partition, file_size=info.size)
+            return parquet.make_fragment(info.path, self.fs, partition_expression=partition, file_size=info.size)
         except TypeError:
-            return _PARQUET.make_fragment(info.path, self.fs, partition_expression=partition)
+            return parquet.make_fragment(info.path, self.fs, partition_expression=partition)
 
     def _footers(self, fragments: Sequence[ds.Fragment]) -> list[pa.Schema | BaseException]:
         """Each fragment's physical schema (its footer, kept by the fragment for the scan), or the
@@ -607,6 +620,8 @@ class ResultStore:
     ) -> pa.Table:
         """Stored rows (all runs, or one) with ``run_id`` and ``model`` columns from the path;
         parts that cannot be read are left out with a warning (see :meth:`parts`)."""
+        import pyarrow.dataset as ds
+
         schema = TABLE_SCHEMA if columns is None else pa.schema([TABLE_SCHEMA.field(c) for c in columns])
         expression = None
         if models is not None:

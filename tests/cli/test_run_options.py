@@ -33,6 +33,7 @@ REPO = Path(__file__).resolve().parents[2]
         (["--limit-answer-file-mb", "-1"], "--limit-answer-file-mb: Input should be greater than 0 (got -1.0)"),
         (["--force"], "--force goes with --resume"),
         (["--unit-cpus", "0"], "--unit-cpus: Input should be greater than 0 (got 0.0)"),
+        (["--unit-cpus", "inf"], "--unit-cpus: Input should be a finite number (got inf)"),
         (["--unit-resource", "GPU"], "--unit-resource expects NAME=AMOUNT with AMOUNT > 0"),
         (["--unit-resource", "GPU=-1"], "--unit-resource expects NAME=AMOUNT with AMOUNT > 0"),
         (["--judge-concurrency", "0"], "--judge-concurrency: Input should be greater than or equal to 1 (got 0)"),

@@ -21,10 +21,9 @@ from ..agents.labels import row_labels
 from ..agents.resolve import agent_ref, check_agent_args, resolve_agent
 from ..errors import RayevalError
 from ..evals import Eval, load_evals, select_evals
-from ..graders.judging import uses_judges
 from ..harness.cache import default_cache_dir
 from ..harness.context import AgentFunction, UnitResources
-from ..harness.execution import INT64_MAX, INT64_MIN, Execution, grade_execution
+from ..harness.execution import INT64_MAX, INT64_MIN, Execution, grade_execution, has_judged_graders
 from ..harness.grading_pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
 from ..harness.isolation import Isolation
 from ..harness.sandbox import SandboxConfig, check_runs_here
@@ -95,9 +94,9 @@ class BatchConfig(BaseModel):
     #: seconds a unit's grading may take (in a grading subprocess) before it is a timeout row
     grade_timeout: float = Field(DEFAULT_GRADE_TIMEOUT_S, gt=0)
     #: what one unit asks Ray for, overriding the agent's own declaration (see UnitResources)
-    unit_cpus: float | None = Field(None, gt=0)
+    unit_cpus: float | None = Field(None, gt=0, allow_inf_nan=False)
     unit_memory: int | None = Field(None, ge=0)
-    unit_resources: dict[str, Annotated[float, Field(gt=0)]] = Field(default_factory=dict)
+    unit_resources: dict[str, Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(default_factory=dict)
     #: worker processes the concurrent units are spread over (default: a CPU's worth of units each)
     workers: int | None = Field(None, ge=1)
     s3_endpoint_url: str | None = None
@@ -587,7 +586,7 @@ def _execute(
         earlier_attempts=earlier_attempts,
     )  # fmt: skip
     work = _InFlight(queue, workers, JudgeCalls(config.judge_concurrency))
-    if uses_judges([spec.model_dump() for eval_ in evals for spec in eval_.grader_specs]):
+    if any(has_judged_graders(eval_) for eval_ in evals):
         work.judges.start()
     while queue.waiting or work.busy:
         writer.check()  # a results root that cannot be written stops the run: no unit more

@@ -19,7 +19,7 @@ from ..evals import Eval
 from ..graders.judging import Judgments
 from ..harness.cache import left_by_gone_processes, remove_tree
 from ..harness.context import AgentFunction, AgentRef, UnitResources
-from ..harness.execution import Execution, grade_execution, judge_requests
+from ..harness.execution import Execution, grade_execution, has_judged_graders, judge_requests
 from ..harness.grading_pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
 from ..harness.isolation import Isolation
 from ..harness.result import EvalResult
@@ -83,7 +83,7 @@ class UnitWorker:
         self.plan = Plan([], [], [], config.agent)
         self.agent: AgentFunction | AgentRef | None = None
         self.grade: GradeFunction = grade_execution
-        self.judges_apart = False
+        self.judged_evals: frozenset[int] = frozenset()  # eval indices whose judge calls the run makes apart
         # A folder per worker process (named by host and process, see ``sweep_dead_workers``),
         # and in it one per thread (see ``run_unit``).
         root = Path(config.work_root or default_work_root())
@@ -100,7 +100,7 @@ class UnitWorker:
         # a parent folder per thread: threads creating and removing folders in a shared parent
         # wait on its lock
         execution = self._execute(unit, self.work_root / f"thread-{threading.get_native_id()}")
-        if self.judges_apart:
+        if unit.eval_index in self.judged_evals:
             eval_ = self.evals[unit.eval_index]
             requests = judge_requests(eval_, execution, grade_timeout=self.config.grade_timeout)
             if requests:
@@ -154,7 +154,9 @@ class UnitWorker:
             self.plan = Plan(self.evals, self.config.models, self.config.seeds, self.config.agent)
             self.agent = agent if agent is not None else self._named_agent()
             self.grade = grade or functools.partial(grade_execution, grade_timeout=self.config.grade_timeout)
-            self.judges_apart = grade is None  # a run's own grade function calls what it calls
+            # a run's own grade function calls what it calls: no judge calls apart then
+            judged = [] if grade else [i for i, eval_ in enumerate(self.evals) if has_judged_graders(eval_)]
+            self.judged_evals = frozenset(judged)
             self._shared_key = key
 
     def _named_agent(self) -> AgentFunction | AgentRef:

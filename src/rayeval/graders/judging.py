@@ -18,6 +18,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
+from .registry import named_grader_types
+
 JudgeRequests = list[dict[str, Any]]
 #: a grader's requests' key -> those requests (collected), or -> their outcomes (to grade with)
 Judgments = dict[str, list[dict[str, Any]]]
@@ -32,16 +34,7 @@ JUDGED_GRADER_TYPES = frozenset({"rubric"})
 
 def uses_judges(specs: Any) -> bool:
     """Whether grader entries ``specs`` (composite children included) hold an LLM-judged grader."""
-    stack = [specs]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            if item.get("type") in JUDGED_GRADER_TYPES:
-                return True
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return False
+    return any(kind in JUDGED_GRADER_TYPES for kind in named_grader_types(specs))
 
 
 class Deferred:

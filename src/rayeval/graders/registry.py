@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from importlib import metadata
 from typing import Any, TypeVar
 
@@ -77,3 +77,17 @@ def get_grader(name: str) -> Grader:
         known = ", ".join(sorted(GRADER_REGISTRY))
         raise ValueError(f"Unknown grader type {name!r}; registered types: {known}")
     return GRADER_REGISTRY[name]()
+
+
+def named_grader_types(specs: Any) -> Iterator[str]:
+    """Every grader type named in grader entries ``specs`` (as JSON; composite children included)."""
+    stack = [specs]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            kind = item.get("type")
+            if isinstance(kind, str):
+                yield kind
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)

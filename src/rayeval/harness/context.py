@@ -6,7 +6,7 @@ import inspect
 import weakref
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -36,9 +36,9 @@ class UnitResources(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    cpus: float = Field(0.25, gt=0)
+    cpus: float = Field(0.25, gt=0, allow_inf_nan=False)
     memory: int = Field(512 * MIB, ge=0)
-    custom: dict[str, float] = Field(default_factory=dict)
+    custom: dict[str, Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(default_factory=dict)
 
 
 class AgentRef(BaseModel):

@@ -87,12 +87,17 @@ def lift_metadata(metadata: dict, *, recorded_duration: bool = False) -> dict:
     return lifted
 
 
+def has_judged_graders(eval_: Eval) -> bool:
+    """Whether the eval's graders (composite children included) call an LLM judge."""
+    return uses_judges([spec.model_dump() for spec in eval_.grader_specs])
+
+
 def judge_requests(eval_: Eval, execution: Execution, *, grade_timeout: float | None = DEFAULT_TIMEOUT_S) -> Judgments:
-    """The judge calls the eval's LLM-judged graders would make on the execution's answer
-    (none for an error or timeout, or an eval without such graders): the first of a batch
+    """The judge calls the LLM-judged graders of ``eval_`` (see :func:`has_judged_graders`)
+    would make on the execution's answer (none for an error or timeout): the first of a batch
     run's two grading passes (see ``rayeval.graders.judging``). A grading that fails here
     fails again, and is reported, in the second pass."""
-    if execution.outcome in ("error", "timeout") or not uses_judges([s.model_dump() for s in eval_.grader_specs]):
+    if execution.outcome in ("error", "timeout"):
         return {}
     if grade_timeout is None:
         with collecting_judge_requests() as collected:

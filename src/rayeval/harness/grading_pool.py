@@ -42,7 +42,7 @@ from .._json import json_fallback
 from ..errors import RayevalError
 from ..evals import Eval
 from ..graders.judging import Judgments, collecting_judge_requests, judged
-from ..graders.registry import GRADER_REGISTRY, is_registered
+from ..graders.registry import GRADER_REGISTRY, is_registered, named_grader_types
 from ..graders.result import GraderResult
 from ..grading import grade
 from .process_tree import end_process_tree
@@ -315,21 +315,10 @@ _shared_lock = threading.Lock()
 def _own_graders_only(value: Any) -> bool:
     """Whether no grader type named in ``value`` (grader entries, composite children included)
     is registered to a class outside rayeval's graders, which a fresh interpreter would lack."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            kind = item.get("type")
-            if (
-                isinstance(kind, str)
-                and is_registered(kind)
-                and not GRADER_REGISTRY[kind].__module__.startswith(_OWN_GRADERS)
-            ):
-                return False
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return True
+    return not any(
+        is_registered(kind) and not GRADER_REGISTRY[kind].__module__.startswith(_OWN_GRADERS)
+        for kind in named_grader_types(value)
+    )
 
 
 def _survives_json(value: Any) -> bool:

@@ -21,6 +21,7 @@ from .errors import RayevalError
 from .evals import EvalFileError, check_evals, load_eval
 from .harness.cache import default_cache_dir
 from .harness.grading_pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
+from .harness.prompt import ANSWER_CONVENTIONS
 from .harness.sandbox import SandboxConfig, UnitLimits
 from .report.cli import add_report_commands
 from .view.cli import add_view_command
@@ -111,6 +112,7 @@ def _cmd_run_one(args: argparse.Namespace) -> int:
         isolation=args.isolation,
         sandbox=sandbox,
         grade_timeout=args.grade_timeout,
+        convention=args.answer_convention,
     )
     print(result.model_dump_json(indent=2))
     return EXIT_OK if result.passed else EXIT_FAILED
@@ -276,6 +278,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             isolation=args.isolation,
             sandbox=_sandbox_config(args),
             grade_timeout=args.grade_timeout,
+            answer_convention=args.answer_convention,
             unit_cpus=args.unit_cpus,
             unit_memory=args.unit_memory,
             unit_resources=_unit_resources(args.unit_resource),
@@ -409,6 +412,13 @@ def _add_sandbox_options(parser: argparse.ArgumentParser, *, isolation: bool = T
     if isolation:
         group.add_argument(
             "--grade-timeout", type=float, default=DEFAULT_GRADE_TIMEOUT_S, help="seconds a unit's grading may take"
+        )
+        parser.add_argument(
+            "--answer-convention",
+            choices=ANSWER_CONVENTIONS,
+            default="legacy",
+            help="names the agent is told: legacy (eval_answer.json, COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT) or "
+            "benchmark (analysis_output.json, RUN_COMPLETE: latch-eval-tools' benchmark=True); both are read",
         )
 
 

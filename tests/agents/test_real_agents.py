@@ -221,3 +221,47 @@ def test_claude_max_turns(request: pytest.FixtureRequest, model_server, tmp_path
     assert md["result_subtype"] == "error_max_turns"
     assert len(server.scripted_replies("anthropic")) == 1
     assert out["answer"] is None and "exited with code" in md["error_details"]["error"]
+
+
+def test_mini_swe_speaks_the_benchmark_convention(mini_available, model_server, tmp_path: Path) -> None:
+    """Under latch-eval-tools' benchmark names the packaged templates tell the model about
+    analysis_output.json and RUN_COMPLETE (never the legacy names); the session ends on
+    RUN_COMPLETE and the answer is read from analysis_output.json."""
+    from rayeval.harness.context import AgentContext
+
+    server = model_server(
+        [{"command": "printf '{\"answer\": 42}' > analysis_output.json"}, {"command": "echo RUN_COMPLETE"}]
+    )
+    work_dir = tmp_path / "work"
+    work_dir.mkdir()
+    agent = mini_swe_agent("openai/gpt-test", base_url=server.url + "/v1", timeout=PROGRAM_TIMEOUT)
+    out = agent(PROMPT, work_dir, context=AgentContext(eval_id="e", convention="benchmark"))
+
+    assert out["answer"] == {"answer": 42}, out["metadata"].get("error_details")
+    assert out["metadata"]["exit_status"] == "Submitted"
+    told = json.dumps(server.model_requests()[0].body)
+    # the task (PROMPT) keeps its own words; rayeval's instructions use the benchmark names
+    assert told.count("eval_answer.json") == PROMPT.count("eval_answer.json")
+    assert "analysis_output.json" in told and "echo RUN_COMPLETE" in told
+    assert "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT" not in told
+
+
+def test_mini_swe_keeps_user_templates_as_given(mini_available, model_server, tmp_path: Path) -> None:
+    """A template the user gave is not rewritten (as latch-eval-tools merges the caller's agent
+    config over its rewritten one); only the completion marker placeholder takes the convention."""
+    from rayeval.harness.context import AgentContext
+
+    server = model_server(
+        [{"command": "printf '{\"answer\": 1}' > eval_answer.json"}, {"command": "echo RUN_COMPLETE"}]
+    )
+    work_dir = tmp_path / "work"
+    work_dir.mkdir()
+    template = "{{task}}\nWrite eval_answer.json, then run `echo {{completion_marker}}`."
+    agent = mini_swe_agent(
+        "openai/gpt-test", base_url=server.url + "/v1", timeout=PROGRAM_TIMEOUT, instance_template=template
+    )
+    out = agent("Answer 1.", work_dir, context=AgentContext(eval_id="e", convention="benchmark"))
+
+    assert out["answer"] == {"answer": 1}
+    told = json.dumps(server.model_requests()[0].body)
+    assert "Write eval_answer.json, then run `echo RUN_COMPLETE`" in told

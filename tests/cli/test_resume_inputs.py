@@ -95,3 +95,15 @@ def test_resume_with_changed_inputs_is_refused_with_a_diff_unless_forced(
 
     assert main(changed) == 0  # the new inputs are the run's now
     assert "0 run now, 6 already done" in capsys.readouterr().out
+
+
+def test_resume_with_another_answer_convention_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """What agents are told is part of how units run: the manifest records the convention and a
+    resume that would tell them other names is refused."""
+    evals, out = write_mc_evals(tmp_path / "evals", ["e1"]), tmp_path / "out"
+    assert main(_run(evals, out, "--answer-convention", "benchmark")) == 0
+    manifest = json.loads((out / "run_id=r" / "_manifest.json").read_text())
+    assert manifest["answer_convention"] == "benchmark"
+    capsys.readouterr()
+    assert main(_run(evals, out, "--resume")) == 2
+    assert "  answer_convention: benchmark → legacy\n" in capsys.readouterr().err

@@ -143,3 +143,43 @@ def test_replay_without_a_row_or_with_an_ambiguous_model_is_an_error(tmp_path: P
     assert ambiguous.status == "error" and "model@harness" in ambiguous.error_message
     no_file = runner.run(replay_agent, model="gpt-5.5", seed=1, agent_args={}, isolation="inline")
     assert no_file.status == "error" and "trials=PATH" in no_file.error_message
+
+
+def test_answer_convention_reaches_a_sandboxed_agent(tmp_path: Path) -> None:
+    """--answer-convention benchmark: the sandboxed agent is told analysis_output.json (and sees
+    the convention in its context); the answer it writes there is graded. Without the option it
+    is told eval_answer.json."""
+    (tmp_path / "conv_agents.py").write_text(
+        "import json, pathlib, re\n"
+        "def follow(task_prompt, work_dir, context):\n"
+        "    name = re.search(r'to (\\S+\\.json) ', task_prompt).group(1)\n"
+        "    told = {'told': pathlib.Path(name).name, 'convention': context.convention}\n"
+        "    pathlib.Path(name).write_text(json.dumps({'answer': 'B', **told}))\n"
+    )
+    eval_file = tmp_path / "evals" / "mc.json"
+    eval_file.parent.mkdir()
+    eval_file.write_text(
+        json.dumps(
+            {"id": "mc", "task": "A or B?", "grader": {"type": "multiple_choice", "config": {"correct_answer": "B"}}}
+        )
+    )
+    told = {}
+    for convention in ("legacy", "benchmark"):
+        done = run_one(
+            str(eval_file),
+            "--agent",
+            "conv_agents:follow",
+            "--answer-convention",
+            convention,
+            "--work-root",
+            str(tmp_path / "w"),
+            cwd=tmp_path,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        result = json.loads(done.stdout)
+        answer = result["agent_answer"]
+        told[convention] = (answer["told"], answer["convention"], result["answer_source"])
+    assert told == {
+        "legacy": ("eval_answer.json", "legacy", "eval_answer.json"),
+        "benchmark": ("analysis_output.json", "benchmark", "analysis_output.json"),
+    }

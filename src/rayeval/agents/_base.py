@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..errors import ConfigError
+from ..harness.context import AgentContext
+from ..harness.prompt import AnswerConvention
 from . import _cli
 
 
@@ -82,8 +84,9 @@ class ProgramAgent:
         """Harness-specific variables (telemetry switches, state folders, endpoints)."""
         return {}
 
-    def prepare(self, state: Path, work_dir: Path, env: dict[str, str]) -> None:
-        """Write config files into ``state`` before the run."""
+    def prepare(self, state: Path, work_dir: Path, env: dict[str, str], convention: AnswerConvention) -> None:
+        """Write config files into ``state`` before the run (text that names the answer file or
+        the completion marker in ``convention``'s names)."""
 
     def check_env(self, env: dict[str, str]) -> None:
         """Raise :class:`AgentConfigError` when the program cannot authenticate."""
@@ -102,7 +105,9 @@ class ProgramAgent:
     def __name__(self) -> str:  # what the runner and reports call this agent
         return f"{self.harness}:{self.model or 'default'}"
 
-    def __call__(self, task_prompt: str, work_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    def __call__(
+        self, task_prompt: str, work_dir: str | os.PathLike[str], context: AgentContext | None = None
+    ) -> dict[str, Any]:
         work_dir = Path(work_dir).resolve()
         work_dir.mkdir(parents=True, exist_ok=True)
         program = self.program_argv()  # raises AgentNotInstalledError with the install hint
@@ -112,7 +117,7 @@ class ProgramAgent:
                 extra={**self.program_env(state, work_dir), **self.env},
             )
             self.check_env(env)
-            self.prepare(state, work_dir, env)
+            self.prepare(state, work_dir, env, context.convention if context is not None else "legacy")
             secrets = _cli.secrets_for(env, {k: v for k, v in self.env.items() if v is not None})
             argv = self.build_argv(program, state, work_dir)
             result = _cli.run_streaming(

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from ..harness.prompt import AnswerConvention
 from . import _cli, _tools
 from ._base import AgentConfigError, ProgramAgent, Summary, strip_provider
 
@@ -77,7 +78,7 @@ class ClaudeCodeAgent(ProgramAgent):
             return
         raise AgentConfigError("claude_code needs ANTHROPIC_API_KEY (or ANTHROPIC_AUTH_TOKEN) in the environment")
 
-    def prepare(self, state: Path, work_dir: Path, env: dict[str, str]) -> None:
+    def prepare(self, state: Path, work_dir: Path, env: dict[str, str], convention: AnswerConvention) -> None:
         (state / "claude").mkdir(parents=True, exist_ok=True)
 
     def build_argv(self, program: list[str], state: Path, work_dir: Path) -> list[str]:

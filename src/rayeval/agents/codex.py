@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from .._json import object_at
+from ..harness.prompt import AnswerConvention
 from . import _cli, _tools
 from ._base import AgentConfigError, ProgramAgent, Summary, strip_provider
 
@@ -149,7 +150,7 @@ class CodexAgent(ProgramAgent):
             config = _merge(config, self.config)
         return config
 
-    def prepare(self, state: Path, work_dir: Path, env: dict[str, str]) -> None:
+    def prepare(self, state: Path, work_dir: Path, env: dict[str, str], convention: AnswerConvention) -> None:
         home = state / "codex"
         home.mkdir(parents=True, exist_ok=True)
         (home / "config.toml").write_text(to_toml(self.codex_config()))

@@ -17,12 +17,11 @@ from typing import Any, ClassVar
 
 from .._json import object_at
 from ..harness.answers import ANSWER_FILE_NAMES
+from ..harness.prompt import BENCHMARK_COMPLETION_MARKER, COMPLETION_MARKER, AnswerConvention, in_convention
 from . import _cli
 from ._base import AgentConfigError, ProgramAgent, Summary
 
 __all__ = ["INSTANCE_TEMPLATE", "SYSTEM_TEMPLATE", "MiniSweAgent", "mini_swe_agent"]
-
-COMPLETION_MARKER = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 
 SYSTEM_TEMPLATE = """\
 You are a careful, rigorous analyst working in a Linux shell. You solve the task by running \
@@ -164,7 +163,7 @@ class MiniSweAgent(ProgramAgent):
             return
         raise AgentConfigError(f"mini_swe_agent with {self.model!r} needs {' or '.join(names)} in the environment")
 
-    def prepare(self, state: Path, work_dir: Path, env: dict[str, str]) -> None:
+    def prepare(self, state: Path, work_dir: Path, env: dict[str, str], convention: AnswerConvention) -> None:
         (state / "mini-swe-agent").mkdir(parents=True, exist_ok=True)
         model_kwargs = {"drop_params": True, **(self.model_kwargs or {})}
         if self.base_url:
@@ -174,23 +173,26 @@ class MiniSweAgent(ProgramAgent):
                 raise AgentConfigError(
                     f"pass the key through the environment (api_key_env=...), not model_kwargs[{forbidden!r}]"
                 )
-        instance = (self.instance_template or INSTANCE_TEMPLATE).replace("{{completion_marker}}", COMPLETION_MARKER)
+        # rayeval's templates speak the convention's names; templates the user gave stay as given
+        instance = (self.instance_template or in_convention(INSTANCE_TEMPLATE, convention)).replace(
+            "{{completion_marker}}", in_convention(COMPLETION_MARKER, convention)
+        )
         config = {
             "work_dir": str(work_dir),
             "model_name": self.model,
             "model_class": self.model_class,
             "model_kwargs": model_kwargs,
-            "system_template": self.system_template or SYSTEM_TEMPLATE,
+            "system_template": self.system_template or in_convention(SYSTEM_TEMPLATE, convention),
             "instance_template": instance,
             "observation_template": OBSERVATION_TEMPLATE,
-            "format_error_template": FORMAT_ERROR_TEMPLATE,
+            "format_error_template": in_convention(FORMAT_ERROR_TEMPLATE, convention),
             "step_limit": int(self.step_limit),
             "cost_limit": float(self.cost_limit),
             "command_timeout": int(self.command_timeout),
             # stop by itself a little before the hard kill, so the run ends with a result event
             "wall_time_limit_seconds": int(self.timeout * 0.95) if self.timeout else 0,
             "answer_files": list(ANSWER_FILE_NAMES),
-            "completion_markers": [COMPLETION_MARKER, "RUN_COMPLETE"],
+            "completion_markers": [COMPLETION_MARKER, BENCHMARK_COMPLETION_MARKER],
             "env": {"PAGER": "cat", "MANPAGER": "cat", "PIP_PROGRESS_BAR": "off", "TQDM_DISABLE": "1"},
         }
         (state / "config.json").write_text(json.dumps(config, indent=1))

@@ -26,6 +26,7 @@ from ..harness.context import AgentFunction, UnitResources
 from ..harness.execution import INT64_MAX, INT64_MIN, Execution, grade_execution, has_judged_graders
 from ..harness.grading_pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
 from ..harness.isolation import Isolation
+from ..harness.prompt import AnswerConvention
 from ..harness.sandbox import SandboxConfig, check_runs_here
 from ..harness.workspace import default_work_root
 from ..storage import (
@@ -93,6 +94,9 @@ class BatchConfig(BaseModel):
     sandbox: SandboxConfig = SandboxConfig()
     #: seconds a unit's grading may take (in a grading subprocess) before it is a timeout row
     grade_timeout: float = Field(DEFAULT_GRADE_TIMEOUT_S, gt=0)
+    #: the answer-file name and completion marker agents are told (``benchmark``: latch-eval-tools'
+    #: ``benchmark=True`` names, see rayeval.harness.prompt)
+    answer_convention: AnswerConvention = "legacy"
     #: what one unit asks Ray for, overriding the agent's own declaration (see UnitResources)
     unit_cpus: float | None = Field(None, gt=0, allow_inf_nan=False)
     unit_memory: int | None = Field(None, ge=0)
@@ -337,6 +341,7 @@ def run_manifest(
             "network": config.sandbox.network if config.isolation == "sandbox" else None,
             "timeout": config.timeout,
             "grade_timeout": config.grade_timeout,
+            "answer_convention": config.answer_convention,
             "models": config.models,
             "seeds": compact_seeds(config.seeds),
             "eval_files": [
@@ -493,6 +498,7 @@ def _worker_config(config: BatchConfig, run_id: str, evals: list[Eval]) -> Worke
         isolation=isolation,
         sandbox=sandbox_config(config, evals),
         grade_timeout=config.grade_timeout,
+        answer_convention=config.answer_convention,
         timeout=config.timeout,
         work_root=config.work_root,
         cache_dir=config.cache_dir,

@@ -210,7 +210,7 @@ def plan_changes(previous: RunManifest, current: RunManifest, agent_args: dict[s
 
 
 # Options of a run that change how its units run (and so their rows), compared on --resume.
-UNIT_OPTIONS = ("isolation", "network", "timeout", "grade_timeout")
+UNIT_OPTIONS = ("isolation", "network", "timeout", "grade_timeout", "answer_convention")
 
 
 def _argument_changes(previous: RunManifest, current: RunManifest, agent_args: dict[str, Any]) -> list[str]:

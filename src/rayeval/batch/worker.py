@@ -22,6 +22,7 @@ from ..harness.context import AgentFunction, AgentRef, UnitResources
 from ..harness.execution import Execution, grade_execution, has_judged_graders, judge_requests
 from ..harness.grading_pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
 from ..harness.isolation import Isolation
+from ..harness.prompt import AnswerConvention
 from ..harness.result import EvalResult
 from ..harness.runner import EvalRunner
 from ..harness.sandbox import SandboxConfig
@@ -60,6 +61,7 @@ class WorkerConfig(BaseModel):
     isolation: Isolation
     sandbox: SandboxConfig = SandboxConfig()
     grade_timeout: float = DEFAULT_GRADE_TIMEOUT_S
+    answer_convention: AnswerConvention = "legacy"
     timeout: float | None = None
     work_root: str | None = None
     cache_dir: str | None = None
@@ -184,6 +186,7 @@ class UnitWorker:
             agent_args=self.config.agent_args,
             isolation=self.config.isolation,
             sandbox=self.config.sandbox,
+            convention=self.config.answer_convention,
         )
 
 

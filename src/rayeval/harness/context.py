@@ -10,6 +10,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .prompt import AnswerConvention
+
 AgentFunction = Callable[..., Any]
 
 
@@ -24,6 +26,8 @@ class AgentContext(BaseModel):
     run_id: str | None = None
     timeout: float | None = None
     args: dict[str, str] = Field(default_factory=dict)
+    #: the names the agent is told for its answer file and completion marker (see harness.prompt)
+    convention: AnswerConvention = "legacy"
 
 
 MIB = 1024 * 1024

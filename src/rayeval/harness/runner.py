@@ -15,7 +15,7 @@ from .context import AgentContext, AgentFunction, AgentRef, call_agent
 from .execution import Execution, grade_execution, now
 from .grading_pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
 from .isolation import Isolation, Outcome, run_inline
-from .prompt import build_prompt
+from .prompt import AnswerConvention, build_prompt
 from .result import EvalResult
 from .sandbox import MiB, SandboxConfig, SandboxError, unit_runner
 from .secrets import environment_secrets, redact
@@ -67,11 +67,19 @@ class EvalRunner:
         isolation: Isolation = "sandbox",
         sandbox: SandboxConfig | None = None,
         grade_timeout: float = DEFAULT_GRADE_TIMEOUT_S,
+        convention: AnswerConvention = "legacy",
     ) -> EvalResult:
         """Stage, run, find the answer, grade (in a grading subprocess, at most ``grade_timeout``
         seconds). Never raises for anything the agent does."""
         execution = self.execute(
-            agent, model=model, seed=seed, timeout=timeout, agent_args=agent_args, isolation=isolation, sandbox=sandbox
+            agent,
+            model=model,
+            seed=seed,
+            timeout=timeout,
+            agent_args=agent_args,
+            isolation=isolation,
+            sandbox=sandbox,
+            convention=convention,
         )
         return grade_execution(self.eval, execution, grade_timeout=grade_timeout)
 
@@ -85,12 +93,15 @@ class EvalRunner:
         agent_args: dict[str, str] | None = None,
         isolation: Isolation = "sandbox",
         sandbox: SandboxConfig | None = None,
+        convention: AnswerConvention = "legacy",
     ) -> Execution:
         """Everything but grading, so a batch engine can grade many executions in one task.
 
         ``agent``: a function (or callable object), or an :class:`AgentRef` naming one, which
         is imported only where it runs. ``isolation``: see :mod:`rayeval.harness.isolation`;
         ``sandbox``: what a sandboxed (or ``process``) unit sees, gets and may use.
+        ``convention``: the answer-file name and completion marker the agent is told
+        (:mod:`rayeval.harness.prompt`).
         """
         started_at = now()
         start = time.monotonic()
@@ -98,7 +109,13 @@ class EvalRunner:
             isolation = "inline"
         limit = timeout if timeout is not None else self.eval.effective_timeout
         context = AgentContext(
-            eval_id=self.eval.id, model=model, seed=seed, run_id=self.run_id, timeout=limit, args=agent_args or {}
+            eval_id=self.eval.id,
+            model=model,
+            seed=seed,
+            run_id=self.run_id,
+            timeout=limit,
+            args=agent_args or {},
+            convention=convention,
         )
         work_dir = make_work_dir(self.work_root, run_id=self.run_id, eval_id=self.eval.id, model=model, seed=seed)
         removed = False
@@ -165,7 +182,7 @@ class EvalRunner:
             )
         except StagingError as exc:
             return exc
-        prompt = build_prompt(self.eval.task, work_dir, [node.path for node in staged])
+        prompt = build_prompt(self.eval.task, work_dir, [node.path for node in staged], context.convention)
         if isolation == "inline":
             function = _resolved(agent)
             return run_inline(lambda: call_agent(function, prompt, work_dir, context), limit)

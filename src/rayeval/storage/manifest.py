@@ -214,6 +214,8 @@ class RunManifest(BaseModel):
     #: per-unit agent timeout (None: the evals' own) and grading timeout, in seconds
     timeout: float | None = None
     grade_timeout: float | None = None
+    #: the answer-file name and completion marker agents were told (None: before the option)
+    answer_convention: str | None = None
     models: list[str] = Field(default_factory=list)
     #: in plan order; runs of consecutive seeds as ``[first, last]``
     seeds: list[SeedItem] = Field(default_factory=list)

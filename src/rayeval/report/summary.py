@@ -47,12 +47,30 @@ def _quoted(name: str) -> str:
 
 
 def _latest(source: str, columns: Sequence[str], filters: dict[str, list[str]]) -> str:
-    """SQL of the selected units (latest attempt each) with these columns."""
+    """Common table expressions ending in ``units``: the selected units (latest attempt each)
+    with these columns.
+
+    Only units stored more than once need ordering: they are found by a hash of
+    ``(run_id, unit_id)`` (integers group far cheaper than strings) and only their rows are
+    ranked, by the exact keys, so a hash collision costs a ranking and never a wrong row.
+    """
     where = " AND ".join(f"list_contains(${name}, {_quoted(name)})" for name in filters) or "true"
+    kept = ", ".join(_quoted(c) for c in dict.fromkeys(columns))
     return f"""
-    SELECT {", ".join(_quoted(c) for c in dict.fromkeys(columns))} FROM {source} WHERE {where}
-    QUALIFY row_number() OVER (
-        PARTITION BY run_id, unit_id ORDER BY coalesce(attempt, 0) DESC, finished_at DESC NULLS LAST) = 1"""
+    stored AS MATERIALIZED (
+        SELECT {kept}, run_id AS unit_run, unit_id AS unit_key, coalesce(attempt, 0) AS unit_attempt,
+            finished_at AS unit_finished, hash(run_id, unit_id) AS unit_hash
+        FROM {source} WHERE {where}
+    ), repeated AS (
+        SELECT unit_hash FROM stored GROUP BY unit_hash HAVING count(*) > 1
+    ), units AS MATERIALIZED (
+        SELECT {kept} FROM stored ANTI JOIN repeated USING (unit_hash)
+        UNION ALL
+        SELECT {kept} FROM (
+            SELECT * FROM stored SEMI JOIN repeated USING (unit_hash)
+            QUALIFY row_number() OVER (
+                PARTITION BY unit_run, unit_key ORDER BY unit_attempt DESC, unit_finished DESC NULLS LAST) = 1)
+    )"""
 
 
 def _counts_query(source: str, by: Sequence[str], filters: dict[str, list[str]]) -> str:
@@ -64,8 +82,7 @@ def _counts_query(source: str, by: Sequence[str], filters: dict[str, list[str]])
         source, [*by, "eval_id", "run_id", "isolation", "passed", "status", "cost_usd", "duration_s"], filters
     )
     return f"""
-WITH units AS MATERIALIZED ({latest}
-), pairs AS (
+WITH {latest}, pairs AS (
     SELECT {pair_keys}, 'pair' AS kind, count(*) AS n_runs,
         count(*) FILTER (WHERE coalesce(passed, false) AND coalesce(status NOT IN ({errors}), true)) AS n_passed,
         count(*) FILTER (WHERE status IN ({errors})) AS n_errors,
@@ -85,7 +102,7 @@ SELECT * FROM pairs UNION ALL BY NAME SELECT * FROM runs UNION ALL BY NAME SELEC
 def _span_query(source: str, filters: dict[str, list[str]]) -> str:
     latest = _latest(source, ["started_at", "finished_at"], filters)
     return f"""
-WITH units AS ({latest})
+WITH {latest}
 SELECT least(min(started_at), min(finished_at)) AS first_start, max(finished_at) AS last_finish FROM units
 """
 

@@ -4,6 +4,7 @@ template called per datapoint, built-in and LLM-judge evaluators, stored dataset
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -140,3 +141,36 @@ def test_a_prompt_in_code_is_called_per_datapoint_and_judged(tmp_path: Path, ser
     assert again.checks[0].score == pytest.approx(2 / 3) and again.checks[0].delta == 0.0
     first_ids = sorted(pd.read_parquet(Path(output) / f"run_id={result.run_id}")["eval_id"])
     assert sorted(pd.read_parquet(Path(output) / f"run_id={again.run_id}")["eval_id"]) == first_ids
+
+
+JUDGE_DELAY_S = 1.0
+
+
+def test_llm_judges_are_called_apart_holding_no_datapoint_slot(tmp_path: Path) -> None:
+    """With one datapoint in flight (workers=1) and a judge that answers after a second, every
+    datapoint's prompt call is made before the first judge reply: the LLM-as-judge calls are
+    the run's judge calls, not made in the datapoint's slot."""
+
+    def answer(body: dict) -> str:
+        if "Is this answer polite" in json.dumps(body):
+            time.sleep(JUDGE_DELAY_S)
+        return reply(body)
+
+    with FakeModelServer(script=[], answer=answer) as srv:
+        result = evaluations.run(
+            "geo-slow-judge",
+            {"path": "geo/slow-judged", "version": PROMPT},
+            [EVALUATORS[-1]],  # the polite judge
+            {**DATASET, "path": "geo/capitals-slow-judged"},
+            1,
+            output=results_root(tmp_path),
+            model_options={"base_url": srv.url + "/v1"},
+            **FAST,
+        )
+    calls = srv.model_requests()
+    judge_asked = [call.at for call in calls if "Is this answer polite" in json.dumps(call.body)]
+    prompt_asked = [call.at for call in calls if "capital of" in json.dumps(call.body)]
+    assert len(judge_asked) == 3 and len(prompt_asked) == 3
+    assert max(prompt_asked) < min(judge_asked) + JUDGE_DELAY_S, (prompt_asked, judge_asked)
+    polite = result.checks[0]
+    assert (polite.num_judgments, polite.num_errors) == (2, 1)  # Tokyo's judge rambles, as above

@@ -124,6 +124,29 @@ def generate_reply(
     return output.text, metadata
 
 
+def prompt_request(model: str, options: PromptOptions, messages: list[ChatMessage]) -> dict[str, Any]:
+    """A model call as plain JSON, to be made elsewhere (a run's judge actor) by
+    :func:`run_prompt_request`."""
+    return {
+        "kind": "prompt",
+        "model": model,
+        "options": options.model_dump(exclude_none=True),
+        "messages": [message.model_dump(mode="json") for message in messages],
+    }
+
+
+def run_prompt_request(request: dict[str, Any]) -> dict[str, Any]:
+    """The outcome of a :func:`prompt_request`: ``{"reply", "metadata"}``, or ``{"error"}`` when
+    the call could not be made (after the model layer's retries); never raises for the call."""
+    try:
+        model, options = prompt_model(request["model"], request["options"])
+        messages = [ChatMessage.model_validate(message) for message in request["messages"]]
+        reply, metadata = generate_reply(model, options, messages, None)
+    except Exception as exc:  # noqa: BLE001 - the caller turns it into the judgment's error
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    return {"reply": reply, "metadata": metadata}
+
+
 def prompt_agent(task_prompt: str, work_dir: Path, context: AgentContext) -> dict[str, Any]:
     model, options = prompt_model(context.model, context.args)
     # the task alone (the same for every unit of the eval, so cached replies serve any run)

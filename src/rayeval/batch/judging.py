@@ -31,6 +31,10 @@ class JudgeWorker:
         from ..graders import rubric  # noqa: F401
 
     def judge(self, request: dict[str, Any]) -> dict[str, Any]:
+        if request.get("kind") == "prompt":  # an LLM-as-judge evaluator's model call
+            from ..agents.prompt import run_prompt_request
+
+            return run_prompt_request(request)
         return run_judge_request(request)
 
 
@@ -79,7 +83,8 @@ class JudgeCalls:
         try:
             outcome = ray.get(ref)
         except ray.exceptions.RayError as exc:  # the actor kept dying: a judge failure, not a lost unit
-            outcome = failed_outcome(request, f"the judge call could not be made: {str(exc).strip()[:500]}")
+            message = f"the judge call could not be made: {str(exc).strip()[:500]}"
+            outcome = {"error": message} if request.get("kind") == "prompt" else failed_outcome(request, message)
         judged = self.units[token]
         judged.outcomes[key][index] = outcome
         judged.left -= 1

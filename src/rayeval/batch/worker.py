@@ -9,7 +9,7 @@ import socket
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import ray
 from pydantic import BaseModel
@@ -50,6 +50,19 @@ class JudgeWork(NamedTuple):
 
 # Replaces grading by the eval's graders: (eval, execution) -> result (see run_batch's ``grade``).
 GradeFunction = Callable[[Eval, Execution], EvalResult]
+
+
+@runtime_checkable
+class JudgedGrade(Protocol):
+    """A run's own grade function whose judge model calls the run makes apart, as for
+    LLM-judged graders: ``judge_requests`` collects them (as ``graders.judging`` requests),
+    and the unit is then graded with their outcomes."""
+
+    judged: bool  # whether it has judge calls at all
+
+    def judge_requests(self, eval_: Eval, execution: Execution) -> Judgments: ...
+
+    def __call__(self, eval_: Eval, execution: Execution, judgments: Judgments | None = None) -> EvalResult: ...
 
 
 class WorkerConfig(BaseModel):
@@ -104,7 +117,10 @@ class UnitWorker:
         execution = self._execute(unit, self.work_root / f"thread-{threading.get_native_id()}")
         if unit.eval_index in self.judged_evals:
             eval_ = self.evals[unit.eval_index]
-            requests = judge_requests(eval_, execution, grade_timeout=self.config.grade_timeout)
+            if isinstance(self.grade, JudgedGrade):
+                requests = self.grade.judge_requests(eval_, execution)
+            else:
+                requests = judge_requests(eval_, execution, grade_timeout=self.config.grade_timeout)
             if requests:
                 return JudgeWork(execution, requests)
         return self._row(unit, attempt, self.grade(self.evals[unit.eval_index], execution))
@@ -116,7 +132,10 @@ class UnitWorker:
         self._load(shared)
         unit = self.plan.unit(position)
         eval_ = self.evals[unit.eval_index]
-        result = grade_execution(eval_, execution, grade_timeout=self.config.grade_timeout, judgments=judgments)
+        if isinstance(self.grade, JudgedGrade):
+            result = self.grade(eval_, execution, judgments)
+        else:
+            result = grade_execution(eval_, execution, grade_timeout=self.config.grade_timeout, judgments=judgments)
         return self._row(unit, attempt, result)
 
     def _row(self, unit: Unit, attempt: int, result: EvalResult) -> UnitRow:
@@ -156,8 +175,11 @@ class UnitWorker:
             self.plan = Plan(self.evals, self.config.models, self.config.seeds, self.config.agent)
             self.agent = agent if agent is not None else self._named_agent()
             self.grade = grade or functools.partial(grade_execution, grade_timeout=self.config.grade_timeout)
-            # a run's own grade function calls what it calls: no judge calls apart then
-            judged = [] if grade else [i for i, eval_ in enumerate(self.evals) if has_judged_graders(eval_)]
+            # a run's own grade function calls its judges itself, unless it hands them over
+            if grade is None:
+                judged = [i for i, eval_ in enumerate(self.evals) if has_judged_graders(eval_)]
+            else:
+                judged = list(range(len(self.evals))) if isinstance(grade, JudgedGrade) and grade.judged else []
             self.judged_evals = frozenset(judged)
             self._shared_key = key
 

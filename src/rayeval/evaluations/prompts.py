@@ -21,8 +21,16 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..agents.prompt import PromptOptions, generate_reply, prompt_agent, prompt_model
+from ..agents.prompt import (
+    PromptOptions,
+    generate_reply,
+    prompt_agent,
+    prompt_model,
+    prompt_request,
+    run_prompt_request,
+)
 from ..errors import RayevalError
+from ..graders.judging import Deferred, judge_outcomes
 from ..harness.prompt import task_of
 from ..models import ChatMessage
 
@@ -237,11 +245,30 @@ class LLMJudge(BoundPrompt):
         self.return_type = return_type
         self.choices = list(options)
 
-    def __call__(self, log: dict[str, Any], datapoint: dict[str, Any] | None = None) -> Any:
+    def request(self, log: dict[str, Any], datapoint: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The judge's model call for this log, as JSON (see :func:`prompt_request`)."""
         variables: dict[str, Any] = {**log, "log": log}
         if datapoint is not None:
             variables.update(datapoint=datapoint, target=datapoint.get("target"))
         form = JUDGMENT_FORMS[self.return_type].format(options=", ".join(self.choices))
         instruction = ChatMessage(role="user", content=f"End your reply with one line holding only {form}.")
-        reply, _ = self.ask(variables, [instruction])
-        return read_judgment(reply, self.return_type, self.choices)
+        return prompt_request(self.model_name, self.options, [*rendered(self.template, variables), instruction])
+
+    def __call__(self, log: dict[str, Any], datapoint: dict[str, Any] | None = None) -> Any:
+        """The judgment; its call is made here, or by the run's judge actor (a batch run's
+        evaluators run twice: first their requests are collected, then they read the outcomes)."""
+        outcomes = judge_outcomes([self.request(log, datapoint)], _run_prompt_requests)
+        if isinstance(outcomes, Deferred):
+            return None  # collecting: this pass's judgments are discarded
+        outcome = outcomes[0]
+        if "error" in outcome:
+            raise JudgeCallError(str(outcome["error"]))
+        return read_judgment(str(outcome.get("reply", "")), self.return_type, self.choices)
+
+
+class JudgeCallError(RayevalError, RuntimeError):
+    """The judge model could not be called (after the model layer's retries)."""
+
+
+def _run_prompt_requests(requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [run_prompt_request(request) for request in requests]

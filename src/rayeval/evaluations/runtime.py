@@ -39,6 +39,7 @@ from typing import Any
 from .._json import dumps
 from ..errors import RayevalError
 from ..evals import Eval
+from ..graders.judging import Judgments, collecting_judge_requests, judged
 from ..graders.result import GraderResult
 from ..harness.execution import Execution, grade_execution, lift_metadata
 from ..harness.prompt import task_of
@@ -186,6 +187,24 @@ class EvaluatorsGrader:
         self.name = name
         self.file = file
         self.version_id = version_id
+        from .prompts import LLMJudge
+
+        #: LLM-as-judge evaluators, whose model calls a batch run makes as judge calls of its own
+        self.judges = [evaluator for evaluator in evaluators if isinstance(evaluator.fn, LLMJudge)]
+
+    @property
+    def judged(self) -> bool:
+        return bool(self.judges)
+
+    def judge_requests(self, eval_: Eval, execution: Execution) -> Judgments:
+        """The model calls of the LLM-as-judge evaluators for this execution (none are made)."""
+        if execution.outcome != "answered" or not self.judges:
+            return {}
+        log, datapoint = self.log(eval_, execution), self.datapoint(eval_)
+        with collecting_judge_requests() as collected:
+            for evaluator in self.judges:
+                evaluator.judge(log, datapoint)
+        return collected
 
     def log(self, eval_: Eval, execution: Execution) -> dict[str, Any]:
         extra = eval_.model_extra or {}
@@ -220,7 +239,9 @@ class EvaluatorsGrader:
             "target": copy.deepcopy(extra.get("target")),
         }
 
-    def __call__(self, eval_: Eval, execution: Execution) -> EvalResult:
+    def __call__(self, eval_: Eval, execution: Execution, judgments: Judgments | None = None) -> EvalResult:
+        """The unit's row; ``judgments``: the outcomes of :meth:`judge_requests`' calls (else the
+        LLM-as-judge evaluators call their models here)."""
         if execution.outcome != "answered":
             if execution.outcome == "no_answer":  # cannot happen with DatapointCaller; an error if it does
                 execution = execution.model_copy(
@@ -230,21 +251,22 @@ class EvaluatorsGrader:
         start = time.monotonic()
         log = self.log(eval_, execution)
         datapoint = self.datapoint(eval_)
-        judgments = {evaluator.path: evaluator.judge(log, datapoint) for evaluator in self.evaluators}
-        checks = log_checks(self.evaluators, judgments)
-        raised = any(isinstance(v, dict) and "error" in v for v in judgments.values())
+        with judged(judgments or {}):
+            verdicts = {evaluator.path: evaluator.judge(log, datapoint) for evaluator in self.evaluators}
+        checks = log_checks(self.evaluators, verdicts)
+        raised = any(isinstance(v, dict) and "error" in v for v in verdicts.values())
         passed = all(checks.values()) if checks else not raised
         score = (sum(checks.values()) / len(checks)) if checks else float(passed)
         reasoning = "; ".join(
             f"{path}: {_describe(value)}" + ("" if path not in checks else (" [pass]" if checks[path] else " [fail]"))
-            for path, value in judgments.items()
+            for path, value in verdicts.items()
         )
         grade_s = time.monotonic() - start
         grader_result = GraderResult(
             passed=passed,
             score=score,
             score_max=1.0,
-            metrics={EVALUATORS_KEY: judgments, "checks": checks},
+            metrics={EVALUATORS_KEY: verdicts, "checks": checks},
             reasoning=reasoning,
             agent_answer=execution.answer,
         )

@@ -9,19 +9,24 @@ answering after D seconds, at --max-concurrency C.
   (c) limited: (a) with ``max_connections=C``, the request limit shared by the run's workers
       (a Ray actor: two actor calls a request), on an empty cache.
   (d) judged: (a) with each eval graded by a one-criterion ``rubric`` whose judge is the same
-      server (a call of D seconds more per unit), judge concurrency C: the judges' share of the
-      wall time against (a) (goal: at most 10 % more).
+      server (a call of --judge-delay seconds more per unit, default D), judge concurrency C:
+      the judges' share of the wall time against (a) (goal: at most 10 % more).
 
 The server runs in its own process (tests/agents/fake_model_server.py), so its threads do not
 share the driver's interpreter lock.
 
-Usage: python scripts/bench_models.py [--units 1000] [--delay 0.2] [--concurrency 100]
+Usage: python scripts/bench_models.py [--units 1000] [--delay 0.2] [--judge-delay D] [--concurrency 100]
+                                     [--which cold,warm,limited,judged]
+
+Units of seconds with judges of about a second (the shape real runs have):
+``--units 200 --delay 5 --judge-delay 1 --concurrency 50 --which cold,judged``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import multiprocessing
 import os
@@ -50,19 +55,23 @@ JUDGED = {"type": "rubric", "config": {
 }}  # fmt: skip
 
 
-def reply(body: dict) -> str:
-    """The judge's verdict to a judge's request (it has a system prompt), else the agent's answer."""
+def reply(body: dict, delay_s: float, judge_delay_s: float) -> str:
+    """The judge's verdict to a judge's request (it has a system prompt), else the agent's
+    answer, each after its delay."""
     if any(message.get("role") == "system" for message in body.get("messages", [])):
+        time.sleep(judge_delay_s)
         return json.dumps({"met": True, "rationale": "it answers B"})
+    time.sleep(delay_s)
     return f"It is B.\n{ANSWER}"
 
 
-def serve(delay_s: float, pipe: Connection) -> None:
+def serve(delay_s: float, judge_delay_s: float, pipe: Connection) -> None:
     """The loopback server, in this child process: sends its URL, then answers each message on
     ``pipe`` with (model requests so far, most in flight at once)."""
     from tests.agents.fake_model_server import FakeModelServer
 
-    server = FakeModelServer(script=[], answer=reply, delay_s=delay_s).start()
+    answer = functools.partial(reply, delay_s=delay_s, judge_delay_s=judge_delay_s)
+    server = FakeModelServer(script=[], answer=answer).start()
     pipe.send(server.url)
     while pipe.recv() != "stop":
         pipe.send((len(server.model_requests()), server.max_in_flight))
@@ -136,11 +145,17 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--units", type=int, default=1000, help="a multiple of 100 (100 evals x seeds)")
     parser.add_argument("--delay", type=float, default=0.2)
+    parser.add_argument("--judge-delay", type=float, help="seconds a judge call takes (default: --delay)")
     parser.add_argument("--concurrency", type=int, default=100)
+    parser.add_argument("--which", default="cold,warm,limited,judged", help="which runs, in this order")
     args = parser.parse_args()
+    judge_delay = args.delay if args.judge_delay is None else args.judge_delay
+    which = [name for name in ("cold", "warm", "limited", "judged") if name in args.which.split(",")]
     os.environ["OPENAI_API_KEY"] = "sk-bench-not-a-key"  # the agent's and the judge's
     ours, theirs = multiprocessing.Pipe()
-    server = multiprocessing.get_context("spawn").Process(target=serve, args=(args.delay, theirs), daemon=True)
+    server = multiprocessing.get_context("spawn").Process(
+        target=serve, args=(args.delay, judge_delay, theirs), daemon=True
+    )
     server.start()
     base_url = f"{ours.recv()}/v1"
     os.environ["OPENAI_BASE_URL"] = base_url  # the judge's (the agent's comes as --agent-arg)
@@ -153,13 +168,10 @@ def main() -> None:
         sdk = asyncio.run(bare_sdk(base_url, tasks, args.units, args.concurrency))
         before, _ = counts(ours)
         print(f"bare SDK: {before} calls in {sdk:.2f}s = {sdk / ideal:.2f}x ideal ({ideal:.1f}s)")
-        for name, options in (
-            ("cold", {}),
-            ("warm", {}),
-            ("limited", {"max_connections": str(args.concurrency)}),
-            ("judged", {}),
-        ):
-            if name in ("limited", "judged"):
+        runs = {"cold": {}, "warm": {}, "limited": {"max_connections": str(args.concurrency)}, "judged": {}}
+        for name in which:
+            options = runs[name]
+            if name in ("limited", "judged") and (work / "responses").exists():
                 shutil.rmtree(work / "responses")
             settle()
             evals = "evals_judged" if name == "judged" else "evals"
@@ -171,8 +183,9 @@ def main() -> None:
                   f"{wall / ideal:.2f}x ideal, {wall / sdk:.2f}x the bare SDK (Ray start-up {startup:.1f}s not included); "
                   f"worker start-up {to_first:.1f}s, then {span:.2f}s = {span / ideal:.2f}x ideal, {span / sdk:.2f}x the SDK")  # fmt: skip
             before = after
-        print(f"judged: wall {walls['judged']:.2f}s = {walls['judged'] / walls['cold']:.2f}x the cold run's "
-              f"(goal <= 1.10x): the judges' share {walls['judged'] / walls['cold'] - 1:+.0%}")  # fmt: skip
+        if {"cold", "judged"} <= walls.keys():
+            print(f"judged: wall {walls['judged']:.2f}s = {walls['judged'] / walls['cold']:.2f}x the cold run's "
+                  f"(goal <= 1.10x): the judges' share {walls['judged'] / walls['cold'] - 1:+.0%}")  # fmt: skip
     ours.send("stop")
     server.join(5)
 

@@ -2,7 +2,8 @@
 readable part files: only the dozen columns they need are read, and no unit leaves duckdb.
 
 The parts are those :meth:`ResultsReader.parts` checked (unreadable ones left out with a
-warning). duckdb reads a local root's files itself; an S3 root's parts, and any selection duckdb
+warning), with their partition values as the store decodes them. duckdb reads a local root's
+files itself; an S3 root's parts, and any selection duckdb
 cannot read as one table (a part whose data cannot be decoded, a column no part has), are read
 through the reader's Arrow path instead, with its handling of bad parts. Rows are deduplicated as
 by :func:`~rayeval.report.reader.latest_attempts`: per ``(run_id, unit_id)`` the highest
@@ -123,8 +124,14 @@ class _Rows:
             if not parts.fragments:
                 return None
             if not self.reader.store.is_s3:
+                # the partition values as the store's layout decodes them, joined by file
+                keys = parts.keys()
+                self.connection.register("part_keys", keys.rename_columns(["rayeval_part", *keys.column_names[1:]]))
                 files = ", ".join("'" + path.replace("'", "''") + "'" for path in parts.paths)
-                source = f"read_parquet([{files}], hive_partitioning = true, hive_types_autocast = false, union_by_name = true)"
+                source = f"""(
+                    SELECT * EXCLUDE (rayeval_file, rayeval_part)
+                    FROM read_parquet([{files}], filename = 'rayeval_file', union_by_name = true)
+                    JOIN part_keys ON rayeval_file = rayeval_part)"""
                 try:
                     table = self._run(build(source))
                 except duckdb.Error:

@@ -321,6 +321,17 @@ class Parts:
     def paths(self) -> list[str]:
         return [fragment.path for fragment in self.fragments]
 
+    def keys(self) -> pa.Table:
+        """Each readable part's path and its partition values (``run_id``, ``model``), decoded
+        from its folders as the layout names them: for readers that read the files themselves."""
+        import pyarrow.dataset as ds
+
+        values = [ds.get_partition_keys(fragment.partition_expression) for fragment in self.fragments]
+        columns = {"path": pa.array(self.paths, pa.string())}
+        for partition in _PARTITION_SCHEMA:
+            columns[partition.name] = pa.array([keys.get(partition.name) for keys in values], partition.type)
+        return pa.table(columns)
+
     def dataset(self) -> ds.Dataset:
         import pyarrow.dataset as ds
 

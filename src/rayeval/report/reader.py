@@ -25,7 +25,6 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
-import pyarrow.fs as pafs
 
 from ..errors import RayevalError
 from ..storage.row import ERROR_STATUSES
@@ -126,13 +125,12 @@ class ResultsReader:
     # -- listing -----------------------------------------------------------------------
     def _check_root(self) -> None:
         try:
-            info = self.store.fs.get_file_info(self.store.base)
+            kind = self.store.root_kind()
         except OSError as exc:
             raise ReportError(f"cannot open results root {self.root!r}: {exc}") from None
-        # On S3 a prefix is not an object: NotFound is normal there and handled by listing.
-        if info.type == pafs.FileType.File:
+        if kind == "file":
             raise ReportError(f"results root {self.root!r} is a file, not a folder")
-        if info.type == pafs.FileType.NotFound and not self.store.is_s3:
+        if kind == "missing":
             raise ReportError(f"results root {self.root!r} does not exist")
 
     def run_ids(self) -> list[str]:

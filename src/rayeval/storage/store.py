@@ -686,6 +686,16 @@ class ResultStore:
                 latest[unit_id] = (attempt, status)
         return {unit_id: attempt for unit_id, (attempt, status) in latest.items() if status in ("error", "timeout")}
 
+    def root_kind(self) -> Literal["folder", "file", "missing"]:
+        """What the root is (an S3 prefix, never an object itself, is a folder); raises
+        ``OSError`` when the storage cannot say."""
+        info = self.fs.get_file_info(self.base)
+        if info.type == pafs.FileType.File:
+            return "file"
+        if info.type == pafs.FileType.NotFound and not self.is_s3:
+            return "missing"
+        return "folder"
+
     def list_runs(self) -> list[str]:
         """Every run under the root (decoded ``run_id=`` folder names), sorted; [] for a missing root."""
         selector = pafs.FileSelector(self.base, recursive=False, allow_not_found=True)

@@ -6,8 +6,8 @@ folders are pruned when runs are asked for, the model/eval filters are pushed do
 problems become :class:`ReportError` messages, and pandas frames come back with categorical key
 columns. Everything after the read is vectorised (no per-row Python).
 
-A file that is no part, or a part that cannot be read (checked from its footer, see
-:meth:`ResultStore.parts`), is left out with a warning naming it (``logging``; ``rayeval report``
+A file that is no part, a part that cannot be read (checked from its footer, see
+:meth:`ResultStore.parts`), or a run manifest that is not JSON, is left out with a warning naming it (``logging``; ``rayeval report``
 prints it on stderr) and listed in :attr:`ResultsReader.skipped`: one damaged run never stops the
 report of the others.  The reader never modifies the root (only ``--resume`` moves such parts aside).
 
@@ -17,6 +17,7 @@ row with the highest ``attempt`` and then the latest ``finished_at``.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -30,6 +31,8 @@ import pyarrow.fs as pafs
 from ..errors import RayevalError
 from ..storage.row import ERROR_STATUSES
 from ..storage.store import MANIFEST_NAME, TABLE_SCHEMA, Parts, ResultStore, SkippedFile
+
+log = logging.getLogger(__name__)
 
 # Columns the reports need: the heavy free-text/JSON columns are left out unless asked for.
 REPORT_COLUMNS: tuple[str, ...] = (
@@ -153,11 +156,23 @@ class ResultsReader:
                 continue
             try:
                 data = self.store.read_manifest_data(run)
-            except (OSError, ValueError) as exc:
-                raise ReportError(f"run {run!r}: unreadable {MANIFEST_NAME}: {exc}") from None
+            except OSError as exc:  # the storage failing, not the file
+                raise ReportError(f"run {run!r}: cannot read {MANIFEST_NAME}: {exc}") from None
+            except ValueError as exc:  # damaged: the run's rows are reported without its plan
+                self._skip_manifest(run, exc)
+                continue
             if data is not None:
                 found[run] = data
         return found
+
+    def _skip_manifest(self, run: str, exc: ValueError) -> None:
+        """Leave out a run's damaged manifest with a warning naming it: its rows are still
+        reported (without the run's status and planned units), and other runs are not touched."""
+        problem = f"unreadable {MANIFEST_NAME} ({exc}): run {run!r} is reported without its status and planned units"
+        item = SkippedFile(f"{self.store.run_uri(run)}/{MANIFEST_NAME}", problem, part=False)
+        if item.path not in {known.path for known in self.skipped}:
+            self.skipped.append(item)
+            log.warning("skipping %s", item)
 
     def part_files(self, runs: str | Iterable[str] | None = None) -> list[str]:
         """Parquet part files (hidden/temporary ``.``/``_`` files skipped), pruned by run."""

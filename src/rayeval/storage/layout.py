@@ -4,6 +4,7 @@
 
     <root>/run_id=<run>/model=<model>/part-<writer_id>-<seq>.parquet   the rows
     <root>/run_id=<run>/_manifest.json                                 the run's manifest
+    <root>/run_id=<run>/_manifest.reserve                              room held for it (local roots)
     <root>/run_id=<run>/_lease.json, _lease.lock                       the run's lease (lock: local roots)
     <root>/run_id=<run>/_wal/                                          its write-ahead log (local roots)
     <root>/run_id=<run>/_quarantine/                                   parts moved aside by --resume
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from urllib.parse import quote, unquote
 
 MANIFEST_NAME = "_manifest.json"
+MANIFEST_RESERVE_NAME = "_manifest.reserve"
 LEASE_NAME = "_lease.json"
 LOCK_NAME = "_lease.lock"
 WAL_FOLDER = "_wal"
@@ -83,6 +85,9 @@ class Layout:
     def manifest(self, run_id: str) -> str:
         return f"{self.run(run_id)}/{MANIFEST_NAME}"
 
+    def manifest_reserve(self, run_id: str) -> str:
+        return f"{self.run(run_id)}/{MANIFEST_RESERVE_NAME}"
+
     def lease(self, run_id: str) -> str:
         return f"{self.run(run_id)}/{LEASE_NAME}"
 
@@ -119,6 +124,7 @@ __all__ = [
     "LEASE_NAME",
     "LOCK_NAME",
     "MANIFEST_NAME",
+    "MANIFEST_RESERVE_NAME",
     "QUARANTINE_FOLDER",
     "WAL_FOLDER",
     "Layout",

@@ -117,6 +117,9 @@ BACKOFF_CAP_S = 10.0
 #: Seconds rows may keep failing to be stored (retried with backoff) before the writer gives up
 #: and the run stops: an S3 blip is ridden out, an outage ends the run cleanly.
 STORE_RETRY_S = 60.0
+# Room held on a local root's disk for a running run's manifest beyond its size (its
+# temporary copy, the folder growing): see ResultStore.write_manifest.
+MANIFEST_RESERVE_SLACK = 64 * 1024
 # Errors of a local disk that no retry mends: the run stops at the first one.
 _LASTING_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG})
 
@@ -687,10 +690,50 @@ class ResultStore:
 
     # -- manifests -----------------------------------------------------------------------------
     def write_manifest(self, manifest: RunManifest) -> RunManifest:
-        """Store a run's manifest atomically (``updated_at`` set to now); returns what was stored."""
+        """Store a run's manifest atomically (``updated_at`` set to now); returns what was stored.
+
+        On a local root the manifest of a run not ended yet has room held aside for its next
+        version (``_manifest.reserve``, hidden from readers): when rows have filled the disk,
+        that room is given back and the manifest replaced in it, so that a run stopped by a
+        full disk still says failed.  The reserve goes once the manifest says the run ended."""
         stored = manifest.model_copy(update={"updated_at": _utcnow()})
-        self.put_atomic(self.manifest_path(stored.run_id), stored.model_dump_json(indent=2).encode())
+        data = stored.model_dump_json(indent=2).encode()
+        path = self.manifest_path(stored.run_id)
+        try:
+            self.put_atomic(path, data)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT) or not self._drop_manifest_reserve(stored.run_id):
+                raise
+            self.put_atomic(path, data)
+        if stored.finished:
+            self._drop_manifest_reserve(stored.run_id)
+        elif not self.is_s3:
+            self._hold_manifest_reserve(stored.run_id, len(data) + MANIFEST_RESERVE_SLACK)
         return stored
+
+    def _hold_manifest_reserve(self, run_id: str, size: int) -> None:
+        """Hold ``size`` bytes of a local root's disk for the run's manifest (best effort: a
+        disk without that room goes on without a reserve)."""
+        try:
+            fd = os.open(self.layout.manifest_reserve(run_id), os.O_WRONLY | os.O_CREAT, 0o644)
+            try:
+                if os.fstat(fd).st_size < size:
+                    os.posix_fallocate(fd, 0, size)
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            log.debug("run %s: no room held for its manifest: %s", run_id, exc)
+
+    def _drop_manifest_reserve(self, run_id: str) -> bool:
+        """Give the room held for the run's manifest back; True when there was a reserve."""
+        if self.is_s3:
+            return False
+        try:
+            os.unlink(self.layout.manifest_reserve(run_id))
+        except FileNotFoundError:
+            return False
+        return True
 
     def _manifest_bytes(self, run_id: str) -> bytes | None:
         try:

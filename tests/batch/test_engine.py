@@ -79,6 +79,40 @@ def test_units_that_raise_hang_or_return_garbage_get_their_own_rows(tmp_path: Pa
     assert {m.model: m.errors for m in summary.models} == {"m1": 2, "m2": 2}
 
 
+def test_results_that_cannot_be_stored_are_their_own_units_errors(tmp_path: Path) -> None:
+    """Inline, an agent's result reaches the row unchecked: one that no row can hold (text that
+    is not Unicode, an integer or a nesting no JSON holds) makes that unit an error row saying
+    why; the units beside it, on the same worker, are stored as they are."""
+    evals = write_mc_evals(tmp_path / "evals", ["ok_1", "surrogate_1", "huge_1", "deep_1", "raise_1", "ok_2"])
+    batch.run(
+        str(evals),
+        agent="tests.batch.agents:unstorable",
+        output=str(tmp_path / "out"),
+        run_id="r",
+        isolation="inline",
+        retries=0,
+        max_concurrency=6,
+        **FAST,
+    )
+    frame = pd.read_parquet(tmp_path / "out" / "run_id=r").set_index("eval_id")
+    assert sorted(frame.index) == sorted(["ok_1", "surrogate_1", "huge_1", "deep_1", "raise_1", "ok_2"])
+    assert frame.loc["ok_1", "passed"] and frame.loc["ok_2", "passed"]
+    unstorable, unsendable = (
+        "the unit's result cannot be stored: ",
+        "the agent's return value cannot be stored as JSON: ",
+    )
+    for eval_id, kind, start, why in [
+        ("surrogate_1", "UnstorableResult", unstorable, "surrogates not allowed"),
+        ("raise_1", "UnstorableResult", unstorable, "surrogates not allowed"),
+        ("huge_1", "UnsendableResult", unsendable, "integer string conversion"),
+        ("deep_1", "UnsendableResult", unsendable, "RecursionError"),
+    ]:
+        row = frame.loc[eval_id]
+        assert row["status"] == "error" and row["error_type"] == kind, (eval_id, row["error_type"])
+        assert row["error_message"].startswith(start) and why in row["error_message"], row["error_message"]
+        assert row["answer_json"] is None and row["attempt"] == 1
+
+
 @pytest.mark.parametrize(
     "options, isolation, network",
     [({}, "sandbox", "host"), ({"isolation": "process"}, "process", None)],

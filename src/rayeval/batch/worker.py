@@ -27,7 +27,7 @@ from ..harness.runner import EvalRunner
 from ..harness.sandbox import SandboxConfig
 from ..harness.workspace import default_work_root
 from .plan import Plan, Unit
-from .rows import UnitRow, row_from_result, unit_row
+from .rows import UnitRow, stored_row
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +118,7 @@ class UnitWorker:
         return self._row(unit, attempt, result)
 
     def _row(self, unit: Unit, attempt: int, result: EvalResult) -> UnitRow:
-        row = row_from_result(
+        return stored_row(
             result,
             unit=unit,
             eval_=self.evals[unit.eval_index],
@@ -128,7 +128,6 @@ class UnitWorker:
             attempt=attempt,
             node=self.node,
         )
-        return unit_row(row)
 
     def prepare(self, shared: list[Any]) -> str:
         """Returns, with the id of the node the worker is on, once the worker is up and holds

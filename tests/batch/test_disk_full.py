@@ -4,6 +4,7 @@ unit's row, and ``--resume`` finishes the run once there is room again."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -13,6 +14,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from rayeval.batch.engine import _record_stop
+from rayeval.storage import ResultsRootUnwritable, ResultStore, RunManifest
 from tests.batch.conftest import completed_units, read_invocations, write_mc_evals
 
 REPO = Path(__file__).resolve().parents[2]
@@ -73,3 +76,23 @@ def _rayeval(command: list[str]) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=300,
     )
+
+
+def test_a_manifest_that_cannot_be_marked_is_said_once_in_the_runs_message(
+    tmp_path: Path, small_disk, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A disk full before the run could even hold room for its manifest: the run's one message
+    says the manifest still says running; nothing else is logged about it."""
+    disk = small_disk("results", "256k")
+    store = ResultStore(str(disk.path))
+    manifest = store.write_manifest(RunManifest(run_id="r"))
+    (disk.path / "run_id=r" / "_manifest.reserve").unlink()  # no room was left to hold
+    disk.fill()
+    stopped = ResultsRootUnwritable(
+        "r", str(disk.path), "results root", OSError(28, "No space left on device"), disk.path
+    )
+    with caplog.at_level(logging.WARNING):
+        _record_stop(store, manifest, "failed", stopped)
+    assert not caplog.records
+    assert "its manifest could not be marked failed either (No space left on device (ENOSPC))" in str(stopped)
+    assert store.read_manifest("r").status == "running"

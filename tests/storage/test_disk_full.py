@@ -4,7 +4,6 @@ an S3 endpoint answering errors for longer than the writer retries.  The writer 
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import time
@@ -151,7 +150,7 @@ def test_a_full_disk_still_takes_the_manifest_marked_failed(small_disk) -> None:
     _add_until_refused(writer, "r")
     with pytest.raises(ResultsRootUnwritable):
         writer.close(timeout=5)
-    _fill(disk.path / "filler")  # what room the writer's failed appends gave back, taken too
+    disk.fill()  # what room the writer's failed appends gave back, taken too
 
     store.write_manifest(running.with_status("failed"))
     assert store.read_manifest("r").status == "failed"
@@ -161,17 +160,3 @@ def test_a_full_disk_still_takes_the_manifest_marked_failed(small_disk) -> None:
 def _many_eval_refs() -> list[EvalFileRef]:
     """Eval references enough for a manifest of several disk pages."""
     return [EvalFileRef(path=f"evals/e{i}.json", id=f"e{i}", eval_hash=f"{i:064x}") for i in range(200)]
-
-
-def _fill(path: Path) -> None:
-    """Write to ``path`` until its disk is full, to the last page."""
-    with pytest.raises(OSError) as full, path.open("wb", buffering=0) as out:
-        for size in (1 << 16, 4096, 1):
-            try:
-                while True:
-                    out.write(b"x" * size)
-            except OSError as exc:
-                if size == 1:
-                    raise
-                assert exc.errno == errno.ENOSPC
-    assert full.value.errno == errno.ENOSPC

@@ -439,8 +439,9 @@ def _record_stop(
     try:
         store.write_manifest(manifest.with_status(status))
     except Exception as exc:  # noqa: BLE001 - the run's own error says why it stopped
-        log.warning("run %s: cannot record its status in the manifest: %s", manifest.run_id, exc)
-        if unwritable is not None:
+        if unwritable is None:
+            log.warning("run %s: cannot record its status in the manifest: %s", manifest.run_id, exc)
+        else:  # said in the run's one message
             unwritable.manifest_note = (
                 f"its manifest could not be marked {status} either ({describe_write_error(exc)}) and still says running"
             )

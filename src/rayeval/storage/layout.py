@@ -64,6 +64,11 @@ def part_problem(relative: str) -> str | None:
     segments = relative.split("/")
     if len(segments) != 3 or not segments[0].startswith(RUN_PREFIX) or not segments[1].startswith(MODEL_PREFIX):
         return "a Parquet file outside the run_id=<run>/model=<model>/ folders (ignored)"
+    for segment in segments[:2]:
+        try:
+            unquote(segment, errors="strict")
+        except UnicodeDecodeError:
+            return f"folder {segment!r} does not decode to text (UTF-8), as rayeval's folder names do (ignored)"
     return None
 
 

@@ -572,3 +572,13 @@ def test_seeds_must_fit_the_stored_int64_column() -> None:
     with pytest.raises(ValueError, match="seeds.0"):
         batch.BatchConfig(evals=["e"], agent="reference", output="o", seeds=[2**63])
     assert batch.BatchConfig(evals=["e"], agent="reference", output="o", seeds=[2**63 - 1]).seeds == [2**63 - 1]
+
+
+@pytest.mark.parametrize("name", ["timeout", "grade_timeout"])
+def test_timeouts_beyond_thirty_days_are_refused(name: str) -> None:
+    """1e300 s overflowed the waits of every unit (each an OverflowError row): a typo, refused."""
+    with pytest.raises(ValueError, match=f"{name}\n.*less than or equal to 2592000"):
+        batch.BatchConfig(evals=["e"], agent="reference", output="o", **{name: 1e300})
+    assert (
+        getattr(batch.BatchConfig(evals=["e"], agent="reference", output="o", **{name: 2_592_000}), name) == 2_592_000
+    )

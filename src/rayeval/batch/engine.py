@@ -21,6 +21,7 @@ from ..agents.labels import row_labels
 from ..agents.resolve import agent_ref, check_agent_args, resolve_agent
 from ..errors import RayevalError
 from ..evals import Eval, load_evals, select_evals
+from ..evals.model import MAX_TIMEOUT_S
 from ..harness.cache import default_cache_dir
 from ..harness.context import AgentFunction, UnitResources
 from ..harness.execution import INT64_MAX, INT64_MIN, Execution, grade_execution, has_judged_graders
@@ -86,13 +87,13 @@ class BatchConfig(BaseModel):
     address: str | None = None
     retries: int = Field(2, ge=0)
     retry_backoff_s: float = Field(2.0, ge=0)
-    timeout: float | None = Field(None, gt=0)
+    timeout: float | None = Field(None, gt=0, le=MAX_TIMEOUT_S)
     #: how agents run: ``sandbox`` (the default), ``process`` (no sandbox: the explicit
     #: opt-out where it cannot start) or ``inline`` (trusted in-process agents only)
     isolation: Isolation = "sandbox"
     sandbox: SandboxConfig = SandboxConfig()
     #: seconds a unit's grading may take (in a grading subprocess) before it is a timeout row
-    grade_timeout: float = Field(DEFAULT_GRADE_TIMEOUT_S, gt=0)
+    grade_timeout: float = Field(DEFAULT_GRADE_TIMEOUT_S, gt=0, le=MAX_TIMEOUT_S)
     #: what one unit asks Ray for, overriding the agent's own declaration (see UnitResources)
     unit_cpus: float | None = Field(None, gt=0, allow_inf_nan=False)
     unit_memory: int | None = Field(None, ge=0)

@@ -19,9 +19,10 @@ import ray
 from rayeval import batch
 from rayeval.batch.engine import _close_run
 from rayeval.batch.plan import plan_units, unit_id_for
+from rayeval.batch.preview import preview_run
 from rayeval.evals import Eval, load_evals
 from rayeval.report import benchmark_table, read_units
-from rayeval.storage import ResultStore, RunManifest, StorageError
+from rayeval.storage import ManifestError, ResultStore, RunManifest, StorageError
 from tests.batch.conftest import completed_units, read_invocations, write_mc_evals
 from tests.conftest import read_jsonl, shared_path
 
@@ -582,3 +583,26 @@ def test_timeouts_beyond_thirty_days_are_refused(name: str) -> None:
     assert (
         getattr(batch.BatchConfig(evals=["e"], agent="reference", output="o", **{name: 2_592_000}), name) == 2_592_000
     )
+
+
+def test_a_damaged_manifest_is_resumed_only_with_force(tmp_path: Path) -> None:
+    """A run's manifest that is not a manifest any more leaves its inputs unknown: --resume says
+    so and that --force goes on; --resume --force finishes the run with the current inputs,
+    without running its stored units again, and writes their manifest."""
+    evals = write_mc_evals(tmp_path / "evals", ["e1", "e2"])
+    options = {"evals": [str(evals)], "agent": "tests.batch.agents:instant", "seeds": [1, 2],
+               "output": str(tmp_path / "out"), "run_id": "r", "isolation": "inline", **FAST}  # fmt: skip
+    batch.run_batch(batch.BatchConfig(**{**options, "seeds": [1]}))
+    manifest = tmp_path / "out" / "run_id=r" / "_manifest.json"
+    manifest.write_text('{"run_id": "r", "status": ')
+    for resume in (batch.run_batch, preview_run):  # --dry-run says the same
+        with pytest.raises(ManifestError, match=r"_manifest.json is not a valid run manifest .*--resume --force"):
+            resume(batch.BatchConfig(**options, resume=True))
+    with pytest.raises(ManifestError):
+        batch.run_batch(batch.BatchConfig(**options))  # nor started afresh over it
+    forced = batch.BatchConfig(**options, resume=True, force=True)
+    assert preview_run(forced).to_run == 2
+    done = batch.run_batch(forced)
+    assert (done.ran, done.skipped) == (2, 2)
+    assert json.loads(manifest.read_text())["status"] == "completed"
+    assert len(pd.read_parquet(tmp_path / "out" / "run_id=r")) == 4

@@ -41,6 +41,7 @@ from ..storage.filesystem import check_root, is_s3
 from ..storage.lease import RunLease, run_lease
 from ..storage.store import (
     STORE_RETRY_S,
+    ManifestError,
     ResultsRootUnwritable,
     StorageError,
     describe_write_error,
@@ -224,8 +225,8 @@ def run_batch(
     # written, renewed in the background, released at the end; the store writes only while it is held.
     lease = store.lease = run_lease(store, run_id).take().start_renewing()
     try:
-        previous = store.read_manifest(run_id)
-        if config.resume and previous is None:
+        previous, damaged = previous_manifest(store, run_id, config)
+        if config.resume and previous is None and not damaged:
             raise RunConflict(f"--resume: no run {run_id!r} under {config.output}")
         if not config.resume and previous is not None:
             raise RunConflict(f"run {run_id!r} already exists under {config.output}: pass --resume to finish it")
@@ -298,6 +299,22 @@ def run_batch(
     if stopped_by is not None:
         raise RunCancelled(run_id, stopped_by)
     return summarize(store, run_id, total_units=len(plan), skipped=len(plan) - to_run, ran=to_run, started=started)
+
+
+def previous_manifest(store: ResultStore, run_id: str, config: BatchConfig) -> tuple[RunManifest | None, bool]:
+    """The run's stored manifest, and whether it is damaged (not a run manifest).  A damaged
+    one leaves the run's inputs unknown: only ``--resume --force`` goes on, with the current
+    inputs (its stored units are not run again); anything else is refused saying so."""
+    try:
+        return store.read_manifest(run_id), False
+    except ManifestError as exc:
+        if not (config.resume and config.force):
+            raise ManifestError(
+                f"{exc}: the inputs run {run_id!r} was planned with are unknown; "
+                "--resume --force finishes it with the current inputs (its stored units are not run again)"
+            ) from None
+        log.warning("--resume --force: %s; replaced by the manifest of the current inputs", exc)
+        return None, True
 
 
 def run_evals(config: BatchConfig, evals: list[Eval] | None = None) -> list[Eval]:

@@ -194,3 +194,24 @@ def test_a_damaged_manifest_of_one_run_never_breaks_the_report_of_the_others(
     code, out, err = _cli(capsys, "report", str(root), "--run", "latest")  # every manifest is read
     assert code == 0 and "3 units done" in out and "unreadable _manifest.json" in err, err
     assert _tree(root) == before
+
+
+def test_parts_disagreeing_on_an_extra_columns_type_leave_out_the_later_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Run B's part has a column beyond rayeval's (``batch_id``) of another type than run A's:
+    the report of every run leaves B's part out, naming it, instead of failing for all."""
+    rows = [base_row(run_id="A", eval_id=f"e{i}", seed=i) for i in range(4)]
+    rows += [base_row(run_id="B", eval_id=f"e{i}", seed=i) for i in range(3)]
+    root = write_root(tmp_path / "results", rows)
+    for run, values in (("A", pa.array(["b1"] * 4)), ("B", pa.array([7] * 3))):
+        part = root / f"run_id={run}" / "model=m" / "part-test-0.parquet"
+        pq.write_table(pq.read_table(part).append_column("batch_id", values), part)
+    code, out, err = _cli(capsys, "report", str(root), "--by", "run", "--format", "csv")
+    assert code == 0, err
+    assert "\nA," in out and "\nB," not in out
+    (line,) = [line for line in err.splitlines() if line.startswith("rayeval: warning: ")]
+    assert "run_id=B/model=m/part-test-0.parquet: incompatible schema: column batch_id is int64" in line
+    assert "where other parts have string" in line
+    code, out, err = _cli(capsys, "report", str(root), "--run", "B", "--format", "csv")  # alone, B reads
+    assert code == 0 and "warning" not in err, err

@@ -192,7 +192,7 @@ class ResultsReader:
         self._check_root()
         try:
             parts = self.store.parts(wanted, extra_columns=True)
-        except (OSError, ValueError) as exc:  # the storage failing, parts disagreeing on a type
+        except (OSError, ValueError) as exc:  # the storage failing, or Arrow refusing a path
             raise ReportError(f"cannot read results under {self.root!r}: {exc}") from None
         self._note(parts.skipped)
         return parts

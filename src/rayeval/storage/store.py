@@ -273,6 +273,22 @@ def _schema_problem(physical: pa.Schema) -> str | None:
     return None
 
 
+def _with_extra_columns(found: pa.Schema, physical: pa.Schema) -> tuple[pa.Schema, str | None]:
+    """``found`` (the columns beyond :data:`TABLE_SCHEMA` of the parts before) with this part's
+    added, in order of appearance; or ``found`` as it was and why this part's cannot be: a
+    column of a type other parts do not have (a widening, int32 to int64, is fine)."""
+    before = found
+    for column in physical:
+        if column.name in TABLE_SCHEMA.names:
+            continue
+        try:
+            found = pa.unify_schemas([found, pa.schema([column])], promote_options="permissive")
+        except (pa.ArrowTypeError, pa.ArrowInvalid):
+            other = found.field(column.name).type
+            return before, f"incompatible schema: column {column.name} is {column.type}, where other parts have {other}"
+    return found, None
+
+
 @dataclass(frozen=True)
 class SkippedFile:
     """A file under a results root that the readers leave out, and why."""
@@ -507,9 +523,10 @@ class ResultStore:
         (``warn=False``: not at all).
 
         ``extra_columns=True`` also exposes the columns a writer added beyond
-        :data:`TABLE_SCHEMA`, found in any of the parts (parts without one read it as null);
-        raises ``ValueError`` naming the column when parts disagree on its type.  An error of the
-        storage itself (see the module doc) propagates as ``OSError``.
+        :data:`TABLE_SCHEMA`, found in any of the parts (parts without one read it as null); a
+        part with such a column of a type the parts before it (in path order) do not have is
+        left out, as one that cannot be read.  An error of the storage itself (see the module
+        doc) propagates as ``OSError``.
         """
         return self._check(self._visible_files(runs), extra_columns=extra_columns, warn=warn)
 
@@ -525,7 +542,8 @@ class ResultStore:
                 skipped.append(self._skipped(info.path, "empty file (0 bytes), not a Parquet part", part=True))
             else:
                 fragments.append(self._fragment(info, relative.rsplit("/", 1)[0] + "/"))
-        readable, schemas = [], []
+        readable = []
+        extras = pa.schema([])  # columns beyond TABLE_SCHEMA, with extra_columns
         for fragment, footer in zip(fragments, self._footers(fragments)):
             if isinstance(footer, BaseException):
                 if not _file_error(footer):
@@ -535,14 +553,13 @@ class ResultStore:
                 skipped.append(self._skipped(fragment.path, problem, part=not gone))
                 continue
             problem = _schema_problem(footer)
+            if problem is None and extra_columns:
+                extras, problem = _with_extra_columns(extras, footer)
             if problem is not None:
                 skipped.append(self._skipped(fragment.path, problem, part=True))
                 continue
             readable.append(fragment)
-            schemas.append(footer)
-        schema = TABLE_SCHEMA
-        if extra_columns and schemas:
-            schema = pa.schema([*TABLE_SCHEMA, *self._extra_fields(schemas)])
+        schema = pa.schema([*TABLE_SCHEMA, *extras])
         if warn:
             for item in sorted(skipped, key=lambda item: item.path):
                 self._warn(item)
@@ -571,15 +588,6 @@ class ResultStore:
         threads = min(len(fragments), FOOTER_THREADS_S3 if self.is_s3 else FOOTER_THREADS_LOCAL)
         with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="rayeval-footers") as pool:
             return list(pool.map(footer, fragments))
-
-    def _extra_fields(self, schemas: Sequence[pa.Schema]) -> list[pa.Field]:
-        """Columns beyond :data:`TABLE_SCHEMA` in any of these schemas, in order of appearance."""
-        extras = [pa.schema([f for f in schema if f.name not in TABLE_SCHEMA.names]) for schema in schemas]
-        try:
-            found = pa.unify_schemas(extras, promote_options="permissive")
-        except (pa.ArrowTypeError, pa.ArrowInvalid) as exc:
-            raise ValueError(f"part files under {self.base} disagree on a column's type: {exc}") from None
-        return list(found)
 
     def dataset(self, paths: Sequence[str], *, extra_columns: bool = False) -> ds.Dataset:
         """A pyarrow dataset over the readable ones of these part files (from :meth:`part_paths`;

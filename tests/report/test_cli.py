@@ -174,7 +174,7 @@ def test_run_manifest_gives_status_and_plan(tmp_path: Path, cli) -> None:
     assert cli("report", str(root), "--eval", "e1").stdout.splitlines()[0] == "status: cancelled; 1 unit done, 0 errors"
     (root / "run_id=r1" / "_manifest.json").write_text("{broken")  # left out: the rows are reported without it
     damaged = cli("report", str(root))
-    assert damaged.returncode == EXIT_OK and "unreadable _manifest.json" in damaged.stderr
+    assert damaged.returncode == EXIT_OK and "unusable _manifest.json" in damaged.stderr
     assert damaged.stdout.splitlines()[0] == "status: completed; 3 units done, 0 errors"  # as without a manifest
 
 

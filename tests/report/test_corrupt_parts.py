@@ -166,7 +166,17 @@ def test_report_on_s3_skips_a_corrupt_part(tmp_path: Path, s3_bucket, capsys: py
     assert sorted(units.groupby("run_id", observed=True).size().items()) == [("A", 4), ("B", 3)]
 
 
-@pytest.mark.parametrize("text", ["{broken", "\xff\xfe not UTF-8"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{broken",
+        "\xff\xfe not UTF-8",
+        '{"run_id": "B", "total_units": null}',  # JSON, but not the fields a report reads
+        '{"run_id": "B", "total_units": "5"}',
+        '{"run_id": "B", "status": {"state": "done"}}',
+        '{"run_id": "B", "status": "exploded"}',
+    ],
+)
 def test_a_damaged_manifest_of_one_run_never_breaks_the_report_of_the_others(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str
 ) -> None:
@@ -184,7 +194,7 @@ def test_a_damaged_manifest_of_one_run_never_breaks_the_report_of_the_others(
     assert code == 0, err
     assert "\nA," in out and "\nB," in out
     (line,) = [line for line in err.splitlines() if line.startswith("rayeval: warning: ")]
-    assert f"skipping {damaged}: unreadable _manifest.json" in line and "run 'B' is reported without" in line
+    assert f"skipping {damaged}: unusable _manifest.json" in line and "run 'B' is reported without" in line
     assert "Traceback" not in err
 
     code, out, err = _cli(capsys, "report", str(root), "--run", "A")
@@ -192,7 +202,7 @@ def test_a_damaged_manifest_of_one_run_never_breaks_the_report_of_the_others(
     assert out.splitlines()[0] == "status: completed; 4/5 units done (80.0%), 0 errors"
 
     code, out, err = _cli(capsys, "report", str(root), "--run", "latest")  # every manifest is read
-    assert code == 0 and "3 units done" in out and "unreadable _manifest.json" in err, err
+    assert code == 0 and "3 units done" in out and "unusable _manifest.json" in err, err
     assert _tree(root) == before
 
 

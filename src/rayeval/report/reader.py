@@ -17,6 +17,7 @@ row with the highest ``attempt`` and then the latest ``finished_at``.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -110,6 +111,23 @@ def _as_list(value: str | Iterable[str] | None) -> list[str] | None:
     return items or None
 
 
+def _manifest_problem(data: dict) -> str | None:
+    """Why the fields of a manifest that reports use (``status``, ``total_units``) cannot be
+    used, or None (either may be missing: manifests of other writers)."""
+    from .stats import normalise_status
+
+    total, status = data.get("total_units"), data.get("status")
+    if "total_units" in data and (type(total) is not int or total < 0):
+        return f"total_units is {json.dumps(total)[:60]}, not a number of units"
+    if status is not None and not isinstance(status, str):
+        return f"status is {json.dumps(status)[:60]}, not a run status"
+    try:
+        normalise_status(status)
+    except ReportError as exc:
+        return str(exc)
+    return None
+
+
 class ResultsReader:
     """Result rows under one results root (a local folder or ``s3://bucket/prefix``)."""
 
@@ -159,16 +177,19 @@ class ResultsReader:
             except OSError as exc:  # the storage failing, not the file
                 raise ReportError(f"run {run!r}: cannot read {MANIFEST_NAME}: {exc}") from None
             except ValueError as exc:  # damaged: the run's rows are reported without its plan
-                self._skip_manifest(run, exc)
+                self._skip_manifest(run, f"not JSON: {exc}")
                 continue
-            if data is not None:
+            problem = None if data is None else _manifest_problem(data)
+            if problem is not None:
+                self._skip_manifest(run, problem)
+            elif data is not None:
                 found[run] = data
         return found
 
-    def _skip_manifest(self, run: str, exc: ValueError) -> None:
+    def _skip_manifest(self, run: str, why: str) -> None:
         """Leave out a run's damaged manifest with a warning naming it: its rows are still
         reported (without the run's status and planned units), and other runs are not touched."""
-        problem = f"unreadable {MANIFEST_NAME} ({exc}): run {run!r} is reported without its status and planned units"
+        problem = f"unusable {MANIFEST_NAME} ({why}): run {run!r} is reported without its status and planned units"
         item = SkippedFile(f"{self.store.run_uri(run)}/{MANIFEST_NAME}", problem, part=False)
         if item.path not in {known.path for known in self.skipped}:
             self.skipped.append(item)

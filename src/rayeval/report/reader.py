@@ -7,8 +7,9 @@ problems become :class:`ReportError` messages, and pandas frames come back with 
 columns. Everything after the read is vectorised (no per-row Python).
 
 A file that is no part, a part that cannot be read (checked from its footer, see
-:meth:`ResultStore.parts`), or a run manifest that is not JSON, is left out with a warning naming it (``logging``; ``rayeval report``
-prints it on stderr) and listed in :attr:`ResultsReader.skipped`: one damaged run never stops the
+:meth:`ResultStore.parts`), or a run manifest that is not one (not JSON, a status or unit count
+of the wrong kind) is left out with a warning naming it (``logging``; ``rayeval report`` prints
+it on stderr) and listed in :attr:`ResultsReader.skipped`: one damaged run never stops the
 report of the others.  The reader never modifies the root (only ``--resume`` moves such parts aside).
 
 A unit is never counted twice: :func:`latest_attempts` keeps, per ``(run_id, unit_id)``, the

@@ -6,6 +6,7 @@ saying so (a disk-full test that is skipped proves nothing).
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 from collections.abc import Callable, Iterator
@@ -28,6 +29,17 @@ class SmallDisk:
     def free_bytes(self) -> int:
         stats = os.statvfs(self.path)
         return stats.f_bavail * stats.f_frsize
+
+    def fill(self) -> None:
+        """Take what room is left, to the last byte (a ``filler`` file at the top)."""
+        with (self.path / "filler").open("ab", buffering=0) as out:
+            for size in (1 << 16, 4096, 1):
+                try:
+                    while True:
+                        out.write(b"x" * size)
+                except OSError as exc:
+                    if exc.errno != errno.ENOSPC:
+                        raise
 
     def unmount(self) -> None:
         subprocess.run(["umount", "--lazy", str(self.path)], check=False, capture_output=True)

@@ -69,3 +69,20 @@ def rationale_writer(task_prompt: str, work_dir: Path, context) -> dict:
         with open(log, "a") as handle:
             handle.write(json.dumps({"seed": context.seed, "start": time.monotonic()}) + "\n")
     return {"rationale": f"hERG is required (unit {context.seed})"}
+
+
+def unstorable(task_prompt: str, work_dir: Path, context) -> object:
+    """By the eval id, a result no row can hold (meant to run inline, where nothing checks it on
+    the way), or a right answer."""
+    if "surrogate" in context.eval_id:
+        return {"answer": "B", "metadata": {"note": "\ud800"}}
+    if "huge" in context.eval_id:
+        return {"answer": {"n": 10**5000}}
+    if "deep" in context.eval_id:
+        deep: object = "B"
+        for _ in range(100_000):
+            deep = [deep]
+        return {"answer": deep}
+    if "raise" in context.eval_id:
+        raise RuntimeError("exploded \udcff")
+    return {"answer": "B"}

@@ -4,6 +4,7 @@ unit's row, and ``--resume`` finishes the run once there is room again."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -13,6 +14,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from rayeval.batch.engine import _record_stop
+from rayeval.storage import ResultsRootUnwritable, ResultStore, RunManifest
 from tests.batch.conftest import completed_units, read_invocations, write_mc_evals
 
 REPO = Path(__file__).resolve().parents[2]
@@ -43,12 +46,9 @@ def test_disk_full_mid_run_stops_cleanly_then_resume_completes(
     assert f"cannot write the results root {disk.path}" in message
     assert "No space left on device (ENOSPC)" in message
     assert "--resume --run-id r1 finishes the run" in message
-    status = json.loads((run / "_manifest.json").read_text())["status"]
-    # a disk too full even for the manifest: the message says so
-    if status == "running":
-        assert "manifest could not be marked failed" in message
-    else:
-        assert status == "failed" and "its manifest says failed" in message
+    # the room held for the manifest takes it marked failed, however full the disk
+    assert json.loads((run / "_manifest.json").read_text())["status"] == "failed"
+    assert "its manifest says failed" in message
     kept = completed_units(disk.path, "r1")  # in Parquet or in the write-ahead log
     assert 0 < len(kept) < 100, "the disk did not fill mid-run"
 
@@ -62,7 +62,7 @@ def test_disk_full_mid_run_stops_cleanly_then_resume_completes(
     invocations = Counter((i["eval_id"], i["seed"]) for i in read_invocations(invocation_log))
     assert all(invocations[unit] == 1 for unit in kept), "a unit kept at the stop ran again"
     assert json.loads((run / "_manifest.json").read_text())["status"] == "completed"
-    assert not list(run.glob("_wal/*.jsonl"))
+    assert not list(run.glob("_wal/*.jsonl")) and not (run / "_manifest.reserve").exists()
 
 
 def _rayeval(command: list[str]) -> subprocess.CompletedProcess[str]:
@@ -76,3 +76,23 @@ def _rayeval(command: list[str]) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=300,
     )
+
+
+def test_a_manifest_that_cannot_be_marked_is_said_once_in_the_runs_message(
+    tmp_path: Path, small_disk, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A disk full before the run could even hold room for its manifest: the run's one message
+    says the manifest still says running; nothing else is logged about it."""
+    disk = small_disk("results", "256k")
+    store = ResultStore(str(disk.path))
+    manifest = store.write_manifest(RunManifest(run_id="r"))
+    (disk.path / "run_id=r" / "_manifest.reserve").unlink()  # no room was left to hold
+    disk.fill()
+    stopped = ResultsRootUnwritable(
+        "r", str(disk.path), "results root", OSError(28, "No space left on device"), disk.path
+    )
+    with caplog.at_level(logging.WARNING):
+        _record_stop(store, manifest, "failed", stopped)
+    assert not caplog.records
+    assert "its manifest could not be marked failed either (No space left on device (ENOSPC))" in str(stopped)
+    assert store.read_manifest("r").status == "running"

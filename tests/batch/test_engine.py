@@ -19,9 +19,10 @@ import ray
 from rayeval import batch
 from rayeval.batch.engine import _close_run
 from rayeval.batch.plan import plan_units, unit_id_for
+from rayeval.batch.preview import preview_run
 from rayeval.evals import Eval, load_evals
 from rayeval.report import benchmark_table, read_units
-from rayeval.storage import ResultStore, RunManifest, StorageError
+from rayeval.storage import ManifestError, ResultStore, RunManifest, StorageError
 from tests.batch.conftest import completed_units, read_invocations, write_mc_evals
 from tests.conftest import read_jsonl, shared_path
 
@@ -77,6 +78,40 @@ def test_units_that_raise_hang_or_return_garbage_get_their_own_rows(tmp_path: Pa
     assert {unit: n for unit, n in attempts.items() if n != 1} == {("raise_1", "m1"): 2, ("raise_1", "m2"): 2}
     assert set(frame["isolation"]) == {"sandbox"}
     assert {m.model: m.errors for m in summary.models} == {"m1": 2, "m2": 2}
+
+
+def test_results_that_cannot_be_stored_are_their_own_units_errors(tmp_path: Path) -> None:
+    """Inline, an agent's result reaches the row unchecked: one that no row can hold (text that
+    is not Unicode, an integer or a nesting no JSON holds) makes that unit an error row saying
+    why; the units beside it, on the same worker, are stored as they are."""
+    evals = write_mc_evals(tmp_path / "evals", ["ok_1", "surrogate_1", "huge_1", "deep_1", "raise_1", "ok_2"])
+    batch.run(
+        str(evals),
+        agent="tests.batch.agents:unstorable",
+        output=str(tmp_path / "out"),
+        run_id="r",
+        isolation="inline",
+        retries=0,
+        max_concurrency=6,
+        **FAST,
+    )
+    frame = pd.read_parquet(tmp_path / "out" / "run_id=r").set_index("eval_id")
+    assert sorted(frame.index) == sorted(["ok_1", "surrogate_1", "huge_1", "deep_1", "raise_1", "ok_2"])
+    assert frame.loc["ok_1", "passed"] and frame.loc["ok_2", "passed"]
+    unstorable, unsendable = (
+        "the unit's result cannot be stored: ",
+        "the agent's return value cannot be stored as JSON: ",
+    )
+    for eval_id, kind, start, why in [
+        ("surrogate_1", "UnstorableResult", unstorable, "surrogates not allowed"),
+        ("raise_1", "UnstorableResult", unstorable, "surrogates not allowed"),
+        ("huge_1", "UnsendableResult", unsendable, "integer string conversion"),
+        ("deep_1", "UnsendableResult", unsendable, "RecursionError"),
+    ]:
+        row = frame.loc[eval_id]
+        assert row["status"] == "error" and row["error_type"] == kind, (eval_id, row["error_type"])
+        assert row["error_message"].startswith(start) and why in row["error_message"], row["error_message"]
+        assert row["answer_json"] is None and row["attempt"] == 1
 
 
 @pytest.mark.parametrize(
@@ -538,3 +573,36 @@ def test_seeds_must_fit_the_stored_int64_column() -> None:
     with pytest.raises(ValueError, match="seeds.0"):
         batch.BatchConfig(evals=["e"], agent="reference", output="o", seeds=[2**63])
     assert batch.BatchConfig(evals=["e"], agent="reference", output="o", seeds=[2**63 - 1]).seeds == [2**63 - 1]
+
+
+@pytest.mark.parametrize("name", ["timeout", "grade_timeout"])
+def test_timeouts_beyond_thirty_days_are_refused(name: str) -> None:
+    """1e300 s overflowed the waits of every unit (each an OverflowError row): a typo, refused."""
+    with pytest.raises(ValueError, match=f"{name}\n.*less than or equal to 2592000"):
+        batch.BatchConfig(evals=["e"], agent="reference", output="o", **{name: 1e300})
+    assert (
+        getattr(batch.BatchConfig(evals=["e"], agent="reference", output="o", **{name: 2_592_000}), name) == 2_592_000
+    )
+
+
+def test_a_damaged_manifest_is_resumed_only_with_force(tmp_path: Path) -> None:
+    """A run's manifest that is not a manifest any more leaves its inputs unknown: --resume says
+    so and that --force goes on; --resume --force finishes the run with the current inputs,
+    without running its stored units again, and writes their manifest."""
+    evals = write_mc_evals(tmp_path / "evals", ["e1", "e2"])
+    options = {"evals": [str(evals)], "agent": "tests.batch.agents:instant", "seeds": [1, 2],
+               "output": str(tmp_path / "out"), "run_id": "r", "isolation": "inline", **FAST}  # fmt: skip
+    batch.run_batch(batch.BatchConfig(**{**options, "seeds": [1]}))
+    manifest = tmp_path / "out" / "run_id=r" / "_manifest.json"
+    manifest.write_text('{"run_id": "r", "status": ')
+    for resume in (batch.run_batch, preview_run):  # --dry-run says the same
+        with pytest.raises(ManifestError, match=r"_manifest.json is not a valid run manifest .*--resume --force"):
+            resume(batch.BatchConfig(**options, resume=True))
+    with pytest.raises(ManifestError):
+        batch.run_batch(batch.BatchConfig(**options))  # nor started afresh over it
+    forced = batch.BatchConfig(**options, resume=True, force=True)
+    assert preview_run(forced).to_run == 2
+    done = batch.run_batch(forced)
+    assert (done.ran, done.skipped) == (2, 2)
+    assert json.loads(manifest.read_text())["status"] == "completed"
+    assert len(pd.read_parquet(tmp_path / "out" / "run_id=r")) == 4

@@ -1,5 +1,6 @@
 """What `run` would choke on is refused at load time, naming file and field: nesting beyond
-MAX_NESTING_DEPTH (Ray pickles evals), NaN/Infinity, duplicate keys, huge files and strings."""
+MAX_NESTING_DEPTH (Ray pickles evals), NaN/Infinity, duplicate keys, huge files and strings, text
+that is not Unicode (lone surrogates)."""
 
 from __future__ import annotations
 
@@ -104,6 +105,16 @@ TOO_DEEP_FIELD = "grader.config.ground_truth" + "[0]" * (MAX_NESTING_DEPTH - 3)
             id="long-key",
         ),
         pytest.param(
+            eval_text(top=' "metadata": {"tags": ["ok", "x\\ud800"]},'),
+            [("metadata.tags[1]", "unpaired surrogate \\ud800 at character 1: not Unicode text")],
+            id="lone-surrogate",  # an agent's prompt holding it cannot be sent, nor a row stored
+        ),
+        pytest.param(
+            eval_text('"correct_answer": "B", "m": {"\\udc00k": 1}'),
+            [('grader.config.m["\\udc00k"]', "key with an unpaired surrogate \\udc00 at character 0")],
+            id="lone-surrogate-key",
+        ),
+        pytest.param(
             eval_text(f'"correct_answer": "B", "n": [{"7" * 5000}]'),
             [("grader.config.n[0]", "integer of 5,000 digits is longer than the 4,300 digits Python reads")],
             id="huge-integer",
@@ -129,6 +140,10 @@ def test_just_within_every_limit_loads_and_pickles(tmp_path: Path) -> None:
     path.write_text(eval_text(config).replace('"A or B?"', f'"{task}"'))
     (eval_,) = load_evals(path)
     assert eval_.task == task and eval_.grader_specs[0].config["w"] == [1e308, -2.5, 0]
+    # a surrogate pair is one character, and an escaped backslash before "ud800" is no surrogate
+    path.write_text(eval_text(top=' "notes": "\\ud83d\\ude00 \\\\ud800",'))
+    (eval_,) = load_evals(path)
+    assert eval_.notes == "\U0001f600 \\ud800"
     for dumps, loads in ((pickle.dumps, pickle.loads), (cloudpickle.dumps, cloudpickle.loads)):
         assert loads(dumps(eval_)).grader_specs[0].config == eval_.grader_specs[0].config
 

@@ -85,6 +85,8 @@ def test_graders_list_is_accepted(tmp_path: Path) -> None:
         ({"agent_timeout": -5}, "agent_timeout", "positive"),
         ({"download_timeout": "soon"}, "download_timeout", "positive"),
         ({"timeout": True}, "timeout", "positive"),
+        ({"timeout": 1e300}, "timeout", "at most 2,592,000 seconds"),  # overflowed the waits of every unit
+        ({"agent_timeout": 2_592_001}, "agent_timeout", "at most 2,592,000 seconds"),
         ({"id": "../escape"}, "id", "'/'"),
         ({"id": "a\\b"}, "id", "'/'"),
         ({"id": ".."}, "id", "'..'"),

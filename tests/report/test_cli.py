@@ -172,9 +172,10 @@ def test_run_manifest_gives_status_and_plan(tmp_path: Path, cli) -> None:
     assert done.stdout.splitlines()[0] == "status: cancelled; 3/4 units done (75.0%), 0 errors"
     # Filtered to one eval: the plan no longer applies, the status still does.
     assert cli("report", str(root), "--eval", "e1").stdout.splitlines()[0] == "status: cancelled; 1 unit done, 0 errors"
-    (root / "run_id=r1" / "_manifest.json").write_text("{broken")
-    bad = cli("report", str(root))
-    assert bad.returncode == EXIT_BAD_INPUT and "unreadable _manifest.json" in bad.stderr
+    (root / "run_id=r1" / "_manifest.json").write_text("{broken")  # left out: the rows are reported without it
+    damaged = cli("report", str(root))
+    assert damaged.returncode == EXIT_OK and "unusable _manifest.json" in damaged.stderr
+    assert damaged.stdout.splitlines()[0] == "status: completed; 3 units done, 0 errors"  # as without a manifest
 
 
 def test_the_report_says_when_units_ran_without_a_sandbox(tmp_path: Path, cli) -> None:

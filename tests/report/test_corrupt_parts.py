@@ -164,3 +164,64 @@ def test_report_on_s3_skips_a_corrupt_part(tmp_path: Path, s3_bucket, capsys: py
     assert f"{uri}/run_id=B/model=m/part-cut.parquet: unreadable Parquet file" in err
     units = read_units(uri, s3_endpoint_url=s3_bucket.endpoint_url)
     assert sorted(units.groupby("run_id", observed=True).size().items()) == [("A", 4), ("B", 3)]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{broken",
+        "\xff\xfe not UTF-8",
+        '{"run_id": "B", "total_units": null}',  # JSON, but not the fields a report reads
+        '{"run_id": "B", "total_units": "5"}',
+        '{"run_id": "B", "status": {"state": "done"}}',
+        '{"run_id": "B", "status": "exploded"}',
+    ],
+)
+def test_a_damaged_manifest_of_one_run_never_breaks_the_report_of_the_others(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str
+) -> None:
+    """Run B's manifest is damaged: a report of every run (and of the latest one) warns naming
+    it, reports B's rows without its plan, and A's with its own status and planned units."""
+    rows = [base_row(run_id="A", eval_id=f"e{i}", seed=i) for i in range(4)]
+    rows += [base_row(run_id="B", eval_id=f"e{i}", seed=i) for i in range(3)]
+    root = write_root(tmp_path / "results", rows)
+    (root / "run_id=A" / "_manifest.json").write_text('{"run_id": "A", "status": "completed", "total_units": 5}')
+    damaged = root / "run_id=B" / "_manifest.json"
+    damaged.write_bytes(text.encode("latin-1"))
+    before = _tree(root)
+
+    code, out, err = _cli(capsys, "report", str(root), "--by", "run", "--format", "csv")
+    assert code == 0, err
+    assert "\nA," in out and "\nB," in out
+    (line,) = [line for line in err.splitlines() if line.startswith("rayeval: warning: ")]
+    assert f"skipping {damaged}: unusable _manifest.json" in line and "run 'B' is reported without" in line
+    assert "Traceback" not in err
+
+    code, out, err = _cli(capsys, "report", str(root), "--run", "A")
+    assert code == 0 and "warning" not in err, err
+    assert out.splitlines()[0] == "status: completed; 4/5 units done (80.0%), 0 errors"
+
+    code, out, err = _cli(capsys, "report", str(root), "--run", "latest")  # every manifest is read
+    assert code == 0 and "3 units done" in out and "unusable _manifest.json" in err, err
+    assert _tree(root) == before
+
+
+def test_parts_disagreeing_on_an_extra_columns_type_leave_out_the_later_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Run B's part has a column beyond rayeval's (``batch_id``) of another type than run A's:
+    the report of every run leaves B's part out, naming it, instead of failing for all."""
+    rows = [base_row(run_id="A", eval_id=f"e{i}", seed=i) for i in range(4)]
+    rows += [base_row(run_id="B", eval_id=f"e{i}", seed=i) for i in range(3)]
+    root = write_root(tmp_path / "results", rows)
+    for run, values in (("A", pa.array(["b1"] * 4)), ("B", pa.array([7] * 3))):
+        part = root / f"run_id={run}" / "model=m" / "part-test-0.parquet"
+        pq.write_table(pq.read_table(part).append_column("batch_id", values), part)
+    code, out, err = _cli(capsys, "report", str(root), "--by", "run", "--format", "csv")
+    assert code == 0, err
+    assert "\nA," in out and "\nB," not in out
+    (line,) = [line for line in err.splitlines() if line.startswith("rayeval: warning: ")]
+    assert "run_id=B/model=m/part-test-0.parquet: incompatible schema: column batch_id is int64" in line
+    assert "where other parts have string" in line
+    code, out, err = _cli(capsys, "report", str(root), "--run", "B", "--format", "csv")  # alone, B reads
+    assert code == 0 and "warning" not in err, err

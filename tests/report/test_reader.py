@@ -228,12 +228,19 @@ def test_a_column_only_later_parts_carry_is_read(tmp_path: Path) -> None:
 
 
 def test_an_extra_column_with_conflicting_types_is_named(tmp_path: Path) -> None:
-    """Parts that disagree on an extra column's type: a clear error naming it, not a crash deep in Arrow."""
+    """Parts that disagree on an extra column's type: the later one (in path order) is left out,
+    named with the column, and the other run reads on (not a crash deep in Arrow)."""
     root = tmp_path / "root"
     for run, value in (("a-run", pa.array(["batch-7"])), ("b-run", pa.array([[1, 2]]))):
         folder = root / f"run_id={run}" / "model=m"
         folder.mkdir(parents=True)
         row = {k: v for k, v in base_row(run_id=run).items() if k not in ("run_id", "model")}
         pq.write_table(pa.Table.from_pylist([row]).append_column("batch_id", value), folder / "part-0.parquet")
-    with pytest.raises(ReportError, match="batch_id"):
-        read_units(root)
+    reader = ResultsReader(root)
+    units = reader.units()
+    assert list(units["run_id"]) == ["a-run"] and list(units["batch_id"]) == ["batch-7"]
+    (skipped,) = reader.skipped
+    assert skipped.path == str(root / "run_id=b-run" / "model=m" / "part-0.parquet")
+    assert (
+        skipped.problem == "incompatible schema: column batch_id is list<element: int64>, where other parts have string"
+    )

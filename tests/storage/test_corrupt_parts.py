@@ -20,7 +20,8 @@ from .helpers import make_rows
 
 MODELS = ["a", "b/c"]
 RUN, OTHER = "r", "other run"
-KINDS = ["truncated", "garbage", "empty", "incompatible", "not-ours", "foreign"]
+KINDS = ["truncated", "garbage", "empty", "incompatible", "not-ours", "foreign", "undecodable-folder"]
+FOREIGN = ("foreign", "undecodable-folder")  # no part of rayeval's: left alone, never moved
 PROBLEMS = {
     "truncated": "magic bytes not found",
     "garbage": "magic bytes not found",
@@ -28,6 +29,7 @@ PROBLEMS = {
     "incompatible": "column attempt is string, not int64",
     "not-ours": "incompatible schema: no unit_id, eval_id, attempt, status columns",
     "foreign": "not a Parquet part file",
+    "undecodable-folder": "folder 'model=%E0%A4' does not decode to text (UTF-8)",
 }
 
 
@@ -64,6 +66,10 @@ def _damage(store: ResultStore, kind: str) -> tuple[list[str], set[str]]:
         return [notes, csv], set()
     victim = f"{store.model_path(RUN, 'a')}/part-w1-000000.parquet"
     data = _read(store, victim)
+    if kind == "undecodable-folder":  # a readable part, in a folder whose name no reader can decode
+        path = f"{store.run_path(RUN)}/model=%E0%A4/part-x.parquet"
+        store.put_atomic(path, data)
+        return [path], set()
     lost = set(pq.read_table(io.BytesIO(data)).column("unit_id").to_pylist())
     if kind == "truncated":
         store.put_atomic(victim, data[: len(data) // 2])
@@ -120,7 +126,7 @@ def _assert_skipped(store: ResultStore, kind: str, caplog: pytest.LogCaptureFixt
     assert store.stored_keys(RUN) == {(unit, 1) for unit in everything - lost}
     parts = store.parts(RUN, warn=False)
     assert sorted(item.path for item in parts.skipped) == sorted(_shown(store, path) for path in bad)
-    assert all(item.part == (kind != "foreign") for item in parts.skipped)
+    assert all(item.part == (kind not in FOREIGN) for item in parts.skipped)
     assert parts.dataset().count_rows() == len(everything) - len(lost)
 
     # another run is not affected (its folder alone is read), and all runs read what they can
@@ -140,7 +146,7 @@ def test_readers_skip_a_bad_file_with_a_warning(
     _assert_skipped(local_store, kind, caplog)
 
 
-@pytest.mark.parametrize("kind", ["truncated", "garbage", "incompatible", "foreign"])
+@pytest.mark.parametrize("kind", ["truncated", "garbage", "incompatible", "foreign", "undecodable-folder"])
 def test_readers_skip_a_bad_file_on_s3(s3_store: ResultStore, kind: str, caplog: pytest.LogCaptureFixture) -> None:
     _assert_skipped(s3_store, kind, caplog)
 

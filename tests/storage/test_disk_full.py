@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from rayeval.storage import ResultRow, ResultsRootUnwritable, ResultStore, RowWriter
+from rayeval.storage import ResultRow, ResultsRootUnwritable, ResultStore, RowWriter, RunManifest
+from rayeval.storage.layout import MANIFEST_NAME, MANIFEST_RESERVE_NAME
+from rayeval.storage.manifest import EvalFileRef
 
 from .helpers import make_row
 
@@ -132,3 +134,29 @@ def test_s3_errors_beyond_the_retries(s3_bucket, s3_proxy, tmp_path: Path, statu
     assert set(_wal_unit_ids(tmp_path / "r")) >= {make_row("r", MODEL, i).unit_id for i in range(60, 80)}
     store.recover("r", wal_dir=tmp_path)
     assert sorted(_stored_unit_ids(store, "r")) == sorted(make_row("r", MODEL, i).unit_id for i in range(80))
+
+
+def test_a_full_disk_still_takes_the_manifest_marked_failed(small_disk) -> None:
+    """The room a run's manifest takes is held aside (a reserve file beside it) while the run
+    runs: with the disk full of rows, the manifest is still replaced by one saying failed,
+    and the reserve is gone with the run's end."""
+    disk = small_disk("disk", "1m")
+    store = ResultStore(str(disk.path))
+    running = store.write_manifest(RunManifest(run_id="r", eval_files=_many_eval_refs()))
+    reserve = disk.path / "run_id=r" / MANIFEST_RESERVE_NAME
+    assert reserve.stat().st_size > len((disk.path / "run_id=r" / MANIFEST_NAME).read_bytes())
+    assert not store.parts("r").skipped  # hidden from readers, as the manifest is
+    writer = store.open_writer("r", flush_rows=5, flush_seconds=0.1)
+    _add_until_refused(writer, "r")
+    with pytest.raises(ResultsRootUnwritable):
+        writer.close(timeout=5)
+    disk.fill()  # what room the writer's failed appends gave back, taken too
+
+    store.write_manifest(running.with_status("failed"))
+    assert store.read_manifest("r").status == "failed"
+    assert not reserve.exists()
+
+
+def _many_eval_refs() -> list[EvalFileRef]:
+    """Eval references enough for a manifest of several disk pages."""
+    return [EvalFileRef(path=f"evals/e{i}.json", id=f"e{i}", eval_hash=f"{i:064x}") for i in range(200)]

@@ -21,6 +21,7 @@ from ..agents.labels import row_labels
 from ..agents.resolve import agent_ref, check_agent_args, resolve_agent
 from ..errors import RayevalError
 from ..evals import Eval, load_evals, select_evals
+from ..evals.model import MAX_TIMEOUT_S
 from ..harness.cache import default_cache_dir
 from ..harness.context import AgentFunction, UnitResources
 from ..harness.execution import INT64_MAX, INT64_MIN, Execution, grade_execution, has_judged_graders
@@ -41,6 +42,7 @@ from ..storage.filesystem import check_root, is_s3
 from ..storage.lease import RunLease, run_lease
 from ..storage.store import (
     STORE_RETRY_S,
+    ManifestError,
     ResultsRootUnwritable,
     StorageError,
     describe_write_error,
@@ -87,13 +89,13 @@ class BatchConfig(BaseModel):
     address: str | None = None
     retries: int = Field(2, ge=0)
     retry_backoff_s: float = Field(2.0, ge=0)
-    timeout: float | None = Field(None, gt=0)
+    timeout: float | None = Field(None, gt=0, le=MAX_TIMEOUT_S)
     #: how agents run: ``sandbox`` (the default), ``process`` (no sandbox: the explicit
     #: opt-out where it cannot start) or ``inline`` (trusted in-process agents only)
     isolation: Isolation = "sandbox"
     sandbox: SandboxConfig = SandboxConfig()
     #: seconds a unit's grading may take (in a grading subprocess) before it is a timeout row
-    grade_timeout: float = Field(DEFAULT_GRADE_TIMEOUT_S, gt=0)
+    grade_timeout: float = Field(DEFAULT_GRADE_TIMEOUT_S, gt=0, le=MAX_TIMEOUT_S)
     #: the answer-file name and completion marker agents are told (``benchmark``: latch-eval-tools'
     #: ``benchmark=True`` names, see rayeval.harness.prompt)
     answer_convention: AnswerConvention = "legacy"
@@ -227,8 +229,8 @@ def run_batch(
     # written, renewed in the background, released at the end; the store writes only while it is held.
     lease = store.lease = run_lease(store, run_id).take().start_renewing()
     try:
-        previous = store.read_manifest(run_id)
-        if config.resume and previous is None:
+        previous, damaged = previous_manifest(store, run_id, config)
+        if config.resume and previous is None and not damaged:
             raise RunConflict(f"--resume: no run {run_id!r} under {config.output}")
         if not config.resume and previous is not None:
             raise RunConflict(f"run {run_id!r} already exists under {config.output}: pass --resume to finish it")
@@ -301,6 +303,22 @@ def run_batch(
     if stopped_by is not None:
         raise RunCancelled(run_id, stopped_by)
     return summarize(store, run_id, total_units=len(plan), skipped=len(plan) - to_run, ran=to_run, started=started)
+
+
+def previous_manifest(store: ResultStore, run_id: str, config: BatchConfig) -> tuple[RunManifest | None, bool]:
+    """The run's stored manifest, and whether it is damaged (not a run manifest).  A damaged
+    one leaves the run's inputs unknown: only ``--resume --force`` goes on, with the current
+    inputs (its stored units are not run again); anything else is refused saying so."""
+    try:
+        return store.read_manifest(run_id), False
+    except ManifestError as exc:
+        if not (config.resume and config.force):
+            raise ManifestError(
+                f"{exc}: the inputs run {run_id!r} was planned with are unknown; "
+                "--resume --force finishes it with the current inputs (its stored units are not run again)"
+            ) from None
+        log.warning("--resume --force: %s; replaced by the manifest of the current inputs", exc)
+        return None, True
 
 
 def run_evals(config: BatchConfig, evals: list[Eval] | None = None) -> list[Eval]:
@@ -444,8 +462,9 @@ def _record_stop(
     try:
         store.write_manifest(manifest.with_status(status))
     except Exception as exc:  # noqa: BLE001 - the run's own error says why it stopped
-        log.warning("run %s: cannot record its status in the manifest: %s", manifest.run_id, exc)
-        if unwritable is not None:
+        if unwritable is None:
+            log.warning("run %s: cannot record its status in the manifest: %s", manifest.run_id, exc)
+        else:  # said in the run's one message
             unwritable.manifest_note = (
                 f"its manifest could not be marked {status} either ({describe_write_error(exc)}) and still says running"
             )

@@ -14,6 +14,7 @@ from .engine import (
     RunConflict,
     check_agent,
     check_same_inputs,
+    previous_manifest,
     run_evals,
     run_manifest,
     units_to_run,
@@ -62,9 +63,11 @@ def preview_run(config: BatchConfig) -> PlanPreview:
     store = ResultStore(config.output, s3_endpoint_url=config.s3_endpoint_url)
     to_run, rerun = len(plan), 0
     if config.resume:
-        if config.run_id is None or (previous := store.read_manifest(config.run_id)) is None:
+        previous, damaged = (None, False) if config.run_id is None else previous_manifest(store, config.run_id, config)
+        if config.run_id is None or (previous is None and not damaged):
             raise RunConflict(f"--resume: no run {config.run_id!r} under {config.output}")
-        check_same_inputs(config, previous, run_manifest(config, config.run_id, evals, plan, previous))
+        if previous is not None:
+            check_same_inputs(config, previous, run_manifest(config, config.run_id, evals, plan, previous))
         todo, earlier = units_to_run(config, store, config.run_id, plan)
         to_run = int(todo.sum())
         rerun = 0 if earlier is None else int((earlier[todo] > 0).sum())

@@ -31,6 +31,32 @@ def unit_row(row: ResultRow) -> UnitRow:
     return UnitRow(row.status, row.passed, row.to_line())
 
 
+def stored_row(result: EvalResult, **fields: Any) -> UnitRow:
+    """The unit's row (``fields``: those of :func:`row_from_result`).  A result that cannot be
+    stored (text that is not Unicode, from an agent run inline: what it returns reaches here
+    unchecked) makes the unit an ``UnstorableResult`` error row saying why, without what the
+    agent returned; the other units are not touched."""
+    try:
+        return unit_row(row_from_result(result, **fields))
+    except (ValueError, RecursionError, OverflowError) as exc:  # PydanticSerializationError is a ValueError
+        why = f"{type(exc).__name__}: {exc}".encode("utf-8", "backslashreplace").decode("utf-8")
+    unstorable = result.model_copy(
+        update={
+            "status": "error",
+            "passed": False,
+            "grader_result": None,
+            "agent_answer": None,
+            "answer_source": None,
+            "metadata": {},
+            "artifacts": {},
+            "error_type": "UnstorableResult",
+            "error_message": f"the unit's result cannot be stored: {why}",
+            "error_traceback": None,
+        }
+    )
+    return unit_row(row_from_result(unstorable, **fields))
+
+
 def row_from_result(
     result: EvalResult,
     *,

@@ -28,7 +28,7 @@ from ..harness.runner import EvalRunner
 from ..harness.sandbox import SandboxConfig
 from ..harness.workspace import default_work_root
 from .plan import Plan, Unit
-from .rows import UnitRow, row_from_result, unit_row
+from .rows import UnitRow, stored_row
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +144,7 @@ class UnitWorker:
         return self._row(unit, attempt, result)
 
     def _row(self, unit: Unit, attempt: int, result: EvalResult) -> UnitRow:
-        row = row_from_result(
+        return stored_row(
             result,
             unit=unit,
             eval_=self.evals[unit.eval_index],
@@ -154,7 +154,6 @@ class UnitWorker:
             attempt=attempt,
             node=self.node,
         )
-        return unit_row(row)
 
     def prepare(self) -> str:
         """Returns, with the id of the node the worker is on, once the worker is up and holds

@@ -100,6 +100,9 @@ class _TooManyProblems(RayevalError):
 
 
 _PLAIN_KEY = re.compile(r"[\w\-]+\Z")
+# A JSON escape of a UTF-16 surrogate: the only way a lone one (not Unicode text) gets into a
+# file that decoded as UTF-8.  A paired one decodes to its character and passes the check.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _SCAN_TOKEN = re.compile(r'["{}\[\],]|-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?')
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _Duplicates = dict[int, tuple[dict, dict[str, int]]]
@@ -114,8 +117,9 @@ def _join_path(segments: Iterable[str | int]) -> str:
             path += f"[{part}]"
         elif len(part) <= 40 and _PLAIN_KEY.match(part):
             path += f".{part}" if path else part
-        else:  # a long key is cut short
-            path += f"[{json.dumps(part if len(part) <= 40 else part[:40] + '...', ensure_ascii=False)}]"
+        else:  # a long key is cut short; one that is not Unicode text is shown escaped
+            key = part if len(part) <= 40 else part[:40] + "..."
+            path += f"[{json.dumps(key, ensure_ascii=_not_unicode(key) is not None)}]"
     return path
 
 
@@ -165,9 +169,24 @@ def _beyond_limits(data: Any, long_strings: bool) -> bool:
     return False
 
 
-def _structure_problems(data: Any, name: str, duplicates: _Duplicates, long_strings: bool) -> list[EvalProblem]:
-    """Nesting beyond MAX_NESTING_DEPTH, NaN/Infinity, duplicate keys and (when ``long_strings``
-    may occur) strings beyond MAX_STRING_CHARS, each with the field path where it is."""
+def _not_unicode(text: str) -> str | None:
+    """Why ``text`` is not Unicode text (a lone surrogate, from a ``\\ud800`` escape), else None."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return (
+            f"unpaired surrogate \\u{ord(text[exc.start]):04x} at character {exc.start:,}: not Unicode text, "
+            "which no agent's prompt or stored row can hold"
+        )
+    return None
+
+
+def _structure_problems(
+    data: Any, name: str, duplicates: _Duplicates, long_strings: bool, surrogates: bool
+) -> list[EvalProblem]:
+    """Nesting beyond MAX_NESTING_DEPTH, NaN/Infinity, duplicate keys, (when ``long_strings``
+    may occur) strings beyond MAX_STRING_CHARS and (when ``surrogates`` may occur) keys and
+    strings that are not Unicode text, each with the field path where it is."""
     problems: list[EvalProblem] = []
     segments: list[str | int] = []
 
@@ -187,6 +206,8 @@ def _structure_problems(data: Any, name: str, duplicates: _Duplicates, long_stri
         if kind is str:
             if long_strings and len(value) > MAX_STRING_CHARS:
                 add(too_long("string", len(value)))
+            if surrogates and (problem := _not_unicode(value)):
+                add(problem)
         elif kind is dict or kind is list:
             if depth > MAX_NESTING_DEPTH:
                 add(
@@ -210,6 +231,8 @@ def _structure_problems(data: Any, name: str, duplicates: _Duplicates, long_stri
                 segments.append(key)
                 if long_strings and len(key) > MAX_STRING_CHARS:
                     add(too_long("key", len(key)))
+                if surrogates and (problem := _not_unicode(key)):
+                    add(f"key with an {problem}")
                 visit(item, depth + 1)
                 segments.pop()
         elif kind is _NonFinite:
@@ -313,9 +336,12 @@ def _read_json_object(path: Path) -> tuple[dict | None, list[EvalProblem]]:
         return None, [EvalProblem(name, "", f"top level must be a JSON object, got {type(data).__name__}")]
     long_strings = len(text) > MAX_STRING_CHARS  # a shorter text cannot hold a longer string
     may_nest = raw.count(b"{") + raw.count(b"[") > MAX_NESTING_DEPTH  # in bytes: faster, and the same count
-    if not (duplicates or non_finite) and not ((may_nest or long_strings) and _beyond_limits(data, long_strings)):
+    surrogates = _SURROGATE_ESCAPE.search(text) is not None
+    if not (duplicates or non_finite or surrogates) and not (
+        (may_nest or long_strings) and _beyond_limits(data, long_strings)
+    ):
         return data, []  # the walk naming each problem's field runs only when there is one to find
-    problems = _structure_problems(data, name, duplicates, long_strings)
+    problems = _structure_problems(data, name, duplicates, long_strings, surrogates)
     return (None if problems else data), problems
 
 

@@ -21,6 +21,9 @@ from pydantic import (
 from ..graders.registry import GRADER_REGISTRY, is_registered
 
 MAX_ID_BYTES = 200
+#: The longest timeout an eval (or a run) may set, in seconds: 30 days.  Longer ones are typos,
+#: and beyond what the waits that enforce a timeout take (1e300 s overflows them).
+MAX_TIMEOUT_S = 30 * 24 * 3600
 
 
 class GraderSpec(BaseModel):
@@ -80,6 +83,8 @@ def _positive_timeout(value: Any) -> float | int | None:
         raise ValueError(f"must be a positive number of seconds, got {value!r}")  # noqa: TRY004 - pydantic reports ValueError
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"must be a positive number of seconds, got {value!r}")
+    if value > MAX_TIMEOUT_S:
+        raise ValueError(f"must be at most {MAX_TIMEOUT_S:,} seconds (30 days), got {value!r}")
     return value
 
 

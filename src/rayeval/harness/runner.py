@@ -259,7 +259,11 @@ def _find_answer(outcome: Outcome, work_dir: Path, listing: Listing, file_limit:
             "error_message": outcome.error_message,
             "error_traceback": outcome.traceback,
         }
-    found = find_answer(outcome.value, work_dir, listing, file_limit)
+    try:
+        found = find_answer(outcome.value, work_dir, listing, file_limit)
+    except (ValueError, RecursionError) as exc:  # inline: a returned value no JSON holds (a 5,000-digit int)
+        message = f"the agent's return value cannot be stored as JSON: {type(exc).__name__}: {exc}"
+        return {**fields, "outcome": "error", "error_type": "UnsendableResult", "error_message": message}
     fields.update(answer=found.answer, answer_source=found.source, metadata=found.metadata)
     if found.found:
         return {**fields, "outcome": "answered"}

@@ -6,9 +6,10 @@ folders are pruned when runs are asked for, the model/eval filters are pushed do
 problems become :class:`ReportError` messages, and pandas frames come back with categorical key
 columns. Everything after the read is vectorised (no per-row Python).
 
-A file that is no part, or a part that cannot be read (checked from its footer, see
-:meth:`ResultStore.parts`), is left out with a warning naming it (``logging``; ``rayeval report``
-prints it on stderr) and listed in :attr:`ResultsReader.skipped`: one damaged run never stops the
+A file that is no part, a part that cannot be read (checked from its footer, see
+:meth:`ResultStore.parts`), or a run manifest that is not one (not JSON, a status or unit count
+of the wrong kind) is left out with a warning naming it (``logging``; ``rayeval report`` prints
+it on stderr) and listed in :attr:`ResultsReader.skipped`: one damaged run never stops the
 report of the others.  The reader never modifies the root (only ``--resume`` moves such parts aside).
 
 A unit is never counted twice: :func:`latest_attempts` keeps, per ``(run_id, unit_id)``, the
@@ -17,6 +18,8 @@ row with the highest ``attempt`` and then the latest ``finished_at``.
 
 from __future__ import annotations
 
+import json
+import logging
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -29,6 +32,8 @@ import pyarrow.dataset as ds
 from ..errors import RayevalError
 from ..storage.row import ERROR_STATUSES
 from ..storage.store import MANIFEST_NAME, TABLE_SCHEMA, Parts, ResultStore, SkippedFile
+
+log = logging.getLogger(__name__)
 
 # Columns the reports need: the heavy free-text/JSON columns are left out unless asked for.
 REPORT_COLUMNS: tuple[str, ...] = (
@@ -106,6 +111,23 @@ def _as_list(value: str | Iterable[str] | None) -> list[str] | None:
     return items or None
 
 
+def _manifest_problem(data: dict) -> str | None:
+    """Why the fields of a manifest that reports use (``status``, ``total_units``) cannot be
+    used, or None (either may be missing: manifests of other writers)."""
+    from .stats import normalise_status
+
+    total, status = data.get("total_units"), data.get("status")
+    if "total_units" in data and (type(total) is not int or total < 0):
+        return f"total_units is {json.dumps(total)[:60]}, not a number of units"
+    if status is not None and not isinstance(status, str):
+        return f"status is {json.dumps(status)[:60]}, not a run status"
+    try:
+        normalise_status(status)
+    except ReportError as exc:
+        return str(exc)
+    return None
+
+
 class ResultsReader:
     """Result rows under one results root (a local folder or ``s3://bucket/prefix``)."""
 
@@ -151,11 +173,26 @@ class ResultsReader:
                 continue
             try:
                 data = self.store.read_manifest_data(run)
-            except (OSError, ValueError) as exc:
-                raise ReportError(f"run {run!r}: unreadable {MANIFEST_NAME}: {exc}") from None
-            if data is not None:
+            except OSError as exc:  # the storage failing, not the file
+                raise ReportError(f"run {run!r}: cannot read {MANIFEST_NAME}: {exc}") from None
+            except ValueError as exc:  # damaged: the run's rows are reported without its plan
+                self._skip_manifest(run, f"not JSON: {exc}")
+                continue
+            problem = None if data is None else _manifest_problem(data)
+            if problem is not None:
+                self._skip_manifest(run, problem)
+            elif data is not None:
                 found[run] = data
         return found
+
+    def _skip_manifest(self, run: str, why: str) -> None:
+        """Leave out a run's damaged manifest with a warning naming it: its rows are still
+        reported (without the run's status and planned units), and other runs are not touched."""
+        problem = f"unusable {MANIFEST_NAME} ({why}): run {run!r} is reported without its status and planned units"
+        item = SkippedFile(f"{self.store.run_uri(run)}/{MANIFEST_NAME}", problem, part=False)
+        if item.path not in {known.path for known in self.skipped}:
+            self.skipped.append(item)
+            log.warning("skipping %s", item)
 
     def part_files(self, runs: str | Iterable[str] | None = None) -> list[str]:
         """Parquet part files (hidden/temporary ``.``/``_`` files skipped), pruned by run."""
@@ -175,7 +212,7 @@ class ResultsReader:
         self._check_root()
         try:
             parts = self.store.parts(wanted, extra_columns=True)
-        except (OSError, ValueError) as exc:  # the storage failing, parts disagreeing on a type
+        except (OSError, ValueError) as exc:  # the storage failing, or Arrow refusing a path
             raise ReportError(f"cannot read results under {self.root!r}: {exc}") from None
         self._note(parts.skipped)
         return parts

@@ -4,6 +4,7 @@
 
     <root>/run_id=<run>/model=<model>/part-<writer_id>-<seq>.parquet   the rows
     <root>/run_id=<run>/_manifest.json                                 the run's manifest
+    <root>/run_id=<run>/_manifest.reserve                              room held for it (local roots)
     <root>/run_id=<run>/_lease.json, _lease.lock                       the run's lease (lock: local roots)
     <root>/run_id=<run>/_wal/                                          its write-ahead log (local roots)
     <root>/run_id=<run>/_quarantine/                                   parts moved aside by --resume
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from urllib.parse import quote, unquote
 
 MANIFEST_NAME = "_manifest.json"
+MANIFEST_RESERVE_NAME = "_manifest.reserve"
 LEASE_NAME = "_lease.json"
 LOCK_NAME = "_lease.lock"
 WAL_FOLDER = "_wal"
@@ -62,6 +64,11 @@ def part_problem(relative: str) -> str | None:
     segments = relative.split("/")
     if len(segments) != 3 or not segments[0].startswith(RUN_PREFIX) or not segments[1].startswith(MODEL_PREFIX):
         return "a Parquet file outside the run_id=<run>/model=<model>/ folders (ignored)"
+    for segment in segments[:2]:
+        try:
+            unquote(segment, errors="strict")
+        except UnicodeDecodeError:
+            return f"folder {segment!r} does not decode to text (UTF-8), as rayeval's folder names do (ignored)"
     return None
 
 
@@ -82,6 +89,9 @@ class Layout:
 
     def manifest(self, run_id: str) -> str:
         return f"{self.run(run_id)}/{MANIFEST_NAME}"
+
+    def manifest_reserve(self, run_id: str) -> str:
+        return f"{self.run(run_id)}/{MANIFEST_RESERVE_NAME}"
 
     def lease(self, run_id: str) -> str:
         return f"{self.run(run_id)}/{LEASE_NAME}"
@@ -119,6 +129,7 @@ __all__ = [
     "LEASE_NAME",
     "LOCK_NAME",
     "MANIFEST_NAME",
+    "MANIFEST_RESERVE_NAME",
     "QUARANTINE_FOLDER",
     "WAL_FOLDER",
     "Layout",

@@ -117,6 +117,9 @@ BACKOFF_CAP_S = 10.0
 #: Seconds rows may keep failing to be stored (retried with backoff) before the writer gives up
 #: and the run stops: an S3 blip is ridden out, an outage ends the run cleanly.
 STORE_RETRY_S = 60.0
+# Room held on a local root's disk for a running run's manifest beyond its size (its
+# temporary copy, the folder growing): see ResultStore.write_manifest.
+MANIFEST_RESERVE_SLACK = 64 * 1024
 # Errors of a local disk that no retry mends: the run stops at the first one.
 _LASTING_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG})
 
@@ -268,6 +271,22 @@ def _schema_problem(physical: pa.Schema) -> str | None:
         if not _fits(column.type, expected):
             return f"incompatible schema: column {column.name} is {column.type}, not {expected}"
     return None
+
+
+def _with_extra_columns(found: pa.Schema, physical: pa.Schema) -> tuple[pa.Schema, str | None]:
+    """``found`` (the columns beyond :data:`TABLE_SCHEMA` of the parts before) with this part's
+    added, in order of appearance; or ``found`` as it was and why this part's cannot be: a
+    column of a type other parts do not have (a widening, int32 to int64, is fine)."""
+    before = found
+    for column in physical:
+        if column.name in TABLE_SCHEMA.names:
+            continue
+        try:
+            found = pa.unify_schemas([found, pa.schema([column])], promote_options="permissive")
+        except (pa.ArrowTypeError, pa.ArrowInvalid):
+            other = found.field(column.name).type
+            return before, f"incompatible schema: column {column.name} is {column.type}, where other parts have {other}"
+    return found, None
 
 
 @dataclass(frozen=True)
@@ -515,9 +534,10 @@ class ResultStore:
         (``warn=False``: not at all).
 
         ``extra_columns=True`` also exposes the columns a writer added beyond
-        :data:`TABLE_SCHEMA`, found in any of the parts (parts without one read it as null);
-        raises ``ValueError`` naming the column when parts disagree on its type.  An error of the
-        storage itself (see the module doc) propagates as ``OSError``.
+        :data:`TABLE_SCHEMA`, found in any of the parts (parts without one read it as null); a
+        part with such a column of a type the parts before it (in path order) do not have is
+        left out, as one that cannot be read.  An error of the storage itself (see the module
+        doc) propagates as ``OSError``.
         """
         return self._check(self._visible_files(runs), extra_columns=extra_columns, warn=warn)
 
@@ -533,7 +553,8 @@ class ResultStore:
                 skipped.append(self._skipped(info.path, "empty file (0 bytes), not a Parquet part", part=True))
             else:
                 fragments.append(self._fragment(info, relative.rsplit("/", 1)[0] + "/"))
-        readable, schemas = [], []
+        readable = []
+        extras = pa.schema([])  # columns beyond TABLE_SCHEMA, with extra_columns
         for fragment, footer in zip(fragments, self._footers(fragments)):
             if isinstance(footer, BaseException):
                 if not _file_error(footer):
@@ -543,14 +564,13 @@ class ResultStore:
                 skipped.append(self._skipped(fragment.path, problem, part=not gone))
                 continue
             problem = _schema_problem(footer)
+            if problem is None and extra_columns:
+                extras, problem = _with_extra_columns(extras, footer)
             if problem is not None:
                 skipped.append(self._skipped(fragment.path, problem, part=True))
                 continue
             readable.append(fragment)
-            schemas.append(footer)
-        schema = TABLE_SCHEMA
-        if extra_columns and schemas:
-            schema = pa.schema([*TABLE_SCHEMA, *self._extra_fields(schemas)])
+        schema = pa.schema([*TABLE_SCHEMA, *extras])
         if warn:
             for item in sorted(skipped, key=lambda item: item.path):
                 self._warn(item)
@@ -579,15 +599,6 @@ class ResultStore:
         threads = min(len(fragments), FOOTER_THREADS_S3 if self.is_s3 else FOOTER_THREADS_LOCAL)
         with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="rayeval-footers") as pool:
             return list(pool.map(footer, fragments))
-
-    def _extra_fields(self, schemas: Sequence[pa.Schema]) -> list[pa.Field]:
-        """Columns beyond :data:`TABLE_SCHEMA` in any of these schemas, in order of appearance."""
-        extras = [pa.schema([f for f in schema if f.name not in TABLE_SCHEMA.names]) for schema in schemas]
-        try:
-            found = pa.unify_schemas(extras, promote_options="permissive")
-        except (pa.ArrowTypeError, pa.ArrowInvalid) as exc:
-            raise ValueError(f"part files under {self.base} disagree on a column's type: {exc}") from None
-        return list(found)
 
     def dataset(self, paths: Sequence[str], *, extra_columns: bool = False) -> ds.Dataset:
         """A pyarrow dataset over the readable ones of these part files (from :meth:`part_paths`;
@@ -708,10 +719,50 @@ class ResultStore:
 
     # -- manifests -----------------------------------------------------------------------------
     def write_manifest(self, manifest: RunManifest) -> RunManifest:
-        """Store a run's manifest atomically (``updated_at`` set to now); returns what was stored."""
+        """Store a run's manifest atomically (``updated_at`` set to now); returns what was stored.
+
+        On a local root the manifest of a run not ended yet has room held aside for its next
+        version (``_manifest.reserve``, hidden from readers): when rows have filled the disk,
+        that room is given back and the manifest replaced in it, so that a run stopped by a
+        full disk still says failed.  The reserve goes once the manifest says the run ended."""
         stored = manifest.model_copy(update={"updated_at": _utcnow()})
-        self.put_atomic(self.manifest_path(stored.run_id), stored.model_dump_json(indent=2).encode())
+        data = stored.model_dump_json(indent=2).encode()
+        path = self.manifest_path(stored.run_id)
+        try:
+            self.put_atomic(path, data)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT) or not self._drop_manifest_reserve(stored.run_id):
+                raise
+            self.put_atomic(path, data)
+        if stored.finished:
+            self._drop_manifest_reserve(stored.run_id)
+        elif not self.is_s3:
+            self._hold_manifest_reserve(stored.run_id, len(data) + MANIFEST_RESERVE_SLACK)
         return stored
+
+    def _hold_manifest_reserve(self, run_id: str, size: int) -> None:
+        """Hold ``size`` bytes of a local root's disk for the run's manifest (best effort: a
+        disk without that room goes on without a reserve)."""
+        try:
+            fd = os.open(self.layout.manifest_reserve(run_id), os.O_WRONLY | os.O_CREAT, 0o644)
+            try:
+                if os.fstat(fd).st_size < size:
+                    os.posix_fallocate(fd, 0, size)
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            log.debug("run %s: no room held for its manifest: %s", run_id, exc)
+
+    def _drop_manifest_reserve(self, run_id: str) -> bool:
+        """Give the room held for the run's manifest back; True when there was a reserve."""
+        if self.is_s3:
+            return False
+        try:
+            os.unlink(self.layout.manifest_reserve(run_id))
+        except FileNotFoundError:
+            return False
+        return True
 
     def _manifest_bytes(self, run_id: str) -> bytes | None:
         try:

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from ._version import __version__
 from .errors import RayevalError
 from .evals import EvalFileError, check_evals, load_eval
+from .evals.model import MAX_TIMEOUT_S
 from .harness.cache import default_cache_dir
 from .harness.grading_pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
 from .harness.prompt import ANSWER_CONVENTIONS
@@ -63,6 +64,7 @@ def _read_answer(path: str) -> object:
 def _cmd_grade(args: argparse.Namespace) -> int:
     from .harness.grading_pool import GradingError, grade_bounded
 
+    _check_seconds(args, "grade_timeout")
     eval_ = load_eval(args.eval_file, check_data_nodes=False)  # grading stages no data
     try:  # the answer may be hostile: graded in a subprocess, within --grade-timeout
         result = grade_bounded(eval_, _read_answer(args.answer_file), args.grade_timeout)
@@ -84,6 +86,7 @@ def _cmd_agents(args: argparse.Namespace) -> int:
 
 
 def _cmd_run_one(args: argparse.Namespace) -> int:
+    _check_seconds(args, "timeout", "grade_timeout")
     from .agents.resolve import agent_ref, check_agent_args, parse_agent_args, resolve_agent
     from .harness import EvalRunner
     from .harness.sandbox import check_runs_here
@@ -149,6 +152,18 @@ def _cmd_check_sandbox(args: argparse.Namespace) -> int:
     limits = f"control groups for {', '.join(groups)}" if groups else "no writable control group: per-process limits"
     print(f"sandbox works here: bubblewrap {bwrap_path()}, network {args.network}, {limits}")
     return EXIT_OK
+
+
+def _check_seconds(args: argparse.Namespace, *names: str) -> None:
+    """Time limit options outside a run's configuration (which checks its own): more than 0
+    and at most 30 days (longer ones overflow the waits)."""
+    for name in names:
+        value = getattr(args, name)
+        if value is not None and not 0 < value <= MAX_TIMEOUT_S:
+            option = "--" + name.replace("_", "-")
+            raise BadInput(
+                f"{option}: must be more than 0 and at most {MAX_TIMEOUT_S:,} seconds (30 days), got {value!r}"
+            )
 
 
 def _model_limits(pairs: list[str]) -> dict[str, int]:

@@ -183,3 +183,12 @@ def test_answer_convention_reaches_a_sandboxed_agent(tmp_path: Path) -> None:
         "legacy": ("eval_answer.json", "legacy", "eval_answer.json"),
         "benchmark": ("analysis_output.json", "benchmark", "analysis_output.json"),
     }
+
+
+@pytest.mark.parametrize("option", ["--timeout", "--grade-timeout"])
+@pytest.mark.parametrize("value", ["1e300", "0", "nan"])
+def test_time_limits_beyond_30_days_or_not_positive_are_refused(option: str, value: str, tmp_path: Path) -> None:
+    """1e300 s overflowed the unit's waits (an OverflowError row); refused as run refuses it."""
+    done = run_one("evals/pbmc/pbmc_qc_mito_and_genes.json", "--agent", "sleep", option, value, "--data-root", "evals")
+    assert done.returncode == 2 and done.stdout == "", done.stdout
+    assert f"{option}: " in done.stderr and "Traceback" not in done.stderr

@@ -48,6 +48,11 @@ def combine_entries(specs: list[GraderSpec], results: list[GraderResult], answer
     ]
     if broken:
         metrics["configuration_error"] = "; ".join(broken)
+    unjudged = [(label, r) for label, r in zip(labels, results) if r.judge_failure is not None]
+    if unjudged:  # as the first entry whose judge failed says
+        label, first = unjudged[0]
+        metrics["judge_error"] = first.metrics["judge_error"]
+        metrics["grader_error"] = f"{label}: {first.judge_failure}"
     passed = all(r.passed for r in results)
     reasoning = "\n\n".join(
         f"[{label}] {'PASS' if r.passed else 'FAIL'}\n{r.reasoning}" for label, r in zip(labels, results)

@@ -76,19 +76,32 @@ def test_judge_calls_run_apart_from_the_agents_slots(
 
 
 def test_a_judge_without_a_key_is_a_judge_error_not_a_lost_unit(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, invocation_log: Path
 ) -> None:
+    """A unit whose judge gives no verdict is an error of the run (counted as one), not a failed
+    answer; the run's own retries do not run its agent again (the judge calls were retried
+    already), --retry-errors does, once a judge can be reached."""
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    batch.run(
-        str(_rubric_eval(tmp_path / "evals")),
-        agent="tests.batch.agents:rationale_writer",
-        output=str(tmp_path / "out"),
-        run_id="nokey",
-        isolation="inline",
-        show_progress=False,
-        flush_seconds=0.5,
-    )
+    options = {
+        "agent": "tests.batch.agents:rationale_writer",
+        "output": str(tmp_path / "out"),
+        "run_id": "nokey",
+        "isolation": "inline",
+        "show_progress": False,
+        "flush_seconds": 0.5,
+    }
+    evals = str(_rubric_eval(tmp_path / "evals"))
+    summary = batch.run(evals, retries=2, **options)
     rows = pd.read_parquet(tmp_path / "out" / "run_id=nokey")
-    assert list(rows["status"]) == ["failed"]
+    assert list(rows["status"]) == ["error"] and list(rows["error_type"]) == ["JudgeError"]
+    assert "ANTHROPIC_API_KEY" in rows["error_message"].iloc[0] and summary.errors == 1
     metrics = json.loads(rows["metrics_json"].iloc[0])
-    assert metrics["judge_error"] == "fatal" and "ANTHROPIC_API_KEY" in rows["reasoning"].iloc[0]
+    assert metrics["judge_error"] == "fatal"
+    assert len(read_invocations(invocation_log)) == 1  # not retried by the run
+
+    with FakeModelServer(script=[], answer=lambda body: MET) as judge:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-key")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", judge.url)
+        batch.run(evals, resume=True, retry_errors=True, **options)
+    rows = pd.read_parquet(tmp_path / "out" / "run_id=nokey").sort_values("attempt")
+    assert list(zip(rows["attempt"], rows["status"])) == [(1, "error"), (2, "passed")]

@@ -436,3 +436,27 @@ def test_a_rubric_child_of_a_composite_is_judged(judge) -> None:
     child = {"type": "rubric", "config": rubric_config((HERG, 1), (SECOND, 1), passing_reward_threshold=0.5)}
     result = get_grader("average_of").evaluate_answer({"rationale": "hi"}, {"children": [child]})
     assert result.passed and result.normalized_score() == pytest.approx(0.5)
+
+
+def test_an_eval_whose_judge_gives_no_verdict_is_an_error_not_a_failed_answer(judge, monkeypatch) -> None:
+    """The grading could not be done: the unit's status is error (JudgeError, the judge's
+    reason), also when the rubric is one entry of a graders list beside one that passed."""
+    from rayeval.evals import Eval
+    from rayeval.harness.execution import Execution, grade_execution, now
+
+    _, server = judge
+    server.fail(400)
+    graders = [
+        {"type": "rubric", "config": rubric_config((HERG, 1))},
+        {"type": "multiple_choice", "config": {"correct_answer": "B"}},
+    ]
+    eval_ = Eval.model_validate({"id": "e", "task": "Why?", "graders": graders})
+    stamp = now()
+    execution = Execution(
+        eval_id="e", outcome="answered", answer={"rationale": "hi", "answer": "B"}, started_at=stamp, finished_at=stamp
+    )
+    result = grade_execution(eval_, execution, grade_timeout=None)
+    assert (result.status, result.passed, result.error_type) == ("error", False, "JudgeError")
+    assert result.error_message.startswith("graders[0].rubric: rubric judge (fatal)")
+    assert "HTTP 400" in result.error_message
+    assert result.grader_result is not None and result.grader_result.metrics["judge_error"] == "fatal"

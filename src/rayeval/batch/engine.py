@@ -631,7 +631,7 @@ def _execute(
                 continue
             unit, attempt, row = done
             earlier = 0 if earlier_attempts is None else int(earlier_attempts[unit.position])
-            if row.status == "error" and attempt - earlier <= config.retries:  # retries count from this run's first
+            if row.retryable and attempt - earlier <= config.retries:  # retries count from this run's first
                 queue.retry_later(unit, attempt + 1, retry_delay(attempt, config.retry_backoff_s))
             else:
                 kept.setdefault(unit.model, []).append(row)

@@ -8,6 +8,7 @@ from .._json import dumps
 from .._version import __version__
 from ..agents.labels import row_labels
 from ..evals import Eval
+from ..harness.execution import JUDGE_ERROR
 from ..harness.result import EvalResult
 from ..storage.row import ResultRow
 from .plan import Unit
@@ -25,10 +26,14 @@ class UnitRow(NamedTuple):
     status: str
     passed: bool
     line: bytes
+    #: an error a run's own retries run again: the agent's or Ray's, not a judge's
+    #: (``JUDGE_ERROR``: the judge calls were retried already; ``--retry-errors`` reruns them)
+    retryable: bool = False
 
 
 def unit_row(row: ResultRow) -> UnitRow:
-    return UnitRow(row.status, row.passed, row.to_line())
+    retryable = row.status == "error" and row.error_type != JUDGE_ERROR
+    return UnitRow(row.status, row.passed, row.to_line(), retryable)
 
 
 def stored_row(result: EvalResult, **fields: Any) -> UnitRow:

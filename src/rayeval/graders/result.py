@@ -67,6 +67,14 @@ class GraderResult:
     def is_configuration_error(self) -> bool:
         return "configuration_error" in self.metrics
 
+    @property
+    def judge_failure(self) -> str | None:
+        """Why an LLM judge gave no verdict (its ``grader_error``), None when every judge did:
+        the grading could not be done, which says nothing of the answer."""
+        if "judge_error" not in self.metrics:
+            return None
+        return str(self.metrics.get("grader_error") or f"the judge failed ({self.metrics['judge_error']})")
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe form (non-finite floats become null)."""
         return _ADAPTER.dump_python(self, mode="json", fallback=json_fallback)

@@ -109,6 +109,11 @@ def judge_requests(eval_: Eval, execution: Execution, *, grade_timeout: float | 
         return {}
 
 
+#: the error_type of a unit whose LLM judge gave no verdict (retried by ``--retry-errors``, not
+#: by a run's own retries: the judge calls were retried already, and the agent need not run again)
+JUDGE_ERROR = "JudgeError"
+
+
 def grade_execution(
     eval_: Eval,
     execution: Execution,
@@ -141,9 +146,13 @@ def grade_execution(
         status = "timeout" if isinstance(exc, GradingTimeout) else "error"
         fields.update(error_type=type(exc).__name__, error_message=str(exc))
     else:
-        status = (
-            "config_error" if grader_result.is_configuration_error else ("passed" if grader_result.passed else "failed")
-        )
+        if grader_result.is_configuration_error:
+            status = "config_error"
+        elif grader_result.judge_failure is not None:  # not graded: an error of the run, not a failed answer
+            status = "error"
+            fields.update(error_type=JUDGE_ERROR, error_message=grader_result.judge_failure)
+        else:
+            status = "passed" if grader_result.passed else "failed"
     grade_s = time.monotonic() - start
     lifted = lift_metadata(execution.metadata, recorded_duration=execution.replayed)
     fields.update(lifted)

@@ -3,7 +3,7 @@
 Per run, the unit index (the light report columns of the latest attempt of each unit) is read
 once and kept: the units table is filtered, sorted and paged over its numpy arrays, so a page
 of a 100k-unit run costs milliseconds.  The heavy text columns (answer, reasoning, metrics,
-artifacts, error message) are read only for the unit shown, pruned to its model partition and
+artifacts, error message and traceback) are read only for the unit shown, pruned to its model partition and
 eval.  Every text the agent could have written is clipped (:data:`MAX_TEXT_CHARS`) with its
 full length, so the page can say it was truncated.
 """
@@ -80,6 +80,7 @@ DETAIL_COLUMNS: tuple[str, ...] = (
     "answer_json",
     "answer_source",
     "error_message",
+    "error_traceback",
     "metadata_json",
     "artifacts_json",
 )
@@ -223,6 +224,7 @@ def unit_detail(light: Mapping[str, Any], heavy: Mapping[str, Any], task: dict[s
         "reasoning": clip(heavy.get("reasoning")),
         "metrics": metric_rows(metrics) if metrics not in (None, {}) else [],
         "error_message": clip(heavy.get("error_message")),
+        "error_traceback": clip(heavy.get("error_traceback")),
         "metadata": _pretty(heavy.get("metadata_json")),
         "artifacts": artifacts,
         "trajectory": trajectory,

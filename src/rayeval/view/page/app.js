@@ -281,7 +281,8 @@
       ? h("table", { id: "metrics" }, h("tbody", {}, u.metrics.map(([k, v]) => h("tr", {}, h("th", {}, k), h("td", {}, typeof v === "object" && v !== null ? JSON.stringify(v) : fmt(v))))))
       : h("p", { class: "note" }, "(no metrics)");
     const error = u.error_type || u.error_message
-      ? h("div", { class: "error-box", id: "error" }, h("strong", {}, fmt(u.error_type)), clipped(u.error_message))
+      ? h("div", { class: "error-box", id: "error" }, h("strong", {}, fmt(u.error_type)), clipped(u.error_message),
+        u.error_traceback ? h("details", { id: "traceback" }, h("summary", {}, "traceback"), clipped(u.error_traceback)) : null)
       : h("p", { class: "note" }, "(no error)");
     const artifacts = u.artifacts.length
       ? u.artifacts.map((a) => h("details", {}, h("summary", {}, `${a.name} (${a.length.toLocaleString()} characters)`), clipped(a)))

@@ -7,8 +7,10 @@ from pathlib import Path
 import pytest
 
 from rayeval.cli import main
+from tests.conftest import shared_path
 
 REPO = Path(__file__).resolve().parents[2]
+TRIALS = shared_path("corpus", "scbench", "trials.jsonl")
 
 
 @pytest.mark.parametrize(
@@ -99,6 +101,13 @@ def test_resume_without_run_id_lists_the_unfinished_runs(tmp_path: Path, capsys:
     [
         ("replay", [], "agent 'replay' needs --agent-arg trials=PATH"),
         ("replay", ["--agent-arg", "trials=/no/such/trials.jsonl"], "cannot read trials file /no/such/trials.jsonl"),
+        # a model the trials file records nothing of: every unit would be an error
+        ("replay", ["--agent-arg", f"trials={TRIALS}"], "records no trial of model 'default' (--models names"),
+        (
+            "replay",
+            ["--agent-arg", f"trials={TRIALS}", "--models", "gpt-5.5@openai-codex,claude-opus-4-7@codex"],
+            "records no trial of model 'claude-opus-4-7@codex'",
+        ),
         (
             "reference",
             ["--agent-arg", "answer=42"],

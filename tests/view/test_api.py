@@ -246,6 +246,10 @@ def test_leaderboard_and_plots(view_url: str) -> None:
     ]
     # error rows carry the agent as harness
     assert len({row[0] for row in main["rows"]}) == REPLAY_PAIRS
+    # the page says how the table counts, as the report does: clipped intervals, errors as failures
+    errors = sum(row[main["columns"].index("Errors")] for row in main["rows"])
+    assert "clipped to [0, 100]" in board["method"] and "count as failures in Accuracy" in board["method"]
+    assert errors > 0 and f": {errors} here" in board["method"]
     assert {"accuracy", "cost", "task"} <= set(board["plots"])
     for name in board["plots"]:
         status, headers, body = request(view_url, f"/api/plot?run=replay&name={name}")

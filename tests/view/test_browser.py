@@ -191,6 +191,7 @@ def test_leaderboard_with_plots(browser: Any, view_url: str, tmp_path: Path) -> 
         tmp_path / "leaderboard.png",
         "Leaderboard of replay",
         "Accuracy by task category",
+        "clipped to [0, 100]",
     )
 
 

@@ -338,7 +338,7 @@
         h("tbody", {}, t.rows.map((row) => h("tr", {}, row.map((v, i) => h("td", { class: typeof v === "number" ? "num" : null }, fmt(v, t.columns[i])))))))));
     const plots = data.plots.map((name) => h("figure", {}, h("img", { class: "plot", alt: plotTitles[name] || name, src: data.src(name) })));
     show(h("h1", {}, "Leaderboard of ", run),
-      h("p", { class: "note" }, "Accuracy: mean over evals of per-eval pass rates over seeds, 95% t-interval over per-eval means; errored runs count as failures."),
+      h("p", { class: "note", id: "method" }, data.method),
       tables, h("h2", {}, "Plots"), data.note ? h("p", { class: "note" }, data.note) : null, plots);
   }
 

@@ -60,7 +60,7 @@ def test_run_one_agents_and_version_run_as_written() -> None:
     for command in _block("rayeval run-one"):
         done = subprocess.run(shlex.split(command), cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
         assert done.returncode in (0, 1), f"{command}\n{done.stderr}"  # 1: graded and failed
-        assert '"status"' in done.stdout
+        assert '"status"' in done.stdout and '"status": "error"' not in done.stdout, done.stdout[-3000:]
     shell_lines = [c for c in _block("rayeval run EVALS") if not c.startswith("rayeval run ")]
     assert shell_lines == ["rayeval agents", "rayeval --version"]
     for command in shell_lines:

@@ -307,12 +307,21 @@ def _check_program(name: str, args: dict[str, str], model: str | None, *, enviro
             raise AgentArgsError(f"agent {name!r}: {exc}") from None
 
 
-def parse_agent_args(pairs: list[str]) -> dict[str, str]:
-    """``["k=v", ...]`` from repeated ``--agent-arg`` options."""
+# Built-in agents' options that name a local file: given on the command line, relative to the
+# folder the command runs in; units run in work folders of their own, so they get it absolute.
+_PATH_OPTIONS: dict[str, tuple[str, ...]] = {"replay": ("trials",)}
+
+
+def parse_agent_args(pairs: list[str], agent: str = "") -> dict[str, str]:
+    """``["k=v", ...]`` from repeated ``--agent-arg`` options; the options of built-in ``agent``
+    that name a file made absolute."""
     args = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
             raise ValueError(f"--agent-arg expects key=value, got {pair!r}")
         args[key.strip()] = value
+    for key in _PATH_OPTIONS.get(agent, ()):
+        if args.get(key):
+            args[key] = str(Path(args[key]).expanduser().absolute())
     return args

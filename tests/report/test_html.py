@@ -63,7 +63,7 @@ def test_report_is_self_contained(corpus_root: Path, tmp_path: Path) -> None:
         "Runs",
     ):
         assert heading in body
-    assert "gpt-5.5" in body and "Accuracy (%)" in body and "pass@3" in body and "count as failures" in body
+    assert "gpt-5.5" in body and "Accuracy (%)" in body and "pass@3 (%)" in body and "count as failures" in body
 
 
 def test_report_without_costs_or_metadata(tmp_path: Path) -> None:

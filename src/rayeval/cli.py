@@ -96,14 +96,14 @@ def _cmd_run_one(args: argparse.Namespace) -> int:
     runner = EvalRunner(eval_, work_root=args.work_root, keep_workspace=args.keep_workspace)
     agent: AgentFunction | AgentRef
     try:
-        agent_args = parse_agent_args(args.agent_arg)
+        agent_args = parse_agent_args(args.agent_arg, args.agent)
         check_agent_args(args.agent, agent_args, [args.model])
         if args.isolation == "inline":
             agent = resolve_agent(args.agent)
         else:  # imported only in the unit's own process; the check also starts the sandbox once
             agent = agent_ref(args.agent)
             config = sandbox.model_copy(update={"hide": (*sandbox.hide, *map(str, runner.data_roots))})
-            check_runs_here(config, args.isolation, runner.work_root, default_cache_dir(), agent)
+            check_runs_here(config, args.isolation, runner.work_root, default_cache_dir(), agent, agent_args)
     except ValueError as exc:  # a RayevalError (an unknown agent, no sandbox here) goes on to main()
         raise BadInput(str(exc)) from None
     result = runner.run(
@@ -273,7 +273,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             evals=args.evals,
             data_roots=args.data_root,
             agent=args.agent,
-            agent_args=parse_agent_args(args.agent_arg),
+            agent_args=parse_agent_args(args.agent_arg, args.agent),
             models=parse_models(args.models),
             seeds=parse_seeds(args.seeds),
             output=args.output,

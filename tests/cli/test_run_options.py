@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 
 from rayeval.cli import main
+from tests.conftest import shared_path
 
 REPO = Path(__file__).resolve().parents[2]
+TRIALS = shared_path("corpus", "scbench", "trials.jsonl")
 
 
 @pytest.mark.parametrize(
@@ -99,6 +102,13 @@ def test_resume_without_run_id_lists_the_unfinished_runs(tmp_path: Path, capsys:
     [
         ("replay", [], "agent 'replay' needs --agent-arg trials=PATH"),
         ("replay", ["--agent-arg", "trials=/no/such/trials.jsonl"], "cannot read trials file /no/such/trials.jsonl"),
+        # a model the trials file records nothing of: every unit would be an error
+        ("replay", ["--agent-arg", f"trials={TRIALS}"], "records no trial of model 'default' (--models names"),
+        (
+            "replay",
+            ["--agent-arg", f"trials={TRIALS}", "--models", "gpt-5.5@openai-codex,claude-opus-4-7@codex"],
+            "records no trial of model 'claude-opus-4-7@codex'",
+        ),
         (
             "reference",
             ["--agent-arg", "answer=42"],
@@ -135,6 +145,25 @@ def test_bad_agent_options_and_missing_keys_exit_2_before_any_unit(
     assert code == 2, err
     assert message in err and "Traceback" not in err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_trials_file_the_sandbox_cannot_see_exits_2_before_any_unit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The driver reads the file, the units would not: the sandbox's /tmp is its own (pytest's
+    tmp_path is under /tmp). The start-up probe checks the agent's options where the units run.
+    (The command's working folder is on the agents' import path, so units see it: not tmp_path.)"""
+    copy = tmp_path / "trials.jsonl"
+    copy.write_bytes(TRIALS.read_bytes())
+    monkeypatch.setattr(sys, "path", [*sys.path])  # main() puts the working folder on it
+    monkeypatch.chdir(TRIALS.parent)
+    out = tmp_path / "out"
+    code = main(["run", str(REPO / "evals"), "--agent", "replay", "--agent-arg", f"trials={copy}",
+                 "--models", "gpt-5.5@openai-codex", "--output", str(out), "--no-progress"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "agent 'replay' cannot be loaded in its sandbox" in err and f"cannot read trials file {copy}" in err
+    assert "a private /tmp" in err and not list(out.rglob("*.parquet"))  # no unit ran
 
 
 AGENTS = """

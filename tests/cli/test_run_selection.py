@@ -11,7 +11,10 @@ import pytest
 
 from rayeval.cli import main
 from rayeval.evals import Eval, EvalSelectionError, select_evals
+from rayeval.storage import ResultStore
+from rayeval.storage.row import ResultRow
 from tests.batch.conftest import write_mc_evals
+from tests.report.helpers import base_row
 
 AGENTS = """
 from pathlib import Path
@@ -76,6 +79,26 @@ def test_dry_run_prints_the_plan_and_its_cost_and_starts_nothing(
     assert "evals: 2 (selected from 3); models: default; seeds: 1..4" in text
     assert "units: 8 planned, 0 already stored, 8 to run" in text and "estimated cost: unknown" in text
     assert not out.exists()  # nothing written, no lease taken
+
+
+def test_dry_run_estimates_each_models_cost_from_its_own_earlier_units(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Earlier rows under the root: model ``a`` at $2 a unit, many of ``b`` at $0.01, none of
+    ``c``. Each model is priced from its own rows; ``c``'s units are said to be unknown."""
+    folder = write_mc_evals(tmp_path / "evals", ["e1", "e2"])
+    out = tmp_path / "out"
+    earlier = [("a", 2.0)] * 2 + [("b", 0.01)] * 20 + [("c", None)]
+    rows = [
+        ResultRow(**base_row(run_id="earlier", model=m, unit_id=f"u{i}", cost_usd=c))
+        for i, (m, c) in enumerate(earlier)
+    ]
+    ResultStore(out).write_rows("earlier", rows)
+    code = main(["run", str(folder), "--agent", "reference", "--output", str(out), "--models", "a,b,c", "--dry-run"])
+    text = capsys.readouterr().out
+    assert code == 0 and "units: 6 planned, 0 already stored, 6 to run" in text
+    assert "estimated cost: $4.02 for 4 of the 6 units, the others unknown" in text  # 2 x $2 + 2 x $0.01
+    assert "a: $2.0000 per unit, the mean of 2 earlier units" in text and "c: no earlier unit recorded a cost" in text
 
 
 def test_retry_errors_reruns_only_the_errored_units_as_new_attempts(tmp_path: Path, capsys: pytest.CaptureFixture[str],

@@ -63,7 +63,7 @@ def test_report_is_self_contained(corpus_root: Path, tmp_path: Path) -> None:
         "Runs",
     ):
         assert heading in body
-    assert "gpt-5.5" in body and "Accuracy (%)" in body and "pass@3" in body and "count as failures" in body
+    assert "gpt-5.5" in body and "Accuracy (%)" in body and "pass@3 (%)" in body and "count as failures" in body
 
 
 def test_report_without_costs_or_metadata(tmp_path: Path) -> None:
@@ -77,3 +77,21 @@ def test_report_without_costs_or_metadata(tmp_path: Path) -> None:
     assert "no data to plot" in text
     with pytest.raises(ReportError):
         render_html(units.iloc[0:0])
+
+
+def test_the_footnote_says_the_intervals_are_clipped_as_the_table_shows() -> None:
+    """Two evals, one passed and one failed: the raw t-interval is about −585 … 685 %; the table
+    shows it clipped to [0, 100], and the page's note says so."""
+    from .helpers import base_row
+
+    units = pd.DataFrame(
+        [
+            base_row(eval_id="e1", unit_id="u1", passed=True, status="passed"),
+            base_row(eval_id="e2", unit_id="u2", passed=False, status="failed"),
+        ]
+    )
+    parser = Collector()
+    parser.feed(render_html(units))
+    body = " ".join(" ".join(parser.text).split())
+    assert "50.00 0.00 100.00" in body  # Accuracy (%), ci_lower, ci_upper of the only row
+    assert "clipped to [0, 100]" in body and "not clipped" not in body

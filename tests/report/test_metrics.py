@@ -59,19 +59,21 @@ def test_pass_at_k_table_averages_over_evals() -> None:
     units = _units({"e1": [True, False, True, False, False], "e2": [False, True, False]})
     table = pass_at_k(units, k=[1, 2, 5]).iloc[0]
     assert (table["n_evals"], table["min_seeds"]) == (2, 3)
-    assert table["pass@1"] == pytest.approx((0.4 + 1 / 3) / 2 * 100)
-    assert table["pass@2"] == pytest.approx((0.7 + 2 / 3) / 2 * 100)
-    assert table["pass^2"] == pytest.approx((0.1 + 0.0) / 2 * 100)
-    assert table["pass@5"] == pytest.approx(100.0)  # e2 has only 3 seeds: left out for k = 5
-    assert table["pass^5"] == pytest.approx(0.0)
+    assert table["pass@1 (%)"] == pytest.approx((0.4 + 1 / 3) / 2 * 100)
+    assert table["pass@2 (%)"] == pytest.approx((0.7 + 2 / 3) / 2 * 100)
+    assert table["pass^2 (%)"] == pytest.approx((0.1 + 0.0) / 2 * 100)
+    assert table["pass@5 (%)"] == pytest.approx(100.0)  # e2 has only 3 seeds: left out for k = 5
+    assert table["pass^5 (%)"] == pytest.approx(0.0)
 
 
 def test_pass_at_1_equals_accuracy_on_the_corpus(corpus_units: pd.DataFrame) -> None:
     from rayeval.report import benchmark_table
 
     merged = pass_at_k(corpus_units, k=[1, 3]).merge(benchmark_table(corpus_units), on=["model_name", "harness"])
-    np.testing.assert_allclose(merged["pass@1"], merged["Accuracy (%)"])
-    assert (merged["pass@3"] >= merged["pass@1"] - 1e-9).all() and (merged["pass^3"] <= merged["pass^1"] + 1e-9).all()
+    np.testing.assert_allclose(merged["pass@1 (%)"], merged["Accuracy (%)"])
+    assert (merged["pass@3 (%)"] >= merged["pass@1 (%)"] - 1e-9).all() and (
+        merged["pass^3 (%)"] <= merged["pass^1 (%)"] + 1e-9
+    ).all()
 
 
 def test_majority_vote_on_answers_and_verdicts() -> None:

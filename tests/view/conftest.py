@@ -38,6 +38,9 @@ REPLAY_SEEDS = "1,4"  # the corpus has no 4th trial: those units are error rows
 
 HOSTILE_ANSWER = '<script>window.__pwned = "script"</script><img src=x onerror="window.__pwned = \'img\'">'
 HOSTILE_REASONING = "<b>bold?</b><img src=x onerror=\"window.__pwned = 'reasoning'\">"
+HOSTILE_TRACEBACK = (
+    f'Traceback (most recent call last):\n  File "agent.py", line 1, in run\nRuntimeError: {HOSTILE_ANSWER}'
+)
 HUGE_ERROR_CHARS = 300_000
 TASK_TEXT = 'Count the cells in cells.csv and answer <EVAL_ANSWER>{"n_cells": N}</EVAL_ANSWER>.'
 
@@ -182,6 +185,7 @@ def crafted_rows(eval_hash: str) -> list[ResultRow]:
             reasoning=HOSTILE_REASONING,
             error_type="<i>Kind</i>",
             error_message=HOSTILE_ANSWER,
+            error_traceback=HOSTILE_TRACEBACK,
             artifacts_json=trajectory([{"role": "assistant", "content": HOSTILE_ANSWER}]),
         ),
         crafted_row(

@@ -19,7 +19,7 @@ from rayeval.view import ViewData, ViewServer
 from rayeval.view.data import MAX_TEXT_CHARS
 from rayeval.view.static import check_out_dir
 
-from .conftest import HOSTILE_ANSWER, HUGE_ERROR_CHARS, REPLAY_PAIRS, TASK_TEXT
+from .conftest import HOSTILE_ANSWER, HOSTILE_TRACEBACK, HUGE_ERROR_CHARS, REPLAY_PAIRS, TASK_TEXT
 
 
 def request(base: str, path: str, method: str = "GET") -> tuple[int, dict[str, str], bytes]:
@@ -125,7 +125,7 @@ def test_unit_page_of_a_real_run(view_url: str) -> None:
     assert "FCGR3A" in unit["task_prompt"]["text"]["text"]
     assert json.loads(unit["answer"]["text"])["answer"] and unit["reasoning"]["text"]
     assert unit["metrics"] and all(len(pair) == 2 for pair in unit["metrics"])
-    assert unit["isolation"] == "sandbox" and unit["error_message"] is None
+    assert unit["isolation"] == "sandbox" and unit["error_message"] is None and unit["error_traceback"] is None
 
 
 @pytest.mark.parametrize(
@@ -191,7 +191,18 @@ def test_hostile_text_comes_back_as_data(view_url: str) -> None:
     assert status == 200 and headers["Content-Type"].startswith("application/json")
     # escaped: never markup, whatever reads it
     assert b"<" not in body and b">" not in body
-    assert json.loads(body)["error_message"]["text"] == HOSTILE_ANSWER
+    unit = json.loads(body)
+    assert unit["error_message"]["text"] == HOSTILE_ANSWER and unit["error_traceback"]["text"] == HOSTILE_TRACEBACK
+
+
+def test_an_error_row_of_a_real_run_shows_its_message_and_traceback(view_url: str) -> None:
+    """The replay run's seed-4 units have no recorded trial: the agent raised, and the unit page
+    gives the short message and, apart, the agent's Python traceback ending with it."""
+    row = api(view_url, "units", run="replay", verdict="error", seed=4)["rows"][0]
+    unit = api(view_url, "unit", run="replay", id=row[0])
+    message, traceback = unit["error_message"]["text"], unit["error_traceback"]["text"]
+    assert unit["error_type"] == "ReplayError" and "Traceback" not in message
+    assert traceback.startswith("Traceback (most recent call last):") and message in traceback.splitlines()[-1]
 
 
 def test_latest_attempt_only(view_url: str) -> None:
@@ -235,6 +246,10 @@ def test_leaderboard_and_plots(view_url: str) -> None:
     ]
     # error rows carry the agent as harness
     assert len({row[0] for row in main["rows"]}) == REPLAY_PAIRS
+    # the page says how the table counts, as the report does: clipped intervals, errors as failures
+    errors = sum(row[main["columns"].index("Errors")] for row in main["rows"])
+    assert "clipped to [0, 100]" in board["method"] and "count as failures in Accuracy" in board["method"]
+    assert errors > 0 and f": {errors} here" in board["method"]
     assert {"accuracy", "cost", "task"} <= set(board["plots"])
     for name in board["plots"]:
         status, headers, body = request(view_url, f"/api/plot?run=replay&name={name}")

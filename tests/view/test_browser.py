@@ -16,7 +16,7 @@ from selenium.webdriver.support.ui import Select, WebDriverWait
 from rayeval.report import ResultsReader
 from rayeval.view import ViewData, static, write_static
 
-from .conftest import HOSTILE_ANSWER
+from .conftest import HOSTILE_ANSWER, HOSTILE_TRACEBACK
 from .test_api import api
 
 WAIT_S = 120  # generous: the machine is shared; never a speed assertion
@@ -135,6 +135,8 @@ def test_hostile_answer_is_shown_as_text_and_runs_nothing(browser: Any, view_url
     answer = wait_for(browser, "#answer pre", "<script>")
     assert "window.__pwned" in answer.text
     assert wait_for(browser, "#error", "<i>Kind</i>").text.count(HOSTILE_ANSWER) == 1
+    browser.find_element(By.CSS_SELECTOR, "#traceback summary").click()  # the traceback, apart and folded
+    assert wait_text(browser, "#traceback pre", "Traceback") == HOSTILE_TRACEBACK
     assert browser.execute_script("return window.__pwned") is None
     assert (
         browser.execute_script(
@@ -189,6 +191,7 @@ def test_leaderboard_with_plots(browser: Any, view_url: str, tmp_path: Path) -> 
         tmp_path / "leaderboard.png",
         "Leaderboard of replay",
         "Accuracy by task category",
+        "clipped to [0, 100]",
     )
 
 

@@ -96,6 +96,18 @@ def replay_agent(task_prompt: str, work_dir: Path, context: AgentContext) -> dic
     return answer_envelope(row.get("answer"), metadata, work_dir)
 
 
+def check_args(args: dict[str, str]) -> None:
+    """Run where the units run, before any: the trials file is readable there (a sandbox has a
+    private /tmp and hides the results root and the evals folders), by an absolute path (each
+    unit runs in a work folder of its own)."""
+    path = args.get("trials")
+    if path and not Path(path).is_absolute():
+        raise ReplayError(f"--agent-arg trials={path}: give an absolute path (each unit runs in its own work folder)")
+    if path:
+        load_trials(path)
+
+
+replay_agent.check_args = check_args  # type: ignore[attr-defined]
 replay_agent.needs_data = False  # type: ignore[attr-defined]
 replay_agent.leaves_nothing_running = True  # type: ignore[attr-defined]
 # it reads a recorded answer: a hundredth of a CPU, and a sandboxed Python's memory

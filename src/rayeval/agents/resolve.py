@@ -6,7 +6,7 @@ import dataclasses
 import importlib
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -210,7 +210,7 @@ def check_agent_args(
         if unknown:
             takes = ", ".join(_FUNCTION_OPTIONS[name]) or "no options"
             raise AgentArgsError(f"agent {name!r}: unknown --agent-arg {', '.join(unknown)} (it takes {takes})")
-        _check_function_args(name, args, environment=environment)
+        _check_function_args(name, args, models, environment=environment)
     elif name in _PROGRAMS:
         for model in models:
             _check_program(name, args, model, environment=environment)
@@ -245,7 +245,7 @@ def _check_prompt(args: dict[str, str], model: str | None, *, environment: bool)
         raise AgentArgsError(f"agent 'prompt': {exc}") from None
 
 
-def _check_function_args(name: str, args: dict[str, str], *, environment: bool) -> None:
+def _check_function_args(name: str, args: dict[str, str], models: Sequence[str | None], *, environment: bool) -> None:
     if name == "sleep":
         try:
             seconds = float(args.get("seconds", "1"))
@@ -260,9 +260,29 @@ def _check_function_args(name: str, args: dict[str, str], *, environment: bool) 
             raise AgentArgsError("agent 'replay' needs --agent-arg trials=PATH (a JSONL file of recorded trials)")
         if environment:
             try:
-                load_trials(str(Path(args["trials"]).resolve()))
+                trials = load_trials(str(Path(args["trials"]).resolve()))
             except ReplayError as exc:
                 raise AgentArgsError(f"agent 'replay': --agent-arg trials: {exc}") from None
+            _check_replayed_models(args["trials"], trials, models)
+
+
+def _check_replayed_models(
+    path: str, trials: Mapping[tuple[str, str, int], list[dict]], models: Sequence[str | None]
+) -> None:
+    """Every model (``model`` or ``model@harness``) has recorded trials: one the file names
+    nowhere would make every unit of it an error."""
+    recorded = {(name, str(row.get("harness"))) for (_, name, _), rows in trials.items() for row in rows}
+    for model in models:
+        if model is None:
+            continue
+        name, _, harness = model.partition("@")
+        if not any(n == name and harness in ("", h) for n, h in recorded):
+            known = sorted({f"{n}@{h}" for n, h in recorded})
+            listed = ", ".join(known[:10]) + (f" and {len(known) - 10} more" if len(known) > 10 else "")
+            raise AgentArgsError(
+                f"agent 'replay': --agent-arg trials: {path} records no trial of model {model!r} "
+                f"(--models names MODEL or MODEL@HARNESS of: {listed or 'none: the file is empty'})"
+            )
 
 
 def _check_program(name: str, args: dict[str, str], model: str | None, *, environment: bool) -> None:
@@ -287,12 +307,21 @@ def _check_program(name: str, args: dict[str, str], model: str | None, *, enviro
             raise AgentArgsError(f"agent {name!r}: {exc}") from None
 
 
-def parse_agent_args(pairs: list[str]) -> dict[str, str]:
-    """``["k=v", ...]`` from repeated ``--agent-arg`` options."""
+# Built-in agents' options that name a local file: given on the command line, relative to the
+# folder the command runs in; units run in work folders of their own, so they get it absolute.
+_PATH_OPTIONS: dict[str, tuple[str, ...]] = {"replay": ("trials",)}
+
+
+def parse_agent_args(pairs: list[str], agent: str = "") -> dict[str, str]:
+    """``["k=v", ...]`` from repeated ``--agent-arg`` options; the options of built-in ``agent``
+    that name a file made absolute."""
     args = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
             raise ValueError(f"--agent-arg expects key=value, got {pair!r}")
         args[key.strip()] = value
+    for key in _PATH_OPTIONS.get(agent, ()):
+        if args.get(key):
+            args[key] = str(Path(args[key]).expanduser().absolute())
     return args

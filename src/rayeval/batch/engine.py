@@ -498,7 +498,9 @@ def check_agent(config: BatchConfig, evals: list[Eval], agent: AgentFunction | N
         return  # rayeval's own agent that runs no agent code (the prompt agent): no sandbox to start
     work_root = Path(config.work_root) if config.work_root else default_work_root()
     cache_dir = Path(config.cache_dir) if config.cache_dir else default_cache_dir()
-    check_runs_here(sandbox_config(config, evals), config.isolation, work_root, cache_dir, named)
+    # options name files as the units' nodes see them: checked only where units run on this machine
+    args = config.agent_args if _embedded(config) else None
+    check_runs_here(sandbox_config(config, evals), config.isolation, work_root, cache_dir, named, args)
 
 
 def _embedded(config: BatchConfig) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from pydantic import BaseModel
 
 from ..agents.labels import row_labels
@@ -32,19 +33,23 @@ class PlanPreview(BaseModel):
     to_run: int
     #: of ``to_run``, units stored with an error that run again (``--retry-errors``)
     rerun_errors: int
-    #: mean cost per unit of these models in rows already under the results root, times
-    #: ``to_run``; None when no such row has a cost
+    #: per model, the mean cost per unit of its rows already under the results root times its
+    #: units to run, summed over the models with such rows; None when none has one
     estimated_cost_usd: float | None
+    #: units to run of models no earlier row gives a cost for (not in the estimate)
+    unpriced_units: int
     cost_basis: str
 
     def text(self) -> str:
         selected = f" (selected from {self.evals_loaded})" if self.evals != self.evals_loaded else ""
         rerun = f", {self.rerun_errors} of them errored before" if self.rerun_errors else ""
-        cost = (
-            f"${self.estimated_cost_usd:.2f} ({self.cost_basis})"
-            if self.estimated_cost_usd is not None
-            else f"unknown ({self.cost_basis})"
-        )
+        if self.estimated_cost_usd is None:
+            cost = f"unknown ({self.cost_basis})"
+        elif self.unpriced_units:
+            priced = self.to_run - self.unpriced_units
+            cost = f"${self.estimated_cost_usd:.2f} for {priced} of the {self.to_run} units, the others unknown ({self.cost_basis})"
+        else:
+            cost = f"${self.estimated_cost_usd:.2f} ({self.cost_basis})"
         return "\n".join([
             f"dry run: nothing started. run: {self.run_id or 'a new run id'}",
             f"evals: {self.evals}{selected}; models: {', '.join(self.models)}; seeds: {self.seeds}",
@@ -61,7 +66,7 @@ def preview_run(config: BatchConfig) -> PlanPreview:
     check_agent(config, evals, None)
     plan = Plan(evals, config.models, config.seeds, config.agent)
     store = ResultStore(config.output, s3_endpoint_url=config.s3_endpoint_url)
-    to_run, rerun = len(plan), 0
+    todo, rerun = np.ones(len(plan), dtype=bool), 0
     if config.resume:
         previous, damaged = (None, False) if config.run_id is None else previous_manifest(store, config.run_id, config)
         if config.run_id is None or (previous is None and not damaged):
@@ -69,10 +74,14 @@ def preview_run(config: BatchConfig) -> PlanPreview:
         if previous is not None:
             check_same_inputs(config, previous, run_manifest(config, config.run_id, evals, plan, previous))
         todo, earlier = units_to_run(config, store, config.run_id, plan)
-        to_run = int(todo.sum())
         rerun = 0 if earlier is None else int((earlier[todo] > 0).sum())
-    labels = sorted({row_labels(config.agent, model, config.agent_args)[0] for model in config.models})
-    cost, basis = _estimated_cost(store, labels, to_run)
+    # the plan's order is eval, model, seed: a position's model is (position // seeds) % models
+    per_model = np.bincount((np.flatnonzero(todo) // len(plan.seeds)) % len(plan.models), minlength=len(plan.models))
+    to_run_of: dict[str, int] = {}
+    for model, count in zip(config.models, per_model):  # rows name the model as row_labels does
+        label = row_labels(config.agent, model, config.agent_args)[0]
+        to_run_of[label] = to_run_of.get(label, 0) + int(count)
+    cost, unpriced, basis = _estimated_cost(store, to_run_of)
     return PlanPreview(
         run_id=config.run_id,
         evals=len(evals),
@@ -80,24 +89,32 @@ def preview_run(config: BatchConfig) -> PlanPreview:
         models=config.models,
         seeds=describe_seeds(config.seeds),
         units=len(plan),
-        to_run=to_run,
+        to_run=int(todo.sum()),
         rerun_errors=rerun,
         estimated_cost_usd=cost,
+        unpriced_units=unpriced,
         cost_basis=basis,
     )
 
 
-def _estimated_cost(store: ResultStore, models: list[str], units: int) -> tuple[float | None, str]:
-    """Mean recorded cost per unit of ``models`` under the root, times ``units``."""
-    costs = [
-        c
-        for c in store.read_table(models=models, columns=["cost_usd"]).column("cost_usd").to_pylist()
-        if c is not None and math.isfinite(c)
-    ]
-    if not costs:
-        return None, f"no earlier unit of these models under {store.root} recorded a cost"
-    mean = sum(costs) / len(costs)
-    return (
-        mean * units,
-        f"${mean:.4f} per unit, the mean of {len(costs)} earlier units of these models under {store.root}",
-    )
+def _estimated_cost(store: ResultStore, to_run_of: dict[str, int]) -> tuple[float | None, int, str]:
+    """Per model, its mean recorded cost per unit under the root times its units to run: the
+    sum over the models with a recorded cost (None: no model has one), the units of the others,
+    and how each model's part was found.  Models are priced apart: one model's cost says
+    nothing of another's."""
+    table = store.read_table(models=list(to_run_of), columns=["model", "cost_usd"])
+    costs: dict[str, list[float]] = {model: [] for model in to_run_of}
+    for model, cost in zip(table.column("model").to_pylist(), table.column("cost_usd").to_pylist()):
+        if cost is not None and math.isfinite(cost) and model in costs:
+            costs[model].append(cost)
+    total, unpriced, basis = None, 0, []
+    for model, units in to_run_of.items():
+        known = costs[model]
+        if not known:
+            unpriced += units
+            basis.append(f"{model}: no earlier unit recorded a cost")
+            continue
+        mean = sum(known) / len(known)
+        total = (total or 0.0) + mean * units
+        basis.append(f"{model}: ${mean:.4f} per unit, the mean of {len(known)} earlier units")
+    return total, unpriced, f"{'; '.join(basis)}; under {store.root}"

@@ -358,14 +358,15 @@ class UnitRunner:
             log_path=str(work_dir / "agent_stdout.log"),
         )
 
-    def probe(self, agent: AgentFunction | AgentRef, timeout: float = 60) -> None:
+    def probe(self, agent: AgentFunction | AgentRef, args: dict[str, str] | None = None, timeout: float = 60) -> None:
         """Start a unit that only finds the agent: ``SandboxError`` when the sandbox cannot
         start here (once, at a run's start, not for every unit), ``AgentUnavailable`` when
-        the agent cannot be loaded where it would run."""
+        the agent cannot be loaded where it would run, or its ``check_args(args)`` (an agent
+        whose options name files: the replay agent's trials) refuses its options there."""
         probe_dir = Path(self.work_root) / f".probe-{os.getpid()}-{threading.get_native_id()}"
         probe_dir.mkdir(parents=True, exist_ok=True)
         try:
-            context = AgentContext(eval_id="probe")
+            context = AgentContext(eval_id="probe", args=args or {})
             spec = self.spec(agent, "", probe_dir, context, [], {}).model_copy(update={"probe": True})
             outcome = self.run(spec, timeout)
         finally:
@@ -374,7 +375,10 @@ class UnitRunner:
             return
         name = agent.name if isinstance(agent, AgentRef) else getattr(agent, "__name__", repr(agent))
         detail = outcome.error_message or outcome.kind
-        hint = " (agents run with the evals folders, the results root and the work root out of sight: keep agent modules elsewhere)"
+        hint = (
+            " (a sandboxed agent has a private /tmp, and the evals folders, the results root and the work root out of "
+            "sight: keep agent modules, and the files their options name, elsewhere)"
+        )
         raise AgentUnavailable(
             f"agent {name!r} cannot be loaded in its {self.isolation}: {outcome.error_type}: {detail}{hint}"
         )
@@ -600,12 +604,14 @@ def check_runs_here(
     work_root: Path,
     cache_dir: Path | None,
     agent: AgentFunction | AgentRef,
+    agent_args: dict[str, str] | None = None,
 ) -> None:
     """A run's start-up check on this machine: the sandbox starts, and the agent loads in it
-    (``SandboxError`` with the way out, ``AgentUnavailable``). Nothing of the agent's runs here."""
+    and takes ``agent_args`` there (``SandboxError`` with the way out, ``AgentUnavailable``).
+    The agent itself is not called."""
     runner = UnitRunner(config, isolation, work_root, cache_dir)
     try:
-        runner.probe(agent)
+        runner.probe(agent, agent_args)
     except SandboxError as exc:
         raise SandboxError(
             f"{exc}\nThe sandbox cannot start on this machine (it needs Linux user namespaces and bubblewrap). "

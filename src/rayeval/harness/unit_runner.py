@@ -365,7 +365,10 @@ def _call_agent(spec: dict[str, Any]) -> Any:
         function = pickle.loads(b64decode(agent["pickle"]))  # the caller's own agent object
     else:
         function = importlib.import_module("rayeval.agents.resolve").resolve_agent(agent["ref"])
-    if spec["probe"]:  # the run's start-up check: the sandbox starts, the agent is found
+    if spec["probe"]:  # the run's start-up check: the sandbox starts, the agent is found, takes its options
+        check_args = getattr(function, "check_args", None)
+        if callable(check_args):
+            check_args(spec["context"]["args"])  # raises, naming the option, where the units would fail
         return {"probe": callable(function)}
     context = AgentContext.model_validate(spec["context"])
     return call_agent(function, spec["task"], Path(spec["work_dir"]), context)

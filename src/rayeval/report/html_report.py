@@ -23,6 +23,7 @@ import pandas as pd
 from .benchmark import (
     ACCURACY,
     CI_LOWER,
+    CI_METHOD,
     CI_UPPER,
     COST,
     ROUNDING,
@@ -241,7 +242,7 @@ def render_html(
         *([f'<p class="warning">{html.escape(note)}</p>'] if (note := isolation_note(units)) else []),
         (
             f'<p class="note">{html.escape(error_policy_note(errors, int(main["Errors"].sum())))} '
-            "Confidence intervals: 95%, t-distribution over per-eval means (none with a single eval), not clipped.</p>"
+            f"Confidence intervals: 95%, {CI_METHOD} (none with a single eval).</p>"
         ),
         "<h2>Accuracy by model</h2>",
         _img(accuracy_plot(main), "Accuracy with 95% CI per model and harness"),

@@ -64,7 +64,8 @@ def pass_at_k(
     errors: str = "fail",
 ) -> pd.DataFrame:
     """Per group: ``n_evals``, ``min_seeds`` (fewest scored seeds of any eval) and, for each k,
-    ``pass@k`` and ``pass^k`` in percent (mean over the evals with at least k seeds)."""
+    ``pass@k (%)`` and ``pass^k (%)``: percent, as every rate of the reports (mean over the evals
+    with at least k seeds)."""
     ks = [k] if isinstance(k, int) else list(k)
     for value in ks:
         _check_k(value)
@@ -79,8 +80,8 @@ def pass_at_k(
     np.minimum.at(min_seeds, es.parent, n.astype(np.int64))
     table["min_seeds"] = np.where(min_seeds == np.iinfo(np.int64).max, 0, min_seeds)
     for value in ks:
-        table[f"pass@{value}"] = evals.nanmean(pass_at_k_estimate(n, c, value)) * 100.0
-        table[f"pass^{value}"] = evals.nanmean(pass_hat_k_estimate(n, c, value)) * 100.0
+        table[f"pass@{value} (%)"] = evals.nanmean(pass_at_k_estimate(n, c, value)) * 100.0
+        table[f"pass^{value} (%)"] = evals.nanmean(pass_hat_k_estimate(n, c, value)) * 100.0
     table.attrs.update({"by": tuple(by), "errors": errors, "k": tuple(ks)})
     return table
 

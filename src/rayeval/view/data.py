@@ -3,7 +3,7 @@
 Per run, the unit index (the light report columns of the latest attempt of each unit) is read
 once and kept: the units table is filtered, sorted and paged over its numpy arrays, so a page
 of a 100k-unit run costs milliseconds.  The heavy text columns (answer, reasoning, metrics,
-artifacts, error message) are read only for the unit shown, pruned to its model partition and
+artifacts, error message and traceback) are read only for the unit shown, pruned to its model partition and
 eval.  Every text the agent could have written is clipped (:data:`MAX_TEXT_CHARS`) with its
 full length, so the page can say it was truncated.
 """
@@ -26,7 +26,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import RayevalError
 from ..evals import EvalFileError, load_eval
-from ..report.benchmark import benchmark_table, breakdown_table, rounded
+from ..report.benchmark import (
+    CI_METHOD,
+    ERRORS,
+    benchmark_table,
+    breakdown_table,
+    error_policy_note,
+    rounded,
+)
 from ..report.reader import (
     ReportError,
     ResultsReader,
@@ -80,6 +87,7 @@ DETAIL_COLUMNS: tuple[str, ...] = (
     "answer_json",
     "answer_source",
     "error_message",
+    "error_traceback",
     "metadata_json",
     "artifacts_json",
 )
@@ -223,6 +231,7 @@ def unit_detail(light: Mapping[str, Any], heavy: Mapping[str, Any], task: dict[s
         "reasoning": clip(heavy.get("reasoning")),
         "metrics": metric_rows(metrics) if metrics not in (None, {}) else [],
         "error_message": clip(heavy.get("error_message")),
+        "error_traceback": clip(heavy.get("error_traceback")),
         "metadata": _pretty(heavy.get("metadata_json")),
         "artifacts": artifacts,
         "trajectory": trajectory,
@@ -256,8 +265,14 @@ BREAKDOWNS = (("task", "task category"), ("kit", "platform"))
 
 def leaderboard(units: pd.DataFrame) -> dict[str, Any]:
     """The benchmark table (accuracy with its 95% CI, cost, duration, N, errors) and, when rows
-    carry them, the by-task and by-platform tables; ``plots`` names the plots there are."""
-    tables = [_leaderboard_table("Accuracy by model", benchmark_table(units))]
+    carry them, the by-task and by-platform tables; ``plots`` names the plots there are;
+    ``method`` says how accuracy and its interval are computed, as ``rayeval report`` does."""
+    main = benchmark_table(units)
+    tables = [_leaderboard_table("Accuracy by model", main)]
+    method = (
+        "Accuracy (%): mean over evals of per-eval pass rates over seeds; 95% CI: "
+        f"{CI_METHOD} (none with a single eval). {error_policy_note('fail', int(main[ERRORS].sum()))}"
+    )
     plots = ["accuracy"]
     if units["cost_usd"].notna().any():
         plots.append("cost")
@@ -268,10 +283,11 @@ def leaderboard(units: pd.DataFrame) -> dict[str, Any]:
     if importlib.util.find_spec("matplotlib") is None:
         return {
             "tables": tables,
+            "method": method,
             "plots": [],
             "note": "plots need matplotlib: pip install 'rayeval[report]'",
         }
-    return {"tables": tables, "plots": plots, "note": None}
+    return {"tables": tables, "method": method, "plots": plots, "note": None}
 
 
 def plot_svg(units: pd.DataFrame, name: str) -> bytes:

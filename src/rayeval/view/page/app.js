@@ -281,7 +281,8 @@
       ? h("table", { id: "metrics" }, h("tbody", {}, u.metrics.map(([k, v]) => h("tr", {}, h("th", {}, k), h("td", {}, typeof v === "object" && v !== null ? JSON.stringify(v) : fmt(v))))))
       : h("p", { class: "note" }, "(no metrics)");
     const error = u.error_type || u.error_message
-      ? h("div", { class: "error-box", id: "error" }, h("strong", {}, fmt(u.error_type)), clipped(u.error_message))
+      ? h("div", { class: "error-box", id: "error" }, h("strong", {}, fmt(u.error_type)), clipped(u.error_message),
+        u.error_traceback ? h("details", { id: "traceback" }, h("summary", {}, "traceback"), clipped(u.error_traceback)) : null)
       : h("p", { class: "note" }, "(no error)");
     const artifacts = u.artifacts.length
       ? u.artifacts.map((a) => h("details", {}, h("summary", {}, `${a.name} (${a.length.toLocaleString()} characters)`), clipped(a)))
@@ -337,7 +338,7 @@
         h("tbody", {}, t.rows.map((row) => h("tr", {}, row.map((v, i) => h("td", { class: typeof v === "number" ? "num" : null }, fmt(v, t.columns[i])))))))));
     const plots = data.plots.map((name) => h("figure", {}, h("img", { class: "plot", alt: plotTitles[name] || name, src: data.src(name) })));
     show(h("h1", {}, "Leaderboard of ", run),
-      h("p", { class: "note" }, "Accuracy: mean over evals of per-eval pass rates over seeds, 95% t-interval over per-eval means; errored runs count as failures."),
+      h("p", { class: "note", id: "method" }, data.method),
       tables, h("h2", {}, "Plots"), data.note ? h("p", { class: "note" }, data.note) : null, plots);
   }
 

@@ -97,13 +97,10 @@ def _ks(text: str) -> list[int]:
 def _check_out(out: str | None, root: str) -> None:
     """``--out`` may not lie inside the results root: a file there would make the root no
     longer a Parquet dataset (``pandas.read_parquet(root)`` fails on it)."""
-    from ..storage.filesystem import is_s3
+    from ..storage.filesystem import inside_root
     from .reader import ReportError
 
-    if out is None or is_s3(root):
-        return
-    target, base = Path(out).expanduser().resolve(), Path(root).expanduser().resolve()
-    if target == base or base in target.parents:
+    if out is not None and inside_root(out, root):
         raise ReportError(f"--out {out} is inside the results root {root}: write reports elsewhere (e.g. --out report.html), "
                           "the root must stay a Parquet dataset")  # fmt: skip
 

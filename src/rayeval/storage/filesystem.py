@@ -22,6 +22,15 @@ def is_s3(root: str) -> bool:
     return root.startswith("s3://")
 
 
+def inside_root(path: str | Path, root: str) -> bool:
+    """Whether a local ``path`` is a local results ``root`` or lies under it (links resolved):
+    a file written there would make the root no longer a Parquet dataset."""
+    if is_s3(root) or "://" in root:
+        return False
+    target, base = Path(path).expanduser().resolve(), Path(root).expanduser().resolve()
+    return target == base or base in target.parents
+
+
 def check_root(root: str | Path) -> str:
     """The results root as given, if it is one: a folder, or ``s3://bucket[/prefix]``
     (ValueError otherwise, before anything is opened)."""

@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from ..report.reader import ReportError
+from ..storage.filesystem import inside_root
 from .assets import ASSETS, asset_bytes, index_html
 from .data import (
     TABLE_COLUMNS,
@@ -34,15 +35,11 @@ INDEX_CHUNK = 5000
 DETAIL_CHUNK = 100
 
 
-def _inside(path: Path, root: Path) -> bool:
-    return path == root or root in path.parents
-
-
 def check_out_dir(out_dir: str | Path, results_root: str) -> Path:
     """The output folder, refused when it lies inside the results root (nothing is ever
     written there) or is a non-empty folder that is not an earlier static view."""
     out = Path(out_dir).resolve()
-    if "://" not in results_root and _inside(out, Path(results_root).resolve()):
+    if inside_root(out, results_root):
         raise ReportError(f"--static {out_dir}: inside the results root {results_root}; choose a folder outside it")
     if out.exists() and not out.is_dir():
         raise ReportError(f"--static {out_dir}: is a file, not a folder")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from rayeval.report import (
     latest_attempts,
     read_units,
 )
+from rayeval.storage.lease import run_lease
 
 from .helpers import RUN_ID, T0, base_row, corpus_rows, write_root
 
@@ -203,10 +205,30 @@ def test_reads_what_the_storage_writer_writes(tmp_path: Path) -> None:
     units = reader.units()
     helper = read_units(write_root(tmp_path / "helper", corpus_rows()))
     pd.testing.assert_frame_equal(benchmark_table(units), benchmark_table(helper))
-    manifests = reader.manifests()
+    with run_lease(store, RUN_ID).take():  # its driver, still at work
+        manifests = reader.manifests()
     assert manifests[RUN_ID]["status"] == "running" and manifests[RUN_ID]["total_units"] == 300
     stats = evaluation_stats(units, planned_units={RUN_ID: 300}, run_status=manifests)
     assert stats.status == "running" and stats.progress.startswith("273/300 units done (91.0%), 0 errors, ETA ")
+
+
+def test_a_running_run_whose_driver_is_gone_reads_as_interrupted(tmp_path: Path) -> None:
+    """A manifest left 'running' (its driver killed, or its disk full before it could be marked)
+    says 'interrupted' once no driver holds the run: released, expired, or its process gone."""
+    from rayeval.storage import ResultRow, ResultStore, RunManifest
+
+    store = ResultStore(tmp_path / "store")
+    store.write_rows(RUN_ID, [ResultRow.model_validate(r) for r in corpus_rows()])
+    store.write_manifest(RunManifest(run_id=RUN_ID, status="running", total_units=300))
+    reader = ResultsReader(tmp_path / "store")
+    assert reader.manifests()[RUN_ID]["status"] == "interrupted"  # no lease at all
+    lease = run_lease(store, RUN_ID, ttl_s=1).take()
+    assert reader.manifests()[RUN_ID]["status"] == "running"
+    time.sleep(1.2)  # not renewed: expired
+    assert reader.manifests()[RUN_ID]["status"] == "interrupted"
+    lease.release()
+    stats = evaluation_stats(reader.units(), planned_units={RUN_ID: 300}, run_status=reader.manifests())
+    assert stats.status == "cancelled"  # Humanloop's word for a run that stopped unfinished
 
 
 def test_a_column_only_later_parts_carry_is_read(tmp_path: Path) -> None:

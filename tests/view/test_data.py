@@ -11,6 +11,7 @@ import pytest
 
 from rayeval.report import ResultsReader
 from rayeval.storage import ResultStore
+from rayeval.storage.lease import run_lease
 from rayeval.storage.manifest import RunManifest
 from rayeval.view import UnitQuery, ViewData, data
 from rayeval.view.trajectory import MAX_STEP_CHARS, MAX_STEPS, conversation
@@ -60,13 +61,14 @@ def _root(tmp_path: Path, status: str) -> tuple[Path, ResultStore]:
 
 def test_a_running_run_is_read_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root, store = _root(tmp_path, "running")
-    view = ViewData(ResultsReader(root))
-    assert view.units("crafted", UnitQuery())["total"] == 2
-    store.write_rows("crafted", [crafted_row(model="late", unit_id="late-unit")])
-    assert view.units("crafted", UnitQuery())["total"] == 2  # cached for REFRESH_S
-    monkeypatch.setattr(data, "REFRESH_S", 0.0)
-    assert view.units("crafted", UnitQuery())["total"] == 3
-    assert view.unit("crafted", "late-unit")["model"] == "late"
+    with run_lease(store, "crafted").take():  # its driver, still at work
+        view = ViewData(ResultsReader(root))
+        assert view.units("crafted", UnitQuery())["total"] == 2
+        store.write_rows("crafted", [crafted_row(model="late", unit_id="late-unit")])
+        assert view.units("crafted", UnitQuery())["total"] == 2  # cached for REFRESH_S
+        monkeypatch.setattr(data, "REFRESH_S", 0.0)
+        assert view.units("crafted", UnitQuery())["total"] == 3
+        assert view.unit("crafted", "late-unit")["model"] == "late"
 
 
 def test_a_damaged_part_is_left_out_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

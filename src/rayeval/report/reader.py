@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from ..errors import RayevalError
+from ..storage.lease import driver_gone
 from ..storage.row import ERROR_STATUSES
 from ..storage.store import MANIFEST_NAME, TABLE_SCHEMA, Parts, ResultStore, SkippedFile
 
@@ -182,8 +183,19 @@ class ResultsReader:
             if problem is not None:
                 self._skip_manifest(run, problem)
             elif data is not None:
-                found[run] = data
+                found[run] = self._as_left(run, data)
         return found
+
+    def _as_left(self, run: str, manifest: dict) -> dict:
+        """A manifest that says ``running`` while no driver holds its run says ``interrupted``:
+        its driver stopped without marking it (killed, or its disk full)."""
+        if manifest.get("status") != "running":
+            return manifest
+        try:
+            gone = driver_gone(self.store, run)
+        except (OSError, ValueError):  # the lease cannot be read: the manifest's word stands
+            return manifest
+        return {**manifest, "status": "interrupted"} if gone else manifest
 
     def _skip_manifest(self, run: str, why: str) -> None:
         """Leave out a run's damaged manifest with a warning naming it: its rows are still

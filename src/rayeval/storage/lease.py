@@ -708,3 +708,11 @@ def run_lease(store: ResultStore, run_id: str, *, ttl_s: float | None = None) ->
             ttl_s=ttl_s,
         )
     return LocalLease(store.run_path(run_id), run_id, root=store.root, ttl_s=ttl_s)
+
+
+def driver_gone(store: ResultStore, run_id: str) -> bool:
+    """Whether no driver holds ``run_id`` any longer: its lease is released, expired, or held by
+    a process gone from this machine. A run whose manifest still says ``running`` then stopped
+    without saying so (killed, or its disk full before the manifest could be marked)."""
+    record = run_lease(store, run_id).read()
+    return record is None or record.expired() or record.gone_from_here()

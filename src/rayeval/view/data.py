@@ -329,7 +329,7 @@ class RunIndex:
 
     @property
     def finished(self) -> bool:
-        return self.manifest.get("status") in ("completed", "failed", "cancelled")
+        return self.manifest.get("status") in ("completed", "failed", "cancelled", "interrupted")
 
     def summary(self) -> dict[str, Any]:
         counts = self.units["verdict"].value_counts()

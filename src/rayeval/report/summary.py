@@ -19,6 +19,7 @@ from datetime import datetime
 import duckdb
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..storage.row import ERROR_STATUSES
 from .benchmark import PAIR_COUNTS
@@ -114,8 +115,10 @@ class _Rows:
 
     def __init__(self, reader: ResultsReader, runs: list[str] | None, by: Sequence[str], filters: dict[str, list[str]]):
         self.reader, self.runs, self.by, self.filters = reader, runs, list(by), filters
-        self.connection = duckdb.connect()
+        # a connection of the process's one duckdb database (as duckdb.sql uses), whose caches serve later reports
+        self.connection = duckdb.default_connection().cursor()
         self.source: str | None = None
+        self.params: dict[str, list[str]] = {}  # the partition values of the files duckdb reads
 
     def query(self, build: Callable[[str], str]) -> pa.Table | None:
         """``build(source)``'s result (None when no part is readable)."""
@@ -124,14 +127,13 @@ class _Rows:
             if not parts.fragments:
                 return None
             if not self.reader.store.is_s3:
-                # the partition values as the store's layout decodes them, joined by file
+                # each file's partition values as the store's layout decodes them, by its index
                 keys = parts.keys()
-                self.connection.register("part_keys", keys.rename_columns(["rayeval_part", *keys.column_names[1:]]))
+                self.params = {"part_runs": keys["run_id"].to_pylist(), "part_models": keys["model"].to_pylist()}
                 files = ", ".join("'" + path.replace("'", "''") + "'" for path in parts.paths)
                 source = f"""(
-                    SELECT * EXCLUDE (rayeval_file, rayeval_part)
-                    FROM read_parquet([{files}], filename = 'rayeval_file', union_by_name = true)
-                    JOIN part_keys ON rayeval_file = rayeval_part)"""
+                    SELECT *, $part_runs[file_index::BIGINT + 1] AS run_id, $part_models[file_index::BIGINT + 1] AS model
+                    FROM read_parquet([{files}], union_by_name = true))"""
                 try:
                     table = self._run(build(source))
                 except duckdb.Error:
@@ -139,6 +141,7 @@ class _Rows:
                 else:
                     self.source = source
                     return table
+            self.params = {}
             needed = [*self.by, "eval_id", "isolation", "passed", "status", "cost_usd", "duration_s", "started_at"]
             self.connection.register("selected_rows", self.reader.table(self.runs, columns=list(dict.fromkeys(needed))))
             self.source = "selected_rows"
@@ -148,7 +151,7 @@ class _Rows:
             raise ReportError(f"cannot summarise the results under {self.reader.root}: {exc}") from None
 
     def _run(self, sql: str) -> pa.Table:
-        return self.connection.sql(sql, params=self.filters or None).to_arrow_table()
+        return self.connection.sql(sql, params={**self.filters, **self.params} or None).to_arrow_table()
 
     def span(self) -> tuple[int, int] | None:
         table = self.query(lambda source: _span_query(source, self.filters))
@@ -173,23 +176,25 @@ def read_summary(
     table = rows.query(lambda source: _counts_query(source, by, filters))
     if table is None or table.num_rows == 0:
         return None
-    frame = table.to_pandas()
-    pair_rows = frame[frame["kind"] == "pair"]
-    pairs = pair_rows[[*dict.fromkeys([*by, "eval_id"]), *PAIR_COUNTS]].reset_index(drop=True)
-    for name in by:  # the group keys as categoricals, as the reader returns them
-        pairs[name] = pairs[name].astype("category")
+    kind = table["kind"]
+    pair_rows = table.filter(pc.equal(kind, "pair"))
+    columns: dict[str, pa.ChunkedArray] = {}
+    for name in dict.fromkeys([*by, "eval_id"]):  # the group keys as categoricals, as the reader returns them
+        columns[name] = pc.dictionary_encode(pair_rows[name]) if name in by else pair_rows[name]
     for name in PAIR_COUNTS:
-        if name.startswith("n_") or name.endswith("_n"):
-            pairs[name] = pairs[name].astype("int64")
-    run_rows = frame[frame["kind"] == "run"]
-    level_rows = frame[frame["kind"] == "isolation"]
+        counted = name.startswith("n_") or name.endswith("_n")
+        columns[name] = pair_rows[name].cast(pa.int64()) if counted else pair_rows[name]
+    pairs = pa.table(columns).to_pandas()
+    for name in by:
+        pairs[name] = pairs[name].cat.reorder_categories(sorted(pairs[name].cat.categories))
+    run_rows = table.filter(pc.equal(kind, "run")).select(["run", "n_runs", "n_errors"]).to_pylist()
+    level_rows = table.filter(pc.equal(kind, "isolation")).select(["level", "n_runs"]).to_pylist()
     return Summary(
         pairs=pairs,
-        run_totals={str(run): int(n) for run, n in zip(run_rows["run"], run_rows["n_runs"])},
-        num_errors=int(run_rows["n_errors"].sum()),
+        run_totals={str(row["run"]): int(row["n_runs"]) for row in run_rows},
+        num_errors=sum(int(row["n_errors"]) for row in run_rows),
         isolation={
-            NOT_RECORDED if pd.isna(level) else str(level): int(n)
-            for level, n in zip(level_rows["level"], level_rows["n_runs"])
+            NOT_RECORDED if row["level"] is None else str(row["level"]): int(row["n_runs"]) for row in level_rows
         },
         span=rows.span,
     )

@@ -6,14 +6,16 @@
                the same shape in the same run (bench_sandbox.py's, with --inspect-python).
                Wall minus start-up against the ideal N*S/C (goal: <= 1.1x).
   (s) start-up: `rayeval run` of one unit per example eval (`sleep` at 0 s) on an embedded
-               Ray, from the command's start to the first unit's started_at, per round.
+               Ray, from the command's start to the first unit's started_at, per round; with
+               --baseline-src, another checkout's rayeval in turn (e.g. `git worktree add
+               /tmp/old <commit>` and --baseline-src /tmp/old/src).
   (b) engine:  N units (`sleep` at 0 s, inline), graded and written to Parquet, on the
                Ray engine (run_batch in this process) against a plain single-process loop over
                the same harness, graders and writer: the engine's own cost per unit.
   (c) files:   Parquet files and bytes per 10,000 rows of run (b).
 
 Usage: python scripts/bench_batch.py [--which a,s,b] [--inspect-python /tmp/inspect-venv/bin/python]
-           [--units-a 2000] [--rounds-s 5] [--units-b 10000] [--rounds-b 3]
+           [--units-a 2000] [--rounds-s 5] [--baseline-src DIR] [--units-b 10000] [--rounds-b 3]
 """
 
 from __future__ import annotations
@@ -93,20 +95,27 @@ def bench_shape(work: Path, args: argparse.Namespace) -> None:
             )
 
 
-def bench_startup(work: Path, rounds: int) -> None:
+def bench_startup(work: Path, rounds: int, baseline: str | None) -> None:
     """(s): `rayeval run` of one unit (`sleep` at 0 s) per example eval, from the command's start to the
-    first unit's start; a fresh embedded Ray each round."""
-    figures = []
+    first unit's start; a fresh embedded Ray each round. ``baseline``: the `src` folder of another
+    checkout (e.g. the commit before a change), run in turn with this one, round by round."""
+    sources: dict[str, str | None] = {"this": None, **({"baseline": baseline} if baseline else {})}
+    figures: dict[str, list[float]] = {name: [] for name in sources}
     for round_ in range(1, rounds + 1):
-        settle()
-        record = bench_rayeval_run(work, EXAMPLE_EVALS, "sandbox", 1, 0.0, 10, f"s{round_}")
-        figures.append(record["startup_s"])
-        print(
-            f"(s) round {round_}: start-up {record['startup_s']:.2f} s (wall {record['wall_s']:.2f} s), "
-            f"load {record['load1_before']:.1f}",
-            flush=True,
-        )
-    print(f"(s) start-up, median of {rounds}: {statistics.median(figures):.2f} s (min {min(figures):.2f} s)")
+        for name, source in sources.items():
+            settle()
+            record = bench_rayeval_run(work, EXAMPLE_EVALS, "sandbox", 1, 0.0, 10, f"s{round_}-{name}", source)
+            figures[name].append(record["startup_s"])
+            print(
+                f"(s) round {round_} {name}: start-up {record['startup_s']:.2f} s (wall {record['wall_s']:.2f} s), "
+                f"load {record['load1_before']:.1f}",
+                flush=True,
+            )
+    for name, values in figures.items():
+        print(f"(s) {name}: start-up median of {rounds}: {statistics.median(values):.2f} s (min {min(values):.2f} s)")
+    if baseline:
+        ratio = statistics.median(figures["this"]) / statistics.median(figures["baseline"])
+        print(f"(s) this / baseline (medians): {ratio:.2f}")
 
 
 def run_loop(work: Path, evals_dir: Path, seeds: list[int], name: str) -> float:
@@ -203,6 +212,9 @@ def main() -> int:
     parser.add_argument("--isolation", default="sandbox", help="isolation of (a)'s rayeval run")
     parser.add_argument("--inspect-python", help="python of a virtual environment with inspect-ai: (a) runs it too")
     parser.add_argument("--rounds-s", type=int, default=5)
+    parser.add_argument(
+        "--baseline-src", help="(s): also time the rayeval of this src folder (another checkout), in turn with this one"
+    )
     parser.add_argument("--units-b", type=int, default=10000)
     parser.add_argument("--rounds-b", type=int, default=3)
     args = parser.parse_args()
@@ -214,7 +226,7 @@ def main() -> int:
         if "a" in which:
             bench_shape(work, args)
         if "s" in which:
-            bench_startup(work, args.rounds_s)
+            bench_startup(work, args.rounds_s, args.baseline_src)
         if "b" in which:
             bench_engine(work, args.units_b, args.rounds_b)
     print(f"load average at end: {' '.join(f'{x:.2f}' for x in loadavg())}")

@@ -97,9 +97,17 @@ def _median(records: list[dict], key: str) -> float | None:
 
 # ------------------------------------------------------------------------------ (a) rayeval run
 def bench_rayeval_run(
-    work: Path, evals: Path, isolation: str, seeds: int, seconds: float, concurrency: int, tag: str
+    work: Path,
+    evals: Path,
+    isolation: str,
+    seeds: int,
+    seconds: float,
+    concurrency: int,
+    tag: str,
+    source: str | None = None,
 ) -> dict:
-    """One `rayeval run` in a subprocess, timed from outside; figures from its rows."""
+    """One `rayeval run` in a subprocess, timed from outside; figures from its rows.
+    ``source``: a `src` folder of another checkout of rayeval to run instead (a baseline)."""
     import pandas as pd
 
     from rayeval.storage import ERROR_STATUSES
@@ -111,6 +119,8 @@ def bench_rayeval_run(
         "--output", str(output), "--run-id", run_id, "--no-progress",
     ]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # an embedded Ray, as on a laptop
+    if source is not None:
+        env["PYTHONPATH"] = source
     load = loadavg()[0]
     busy = machine_busy_seconds()
     with open(work / f"log-{tag}.txt", "wb") as log:

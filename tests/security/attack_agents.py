@@ -12,6 +12,7 @@ import gc
 import json
 import os
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -221,6 +222,69 @@ def outlive(task_prompt: str, work_dir: Path, context: Any) -> dict:
         os._exit(0)
     time.sleep(600)
     return _answer(None)
+
+
+def _socket_fds() -> list[int]:
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}").startswith("socket:"):
+                found.append(int(fd))
+        except OSError:  # the listing's own descriptor, closed since
+            continue
+    return found
+
+
+_LINGER = """
+import json, os, socket, sys, time
+port, tag, key = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
+for _ in range(600):
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+            s.sendall(b"%s %d\\n" % (tag.encode(), os.getpid()))
+        open("ready", "a").close()
+        if os.path.exists("eval_answer.json"):  # a later unit's, in this folder if it is reused
+            with open("eval_answer.json", "w") as out:
+                json.dump({"value": key}, out)
+    except OSError:
+        pass
+    time.sleep(0.1)
+"""
+
+
+def end_early(task_prompt: str, work_dir: Path, context: Any) -> dict:
+    """Seed 1 leaves a process in its process group that reports to the test's server every
+    0.1 s for a minute (``--agent-arg tag=``) and writes the key (``key=``) into any answer
+    file that appears in its work folder; then makes the worker believe the unit is over
+    while it goes on (``how=``): ``frames`` sends, on the unit's socket (which the agent
+    process holds), the frames of a result and of an exit status, as the runner would;
+    ``shutdown`` shuts that socket down; ``child`` just returns. Its work folder is left empty,
+    to be reused. Seed 2, started after it, answers -1 in its answer file and waits."""
+    if context.seed != 1:
+        (work_dir / "eval_answer.json").write_text(json.dumps({"value": -1.0}))
+        time.sleep(3)
+        return {"answer": None, "metadata": {"attack": {"role": "victim"}}}
+    args = [context.args["port"], context.args["tag"], context.args["key"]]
+    subprocess.Popen([sys.executable, "-c", _LINGER, *args],
+                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 30
+    while not (work_dir / "ready").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    how = context.args["how"]
+    reply = _answer(None, how=how, lingering=(work_dir / "ready").exists())
+    for left in work_dir.iterdir():  # its log (open, and empty) too: an empty folder is reused
+        if left.is_file():
+            left.unlink()
+    if how == "child":
+        return reply
+    unit = next(socket.socket(fileno=os.dup(fd)) for fd in _socket_fds())  # the one socket it holds
+    if how == "frames":  # the unit runner's framing: a kind byte and a length
+        result = json.dumps({"kind": "returned", "value": reply}).encode()
+        unit.sendall(struct.pack("!cQ", b"R", len(result)) + result + struct.pack("!cQ", b"X", 1) + b"0")
+    else:
+        unit.shutdown(socket.SHUT_RDWR)
+    time.sleep(600)
+    return reply
 
 
 def escape_mounts(task_prompt: str, work_dir: Path, context: Any) -> dict:

@@ -202,6 +202,36 @@ def test_nothing_an_agent_starts_outlives_its_unit(site: dict[str, Any], tmp_pat
             pings.kill("double")
 
 
+def test_a_unit_that_tells_the_worker_it_is_over_is_ended(site: dict[str, Any], tmp_path: Path) -> None:
+    """The agent holds its unit's socket: forged frames of a result and an exit status, or the
+    socket shut down, end the worker's wait while the agent runs on; a child left behind at a
+    normal return outlives its unit unless something ends it. What runs on could rewrite the
+    answers of the next unit given the same (empty, reused) work folder, and outlive the run.
+    Nothing may run on. (The eval has no data node: a data folder would keep the folder from
+    being reused.)"""
+    body = json.loads(site["eval_file"].read_text())
+    del body["data_node"]
+    eval_file = tmp_path / "evals" / "alpha.json"
+    eval_file.parent.mkdir()
+    eval_file.write_text(json.dumps(body))
+    with Pings.serving() as pings:
+        for how in ("frames", "shutdown", "child"):
+            for isolation in ("sandbox", "process"):
+                tag = f"{how}-{isolation}"
+                options = ["--isolation", isolation, "--timeout", "60", "--seeds", "2", "--max-concurrency", "1"]
+                for arg in (f"port={pings.port}", f"how={how}", f"tag={tag}", f"key={KEY}"):
+                    options += ["--agent-arg", arg]
+                stored = rayeval_run(site, tmp_path / tag, "end_early", *options, evals=str(eval_file))
+                attacker, victim = sorted(stored, key=lambda row: row["seed"])
+                assert pings.counts[tag] > 0, (tag, attacker["error_message"])  # it ran before the unit ended
+                assert attacker["status"] == ("error" if how == "shutdown" else "failed"), attacker["error_message"]
+                assert not victim["passed"] and victim["answer_json"] == json.dumps({"value": -1.0}), tag
+                try:
+                    assert sum(pings.pings_after().values()) == 0, tag
+                finally:
+                    pings.kill(tag)
+
+
 def test_hidden_folders_cannot_be_uncovered(site: dict[str, Any], tmp_path: Path) -> None:
     result = rayeval_run(
         site, tmp_path / "s", "escape_mounts", "--agent-arg", f"hidden={site['evals']}", evals=str(site["eval_file"])

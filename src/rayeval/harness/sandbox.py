@@ -25,6 +25,7 @@ import json
 import os
 import pickle
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -42,7 +43,7 @@ from .answers import MAX_ANSWER_FILE_BYTES
 from .cgroups import UnitGroups
 from .context import AgentContext, AgentFunction, AgentRef
 from .isolation import Outcome
-from .process_tree import end_process_tree
+from .process_tree import end_process_tree, exited
 from .unit_runner import (
     EXIT,
     PID_DIGITS,
@@ -415,7 +416,10 @@ class UnitRunner:
             except OSError as exc:  # the agent's process died before it read its spec
                 ended = _Ended(exit_code=None, problem=f"{type(exc).__name__}: {exc}")
             finally:
-                agent.close()
+                try:
+                    agent.end()
+                finally:
+                    agent.close()
         return _outcome(ended, spec.max_output, timeout, time.monotonic() - start)
 
 
@@ -431,9 +435,32 @@ class _AgentProcess:
     def kill(self) -> None:
         end_process_tree(self.pid, "session" if self.group else "namespace", pidfd=self.pidfd)
 
+    def end(self) -> None:
+        """Once the worker stops listening: nothing the unit started runs on. What the socket
+        said is not trusted (the agent holds it too: it may shut it down, or send the frames
+        of a result and an exit status, and go on), so a namespace whose first process has
+        not exited is killed, and waited for (its first process exits after every other). An
+        unsandboxed unit's process group is killed, whether its leader returned or not (the
+        pidfd keeps the group's number from being reused). Without a pidfd (not Linux), a
+        pid may be another process's by now: nothing is signalled."""
+        if self.pidfd is None:
+            return
+        if self.group and self.pid:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pid, signal.SIGKILL)
+        if not exited(self.pidfd):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+            exited(self.pidfd, _END_WAIT_S)
+
     def close(self) -> None:
         if self.pidfd is not None:
             os.close(self.pidfd)
+
+
+#: How long a killed unit's processes may take to go (the kernel ends them: a process stuck
+#: in the kernel, on a hung file system, say, is the one reason to wait that long)
+_END_WAIT_S = 30.0
 
 
 def _pid_of(pidfd: int | None) -> int | None:

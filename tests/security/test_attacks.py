@@ -24,6 +24,8 @@ import pytest
 import ray
 
 from rayeval.cli import main as rayeval_main
+from rayeval.storage import ResultStore
+from tests.fixtures_s3 import S3Bucket
 from tests.pings import Pings
 from tests.security.attack_agents import MARKER
 
@@ -230,6 +232,27 @@ def test_a_unit_that_tells_the_worker_it_is_over_is_ended(site: dict[str, Any], 
                     assert sum(pings.pings_after().values()) == 0, tag
                 finally:
                     pings.kill(tag)
+
+
+def test_the_write_ahead_log_of_an_s3_root_is_out_of_sight(
+    site: dict[str, Any], s3_bucket: S3Bucket, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    """With an S3 results root the rows wait in a write-ahead log on the driver's machine, in
+    the user's cache folder (``$XDG_CACHE_HOME`` when set): rows of failed units hold the
+    expected values. (Outside the temp folder, private in every unit anyway.)"""
+    cache = Path(tempfile.mkdtemp(prefix="rayeval-xdg-", dir="/var/tmp"))
+    request.addfinalizer(lambda: shutil.rmtree(cache))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))  # the driver's: this process
+    wal = cache / "rayeval" / "wal"
+    options = ["--seeds", "2", "--max-concurrency", "1", "--agent-arg", f"folder={wal}"]
+    options += ["--s3-endpoint", s3_bucket.endpoint_url]
+    argv = ["run", str(site["eval_file"]), "--agent", f"{AGENTS}:read_rows", "--output", s3_bucket.uri("results")]
+    assert rayeval_main([*argv, "--no-progress", "--retries", "0", *options]) == 0
+    stored = ResultStore(s3_bucket.uri("results"), s3_endpoint_url=s3_bucket.endpoint_url).read_table().to_pylist()
+    reader = next(row for row in stored if row["seed"] == 2)
+    seen = json.loads(reader["metadata_json"])["attack"]
+    assert not reader["passed"] and seen["looked"] == 0, seen
+    assert wal.is_dir()  # where the rows waited
 
 
 def test_hidden_folders_cannot_be_uncovered(site: dict[str, Any], tmp_path: Path) -> None:

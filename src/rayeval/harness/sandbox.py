@@ -77,7 +77,7 @@ BASE_ENV_NAMES = (
 #: Credential folders and files of the home directory, hidden from sandboxed agents.
 HOME_SECRETS = (
     ".aws", ".azure", ".config/gcloud", ".kube", ".docker", ".ssh", ".gnupg", ".netrc", ".git-credentials",
-    ".pypirc", ".npmrc", ".ray", ".codex", ".claude", ".claude.json", ".config/anthropic", ".cache/rayeval/wal",
+    ".pypirc", ".npmrc", ".ray", ".codex", ".claude", ".claude.json", ".config/anthropic",
 )  # fmt: skip
 
 

@@ -308,6 +308,25 @@ def read_rows(task_prompt: str, work_dir: Path, context: Any) -> dict:
     return _answer(None, looked=looked)
 
 
+def search_repository(task_prompt: str, work_dir: Path, context: Any) -> dict:
+    """Search the git repository that holds the evals folder (``--agent-arg repo=``, as a walk
+    up from any path would find it): its object store keeps every committed eval file."""
+    import zlib
+
+    looked = 0
+    for folder, _, files in os.walk(Path(context.args["repo"]) / ".git"):
+        for name in files:
+            looked += 1
+            try:
+                text = zlib.decompress(Path(folder, name).read_bytes()).decode(errors="replace")
+            except (OSError, zlib.error):
+                continue
+            key = _key_in(text.split("\0", 1)[-1])  # a loose object: "blob <size>\0<content>"
+            if key is not None:
+                return _answer(key, looked=looked)
+    return _answer(None, looked=looked)
+
+
 def escape_mounts(task_prompt: str, work_dir: Path, context: Any) -> dict:
     """Try to uncover hidden folders: unmount the cover in a fresh user and mount namespace,
     remount read-only folders writable, and write where the results are kept."""

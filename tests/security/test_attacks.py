@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import socket
+import subprocess
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -253,6 +254,28 @@ def test_the_write_ahead_log_of_an_s3_root_is_out_of_sight(
     seen = json.loads(reader["metadata_json"])["attack"]
     assert not reader["passed"] and seen["looked"] == 0, seen
     assert wal.is_dir()  # where the rows waited
+
+
+def test_the_repository_of_an_evals_folder_is_out_of_sight(site: dict[str, Any], tmp_path: Path) -> None:
+    """Evals kept in git: the repository's object store holds a copy of every eval file
+    committed, outside the evals folder. (Outside the temp folder, private in every unit.)"""
+    repo = Path(tempfile.mkdtemp(prefix="rayeval-repo-", dir="/var/tmp"))
+    try:
+        (repo / "evals" / "data").mkdir(parents=True)
+        shutil.copy(site["eval_file"], repo / "evals" / "alpha.json")
+        shutil.copy(site["evals"] / "data" / "input.txt", repo / "evals" / "data" / "input.txt")
+        for command in (["init", "-q"], ["add", "evals"], ["commit", "-q", "-m", "evals"]):
+            git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo), *command]
+            subprocess.run(git, check=True, capture_output=True)
+        options = ["--agent-arg", f"repo={repo}"]
+        (row,) = rayeval_run(site, tmp_path / "s", "search_repository", *options, evals=str(repo / "evals"))
+        assert not row["passed"] and attack(row)["looked"] == 0, attack(row)
+        (control,) = rayeval_run(
+            site, tmp_path / "p", "search_repository", *options, "--isolation", "process", evals=str(repo / "evals")
+        )
+        assert control["passed"]  # without the sandbox the key is in reach
+    finally:
+        shutil.rmtree(repo)
 
 
 def test_hidden_folders_cannot_be_uncovered(site: dict[str, Any], tmp_path: Path) -> None:

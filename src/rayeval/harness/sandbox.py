@@ -185,6 +185,38 @@ def trusted_paths_to_hide() -> list[str]:
     return paths
 
 
+def _repositories(paths: Iterable[str]) -> list[str]:
+    """The git folders of the repositories that hold ``paths``: an object store keeps a copy
+    of every file committed (eval files with their answer keys, results), outside them. A
+    ``.git`` file (a worktree, a submodule) names its git folder, and that its common one."""
+    found: list[str] = []
+    for path in paths:
+        for folder in (Path(path), *Path(path).parents):
+            dot_git = folder / ".git"
+            if dot_git.is_dir():
+                found.append(str(dot_git))
+            elif dot_git.is_file():
+                found += _linked_git_folders(dot_git)
+            else:
+                continue
+            break
+    return found
+
+
+def _linked_git_folders(dot_git: Path) -> list[str]:
+    try:
+        text = dot_git.read_text(errors="replace")
+    except OSError:
+        return []
+    if not text.startswith("gitdir:"):
+        return []
+    git_dir = dot_git.parent / text[len("gitdir:") :].strip()
+    folders = [str(git_dir)]
+    with contextlib.suppress(OSError):  # a worktree's objects are in the common git folder
+        folders.append(str(git_dir / (git_dir / "commondir").read_text().strip()))
+    return folders
+
+
 def _existing(paths: Iterable[str]) -> list[str]:
     found = []
     for path in paths:
@@ -218,7 +250,7 @@ class UnitRunner:
         self.isolation = isolation
         self.work_root = str(work_root.resolve())
         self.cache_dir = str(cache_dir.resolve()) if cache_dir is not None else None
-        self.hidden = _existing([*trusted_paths_to_hide(), *config.hide])
+        self.hidden = _existing([*trusted_paths_to_hide(), *config.hide, *_repositories(config.hide)])
         # the working folder ("" on sys.path) holds the caller's own modules, as on Ray's workers
         entries = [os.path.abspath(p or ".") for p in [*sys.path, os.getcwd()] if os.path.exists(p or ".")]
         self.sys_path = list(dict.fromkeys(entries))

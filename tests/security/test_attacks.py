@@ -258,24 +258,29 @@ def test_the_write_ahead_log_of_an_s3_root_is_out_of_sight(
 
 def test_the_repository_of_an_evals_folder_is_out_of_sight(site: dict[str, Any], tmp_path: Path) -> None:
     """Evals kept in git: the repository's object store holds a copy of every eval file
-    committed, outside the evals folder. (Outside the temp folder, private in every unit.)"""
+    committed, outside the evals folder; evals in a worktree of it name that store in their
+    ``.git`` file. (Outside the temp folder, private in every unit.)"""
     repo = Path(tempfile.mkdtemp(prefix="rayeval-repo-", dir="/var/tmp"))
+    worktree = repo.with_name(repo.name + "-worktree")
     try:
         (repo / "evals" / "data").mkdir(parents=True)
         shutil.copy(site["eval_file"], repo / "evals" / "alpha.json")
         shutil.copy(site["evals"] / "data" / "input.txt", repo / "evals" / "data" / "input.txt")
-        for command in (["init", "-q"], ["add", "evals"], ["commit", "-q", "-m", "evals"]):
+        commands = (["init", "-q"], ["add", "evals"], ["commit", "-q", "-m", "evals"], ["worktree", "add", "-q"])
+        for command in commands:
             git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo), *command]
-            subprocess.run(git, check=True, capture_output=True)
+            subprocess.run(git + ([str(worktree)] if command[0] == "worktree" else []), check=True, capture_output=True)
         options = ["--agent-arg", f"repo={repo}"]
-        (row,) = rayeval_run(site, tmp_path / "s", "search_repository", *options, evals=str(repo / "evals"))
-        assert not row["passed"] and attack(row)["looked"] == 0, attack(row)
+        for evals in (repo / "evals", worktree / "evals"):
+            (row,) = rayeval_run(site, tmp_path / evals.parent.name, "search_repository", *options, evals=str(evals))
+            assert not row["passed"] and attack(row)["looked"] == 0, (evals, attack(row))
         (control,) = rayeval_run(
-            site, tmp_path / "p", "search_repository", *options, "--isolation", "process", evals=str(repo / "evals")
+            site, tmp_path / "p", "search_repository", *options, "--isolation", "process", evals=str(worktree / "evals")
         )
         assert control["passed"]  # without the sandbox the key is in reach
     finally:
         shutil.rmtree(repo)
+        shutil.rmtree(worktree, ignore_errors=True)
 
 
 def test_a_work_folder_too_deep_to_walk_is_removed(site: dict[str, Any], tmp_path: Path) -> None:

@@ -20,6 +20,11 @@ REFUSED = {
     "link.json": "link.csv",
     "dev.json": "/dev/null",
 }
+# eval file name -> (a folder node holding what it must not hand the agent, the problem named)
+REFUSED_FOLDERS = {
+    "folder.json": ("inputs", "holds leak.txt, which resolves to "),  # a link out, in the folder
+    "keys/keys.json": (".", "holds keys.json, which resolves to "),  # its own eval file: the answer key
+}
 # an agent answering with the names of the files staged for it
 LISTING_AGENT = (
     "def agent(task_prompt, work_dir):\n    return {'staged': sorted(p.name for p in (work_dir / 'data').iterdir())}\n"
@@ -50,6 +55,10 @@ def hostile_evals(root: Path) -> Path:
     for name, node in REFUSED.items():
         write_eval(evals / name, node)
     (evals / "link.csv").symlink_to(root / "secret.txt")
+    for name, (node, _) in REFUSED_FOLDERS.items():
+        write_eval(evals / name, node)
+    (evals / "inputs").mkdir()
+    (evals / "inputs" / "leak.txt").symlink_to(root / "secret.txt")
     (evals / "ok.csv").write_text("a,b\n")
     write_eval(evals / "list.json", ["ok.csv", "/etc/shadow"])
     return evals
@@ -61,6 +70,13 @@ def assert_every_node_refused(stderr: str, evals: Path) -> None:
         assert any(
             line.startswith(f"{evals / name}: data_node: local data node {node!r} resolves to ") for line in lines
         ), (name, stderr)
+    for name, (node, problem) in REFUSED_FOLDERS.items():
+        assert any(
+            line.startswith(f"{evals / name}: data_node: local data node {node!r} {problem}") for line in lines
+        ), (
+            name,
+            stderr,
+        )
     assert any(
         line.startswith(f"{evals / 'list.json'}: data_node[1]: local data node '/etc/shadow' ") for line in lines
     ), stderr
@@ -72,7 +88,8 @@ def test_validate_names_the_file_and_field_of_every_refused_node(tmp_path: Path)
     done = rayeval("validate", str(evals))
     assert done.returncode == 2, done.stderr
     assert_every_node_refused(done.stderr, evals)
-    assert f"{len(REFUSED) + 1} problem(s) found; 0 eval(s) valid" in done.stderr
+    assert f"{len(REFUSED) + len(REFUSED_FOLDERS) + 1} problem(s) found; 0 eval(s) valid" in done.stderr
+    assert "an eval file: its answer key would reach the agent" in done.stderr
     assert (
         f"{evals / 'link.json'}: data_node: local data node 'link.csv' resolves to {tmp_path / 'secret.txt'}, outside"
         in done.stderr

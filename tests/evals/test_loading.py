@@ -210,6 +210,36 @@ def test_symlink_in_the_evals_folder_pointing_out_is_a_problem(tmp_path: Path) -
     assert field == "data_node[1]" and f"resolves to {tmp_path / 'secret.txt'}" in message
 
 
+def test_a_folder_node_is_checked_entry_by_entry(tmp_path: Path) -> None:
+    """Staging copies a folder following its links: each entry must be as allowed as the
+    folder. A link back up inside it is no problem (and no endless walk)."""
+    evals = evals_folder(tmp_path, "../data")
+    (evals / "data" / "loop").mkdir()
+    (evals / "data" / "loop" / "up").symlink_to("..")
+    (evals / "data" / "gone").symlink_to(tmp_path / "nothing-there")  # dangling: never copied
+    assert problems_for(evals) == []
+    (evals / "data" / "host").symlink_to("/etc")
+    ((_, field, message),) = problems_for(evals)
+    assert field == "data_node" and "holds host, which resolves to /etc, outside the allowed data roots" in message
+    (evals / "data" / "host").unlink()
+    (evals / "data" / "deep").mkdir()
+    (evals / "data" / "deep" / "environ").symlink_to("/proc/self/environ")
+    ((_, field, message),) = problems_for(evals)
+    assert "holds deep/environ, which resolves to /proc/" in message and "never staged" in message
+
+
+@pytest.mark.parametrize("node", [".", "..", "../other/e2.json", "../data"])
+def test_a_node_that_is_or_holds_an_eval_file_is_a_problem(tmp_path: Path, node: str) -> None:
+    """An eval file's grader config is an answer key: no data node may hand one to an agent,
+    its own eval's, or another's given in the same check (even through a link)."""
+    evals = evals_folder(tmp_path, node)
+    write(evals / "other" / "e2.json", good_eval(id="e2"))
+    (evals / "data" / "key.txt").symlink_to(evals / "other" / "e2.json")
+    problems = [p for p in problems_for(evals) if p[0].endswith("sub/e.json")]
+    ((_, field, message),) = problems
+    assert field == "data_node" and "an eval file: its answer key would reach the agent" in message, message
+
+
 def test_the_evals_root_is_the_folder_given_or_the_files_own_folder(tmp_path: Path) -> None:
     evals = evals_folder(tmp_path, "../data/ok.csv")
     (eval_,) = load_evals(evals)

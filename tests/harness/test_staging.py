@@ -303,8 +303,8 @@ def test_symlink_swapped_after_loading_is_refused_at_staging(tmp_path: Path, cac
 
 def test_symlink_inside_a_staged_directory_pointing_out_is_refused(tmp_path: Path, cache_dir: Path) -> None:
     evals = eval_folder(tmp_path, "inputs")
+    (eval_,) = load_evals(evals)  # loading refuses such a link too: this one comes after
     (evals / "inputs" / "leak.txt").symlink_to(tmp_path / "secret.txt")
-    (eval_,) = load_evals(evals)
     with pytest.raises(StagingError) as err:
         stage_data_within(
             ["inputs"], tmp_path / "w" / "data", base_dir=evals, cache_dir=cache_dir, data_roots=eval_.data_roots

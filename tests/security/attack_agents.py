@@ -12,6 +12,7 @@ import gc
 import json
 import os
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -37,11 +38,13 @@ def _answer(found: float | None, **tried: Any) -> dict:
 
 
 def _walk_for_keys(roots: list[str], limit: int = 20000) -> tuple[float | None, int]:
-    """Search folders for an eval file holding a key: (key, files looked at)."""
+    """Search folders for an eval file holding a key: (key, files looked at). Not more than
+    12 folders deep (a shared temp folder may hold trees too deep for a recursive walk)."""
     seen = 0
     for root in roots:
         for folder, dirs, files in os.walk(root):
-            dirs[:] = [d for d in dirs if d not in ("proc", "sys", "dev")]
+            too_deep = folder.count(os.sep) - root.count(os.sep) >= 12
+            dirs[:] = [] if too_deep else [d for d in dirs if d not in ("proc", "sys", "dev")]
             for name in files:
                 if not name.endswith(".json"):
                     continue
@@ -221,6 +224,142 @@ def outlive(task_prompt: str, work_dir: Path, context: Any) -> dict:
         os._exit(0)
     time.sleep(600)
     return _answer(None)
+
+
+def _socket_fds() -> list[int]:
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}").startswith("socket:"):
+                found.append(int(fd))
+        except OSError:  # the listing's own descriptor, closed since
+            continue
+    return found
+
+
+_LINGER = """
+import json, os, socket, sys, time
+port, tag, key = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
+for _ in range(600):
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+            s.sendall(b"%s %d\\n" % (tag.encode(), os.getpid()))
+        open("ready", "a").close()
+        if os.path.exists("eval_answer.json"):  # a later unit's, in this folder if it is reused
+            with open("eval_answer.json", "w") as out:
+                json.dump({"value": key}, out)
+    except OSError:
+        pass
+    time.sleep(0.1)
+"""
+
+
+def end_early(task_prompt: str, work_dir: Path, context: Any) -> dict:
+    """Seed 1 leaves a process in its process group that reports to the test's server every
+    0.1 s for a minute (``--agent-arg tag=``) and writes the key (``key=``) into any answer
+    file that appears in its work folder; then makes the worker believe the unit is over
+    while it goes on (``how=``): ``frames`` sends, on the unit's socket (which the agent
+    process holds), the frames of a result and of an exit status, as the runner would;
+    ``shutdown`` shuts that socket down; ``child`` just returns. Its work folder is left empty,
+    to be reused. Seed 2, started after it, answers -1 in its answer file and waits."""
+    if context.seed != 1:
+        (work_dir / "eval_answer.json").write_text(json.dumps({"value": -1.0}))
+        time.sleep(3)
+        return {"answer": None, "metadata": {"attack": {"role": "victim"}}}
+    args = [context.args["port"], context.args["tag"], context.args["key"]]
+    subprocess.Popen([sys.executable, "-c", _LINGER, *args],
+                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 30
+    while not (work_dir / "ready").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    how = context.args["how"]
+    reply = _answer(None, how=how, lingering=(work_dir / "ready").exists())
+    for left in work_dir.iterdir():  # its log (open, and empty) too: an empty folder is reused
+        if left.is_file():
+            left.unlink()
+    if how == "child":
+        return reply
+    unit = next(socket.socket(fileno=os.dup(fd)) for fd in _socket_fds())  # the one socket it holds
+    if how == "frames":  # the unit runner's framing: a kind byte and a length
+        result = json.dumps({"kind": "returned", "value": reply}).encode()
+        unit.sendall(struct.pack("!cQ", b"R", len(result)) + result + struct.pack("!cQ", b"X", 1) + b"0")
+    else:
+        unit.shutdown(socket.SHUT_RDWR)
+    time.sleep(600)
+    return reply
+
+
+def read_rows(task_prompt: str, work_dir: Path, context: Any) -> dict:
+    """Seed 1 answers wrong. Seed 2 reads the rows already recorded, where the write-ahead
+    log keeps them on this machine (``--agent-arg folder=``, as a search would find it):
+    a failed unit's grader result names the expected value."""
+    import re
+
+    if context.seed == 1:
+        return _answer(None, role="first")
+    folder = Path(context.args["folder"])
+    deadline = time.monotonic() + 20
+    looked = 0
+    while time.monotonic() < deadline:
+        for path in (p for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else ():
+            looked += 1
+            found = re.search(rb"value_expected\W+([0-9.]+)", path.read_bytes())
+            if found:
+                return _answer(float(found[1]), looked=looked)
+        time.sleep(0.2)
+    return _answer(None, looked=looked)
+
+
+def search_repository(task_prompt: str, work_dir: Path, context: Any) -> dict:
+    """Search the git repository that holds the evals folder (``--agent-arg repo=``, as a walk
+    up from any path would find it): its object store keeps every committed eval file."""
+    import zlib
+
+    looked = 0
+    for folder, _, files in os.walk(Path(context.args["repo"]) / ".git"):
+        for name in files:
+            looked += 1
+            try:
+                text = zlib.decompress(Path(folder, name).read_bytes()).decode(errors="replace")
+            except (OSError, zlib.error):
+                continue
+            key = _key_in(text.split("\0", 1)[-1])  # a loose object: "blob <size>\0<content>"
+            if key is not None:
+                return _answer(key, looked=looked)
+    return _answer(None, looked=looked)
+
+
+def deep_folders(task_prompt: str, work_dir: Path, context: Any) -> dict:
+    """Leave a work folder ``depth`` levels deep (too deep for a recursive walk, its paths
+    longer than any path may be), a read-only and a locked one on the way."""
+    os.chdir(work_dir)
+    depth = int(context.args.get("depth", "5000"))
+    for level in range(depth):
+        os.mkdir("d")
+        Path("d", "f").write_text("x")
+        os.chdir("d")
+        if level == depth // 2:
+            os.mkdir("locked", 0)
+    for level in range(depth):
+        os.chmod(".", 0o555 if level % 2 else 0o500)
+        os.chdir("..")
+    return _answer(None, depth=depth)
+
+
+def nested_answers(task_prompt: str, work_dir: Path, context: Any) -> Any:
+    """Answers whose walk by trusted code (masking secrets, validating, storing) would exhaust
+    its recursion limit, nested 500 deep: returned (seed 1), in the answer file (seed 2), in
+    the metadata (seed 3); seed 4 answers the key with an extra field nested 50 deep."""
+    deep: Any = 0
+    for _ in range(50 if context.seed == 4 else 500):
+        deep = [deep]
+    key = float(context.args["key"])
+    if context.seed == 1:
+        return {"value": deep}
+    if context.seed == 2:
+        (work_dir / "eval_answer.json").write_text(json.dumps({"value": deep}))
+        return None
+    return {"answer": {"value": key, "extra": deep}} if context.seed == 4 else _answer(key, deep=deep)
 
 
 def escape_mounts(task_prompt: str, work_dir: Path, context: Any) -> dict:

@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import socket
+import subprocess
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -24,6 +25,8 @@ import pytest
 import ray
 
 from rayeval.cli import main as rayeval_main
+from rayeval.storage import ResultStore
+from tests.fixtures_s3 import S3Bucket
 from tests.pings import Pings
 from tests.security.attack_agents import MARKER
 
@@ -200,6 +203,108 @@ def test_nothing_an_agent_starts_outlives_its_unit(site: dict[str, Any], tmp_pat
         finally:
             pings.kill("session")
             pings.kill("double")
+
+
+def test_a_unit_that_tells_the_worker_it_is_over_is_ended(site: dict[str, Any], tmp_path: Path) -> None:
+    """The agent holds its unit's socket: forged frames of a result and an exit status, or the
+    socket shut down, end the worker's wait while the agent runs on; a child left behind at a
+    normal return outlives its unit unless something ends it. What runs on could rewrite the
+    answers of the next unit given the same (empty, reused) work folder, and outlive the run.
+    Nothing may run on. (The eval has no data node: a data folder would keep the folder from
+    being reused.)"""
+    body = json.loads(site["eval_file"].read_text())
+    del body["data_node"]
+    eval_file = tmp_path / "evals" / "alpha.json"
+    eval_file.parent.mkdir()
+    eval_file.write_text(json.dumps(body))
+    with Pings.serving() as pings:
+        for how in ("frames", "shutdown", "child"):
+            for isolation in ("sandbox", "process"):
+                tag = f"{how}-{isolation}"
+                options = ["--isolation", isolation, "--timeout", "60", "--seeds", "2", "--max-concurrency", "1"]
+                for arg in (f"port={pings.port}", f"how={how}", f"tag={tag}", f"key={KEY}"):
+                    options += ["--agent-arg", arg]
+                stored = rayeval_run(site, tmp_path / tag, "end_early", *options, evals=str(eval_file))
+                attacker, victim = sorted(stored, key=lambda row: row["seed"])
+                assert pings.counts[tag] > 0, (tag, attacker["error_message"])  # it ran before the unit ended
+                assert attacker["status"] == ("error" if how == "shutdown" else "failed"), attacker["error_message"]
+                assert not victim["passed"] and victim["answer_json"] == json.dumps({"value": -1.0}), tag
+                try:
+                    assert sum(pings.pings_after().values()) == 0, tag
+                finally:
+                    pings.kill(tag)
+
+
+def test_the_write_ahead_log_of_an_s3_root_is_out_of_sight(
+    site: dict[str, Any], s3_bucket: S3Bucket, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    """With an S3 results root the rows wait in a write-ahead log on the driver's machine, in
+    the user's cache folder (``$XDG_CACHE_HOME`` when set): rows of failed units hold the
+    expected values. (Outside the temp folder, private in every unit anyway.)"""
+    cache = Path(tempfile.mkdtemp(prefix="rayeval-xdg-", dir="/var/tmp"))
+    request.addfinalizer(lambda: shutil.rmtree(cache))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))  # the driver's: this process
+    wal = cache / "rayeval" / "wal"
+    options = ["--seeds", "2", "--max-concurrency", "1", "--agent-arg", f"folder={wal}"]
+    options += ["--s3-endpoint", s3_bucket.endpoint_url]
+    argv = ["run", str(site["eval_file"]), "--agent", f"{AGENTS}:read_rows", "--output", s3_bucket.uri("results")]
+    assert rayeval_main([*argv, "--no-progress", "--retries", "0", *options]) == 0
+    stored = ResultStore(s3_bucket.uri("results"), s3_endpoint_url=s3_bucket.endpoint_url).read_table().to_pylist()
+    reader = next(row for row in stored if row["seed"] == 2)
+    seen = json.loads(reader["metadata_json"])["attack"]
+    assert not reader["passed"] and seen["looked"] == 0, seen
+    assert wal.is_dir()  # where the rows waited
+
+
+def test_the_repository_of_an_evals_folder_is_out_of_sight(site: dict[str, Any], tmp_path: Path) -> None:
+    """Evals kept in git: the repository's object store holds a copy of every eval file
+    committed, outside the evals folder; evals in a worktree of it name that store in their
+    ``.git`` file. (Outside the temp folder, private in every unit.)"""
+    repo = Path(tempfile.mkdtemp(prefix="rayeval-repo-", dir="/var/tmp"))
+    worktree = repo.with_name(repo.name + "-worktree")
+    try:
+        (repo / "evals" / "data").mkdir(parents=True)
+        shutil.copy(site["eval_file"], repo / "evals" / "alpha.json")
+        shutil.copy(site["evals"] / "data" / "input.txt", repo / "evals" / "data" / "input.txt")
+        commands = (["init", "-q"], ["add", "evals"], ["commit", "-q", "-m", "evals"], ["worktree", "add", "-q"])
+        for command in commands:
+            git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo), *command]
+            subprocess.run(git + ([str(worktree)] if command[0] == "worktree" else []), check=True, capture_output=True)
+        options = ["--agent-arg", f"repo={repo}"]
+        for evals in (repo / "evals", worktree / "evals"):
+            (row,) = rayeval_run(site, tmp_path / evals.parent.name, "search_repository", *options, evals=str(evals))
+            assert not row["passed"] and attack(row)["looked"] == 0, (evals, attack(row))
+        (control,) = rayeval_run(
+            site, tmp_path / "p", "search_repository", *options, "--isolation", "process", evals=str(worktree / "evals")
+        )
+        assert control["passed"]  # without the sandbox the key is in reach
+    finally:
+        shutil.rmtree(repo)
+        shutil.rmtree(worktree, ignore_errors=True)
+
+
+def test_a_work_folder_too_deep_to_walk_is_removed(site: dict[str, Any], tmp_path: Path) -> None:
+    """A recursive walk of the folder an agent left raises (RecursionError) in the worker: the
+    unit must still be graded, and its folder removed."""
+    options = ["--run-id", "deep", "--agent-arg", "depth=5000"]
+    (row,) = rayeval_run(site, tmp_path / "s", "deep_folders", *options, evals=str(site["eval_file"]))
+    assert row["status"] == "failed" and attack(row)["depth"] == 5000, (row["error_type"], row["error_message"])
+    left = [folder for folder in site["base"].glob("work/*/*/deep") if any(folder.iterdir())]
+    assert not left, left
+
+
+def test_answers_nested_too_deep_for_trusted_code_are_errors(site: dict[str, Any], tmp_path: Path) -> None:
+    """Trusted code walks answers and metadata (the module's environment holds a secret, so
+    every row is masked): one nested 500 deep must be its unit's error, not the worker's."""
+    options = ["--seeds", "4", "--max-concurrency", "4", "--agent-arg", f"key={KEY}"]
+    stored = rayeval_run(site, tmp_path / "s", "nested_answers", *options, evals=str(site["eval_file"]))
+    by_seed = {row["seed"]: row for row in stored}
+    for seed in (1, 2, 3):
+        assert by_seed[seed]["error_type"] == "AnswerTooDeep", (
+            by_seed[seed]["error_type"],
+            by_seed[seed]["error_message"],
+        )
+    assert by_seed[4]["passed"]  # nested within the bound: graded as any answer
 
 
 def test_hidden_folders_cannot_be_uncovered(site: dict[str, Any], tmp_path: Path) -> None:

@@ -39,6 +39,7 @@ from ..storage import (
     RunStatus,
 )
 from ..storage.filesystem import check_root, is_s3
+from ..storage.layout import s3_wal_base
 from ..storage.lease import RunLease, run_lease
 from ..storage.store import (
     STORE_RETRY_S,
@@ -474,11 +475,11 @@ def _record_stop(
 
 
 def sandbox_config(config: BatchConfig, evals: list[Eval]) -> SandboxConfig:
-    """The run's sandbox: the configured one, with the results root (and its write-ahead log)
-    and every eval's folders (answer keys) hidden from agents as well."""
+    """The run's sandbox: the configured one, with the results root and its write-ahead log
+    (for an S3 root, in this machine's cache folder: its rows name expected values) and
+    every eval's folders (answer keys) hidden from agents as well."""
     hidden = [*config.sandbox.hide, *(str(root) for eval_ in evals for root in eval_.data_roots)]
-    if not is_s3(config.output):
-        hidden.append(str(config.output))
+    hidden.append(str(s3_wal_base() if is_s3(config.output) else config.output))
     return config.sandbox.model_copy(update={"hide": tuple(dict.fromkeys(hidden))})
 
 

@@ -11,7 +11,7 @@ not concerned.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 from urllib.request import url2pathname
@@ -61,4 +61,42 @@ def checked_data_path(path: Path, roots: Sequence[Path]) -> Path:
             f"resolves to {real}, outside the allowed data roots ({allowed}); "
             "to allow it, pass --data-root DIR (Python: data_roots=[DIR]) with a folder that contains it"
         )
+    return real
+
+
+def checked_data_tree(path: Path, roots: Sequence[Path], eval_files: Collection[Path] = ()) -> Path:
+    """:func:`checked_data_path` for a local node and, when it is a folder, for everything in
+    it that exists (copying it follows links): the real path to copy from, or ValueError
+    naming the first entry that may not be staged. ``eval_files`` (real paths) may not be
+    staged either: an eval file's grader config is an answer key. A folder is not entered
+    before it is checked, nor twice (a link back up). OSError for a folder that cannot be read."""
+    real = _checked_entry(path, roots, eval_files)
+    if not real.is_dir():
+        return real
+    seen: set[tuple[int, int]] = set()
+
+    def fail(exc: OSError) -> None:
+        raise exc
+
+    for folder, dirs, files in os.walk(real, followlinks=True, onerror=fail):
+        info = os.stat(folder)
+        if (info.st_dev, info.st_ino) in seen:
+            dirs[:] = []
+            continue
+        seen.add((info.st_dev, info.st_ino))
+        for name in (*dirs, *files):
+            entry = Path(folder, name)
+            if not entry.exists():  # a dangling link: never copied
+                continue
+            try:
+                _checked_entry(entry, roots, eval_files)
+            except ValueError as exc:
+                raise ValueError(f"holds {entry.relative_to(real).as_posix()}, which {exc}") from None
+    return real
+
+
+def _checked_entry(path: Path, roots: Sequence[Path], eval_files: Collection[Path]) -> Path:
+    real = checked_data_path(path, roots)
+    if real in eval_files:
+        raise ValueError(f"resolves to {real}, an eval file: its answer key would reach the agent")
     return real

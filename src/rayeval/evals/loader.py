@@ -8,7 +8,7 @@ import os
 import re
 import sys
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from ..errors import ConfigError, RayevalError
 from ..graders.registry import get_grader
-from .data_roots import checked_data_path, local_node_path, resolve_roots
+from .data_roots import checked_data_tree, local_node_path, resolve_roots
 from .model import Eval, selection_problem
 
 SKIPPED_FILE_NAMES = frozenset({"manifest.json"})
@@ -358,9 +358,12 @@ def grader_config_problems(eval_: Eval, path: str) -> list[EvalProblem]:
     return problems
 
 
-def data_node_problems(eval_: Eval, path: str) -> list[EvalProblem]:
-    """One problem per local data node outside the eval's data roots (see ``data_roots.py``)."""
+def data_node_problems(eval_: Eval, path: str, eval_files: Collection[Path] = ()) -> list[EvalProblem]:
+    """One problem per local data node outside the eval's data roots, or one that is or
+    holds something outside them, the eval's own file or one of ``eval_files`` (real paths:
+    the other evals of the run), whose answer keys would reach the agent (see ``data_roots.py``)."""
     base = eval_.source_path.parent if eval_.source_path else Path.cwd()
+    secret = {*eval_files, *([eval_.source_path] if eval_.source_path else [])}
     problems = []
     for index, node in enumerate(eval_.data_nodes):
         field = "data_node" if isinstance(eval_.data_node, str) else f"data_node[{index}]"
@@ -372,9 +375,13 @@ def data_node_problems(eval_: Eval, path: str) -> list[EvalProblem]:
         if local is None:
             continue
         try:
-            checked_data_path(local, eval_.data_roots)
+            checked_data_tree(local, eval_.data_roots, secret)
         except ValueError as exc:
             problems.append(EvalProblem(path, field, f"local data node {node!r} {exc}"))
+        except OSError as exc:
+            problems.append(
+                EvalProblem(path, field, f"local data node {node!r}: cannot read {exc.filename}: {exc.strerror}")
+            )
     return problems
 
 
@@ -385,11 +392,14 @@ def parse_eval(
     data_roots: Sequence[Path] = (),
     check_grader_configs: bool = True,
     check_data_nodes: bool = True,
+    eval_files: Collection[Path] = (),
 ) -> tuple[Eval | None, list[EvalProblem]]:
     """Validate one decoded eval object; returns the Eval or the problems found.
 
     ``data_roots`` are the real folders (see ``resolve_roots``) its local data nodes may
     come from: ``check_evals`` passes the evals root and the user's ``--data-root`` folders.
+    ``eval_files``: the real paths of the eval files checked with it, which its data nodes
+    may not hold.
     """
     try:
         eval_ = Eval.model_validate(data)
@@ -403,7 +413,7 @@ def parse_eval(
     eval_._data_roots = tuple(data_roots)
     problems = grader_config_problems(eval_, path) if check_grader_configs else []
     if check_data_nodes:
-        problems += data_node_problems(eval_, path)
+        problems += data_node_problems(eval_, path, eval_files)
     return (None if problems else eval_), problems
 
 
@@ -429,11 +439,15 @@ def check_evals(
     seen_ids: dict[str, str] = {}
     if not paths:
         problems.append(EvalProblem("<arguments>", "", "no eval files or folders given"))
+    found_files: list[tuple[Path, list[Path]]] = []
     for target in map(Path, paths):
         if not target.exists():
             problems.append(EvalProblem(str(target), "", "no such file or folder"))
             continue
-        files = discover_eval_files(target)
+        found_files.append((target, discover_eval_files(target)))
+    # the real paths of every eval file given: no eval's data node may hand one to its agent
+    eval_files = frozenset(Path(os.path.realpath(file)) for _, files in found_files for file in files)
+    for target, files in found_files:
         roots = resolve_roots([target if target.is_dir() else target.parent, *data_roots])
         if not files:
             problems.append(EvalProblem(str(target), "", "folder contains no *.json eval files"))
@@ -448,6 +462,7 @@ def check_evals(
                 data_roots=roots,
                 check_grader_configs=check_grader_configs,
                 check_data_nodes=check_data_nodes,
+                eval_files=eval_files,
             )
             problems.extend(found)
             if eval_ is None:

@@ -26,6 +26,10 @@ MAX_ANSWER_FILE_BYTES = 10 << 20
 #: folder entries read in all, and how many folders deep.
 MAX_SEARCHED_ENTRIES = 10_000
 MAX_SEARCHED_DEPTH = 16
+#: How deep an answer or the agent's metadata may nest lists and objects: trusted code walks
+#: them (masking secrets, validating, storing, grading), and a walk of a value nested 500
+#: deep exhausts the interpreter's recursion limit.
+MAX_ANSWER_NESTING = 100
 #: Staged input data, never searched: a data file of that name is not the agent's marker.
 DATA_SUBDIR = "data"
 
@@ -48,6 +52,24 @@ class FoundAnswer(BaseModel):
     @property
     def found(self) -> bool:
         return self.answer is not None
+
+
+def nested_deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` (decoded JSON) nests lists and objects more than ``limit`` levels
+    deep; told without recursion."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 def unwrap_return(value: Any) -> tuple[Any, dict[str, Any]]:

@@ -30,7 +30,6 @@ import fcntl
 import hashlib
 import os
 import secrets
-import shutil
 import stat
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -332,14 +331,58 @@ def remove_tree(path: Path) -> None:
         return
     except OSError:
         pass
-    if path.is_symlink() or path.is_file():
-        path.unlink()
+    if path.is_symlink() or not path.is_dir():
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
         return
-    if not path.exists():
-        return
-    for dirpath, _, _ in os.walk(path):
-        os.chmod(dirpath, 0o755)
-    shutil.rmtree(path)
+    _remove_folder(path)
+
+
+_FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _remove_folder(path: Path) -> None:
+    """Remove a folder and all it holds, one folder open at a time and without recursion: an
+    agent's work folder may be thousands of levels deep (too deep for a recursive walk, its
+    paths too long to name). Links are removed, never followed. Each folder is made writable
+    and readable first (staged ones are read-only, an agent may have locked its own)."""
+    os.chmod(path, 0o700)
+    fd = os.open(path, _FOLDER_FLAGS)
+    try:
+        left: list[tuple[str, list[str]]] = []  # per open level: its name, its parent's folders to go
+        folders = _empty_of_files(fd)
+        while True:
+            if folders:
+                name = folders.pop()
+                os.chmod(name, 0o700, dir_fd=fd)  # a folder, as listed: no link to follow
+                child = os.open(name, _FOLDER_FLAGS, dir_fd=fd)
+                os.close(fd)
+                fd = child
+                left.append((name, folders))
+                folders = _empty_of_files(fd)
+                continue
+            if not left:
+                break
+            name, folders = left.pop()
+            parent = os.open("..", _FOLDER_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = parent
+            os.rmdir(name, dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(path)
+
+
+def _empty_of_files(fd: int) -> list[str]:
+    """Unlink everything but folders in the folder open as ``fd``; the names of its folders."""
+    folders = []
+    with os.scandir(fd) as entries:
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                folders.append(entry.name)
+            else:
+                os.unlink(entry.name, dir_fd=fd)
+    return folders
 
 
 def pid_alive(pid: int) -> bool:

@@ -98,11 +98,12 @@ def _alive(pid: int, start: int) -> bool:
     return stat is not None and stat.start == start and not stat.ended
 
 
-def _exited(pidfd: int) -> bool:
-    """Whether the process behind ``pidfd`` has exited (its pidfd then polls readable)."""
+def exited(pidfd: int, timeout: float = 0.0) -> bool:
+    """Whether the process behind ``pidfd`` has exited, or does within ``timeout`` seconds
+    (its pidfd then polls readable)."""
     poller = select.poll()
     poller.register(pidfd, select.POLLIN)
-    return bool(poller.poll(0))
+    return bool(poller.poll(int(timeout * 1000)))
 
 
 class _Tree:
@@ -119,7 +120,7 @@ class _Tree:
             self.seen.update(_members(self.pid, self.reach))
 
     def alive(self) -> bool:
-        if self.pidfd is not None and not _exited(self.pidfd):
+        if self.pidfd is not None and not exited(self.pidfd):
             return True
         if not _HAS_PROC:  # the process alone, by pid
             return self.pid is not None and self.pid > 0 and _signal(self.pid, 0)

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..evals import Eval, load_eval
 from ..evals.data_roots import resolve_roots
-from .answers import find_answer
+from .answers import MAX_ANSWER_NESTING, find_answer, nested_deeper_than
 from .cache import default_cache_dir, remove_tree
 from .context import AgentContext, AgentFunction, AgentRef, call_agent
 from .execution import Execution, grade_execution, now
@@ -264,6 +264,14 @@ def _find_answer(outcome: Outcome, work_dir: Path, listing: Listing, file_limit:
     except (ValueError, RecursionError) as exc:  # inline: a returned value no JSON holds (a 5,000-digit int)
         message = f"the agent's return value cannot be stored as JSON: {type(exc).__name__}: {exc}"
         return {**fields, "outcome": "error", "error_type": "UnsendableResult", "error_message": message}
+    if any(nested_deeper_than(value, MAX_ANSWER_NESTING) for value in (found.answer, found.metadata)):
+        return {
+            **fields,
+            "outcome": "error",
+            "error_type": "AnswerTooDeep",
+            "error_message": f"the agent's answer or metadata nests lists or objects more than "
+            f"{MAX_ANSWER_NESTING} levels deep",
+        }
     fields.update(answer=found.answer, answer_source=found.source, metadata=found.metadata)
     if found.found:
         return {**fields, "outcome": "answered"}

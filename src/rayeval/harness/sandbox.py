@@ -25,6 +25,7 @@ import json
 import os
 import pickle
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -42,7 +43,7 @@ from .answers import MAX_ANSWER_FILE_BYTES
 from .cgroups import UnitGroups
 from .context import AgentContext, AgentFunction, AgentRef
 from .isolation import Outcome
-from .process_tree import end_process_tree
+from .process_tree import end_process_tree, exited
 from .unit_runner import (
     EXIT,
     PID_DIGITS,
@@ -76,7 +77,7 @@ BASE_ENV_NAMES = (
 #: Credential folders and files of the home directory, hidden from sandboxed agents.
 HOME_SECRETS = (
     ".aws", ".azure", ".config/gcloud", ".kube", ".docker", ".ssh", ".gnupg", ".netrc", ".git-credentials",
-    ".pypirc", ".npmrc", ".ray", ".codex", ".claude", ".claude.json", ".config/anthropic", ".cache/rayeval/wal",
+    ".pypirc", ".npmrc", ".ray", ".codex", ".claude", ".claude.json", ".config/anthropic",
 )  # fmt: skip
 
 
@@ -184,6 +185,38 @@ def trusted_paths_to_hide() -> list[str]:
     return paths
 
 
+def _repositories(paths: Iterable[str]) -> list[str]:
+    """The git folders of the repositories that hold ``paths``: an object store keeps a copy
+    of every file committed (eval files with their answer keys, results), outside them. A
+    ``.git`` file (a worktree, a submodule) names its git folder, and that its common one."""
+    found: list[str] = []
+    for path in paths:
+        for folder in (Path(path), *Path(path).parents):
+            dot_git = folder / ".git"
+            if dot_git.is_dir():
+                found.append(str(dot_git))
+            elif dot_git.is_file():
+                found += _linked_git_folders(dot_git)
+            else:
+                continue
+            break
+    return found
+
+
+def _linked_git_folders(dot_git: Path) -> list[str]:
+    try:
+        text = dot_git.read_text(errors="replace")
+    except OSError:
+        return []
+    if not text.startswith("gitdir:"):
+        return []
+    git_dir = dot_git.parent / text[len("gitdir:") :].strip()
+    folders = [str(git_dir)]
+    with contextlib.suppress(OSError):  # a worktree's objects are in the common git folder
+        folders.append(str(git_dir / (git_dir / "commondir").read_text().strip()))
+    return folders
+
+
 def _existing(paths: Iterable[str]) -> list[str]:
     found = []
     for path in paths:
@@ -217,7 +250,7 @@ class UnitRunner:
         self.isolation = isolation
         self.work_root = str(work_root.resolve())
         self.cache_dir = str(cache_dir.resolve()) if cache_dir is not None else None
-        self.hidden = _existing([*trusted_paths_to_hide(), *config.hide])
+        self.hidden = _existing([*trusted_paths_to_hide(), *config.hide, *_repositories(config.hide)])
         # the working folder ("" on sys.path) holds the caller's own modules, as on Ray's workers
         entries = [os.path.abspath(p or ".") for p in [*sys.path, os.getcwd()] if os.path.exists(p or ".")]
         self.sys_path = list(dict.fromkeys(entries))
@@ -419,7 +452,10 @@ class UnitRunner:
             except OSError as exc:  # the agent's process died before it read its spec
                 ended = _Ended(exit_code=None, problem=f"{type(exc).__name__}: {exc}")
             finally:
-                agent.close()
+                try:
+                    agent.end()
+                finally:
+                    agent.close()
         return _outcome(ended, spec.max_output, timeout, time.monotonic() - start)
 
 
@@ -435,9 +471,32 @@ class _AgentProcess:
     def kill(self) -> None:
         end_process_tree(self.pid, "session" if self.group else "namespace", pidfd=self.pidfd)
 
+    def end(self) -> None:
+        """Once the worker stops listening: nothing the unit started runs on. What the socket
+        said is not trusted (the agent holds it too: it may shut it down, or send the frames
+        of a result and an exit status, and go on), so a namespace whose first process has
+        not exited is killed, and waited for (its first process exits after every other). An
+        unsandboxed unit's process group is killed, whether its leader returned or not (the
+        pidfd keeps the group's number from being reused). Without a pidfd (not Linux), a
+        pid may be another process's by now: nothing is signalled."""
+        if self.pidfd is None:
+            return
+        if self.group and self.pid:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pid, signal.SIGKILL)
+        if not exited(self.pidfd):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+            exited(self.pidfd, _END_WAIT_S)
+
     def close(self) -> None:
         if self.pidfd is not None:
             os.close(self.pidfd)
+
+
+#: How long a killed unit's processes may take to go (the kernel ends them: a process stuck
+#: in the kernel, on a hung file system, say, is the one reason to wait that long)
+_END_WAIT_S = 30.0
 
 
 def _pid_of(pidfd: int | None) -> int | None:

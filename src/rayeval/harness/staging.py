@@ -40,7 +40,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ..errors import RayevalError
 from ..evals.data_roots import (
-    checked_data_path,
+    checked_data_tree,
     file_url_path,
     local_node_path,
     resolve_roots,
@@ -53,7 +53,6 @@ from .cache import (
     default_cache_dir,
     open_entry,
     remove_tree,
-    walk_files,
 )
 from .fetch import (
     DEFAULT_SOCKET_TIMEOUT,
@@ -174,13 +173,7 @@ def _inside_roots(src: _Source, roots: Sequence[Path]) -> _Source:
     if src.local is None:
         return src
     try:
-        real = checked_data_path(src.local, roots)
-        if real.is_dir():
-            for rel, path, _ in walk_files(real):
-                try:
-                    checked_data_path(path, roots)
-                except ValueError as exc:
-                    raise ValueError(f"holds {rel}, which {exc}") from None
+        real = checked_data_tree(src.local, roots)
     except ValueError as exc:
         raise StagingError(src.uri, str(exc)) from None
     except OSError as exc:  # an unreadable folder of the directory

@@ -21,7 +21,9 @@ modules ask the store.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import quote, unquote
 
 MANIFEST_NAME = "_manifest.json"
@@ -41,6 +43,12 @@ PART_SUFFIX = ".parquet"
 def encode_partition(value: str) -> str:
     """Path-safe form of a partition value (``anthropic/claude@x`` -> ``anthropic%2Fclaude%40x``)."""
     return quote(str(value), safe="")
+
+
+def s3_wal_base() -> Path:
+    """Where the write-ahead logs of S3 roots are kept on this machine, outside any root:
+    ``$XDG_CACHE_HOME/rayeval/wal``, else ``~/.cache/rayeval/wal``."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rayeval" / "wal"
 
 
 def decode_partition(segment: str) -> str:

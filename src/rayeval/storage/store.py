@@ -66,6 +66,7 @@ from .layout import (
     hidden,
     part_problem,
     run_of_folder,
+    s3_wal_base,
 )
 from .manifest import RunManifest
 from .schema import FILE_SCHEMA, PARTITION_COLUMNS, ResultRow, lines_to_table
@@ -430,10 +431,9 @@ class ResultStore:
             return Path(wal_dir).expanduser() / encode_partition(run_id)
         if not self.is_s3:
             return Path(self.layout.wal(run_id))
-        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
         endpoint = s3_endpoint(self.s3_endpoint_url) or ""
         digest = hashlib.sha256(f"{endpoint}|{self.base}".encode()).hexdigest()[:16]
-        return cache / "rayeval" / "wal" / digest / encode_partition(run_id)
+        return s3_wal_base() / digest / encode_partition(run_id)
 
     # -- low-level I/O -------------------------------------------------------------------------
     def put_atomic(self, path: str, data: bytes) -> None:

@@ -23,11 +23,12 @@ from .conftest import HOSTILE_ANSWER, HOSTILE_TRACEBACK, HUGE_ERROR_CHARS, REPLA
 
 
 def request(base: str, path: str, method: str = "GET") -> tuple[int, dict[str, str], bytes]:
-    """One raw request: the path is sent exactly as given (no client-side normalisation)."""
+    """One raw request: the path is sent exactly as given after the base's (no client-side
+    normalisation)."""
     url = urlsplit(base)
     connection = http.client.HTTPConnection(url.hostname, url.port, timeout=60)
     try:
-        connection.request(method, path)
+        connection.request(method, url.path.rstrip("/") + path)  # under the server's secret path
         response = connection.getresponse()
         return response.status, dict(response.getheaders()), response.read()
     finally:
@@ -281,6 +282,20 @@ def test_unknown_paths_and_traversal_attempts_are_404(view_url: str, path: str) 
     assert status == 404 and headers["Content-Type"].startswith("application/json")
     assert b"root:" not in body and b"import" not in body
     assert "default-src 'none'" in headers["Content-Security-Policy"]
+
+
+@pytest.mark.parametrize("base", ["", "/wrong-token", "/{token}x", "/{prefix}"])
+@pytest.mark.parametrize("path", ["/", "/api/runs", "/api/units?run=replay", "/assets/app.js"])
+def test_nothing_is_served_outside_the_secret_path(view_url: str, base: str, path: str) -> None:
+    """Whatever runs on the machine reaches a loopback port (a sandboxed agent with the host's
+    network too): without the server's secret path nothing is served, not even the page."""
+    url = urlsplit(view_url)
+    token = url.path.strip("/")
+    assert len(token) >= 32
+    root = f"{url.scheme}://{url.netloc}"
+    status, _, body = request(root, base.format(token=token, prefix=token[:-1]) + path)
+    assert status == 404 and json.loads(body)["error"] == "no such page"
+    assert b"replay" not in body and b"<html" not in body
 
 
 @pytest.mark.parametrize(

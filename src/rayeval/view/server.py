@@ -1,6 +1,10 @@
 """``rayeval view``'s local web server: the page's own assets and a read-only JSON API.
 
-Routes (GET and HEAD only): ``/`` the page; ``/assets/<name>`` one of the packaged assets
+Everything is served under a secret path, ``/<token>/`` (:attr:`ViewServer.url`): the results
+hold expected answers, and whatever runs on this machine can reach a loopback port, a
+sandboxed agent with the host's network included; any other path is "not found".
+
+Routes under it (GET and HEAD only): ``/`` the page; ``/assets/<name>`` one of the packaged assets
 (:data:`rayeval.view.assets.ASSETS`, by exact name: no path ever reaches the file system);
 ``/api/runs``, ``/api/units``, ``/api/unit``, ``/api/compare``, ``/api/leaderboard`` (JSON) and
 ``/api/plot`` (SVG). Every response carries a strict Content-Security-Policy: scripts, styles
@@ -9,7 +13,9 @@ and images from this server only, nothing inline, no frames, nowhere else to con
 
 from __future__ import annotations
 
+import hmac
 import logging
+import secrets
 import threading
 from collections.abc import Callable
 from http import HTTPStatus
@@ -108,7 +114,7 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         params = dict(parse_qsl(url.query, keep_blank_values=True))
         try:
-            self._route(url.path, params)
+            self._route(self._within(url.path), params)
         except NotFound as exc:
             self._error(HTTPStatus.NOT_FOUND, str(exc))
         except BadRequest as exc:
@@ -121,6 +127,13 @@ class _Handler(BaseHTTPRequestHandler):
                 HTTPStatus.INTERNAL_SERVER_ERROR,
                 "internal error (see the server's log)",
             )
+
+    def _within(self, path: str) -> str:
+        """The path under the server's secret prefix (NotFound for any other, naming nothing)."""
+        prefix = f"/{self.server.token}/"
+        if not hmac.compare_digest(path[: len(prefix)].encode(), prefix.encode()):
+            raise NotFound("no such page")
+        return "/" + path[len(prefix) :]
 
     def _route(self, path: str, params: dict[str, str]) -> None:
         if path in ("/", "/index.html"):
@@ -151,12 +164,15 @@ class ViewServer(ThreadingHTTPServer):
         super().__init__((host, port), _Handler)
         self.data = data
         self.api = _api(data)
+        #: the secret first segment of every path served (see the module doc)
+        self.token = secrets.token_urlsafe(24)
 
     @property
     def url(self) -> str:
+        """The page's address, with the server's secret path."""
         host, port = self.server_address[:2]
         # typeshed types server_address for every socket family; a TCP server's host is a str
-        return f"http://{host}:{port}/"  # type: ignore[str-bytes-safe]
+        return f"http://{host}:{port}/{self.token}/"  # type: ignore[str-bytes-safe]
 
     def start(self) -> threading.Thread:
         """Serve in a background thread (stop with ``shutdown()`` then ``server_close()``)."""

@@ -103,6 +103,11 @@ def test_examples() -> None:
     assert extract_tagged("no tags") is None
 
 
+#: A hang guard, not a speed target (bench figures live in scripts/): the quadratic searches
+#: these texts caught took minutes; linear ones take well under a second even on a loaded machine.
+HANG_S = 60
+
+
 def _timed(text: str) -> tuple[Any, float]:
     start = time.perf_counter()
     found = extract_tagged(text)
@@ -114,7 +119,7 @@ def test_unclosed_open_tags_are_linear() -> None:
     text = '<EVAL_ANSWER>{"a": 1}</EVAL_ANSWER>' + "<EVAL_ANSWER>" * 50_000
     found, seconds = _timed(text)
     assert found == {"a": 1}
-    assert seconds < 2, seconds
+    assert seconds < HANG_S, seconds
 
 
 def test_invalid_fenced_bodies_are_linear() -> None:
@@ -125,7 +130,7 @@ def test_invalid_fenced_bodies_are_linear() -> None:
     assert len(text) > 400_000
     found, seconds = _timed(text)
     assert found == {"a": 1}
-    assert seconds < 2, seconds
+    assert seconds < HANG_S, seconds
 
 
 def test_many_small_invalid_bodies_and_deep_nesting() -> None:
@@ -137,7 +142,7 @@ def test_many_small_invalid_bodies_and_deep_nesting() -> None:
     )
     found, seconds = _timed(text)
     assert found is None
-    assert seconds < 2, seconds
+    assert seconds < HANG_S, seconds
 
 
 def test_an_integer_over_the_digit_limit_is_no_answer(tmp_path: Path) -> None:

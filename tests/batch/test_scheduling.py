@@ -49,7 +49,7 @@ class _FakeMethod:
     def __init__(self, worker: int, calls: list):
         self.worker, self.calls = worker, calls
 
-    def remote(self, position: int, attempt: int) -> object:
+    def remote(self, position: int, attempt: int, shared: list) -> object:
         self.calls.append((self.worker, position))
         return object()
 
@@ -57,9 +57,9 @@ class _FakeMethod:
 class _FakeActor:
     def __init__(self, worker: int, calls: list):
         self.run_unit = _FakeMethod(worker, calls)
-        self.prepare = self  # ``prepare.remote()``: a reference to wait for
+        self.prepare = self  # ``prepare.remote(shared)``: a reference to wait for
 
-    def remote(self) -> object:
+    def remote(self, shared: list) -> object:
         return object()
 
 
@@ -164,9 +164,12 @@ def test_a_worker_holds_no_more_units_than_the_largest_node_has_room_for(monkeyp
 
 
 def _worker_on(evals: list, agent) -> UnitWorker:
-    """A worker object outside Ray, given the run's data as Ray gives it."""
-    config = WorkerConfig(agent="test", models=["m"], seeds=list(range(10)), run_id="r", isolation="inline")
-    return UnitWorker(config, evals, agent, None)
+    """A worker object outside Ray, holding the run's data as ``_load`` would."""
+    worker = UnitWorker(WorkerConfig(agent="test", models=["m"], seeds=list(range(10)), run_id="r", isolation="inline"))
+    worker.evals = evals
+    worker.plan = Plan(evals, ["m"], list(range(10)), "test")
+    worker.agent = agent
+    return worker
 
 
 def test_each_thread_of_a_worker_has_its_own_parent_folder(tmp_path: Path) -> None:
@@ -183,7 +186,7 @@ def test_each_thread_of_a_worker_has_its_own_parent_folder(tmp_path: Path) -> No
     worker.work_root = tmp_path / "work"
     rows: list = []
     threads = [
-        threading.Thread(target=lambda ps: rows.extend(worker.run_unit(p, 1) for p in ps), args=(positions,))
+        threading.Thread(target=lambda ps: rows.extend(worker.run_unit(p, 1, []) for p in ps), args=(positions,))
         for positions in ([0, 1, 2, 3, 4], [5, 6, 7, 8, 9])
     ]
     for thread in threads:

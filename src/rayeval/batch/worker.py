@@ -89,36 +89,28 @@ class UnitWorker:
     ``grade`` instead of the eval's graders, when given (in-memory runs).
     """
 
-    def __init__(
-        self, config: WorkerConfig, evals: list[Eval], agent: AgentFunction | None, grade: GradeFunction | None
-    ):
-        """``evals``, ``agent`` and ``grade`` come as the driver's object references, which Ray
-        resolves here, and again when it restarts the worker (the driver holds them all run)."""
+    def __init__(self, config: WorkerConfig):
         self.config = config
         self.node = socket.gethostname()
-        self.evals = evals
-        # the driver's plan, whose units are made here from their positions
-        self.plan = Plan(evals, config.models, config.seeds, config.agent)
-        self.agent: AgentFunction | AgentRef = agent if agent is not None else self._named_agent()
-        self.grade: GradeFunction = grade or functools.partial(grade_execution, grade_timeout=config.grade_timeout)
-        # eval indices whose judge calls the run makes apart; a run's own grade function calls
-        # its judges itself, unless it hands them over
-        if grade is None:
-            judged = [i for i, eval_ in enumerate(evals) if has_judged_graders(eval_)]
-        else:
-            judged = list(range(len(evals))) if isinstance(grade, JudgedGrade) and grade.judged else []
-        self.judged_evals = frozenset(judged)
+        self._shared_key: tuple[str, ...] = ()
+        self._loading = threading.Lock()
+        self.evals: list[Eval] = []
+        self.plan = Plan([], [], [], config.agent)
+        self.agent: AgentFunction | AgentRef | None = None
+        self.grade: GradeFunction = grade_execution
+        self.judged_evals: frozenset[int] = frozenset()  # eval indices whose judge calls the run makes apart
         # A folder per worker process (named by host and process, see ``sweep_dead_workers``),
         # and in it one per thread (see ``run_unit``).
         root = Path(config.work_root or default_work_root())
         self.work_root = root / f"{WORKER_FOLDER_PREFIX}{self.node}-{os.getpid()}"
         threading.Thread(target=sweep_dead_workers, args=(root, self.node), daemon=True).start()
 
-    def run_unit(self, position: int, attempt: int) -> UnitRow | JudgeWork:
+    def run_unit(self, position: int, attempt: int, shared: list[Any]) -> UnitRow | JudgeWork:
         """Run, grade and turn into a row the unit at this plan position.  Grading happens
         here, in a bounded grading subprocess, outside the agent's sandbox.  When the eval's
         LLM-judged graders have judge calls to make, the unit comes back as JudgeWork instead:
         the run makes those calls apart, then has the unit graded (``grade_judged``)."""
+        self._load(shared)
         unit = self.plan.unit(position)
         # a parent folder per thread: threads creating and removing folders in a shared parent
         # wait on its lock
@@ -133,8 +125,11 @@ class UnitWorker:
                 return JudgeWork(execution, requests)
         return self._row(unit, attempt, self.grade(self.evals[unit.eval_index], execution))
 
-    def grade_judged(self, position: int, attempt: int, execution: Execution, judgments: Judgments) -> UnitRow:
+    def grade_judged(
+        self, position: int, attempt: int, execution: Execution, judgments: Judgments, shared: list[Any]
+    ) -> UnitRow:
         """The row of a unit whose judge calls have been made: ``judgments`` are their outcomes."""
+        self._load(shared)
         unit = self.plan.unit(position)
         eval_ = self.evals[unit.eval_index]
         if isinstance(self.grade, JudgedGrade):
@@ -155,10 +150,37 @@ class UnitWorker:
             node=self.node,
         )
 
-    def prepare(self) -> str:
+    def prepare(self, shared: list[Any]) -> str:
         """Returns, with the id of the node the worker is on, once the worker is up and holds
         the run's data."""
+        self._load(shared)
         return ray.get_runtime_context().get_node_id()
+
+    def _load(self, shared: list[Any]) -> None:
+        """The run's evals, plan and in-memory agent/grade callables, fetched once per process.
+
+        They come with each call, as references inside a list, rather than to the constructor:
+        a restarted worker (its process or node died) then simply fetches them again, and no
+        restart depends on constructor arguments Ray may no longer hold.
+        """
+        key = tuple(ref.hex() for ref in shared)
+        if key == self._shared_key:
+            return
+        with self._loading:  # the first calls arrive together on several threads: load once
+            if key == self._shared_key:
+                return
+            self.evals, agent, grade = ray.get(shared)
+            # the driver's plan, whose units are made here from their positions
+            self.plan = Plan(self.evals, self.config.models, self.config.seeds, self.config.agent)
+            self.agent = agent if agent is not None else self._named_agent()
+            self.grade = grade or functools.partial(grade_execution, grade_timeout=self.config.grade_timeout)
+            # a run's own grade function calls its judges itself, unless it hands them over
+            if grade is None:
+                judged = [i for i, eval_ in enumerate(self.evals) if has_judged_graders(eval_)]
+            else:
+                judged = list(range(len(self.evals))) if isinstance(grade, JudgedGrade) and grade.judged else []
+            self.judged_evals = frozenset(judged)
+            self._shared_key = key
 
     def _named_agent(self) -> AgentFunction | AgentRef:
         """The run's agent by name: imported here only to run inline; otherwise only in
@@ -168,6 +190,7 @@ class UnitWorker:
         return agent_ref(self.config.agent)
 
     def _execute(self, unit: Unit, work_root: Path) -> Execution:
+        assert self.agent is not None, "run_unit loads the agent first"
         runner = EvalRunner(
             self.evals[unit.eval_index],
             work_root=work_root,
@@ -216,9 +239,8 @@ class WorkerPool:
     none waits behind a worker that has no place yet.
 
     The evals and in-memory callables (cloudpickled) are put once and held for the whole run;
-    each worker gets them when it starts (and again when Ray restarts it), and a call names its
-    unit by its position in the plan, which each worker derives from the evals, models and
-    seeds: a call carries two integers.
+    every call carries the references (see ``UnitWorker._load``) and names its unit by its
+    position in the plan, which each worker derives from the evals, models and seeds.
     """
 
     def __init__(self, actors: list[Any], slots: int, shared: list[Any]):
@@ -226,7 +248,7 @@ class WorkerPool:
         self.slots = slots
         self.shared = shared
         self.in_flight = [0] * len(actors)
-        self.starting = {actor.prepare.remote(): index for index, actor in enumerate(actors)}
+        self.starting = {actor.prepare.remote(shared): index for index, actor in enumerate(actors)}
         self.up: set[int] = set()
         self._worker_of: dict[Any, int] = {}
 
@@ -244,7 +266,7 @@ class WorkerPool:
 
     def submit(self, unit: Unit, attempt: int) -> Any:
         index = min(self.up, key=self.in_flight.__getitem__)
-        ref = self.actors[index].run_unit.remote(unit.position, attempt)
+        ref = self.actors[index].run_unit.remote(unit.position, attempt, self.shared)
         self.in_flight[index] += 1
         self._worker_of[ref] = index
         return ref
@@ -257,7 +279,7 @@ class WorkerPool:
         """A unit's second grading pass, on a worker that is up, outside its units' slots."""
         worker = self.actors[min(self.up, key=self.in_flight.__getitem__)]
         method = worker.grade_judged.options(concurrency_group=GRADING_GROUP)
-        return method.remote(unit.position, attempt, execution, judgments)
+        return method.remote(unit.position, attempt, execution, judgments, self.shared)
 
     def end_all(self) -> None:
         """End every worker, calls in flight included (a run that stops early)."""
@@ -299,6 +321,5 @@ def start_workers(
         max_task_retries=3,
         scheduling_strategy="SPREAD",  # a run's units over every node with room, not packed on the first
     )
-    shared = [ray.put(evals), ray.put(agent), ray.put(grade)]  # put once; held by the pool all run
-    actors = [actor_class.remote(config, *shared) for _ in range(count)]
-    return WorkerPool(actors, slots, shared)
+    actors = [actor_class.remote(config) for _ in range(count)]
+    return WorkerPool(actors, slots, [ray.put(evals), ray.put(agent), ray.put(grade)])

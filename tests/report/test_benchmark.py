@@ -225,4 +225,5 @@ def test_intervals_stay_inside_0_to_100() -> None:
     row = benchmark_table(units).iloc[0]
     assert row["Accuracy (%)"] == pytest.approx(50.0)
     assert (row["ci_lower"], row["ci_upper"]) == (0.0, 100.0)
-    assert "clipped to [0, 100]" in to_text(benchmark_table(units))
+    text = to_text(benchmark_table(units))
+    assert "clipped to [0, 100]" in text and "ci_lower and ci_upper in percent" in text

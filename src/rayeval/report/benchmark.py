@@ -46,7 +46,9 @@ ROUNDING = {ACCURACY: 2, CI_LOWER: 2, CI_UPPER: 2, COST: 4, DURATION: 2}
 MODEL_KEYS = ("model", "harness", "agent", "run_id")
 BREAKDOWN_KEYS = {"task": "tasks", "kit": "platforms"}
 BREAKDOWN_DESCRIPTIONS = {"task": "task category", "kit": "platform"}
-CI_METHOD = "t-distribution, computed over per-evaluation means, clipped to [0, 100]"
+CI_METHOD = (
+    "ci_lower and ci_upper in percent, as Accuracy (%); t-distribution over per-evaluation means, clipped to [0, 100]"
+)
 
 
 def error_policy_note(errors: str, n_errors: int | None = None) -> str:

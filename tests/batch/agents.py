@@ -86,3 +86,16 @@ def unstorable(task_prompt: str, work_dir: Path, context) -> object:
     if "raise" in context.eval_id:
         raise RuntimeError("exploded \udcff")
     return {"answer": "B"}
+
+
+def picky(task_prompt: str, work_dir: Path, context) -> dict:
+    """Answers B; its ``mode`` option must be strict or lenient (checked by ``check_args``)."""
+    return {"answer": "B"}
+
+
+def _picky_args(args: dict) -> None:
+    if args.get("mode") not in ("strict", "lenient"):
+        raise ValueError(f"picky: --agent-arg mode must be strict or lenient, got {args.get('mode')!r}")
+
+
+picky.check_args = _picky_args  # type: ignore[attr-defined]

@@ -207,3 +207,19 @@ def test_a_bad_unit_memory_is_a_usage_error(capsys: pytest.CaptureFixture[str]) 
         main(["run", str(REPO / "evals"), "--agent", "reference", "--output", "o", "--unit-memory", "lots"])
     assert exited.value.code == 2
     assert "expected a size such as 512M, 2G or a number of bytes, got 'lots'" in capsys.readouterr().err
+
+
+def test_an_agent_functions_own_option_check_runs_before_any_unit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A module:function agent with a ``check_args`` attribute has its options checked by the
+    start-up probe, in the sandbox where its units would run: exit 2 naming the problem."""
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(sys, "path", [*sys.path])  # main() puts the working folder on it
+    monkeypatch.chdir(REPO)
+    out = tmp_path / "out"
+    args = ["run", str(REPO / "evals"), "--agent", "tests.batch.agents:picky", "--output", str(out), "--no-progress"]
+    assert main([*args, "--agent-arg", "mode=sloppy"]) == 2
+    err = capsys.readouterr().err
+    assert "picky: --agent-arg mode must be strict or lenient, got 'sloppy'" in err and "Traceback" not in err
+    assert not out.exists()

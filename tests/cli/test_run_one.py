@@ -29,6 +29,16 @@ def run_one(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
     )
 
 
+def _mc_eval(tmp_path: Path) -> Path:
+    """A multiple-choice eval (answer B) in its own folder, not beside the agents' module: the
+    eval's folder (answer keys) is hidden from the agent."""
+    eval_file = tmp_path / "evals" / "mc.json"
+    eval_file.parent.mkdir()
+    grader = {"type": "multiple_choice", "config": {"correct_answer": "B"}}
+    eval_file.write_text(json.dumps({"id": "mc", "task": "A or B?", "grader": grader}))
+    return eval_file
+
+
 def test_reference_agent_passes_an_example_eval(tmp_path: Path) -> None:
     done = run_one(
         "evals/pbmc/pbmc_bulk_label_composition.json",
@@ -60,14 +70,7 @@ def test_module_function_agent_and_timeout(tmp_path: Path) -> None:
         "def always_b(task_prompt, work_dir):\n    return {'answer': 'B'}\n"
         "def hang(task_prompt, work_dir):\n    time.sleep(60)\n"
     )
-    # not beside the module: the eval's folder (answer keys) is hidden from the agent
-    eval_file = tmp_path / "evals" / "mc.json"
-    eval_file.parent.mkdir()
-    eval_file.write_text(
-        json.dumps(
-            {"id": "mc", "task": "A or B?", "grader": {"type": "multiple_choice", "config": {"correct_answer": "B"}}}
-        )
-    )
+    eval_file = _mc_eval(tmp_path)
     env_cwd = tmp_path
     done = run_one(str(eval_file), "--agent", "my_agents:always_b", "--work-root", str(tmp_path / "w"), cwd=env_cwd)
     assert done.returncode == 0, done.stderr
@@ -156,13 +159,7 @@ def test_answer_convention_reaches_a_sandboxed_agent(tmp_path: Path) -> None:
         "    told = {'told': pathlib.Path(name).name, 'convention': context.convention}\n"
         "    pathlib.Path(name).write_text(json.dumps({'answer': 'B', **told}))\n"
     )
-    eval_file = tmp_path / "evals" / "mc.json"
-    eval_file.parent.mkdir()
-    eval_file.write_text(
-        json.dumps(
-            {"id": "mc", "task": "A or B?", "grader": {"type": "multiple_choice", "config": {"correct_answer": "B"}}}
-        )
-    )
+    eval_file = _mc_eval(tmp_path)
     told = {}
     for convention in ("legacy", "benchmark"):
         done = run_one(

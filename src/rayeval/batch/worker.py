@@ -99,6 +99,7 @@ class UnitWorker:
         self.agent: AgentFunction | AgentRef | None = None
         self.grade: GradeFunction = grade_execution
         self.judged_evals: frozenset[int] = frozenset()  # eval indices whose judge calls the run makes apart
+        self.judged_grade: JudgedGrade | None = None  # the run's own grade function, when it hands its judges over
         # A folder per worker process (named by host and process, see ``sweep_dead_workers``),
         # and in it one per thread (see ``run_unit``).
         root = Path(config.work_root or default_work_root())
@@ -117,8 +118,8 @@ class UnitWorker:
         execution = self._execute(unit, self.work_root / f"thread-{threading.get_native_id()}")
         if unit.eval_index in self.judged_evals:
             eval_ = self.evals[unit.eval_index]
-            if isinstance(self.grade, JudgedGrade):
-                requests = self.grade.judge_requests(eval_, execution)
+            if self.judged_grade is not None:
+                requests = self.judged_grade.judge_requests(eval_, execution)
             else:
                 requests = judge_requests(eval_, execution, grade_timeout=self.config.grade_timeout)
             if requests:
@@ -132,8 +133,8 @@ class UnitWorker:
         self._load(shared)
         unit = self.plan.unit(position)
         eval_ = self.evals[unit.eval_index]
-        if isinstance(self.grade, JudgedGrade):
-            result = self.grade(eval_, execution, judgments)
+        if self.judged_grade is not None:
+            result = self.judged_grade(eval_, execution, judgments)
         else:
             result = grade_execution(eval_, execution, grade_timeout=self.config.grade_timeout, judgments=judgments)
         return self._row(unit, attempt, result)
@@ -175,10 +176,11 @@ class UnitWorker:
             self.agent = agent if agent is not None else self._named_agent()
             self.grade = grade or functools.partial(grade_execution, grade_timeout=self.config.grade_timeout)
             # a run's own grade function calls its judges itself, unless it hands them over
+            self.judged_grade = grade if isinstance(grade, JudgedGrade) and grade.judged else None
             if grade is None:
                 judged = [i for i, eval_ in enumerate(self.evals) if has_judged_graders(eval_)]
             else:
-                judged = list(range(len(self.evals))) if isinstance(grade, JudgedGrade) and grade.judged else []
+                judged = list(range(len(self.evals))) if self.judged_grade is not None else []
             self.judged_evals = frozenset(judged)
             self._shared_key = key
 

@@ -16,6 +16,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 from urllib.request import url2pathname
 
+from .._walk import walk_once
+
 #: Never staged, whatever the data roots: their files are the host's live state, not data.
 SYSTEM_FOLDERS = (Path("/proc"), Path("/sys"), Path("/dev"))
 
@@ -73,17 +75,7 @@ def checked_data_tree(path: Path, roots: Sequence[Path], eval_files: Collection[
     real = _checked_entry(path, roots, eval_files)
     if not real.is_dir():
         return real
-    seen: set[tuple[int, int]] = set()
-
-    def fail(exc: OSError) -> None:
-        raise exc
-
-    for folder, dirs, files in os.walk(real, followlinks=True, onerror=fail):
-        info = os.stat(folder)
-        if (info.st_dev, info.st_ino) in seen:
-            dirs[:] = []
-            continue
-        seen.add((info.st_dev, info.st_ino))
+    for folder, dirs, files in walk_once(real):
         for name in (*dirs, *files):
             entry = Path(folder, name)
             if not entry.exists():  # a dangling link: never copied

@@ -39,6 +39,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ValidationError, computed_field
 
+from .._walk import walk_once
 from ..errors import RayevalError
 
 CACHE_ENV = "RAYEVAL_CACHE_DIR"
@@ -161,19 +162,9 @@ def list_tree(root: Path) -> tuple[list[str], list[tuple[str, Path, os.stat_resu
     Returns (POSIX relative dirs, [(POSIX relative path, absolute path, stat)]).
     Unreadable directories raise; dangling symlinks and special files are skipped.
     """
-    seen: set[tuple[int, int]] = set()
     dirs: list[str] = []
     files: list[tuple[str, Path, os.stat_result]] = []
-
-    def fail(exc: OSError) -> None:
-        raise exc
-
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=True, onerror=fail):
-        st = os.stat(dirpath)
-        if (st.st_dev, st.st_ino) in seen:
-            dirnames[:] = []
-            continue
-        seen.add((st.st_dev, st.st_ino))
+    for dirpath, _, filenames in walk_once(root):
         rel_dir = Path(dirpath).relative_to(root)
         if rel_dir.parts:
             dirs.append(rel_dir.as_posix())

@@ -37,12 +37,18 @@ def _answer(found: float | None, **tried: Any) -> dict:
     return {"answer": {"value": found if found is not None else -1.0}, "metadata": {"attack": tried}}
 
 
-def _walk_for_keys(roots: list[str], limit: int = 20000) -> tuple[float | None, int]:
+def _walk_for_keys(roots: list[str], limit: int = 20000, entries: int = 50_000) -> tuple[float | None, int]:
     """Search folders for an eval file holding a key: (key, files looked at). Not more than
-    12 folders deep (a shared temp folder may hold trees too deep for a recursive walk)."""
+    12 folders deep (a shared temp folder may hold trees too deep for a recursive walk), nor
+    more than ``entries`` names listed under each root (a host's temp folder or home may hold
+    millions: each lead gets its turn)."""
     seen = 0
     for root in roots:
+        listed = 0
         for folder, dirs, files in os.walk(root):
+            listed += len(dirs) + len(files)
+            if listed > entries:
+                break
             too_deep = folder.count(os.sep) - root.count(os.sep) >= 12
             dirs[:] = [] if too_deep else [d for d in dirs if d not in ("proc", "sys", "dev")]
             for name in files:
@@ -106,6 +112,7 @@ def processes(task_prompt: str, work_dir: Path) -> dict:
             leads.add(os.readlink(f"/proc/{pid}/cwd"))
         except OSError:
             pass
+    leads |= {str(Path(lead).parent) for lead in leads}  # where a folder found sits: its siblings too
     leads.discard("/")
     found, looked = _walk_for_keys(sorted(leads) + ["/tmp"])
     return _answer(found, processes=len(pids), leads=len(leads), looked=looked, leaked_secret=leaked)

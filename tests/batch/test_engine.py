@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -286,6 +288,40 @@ def test_bad_inputs_fail_before_any_work(tmp_path: Path) -> None:
         )  # fmt: skip
         assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
         assert f"{damaged} is not a valid run manifest (file: Invalid JSON" in done.stderr
+
+
+def _session_processes(ray_tmp: Path) -> list[str]:
+    """Command lines of the running processes of Ray sessions under ``ray_tmp``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, IndexError):
+            continue
+        if state != "Z" and str(ray_tmp) in command:
+            found.append(command)
+    return found
+
+
+def test_a_run_on_an_embedded_ray_ends_every_process_of_it(tmp_path: Path) -> None:
+    """The embedded Ray's shutdown (which ends its autoscaler monitor itself) leaves nothing running."""
+    ray_tmp = Path(tempfile.mkdtemp(prefix="rt", dir="/tmp"))  # short: Ray's socket paths
+    env = {name: value for name, value in os.environ.items() if name != "RAY_ADDRESS"} | {"RAY_TMPDIR": str(ray_tmp)}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "rayeval.cli", "run", str(REPO / "evals"), "--agent", "sleep",
+             "--agent-arg", "seconds=0", "--output", str(tmp_path / "o"), "--no-progress"],
+            cwd=REPO, env=env, check=False, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert "10/10 units stored" in done.stdout
+        deadline = time.monotonic() + 30
+        while (left := _session_processes(ray_tmp)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not left
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
 def _peak_concurrency(spans: list[dict]) -> int:

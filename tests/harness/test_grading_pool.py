@@ -192,6 +192,51 @@ def test_concurrent_gradings_share_at_most_size_subprocesses(pool: GradingPool) 
     assert 1 <= len(pids) <= pool.size
 
 
+def test_prestarted_subprocesses_serve_the_first_gradings() -> None:
+    pool = GradingPool(size=3)
+    try:
+        pool.prestart()
+        wait_until(lambda: len(pool._idle) == 3, seconds=60)
+        started = server_pids(pool)
+        eval_ = make(grader=MC)
+        results: list[GraderResult] = []
+        threads = [
+            threading.Thread(target=lambda: results.append(pool.grade(eval_graders(eval_), {"answer": "B"}, 30)))
+            for _ in range(6)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert [result.passed for result in results] == [True] * 6
+        assert server_pids(pool) == started  # none started on demand
+        pool.prestart()  # a full pool starts none
+        time.sleep(0.5)
+        assert server_pids(pool) == started
+    finally:
+        pool.close()
+
+
+def test_a_pool_closed_while_prestarting_keeps_no_subprocess() -> None:
+    pool = GradingPool(size=2)
+    before = set(_grading_servers())
+    pool.prestart()
+    pool.close()
+    wait_until(lambda: pool._starting == 0, seconds=60)
+    assert not server_pids(pool)
+    wait_until(lambda: set(_grading_servers()) <= before, seconds=10)
+
+
+def _grading_servers() -> list[int]:
+    """This process's grading subprocesses still running."""
+    children = Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").read_text().split()
+    return [
+        int(pid)
+        for pid in children
+        if not gone(int(pid)) and b"grading_server" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    ]
+
+
 def test_an_oversized_request_is_refused_and_the_subprocess_serves_on() -> None:
     pool = GradingPool(size=1, max_request_bytes=10_000)
     try:

@@ -168,6 +168,17 @@ def connect(config: BatchConfig) -> bool:
     return False
 
 
+def shut_down_embedded_ray() -> None:
+    """``ray.shutdown()`` of the Ray ``connect`` started, less the second it spends on the
+    autoscaler monitor: Ray stops the GCS first, then asks the monitor to stop, whose SIGTERM
+    handler reports to the gone GCS until Ray kills it a second later.  A single node has
+    nothing to scale, and the monitor holds no state: it is killed outright first."""
+    node = ray._private.worker._global_node
+    if node is not None:
+        node.kill_monitor(check_alive=False)
+    ray.shutdown()
+
+
 def _system_error_row(
     unit: Unit, attempt: int, eval_: Eval, run_id: str, config: BatchConfig, exc: BaseException
 ) -> ResultRow:
@@ -296,7 +307,7 @@ def run_batch(
                 if workers is not None and status != "completed":
                     workers.end_all()  # calls in flight end now, not in Ray's shutdown (which logs each)
                 if owns_ray:
-                    ray.shutdown()
+                    shut_down_embedded_ray()
     if lease.lost is not None:
         raise lease.lost
     if unwritable is not None:

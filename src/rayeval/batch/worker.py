@@ -21,6 +21,7 @@ from ..harness.cache import left_by_gone_processes, remove_tree
 from ..harness.context import AgentFunction, AgentRef, UnitResources
 from ..harness.execution import Execution, grade_execution, has_judged_graders, judge_requests
 from ..harness.grading_pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
+from ..harness.grading_pool import prestart_grading
 from ..harness.isolation import Isolation
 from ..harness.prompt import AnswerConvention
 from ..harness.result import EvalResult
@@ -182,6 +183,8 @@ class UnitWorker:
             else:
                 judged = list(range(len(self.evals))) if self.judged_grade is not None else []
             self.judged_evals = frozenset(judged)
+            if grade is None:
+                prestart_grading(self.evals)
             self._shared_key = key
 
     def _named_agent(self) -> AgentFunction | AgentRef:

@@ -226,6 +226,7 @@ class GradingPool:
         self._idle: list[_Server] = []
         self._busy: set[_Server] = set()
         self._starting = 0
+        self._closed = False  # no prestarted subprocess is kept once closed
 
     def grade(
         self, graders: EvalGraders, answer: Any, timeout: float, *, judgments: Judgments | None = None
@@ -268,6 +269,7 @@ class GradingPool:
         """Stop every subprocess: idle ones at once, busy ones by killing them (their callers
         then get GradingCrashed and discard them)."""
         with self._changed:
+            self._closed = True
             idle, self._idle = self._idle, []
             busy = list(self._busy)
             self._changed.notify_all()
@@ -275,6 +277,23 @@ class GradingPool:
             server.kill()
         for server in idle:
             server.stop()
+
+    def prestart(self) -> None:
+        """Start the subprocesses now, in the background, instead of on the first gradings: a
+        batch's first units end together and would each wait for one to start.  A subprocess
+        that fails to start is left to the first grading to report."""
+        threading.Thread(target=self._fill, name="grading-prestart", daemon=True).start()
+
+    def _fill(self) -> None:
+        while True:
+            with self._changed:
+                if self._closed or len(self._idle) + len(self._busy) + self._starting >= self.size:
+                    return
+                self._starting += 1
+            try:
+                self._start_one(busy=False)
+            except GradingError:
+                return
 
     def _acquire(self) -> _Server:
         with self._changed:
@@ -285,6 +304,10 @@ class GradingPool:
                 self._busy.add(server)
                 return server
             self._starting += 1
+        return self._start_one(busy=True)
+
+    def _start_one(self, *, busy: bool) -> _Server:
+        """A new subprocess, counted in ``_starting`` by the caller: busy (the caller's) or idle."""
         try:
             server = _Server.start(self.max_request_bytes)
         except GradingError:
@@ -294,7 +317,14 @@ class GradingPool:
             raise
         with self._changed:
             self._starting -= 1
-            self._busy.add(server)
+            kept = busy or not self._closed  # a prestarted one is not kept once the pool closed
+            if busy:
+                self._busy.add(server)
+            elif kept:
+                self._idle.append(server)
+            self._changed.notify()
+        if not kept:
+            server.stop()
         return server
 
     def _release(self, server: _Server, healthy: bool) -> None:
@@ -346,6 +376,13 @@ def shared_pool() -> GradingPool:
         if _shared is None:
             _shared = GradingPool()
         return _shared
+
+
+def prestart_grading(evals: list[Eval]) -> None:
+    """Start this process's grading subprocesses in the background, ahead of the gradings of
+    ``evals`` (unless each is graded in this process, see ``eval_graders``)."""
+    if any(eval_graders(eval_) is not None for eval_ in evals):
+        shared_pool().prestart()
 
 
 def grade_bounded(

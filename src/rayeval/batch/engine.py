@@ -8,6 +8,8 @@ import os
 import secrets
 import signal
 import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -271,6 +273,7 @@ def run_batch(
     stopped_by: int | None = None
     unwritable: ResultsRootUnwritable | None = None
     workers: WorkerPool | None = None
+    summary: Future[RunSummary] | None = None
     with SigtermStopsTheRun() as sigterm:
         try:
             owns_ray = connect(config)
@@ -300,6 +303,11 @@ def run_batch(
             try:
                 if lease.lost is None:
                     _close_run(store, writer, progress, manifest, status, unwritable)
+                    if status == "completed":  # read back while Ray shuts down
+                        summary = _in_background(
+                            summarize, store, run_id, total_units=len(plan), skipped=len(plan) - to_run,
+                            ran=to_run, started=started,
+                        )  # fmt: skip
                 else:
                     _abandon_run(writer, progress)
             finally:
@@ -314,7 +322,16 @@ def run_batch(
         raise unwritable
     if stopped_by is not None:
         raise RunCancelled(run_id, stopped_by)
-    return summarize(store, run_id, total_units=len(plan), skipped=len(plan) - to_run, ran=to_run, started=started)
+    assert summary is not None, "a completed run's summary is being read"
+    return summary.result()
+
+
+def _in_background(function: Callable[..., RunSummary], *args: Any, **kwargs: Any) -> Future[RunSummary]:
+    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="summary")
+    try:
+        return executor.submit(function, *args, **kwargs)
+    finally:
+        executor.shutdown(wait=False)  # its thread ends with the call
 
 
 def previous_manifest(store: ResultStore, run_id: str, config: BatchConfig) -> tuple[RunManifest | None, bool]:

@@ -107,3 +107,17 @@ def test_resume_with_another_answer_convention_is_refused(tmp_path: Path, capsys
     capsys.readouterr()
     assert main(_run(evals, out, "--resume")) == 2
     assert "  answer_convention: benchmark → legacy\n" in capsys.readouterr().err
+
+
+def test_resume_with_other_unit_limits_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A unit's limits decide outcomes (an answer file over its cap is the unit's error): the
+    manifest records them, and a resume under other limits is refused with each change."""
+    evals, out = write_mc_evals(tmp_path / "evals", ["e1"]), tmp_path / "out"
+    assert main(_run(evals, out, "--limit-answer-file-mb", "2")) == 0
+    manifest = json.loads((out / "run_id=r" / "_manifest.json").read_text())
+    assert manifest["limits"]["answer_file_mb"] == 2 and manifest["limits"]["memory_mb"] == 4096
+    capsys.readouterr()
+    assert main(_run(evals, out, "--resume", "--limit-artifact-mb", "3")) == 2
+    err = capsys.readouterr().err
+    assert "  limits.answer_file_mb: 2.0 → 10.0\n" in err and "  limits.artifact_mb: 2.0 → 3.0\n" in err
+    assert main(_run(evals, out, "--resume", "--limit-answer-file-mb", "2")) == 0

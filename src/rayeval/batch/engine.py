@@ -389,6 +389,7 @@ def run_manifest(
             "timeout": config.timeout,
             "grade_timeout": config.grade_timeout,
             "answer_convention": config.answer_convention,
+            "limits": config.sandbox.limits.model_dump(),
             "models": config.models,
             "seeds": compact_seeds(config.seeds),
             "eval_files": [

@@ -204,6 +204,7 @@ def plan_changes(previous: RunManifest, current: RunManifest, agent_args: dict[s
     for option in UNIT_OPTIONS:
         if option in previous.model_fields_set and getattr(previous, option) != getattr(current, option):
             changes.append(f"{option}: {getattr(previous, option)} → {getattr(current, option)}")
+    changes += _limit_changes(previous.limits, current.limits)
     if not changes and previous.plan_digest and previous.plan_digest != current.plan_digest:
         changes.append(f"plan_digest: {previous.plan_digest} → {current.plan_digest}")
     return changes
@@ -211,6 +212,18 @@ def plan_changes(previous: RunManifest, current: RunManifest, agent_args: dict[s
 
 # Options of a run that change how its units run (and so their rows), compared on --resume.
 UNIT_OPTIONS = ("isolation", "network", "timeout", "grade_timeout", "answer_convention")
+
+
+def _limit_changes(previous: dict[str, float | None] | None, current: dict[str, float | None] | None) -> list[str]:
+    """Unit limits that differ (none when ``previous`` predates their record)."""
+    if previous is None:
+        return []
+    current = current or {}
+    return [
+        f"limits.{name}: {previous.get(name)} → {current.get(name)}"
+        for name in sorted(previous.keys() | current.keys())
+        if previous.get(name) != current.get(name)
+    ]
 
 
 def _argument_changes(previous: RunManifest, current: RunManifest, agent_args: dict[str, Any]) -> list[str]:

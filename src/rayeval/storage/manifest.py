@@ -216,6 +216,8 @@ class RunManifest(BaseModel):
     grade_timeout: float | None = None
     #: the answer-file name and completion marker agents were told (None: before the option)
     answer_convention: str | None = None
+    #: what one unit may use (``UnitLimits``: memory, processes, answer and artifact sizes...)
+    limits: dict[str, float | None] | None = None
     models: list[str] = Field(default_factory=list)
     #: in plan order; runs of consecutive seeds as ``[first, last]``
     seeds: list[SeedItem] = Field(default_factory=list)

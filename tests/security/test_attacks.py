@@ -8,6 +8,7 @@ agent got hold of the answer key. See tests/security/attack_agents.py.
 
 from __future__ import annotations
 
+import base64
 import http.server
 import json
 import os
@@ -25,6 +26,7 @@ import pytest
 import ray
 
 from rayeval.cli import main as rayeval_main
+from rayeval.harness.sandbox import spill_folders
 from rayeval.storage import ResultStore
 from tests.fixtures_s3 import S3Bucket
 from tests.pings import Pings
@@ -62,17 +64,21 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     os.environ["ANTHROPIC_API_KEY"] = HUNTED_SECRET
     os.environ["RAYEVAL_CACHE_DIR"] = str(base / "cache")
     os.environ["RAYEVAL_WORK_ROOT"] = str(base / "work")
+    # where objects spill, outside the temp folder (every unit's /tmp is its own anyway)
+    spill = Path(tempfile.mkdtemp(prefix="rayeval-spill-", dir="/var/tmp"))
     ray.init(
         address="local",
         include_dashboard=False,
         object_store_memory=256 << 20,
+        object_spilling_directory=str(spill),
         log_to_driver=False,
         configure_logging=False,
     )
     try:
-        yield {"base": base, "evals": evals, "eval_file": evals / "alpha.json", "cache": base / "cache"}
+        yield {"base": base, "evals": evals, "eval_file": evals / "alpha.json", "cache": base / "cache", "spill": spill}
     finally:
         ray.shutdown()
+        shutil.rmtree(spill, ignore_errors=True)
         for name, value in saved.items():
             if value is None:
                 os.environ.pop(name, None)
@@ -469,6 +475,30 @@ def test_an_evals_folder_outside_the_temp_folder_is_hidden(site: dict[str, Any],
         assert control["passed"]  # without the sandbox the key is in reach
     finally:
         shutil.rmtree(evals)
+
+
+def test_the_folder_ray_spills_objects_to_is_hidden(site: dict[str, Any], tmp_path: Path) -> None:
+    """Objects spilled from a full object store (the run's evals, keys included) land in the
+    folder the raylet was given, which may lie outside Ray's temp folder."""
+    spilled = site["spill"] / "ray_spilled_objects_node"
+    spilled.mkdir(exist_ok=True)
+    shutil.copy(site["eval_file"], spilled / "object.json")  # a spilled eval, as an agent would find it
+    options = ["--agent-arg", f"folder={site['spill']}"]
+    sandboxed = rayeval_run(site, tmp_path / "s", "search_folder", *options)
+    assert all(not row["passed"] and attack(row)["looked"] == 0 for row in sandboxed), [attack(r) for r in sandboxed]
+    control = rayeval_run(site, tmp_path / "p", "search_folder", *options, "--isolation", "process")
+    assert all(row["passed"] for row in control)  # without the sandbox the key is in reach
+
+
+def test_every_folder_a_raylet_may_spill_to_is_read_from_its_flags() -> None:
+    def config_list(spilling: Any) -> str:
+        return base64.b64encode(json.dumps({"object_spilling_config": json.dumps(spilling)}).encode()).decode()
+
+    several = {"type": "filesystem", "params": {"directory_path": ["/var/a", "/var/b"]}}
+    assert spill_folders(config_list(several)) == ["/var/a", "/var/b"]
+    assert spill_folders(config_list({"type": "filesystem", "params": {"directory_path": "/var/a"}})) == ["/var/a"]
+    assert spill_folders(config_list({"type": "smart_open", "params": {"uri": "s3://b/x"}})) == []
+    assert spill_folders("not base64 JSON") == [] and spill_folders(config_list(None)) == []
 
 
 def test_hostile_answers_are_confined_to_their_own_units(site: dict[str, Any], tmp_path: Path) -> None:

@@ -182,7 +182,40 @@ def trusted_paths_to_hide() -> list[str]:
         with contextlib.suppress(Exception):  # a node shutting down: its folders go with it
             paths.append(node.get_temp_dir_path())
     paths.append(str(Path(os.environ.get("RAY_TMPDIR", "/tmp")) / "ray"))
-    return paths
+    return paths + raylet_folders()
+
+
+def raylet_folders() -> list[str]:
+    """Where the raylet this process runs under (a Ray worker's parent) spills objects, the
+    run's evals with their answer keys among them, and puts those its object store has no room
+    for: flags of its command line, which may name folders outside Ray's temp folder."""
+    try:
+        argv = Path(f"/proc/{os.getppid()}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+    if not argv[0].endswith("/raylet"):
+        return []
+    folders: list[str] = []
+    for flag in argv[1:]:
+        name, _, value = flag.partition("=")
+        if name == "--fallback_directory" and value:
+            folders.append(value)
+        elif name == "--config_list":
+            folders += spill_folders(value)
+    return folders
+
+
+def spill_folders(config_list: str) -> list[str]:
+    """The folders of a raylet's ``--config_list`` (base64 JSON) that objects spill to."""
+    try:
+        spilling = json.loads(json.loads(base64.b64decode(config_list)).get("object_spilling_config") or "{}")
+        if spilling.get("type") != "filesystem":
+            return []
+        folders = spilling.get("params", {}).get("directory_path")
+    except (ValueError, TypeError, AttributeError):
+        return []
+    folders = [folders] if isinstance(folders, str) else folders if isinstance(folders, list) else []
+    return [folder for folder in folders if isinstance(folder, str) and folder]
 
 
 def _repositories(paths: Iterable[str]) -> list[str]:

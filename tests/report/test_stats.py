@@ -192,6 +192,8 @@ def test_progress_eta_and_status() -> None:
     with pytest.raises(ReportError):
         evaluation_stats(units, run_status="exploded")
     assert progress_text(1, 3, 1, 7322.0) == "1/3 units done (33.3%), 1 error, ETA 2h02m"
+    assert progress_text(1, 0, 0, None) == "1 unit done (0 planned), 0 errors"
+    assert progress_text(12, 10, 2, 5.0) == "12 units done (10 planned), 2 errors"
     assert [format_duration(s) for s in (5, 240, 3600, 90000)] == ["5s", "4m", "1h00m", "1d01h"]
 
 

@@ -455,9 +455,12 @@ def _plural(n: int, word: str) -> str:
 
 def progress_text(done: int, planned: int | None, errors: int, eta_s: float | None, show_eta: bool = True) -> str:
     """ "812/1000 units done (81.2%), 3 errors, ETA 4m" (no plan: "812 units done, 3 errors";
-    no ETA once the run is completed or cancelled)."""
+    more stored than planned, as after a --resume --force with fewer evals: "12 units done
+    (10 planned), 0 errors"; no ETA once the run is completed or cancelled)."""
     if planned is None:
         return f"{_plural(done, 'unit')} done, {_plural(errors, 'error')}"
+    if done > planned:
+        return f"{_plural(done, 'unit')} done ({planned} planned), {_plural(errors, 'error')}"
     pct = 100.0 * done / planned if planned else 100.0
     text = f"{done}/{planned} units done ({pct:.1f}%), {_plural(errors, 'error')}"
     if done < planned and show_eta:

@@ -195,7 +195,7 @@ def test_concurrent_gradings_share_at_most_size_subprocesses(pool: GradingPool) 
 def test_prestarted_subprocesses_serve_the_first_gradings() -> None:
     pool = GradingPool(size=3)
     try:
-        pool.prestart()
+        pool.prestart(5)  # at most its size
         wait_until(lambda: len(pool._idle) == 3, seconds=60)
         started = server_pids(pool)
         eval_ = make(grader=MC)
@@ -210,9 +210,20 @@ def test_prestarted_subprocesses_serve_the_first_gradings() -> None:
             thread.join()
         assert [result.passed for result in results] == [True] * 6
         assert server_pids(pool) == started  # none started on demand
-        pool.prestart()  # a full pool starts none
+        pool.prestart(3)  # a full pool starts none
         time.sleep(0.5)
         assert server_pids(pool) == started
+    finally:
+        pool.close()
+
+
+def test_a_worker_of_one_unit_prestarts_one_subprocess() -> None:
+    pool = GradingPool(size=4)
+    try:
+        pool.prestart(1)
+        wait_until(lambda: len(pool._idle) == 1, seconds=60)
+        time.sleep(0.5)
+        assert len(server_pids(pool)) == 1
     finally:
         pool.close()
 
@@ -220,7 +231,7 @@ def test_prestarted_subprocesses_serve_the_first_gradings() -> None:
 def test_a_pool_closed_while_prestarting_keeps_no_subprocess() -> None:
     pool = GradingPool(size=2)
     before = set(_grading_servers())
-    pool.prestart()
+    pool.prestart(2)
     pool.close()
     wait_until(lambda: pool._starting == 0, seconds=60)
     assert not server_pids(pool)

@@ -80,6 +80,8 @@ class WorkerConfig(BaseModel):
     work_root: str | None = None
     cache_dir: str | None = None
     s3_endpoint_url: str | None = None
+    #: units the worker runs at once
+    slots: int = 1
 
 
 class UnitWorker:
@@ -184,7 +186,7 @@ class UnitWorker:
                 judged = list(range(len(self.evals))) if self.judged_grade is not None else []
             self.judged_evals = frozenset(judged)
             if grade is None:
-                prestart_grading(self.evals)
+                prestart_grading(self.evals, at_once=self.config.slots)
             self._shared_key = key
 
     def _named_agent(self) -> AgentFunction | AgentRef:
@@ -326,5 +328,5 @@ def start_workers(
         max_task_retries=3,
         scheduling_strategy="SPREAD",  # a run's units over every node with room, not packed on the first
     )
-    actors = [actor_class.remote(config) for _ in range(count)]
+    actors = [actor_class.remote(config.model_copy(update={"slots": slots})) for _ in range(count)]
     return WorkerPool(actors, slots, [ray.put(evals), ray.put(agent), ray.put(grade)])

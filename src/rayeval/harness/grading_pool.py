@@ -278,16 +278,16 @@ class GradingPool:
         for server in idle:
             server.stop()
 
-    def prestart(self) -> None:
-        """Start the subprocesses now, in the background, instead of on the first gradings: a
-        batch's first units end together and would each wait for one to start.  A subprocess
-        that fails to start is left to the first grading to report."""
-        threading.Thread(target=self._fill, name="grading-prestart", daemon=True).start()
+    def prestart(self, count: int) -> None:
+        """Start ``count`` subprocesses (at most ``size``) now, in the background, instead of on
+        the first gradings: a batch's first units end together and would each wait for one to
+        start.  A subprocess that fails to start is left to the first grading to report."""
+        threading.Thread(target=self._fill, args=(min(count, self.size),), name="grading-prestart", daemon=True).start()
 
-    def _fill(self) -> None:
+    def _fill(self, count: int) -> None:
         while True:
             with self._changed:
-                if self._closed or len(self._idle) + len(self._busy) + self._starting >= self.size:
+                if self._closed or len(self._idle) + len(self._busy) + self._starting >= count:
                     return
                 self._starting += 1
             try:
@@ -378,11 +378,12 @@ def shared_pool() -> GradingPool:
         return _shared
 
 
-def prestart_grading(evals: list[Eval]) -> None:
+def prestart_grading(evals: list[Eval], at_once: int) -> None:
     """Start this process's grading subprocesses in the background, ahead of the gradings of
-    ``evals`` (unless each is graded in this process, see ``eval_graders``)."""
+    ``evals``, as many as ``at_once`` gradings need (none when each eval is graded in this
+    process, see ``eval_graders``)."""
     if any(eval_graders(eval_) is not None for eval_ in evals):
-        shared_pool().prestart()
+        shared_pool().prestart(at_once)
 
 
 def grade_bounded(

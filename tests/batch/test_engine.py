@@ -315,7 +315,7 @@ def test_a_run_on_an_embedded_ray_ends_every_process_of_it(tmp_path: Path) -> No
             cwd=REPO, env=env, check=False, capture_output=True, text=True, timeout=300,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
-        assert "10/10 units stored" in done.stdout
+        assert "10/10 units stored" in done.stdout and "Token authentication" not in done.stderr, done.stderr
         deadline = time.monotonic() + 30
         while (left := _session_processes(ray_tmp)) and time.monotonic() < deadline:
             time.sleep(0.2)

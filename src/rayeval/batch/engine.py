@@ -155,6 +155,9 @@ def connect(config: BatchConfig) -> bool:
         address = "auto"
     if address in (None, "local"):
         _stay_on_loopback()
+        # Ray turns token authentication on for a new local cluster and says so on stderr at every
+        # start, adding how to turn it off: it stays on, unannounced (RAY_AUTH_MODE still decides)
+        logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
         # No runtime_env: its environment variables would keep actors off the worker processes
         # Ray has already started.  Ray puts the driver's working folder on the workers'
         # sys.path itself, so module:function agents of the caller's project import there too.

@@ -11,7 +11,11 @@ The driver asks ours and the reference in turn, type by type, for several rounds
 swapped every round) and keeps each side's best round per vector: a shared machine's speed
 drifts within seconds, and timing the two sides moments apart lets the drift hit both alike.
 
-Usage: python scripts/bench_graders.py [--repeat N] [--rounds N] [--reference-python /path/to/python]
+With ``--bounded``, also the cost of grading as a batch run grades (``grade_bounded``: the
+answer sent to a grading subprocess, its verdict read back) against ``grade`` in this process,
+over the vectors that can be an eval's grader: the per-grading overhead of the time limit.
+
+Usage: python scripts/bench_graders.py [--repeat N] [--rounds N] [--reference-python /path/to/python] [--bounded]
 """
 
 from __future__ import annotations
@@ -100,11 +104,45 @@ def per_grading_us(seconds: list[float], repeat: int) -> float:
     return sum(seconds) / (len(seconds) * repeat) * 1e6
 
 
+def bounded_overhead(repeat: int, rounds: int) -> None:
+    """µs per grading through the grading pool and in this process, best round of each."""
+    import time
+
+    from pydantic import ValidationError
+
+    from rayeval.evals import Eval
+    from rayeval.grading import grade
+    from rayeval.harness.grading_pool import grade_bounded
+
+    cases = []
+    for line in VECTORS.read_text().splitlines():
+        if line.strip():
+            vector = json.loads(line)
+            try:
+                body = {"id": "v", "task": "t", "grader": {"type": vector["type"], "config": vector["config"]}}
+                cases.append((Eval.model_validate(body), vector["answer"]))
+            except ValidationError:  # a config that is not an object: no eval holds it
+                continue
+    best = {"bounded": float("inf"), "in process": float("inf")}
+    for _ in range(rounds):
+        for name, function in (("bounded", grade_bounded), ("in process", grade)):
+            start = time.perf_counter()
+            for _ in range(repeat):
+                for eval_, answer in cases:
+                    function(eval_, answer)
+            best[name] = min(best[name], (time.perf_counter() - start) / (repeat * len(cases)) * 1e6)
+    print(
+        f"\nbounded grading over {len(cases)} vectors: {best['bounded']:.1f} µs/grading through a grading "
+        f"subprocess, {best['in process']:.1f} µs in process: {best['bounded'] - best['in process']:.1f} µs overhead"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=100, help="gradings per vector in a round")
     parser.add_argument("--rounds", type=int, default=10, help="rounds; the best round per vector and side counts")
     parser.add_argument("--reference-python", help="interpreter with latch_eval_tools installed")
+    parser.add_argument("--bounded", action="store_true", help="also the grading subprocess's overhead per grading")
     args = parser.parse_args()
 
     types = sorted({json.loads(line)["type"] for line in VECTORS.read_text().splitlines() if line.strip()})
@@ -135,6 +173,8 @@ def main() -> None:
         ref_us, source = PUBLISHED_REFERENCE_US, "published reference figure"
     print(f"\nTOTAL over {total_n} gradings: {ours_us:.2f} µs/grading, {1e6 / ours_us:,.0f} gradings/s")
     print(f"baseline ({source}): {ref_us:.2f} µs/grading -> ours is {ref_us / ours_us:.2f}x the baseline speed")
+    if args.bounded:
+        bounded_overhead(max(1, args.repeat // 20), args.rounds)
 
 
 if __name__ == "__main__":

@@ -178,9 +178,12 @@ def shut_down_embedded_ray() -> None:
     autoscaler monitor: Ray stops the GCS first, then asks the monitor to stop, whose SIGTERM
     handler reports to the gone GCS until Ray kills it a second later.  A single node has
     nothing to scale, and the monitor holds no state: it is killed outright first."""
-    node = ray._private.worker._global_node
-    if node is not None:
-        node.kill_monitor(check_alive=False)
+    node = getattr(ray._private.worker, "_global_node", None)
+    try:
+        if node is not None:
+            node.kill_monitor(check_alive=False)
+    except Exception as exc:  # noqa: BLE001 - ray.shutdown ends it then, a second later
+        log.debug("ending Ray's autoscaler monitor: %s", exc)
     ray.shutdown()
 
 

@@ -27,6 +27,7 @@ from rayeval.report import benchmark_table, read_units
 from rayeval.storage import ManifestError, ResultStore, RunManifest, StorageError
 from tests.batch.conftest import completed_units, read_invocations, write_mc_evals
 from tests.conftest import read_jsonl, shared_path
+from tests.processes import all_pids, cmdline, is_zombie
 
 REPO = Path(__file__).resolve().parents[2]
 FAST = {"show_progress": False, "flush_seconds": 0.5, "retry_backoff_s": 0.1}
@@ -292,16 +293,7 @@ def test_bad_inputs_fail_before_any_work(tmp_path: Path) -> None:
 
 def _session_processes(ray_tmp: Path) -> list[str]:
     """Command lines of the running processes of Ray sessions under ``ray_tmp``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except (OSError, IndexError):
-            continue
-        if state != "Z" and str(ray_tmp) in command:
-            found.append(command)
-    return found
+    return [line for pid in all_pids() if not is_zombie(pid) and str(ray_tmp) in (line := cmdline(pid))]
 
 
 def test_a_run_on_an_embedded_ray_ends_every_process_of_it(tmp_path: Path) -> None:

@@ -48,6 +48,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.processes import all_pids, cmdline, is_zombie, session_of
+
 REPO = Path(__file__).resolve().parents[2]
 RAY = str(Path(sys.executable).with_name("ray")) if Path(sys.executable).with_name("ray").exists() else "ray"
 NODE_CPUS = 2
@@ -80,37 +82,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("", 0))
         return sock.getsockname()[1]
-
-
-def _stat_fields(pid: int) -> list[str] | None:
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # the command name (field 2) is in parentheses and may contain spaces
-    return text[text.rindex(")") + 2 :].split()
-
-
-def session_of(pid: int) -> int | None:
-    fields = _stat_fields(pid)
-    return int(fields[3]) if fields else None  # state ppid pgrp session ...
-
-
-def is_zombie(pid: int) -> bool:
-    fields = _stat_fields(pid)
-    return fields is None or fields[0] == "Z"
-
-
-def cmdline(pid: int) -> str:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return ""
-    return raw.replace(b"\0", b" ").decode("utf-8", "replace").strip()
-
-
-def all_pids() -> list[int]:
-    return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
 
 
 def session_pids(sid: int) -> list[int]:

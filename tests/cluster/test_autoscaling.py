@@ -29,13 +29,12 @@ from tests.cluster.conftest import (
     RAY,
     REPO,
     _spawn,
-    all_pids,
-    cmdline,
     free_port,
     kill_pids,
     session_pids,
     wait_until,
 )
+from tests.processes import all_pids, cmdline
 
 pytestmark = pytest.mark.cluster
 

@@ -20,7 +20,6 @@ from ._version import __version__
 from .errors import RayevalError
 from .evals import EvalFileError, check_evals, load_eval
 from .evals.model import MAX_TIMEOUT_S
-from .harness.cache import default_cache_dir
 from .harness.grading_pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
 from .harness.prompt import ANSWER_CONVENTIONS
 from .harness.sandbox import SandboxConfig, UnitLimits
@@ -89,7 +88,7 @@ def _cmd_run_one(args: argparse.Namespace) -> int:
     _check_seconds(args, "timeout", "grade_timeout")
     from .agents.resolve import agent_ref, check_agent_args, parse_agent_args, resolve_agent
     from .harness import EvalRunner
-    from .harness.sandbox import check_runs_here
+    from .harness.runner import check_agent_loads
 
     eval_ = load_eval(args.eval_file, data_roots=args.data_root)
     sandbox = _sandbox_config(args)
@@ -102,8 +101,11 @@ def _cmd_run_one(args: argparse.Namespace) -> int:
             agent = resolve_agent(args.agent)
         else:  # imported only in the unit's own process; the check also starts the sandbox once
             agent = agent_ref(args.agent)
+            sandbox.check_binds()
             config = sandbox.model_copy(update={"hide": (*sandbox.hide, *map(str, runner.data_roots))})
-            check_runs_here(config, args.isolation, runner.work_root, default_cache_dir(), agent, agent_args)
+            check_agent_loads(
+                agent, agent_args, isolation=args.isolation, sandbox=config, runner_root=runner.work_root, keep=False
+            )
     except ValueError as exc:  # a RayevalError (an unknown agent, no sandbox here) goes on to main()
         raise BadInput(str(exc)) from None
     result = runner.run(
@@ -135,7 +137,11 @@ def _sandbox_config(args: argparse.Namespace) -> SandboxConfig:
     except ValidationError as exc:
         raise BadInput(_option_problems(exc, prefix="--limit-")) from None
     return SandboxConfig(
-        network=args.network, limits=limits, hide=tuple(args.sandbox_hide), env_names=tuple(args.agent_env)
+        network=args.network,
+        limits=limits,
+        hide=tuple(args.sandbox_hide),
+        bind=tuple(os.path.abspath(path) for path in args.sandbox_bind),
+        env_names=tuple(args.agent_env),
     )
 
 
@@ -143,11 +149,15 @@ def _cmd_check_sandbox(args: argparse.Namespace) -> int:
     """Start one sandboxed unit here, as a run would: for node set-up scripts and images."""
     from .agents.resolve import agent_ref
     from .harness.cgroups import UnitGroups
-    from .harness.sandbox import bwrap_path, check_runs_here
+    from .harness.runner import check_agent_loads
+    from .harness.sandbox import bwrap_path
     from .harness.workspace import default_work_root
 
     # A SandboxError or AgentUnavailable says why it cannot: main() prints it, exit code 2.
-    check_runs_here(_sandbox_config(args), "sandbox", default_work_root(), default_cache_dir(), agent_ref("sleep"))
+    check_agent_loads(
+        agent_ref("sleep"), {}, isolation="sandbox", sandbox=_sandbox_config(args), runner_root=default_work_root(),
+        keep=False,
+    )  # fmt: skip
     groups = sorted(UnitGroups().controllers)
     limits = f"control groups for {', '.join(groups)}" if groups else "no writable control group: per-process limits"
     print(f"sandbox works here: bubblewrap {bwrap_path()}, network {args.network}, {limits}")
@@ -394,11 +404,19 @@ def _add_sandbox_options(parser: argparse.ArgumentParser, *, isolation: bool = T
         help="environment variable the agent receives (repeatable)",
     )
     group.add_argument(
+        "--sandbox-bind",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="a host file or folder sandboxed agents see, read-only, at its own path (repeatable): they see only "
+        "the system folders, the Python environment, their own code and their inputs otherwise",
+    )
+    group.add_argument(
         "--sandbox-hide",
         action="append",
         default=[],
         metavar="PATH",
-        help="a further path agents must not see (repeatable)",
+        help="a path agents must not see even inside what they are shown (repeatable)",
     )
     defaults = UnitLimits()
     group.add_argument(

@@ -16,9 +16,19 @@ import pytest
 from rayeval.batch import engine
 from rayeval.batch.plan import Plan, Unit, plan_units, unit_id_for
 from rayeval.batch.queue import UnitQueue, retry_delay
-from rayeval.batch.worker import UnitWorker, WorkerConfig, WorkerPool, ray_options, sweep_dead_workers
+from rayeval.batch import worker as worker_module
+from rayeval.batch.worker import (
+    UnitWorker,
+    WorkerConfig,
+    WorkerPool,
+    WorkerProblem,
+    WorkerReady,
+    ray_options,
+    sweep_dead_workers,
+)
 from rayeval.evals import load_evals
 from rayeval.harness.context import MIB, UnitResources
+from rayeval.harness.sandbox import SandboxError
 from tests.batch.conftest import write_mc_evals
 
 
@@ -67,7 +77,18 @@ def _unit(position: int) -> Unit:
     return Unit(f"id{position}", 0, "e", "m", 1, position)
 
 
-def test_units_go_only_to_workers_that_are_up_the_least_busy_first_within_their_slots() -> None:
+@pytest.fixture
+def prepared(monkeypatch: pytest.MonkeyPatch) -> dict[object, WorkerReady]:
+    """What each (fake) worker's ``prepare`` returned, by its reference: up, unless set."""
+    answers: dict[object, WorkerReady] = {}
+    monkeypatch.setattr(worker_module, "prepared", lambda ref: answers.get(ref, WorkerReady(node_id="n", host="h")))
+    monkeypatch.setattr(worker_module.ray, "kill", lambda actor, no_restart: answers.setdefault("killed", actor))
+    return answers
+
+
+def test_units_go_only_to_workers_that_are_up_the_least_busy_first_within_their_slots(
+    prepared: dict[object, WorkerReady],
+) -> None:
     calls: list = []
     pool = WorkerPool([_FakeActor(i, calls) for i in range(3)], slots=2, shared=[])
     assert not pool.free()  # none up yet (Ray may not have a place for them)
@@ -84,6 +105,23 @@ def test_units_go_only_to_workers_that_are_up_the_least_busy_first_within_their_
     pool.came_up(starting[1])
     pool.submit(_unit(5), 1)
     assert calls[-1] == (1, 5)
+
+
+def test_a_worker_where_the_agent_cannot_run_gets_no_unit_and_none_at_all_is_the_runs_error(
+    prepared: dict[object, WorkerReady],
+) -> None:
+    calls: list = []
+    pool = WorkerPool([_FakeActor(i, calls) for i in range(2)], slots=1, shared=[])
+    first, second = list(pool.starting)
+    problem = WorkerProblem(kind="AgentUnavailable", message="agent 'x:y' cannot be loaded in its sandbox")
+    prepared[first] = WorkerReady(node_id="n1", host="node-1", problem=problem)
+    assert pool.came_up(first) and not pool.free() and prepared["killed"] is pool.actors[0]
+    prepared[second] = WorkerReady(
+        node_id="n2", host="node-2", problem=problem.model_copy(update={"kind": "SandboxError"})
+    )
+    with pytest.raises(SandboxError, match="on node node-2: agent 'x:y' cannot be loaded"):
+        pool.came_up(second)
+    assert calls == []
 
 
 def test_the_queue_takes_models_in_turn_within_the_run_and_model_limits(tmp_path: Path) -> None:

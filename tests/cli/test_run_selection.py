@@ -107,11 +107,12 @@ def test_retry_errors_reruns_only_the_errored_units_as_new_attempts(tmp_path: Pa
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     folder = write_mc_evals(tmp_path / "evals", ["e1", "e2"])
-    flag = tmp_path / "endpoint-down"
+    flag = tmp_path / "switch" / "endpoint-down"  # the agent is shown the folder it looks in
+    flag.parent.mkdir()
     flag.write_text("")
     out = tmp_path / "out"
     base = ["run", str(folder), "--agent", "flaky_agents:flaky", "--agent-arg", f"flag={flag}", "--output", str(out),
-            "--run-id", "r1", "--seeds", "2", "--retries", "0", "--no-progress"]  # fmt: skip
+            "--run-id", "r1", "--seeds", "2", "--retries", "0", "--no-progress", "--sandbox-bind", str(flag.parent)]  # fmt: skip
     assert main(base) == 1  # every unit errored
     flag.unlink()  # the endpoint is back
     capsys.readouterr()

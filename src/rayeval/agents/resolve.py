@@ -61,6 +61,22 @@ def _program_env_names(factory_name: str) -> tuple[str, ...]:
     return (*(name for names in PROVIDER_KEYS.values() for name in names), *MiniSweAgent.config_names)
 
 
+def _program_install(factory_name: str) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+    """Where a real agent program is installed, for its sandbox to show (read-only), and the
+    variable telling it there: the npm programs' tools folder, a ``$RAYEVAL_<NAME>_BIN``'s
+    folder. A Python program (mini-swe-agent) is in the environment, shown anyway."""
+    from . import _tools
+
+    programs = {"claude-code": _tools.CLAUDE, "codex": _tools.CODEX}
+    if factory_name not in programs:
+        return (), ()
+    folders = [str(_tools.tools_dir())]
+    explicit = os.environ.get(programs[factory_name].env_var)
+    if explicit:
+        folders.append(str(Path(explicit).expanduser().resolve().parent))
+    return tuple(folders), (("RAYEVAL_AGENT_TOOLS_DIR", folders[0]),)
+
+
 def _program_factory(name: str) -> tuple[Callable[..., Any], type]:
     """A real agent program's factory and the dataclass it makes."""
     from . import (
@@ -90,6 +106,7 @@ def _program(factory_name: str) -> Callable[[], AgentFunction]:
             return factory(model=context.model, **options)(task_prompt, work_dir)
 
         program_agent.env_names = _program_env_names(factory_name)  # type: ignore[attr-defined]
+        program_agent.read_paths, program_agent.env = _program_install(factory_name)  # type: ignore[attr-defined]
         # a CLI agent (node or Python, its tools' subprocesses): about a CPU and a GiB
         program_agent.resources = UnitResources(cpus=1, memory=1024 * MIB)  # type: ignore[attr-defined]
         return program_agent
@@ -152,6 +169,9 @@ def agent_ref(name: str) -> AgentRef:
             env_names=tuple(getattr(function, "env_names", ())),
             resources=getattr(function, "resources", UnitResources()),
             preload=(function.__module__, *getattr(function, "preload", ())),
+            read_paths=tuple(getattr(function, "read_paths", ())),
+            path_options=_PATH_OPTIONS.get(name, ()),
+            env=tuple(getattr(function, "env", ())),
         )
     module_name, sep, attribute = name.partition(":")
     if not sep or not module_name or not attribute:

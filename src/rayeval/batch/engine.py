@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -30,7 +31,8 @@ from ..harness.execution import INT64_MAX, INT64_MIN, Execution, grade_execution
 from ..harness.grading_pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
 from ..harness.isolation import Isolation
 from ..harness.prompt import AnswerConvention
-from ..harness.sandbox import SandboxConfig, check_runs_here
+from ..harness.runner import check_agent_loads
+from ..harness.sandbox import SandboxConfig
 from ..harness.workspace import default_work_root
 from ..storage import (
     ERROR_STATUSES,
@@ -241,8 +243,10 @@ def run_batch(
     evals = run_evals(config, evals)
     if config.retry_errors and not config.resume:
         raise RunConflict("--retry-errors goes with --resume: it reruns the errored units of an existing run")
+    fresh_root = not is_s3(config.output) and not os.path.exists(config.output)
     store = _LeasedStore(config.output, s3_endpoint_url=config.s3_endpoint_url)
-    # an unknown agent, or a sandbox that cannot start here, is a usage error, not thousands of error rows
+    # an unknown agent is a usage error, not thousands of error rows (so is one that does not
+    # load, or a sandbox that does not start, where units run: the workers check that first)
     check_agent(config, evals, agent)
     run_id = config.run_id or new_run_id()
     # One driver at a time (LeaseHeld names the other one): taken before the run is read or
@@ -295,6 +299,8 @@ def run_batch(
                 enabled=config.show_progress,
                 header=f"run {run_id}: {to_run} units to run ({len(plan) - to_run} already stored); results: {store.run_uri(run_id)}",
             )
+            if to_run and workers is not None:
+                workers.wait_until_up()
             manifest = store.write_manifest(planned)
             if to_run and workers is not None:
                 with lease.interrupts():  # a lost lease stops the run: another driver has it now
@@ -318,6 +324,9 @@ def run_batch(
                     _abandon_run(writer, progress)
             finally:
                 lease.release()
+                if manifest is None and fresh_root:  # stopped before it began (its agent cannot run)
+                    with contextlib.suppress(OSError):
+                        os.rmdir(config.output)  # only if the run left it empty
                 if workers is not None and status != "completed":
                     workers.end_all()  # calls in flight end now, not in Ray's shutdown (which logs each)
                 if owns_ray:
@@ -518,25 +527,31 @@ def sandbox_config(config: BatchConfig, evals: list[Eval]) -> SandboxConfig:
     return config.sandbox.model_copy(update={"hide": tuple(dict.fromkeys(hidden))})
 
 
-def check_agent(config: BatchConfig, evals: list[Eval], agent: AgentFunction | None) -> None:
-    """The agent can be found, and run as configured: a sandboxed or ``process`` agent is
-    looked up in a unit runner on this machine (its module is never imported here), which
-    also tells at once whether the sandbox can start.  A built-in that runs in the worker
-    (``runs_in_worker``) needs no sandbox, so a host without one can still run it."""
-    if agent is None:  # a built-in's options and, where units share this environment, its key
+def check_agent(config: BatchConfig, evals: list[Eval], agent: AgentFunction | None, *, here: bool = False) -> None:
+    """A built-in agent's options (and, where units share this environment, its key); an
+    inline agent resolves. ``here`` (a dry run, which starts no worker): a sandboxed or
+    ``process`` agent is also looked up in a unit runner on this machine (its module is never
+    imported here), which tells whether the sandbox starts. A run's workers check that where
+    units run, before the first (``UnitWorker.prepare``)."""
+    if agent is None:
         check_agent_args(config.agent, config.agent_args, config.models, environment=_embedded(config))
+    if _embedded(config):  # a cluster's nodes have their own files
+        config.sandbox.check_binds()
     if config.isolation == "inline":
         if agent is None:
             resolve_agent(config.agent)
         return
+    if not here:
+        return
     named = agent if agent is not None else agent_ref(config.agent)
-    if not callable(named) and named.runs_in_worker:
-        return  # rayeval's own agent that runs no agent code (the prompt agent): no sandbox to start
     work_root = Path(config.work_root) if config.work_root else default_work_root()
     cache_dir = Path(config.cache_dir) if config.cache_dir else default_cache_dir()
     # options name files as the units' nodes see them: checked only where units run on this machine
-    args = config.agent_args if _embedded(config) else None
-    check_runs_here(sandbox_config(config, evals), config.isolation, work_root, cache_dir, named, args)
+    args = config.agent_args if _embedded(config) else {}
+    check_agent_loads(
+        named, args, isolation=config.isolation, sandbox=sandbox_config(config, evals), runner_root=work_root,
+        cache_dir=cache_dir, keep=False,
+    )  # fmt: skip
 
 
 def _embedded(config: BatchConfig) -> bool:

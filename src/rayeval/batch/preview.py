@@ -63,7 +63,7 @@ def preview_run(config: BatchConfig) -> PlanPreview:
     resume inputs), reading but never writing the results root."""
     all_evals = run_evals(config.model_copy(update={"sample_ids": [], "filters": [], "limit": None}))
     evals = run_evals(config, all_evals)
-    check_agent(config, evals, None)
+    check_agent(config, evals, None, here=True)
     plan = Plan(evals, config.models, config.seeds, config.agent)
     store = ResultStore(config.output, s3_endpoint_url=config.s3_endpoint_url)
     todo, rerun = np.ones(len(plan), dtype=bool), 0

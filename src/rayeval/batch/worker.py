@@ -9,7 +9,7 @@ import socket
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 import ray
 from pydantic import BaseModel
@@ -25,8 +25,8 @@ from ..harness.grading_pool import prestart_grading
 from ..harness.isolation import Isolation
 from ..harness.prompt import AnswerConvention
 from ..harness.result import EvalResult
-from ..harness.runner import EvalRunner
-from ..harness.sandbox import SandboxConfig
+from ..harness.runner import EvalRunner, check_agent_loads
+from ..harness.sandbox import AgentUnavailable, SandboxConfig, SandboxError
 from ..harness.workspace import default_work_root
 from .plan import Plan, Unit
 from .rows import UnitRow, stored_row
@@ -82,6 +82,24 @@ class WorkerConfig(BaseModel):
     s3_endpoint_url: str | None = None
     #: units the worker runs at once
     slots: int = 1
+
+
+class WorkerProblem(BaseModel):
+    """Why a worker cannot run its units: the sandbox does not start on its node, or the agent
+    does not load there."""
+
+    kind: Literal["SandboxError", "AgentUnavailable"]
+    message: str
+
+    def error(self, host: str) -> SandboxError | AgentUnavailable:
+        kind = SandboxError if self.kind == "SandboxError" else AgentUnavailable
+        return kind(f"on node {host}: {self.message}")
+
+
+class WorkerReady(BaseModel):
+    node_id: str
+    host: str
+    problem: WorkerProblem | None = None
 
 
 class UnitWorker:
@@ -154,11 +172,20 @@ class UnitWorker:
             node=self.node,
         )
 
-    def prepare(self, shared: list[Any]) -> str:
-        """Returns, with the id of the node the worker is on, once the worker is up and holds
-        the run's data."""
+    def prepare(self, shared: list[Any]) -> WorkerReady:
+        """Once the worker holds the run's data and has checked, as its units will run, that
+        the agent loads (its unit runner, started now, then serves the units)."""
         self._load(shared)
-        return ray.get_runtime_context().get_node_id()
+        assert self.agent is not None, "_load sets the agent"
+        problem = None
+        try:
+            check_agent_loads(
+                self.agent, self.config.agent_args, isolation=self.config.isolation, sandbox=self.config.sandbox,
+                runner_root=self.work_root, cache_dir=Path(self.config.cache_dir) if self.config.cache_dir else None,
+            )  # fmt: skip
+        except (SandboxError, AgentUnavailable) as exc:
+            problem = WorkerProblem(kind=type(exc).__name__, message=str(exc))
+        return WorkerReady(node_id=ray.get_runtime_context().get_node_id(), host=self.node, problem=problem)
 
     def _load(self, shared: list[Any]) -> None:
         """The run's evals, plan and in-memory agent/grade callables, fetched once per process.
@@ -261,12 +288,33 @@ class WorkerPool:
 
     def came_up(self, ref: Any) -> bool:
         """Whether ``ref`` (ready) is a worker's ``prepare``; the worker takes units from now
-        on (one that failed to start too: Ray restarts it, and its units wait for that)."""
+        on (one that failed to start too: Ray restarts it, and its units wait for that). One
+        where the agent cannot run (no sandbox on its node, the agent not loading there) is
+        ended instead; when no worker can, that is the run's error."""
         index = self.starting.pop(ref, None)
         if index is None:
             return False
-        self.up.add(index)
+        ready = prepared(ref)
+        if ready is None or ready.problem is None:
+            self.up.add(index)
+            return True
+        problem = ready.problem.error(ready.host)
+        log.error("a worker cannot run units: %s", problem)
+        try:
+            ray.kill(self.actors[index], no_restart=True)
+        except ray.exceptions.RayError as exc:
+            log.debug("worker %d: %s", index, exc)
+        if not self.up and not self.starting:
+            raise problem
         return True
+
+    def wait_until_up(self) -> None:
+        """Until a worker is up: a run whose agent cannot run on any worker stops here, before
+        its first unit (``SandboxError``, ``AgentUnavailable``)."""
+        while not self.up:
+            ready, _ = ray.wait(list(self.starting), num_returns=1, timeout=1.0)
+            for ref in ready:
+                self.came_up(ref)
 
     def free(self) -> bool:
         return any(self.in_flight[index] < self.slots for index in self.up)
@@ -295,6 +343,16 @@ class WorkerPool:
                 ray.kill(actor, no_restart=True)
             except ray.exceptions.RayError as exc:  # gone already: nothing to end
                 log.debug("worker: %s", exc)
+
+
+def prepared(ref: Any) -> WorkerReady | None:
+    """What a worker's ``prepare`` (ready) returned; None when its process failed to start
+    (Ray restarts it)."""
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayError as exc:
+        log.debug("a worker failed to start: %s", exc)
+        return None
 
 
 def ray_options(resources: UnitResources, slots: int) -> dict[str, Any]:

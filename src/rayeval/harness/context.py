@@ -65,6 +65,23 @@ class AgentRef(BaseModel):
     #: modules a built-in agent's runner imports once, not every unit (rayeval's own and their
     #: dependencies; never a ``module:function`` agent's module)
     preload: tuple[str, ...] = ()
+    #: host folders and files a built-in agent reads where it runs (a program's install folder),
+    #: shown read-only in its sandbox
+    read_paths: tuple[str, ...] = ()
+    #: its ``--agent-arg`` options that name a host file (the replay agent's trials), shown too
+    path_options: tuple[str, ...] = ()
+    #: variables set for it where it runs, as (name, value) (where its program is installed)
+    env: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def module(self) -> str | None:
+        """The module of a ``module:function`` agent (None for a built-in)."""
+        module, sep, _ = self.name.partition(":")
+        return module if sep else None
+
+    def shown_paths(self, args: dict[str, str]) -> tuple[str, ...]:
+        """What of the host it reads where it runs, with ``args`` its options."""
+        return (*self.read_paths, *(args[name] for name in self.path_options if args.get(name)))
 
 
 # Per agent: reading a signature costs ~20 µs, a tenth of a unit whose agent answers at once.

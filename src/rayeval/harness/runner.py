@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,7 @@ from .grading_pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
 from .isolation import Isolation, Outcome, run_inline
 from .prompt import AnswerConvention, build_prompt
 from .result import EvalResult
-from .sandbox import MiB, SandboxConfig, SandboxError, unit_runner
+from .sandbox import MiB, SandboxConfig, SandboxError, check_runs_here, unit_runner
 from .secrets import environment_secrets, redact
 from .staging import StagingError, stage_data
 from .workspace import (
@@ -186,19 +186,57 @@ class EvalRunner:
         if isolation == "inline":
             function = _resolved(agent)
             return run_inline(lambda: call_agent(function, prompt, work_dir, context), limit)
-        # the evals' folders (answer keys) are hidden from the agent, as the config's paths
-        preload = getattr(agent, "preload", ()) if isinstance(agent, AgentRef) else ()
-        # as sets: units whose evals add nothing new share their worker's one runner
-        hide = tuple(sorted({*sandbox.hide, *map(str, self.data_roots)}))
-        config = sandbox.model_copy(
-            update={"hide": hide, "preload": tuple(dict.fromkeys((*sandbox.preload, *preload)))}
-        )
+        config = unit_sandbox(sandbox, agent, context.args, self.data_roots)
         runner = unit_runner(config, isolation, self.runner_root, cache_dir)
         inputs = [(node.view_source, str(work_dir / node.path)) for node in staged if node.view_source]
         try:
-            return runner.run(runner.spec(agent, prompt, work_dir, context, inputs, {}), limit)
+            return runner.run(runner.spec(agent, prompt, work_dir, context, inputs), limit)
         except SandboxError as exc:
             return exc
+
+
+def unit_sandbox(
+    sandbox: SandboxConfig, agent: AgentFunction | AgentRef, args: dict[str, str], data_roots: Iterable[Path] = ()
+) -> SandboxConfig:
+    """The sandbox of ``agent``'s units: the evals' folders (answer keys) hidden, and what the
+    agent reads where it runs shown (a ``module:function``'s module, a program's install
+    folder, the files its options name). As sets: units whose evals add nothing new share
+    their worker's one runner."""
+    hide = tuple(sorted({*sandbox.hide, *map(str, data_roots)}))
+    if not isinstance(agent, AgentRef):
+        return sandbox if hide == sandbox.hide else sandbox.model_copy(update={"hide": hide})
+    return sandbox.model_copy(
+        update={
+            "hide": hide,
+            "preload": tuple(dict.fromkeys((*sandbox.preload, *agent.preload))),
+            "bind": tuple(dict.fromkeys((*sandbox.bind, *agent.shown_paths(args)))),
+            "modules": tuple(dict.fromkeys((*sandbox.modules, *([agent.module] if agent.module else [])))),
+        }
+    )
+
+
+def check_agent_loads(
+    agent: AgentFunction | AgentRef,
+    args: dict[str, str],
+    *,
+    isolation: Isolation,
+    sandbox: SandboxConfig,
+    runner_root: Path,
+    cache_dir: Path | None = None,
+    keep: bool = True,
+) -> None:
+    """The start-up check where units run (a run's worker): the unit runner its units will use
+    starts (``keep``: and goes on serving them), and the agent loads in a unit of it and takes
+    ``args`` there (``SandboxError``, ``AgentUnavailable``). Nothing to check for an agent
+    that runs in this process."""
+    if isolation == "inline" or _runs_in_worker(agent):
+        return
+    config = unit_sandbox(sandbox, agent, args)
+    cache = cache_dir or default_cache_dir()
+    if keep:
+        unit_runner(config, isolation, runner_root, cache).probe(agent, args)
+    else:
+        check_runs_here(config, isolation, runner_root, cache, agent, args)
 
 
 def _replays(agent: AgentFunction | AgentRef) -> bool:

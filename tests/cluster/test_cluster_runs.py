@@ -8,11 +8,14 @@ cluster without its second node; the last test starts it again mid-run.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import re
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import pandas as pd
@@ -20,8 +23,9 @@ import pytest
 
 from rayeval.batch.plan import plan_units
 from rayeval.evals import load_evals
+from tests.batch.conftest import write_mc_evals
 
-from .conftest import NODE_CPUS, REPO, RayNode, RayTestCluster, kill_pids, wait_until
+from .conftest import NODE_CPUS, RAY, REPO, RayNode, RayTestCluster, kill_pids, wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -176,6 +180,198 @@ def test_submit_run_exit_status_follows_the_job(ray_cluster: RayTestCluster, tmp
     assert done.returncode == 2, _outputs(done, done.stdout, done.stderr)
     assert "FAILED" in done.stderr
     assert "no_such_folder" in done.stdout  # the job's own log was followed
+
+
+USER_AGENT = """
+import os, sys
+
+
+def solve(task_prompt, work_dir):
+    looked = ("evals", "results", "notes.txt", os.path.join(os.path.dirname(__file__), "notes.txt"))
+    return {"answer": {"answer": "B"}, "metadata": {"where": {
+        "module": __file__, "executable": sys.executable, "seen": [p for p in looked if os.path.exists(p)],
+        "processes": len([p for p in os.listdir("/proc") if p.isdigit()]),
+    }}}
+"""
+
+
+def build_wheel(folder: Path, name: str, files: dict[str, str]) -> Path:
+    """A pure-Python wheel of ``files``, written as the format says (no build tool needed)."""
+    info = f"{name}-0.1.dist-info"
+    files = {
+        **files,
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: rayeval-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = []
+    for path, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(text.encode())}")
+    folder.mkdir(parents=True, exist_ok=True)
+    wheel = folder / f"{name}-0.1-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for path, text in files.items():
+            archive.writestr(path, text)
+        archive.writestr(f"{info}/RECORD", "\n".join([*record, f"{info}/RECORD,,"]) + "\n")
+    return wheel
+
+
+def _submit(cluster: RayTestCluster, cwd: Path, *options: str, command: list[str]) -> subprocess.CompletedProcess:
+    """``ray job submit`` as a user types it (the cluster's token in the environment)."""
+    return subprocess.run(
+        [RAY, "job", "submit", "--address", cluster.dashboard_url, *options, "--", *command],
+        check=False, cwd=cwd, env=cluster.env, capture_output=True, text=True, timeout=JOB_TIMEOUT_S,
+    )  # fmt: skip
+
+
+def _user_agent_rows(output: Path) -> pd.DataFrame:
+    rows = pd.read_parquet(output)
+    assert len(rows) == 6 and (rows["isolation"] == "sandbox").all()
+    assert rows["passed"].all(), rows[["eval_id", "status", "error_type", "error_message"]].to_string()
+    return rows
+
+
+def _where(row: pd.Series) -> dict:
+    return json.loads(row["metadata_json"])["where"]
+
+
+@pytest.fixture
+def job_project(tmp_path: Path) -> Path:
+    """A user's folder: evals, a note beside them, and (per test) the agent's code."""
+    project = tmp_path / "project"
+    write_mc_evals(project / "evals", ["e1", "e2", "e3"])
+    (project / "notes.txt").write_text("not the agent's")
+    return project
+
+
+def test_a_job_runs_the_agent_in_its_working_dir_sandboxed(
+    ray_cluster: RayTestCluster, job_project: Path, tmp_path: Path
+) -> None:
+    """``ray job submit --working-dir DIR -- rayeval run evals --agent myagent:solve``, with
+    ``myagent.py`` beside ``evals/`` in DIR: Ray unpacks DIR under its own session folder, which
+    the sandbox does not show; the module is shown, read-only, and nothing else of DIR."""
+    (job_project / "myagent.py").write_text(USER_AGENT)
+    output = tmp_path / "results"
+    command = [
+        "rayeval",
+        "run",
+        "evals",
+        "--agent",
+        "myagent:solve",
+        "--seeds",
+        "2",
+        "--output",
+        str(output),
+        "--no-progress",
+    ]
+    done = _submit(ray_cluster, job_project, "--working-dir", ".", command=command)
+    assert done.returncode == 0, _outputs(done, done.stdout, done.stderr)
+    for _, row in _user_agent_rows(output).iterrows():
+        where = _where(row)
+        assert "/runtime_resources/working_dir_files/" in where["module"] and where["seen"] == [], where
+        assert where["processes"] <= 3, where
+
+
+def test_a_job_runs_the_agent_of_its_py_modules_sandboxed(
+    ray_cluster: RayTestCluster, job_project: Path, tmp_path: Path
+) -> None:
+    package = tmp_path / "code" / "jobagent"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "solver.py").write_text(USER_AGENT)
+    (package / "notes.txt").write_text("the package's own data")
+    output = tmp_path / "results"
+    runtime_env = json.dumps({"py_modules": [str(package)]})
+    command = [
+        "rayeval",
+        "run",
+        "evals",
+        "--agent",
+        "jobagent.solver:solve",
+        "--seeds",
+        "2",
+        "--output",
+        str(output),
+        "--no-progress",
+    ]
+    done = _submit(ray_cluster, job_project, "--working-dir", ".", "--runtime-env-json", runtime_env, command=command)
+    assert done.returncode == 0, _outputs(done, done.stdout, done.stderr)
+    for _, row in _user_agent_rows(output).iterrows():
+        where = _where(row)
+        assert "/runtime_resources/py_modules_files/" in where["module"], where
+        assert where["seen"] == [where["module"].replace("solver.py", "notes.txt")], where  # its package, whole
+
+
+def test_a_job_runs_the_agent_of_its_pip_environment_sandboxed(
+    ray_cluster: RayTestCluster, job_project: Path, tmp_path: Path
+) -> None:
+    """The agent as a wheel built locally, installed by Ray into the job's own virtual
+    environment (under Ray's session folder): that environment is the unit's Python."""
+    wheel = build_wheel(tmp_path / "dist", "wheelagent", {"wheelagent/__init__.py": USER_AGENT})
+    output = tmp_path / "results"
+    runtime_env = json.dumps({"pip": [str(wheel)]})
+    command = [
+        "rayeval",
+        "run",
+        "evals",
+        "--agent",
+        "wheelagent:solve",
+        "--seeds",
+        "2",
+        "--output",
+        str(output),
+        "--no-progress",
+    ]
+    done = _submit(ray_cluster, job_project, "--working-dir", ".", "--runtime-env-json", runtime_env, command=command)
+    assert done.returncode == 0, _outputs(done, done.stdout, done.stderr)
+    for _, row in _user_agent_rows(output).iterrows():
+        where = _where(row)
+        assert "/runtime_resources/pip/" in where["module"] and "/runtime_resources/pip/" in where["executable"], where
+        assert where["seen"] == [], where
+
+
+def test_the_readmes_own_agent_jobs_run_as_written(
+    ray_cluster: RayTestCluster, job_project: Path, tmp_path: Path
+) -> None:
+    """The README's jobs with the user's own agent, from a folder holding what they name:
+    ``myagent.py`` and ``evals/``, and the package ``agents/mypkg``; the cluster's address and a
+    local results root for the S3 one are the only substitutions."""
+    block = next(
+        b for b in re.findall(r"```bash\n(.*?)```", (REPO / "README.md").read_text(), re.DOTALL) if "myagent:solve" in b
+    )
+    commands = [line for line in re.sub(r"\\\n\s*", " ", block).splitlines() if line.strip()]
+    (job_project / "myagent.py").write_text(USER_AGENT)
+    (job_project / "agents" / "mypkg").mkdir(parents=True)
+    (job_project / "agents" / "mypkg" / "__init__.py").write_text("")
+    (job_project / "agents" / "mypkg" / "solver.py").write_text(USER_AGENT)
+    for index, command in enumerate(commands):
+        output = tmp_path / f"results-{index}"
+        line = command.replace("http://127.0.0.1:8265", ray_cluster.dashboard_url).replace(
+            "s3://bucket/results", str(output)
+        )
+        done = subprocess.run(
+            ["bash", "-c", line], cwd=job_project, env=ray_cluster.env, capture_output=True, text=True,
+            timeout=JOB_TIMEOUT_S, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, _outputs(done, done.stdout, done.stderr)
+        rows = pd.read_parquet(output)
+        assert len(rows) == 3 and rows["passed"].all() and (rows["isolation"] == "sandbox").all()
+    assert len(commands) == 2
+
+
+def test_a_job_whose_agent_does_not_load_where_units_run_fails_before_any_unit(
+    ray_cluster: RayTestCluster, job_project: Path, tmp_path: Path
+) -> None:
+    (job_project / "brokenagent.py").write_text("import no_such_module_anywhere\n")
+    output = tmp_path / "results"
+    command = ["rayeval", "run", "evals", "--agent", "brokenagent:solve", "--output", str(output), "--no-progress"]
+    done = _submit(ray_cluster, job_project, "--working-dir", ".", command=command)
+    assert done.returncode != 0
+    assert (
+        "cannot be loaded in its sandbox" in done.stdout + done.stderr
+        and "no_such_module_anywhere" in done.stdout + done.stderr
+    )
+    assert not output.exists() or not list(output.rglob("*.parquet"))
 
 
 def test_ray_job_stop_stores_the_finished_units_and_cancels_the_run(

@@ -105,17 +105,26 @@ def bench_rayeval_run(
     concurrency: int,
     tag: str,
     source: str | None = None,
+    agent: str = "sleep",
 ) -> dict:
     """One `rayeval run` in a subprocess, timed from outside; figures from its rows.
-    ``source``: a `src` folder of another checkout of rayeval to run instead (a baseline)."""
+    ``source``: a `src` folder of another checkout of rayeval to run instead (a baseline).
+    ``agent``: ``sleep`` (the built-in) or ``module`` (a user's ``module:function`` agent doing
+    the same sleep, in a project folder the command runs from, as a user runs one); units ask
+    for 0.01 CPU either way (the built-in's own declaration)."""
     import pandas as pd
 
     from rayeval.storage import ERROR_STATUSES
 
-    output, run_id = work / f"out-{tag}", f"{isolation}-{tag}"
+    output, run_id = work / f"out-{tag}", f"{isolation}-{agent}-{tag}"
+    cwd, name = REPO, "sleep"
+    if agent == "module":
+        cwd, name = work / "project", "bench_user_agent:solve"
+        cwd.mkdir(exist_ok=True)
+        (cwd / "bench_user_agent.py").write_text(USER_AGENT)
     command = [
-        shutil.which("rayeval") or "rayeval", "run", str(evals), "--agent", "sleep", "--agent-arg", f"seconds={seconds}",
-        "--seeds", str(seeds), "--max-concurrency", str(concurrency), "--isolation", isolation,
+        shutil.which("rayeval") or "rayeval", "run", str(evals), "--agent", name, "--agent-arg", f"seconds={seconds}",
+        "--seeds", str(seeds), "--max-concurrency", str(concurrency), "--isolation", isolation, "--unit-cpus", "0.01",
         "--output", str(output), "--run-id", run_id, "--no-progress",
     ]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # an embedded Ray, as on a laptop
@@ -125,7 +134,7 @@ def bench_rayeval_run(
     busy = machine_busy_seconds()
     with open(work / f"log-{tag}.txt", "wb") as log:
         start_epoch, start = time.time(), time.monotonic()
-        code = subprocess.run(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
+        code = subprocess.run(command, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
         wall = time.monotonic() - start
     busy = machine_busy_seconds() - busy
     if code != 0:
@@ -152,6 +161,16 @@ def bench_rayeval_run(
         "machine_cpu_s": busy,
         "load1_before": load,
     }
+
+
+USER_AGENT = """\
+\"\"\"Written by rayeval's scripts/bench_sandbox.py: a user's own agent that sleeps.\"\"\"
+import time
+
+
+def solve(task_prompt, work_dir, context):
+    time.sleep(float(context.args["seconds"]))
+"""
 
 
 # ------------------------------------------------------------------------------ (c) inspect_ai
@@ -286,7 +305,7 @@ def bench_unit_cost(
         if runner is None:
             outcome = run_inline(lambda: call_agent(function, eval_.task, work_dir, context), 600)
         else:
-            outcome = runner.run(runner.spec(ref, eval_.task, work_dir, context, [], {}), 600)
+            outcome = runner.run(runner.spec(ref, eval_.task, work_dir, context, []), 600)
         if outcome.kind != "returned":
             raise RuntimeError(f"{isolation} unit: {outcome.kind} {outcome.error_type}: {outcome.error_message}")
 
@@ -442,6 +461,9 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=0.5)
     parser.add_argument("--concurrency", type=int, default=250)
     parser.add_argument("--levels", default=",".join(LEVELS))
+    parser.add_argument(
+        "--agents", default="sleep,module", help="(a)'s agents: sleep (built-in), module (a module:function agent)"
+    )
     parser.add_argument("--seq-units", type=int, default=300)
     parser.add_argument("--conc-units", type=int, default=1000)
     parser.add_argument(
@@ -482,11 +504,12 @@ def main() -> int:
     if "a" in which:
         jobs += [
             (
-                f"rayeval {lv}",
-                lambda work, tag, lv=lv: bench_rayeval_run(
-                    work, Path(args.evals), lv, seeds, args.seconds, args.concurrency, tag
+                f"rayeval {lv} {agent}",
+                lambda work, tag, lv=lv, agent=agent: bench_rayeval_run(
+                    work, Path(args.evals), lv, seeds, args.seconds, args.concurrency, tag, agent=agent
                 ),
             )
+            for agent in args.agents.split(",")
             for lv in levels
         ]
     if inspect is not None:

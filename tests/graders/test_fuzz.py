@@ -89,6 +89,22 @@ def test_mutated_vectors_never_raise(vector: dict, side: str, pick: int, new: An
     assert_well_formed(get_grader(vector["type"]).evaluate_answer(answer, config))
 
 
+def _as_text(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=repr)  # NaN as NaN: equal to itself here
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(vector=st.sampled_from(VECTORS), other=st.sampled_from(VECTORS), answer=json_values)
+def test_no_answer_changes_the_config_a_later_grading_uses(vector: dict, other: dict, answer: Any) -> None:
+    """A grading subprocess keeps an eval's grader entries for every later grading, of any
+    unit: answers (random, or another vector's) must leave the config as it was."""
+    config = json.loads(json.dumps(vector["config"]))
+    before = _as_text(config)
+    for given_answer in (answer, other["answer"], vector["answer"]):
+        get_grader(vector["type"]).evaluate_answer(given_answer, config)
+    assert _as_text(config) == before
+
+
 def test_deep_nesting_is_a_result_not_a_crash() -> None:
     config: dict = {"children": [{"predicate": {"op": "equals", "arg": 1}, "role": "gate", "answer_field": "x"}]}
     for _ in range(2000):

@@ -89,12 +89,13 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
 def rayeval_run(
     site: dict[str, Any], out: Path, agent: str, *options: str, evals: str | None = None
 ) -> list[dict[str, Any]]:
-    """``rayeval run`` in this process (on the module's Ray); the stored rows."""
+    """``rayeval run`` in this process (on the module's Ray); the stored rows. ``agent``: one
+    of ``attack_agents``, or a ``module:function``."""
     argv = [
         "run",
         evals or str(site["evals"]),
         "--agent",
-        f"{AGENTS}:{agent}",
+        agent if ":" in agent else f"{AGENTS}:{agent}",
         "--output",
         str(out),
         "--no-progress",

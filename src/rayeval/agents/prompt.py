@@ -159,7 +159,6 @@ def prompt_agent(task_prompt: str, work_dir: Path, context: AgentContext) -> dic
 
 
 prompt_agent.needs_data = False  # type: ignore[attr-defined]
-prompt_agent.leaves_nothing_running = True  # type: ignore[attr-defined]
 # it waits on the model's reply (in the worker, no sandbox): a hundredth of a CPU
 prompt_agent.resources = UnitResources(cpus=0.01, memory=16 * MIB)  # type: ignore[attr-defined]
 prompt_agent.runs_in_worker = True  # type: ignore[attr-defined]

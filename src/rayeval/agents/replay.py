@@ -109,7 +109,6 @@ def check_args(args: dict[str, str]) -> None:
 
 replay_agent.check_args = check_args  # type: ignore[attr-defined]
 replay_agent.needs_data = False  # type: ignore[attr-defined]
-replay_agent.leaves_nothing_running = True  # type: ignore[attr-defined]
 # it reads a recorded answer: a hundredth of a CPU, and a sandboxed Python's memory
 replay_agent.resources = UnitResources(cpus=0.01, memory=64 * MIB)  # type: ignore[attr-defined]
 replay_agent.replays_recorded_runs = True  # type: ignore[attr-defined]

@@ -163,7 +163,6 @@ def agent_ref(name: str) -> AgentRef:
         return AgentRef(
             name=name,
             needs_data=getattr(function, "needs_data", True),
-            leaves_nothing_running=getattr(function, "leaves_nothing_running", False),
             replays_recorded_runs=getattr(function, "replays_recorded_runs", False),
             runs_in_worker=getattr(function, "runs_in_worker", False),
             env_names=tuple(getattr(function, "env_names", ())),

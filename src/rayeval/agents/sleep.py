@@ -19,6 +19,5 @@ def sleep_agent(task_prompt: str, work_dir: Path, context: AgentContext) -> dict
 
 
 sleep_agent.needs_data = False  # type: ignore[attr-defined]
-sleep_agent.leaves_nothing_running = True  # type: ignore[attr-defined]
 # it waits: a hundredth of a CPU, and a sandboxed Python's memory
 sleep_agent.resources = UnitResources(cpus=0.01, memory=64 * MIB)  # type: ignore[attr-defined]

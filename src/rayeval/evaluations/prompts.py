@@ -164,7 +164,6 @@ class PromptCaller(BoundPrompt):
     messages follow, the model's reply is the output; tokens and cost go to the row."""
 
     needs_data = False  # nothing to stage
-    leaves_nothing_running = True
     # it waits on the model, as the prompt agent does
     resources = prompt_agent.resources  # type: ignore[attr-defined]
 

@@ -54,7 +54,6 @@ class AgentRef(BaseModel):
 
     name: str
     needs_data: bool = True
-    leaves_nothing_running: bool = False
     #: rayeval's replay agent: the durations it reports are the recorded runs'
     replays_recorded_runs: bool = False
     #: rayeval's agents that run nothing the model writes (the prompt agent): they run in the

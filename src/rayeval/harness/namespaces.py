@@ -49,6 +49,21 @@ _PR_SET_NO_NEW_PRIVS = 38
 _CAP_LAST = 63
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 
+# seccomp(2) filters: classic BPF over the call's number (offset 0) and architecture (offset 4)
+_PR_SET_SECCOMP = 22
+_SECCOMP_MODE_FILTER = 2
+_SECCOMP_RET_ALLOW = 0x7FFF0000
+_SECCOMP_RET_ERRNO = 0x00050000
+_BPF_LOAD_WORD, _BPF_JUMP_IF_EQUAL, _BPF_RETURN = 0x20, 0x15, 0x06
+_X32 = 0x40000000  # x86_64's x32 calls: its own numbers with this bit
+#: The keyring calls (add_key, request_key, keyctl) by audit architecture: the machine's own
+#: and the 32-bit one it also runs.
+_KEYRING_CALLS_BY_MACHINE: dict[str, dict[int, tuple[int, ...]]] = {
+    "x86_64": {0xC000003E: (248, 249, 250, _X32 | 248, _X32 | 249, _X32 | 250), 0x40000003: (286, 287, 288)},
+    "aarch64": {0xC00000B7: (217, 218, 219), 0x40000028: (309, 310, 311)},
+}
+_KEYRING_CALLS = _KEYRING_CALLS_BY_MACHINE.get(platform.machine(), {})
+
 _SIOCGIFFLAGS = 0x8913
 _SIOCSIFFLAGS = 0x8914
 _IFF_UP = 0x1
@@ -148,6 +163,33 @@ def drop_privileges() -> None:
     _check(_libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl", "PR_SET_NO_NEW_PRIVS")
     header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
     _check(_libc.capset(ctypes.byref(header), (_CapData * 2)()), "capset", "none")
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def forbid_keyrings() -> None:
+    """The kernel's keyrings, which no namespace separates, out of reach: ``add_key``,
+    ``keyctl`` and ``request_key`` fail with EPERM (as under Docker's default profile), in this
+    process and all it starts. A key is owned by a user id, and every unit runs as the
+    worker's: a unit could otherwise read and write the worker user's keyrings, and link a key
+    into one of them for every later unit to read. Needs ``no_new_privs`` (``drop_privileges``)."""
+    program = [(_BPF_LOAD_WORD, 0, 0, 4)]
+    for arch, numbers in _KEYRING_CALLS.items():
+        denied = [(_BPF_LOAD_WORD, 0, 0, 0)]
+        for number in numbers:  # equal: on to the next instruction, the refusal; else past it
+            denied += [(_BPF_JUMP_IF_EQUAL, 0, 1, number), (_BPF_RETURN, 0, 0, _SECCOMP_RET_ERRNO | errno.EPERM)]
+        denied.append((_BPF_RETURN, 0, 0, _SECCOMP_RET_ALLOW))
+        program += [(_BPF_JUMP_IF_EQUAL, 0, len(denied), arch), *denied]  # another architecture: past it
+    program.append((_BPF_RETURN, 0, 0, _SECCOMP_RET_ALLOW))
+    instructions = (_SockFilter * len(program))(*(_SockFilter(*instruction) for instruction in program))
+    fprog = _SockFprog(len(program), instructions)
+    _check(_libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), "prctl", "PR_SET_SECCOMP")
 
 
 def bring_loopback_up() -> None:

@@ -24,14 +24,14 @@ from .workspace import (
     Listing,
     collect_artifacts,
     default_work_root,
-    list_or_retire,
+    list_or_remove,
     list_work_dir,
     make_work_dir,
 )
 
 
 class EvalRunner:
-    """Runs agents on one eval. Each ``run`` gets a fresh work folder under ``work_root``."""
+    """Runs agents on one eval. Each ``run`` gets a new work folder under ``work_root``."""
 
     def __init__(
         self,
@@ -126,7 +126,7 @@ class EvalRunner:
             if self.keep_workspace:
                 listing = list_work_dir(work_dir)
             else:
-                left = list_or_retire(work_dir, reuse=_done_with(agent, ran, isolation))
+                left = list_or_remove(work_dir)
                 removed, listing = left is None, left or []
             fields: dict[str, Any]
             if isinstance(ran, Exception):
@@ -267,17 +267,6 @@ def _resolved(agent: AgentFunction | AgentRef) -> AgentFunction:
     from ..agents.resolve import resolve_agent
 
     return resolve_agent(agent.name)
-
-
-def _done_with(agent: AgentFunction | AgentRef, ran: Outcome | Exception, isolation: Isolation) -> bool:
-    """Whether nothing the agent started can still use its work folder, which may then serve
-    the next unit: a sandboxed unit's processes all ended with its namespace; otherwise only
-    agents that say so (``leaves_nothing_running = True``: rayeval's in-process agents). Never
-    after a timeout (an inline agent's thread may still run). A process an agent leaves
-    behind could otherwise write into another unit's folder."""
-    if isinstance(ran, Outcome) and ran.kind == "timeout":
-        return False
-    return isolation == "sandbox" or bool(getattr(agent, "leaves_nothing_running", False))
 
 
 def _find_answer(outcome: Outcome, work_dir: Path, listing: Listing, file_limit: int) -> dict:

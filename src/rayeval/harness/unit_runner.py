@@ -10,8 +10,9 @@ ends the namespace, and the kernel kills every process in it, whatever session o
 group they moved to. When the process has ended, the runner sends its exit status.
 
 The agent process reads its unit's spec from the socket, builds its view of the file system,
-drops every capability, runs the agent and sends its return value back as JSON. Trusted code
-reads it with a size cap; nothing crosses but JSON.
+drops every capability, gives up the kernel's keyrings (not namespaced), runs the agent and
+sends its return value back as JSON. Trusted code reads it with a size cap; nothing crosses but
+JSON.
 
 On the unit socket: the runner's pidfd message, then frames of one kind byte and a length:
 ``S`` the spec (worker to agent), ``R`` the result (agent to worker), ``X`` the exit status
@@ -274,6 +275,7 @@ def _enter(spec: dict[str, Any]) -> None:
         if spec["network"] == "none":
             ns.bring_loopback_up()
         ns.drop_privileges()
+        ns.forbid_keyrings()
     limits = spec["limits"]
     ns.set_limit(resource.RLIMIT_NPROC, limits.get("processes"))
     ns.set_limit(resource.RLIMIT_DATA, limits.get("memory_bytes"))

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from rayeval.batch import engine
+from rayeval.batch import worker as worker_module
 from rayeval.batch.plan import Plan, Unit, plan_units, unit_id_for
 from rayeval.batch.queue import UnitQueue, retry_delay
-from rayeval.batch import worker as worker_module
 from rayeval.batch.worker import (
     UnitWorker,
     WorkerConfig,

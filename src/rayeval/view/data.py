@@ -13,6 +13,7 @@ or shape; and should a unit's page fail all the same, that page says so, and onl
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import logging
 import math
@@ -164,7 +165,9 @@ def json_value(value: Any) -> Any:
     if isinstance(value, (np.integer,)):
         return int(value)
     if isinstance(value, (float, np.floating)):
-        return None if math.isnan(value) else float(value) if math.isfinite(value) else str(float(value))
+        if math.isnan(value):
+            return None
+        return float(value) if math.isfinite(value) else str(float(value))
     if isinstance(value, pd.Timestamp):
         return value.isoformat()
     return value if isinstance(value, (str, int)) else str(value)
@@ -230,7 +233,7 @@ def artifacts_view(artifacts_json: Any) -> tuple[list[dict[str, Any]], int, dict
     if not isinstance(artifacts, dict):
         return [{"name": "artifacts", **json_field(artifacts, stored=len(artifacts_json))}], 0, None
     listed, trajectory = [], None
-    for name, content in list(artifacts.items())[:MAX_ARTIFACTS]:
+    for name, content in itertools.islice(artifacts.items(), MAX_ARTIFACTS):
         listed.append({"name": label(name), **json_field(content)})  # a null artifact shows as null
         if name == TRAJECTORY_ARTIFACT:
             fmt, steps, total = stored_conversation(content)

@@ -2,10 +2,10 @@
 
 The same page as the server's, reading its data from ``data/`` instead of the API: the run
 list, each run's unit index in chunks of :data:`INDEX_CHUNK` units, the units' pages in chunks
-of :data:`DETAIL_CHUNK` (fewer when they are large), the leaderboard and its SVG plots. Each data file is one JSON value
-wrapped in a ``rayevalData(key, value)`` call, since a page opened from ``file://`` may load
-scripts but not fetch files; the JSON is ASCII with ``<>&`` escaped (:func:`json_text`), and a
-JSON string cannot end the call, so no agent text becomes code.
+of :data:`DETAIL_CHUNK` (fewer when they are large), the leaderboard and its SVG plots. Each
+data file is one JSON value wrapped in a ``rayevalData(key, value)`` call, since a page opened
+from ``file://`` may load scripts but not fetch files; the JSON is ASCII with ``<>&`` escaped
+(:func:`json_text`), and a JSON string cannot end the call, so no agent text becomes code.
 """
 
 from __future__ import annotations

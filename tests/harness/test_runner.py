@@ -84,13 +84,22 @@ def test_envelope_with_metadata_is_unwrapped(runner: EvalRunner) -> None:
 
 @pytest.mark.parametrize(
     "garbage, cost",
-    [(10**30, 1e30), (-(10**30), -1e30), (float("inf"), float("inf")), (10**400, None), ("12", None), (True, None)],
+    [
+        (10**30, 1e30),
+        (-(10**30), -1e30),
+        (float("inf"), None),
+        (float("nan"), None),
+        (10**400, None),
+        ("12", None),
+        (True, None),
+    ],
 )
 def test_garbage_usage_numbers_are_not_lifted_and_the_row_still_stores(
     runner: EvalRunner, tmp_path: Path, garbage, cost
 ) -> None:
-    """A count no int64 holds (or no number at all) stays in metadata only: the typed fields
-    must fit the Parquet schema, or the part holding that row could never be written."""
+    """A count no int64 holds, a cost no total holds (NaN, infinite) or no number at all stays
+    in metadata only: the typed fields must fit the Parquet schema, or the part holding that
+    row could never be written, and every report and page sums and shows them."""
     metadata = {"input_tokens": garbage, "output_tokens": 5, "n_turns": garbage, "cost_usd": garbage}
     result = runner.run(lambda p, w: {"answer": {"n_cells": 700}, "metadata": metadata})
     assert result.passed and result.output_tokens == 5

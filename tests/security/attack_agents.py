@@ -582,3 +582,102 @@ def hostile_answers(task_prompt: str, work_dir: Path, context: Any) -> Any:
         (work_dir / "trajectory.json").write_text("[" + "0," * (3 << 20) + "0]")
         return None
     return {"value": float(context.args["key"])}
+
+
+def _nested(depth: int, leaf: Any = 0) -> Any:
+    for _ in range(depth):
+        leaf = [leaf]
+    return leaf
+
+
+MARKUP = '</script><script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
+#: what ``hostile_artifacts`` leaves, one kind per seed (the last one honest)
+ARTIFACT_KINDS = (
+    "trajectory_too_deep",
+    "trajectory_deep_messages",
+    "trajectory_tiny_messages",
+    "trajectory_wrong_shapes",
+    "trajectory_odd_types",
+    "trajectory_scalar",
+    "metadata",
+    "answer_markup",
+    "answer_huge",
+    "answer_not_finite",
+    "logs",
+    "exception",
+    "raised_frame",
+    "honest",
+)
+
+
+def hostile_artifacts(task_prompt: str, work_dir: Path, context: Any) -> Any:
+    """Artifacts no viewer or report should choke on, one kind per seed (see ARTIFACT_KINDS):
+    trajectories nested beyond any parser, nesting that indents to gigabytes, hundreds of
+    thousands of tiny messages, fields of every wrong type; metadata whose keys are the page's
+    own, with NaN and infinities; answers with markup, control characters and megabytes; logs
+    of one endless line of bytes that are not text; an exception named with megabytes of
+    markup, and a result frame whose error fields are not text. The honest seed answers the key
+    (``--agent-arg key=``)."""
+    kind = ARTIFACT_KINDS[(context.seed - 1) % len(ARTIFACT_KINDS)]
+    key = float(context.args["key"])
+    wrong = {"answer": {"value": -1.0}, "metadata": {"attack": {"kind": kind}}}
+    if kind == "trajectory_too_deep":  # within the 2 MB of it kept
+        (work_dir / "trajectory.json").write_text("[" * (1 << 20))
+    elif kind == "trajectory_deep_messages":  # each indented: depth × size
+        (work_dir / "trajectory.json").write_text(json.dumps([{"role": "user", "content": _nested(400)}] * 2400))
+    elif kind == "trajectory_tiny_messages":
+        (work_dir / "trajectory.json").write_text(json.dumps([{"role": "a", "content": "x"}] * 60_000))
+    elif kind == "trajectory_wrong_shapes":
+        messages = [
+            {"role": "assistant", "content": "a", "tool_calls": 5},
+            {"role": "r" * 500_000, "content": [7, None, {"type": ["text"]}], "tool_calls": "x" * 500_000},
+            {"role": ["a"], "content": {"x": _nested(90)}, "tool_calls": {"function": [MARKUP]}},
+            {"role": "tool", "name": {"x": MARKUP}, "content": [{"type": "text", "text": None}]},
+        ]
+        (work_dir / "trajectory.json").write_text(json.dumps(messages))
+    elif kind == "trajectory_odd_types":  # the harness stores metadata["trajectory"] as trajectory.json
+        wrong["metadata"]["trajectory"] = [
+            {"type": ["item.completed"], "item": [MARKUP]},
+            {"type": {"turn.": 1}, "message": {"content": MARKUP}},
+            {"type": "item.completed", "item": {"type": "command_execution", "command": [1], "exit_code": [MARKUP]}},
+        ]
+    elif kind == "trajectory_scalar":
+        (work_dir / "trajectory.json").write_text("null")
+        (work_dir / "refusal_verdict.json").write_text("{not json " + MARKUP)
+    elif kind == "metadata":
+        page_keys = ("__proto__", "constructor", "unit_id", "text", "length", "note", "failure", "artifacts")
+        wrong["metadata"] = {
+            **{name: MARKUP for name in page_keys},
+            "cost_usd": float("inf"),
+            "n_turns": 10**30,
+            "input_tokens": float("nan"),
+            "numbers": [float("nan"), float("inf"), float("-inf"), 10**4000],
+            "deep": _nested(99),
+            "huge": "m" * (4 << 20),
+        }
+    elif kind == "answer_markup":
+        wrong["answer"] = {"value": "\x00\x07\x1b[2J\u202e\u2066" + MARKUP, MARKUP: _nested(99, MARKUP)}
+    elif kind == "answer_huge":
+        wrong["answer"] = {"value": "x" * (8 << 20), "many": list(range(100_000))}
+    elif kind == "answer_not_finite":
+        wrong["answer"] = {"value": float("nan"), "other": float("-inf")}
+    elif kind == "logs":  # stdout goes to agent_stdout.log; the others are files it may write itself
+        sys.stdout.buffer.write((b"\xff\xfe\x00\x1b[2J\xed\xa0\x80" + MARKUP.encode()) * 30_000)  # no newline
+        sys.stdout.flush()
+        (work_dir / "agent_output.log").write_bytes(b"\x00" * (3 << 20))
+    elif kind == "exception":
+        raise type(MARKUP * 5_000, (Exception,), {})("\x00" + MARKUP * 50_000)
+    elif kind == "raised_frame":  # on the unit's socket, as the runner would, with fields of no text
+        unit = next(socket.socket(fileno=os.dup(fd)) for fd in _socket_fds())
+        frame = {
+            "kind": "raised",
+            "error_type": {"a": MARKUP},
+            "error_message": _nested(50),
+            "traceback": {"t": MARKUP},
+        }
+        result = json.dumps(frame).encode()
+        unit.sendall(struct.pack("!cQ", b"R", len(result)) + result + struct.pack("!cQ", b"X", 1) + b"0")
+        time.sleep(600)
+    else:
+        return {"answer": {"value": key}}
+    return wrong

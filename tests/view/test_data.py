@@ -14,7 +14,7 @@ from rayeval.storage import ResultStore
 from rayeval.storage.lease import run_lease
 from rayeval.storage.manifest import RunManifest
 from rayeval.view import UnitQuery, ViewData, data
-from rayeval.view.trajectory import MAX_STEP_CHARS, MAX_STEPS, conversation
+from rayeval.view.trajectory import MAX_STEP_CHARS, MAX_STEPS, MAX_TRAJECTORY_CHARS, conversation
 
 from .conftest import crafted_row, crafted_rows
 
@@ -46,9 +46,13 @@ def test_unknown_shapes_fall_back_to_json(value: object) -> None:
 
 
 def test_long_trajectories_are_capped() -> None:
-    fmt, steps, total = conversation([{"role": "assistant", "content": "x" * (MAX_STEP_CHARS + 5)}] * (MAX_STEPS + 10))
+    fmt, steps, total = conversation([{"role": "assistant", "content": "x"}] * (MAX_STEPS + 10))
     assert (fmt, len(steps), total) == ("messages", MAX_STEPS, MAX_STEPS + 10)
+    fmt, steps, total = conversation([{"role": "assistant", "content": "x" * (MAX_STEP_CHARS + 5)}] * (MAX_STEPS + 10))
+    # long steps: as many as the trajectory's characters allow
+    assert (fmt, len(steps), total) == ("messages", MAX_TRAJECTORY_CHARS // MAX_STEP_CHARS, MAX_STEPS + 10)
     assert len(steps[0].text) == MAX_STEP_CHARS and steps[0].length == MAX_STEP_CHARS + 5
+    assert steps[0].note == f"truncated: showing the first {MAX_STEP_CHARS:,} of {MAX_STEP_CHARS + 5:,} characters"
 
 
 def _root(tmp_path: Path, status: str) -> tuple[Path, ResultStore]:
@@ -114,9 +118,9 @@ def test_an_eval_file_that_changed_is_named(tmp_path: Path) -> None:
 
 
 def test_a_null_artifact_is_listed_not_a_crash() -> None:
-    listed, trajectory = data.artifacts_view(json.dumps({"notes.txt": None, "out.txt": "x"}))
+    listed, left_out, trajectory = data.artifacts_view(json.dumps({"notes.txt": None, "out.txt": "x"}))
     assert listed == [
-        {"name": "notes.txt", "text": "null", "length": 4},
-        {"name": "out.txt", "text": "x", "length": 1},
+        {"name": "notes.txt", "text": "null", "length": 4, "note": None},
+        {"name": "out.txt", "text": "x", "length": 1, "note": None},
     ]
-    assert trajectory is None
+    assert left_out == 0 and trajectory is None

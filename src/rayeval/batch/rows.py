@@ -16,6 +16,8 @@ from .plan import Unit
 _METADATA_DROPPED = ("trajectory",)  # kept in artifacts_json, not twice
 #: a row's error_message is a line or a few, to read in a table; the traceback has room
 ERROR_MESSAGE_CHARS = 1_000
+#: an error's kind is a name (the agent's exception class: any text it chose), shown in tables
+ERROR_TYPE_CHARS = 200
 ERROR_TRACEBACK_CHARS = 64_000
 
 
@@ -103,7 +105,7 @@ def row_from_result(
         reasoning=grader.reasoning if grader else "",
         answer_json=None if result.agent_answer is None else dumps(result.agent_answer),
         answer_source=result.answer_source,
-        error_type=result.error_type,
+        error_type=_short(result.error_type, ERROR_TYPE_CHARS),
         error_message=_short(result.error_message, ERROR_MESSAGE_CHARS),
         error_traceback=_short(result.error_traceback, ERROR_TRACEBACK_CHARS, keep_end=True),
         duration_s=result.duration_s,

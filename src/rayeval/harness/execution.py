@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from datetime import datetime, timezone
 from typing import Any, Literal
@@ -53,12 +54,15 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 def _number(value: Any, kind: type) -> Any:
-    """``value`` as ``kind``, or None when it is not a number an agent could sensibly report."""
+    """``value`` as ``kind``, or None when it is not a number an agent could sensibly report
+    (NaN or an infinity among them: no total, mean or JSON report holds one)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     try:
         number = kind(value)
     except (OverflowError, ValueError):  # inf/nan as a count, an int too large for a float
+        return None
+    if kind is float and not math.isfinite(number):
         return None
     # a count beyond int64 is garbage, and no Parquet part holding it could be written
     if kind is int and not INT64_MIN <= number <= INT64_MAX:

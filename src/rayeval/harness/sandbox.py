@@ -663,13 +663,15 @@ def _outcome(ended: _Ended, max_output: int, timeout: float | None, seconds: flo
         raise SandboxError(f"the unit's sandbox could not be set up: {message.get('message')}")
     if kind == "returned":
         return Outcome(kind="returned", value=message.get("value"), seconds=seconds)
-    return Outcome(
-        kind="raised",
-        error_type=str(message.get("error_type")),
-        error_message=str(message.get("error_message")),
-        traceback=message.get("traceback"),
-        seconds=seconds,
-    )
+    error_type, error_message, trace = (message.get(name) for name in ("error_type", "error_message", "traceback"))
+    if not (isinstance(error_type, str) and isinstance(error_message, str) and isinstance(trace, (str, type(None)))):
+        return Outcome(  # the runner sends text: these fields were forged on the unit's socket
+            kind="raised",
+            error_type="BadAgentResult",
+            error_message="the agent's result reports an error whose kind, message or traceback is not text",
+            seconds=seconds,
+        )
+    return Outcome(kind="raised", error_type=error_type, error_message=error_message, traceback=trace, seconds=seconds)
 
 
 # An agent object is pickled once, not for every unit.

@@ -325,8 +325,10 @@ def to_csv(table: pd.DataFrame, path: str | Path | None = None) -> str:
 
 
 def _json_number(value: Any) -> Any:
+    """A table's value as JSON has it: NaN and the infinities (a cost an agent reported as
+    such, in rows stored before rayeval refused them) have no JSON number, so are null."""
     if isinstance(value, (float, np.floating)):
-        return None if math.isnan(value) else float(value)
+        return float(value) if math.isfinite(value) else None
     if isinstance(value, np.integer):
         return int(value)
     return value

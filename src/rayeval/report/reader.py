@@ -301,7 +301,9 @@ def table_to_frame(table: pa.Table) -> pd.DataFrame:
         if name == "metrics" and pa.types.is_map(kind):
             metric_columns = metric_arrays(column)
             continue
-        if name in CATEGORY_COLUMNS and (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        text = pa.types.is_string(kind) or pa.types.is_large_string(kind)
+        column = unicode_text(column) if text else column
+        if name in CATEGORY_COLUMNS and text:
             column = pc.dictionary_encode(column)
         arrays.append(column)
         names.append(name)
@@ -309,6 +311,21 @@ def table_to_frame(table: pa.Table) -> pd.DataFrame:
         arrays.append(metric_columns[metric])
         names.append(f"metric.{metric}")
     return pa.table(arrays, names=names).to_pandas(split_blocks=True, self_destruct=True)
+
+
+def unicode_text(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A text column as valid UTF-8: a part another writer made may hold bytes that are not
+    (Arrow takes them unchecked, Python cannot), read with each invalid sequence as U+FFFD."""
+    chunks, repaired = [], False
+    for chunk in column.chunks:
+        try:
+            chunk.validate(full=True)
+        except pa.ArrowInvalid:
+            texts = chunk.cast(pa.large_binary()).to_pylist()
+            chunk = pa.array([t if t is None else t.decode("utf-8", "replace") for t in texts], type=chunk.type)
+            repaired = True
+        chunks.append(chunk)
+    return pa.chunked_array(chunks, type=column.type) if repaired else column
 
 
 def metric_arrays(metrics: pa.ChunkedArray) -> dict[str, pa.Array]:

@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 
 from ..storage.row import ERROR_STATUSES
 from .benchmark import PAIR_COUNTS
-from .reader import ReportError, ResultsReader
+from .reader import ReportError, ResultsReader, unicode_text
 
 NOT_RECORDED = "not recorded"  # the isolation of a row that does not say how it ran (as isolation_note)
 
@@ -180,7 +180,8 @@ def read_summary(
     pair_rows = table.filter(pc.equal(kind, "pair"))
     columns: dict[str, pa.ChunkedArray] = {}
     for name in dict.fromkeys([*by, "eval_id"]):  # the group keys as categoricals, as the reader returns them
-        columns[name] = pc.dictionary_encode(pair_rows[name]) if name in by else pair_rows[name]
+        key = unicode_text(pair_rows[name]) if pa.types.is_string(pair_rows[name].type) else pair_rows[name]
+        columns[name] = pc.dictionary_encode(key) if name in by else key
     for name in PAIR_COUNTS:
         counted = name.startswith("n_") or name.endswith("_n")
         columns[name] = pair_rows[name].cast(pa.int64()) if counted else pair_rows[name]

@@ -4,14 +4,18 @@ Per run, the unit index (the light report columns of the latest attempt of each 
 once and kept: the units table is filtered, sorted and paged over its numpy arrays, so a page
 of a 100k-unit run costs milliseconds.  The heavy text columns (answer, reasoning, metrics,
 artifacts, error message and traceback) are read only for the unit shown, pruned to its model partition and
-eval.  Every text the agent could have written is clipped (:data:`MAX_TEXT_CHARS`) with its
-full length, so the page can say it was truncated.
+eval.  Whatever the agent could have written (answers, metadata, metrics, trajectories, logs,
+error texts) is shown through :mod:`.bounded`: clipped (:data:`MAX_TEXT_CHARS`), nested JSON cut
+at a depth, with a note saying what is left out, at a cost bounded whatever its size, depth
+or shape; and should a unit's page fail all the same, that page says so, and only it.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
+import logging
 import math
 import threading
 import time
@@ -41,10 +45,27 @@ from ..report.reader import (
     latest_attempts,
     passed_array,
 )
-from .trajectory import conversation
+from .bounded import (
+    MAX_LABEL_CHARS,
+    MAX_TEXT_CHARS,
+    TextField,
+    Unreadable,
+    json_field,
+    label,
+    loads,
+    render_json,
+    stored_json_field,
+    text_field,
+    unicode,
+)
+from .trajectory import stored_conversation
 
-MAX_TEXT_CHARS = 200_000
+log = logging.getLogger(__name__)
+
 MAX_METRICS = 500
+MAX_METRIC_CHARS = 2000
+MAX_METRIC_NAME_CHARS = 500
+MAX_ARTIFACTS = 20
 PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500
 # A run that is still running is read again when its index is older than this.
@@ -125,17 +146,6 @@ class UnitQuery(BaseModel):
             raise ValueError(problems) from None
 
 
-def clip_text(value: Any, limit: int = MAX_TEXT_CHARS) -> dict[str, Any]:
-    """A text for the page: ``{"text", "length"}``, the text (a non-string as JSON) cut at ``limit`` characters."""
-    text = value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False, default=str)
-    return {"text": text[:limit], "length": len(text)}
-
-
-def clip(value: Any, limit: int = MAX_TEXT_CHARS) -> dict[str, Any] | None:
-    """:func:`clip_text`, or None for a missing value."""
-    return None if value is None else clip_text(value, limit)
-
-
 _HTML_SAFE = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
 
 
@@ -146,7 +156,8 @@ def json_text(value: Any) -> str:
 
 
 def json_value(value: Any) -> Any:
-    """A numpy/pandas scalar as a JSON value (NaN and NaT → None)."""
+    """A numpy/pandas scalar as a JSON value (NaN and NaT → None, an infinity as ``"inf"`` or
+    ``"-inf"``: JSON has no number for it)."""
     if value is None or value is pd.NaT:
         return None
     if isinstance(value, (np.bool_, bool)):
@@ -154,87 +165,109 @@ def json_value(value: Any) -> Any:
     if isinstance(value, (np.integer,)):
         return int(value)
     if isinstance(value, (float, np.floating)):
-        return None if math.isnan(value) else float(value)
+        if math.isnan(value):
+            return None
+        return float(value) if math.isfinite(value) else str(float(value))
     if isinstance(value, pd.Timestamp):
         return value.isoformat()
     return value if isinstance(value, (str, int)) else str(value)
 
 
-def _parse_json(text: Any) -> Any:
-    if not isinstance(text, str):
-        return None
+def _text(value: Any) -> TextField | None:
+    """A stored text column (None when missing)."""
+    return text_field(value) if isinstance(value, str) else None
+
+
+def metric_rows(metrics_json: Any) -> list[list[Any]]:
+    """The grader's metrics as ``[name, value]`` rows (dotted names; values deeper than 3
+    levels, lists and numbers JSON has none for as text), at most :data:`MAX_METRICS`; a stored
+    text that is not JSON (or nests too deep to read) as one row, as stored."""
+    if not isinstance(metrics_json, str):
+        return []
     try:
-        return json.loads(text)
-    except ValueError:
-        return text
-
-
-def _pretty(text: Any) -> dict[str, Any] | None:
-    """A stored JSON text, indented for reading (as stored when it is not JSON)."""
-    parsed = _parse_json(text)
-    return None if parsed is None else clip(parsed)
-
-
-def metric_rows(metrics: Any, prefix: str = "", depth: int = 0) -> list[list[Any]]:
-    """Nested metrics as ``[name, value]`` rows (dotted names; values deeper than 3 levels or
-    lists as JSON text), at most :data:`MAX_METRICS`."""
+        metrics = loads(metrics_json)
+    except Unreadable as exc:
+        return [[str(exc), metrics_json[:MAX_METRIC_CHARS]]]
+    if metrics in (None, {}):
+        return []
     rows: list[list[Any]] = []
-    if not isinstance(metrics, dict):
-        return [
-            [
-                prefix or "value",
-                clip_text(metrics, 2000)["text"] if metrics is not None else None,
-            ]
-        ]
-    for key, value in metrics.items():
-        name = f"{prefix}.{key}" if prefix else str(key)
-        if isinstance(value, dict) and value and depth < 3:
-            rows += metric_rows(value, name, depth + 1)
-        elif isinstance(value, (dict, list)):
-            rows.append([name, clip_text(value, 2000)["text"]])
-        else:
-            rows.append([name, value if not isinstance(value, str) else value[:2000]])
-        if len(rows) >= MAX_METRICS:
-            return rows[:MAX_METRICS]
+    _metric_rows(metrics, "", 0, rows)
     return rows
 
 
-def artifacts_view(
-    artifacts_json: Any,
-) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-    """The artifacts (name + clipped text) and the trajectory as a conversation, if any."""
-    artifacts = _parse_json(artifacts_json)
+def _metric_rows(metrics: Any, prefix: str, depth: int, rows: list[list[Any]]) -> None:
+    if not isinstance(metrics, dict):
+        rows.append([prefix or "value", _metric_value(metrics)])
+        return
+    for key, value in metrics.items():
+        if len(rows) >= MAX_METRICS:
+            return
+        name = label(f"{prefix}.{key}" if prefix else key, MAX_METRIC_NAME_CHARS)
+        if isinstance(value, dict) and value and depth < 3:
+            _metric_rows(value, name, depth + 1, rows)
+        else:
+            rows.append([name, _metric_value(value)])
+
+
+def _metric_value(value: Any) -> Any:
+    """A metric's value as the page shows it: a JSON scalar, else (a list or object, a number
+    JSON or a browser cannot hold exactly) its JSON text."""
+    if isinstance(value, str):
+        return unicode(value[:MAX_METRIC_CHARS])
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, float) and math.isfinite(value) or isinstance(value, int) and abs(value) <= 2**53:
+        return value
+    return unicode(render_json(value, MAX_METRIC_CHARS, indent=False)[0])
+
+
+def artifacts_view(artifacts_json: Any) -> tuple[list[dict[str, Any]], int, dict[str, Any] | None]:
+    """The artifacts (name and text; at most :data:`MAX_ARTIFACTS`), how many more there are, and
+    the trajectory as a conversation, if any."""
+    if not isinstance(artifacts_json, str):
+        return [], 0, None
+    try:
+        artifacts = loads(artifacts_json)
+    except Unreadable as exc:
+        return [{"name": "artifacts", **text_field(artifacts_json, note=str(exc))}], 0, None
     if not isinstance(artifacts, dict):
-        return ([{"name": "artifacts", **clip_text(artifacts)}] if artifacts is not None else []), None
+        return [{"name": "artifacts", **json_field(artifacts, stored=len(artifacts_json))}], 0, None
     listed, trajectory = [], None
-    for name, content in artifacts.items():
-        listed.append({"name": str(name), **clip_text(content)})  # a null artifact shows as null
+    for name, content in itertools.islice(artifacts.items(), MAX_ARTIFACTS):
+        listed.append({"name": label(name), **json_field(content)})  # a null artifact shows as null
         if name == TRAJECTORY_ARTIFACT:
-            fmt, steps, total = conversation(_parse_json(content) if isinstance(content, str) else content)
-            trajectory = {
-                "format": fmt,
-                "steps": [s._asdict() for s in steps],
-                "total": total,
-            }
-    return listed, trajectory
+            fmt, steps, total = stored_conversation(content)
+            trajectory = {"format": fmt, "steps": [s._asdict() for s in steps], "total": total}
+    return listed, max(0, len(artifacts) - MAX_ARTIFACTS), trajectory
 
 
 def unit_detail(light: Mapping[str, Any], heavy: Mapping[str, Any], task: dict[str, Any]) -> dict[str, Any]:
-    """The unit page's data: the index row, its heavy columns made readable, and its task."""
-    artifacts, trajectory = artifacts_view(heavy.get("artifacts_json"))
-    metrics = _parse_json(heavy.get("metrics_json"))
+    """The unit page's data: the index row, its heavy columns made readable, and its task.
+    Should showing what a unit stored fail all the same, the page says so with the index row:
+    one unit's artifacts never fail another's page, nor an export."""
+    shown = {k: json_value(v) for k, v in light.items()}
+    try:
+        return {**shown, **_heavy_detail(heavy), "task_prompt": task}
+    except Exception as exc:  # any shape of stored data: this unit's page says so, and only it
+        log.warning("rayeval view: cannot show unit %s: %s", shown.get("unit_id"), exc, exc_info=True)
+        failure = f"this unit's stored data cannot be shown ({type(exc).__name__}); see the viewer's log"
+        return {**shown, **_heavy_detail({}), "task_prompt": task, "failure": failure}
+
+
+def _heavy_detail(heavy: Mapping[str, Any]) -> dict[str, Any]:
+    artifacts, more, trajectory = artifacts_view(heavy.get("artifacts_json"))
     return {
-        **{k: json_value(v) for k, v in light.items()},
-        "task_prompt": task,
-        "answer": _pretty(heavy.get("answer_json")),
+        "answer": stored_json_field(heavy.get("answer_json")),
         "answer_source": json_value(heavy.get("answer_source")),
-        "reasoning": clip(heavy.get("reasoning")),
-        "metrics": metric_rows(metrics) if metrics not in (None, {}) else [],
-        "error_message": clip(heavy.get("error_message")),
-        "error_traceback": clip(heavy.get("error_traceback")),
-        "metadata": _pretty(heavy.get("metadata_json")),
+        "reasoning": _text(heavy.get("reasoning")),
+        "metrics": metric_rows(heavy.get("metrics_json")),
+        "error_message": _text(heavy.get("error_message")),
+        "error_traceback": _text(heavy.get("error_traceback")),
+        "metadata": stored_json_field(heavy.get("metadata_json")),
         "artifacts": artifacts,
+        "artifacts_left_out": more,
         "trajectory": trajectory,
+        "failure": None,
     }
 
 
@@ -244,14 +277,26 @@ def verdicts(units: pd.DataFrame) -> np.ndarray:
 
 
 def index_frame(units: pd.DataFrame) -> pd.DataFrame:
-    """The report columns of a run's units plus ``verdict`` and ``tokens`` (input + output)."""
+    """The report columns of a run's units plus ``verdict`` and ``tokens`` (input + output);
+    an error kind (the name of the agent's exception: anything it chose) cut to a label's
+    length, for the table, its filter and the filter's choices alike."""
     units = units.reset_index(drop=True)
     tokens = units[["input_tokens", "output_tokens"]].astype("float64")
     return units.assign(
         verdict=verdicts(units),
         tokens=tokens.sum(axis=1, min_count=1),
         seed=units["seed"].astype("Int64"),
+        error_type=_labels(units["error_type"]),
     )
+
+
+def _labels(column: pd.Series) -> pd.Series:
+    """A text column with its values longer than a label cut to one."""
+    values = column.astype("object")
+    long = (values.str.len() > MAX_LABEL_CHARS).fillna(False).to_numpy(dtype=bool)
+    if not long.any():
+        return column
+    return values.where(~long, values.map(label, na_action="ignore"))
 
 
 def _leaderboard_table(title: str, table: pd.DataFrame) -> dict[str, Any]:
@@ -276,9 +321,9 @@ def leaderboard(units: pd.DataFrame) -> dict[str, Any]:
     plots = ["accuracy"]
     if units["cost_usd"].notna().any():
         plots.append("cost")
-    for column, label in BREAKDOWNS:
+    for column, what in BREAKDOWNS:
         if column in units.columns and units[column].notna().any():
-            tables.append(_leaderboard_table(f"Accuracy by {label}", breakdown_table(units, column)))
+            tables.append(_leaderboard_table(f"Accuracy by {what}", breakdown_table(units, column)))
             plots.append(column)
     if importlib.util.find_spec("matplotlib") is None:
         return {
@@ -551,7 +596,7 @@ def _task_from_manifest(manifest: Mapping[str, Any], eval_id: str, eval_hash: An
             "text": None,
             "note": f"eval file {path} changed since the run (its content hash differs)",
         }
-    return {"text": clip(eval_.task), "note": f"from {path}"}
+    return {"text": text_field(eval_.task), "note": f"from {path}"}
 
 
 __all__ = [

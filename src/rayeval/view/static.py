@@ -2,10 +2,10 @@
 
 The same page as the server's, reading its data from ``data/`` instead of the API: the run
 list, each run's unit index in chunks of :data:`INDEX_CHUNK` units, the units' pages in chunks
-of :data:`DETAIL_CHUNK`, the leaderboard and its SVG plots. Each data file is one JSON value
-wrapped in a ``rayevalData(key, value)`` call, since a page opened from ``file://`` may load
-scripts but not fetch files; the JSON is ASCII with ``<>&`` escaped (:func:`json_text`), and a
-JSON string cannot end the call, so no agent text becomes code.
+of :data:`DETAIL_CHUNK` (fewer when they are large), the leaderboard and its SVG plots. Each
+data file is one JSON value wrapped in a ``rayevalData(key, value)`` call, since a page opened
+from ``file://`` may load scripts but not fetch files; the JSON is ASCII with ``<>&`` escaped
+(:func:`json_text`), and a JSON string cannot end the call, so no agent text becomes code.
 """
 
 from __future__ import annotations
@@ -15,8 +15,6 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-import pandas as pd
 
 from ..report.reader import ReportError
 from ..storage.filesystem import inside_root
@@ -33,6 +31,7 @@ from .data import (
 
 INDEX_CHUNK = 5000
 DETAIL_CHUNK = 100
+DETAIL_CHUNK_CHARS = 8_000_000
 
 
 def check_out_dir(out_dir: str | Path, results_root: str) -> Path:
@@ -50,27 +49,46 @@ def check_out_dir(out_dir: str | Path, results_root: str) -> Path:
     return out
 
 
-def _write_data(folder: Path, key: str, value: Any) -> None:
+def _write_data(folder: Path, key: str, value: Any = None, *, text: str | None = None) -> None:
+    """``data/<key>.js``: ``value`` (or its JSON ``text``, made by :func:`json_text`) in a
+    ``rayevalData`` call."""
     path = folder / "data" / f"{key}.js"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(f"rayevalData({json_text(key)},{json_text(value)});\n", encoding="ascii")
+    tmp.write_text(f"rayevalData({json_text(key)},{json_text(value) if text is None else text});\n", encoding="ascii")
     os.replace(tmp, path)
 
 
-def _detail_chunks(units: pd.DataFrame) -> pd.Series:
-    """Each unit's detail chunk, ``<model number>_<k>``: chunks never span two models, so each
-    model partition is read once."""
-    model_codes = pd.factorize(units["model"].astype("object"), sort=True)[0]
-    rank = units.groupby(model_codes, sort=False).cumcount().to_numpy()
-    return pd.Series(
-        [f"{m}_{r // DETAIL_CHUNK}" for m, r in zip(model_codes, rank)],
-        index=units.index,
-    )
+def _write_details(data: ViewData, index: RunIndex, folder: Path, run_dir: str) -> dict[str, str]:
+    """The units' pages in chunks of at most :data:`DETAIL_CHUNK` units and about
+    :data:`DETAIL_CHUNK_CHARS` characters (a unit larger than that alone), each chunk of one
+    model (its partition is read once); each unit's chunk, by unit id."""
+    chunk_of: dict[str, str] = {}
+    written = 0
+    units = index.units
+    for model, group in units.groupby(units["model"].astype("object"), sort=True):
+        heavy = data.heavy_rows(index.run_id, str(model), None)
+        members: list[str] = []
+        size = 0
+        for _, light in group.iterrows():
+            unit_id = str(light["unit_id"])
+            row = heavy.get(unit_id, {})
+            detail = json_text(unit_detail(light.to_dict(), row, data.task(index, str(light["eval_id"]), row)))
+            members.append(f"{json_text(unit_id)}:{detail}")
+            chunk_of[unit_id] = str(written)
+            size += len(detail)
+            if len(members) >= DETAIL_CHUNK or size >= DETAIL_CHUNK_CHARS:
+                _write_data(folder, f"{run_dir}/units-{written}", text="{" + ",".join(members) + "}")
+                members, size, written = [], 0, written + 1
+        if members:
+            _write_data(folder, f"{run_dir}/units-{written}", text="{" + ",".join(members) + "}")
+            written += 1
+    return chunk_of
 
 
 def _write_run(data: ViewData, index: RunIndex, folder: Path, run_dir: str) -> dict[str, Any]:
-    units = index.units.assign(detail_chunk=_detail_chunks(index.units))
+    chunk_of = _write_details(data, index, folder, run_dir)
+    units = index.units.assign(detail_chunk=index.units["unit_id"].astype("object").map(chunk_of))
     columns = [*TABLE_COLUMNS, "detail_chunk"]
     chunks = 0
     for start in range(0, len(units), INDEX_CHUNK):
@@ -78,16 +96,6 @@ def _write_run(data: ViewData, index: RunIndex, folder: Path, run_dir: str) -> d
         rows = [[json_value(v) for v in record] for record in part.itertuples(index=False)]
         _write_data(folder, f"{run_dir}/index-{chunks}", {"columns": columns, "rows": rows})
         chunks += 1
-    for model, group in units.groupby(units["model"].astype("object"), sort=True):
-        heavy = data.heavy_rows(index.run_id, str(model), None)
-        for chunk, members in group.groupby("detail_chunk", sort=False):
-            details = {}
-            for _, light in members.drop(columns="detail_chunk").iterrows():
-                row = heavy.get(str(light["unit_id"]), {})
-                details[str(light["unit_id"])] = unit_detail(
-                    light.to_dict(), row, data.task(index, str(light["eval_id"]), row)
-                )
-            _write_data(folder, f"{run_dir}/units-{chunk}", details)
     board = data.leaderboard(index.run_id)
     _write_data(folder, f"{run_dir}/leaderboard", board)
     for name in board["plots"]:
@@ -122,4 +130,4 @@ def write_static(data: ViewData, out_dir: str | Path, progress: Callable[[str], 
     return out
 
 
-__all__ = ["DETAIL_CHUNK", "INDEX_CHUNK", "check_out_dir", "write_static"]
+__all__ = ["DETAIL_CHUNK", "DETAIL_CHUNK_CHARS", "INDEX_CHUNK", "check_out_dir", "write_static"]

@@ -4,171 +4,136 @@ The built-in harnesses store three shapes: Claude Code's stream-json events (``a
 ``user`` messages whose content blocks are text, ``tool_use`` and ``tool_result``), Codex's
 ``--json`` events (``item.completed`` with agent messages, reasoning and command executions)
 and mini-swe-agent's message list (``role`` / ``content``; OpenAI-style ``tool_calls`` too).
-Each becomes a list of :class:`Step`; a shape none of them fits is shown as pretty JSON.
-Everything here is text written by the agent: the page renders it as text only.
+Each becomes a list of :class:`Step`; a shape none of them fits is shown as JSON.
+
+Everything here is text written by the agent, of any shape: every field is read whatever its
+type, the page renders it as text only, and the work is bounded: the steps are found lazily,
+at most :data:`MAX_STEPS` (and :data:`MAX_TRAJECTORY_CHARS` characters in all) are rendered,
+the others only counted.
 """
 
 from __future__ import annotations
 
-import json
+from collections.abc import Iterable, Iterator
 from typing import Any, Literal, NamedTuple
+
+from .bounded import Unreadable, json_field, label, loads, text_field
 
 StepKind = Literal["text", "thinking", "tool_call", "tool_result", "event"]
 TrajectoryFormat = Literal["claude-code", "codex", "messages", "json"]
 
 MAX_STEPS = 2000
 MAX_STEP_CHARS = 20_000
+MAX_TRAJECTORY_CHARS = 1_000_000
 
 
 class Step(NamedTuple):
     """One entry of the conversation: who (role), what kind, a short title (a tool's name),
-    and its text (clipped to ``MAX_STEP_CHARS``; ``length`` is the full size)."""
+    its text (clipped to ``MAX_STEP_CHARS``; ``length`` is the full size) and a note saying
+    what is not shown."""
 
     role: str
     kind: StepKind
     title: str
     text: str
     length: int
+    note: str | None
 
 
-def _text(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+class _Found(NamedTuple):
+    """A step found, before its content is rendered (only the shown ones are)."""
+
+    role: Any
+    kind: StepKind
+    content: Any
+    title: Any = ""
 
 
-def _step(role: Any, kind: StepKind, text: Any, title: Any = "") -> Step:
-    full = _text(text)
-    return Step(str(role or "?"), kind, str(title or ""), full[:MAX_STEP_CHARS], len(full))
+def _get(value: Any, key: str, default: Any = None) -> Any:
+    """``value[key]`` for a JSON object, else ``default``: a field of any shape reads safely."""
+    return value.get(key, default) if isinstance(value, dict) else default
 
 
-def _block_steps(role: str, content: Any) -> list[Step]:
+def _block_steps(role: Any, content: Any) -> Iterator[_Found]:
     """Anthropic-style content: a string or a list of typed blocks."""
     if not isinstance(content, list):
-        return [_step(role, "text", content)]
-    steps = []
+        yield _Found(role, "text", content)
+        return
     for block in content:
-        kind = block.get("type") if isinstance(block, dict) else None
+        kind = _get(block, "type")
         if kind == "text":
-            steps.append(_step(role, "text", block.get("text", "")))
+            yield _Found(role, "text", _get(block, "text", ""))
         elif kind == "thinking":
-            steps.append(_step(role, "thinking", block.get("thinking", "")))
+            yield _Found(role, "thinking", _get(block, "thinking", ""))
         elif kind == "tool_use":
-            steps.append(_step(role, "tool_call", block.get("input", {}), block.get("name")))
+            yield _Found(role, "tool_call", _get(block, "input", {}), _get(block, "name"))
         elif kind == "tool_result":
-            steps.append(
-                _step(
-                    "tool",
-                    "tool_result",
-                    _tool_result_text(block.get("content")),
-                    "error" if block.get("is_error") else "output",
-                )
-            )
+            title = "error" if _get(block, "is_error") else "output"
+            yield _Found("tool", "tool_result", _tool_result_text(_get(block, "content")), title)
         else:
-            steps.append(_step(role, "event", block, kind or "block"))
-    return steps
+            yield _Found(role, "event", block, kind or "block")
 
 
 def _tool_result_text(content: Any) -> Any:
-    if isinstance(content, list) and all(isinstance(b, dict) and b.get("type") == "text" for b in content):
-        return "\n".join(str(b.get("text", "")) for b in content)
+    if isinstance(content, list) and all(_get(b, "type") == "text" for b in content):
+        return "\n".join(label(_get(b, "text", ""), MAX_STEP_CHARS) for b in content)
     return content
 
 
-def _claude_steps(events: list[dict[str, Any]]) -> list[Step]:
-    steps: list[Step] = []
+def _claude_steps(events: list[dict[str, Any]]) -> Iterator[_Found]:
     for event in events:
-        kind = event.get("type")
-        message = event.get("message")
+        kind, message = event.get("type"), event.get("message")
         if kind in ("assistant", "user") and isinstance(message, dict):
-            steps += _block_steps(str(message.get("role") or kind), message.get("content"))
+            yield from _block_steps(message.get("role") or kind, message.get("content"))
         elif kind == "result":
-            steps.append(
-                _step(
-                    "harness",
-                    "event",
-                    event.get("result", event),
-                    f"result ({event.get('subtype', '')})",
-                )
-            )
+            yield _Found("harness", "event", event.get("result", event), f"result ({label(event.get('subtype'))})")
         elif kind == "system":
-            steps.append(
-                _step(
-                    "harness",
-                    "event",
-                    {k: v for k, v in event.items() if k != "type"},
-                    f"system {event.get('subtype', '')}",
-                )
-            )
-    return steps
+            rest = {k: v for k, v in event.items() if k != "type"}
+            yield _Found("harness", "event", rest, f"system {label(event.get('subtype'))}")
 
 
-def _codex_steps(events: list[dict[str, Any]]) -> list[Step]:
-    steps: list[Step] = []
+def _codex_steps(events: list[dict[str, Any]]) -> Iterator[_Found]:
     for event in events:
-        item = event.get("item")
-        if event.get("type") != "item.completed" or not isinstance(item, dict):
-            if event.get("type") in ("turn.failed", "error"):
-                steps.append(
-                    _step(
-                        "harness",
-                        "event",
-                        event.get("error") or event.get("message") or event,
-                        event.get("type"),
-                    )
-                )
+        item, kind = event.get("item"), event.get("type")
+        if kind != "item.completed" or not isinstance(item, dict):
+            if kind in ("turn.failed", "error"):
+                yield _Found("harness", "event", event.get("error") or event.get("message") or event, kind)
             continue
         kind = item.get("type")
         if kind == "agent_message":
-            steps.append(_step("assistant", "text", item.get("text", "")))
+            yield _Found("assistant", "text", item.get("text", ""))
         elif kind == "reasoning":
-            steps.append(_step("assistant", "thinking", item.get("text", "")))
+            yield _Found("assistant", "thinking", item.get("text", ""))
         elif kind == "command_execution":
-            steps.append(_step("assistant", "tool_call", item.get("command", ""), "shell"))
-            exit_code = item.get("exit_code")
-            steps.append(
-                _step(
-                    "tool",
-                    "tool_result",
-                    item.get("aggregated_output", ""),
-                    f"exit {exit_code}",
-                )
+            yield _Found("assistant", "tool_call", item.get("command", ""), "shell")
+            yield _Found(
+                "tool", "tool_result", item.get("aggregated_output", ""), f"exit {label(item.get('exit_code'))}"
             )
         else:
-            steps.append(_step("assistant", "event", item, kind or "item"))
-    return steps
+            yield _Found("assistant", "event", item, kind or "item")
 
 
-def _message_steps(messages: list[dict[str, Any]]) -> list[Step]:
-    steps: list[Step] = []
+def _message_steps(messages: list[dict[str, Any]]) -> Iterator[_Found]:
     for message in messages:
-        role = str(message.get("role") or "?")
+        role = message.get("role") or "?"
         if role == "tool":
-            steps.append(
-                _step(
-                    "tool",
-                    "tool_result",
-                    _tool_result_text(message.get("content")),
-                    message.get("name") or "output",
-                )
+            yield _Found(
+                "tool", "tool_result", _tool_result_text(message.get("content")), message.get("name") or "output"
             )
             continue
         if message.get("content") not in (None, "", []):
-            steps += _block_steps(role, message.get("content"))
-        for call in message.get("tool_calls") or []:
-            function = call.get("function") if isinstance(call, dict) else None
+            yield from _block_steps(role, message.get("content"))
+        calls = message.get("tool_calls")
+        for call in calls if isinstance(calls, list) else [] if calls is None else [calls]:
+            function = _get(call, "function")
             if isinstance(function, dict):
-                steps.append(
-                    _step(
-                        role,
-                        "tool_call",
-                        function.get("arguments", ""),
-                        function.get("name"),
-                    )
-                )
+                yield _Found(role, "tool_call", function.get("arguments", ""), function.get("name"))
             else:
-                steps.append(_step(role, "tool_call", call, "tool call"))
-    return steps
+                yield _Found(role, "tool_call", call, "tool call")
+
+
+def _types(events: list[dict[str, Any]]) -> set[str]:
+    return {kind for event in events if isinstance(kind := event.get("type"), str)}
 
 
 def _detect(data: Any) -> TrajectoryFormat:
@@ -176,28 +141,69 @@ def _detect(data: Any) -> TrajectoryFormat:
         data = data["messages"]
     if not isinstance(data, list) or not data or not all(isinstance(e, dict) for e in data):
         return "json"
-    types = {e.get("type") for e in data}
+    types = _types(data)
     if types & {"assistant", "user"} and any(isinstance(e.get("message"), dict) for e in data):
         return "claude-code"
-    if any(str(t).startswith(("item.", "thread.", "turn.")) for t in types):
+    if any(t.startswith(("item.", "thread.", "turn.")) for t in types):
         return "codex"
     if all("role" in e for e in data):
         return "messages"
     return "json"
 
 
-def conversation(data: Any) -> tuple[TrajectoryFormat, list[Step], int]:
-    """The trajectory's format, its steps (at most ``MAX_STEPS``) and how many there were."""
-    fmt = _detect(data)
+def _found(fmt: TrajectoryFormat, data: Any) -> Iterator[_Found]:
     if fmt == "claude-code":
-        steps = _claude_steps(data)
-    elif fmt == "codex":
-        steps = _codex_steps(data)
-    elif fmt == "messages":
-        steps = _message_steps(data["messages"] if isinstance(data, dict) else data)
-    else:
-        steps = [_step("trajectory", "event", data, "JSON")]
-    return fmt, steps[:MAX_STEPS], len(steps)
+        return _claude_steps(data)
+    if fmt == "codex":
+        return _codex_steps(data)
+    if fmt == "messages":
+        return _message_steps(data["messages"] if isinstance(data, dict) else data)
+    return iter([_Found("trajectory", "event", data, "JSON")])
 
 
-__all__ = ["MAX_STEPS", "MAX_STEP_CHARS", "Step", "conversation"]
+def _render(found: _Found, limit: int) -> Step:
+    field = json_field(found.content, limit)
+    return Step(label(found.role) or "?", found.kind, label(found.title), field["text"], field["length"], field["note"])
+
+
+def _shown(found: Iterable[_Found]) -> tuple[list[Step], int]:
+    """The first steps rendered (within the step and character budgets), and how many there are."""
+    steps: list[Step] = []
+    budget = MAX_TRAJECTORY_CHARS
+    total = 0
+    for step in found:
+        total += 1
+        if len(steps) < MAX_STEPS and budget > 0:
+            steps.append(_render(step, min(MAX_STEP_CHARS, budget)))
+            budget -= len(steps[-1].text)
+    return steps, total
+
+
+def conversation(data: Any) -> tuple[TrajectoryFormat, list[Step], int]:
+    """The trajectory's format, its steps shown and how many there were."""
+    fmt = _detect(data)
+    steps, total = _shown(_found(fmt, data))
+    return fmt, steps, total
+
+
+def stored_conversation(stored: Any) -> tuple[TrajectoryFormat, list[Step], int]:
+    """:func:`conversation` of a stored ``trajectory.json``: its text read as JSON, or shown as
+    it is, with a note, when it is not JSON (a file cut to its last bytes) or nests too deep."""
+    if not isinstance(stored, str):
+        return conversation(stored)
+    try:
+        data = loads(stored)
+    except Unreadable as exc:
+        field = text_field(stored, MAX_STEP_CHARS, str(exc))
+        return "json", [Step("trajectory", "event", "text", field["text"], field["length"], field["note"])], 1
+    return conversation(data)
+
+
+__all__ = [
+    "MAX_STEPS",
+    "MAX_STEP_CHARS",
+    "MAX_TRAJECTORY_CHARS",
+    "Step",
+    "conversation",
+    "stored_conversation",
+]

@@ -42,14 +42,11 @@
     return String(value);
   }
   function verdictBadge(verdict) { return h("span", { class: "verdict verdict-" + verdict }, verdict); }
+  // A text the server made for the page: its first characters and a note on what is left out
+  // (cut at a length, nested too deep, not JSON), said next to it.
   function clipped(field) {
     if (!field) return h("p", { class: "note" }, "(none)");
-    const parts = [h("pre", {}, field.text)];
-    if (field.length > field.text.length) {
-      parts.push(h("p", { class: "truncated" },
-        `truncated: showing the first ${field.text.length.toLocaleString()} of ${field.length.toLocaleString()} characters`));
-    }
-    return h("div", {}, parts);
+    return h("div", {}, h("pre", {}, field.text), field.note ? h("p", { class: "truncated" }, field.note) : null);
   }
   function link(route, params, ...label) { return h("a", { href: hashFor(route, params) }, ...label); }
   function hashFor(route, params) {
@@ -271,7 +268,7 @@
     if (!t) return h("p", { class: "note" }, "(no trajectory stored)");
     const steps = t.steps.map((s) => h("div", { class: `step role-${s.role.replace(/[^a-z_-]/gi, "")} kind-${s.kind}` },
       h("div", { class: "who" }, [s.role, s.kind.replace("_", " "), s.title].filter(Boolean).join(" · ")),
-      clipped({ text: s.text, length: s.length })));
+      clipped(s)));
     const note = t.total > t.steps.length ? h("p", { class: "truncated" }, `showing the first ${t.steps.length} of ${t.total} steps`) : null;
     return h("div", { id: "trajectory" }, h("p", { class: "meta" }, `${t.total} steps (${t.format})`), steps, note);
   }
@@ -287,7 +284,10 @@
     const artifacts = u.artifacts.length
       ? u.artifacts.map((a) => h("details", {}, h("summary", {}, `${a.name} (${a.length.toLocaleString()} characters)`), clipped(a)))
       : h("p", { class: "note" }, "(no artifacts)");
+    const leftOut = u.artifacts_left_out
+      ? h("p", { class: "truncated" }, `${u.artifacts_left_out.toLocaleString()} more artifacts not shown`) : null;
     return h("div", { class: "unit" },
+      u.failure ? h("div", { class: "error-box", id: "unit-failure" }, u.failure) : null,
       h("h2", {}, "Task"), u.task_prompt && u.task_prompt.text ? clipped(u.task_prompt.text) : null,
       h("p", { class: "note" }, u.task_prompt ? u.task_prompt.note : ""),
       h("h2", {}, "Answer"), h("div", { id: "answer" }, clipped(u.answer)), h("p", { class: "note" }, "answer source: " + fmt(u.answer_source)),
@@ -296,7 +296,7 @@
       h("h3", {}, "Metrics"), metrics,
       h("h2", {}, "Error"), error,
       h("h2", {}, "Trajectory"), trajectoryView(u.trajectory),
-      h("h2", {}, "Artifacts"), artifacts,
+      h("h2", {}, "Artifacts"), artifacts, leftOut,
       h("h2", {}, "Facts"), factsTable(u),
       h("h2", {}, "Metadata"), clipped(u.metadata));
   }

@@ -157,6 +157,17 @@ def test_custom_evaluators_from_metrics_json() -> None:
     assert infer_kind(pd.Series([f"t{i}" for i in range(50)])) == "text"
 
 
+def test_metrics_no_reader_can_parse_give_no_judgments() -> None:
+    """Rows another writer left: metrics nested past the parser's limit, or damaged JSON."""
+    deep = '{"evaluators": {"exact": ' + "[" * 5000 + "]" * 5000 + "}}"
+    rows = [
+        base_row(run_id="ev", unit_id=f"u{i}", seed=i, metrics_json=text) for i, text in enumerate([deep, "{not json"])
+    ]
+    rows.append(base_row(run_id="ev", unit_id="u9", seed=9, metrics_json=json.dumps({"evaluators": {"exact": True}})))
+    long = judgments_from_metrics(pd.DataFrame(rows))
+    assert long["value"].tolist() == [None, None, True]
+
+
 def _progress_rows(done: int, errors: int) -> list[dict]:
     rows = []
     for i in range(done):

@@ -363,6 +363,17 @@ def infer_kind(series: pd.Series, max_options: int = 20) -> str:
     return "select" if values.astype(str).nunique() <= max_options else "text"
 
 
+def _metrics(text: object) -> object:
+    """A row's stored metrics; nothing where they are not JSON this reader can parse (too
+    deep for its recursion limit, or damaged: an older writer's, or another tool's)."""
+    if not isinstance(text, str) or not text:
+        return {}
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return {}
+
+
 def judgments_from_metrics(
     units: pd.DataFrame,
     paths: Sequence[str] | None = None,
@@ -378,8 +389,7 @@ def judgments_from_metrics(
     """
     if "metrics_json" not in units.columns:
         raise ReportError("the rows were read without 'metrics_json': read them with columns=ALL_COLUMNS")
-    parsed = [(json.loads(text) if isinstance(text, str) and text else {}) for text in units["metrics_json"]]
-    blocks = [object_at(m, key) for m in parsed]
+    blocks = [object_at(_metrics(text), key) for text in units["metrics_json"]]
     if paths is None:
         seen: dict[str, None] = {}
         for block in blocks:

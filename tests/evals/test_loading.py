@@ -303,10 +303,10 @@ def test_a_local_node_that_cannot_be_staged_is_found_when_loading(tmp_path: Path
             (node / "gone").symlink_to(node / "nothing")
     found = [(field, message.split(") ", 1)[1]) for _, field, message in problems_for(evals)]
     expected = {
-        "fifo": [("data_node", "is neither a regular file nor a folder: correct the path; a relative path is "
-                  f"relative to the eval file's folder, {evals / 'sub'}")],
-        "dangling link": [("data_node", "does not exist: correct the path; a relative path is relative to the "
-                           f"eval file's folder, {evals / 'sub'}")],
+        "fifo": [("data_node", ("is neither a regular file nor a folder: correct the path; a relative path is "
+                  f"relative to the eval file's folder, {evals / 'sub'}"))],
+        "dangling link": [("data_node", ("does not exist: correct the path; a relative path is relative to the "
+                           f"eval file's folder, {evals / 'sub'}"))],
     }.get(kind, [])  # fmt: skip
     assert found == expected
 

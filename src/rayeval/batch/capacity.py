@@ -124,7 +124,7 @@ def describe_capacity(
         )
     return (  # what is left on each node after its whole workers is too small for another
         f"{head}: each worker runs {shape.slots} units and asks for their resources on one node, and the "
-        f"nodes' room holds {running // shape.slots} such workers (--workers N: more, smaller workers pack "
+        f"nodes' room holds {_count(running // shape.slots, 'such worker')} (--workers N: more, smaller workers pack "
         f"more units onto the nodes){grows}"
     )
 
@@ -138,6 +138,10 @@ def local_node_resources(object_store_memory: int) -> NodeResources:
         is_head=True, node_ip_address="127.0.0.1"
     )
     return {name: float(amount) for name, amount in spec.to_resource_dict().items()}
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _totals(nodes: Sequence[NodeResources]) -> NodeResources:

@@ -5,6 +5,8 @@ has, against a judge on the loopback model server."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
@@ -12,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+import ray
 
 from rayeval import EvalFileError, batch
 from rayeval.batch.summary import summarize
@@ -21,6 +24,7 @@ from rayeval.storage import ResultStore
 from tests.agents.fake_model_server import FakeModelServer
 from tests.batch.conftest import read_invocations
 
+REPO = Path(__file__).resolve().parents[2]
 JUDGE_DELAY_S = 1.0
 MET = json.dumps({"met": True, "rationale": "present"})
 
@@ -190,3 +194,19 @@ def test_a_units_cost_is_its_agents_and_its_judges(
     assert old_summary.models[0].judge_cost_usd is None and "of which LLM judges" not in old_summary.text()
     assert main(["report", str(out), "--run", "old", "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["Cost ($)"] == pytest.approx(0.5 + judge_cost)
+
+
+def test_a_judged_run_whose_workers_hold_every_cpu_still_judges(tmp_path: Path, slow_judge: FakeModelServer) -> None:
+    """Units of a quarter CPU, four times as many as CPUs: the workers are sized to hold every
+    CPU of the embedded Ray, and the judge actor, asking for none, still starts (one asking for
+    a hundredth of a CPU never did: the run waited on it for ever)."""
+    cpus = int(ray._private.utils.get_num_cpus())
+    command = [
+        sys.executable, "-m", "rayeval.cli", "run", str(_rubric_eval(tmp_path / "evals")),
+        "--agent", "tests.batch.agents:rationale_writer", "--isolation", "inline", "--seeds", str(4 * cpus),
+        "--output", str(tmp_path / "out"), "--run-id", "full", "--no-progress",
+    ]  # fmt: skip
+    done = subprocess.run(command, check=False, cwd=REPO, capture_output=True, text=True, timeout=150)
+    assert done.returncode == 0, done.stderr
+    rows = pd.read_parquet(tmp_path / "out" / "run_id=full")
+    assert len(rows) == 4 * cpus and (rows["status"] == "passed").all()

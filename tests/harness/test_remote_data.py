@@ -11,6 +11,7 @@ import threading
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import pandas as pd
 import pytest
@@ -27,8 +28,8 @@ class _Files(http.server.BaseHTTPRequestHandler):
     """``/data.csv`` (HEAD and GET), ``/get-only.csv`` (HEAD refused with 405, as some servers
     and presigned URLs do), anything else 404; every request is counted by method and path."""
 
-    seen: Counter = Counter()
-    lock = threading.Lock()
+    seen: ClassVar[Counter] = Counter()
+    lock: ClassVar[threading.Lock] = threading.Lock()
 
     def log_message(self, *args: object) -> None:
         pass

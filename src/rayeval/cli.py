@@ -40,6 +40,12 @@ class BadInput(RayevalError):
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     evals, problems = check_evals(*args.paths, data_roots=args.data_root)
+    if not args.no_check_data:
+        from .harness.remote_data import remote_data_problems
+
+        missing = remote_data_problems(evals, s3_endpoint_url=args.s3_endpoint)
+        problems += missing
+        evals = [e for e in evals if str(e.source_path) not in {p.path for p in missing}]
     for problem in problems:
         print(problem, file=sys.stderr)
     if problems:
@@ -309,6 +315,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             unit_resources=_unit_resources(args.unit_resource),
             workers=args.workers,
             s3_endpoint_url=args.s3_endpoint,
+            check_data=not args.no_check_data,
             show_progress=not args.no_progress,
         )
     except ValidationError as exc:
@@ -381,6 +388,17 @@ def _add_data_root_option(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="DIR",
         help="a folder local data_node paths may also come from, besides the evals folder given (repeatable)",
+    )
+
+
+def _add_data_check_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--s3-endpoint", help="S3-compatible endpoint URL, for results and s3:// data (or set AWS_ENDPOINT_URL)"
+    )
+    parser.add_argument(
+        "--no-check-data",
+        action="store_true",
+        help="do not check, from this machine, that every s3:// and http(s):// data node is there (one request each)",
     )
 
 
@@ -463,9 +481,10 @@ def build_parser() -> argparse.ArgumentParser:
     agents = sub.add_parser("agents", help="list the built-in agents and their options")
     agents.set_defaults(handler=_cmd_agents)
 
-    validate = sub.add_parser("validate", help="check eval files and their grader configs")
+    validate = sub.add_parser("validate", help="check eval files, their data nodes and their grader configs")
     validate.add_argument("paths", nargs="+", help="eval files or folders (searched recursively)")
     _add_data_root_option(validate)
+    _add_data_check_options(validate)
     validate.set_defaults(handler=_cmd_validate)
 
     grade_cmd = sub.add_parser("grade", help="grade one answer file against one eval file")
@@ -584,7 +603,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         help="worker processes the units running at once are spread over (default: a CPU's worth of units each)",
     )
-    run.add_argument("--s3-endpoint", help="S3-compatible endpoint URL (or set AWS_ENDPOINT_URL)")
+    _add_data_check_options(run)
     run.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     run.add_argument(
         "--max-error-rate",

@@ -63,12 +63,16 @@ def bulky(task_prompt: str, work_dir: Path, context) -> dict:
 
 
 def rationale_writer(task_prompt: str, work_dir: Path, context) -> dict:
-    """Answers with a ``rationale`` (for rubric graders), logging when it started (monotonic clock)."""
+    """Answers with a ``rationale`` (for rubric graders), logging when it started (monotonic clock);
+    with ``--agent-arg cost=USD`` it reports that cost."""
     log = os.environ.get("RAYEVAL_TEST_INVOCATION_LOG")
     if log:
         with open(log, "a") as handle:
             handle.write(json.dumps({"seed": context.seed, "start": time.monotonic()}) + "\n")
-    return {"rationale": f"hERG is required (unit {context.seed})"}
+    answer = {"rationale": f"hERG is required (unit {context.seed})"}
+    if "cost" in context.args:  # what the agent reports its own model calls cost
+        return {"answer": answer, "metadata": {"cost_usd": float(context.args["cost"])}}
+    return answer
 
 
 def unstorable(task_prompt: str, work_dir: Path, context) -> object:

@@ -343,6 +343,29 @@ def test_units_run_as_many_at_once_as_their_resources_allow(tmp_path: Path, invo
     assert 1 <= _peak_concurrency(read_invocations(invocation_log)) <= cpus
 
 
+def test_the_run_and_its_dry_run_say_how_many_units_run_at_once_and_why(
+    tmp_path: Path, invocation_log: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Units of a whole CPU with --max-concurrency 16: as many run at once as the embedded Ray
+    has CPUs, and the run says so at start, with the option that changes it; --dry-run, which
+    starts no Ray, says the same from what Ray would find here."""
+    cpus = int(ray._private.utils.get_num_cpus())
+    evals = write_mc_evals(tmp_path / "evals", [f"q{i}" for i in range(8)])
+    options = {
+        "agent": "tests.batch.agents:timed_sleep", "agent_args": {"seconds": "0.3"}, "output": str(tmp_path / "out"),
+        "max_concurrency": 16, "isolation": "inline", "unit_cpus": 1, "seeds": [1, 2], **FAST,
+    }  # fmt: skip
+    said = (
+        f"units at once: {cpus}, not the 16 of --max-concurrency: each unit asks for CPU 1 and this machine's Ray "
+        f"has CPU {cpus} in all (--unit-cpus changes what a unit asks for)"
+    )
+    assert preview_run(batch.BatchConfig(evals=[str(evals)], **options)).capacity == said
+    batch.run(str(evals), run_id="held", **{**options, "show_progress": True})
+    start = [line for line in capfd.readouterr().err.splitlines() if line.startswith("[rayeval]")][:2]
+    assert start[1] == f"[rayeval] {said}"
+    assert _peak_concurrency(read_invocations(invocation_log)) <= cpus
+
+
 def test_a_unit_bigger_than_the_machine_is_refused_before_any_work(tmp_path: Path) -> None:
     evals = write_mc_evals(tmp_path / "evals", ["e1"])
     with pytest.raises(batch.UnitsDoNotFit, match=r"a unit asks for CPU 4096.*more than this machine's Ray has"):

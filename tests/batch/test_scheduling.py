@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rayeval.batch import engine
+from rayeval.batch import capacity, engine
 from rayeval.batch import worker as worker_module
 from rayeval.batch.plan import Plan, Unit, plan_units, unit_id_for
 from rayeval.batch.queue import UnitQueue, retry_delay
@@ -184,21 +184,64 @@ def test_a_unit_asks_for_its_agents_declaration_with_the_runs_overrides(tmp_path
     assert engine.unit_resources(_config(tmp_path), in_memory).cpus == 0.5
 
 
-def test_a_worker_holds_no_more_units_than_the_largest_node_has_room_for(monkeypatch: pytest.MonkeyPatch) -> None:
-    nodes = [
-        {"Alive": True, "Resources": {"CPU": 2.0, "memory": 1024.0 * MIB}},
-        {"Alive": True, "Resources": {"CPU": 8.0, "memory": 4096.0 * MIB, "GPU": 1.0}},
-        {"Alive": False, "Resources": {"CPU": 64.0, "memory": 1e15, "GPU": 8.0}},
-    ]
-    monkeypatch.setattr(engine.ray, "nodes", lambda: nodes)
-    monkeypatch.setattr(engine.ray, "cluster_resources", lambda: {"CPU": 10.0})
-    fits = engine._slots_that_fit
-    assert fits(UnitResources(cpus=0.01, memory=64 * MIB), embedded=True) == 64  # memory bounds it
-    assert fits(UnitResources(cpus=3, memory=0), embedded=True) == 2
-    assert fits(UnitResources(cpus=0.1, memory=0, custom={"GPU": 0.5}), embedded=True) == 2
-    with pytest.raises(engine.UnitsDoNotFit, match="CPU 16.*--unit-cpus"):
-        fits(UnitResources(cpus=16), embedded=True)
-    assert fits(UnitResources(cpus=16), embedded=False) == 1  # a cluster's autoscaler may add a node that fits
+NODES = [
+    {"CPU": 2.0, "memory": 1024.0 * MIB},
+    {"CPU": 8.0, "memory": 4096.0 * MIB, "GPU": 1.0},
+]
+
+
+def _shape(resources: UnitResources, *, embedded: bool = True, **options) -> capacity.PoolShape:
+    return capacity.pool_shape(
+        resources, NODES, **{"max_concurrency": 1000, "planned": 1000, "workers": None, "embedded": embedded, **options}
+    )
+
+
+def test_a_worker_holds_no_more_units_than_the_largest_node_has_room_for() -> None:
+    assert _shape(UnitResources(cpus=0.01, memory=64 * MIB)).slots == 64  # memory bounds it
+    assert _shape(UnitResources(cpus=3, memory=0), workers=1) == capacity.PoolShape(slots=2, count=500)
+    assert _shape(UnitResources(cpus=0.1, memory=0, custom={"GPU": 0.5})).slots == 2
+    assert _shape(UnitResources(cpus=0.25), workers=50) == capacity.PoolShape(slots=8, count=125)
+    with pytest.raises(capacity.UnitsDoNotFit, match="CPU 16.*--unit-cpus.*more than this machine's Ray has .CPU 10, "):
+        _shape(UnitResources(cpus=16))
+    assert _shape(UnitResources(cpus=16), embedded=False).slots == 1  # a cluster's autoscaler may add a node that fits
+
+
+@pytest.mark.parametrize(
+    "resources, options, said",
+    [
+        (UnitResources(cpus=0.25, memory=0), {"max_concurrency": 250, "planned": 2000},
+         ("units at once: 40, not the 250 of --max-concurrency: each unit asks for CPU 0.25 and this machine's Ray "
+         "has CPU 10 in all (--unit-cpus changes what a unit asks for)")),
+        (UnitResources(cpus=0.01, memory=1024 * MIB), {"max_concurrency": 250, "planned": 20, "workers": 20},
+         ("units at once: 5 of the run's 20: each unit asks for memory 1.0 GiB and this machine's Ray has memory "
+         "5.0 GiB in all (--unit-memory changes what a unit asks for)")),
+        (UnitResources(cpus=0.01, memory=512 * MIB), {"max_concurrency": 250, "planned": 20},
+         ("units at once: 8 of the run's 20: each worker runs 8 units and asks for their resources on one node, and "
+         "the nodes' room holds 1 such worker (--workers N: more, smaller workers pack more units onto the nodes)")),
+        (UnitResources(cpus=0.01, memory=0, custom={"GPU": 0.5}), {"max_concurrency": 8, "planned": 20},
+         ("units at once: 2, not the 8 of --max-concurrency: each unit asks for GPU 0.5 and this machine's Ray has "
+         "GPU 1 in all (--unit-resource GPU=AMOUNT changes what a unit asks for)")),
+        (UnitResources(cpus=0.01, memory=0, custom={"licence": 1}), {"max_concurrency": 8, "planned": 20},
+         ("units at once: none yet: no node of the cluster now has room for a unit, which asks for CPU 0.01, licence 1 "
+         "(--unit-cpus, --unit-memory, --unit-resource); units wait for a node that has, such as an autoscaler's")),
+        (UnitResources(cpus=0.3, memory=0), {"max_concurrency": 250, "planned": 2000},
+         ("units at once: 30, not the 250 of --max-concurrency: each worker runs 3 units and asks for their resources "
+         "on one node, and the nodes' room holds 10 such workers (--workers N: more, smaller workers pack more units "
+         "onto the nodes); a cluster's autoscaler, where it has one, may add nodes for more")),
+        (UnitResources(cpus=1, memory=0), {"max_concurrency": 4, "planned": 20}, "units at once: 4, as --max-concurrency 4 says"),
+        (UnitResources(cpus=1, memory=0), {"max_concurrency": 32, "planned": 6}, "units at once: all 6 of the run (--max-concurrency 32)"),
+    ],
+)  # fmt: skip
+def test_the_run_says_how_many_units_run_at_once_and_what_holds_them(
+    resources: UnitResources, options: dict, said: str
+) -> None:
+    """On 2 + 8 CPUs, 5 GiB of memory and a GPU: the --max-concurrency, the run's units, or the
+    first resource to run out (over the nodes, or as whole workers fit on each), and the option
+    that changes it; a unit no node holds now (on a cluster) waits for one."""
+    embedded = "licence" not in resources.custom and resources.cpus != 0.3
+    shape = _shape(resources, embedded=embedded, **options)
+    options.pop("workers", None)
+    assert capacity.describe_capacity(resources, NODES, shape, embedded=embedded, **options) == said
 
 
 def _worker_on(evals: list, agent) -> UnitWorker:

@@ -107,6 +107,39 @@ def finish_sleep_run(process: subprocess.Popen, output: Path, run_id: str, seeds
     assert len(rows) == 10 * seeds
 
 
+# ------------------------------------------------------------------------------ before a run
+
+
+def test_dry_run_on_the_cluster_says_what_its_nodes_hold_and_what_it_cannot_check(
+    ray_cluster: RayTestCluster, tmp_path: Path
+) -> None:
+    """--dry-run joins the cluster for a moment to read its nodes (both, NODE_CPUS each): units
+    of half a CPU run 8 at once whatever --max-concurrency says, an autoscaler may add more; a
+    rubric judge's key is read on the nodes, which the driver cannot check."""
+    evals = tmp_path / "evals"
+    evals.mkdir()
+    rubric = {"type": "rubric", "config": {"answer_field": "why", "criteria": [{"description": "x", "score_delta": 1}]}}
+    (evals / "judged.json").write_text(json.dumps({"id": "judged", "task": "Why?", "grader": rubric}))
+    command = ["rayeval", "run", str(evals), "--agent", "sleep", "--unit-cpus", "0.5", "--max-concurrency", "250",
+               "--seeds", "300", "--address", ray_cluster.gcs_address, "--output", str(tmp_path / "out"), "--dry-run"]  # fmt: skip
+    env = {k: v for k, v in ray_cluster.env.items() if k != "ANTHROPIC_API_KEY"}
+    done = subprocess.run(
+        command, check=False, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S
+    )
+    assert done.returncode == 0, _outputs(done, done.stdout, done.stderr)
+    cpus = 2 * NODE_CPUS
+    assert (
+        f"units at once: {2 * cpus}, not the 250 of --max-concurrency: each unit asks for CPU 0.5 and the cluster's "
+        f"nodes now have CPU {cpus} in all (--unit-cpus changes what a unit asks for); a cluster's autoscaler, where "
+        "it has one, may add nodes for more\n"
+    ) in done.stdout, done.stdout
+    assert (
+        "judges anthropic/claude-sonnet-5: names checked; their keys are read on the cluster's nodes, not checked here"
+        in done.stdout
+    )
+    assert not (tmp_path / "out").exists()
+
+
 # ------------------------------------------------------------------------------ job submission
 
 

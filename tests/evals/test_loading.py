@@ -38,6 +38,8 @@ def problems_for(path: Path) -> list[tuple[str, str, str]]:
 
 def test_valid_eval_keeps_unknown_keys_and_exposes_fields(tmp_path: Path) -> None:
     path = write(tmp_path / "e1.json", good_eval(canary="GUID-123", data_node=["a.h5ad", "b.h5ad"], timeout="30"))
+    for name in ("a.h5ad", "b.h5ad"):
+        write(tmp_path / name, b"data")
     (eval_,) = load_evals(path)
     assert isinstance(eval_, Eval)
     assert eval_.model_extra == {"canary": "GUID-123"}
@@ -265,11 +267,48 @@ def test_system_folders_stay_refused_inside_a_data_root(tmp_path: Path) -> None:
     assert [(p.field, "under /proc" in p.message) for p in problems] == [("data_node[1]", True)]
 
 
-def test_missing_and_remote_nodes_load_as_before(tmp_path: Path) -> None:
-    """Existence is checked when the data is staged (the run's error row names the file)."""
-    nodes = ["../data/not_yet_there.h5ad", "s3://bucket/key.csv", "https://example.org/x.csv", "latch://123.node"]
-    (eval_,) = load_evals(evals_folder(tmp_path, nodes))
-    assert eval_.data_nodes == nodes
+def test_a_missing_local_node_is_a_problem_of_its_file_and_field(tmp_path: Path) -> None:
+    """A misspelled data file stops loading (validate, --dry-run, run) with the path looked
+    for and the fix, instead of every unit's staging; remote nodes are not fetched here."""
+    nodes = ["../data/ok.csv", "../data/not_yet_there.h5ad", "s3://bucket/key.csv", "https://example.org/x.csv"]
+    evals = evals_folder(tmp_path, [*nodes, "latch://123.node"])
+    ((file, field, message),) = problems_for(evals)
+    assert (file, field) == (str(evals / "sub" / "e.json"), "data_node[1]")
+    assert message == (
+        f"local data node '../data/not_yet_there.h5ad' ({evals / 'data' / 'not_yet_there.h5ad'}) does not exist: "
+        f"correct the path; a relative path is relative to the eval file's folder, {evals / 'sub'}"
+    )
+    (evals / "data" / "not_yet_there.h5ad").write_bytes(b"now there")
+    (eval_,) = load_evals(evals)
+    assert eval_.data_nodes == [*nodes, "latch://123.node"]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dangling link", "dangling link in a folder", "fifo in a folder"])
+def test_a_local_node_that_cannot_be_staged_is_found_when_loading(tmp_path: Path, kind: str) -> None:
+    """Not a file or folder to copy (a FIFO), or a link to nothing: said at once. In a folder,
+    what staging skips (a dangling link, a FIFO) does not count; the folder's files must read."""
+    import os
+
+    evals = evals_folder(tmp_path, "../data/node")
+    node = evals / "data" / "node"
+    if kind == "fifo":
+        os.mkfifo(node)
+    elif kind == "dangling link":
+        node.symlink_to(evals / "data" / "gone")
+    else:
+        write(node / "kept.csv", "a\n")
+        if kind == "fifo in a folder":
+            os.mkfifo(node / "pipe")
+        else:
+            (node / "gone").symlink_to(node / "nothing")
+    found = [(field, message.split(") ", 1)[1]) for _, field, message in problems_for(evals)]
+    expected = {
+        "fifo": [("data_node", ("is neither a regular file nor a folder: correct the path; a relative path is "
+                  f"relative to the eval file's folder, {evals / 'sub'}"))],
+        "dangling link": [("data_node", ("does not exist: correct the path; a relative path is relative to the "
+                           f"eval file's folder, {evals / 'sub'}"))],
+    }.get(kind, [])  # fmt: skip
+    assert found == expected
 
 
 def test_data_roots_survive_pickling_and_in_memory_evals_have_none(tmp_path: Path) -> None:

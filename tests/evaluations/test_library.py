@@ -173,3 +173,28 @@ def test_registered_evaluators_resolve_by_path(monkeypatch: pytest.MonkeyPatch) 
         evaluations.register_evaluator(
             {"path": "team/broken", "return_type": "boolean", "args_type": "target_free", "x": 1}
         )
+
+
+def test_an_llm_evaluator_without_its_key_stops_an_embedded_run_before_any_datapoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On an embedded Ray the judges' calls have this process's environment: a judge whose key
+    is missing is an error of the evaluation's arguments, before Ray starts or anything is
+    written, as the prompt agent's key is in a run."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    called: list[str] = []
+    with pytest.raises(EvaluationConfigError) as refused:
+        evaluations.run(
+            "qa",
+            {"path": "qa/answerer", "callable": lambda question: called.append(question) or "4"},
+            [{"path": "Example Evaluators/AI/Semantic similarity"}],
+            qa_dataset(),
+            output=str(tmp_path / "results"),
+            isolation="inline",
+            print_report=False,
+            show_progress=False,
+        )
+    assert "needs an API key in the environment variable OPENAI_API_KEY" in str(refused.value)
+    assert "Example Evaluators/AI/Semantic similarity" in str(refused.value)
+    assert not called and not (tmp_path / "results").exists()

@@ -121,6 +121,11 @@ def test_a_prompt_in_code_is_called_per_datapoint_and_judged(tmp_path: Path, ser
     frame = pd.read_parquet(Path(output) / f"run_id={result.run_id}")
     assert len(frame) == 3 and set(frame["isolation"]) == {"inline"} and set(frame["harness"]) == {"prompt"}
     assert set(frame["input_tokens"]) == {1000} and (frame["cost_usd"] > 0).all()
+    # each datapoint: the prompt's call, then its two LLM judges' calls, on the same model and usage
+    call = (1000 * 0.15 + 10 * 0.6) / 1e6
+    assert frame["agent_cost_usd"].tolist() == pytest.approx([call] * 3)
+    assert frame["judge_cost_usd"].tolist() == pytest.approx([2 * call] * 3)
+    assert frame["cost_usd"].tolist() == pytest.approx([3 * call] * 3)
     outputs = sorted(json.loads(a)["output"] for a in frame["answer_json"])
     assert outputs == ["Cusco", "Paris", "Tokyo"] and result.version_id.startswith("geo/answerer@v-")
     judged = {json.loads(r.answer_json)["output"]: json.loads(r.metrics_json)["evaluators"] for r in frame.itertuples()}

@@ -599,9 +599,13 @@ def test_an_agents_signature_is_read_once_and_unhashable_agents_still_work(
 
 
 def test_staging_failure_is_an_error_result(tmp_path: Path) -> None:
+    """Loading found the file; gone by the time the unit runs, it is the unit's error."""
     path = tmp_path / "e.json"
     path.write_text(json.dumps({"id": "e", "task": "t", "data_node": "missing.h5ad", "grader": MC_GRADER}))
-    result = EvalRunner(path, work_root=tmp_path / "w", cache_dir=tmp_path / "c").run(lambda p, w: {"answer": "B"})
+    (tmp_path / "missing.h5ad").write_bytes(b"there when loaded")
+    runner = EvalRunner(path, work_root=tmp_path / "w", cache_dir=tmp_path / "c")
+    (tmp_path / "missing.h5ad").unlink()
+    result = runner.run(lambda p, w: {"answer": "B"})
     assert result.status == "error" and result.error_type == "StagingError" and "missing.h5ad" in result.error_message
 
 

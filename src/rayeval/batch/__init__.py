@@ -11,14 +11,15 @@ from typing import TYPE_CHECKING, Any
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .engine import BatchConfig, RunCancelled, RunConflict, UnitsDoNotFit, run_batch
+    from .capacity import UnitsDoNotFit
+    from .engine import BatchConfig, RunCancelled, RunConflict, run_batch
     from .summary import RunSummary
 
 _EXPORTS = {
     "BatchConfig": ".engine",
     "RunCancelled": ".engine",
     "RunConflict": ".engine",
-    "UnitsDoNotFit": ".engine",
+    "UnitsDoNotFit": ".capacity",
     "run_batch": ".engine",
     "RunSummary": ".summary",
 }

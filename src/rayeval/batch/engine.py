@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 import secrets
 import signal
@@ -23,17 +22,21 @@ from pydantic import AfterValidator, BaseModel, Field
 from ..agents.labels import row_labels
 from ..agents.resolve import agent_ref, check_agent_args, resolve_agent
 from ..errors import RayevalError
-from ..evals import Eval, load_evals, select_evals
+from ..evals import Eval, EvalFileError, load_evals, select_evals
+from ..evals.loader import EvalProblem
 from ..evals.model import MAX_TIMEOUT_S
+from ..graders.rubric import check_judge_key, judge_models
 from ..harness.cache import default_cache_dir
 from ..harness.context import AgentFunction, UnitResources
 from ..harness.execution import INT64_MAX, INT64_MIN, Execution, grade_execution, has_judged_graders
 from ..harness.grading_pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
 from ..harness.isolation import Isolation
 from ..harness.prompt import AnswerConvention
+from ..harness.remote_data import remote_data_problems
 from ..harness.runner import check_agent_loads
 from ..harness.sandbox import SandboxConfig
 from ..harness.workspace import default_work_root
+from ..models.providers import ModelError
 from ..storage import (
     ERROR_STATUSES,
     ResultRow,
@@ -52,6 +55,7 @@ from ..storage.store import (
     StorageError,
     describe_write_error,
 )
+from .capacity import NodeResources, describe_capacity, pool_shape
 from .judging import JudgeCalls
 from .plan import Plan, Unit, compact_seeds, plan_changes, unstored
 from .progress import Progress
@@ -59,7 +63,7 @@ from .queue import UnitQueue, retry_delay
 from .rows import UnitRow, row_from_result, unit_row
 from .stopping import RunCancelled, SigtermStopsTheRun
 from .summary import RunSummary, summarize
-from .worker import GradeFunction, JudgeWork, WorkerConfig, WorkerPool, ray_options, start_workers
+from .worker import GradeFunction, JudgeWork, WorkerConfig, WorkerPool, start_workers
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +115,8 @@ class BatchConfig(BaseModel):
     #: worker processes the concurrent units are spread over (default: a CPU's worth of units each)
     workers: int | None = Field(None, ge=1)
     s3_endpoint_url: str | None = None
+    #: check that every remote data node (s3://, http(s)://) is there before any unit (``--no-check-data``: not)
+    check_data: bool = True
     work_root: str | None = None
     cache_dir: str | None = None
     flush_rows: int = Field(1000, ge=1)
@@ -123,10 +129,6 @@ class BatchConfig(BaseModel):
 
 class RunConflict(RayevalError, ValueError):
     """The run id already holds results (without --resume), or --resume has nothing to resume."""
-
-
-class UnitsDoNotFit(RayevalError, ValueError):
-    """A unit asks for more than any node of the (embedded) Ray has: it could never start."""
 
 
 def new_run_id() -> str:
@@ -245,9 +247,12 @@ def run_batch(
         raise RunConflict("--retry-errors goes with --resume: it reruns the errored units of an existing run")
     fresh_root = not is_s3(config.output) and not os.path.exists(config.output)
     store = _LeasedStore(config.output, s3_endpoint_url=config.s3_endpoint_url)
-    # an unknown agent is a usage error, not thousands of error rows (so is one that does not
-    # load, or a sandbox that does not start, where units run: the workers check that first)
+    # an unknown agent, a missing data file or judge key is a usage error, not thousands of
+    # error rows, found before the run's rows are touched (so is an agent that does not load, or
+    # a sandbox that does not start, where units run: the workers check that first)
     check_agent(config, evals, agent)
+    judges_note = check_judges(config, evals)
+    check_data(config, evals)
     run_id = config.run_id or new_run_id()
     # One driver at a time (LeaseHeld names the other one): taken before the run is read or
     # written, renewed in the background, released at the end; the store writes only while it is held.
@@ -290,15 +295,18 @@ def run_batch(
             sigterm.claim()
             # Workers start (asynchronously) first: their start-up overlaps planning and the
             # manifest.  A resumed run may need fewer; idle ones cost nothing.
-            workers = _start_pool(config, run_id, evals, len(plan), agent=agent, grade=grade) if len(plan) else None
+            workers, capacity = (
+                _start_pool(config, run_id, evals, len(plan), agent=agent, grade=grade) if len(plan) else (None, None)
+            )
             # a bool per plan position: units without a stored row (a resumed run's are mostly stored)
             todo, earlier_attempts = units_to_run(config, store, run_id, plan)
             to_run = int(todo.sum())
-            progress = Progress(
-                to_run,
-                enabled=config.show_progress,
-                header=f"run {run_id}: {to_run} units to run ({len(plan) - to_run} already stored); results: {store.run_uri(run_id)}",
-            )
+            header = [
+                f"run {run_id}: {to_run} units to run ({len(plan) - to_run} already stored); results: {store.run_uri(run_id)}"
+            ]
+            if to_run and capacity is not None:
+                header.append(capacity(to_run))
+            progress = Progress(to_run, enabled=config.show_progress, header="\n".join([*header, *judges_note]))
             if to_run and workers is not None:
                 workers.wait_until_up()
             manifest = store.write_manifest(planned)
@@ -554,9 +562,56 @@ def check_agent(config: BatchConfig, evals: list[Eval], agent: AgentFunction | N
     )  # fmt: skip
 
 
+def check_judges(config: BatchConfig, evals: list[Eval]) -> list[str]:
+    """Every rubric judge of the run's evals can be called.  Where the judges run with this
+    process's environment (an embedded Ray), their keys are there: else EvalFileError naming,
+    per judge model without one, the first eval file and field that names it.  Elsewhere (a
+    cluster, whose nodes' environment the judge actor has), the note saying what is not checked."""
+    used: dict[str, list[tuple[str, str]]] = {}
+    for eval_ in evals:
+        specs = [spec.model_dump() for spec in eval_.grader_specs]
+        named = judge_models(specs[0], "grader") if eval_.grader is not None else judge_models(specs, "graders")
+        for where, model in named:
+            used.setdefault(model, []).append((str(eval_.source_path or f"<eval {eval_.id}>"), where))
+    if not used:
+        return []
+    if not _embedded(config):
+        note = f"judges {', '.join(used)}: names checked; their keys are read on the cluster's nodes, not checked here"
+        return [note]
+    problems = []
+    for model, naming in used.items():
+        try:
+            check_judge_key(model)
+        except ModelError as exc:
+            (path, field), others = naming[0], len(naming) - 1
+            also = f" (named here and by {others} more graders)" if others else ""
+            problems.append(
+                EvalProblem(
+                    path, field,
+                    f"the rubric judge {model!r}{also} cannot be called: {exc}. It runs on this machine's Ray, with "
+                    "this environment: set the variable before the run, or name another judge in model_id",
+                )
+            )  # fmt: skip
+    if problems:
+        raise EvalFileError(problems)
+    return []
+
+
+def check_data(config: BatchConfig, evals: list[Eval]) -> None:
+    """Every remote data node of the run's evals is there (``config.check_data``), else
+    EvalFileError naming each eval file and field; local ones were checked when they loaded."""
+    if config.check_data and (problems := remote_data_problems(evals, s3_endpoint_url=config.s3_endpoint_url)):
+        raise EvalFileError(problems)
+
+
+def runs_embedded(address: str | None) -> bool:
+    """A run with this ``address`` starts its own Ray on this machine (see :func:`connect`):
+    its units and judges see this process's environment."""
+    return address == "local" or (address is None and not os.environ.get("RAY_ADDRESS"))
+
+
 def _embedded(config: BatchConfig) -> bool:
-    """The run starts its own Ray on this machine: its units see this process's environment."""
-    return config.address in (None, "local") and not os.environ.get("RAY_ADDRESS")
+    return runs_embedded(config.address)
 
 
 def _worker_config(config: BatchConfig, run_id: str, evals: list[Eval]) -> WorkerConfig:
@@ -590,6 +645,11 @@ def unit_resources(config: BatchConfig, agent: AgentFunction | None) -> UnitReso
     return declared.model_copy(update=overrides)
 
 
+def live_nodes() -> list[NodeResources]:
+    """What each node now in the Ray cluster has (Ray's totals)."""
+    return [node["Resources"] for node in ray.nodes() if node["Alive"]]
+
+
 def _start_pool(
     config: BatchConfig,
     run_id: str,
@@ -598,51 +658,32 @@ def _start_pool(
     *,
     agent: AgentFunction | None,
     grade: GradeFunction | None,
-) -> WorkerPool:
-    """Workers enough for the run's concurrency, each running up to a CPU's worth of units (or
-    ``config.workers`` of them), within what the largest node has."""
+) -> tuple[WorkerPool, Callable[[int], str]]:
+    """Workers enough for the run's concurrency (see :func:`pool_shape`), and what tells how
+    many of ``n`` units to run can run at once, and why."""
     resources = unit_resources(config, agent)
-    demand = max(1, min(config.max_concurrency, planned))
-    slots = math.ceil(demand / config.workers) if config.workers else max(1, min(demand, int(1 / resources.cpus)))
-    slots = min(slots, _slots_that_fit(resources, embedded=_embedded(config)))
-    return start_workers(
+    nodes = live_nodes()
+    embedded = _embedded(config)
+    shape = pool_shape(
+        resources, nodes, max_concurrency=config.max_concurrency, planned=planned, workers=config.workers,
+        embedded=embedded,
+    )  # fmt: skip
+    pool = start_workers(
         _worker_config(config, run_id, evals),
         evals=evals,
         agent=agent,
         grade=grade,
         resources=resources,
-        count=math.ceil(demand / slots),
-        slots=slots,
+        count=shape.count,
+        slots=shape.slots,
     )
 
-
-def _slots_that_fit(resources: UnitResources, *, embedded: bool) -> int:
-    """How many units' resources the largest node now in the cluster holds.  None: on the
-    embedded Ray a unit would never start (UnitsDoNotFit); on a cluster an autoscaler may yet
-    add a node that holds it, so a worker asks for one unit, and Ray reports it waiting."""
-    asked = ray_options(resources, 1)
-    wanted = {"CPU": asked["num_cpus"], "GPU": asked["num_gpus"], "memory": asked["memory"], **asked["resources"]}
-    best = 0
-    for node in ray.nodes():
-        if node["Alive"]:
-            have = node["Resources"]
-            best = max(best, min(int(have.get(name, 0) / amount + 1e-9) for name, amount in wanted.items() if amount))
-    if best:
-        return best
-    if embedded:
-        raise UnitsDoNotFit(
-            "a unit asks for "
-            + ", ".join(f"{name} {amount:g}" for name, amount in wanted.items() if amount)
-            + " (the agent's declaration with --unit-cpus/--unit-memory/--unit-resource), more than this machine's Ray has "
-            + f"({_node_totals()}): lower them, or run on a cluster (--address)"
+    def capacity(to_run: int) -> str:
+        return describe_capacity(
+            resources, nodes, shape, max_concurrency=config.max_concurrency, planned=to_run, embedded=embedded
         )
-    log.warning("no node of the cluster holds a unit's resources now (%s): units wait for one to join", wanted)
-    return 1
 
-
-def _node_totals() -> str:
-    totals = ray.cluster_resources()
-    return ", ".join(f"{name} {totals[name]:g}" for name in ("CPU", "GPU", "memory") if name in totals)
+    return pool, capacity
 
 
 def _execute(

@@ -95,10 +95,13 @@ class JudgeCalls:
         return bool(self.units)
 
     def _judge_actor(self) -> Any:
+        """The run's judge actor, asking Ray for no CPU: it waits on judge models, and the units'
+        workers may hold every CPU (a worker's share is sized to fill a node), where an actor
+        that asked for any would never start, and the run would wait on it for ever."""
         if self._actor is None:
             self._actor = (
                 ray.remote(JudgeWorker)
-                .options(num_cpus=0.01, max_concurrency=self.concurrency, max_restarts=-1, max_task_retries=3)
+                .options(num_cpus=0, max_concurrency=self.concurrency, max_restarts=-1, max_task_retries=3)
                 .remote()
             )
         return self._actor

@@ -1,23 +1,32 @@
 """``rayeval run --dry-run``: the plan a run would carry out, checked as the run checks it,
-without starting Ray, taking the run's lease or writing anything."""
+without starting Ray (a cluster's is joined for a moment, to read its nodes), taking the run's
+lease or writing anything."""
 
 from __future__ import annotations
 
 import math
 
 import numpy as np
+import ray
 from pydantic import BaseModel
 
 from ..agents.labels import row_labels
 from ..storage import ResultStore
+from .capacity import NodeResources, describe_capacity, local_node_resources, pool_shape
 from .engine import (
     BatchConfig,
     RunConflict,
     check_agent,
+    check_data,
+    check_judges,
     check_same_inputs,
+    connect,
+    live_nodes,
     previous_manifest,
     run_evals,
     run_manifest,
+    runs_embedded,
+    unit_resources,
     units_to_run,
 )
 from .plan import Plan, describe_seeds
@@ -39,6 +48,10 @@ class PlanPreview(BaseModel):
     #: units to run of models no earlier row gives a cost for (not in the estimate)
     unpriced_units: int
     cost_basis: str
+    #: how many units can run at once, and what limits it (as the run says at start)
+    capacity: str
+    #: what the start-up checks could not check from here (a cluster's judge keys)
+    notes: list[str] = []
 
     def text(self) -> str:
         selected = f" (selected from {self.evals_loaded})" if self.evals != self.evals_loaded else ""
@@ -55,6 +68,8 @@ class PlanPreview(BaseModel):
             f"evals: {self.evals}{selected}; models: {', '.join(self.models)}; seeds: {self.seeds}",
             f"units: {self.units} planned, {self.units - self.to_run} already stored, {self.to_run} to run{rerun}",
             f"estimated cost: {cost}",
+            self.capacity,
+            *self.notes,
         ])  # fmt: skip
 
 
@@ -64,6 +79,8 @@ def preview_run(config: BatchConfig) -> PlanPreview:
     all_evals = run_evals(config.model_copy(update={"sample_ids": [], "filters": [], "limit": None}))
     evals = run_evals(config, all_evals)
     check_agent(config, evals, None, here=True)
+    notes = check_judges(config, evals)
+    check_data(config, evals)
     plan = Plan(evals, config.models, config.seeds, config.agent)
     store = ResultStore(config.output, s3_endpoint_url=config.s3_endpoint_url)
     todo, rerun = np.ones(len(plan), dtype=bool), 0
@@ -94,7 +111,41 @@ def preview_run(config: BatchConfig) -> PlanPreview:
         estimated_cost_usd=cost,
         unpriced_units=unpriced,
         cost_basis=basis,
+        capacity=_capacity(config, int(todo.sum())),
+        notes=notes,
     )
+
+
+def _capacity(config: BatchConfig, to_run: int) -> str:
+    """What the run would say at start of how many units run at once: from the resources Ray
+    would find on this machine (embedded), or from the cluster's nodes now."""
+    if not to_run:
+        return "units at once: none, nothing to run"
+    embedded = runs_embedded(config.address)
+    try:
+        nodes = [local_node_resources(config.object_store_memory)] if embedded else _cluster_nodes(config)
+    except (ImportError, AttributeError, TypeError) as exc:  # Ray's own reckoning, not a public API
+        return f"units at once: said when the run starts (Ray does not tell it beforehand here: {exc})"
+    resources = unit_resources(config, None)
+    shape = pool_shape(
+        resources, nodes, max_concurrency=config.max_concurrency, planned=to_run, workers=config.workers,
+        embedded=embedded,
+    )  # fmt: skip
+    return describe_capacity(
+        resources, nodes, shape, max_concurrency=config.max_concurrency, planned=to_run, embedded=embedded
+    )
+
+
+def _cluster_nodes(config: BatchConfig) -> list[NodeResources]:
+    """The nodes of the cluster the run would join: read by joining it as a driver, for the
+    moment it takes (nothing starts on it)."""
+    if ray.is_initialized():
+        return live_nodes()
+    connect(config)
+    try:
+        return live_nodes()
+    finally:
+        ray.shutdown()
 
 
 def _estimated_cost(store: ResultStore, to_run_of: dict[str, int]) -> tuple[float | None, int, str]:

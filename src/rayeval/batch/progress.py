@@ -8,8 +8,8 @@ from typing import TextIO
 
 
 class Progress:
-    """``header``, printed first, says what runs and where its results go: a run killed
-    outright (no summary) is resumed by its id."""
+    """``header``, printed first (a line each), says what runs and where its results go (a run
+    killed outright, without a summary, is resumed by its id) and how many units run at once."""
 
     def __init__(
         self,
@@ -29,7 +29,7 @@ class Progress:
         self._last_log = 0.0
         self._live = None
         if enabled and header:
-            print(f"[rayeval] {header}", file=self.stream, flush=True)
+            print("".join(f"[rayeval] {line}\n" for line in header.splitlines()), end="", file=self.stream, flush=True)
         if enabled and self.stream.isatty():
             from rich.progress import BarColumn, TextColumn, TimeRemainingColumn
             from rich.progress import Progress as RichProgress

@@ -112,6 +112,8 @@ def row_from_result(
         agent_s=result.agent_s,
         grade_s=result.grade_s,
         cost_usd=result.cost_usd,
+        agent_cost_usd=result.agent_cost_usd,
+        judge_cost_usd=result.judge_cost_usd,
         input_tokens=result.input_tokens,
         output_tokens=result.output_tokens,
         n_turns=result.n_turns,

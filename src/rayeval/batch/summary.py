@@ -20,9 +20,12 @@ class ModelSummary(BaseModel):
     errors: int
     #: passed units in percent of all units, errored ones included (as ``rayeval report``)
     accuracy_pct: float
-    #: mean cost per unit (as the report's ``Cost ($)``), and the total; None when unreported
+    #: mean cost per unit (as the report's ``Cost ($)``), and the total; None when unreported.
+    #: A unit's cost is its agent's and its LLM judges' together
     mean_cost_usd: float | None
     total_cost_usd: float | None
+    #: of ``total_cost_usd``, what the judge calls cost (None: no judge call was priced)
+    judge_cost_usd: float | None = None
 
 
 class RunSummary(BaseModel):
@@ -52,7 +55,10 @@ class RunSummary(BaseModel):
                 f"{m.accuracy_pct:10.2f} {cost}"
             )
         costs = [m.total_cost_usd for m in self.models if m.total_cost_usd is not None]
-        total = f"; total cost ${sum(costs):.2f}" if costs else ""
+        judges = [m.judge_cost_usd for m in self.models if m.judge_cost_usd is not None]
+        total = f"; total cost {_usd(sum(costs))}" if costs else ""
+        if judges:
+            total += f" (of which LLM judges {_usd(sum(judges))})"
         lines.append(
             f"run {self.run_id}: {self.stored_rows}/{self.total_units} units stored "
             f"({self.ran} run now, {self.skipped} already done) in {self.duration_s:.1f}s{total}"
@@ -61,17 +67,22 @@ class RunSummary(BaseModel):
         return "\n".join(lines)
 
 
+def _usd(amount: float) -> str:
+    """Dollars and cents, or four decimals below a dollar (a judge's calls for a few units)."""
+    return f"${amount:,.2f}" if amount >= 1 else f"${amount:.4f}"
+
+
 def summarize(
     store: ResultStore, run_id: str, *, total_units: int, skipped: int, ran: int, started: datetime
 ) -> RunSummary:
     # only the columns it needs: a run's answers and artifacts can be most of its bytes
-    columns = ["model", "harness", "unit_id", "status", "cost_usd", "attempt"]
+    columns = ["model", "harness", "unit_id", "status", "cost_usd", "judge_cost_usd", "attempt"]
     frame = store.read_table(run_id, columns=columns).to_pandas()
     frame = frame.sort_values("attempt").drop_duplicates("unit_id", keep="last")
     frame["harness"] = frame["harness"].astype(object).fillna("")
     models = []
     for (model, harness), group in frame.groupby(["model", "harness"], sort=True, observed=True):
-        cost = group["cost_usd"].dropna()
+        cost, judge_cost = group["cost_usd"].dropna(), group["judge_cost_usd"].dropna()
         passed = int((group["status"] == "passed").sum())
         models.append(
             ModelSummary(
@@ -84,6 +95,7 @@ def summarize(
                 accuracy_pct=100.0 * passed / len(group),
                 mean_cost_usd=float(cost.mean()) if len(cost) else None,
                 total_cost_usd=float(cost.sum()) if len(cost) else None,
+                judge_cost_usd=float(judge_cost.sum()) if len(judge_cost) else None,
             )
         )
     return RunSummary(

@@ -11,6 +11,7 @@ not concerned.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -92,3 +93,37 @@ def _checked_entry(path: Path, roots: Sequence[Path], eval_files: Collection[Pat
     if real in eval_files:
         raise ValueError(f"resolves to {real}, an eval file: its answer key would reach the agent")
     return real
+
+
+def unreadable_data(real: Path) -> str | None:
+    """Why the local data at ``real`` (a real path, see :func:`checked_data_tree`) cannot be
+    staged, or None: it does not exist, is neither a regular file nor a folder, or it (a file),
+    or a folder or file in it, cannot be read.  Found when the eval is loaded, so a misspelled
+    path stops a run before it starts instead of failing every unit's staging."""
+    try:
+        info = os.stat(real)
+    except FileNotFoundError:
+        return "does not exist"
+    except OSError as exc:
+        return f"cannot be read: {exc.strerror or exc}"
+    if stat.S_ISREG(info.st_mode):
+        return _unopenable(real)
+    if not stat.S_ISDIR(info.st_mode):
+        return "is neither a regular file nor a folder"
+    try:
+        for folder, _, files in walk_once(real):
+            for name in files:
+                entry = Path(folder, name)
+                if entry.is_file() and (problem := _unopenable(entry)):  # links followed; others are not copied
+                    return f"holds {entry.relative_to(real).as_posix()}, which {problem}"
+    except OSError as exc:
+        return f"holds a folder that cannot be read: {exc.filename}: {exc.strerror or exc}"
+    return None
+
+
+def _unopenable(path: Path) -> str | None:
+    try:
+        os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK))
+    except OSError as exc:
+        return f"cannot be read: {exc.strerror or exc}"
+    return None

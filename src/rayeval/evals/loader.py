@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from ..errors import ConfigError, RayevalError
 from ..graders.registry import get_grader
-from .data_roots import checked_data_tree, local_node_path, resolve_roots
+from .data_roots import checked_data_tree, local_node_path, resolve_roots, unreadable_data
 from .model import Eval, selection_problem
 
 SKIPPED_FILE_NAMES = frozenset({"manifest.json"})
@@ -361,7 +361,8 @@ def grader_config_problems(eval_: Eval, path: str) -> list[EvalProblem]:
 def data_node_problems(eval_: Eval, path: str, eval_files: Collection[Path] = ()) -> list[EvalProblem]:
     """One problem per local data node outside the eval's data roots, or one that is or
     holds something outside them, the eval's own file or one of ``eval_files`` (real paths:
-    the other evals of the run), whose answer keys would reach the agent (see ``data_roots.py``)."""
+    the other evals of the run), whose answer keys would reach the agent (see ``data_roots.py``),
+    and per one that does not exist or cannot be read."""
     base = eval_.source_path.parent if eval_.source_path else Path.cwd()
     secret = {*eval_files, *([eval_.source_path] if eval_.source_path else [])}
     problems = []
@@ -375,12 +376,20 @@ def data_node_problems(eval_: Eval, path: str, eval_files: Collection[Path] = ()
         if local is None:
             continue
         try:
-            checked_data_tree(local, eval_.data_roots, secret)
+            real = checked_data_tree(local, eval_.data_roots, secret)
         except ValueError as exc:
             problems.append(EvalProblem(path, field, f"local data node {node!r} {exc}"))
+            continue
         except OSError as exc:
             problems.append(
                 EvalProblem(path, field, f"local data node {node!r}: cannot read {exc.filename}: {exc.strerror}")
+            )
+            continue
+        if (problem := unreadable_data(real)) is not None:
+            given_relative = "://" not in node and not Path(node).expanduser().is_absolute()
+            relative = f"; a relative path is relative to the eval file's folder, {base}" if given_relative else ""
+            problems.append(
+                EvalProblem(path, field, f"local data node {node!r} ({local}) {problem}: correct the path{relative}")
             )
     return problems
 

@@ -402,17 +402,18 @@ def run(
     ``work_root``…) pass to the engine. Returns the run's EvaluationStats and a check per
     evaluator, with the delta against the previous run of the same ``name`` under ``output``.
     """
+    from ..batch.engine import BatchConfig, new_run_id, run_batch, runs_embedded
+
     store = ResultStore(output, s3_endpoint_url=s3_endpoint_url)
+    # on an embedded Ray the judges' model calls have this process's environment: their keys are checked
     spec = validate_arguments(
-        name, file, evaluators, dataset, store=store, model_options=model_options, environment=address is None
+        name, file, evaluators, dataset, store=store, model_options=model_options, environment=runs_embedded(address)
     )
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"evaluations.run: workers must be an integer >= 1, got {workers!r}")
     clash = sorted(set(engine_options) & _OWNED_OPTIONS)
     if clash:
         raise TypeError(f"evaluations.run: {', '.join(clash)} cannot be passed as engine options")
-
-    from ..batch.engine import BatchConfig, new_run_id, run_batch
 
     unknown = sorted(set(engine_options) - set(BatchConfig.model_fields))
     if unknown:

@@ -272,7 +272,7 @@ class EvaluatorsGrader:
         )
         fields = execution.model_dump(exclude={"outcome", "answer"})
         fields["agent_answer"] = execution.answer
-        fields.update(lift_metadata(execution.metadata))
+        fields.update(lift_metadata(execution.metadata, judgments=judgments))
         fields["duration_s"] = round(fields["duration_s"] + grade_s, 6)
         return EvalResult(
             **fields,

@@ -85,6 +85,24 @@ def judged(outcomes: Judgments) -> Iterator[None]:
         _outcomes.reset(token)
 
 
+def judgments_cost_usd(judgments: Judgments) -> float | None:
+    """What the judge calls behind ``judgments`` (their outcomes) cost, in USD: None when there
+    were none, or when one's cost is unknown (its model is missing from the price table).  A
+    call that could not be made cost nothing."""
+    costs = [_outcome_cost(outcome) for outcomes in judgments.values() for outcome in outcomes]
+    if not costs or None in costs:
+        return None
+    return sum(cost for cost in costs if cost is not None)
+
+
+def _outcome_cost(outcome: dict[str, Any]) -> float | None:
+    if "usage" in outcome:  # a rubric criterion's, failed or not
+        return outcome["usage"].get("cost_usd")
+    if "error" in outcome:  # a model call (an LLM evaluator's) that failed
+        return 0.0
+    return (outcome.get("metadata") or {}).get("cost_usd")  # a model call's reply
+
+
 def failed_outcome(request: dict[str, Any], message: str) -> dict[str, Any]:
     """The outcome of a judge request that could not be made at all (worth a later retry)."""
     from .rubric import JudgeFailure, JudgeUsage

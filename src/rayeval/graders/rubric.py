@@ -21,14 +21,14 @@ import math
 import os
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
-from ..models.providers import ModelError, split_name
+from ..models.providers import ModelError, api_key, split_name
 from ..models.types import ChatMessage, ModelOutput, RetryPolicy
 from ._common import agent_failure, config_error, echo_answer, lookup_dotted
 from .base import Grader
@@ -83,6 +83,29 @@ def judge_model_name(model_id: str) -> str:
     if "/" in model_id:
         return model_id
     return f"{BARE_MODEL_PROVIDER}/{model_id}"
+
+
+def judge_models(specs: Any, field: str) -> Iterator[tuple[str, str]]:
+    """``(field, judge model)`` of every rubric grader in grader entries ``specs`` (as JSON,
+    composite children included), the field as ``field`` continues:
+    ``grader.config.children[1].config.model_id``."""
+    if isinstance(specs, dict):
+        config = specs.get("config")
+        if specs.get("type") == "rubric" and isinstance(config, dict):
+            model_id = config.get("model_id", DEFAULT_JUDGE_MODEL)
+            if isinstance(model_id, str) and model_id.strip():
+                yield f"{field}.config.model_id", judge_model_name(model_id.strip())
+        for key, value in specs.items():
+            yield from judge_models(value, f"{field}.{key}")
+    elif isinstance(specs, list):
+        for index, value in enumerate(specs):
+            yield from judge_models(value, f"{field}[{index}]")
+
+
+def check_judge_key(model: str) -> None:
+    """:class:`ModelError` naming the variable when the judge ``model``'s API key is not in this
+    process's environment (where its calls read it): what calling it would find, found before."""
+    api_key(split_name(model)[0], None)
 
 
 def _known_model(model_id: str) -> str:

@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..evals import Eval
-from ..graders.judging import Judgments, collecting_judge_requests, judged, uses_judges
+from ..graders.judging import Judgments, collecting_judge_requests, judged, judgments_cost_usd, uses_judges
 from ..graders.result import GraderResult
 from ..grading import grade
 from .grading_pool import DEFAULT_TIMEOUT_S, GradingError, GradingTimeout, grade_bounded, judge_requests_bounded
@@ -70,17 +70,16 @@ def _number(value: Any, kind: type) -> Any:
     return number
 
 
-def lift_metadata(metadata: dict, *, recorded_duration: bool = False) -> dict:
-    """Cost, tokens, turns and harness reported by the agent, as typed result fields.
+def lift_metadata(metadata: dict, *, recorded_duration: bool = False, judgments: Judgments | None = None) -> dict:
+    """Cost, tokens, turns and harness reported by the agent, as typed result fields, with
+    the cost of the judge calls whose outcomes are ``judgments`` (see :func:`cost_fields`).
 
     ``recorded_duration``: the agent is rayeval's replay, whose ``duration_s`` is the recorded
     run's; any other agent's reported duration is ignored (the measured one is kept)."""
     lifted: dict[str, Any] = {}
     if isinstance(metadata.get("harness"), str):
         lifted["harness"] = metadata["harness"]
-    cost = _number(metadata.get("cost_usd", metadata.get("total_cost")), float)
-    if cost is not None:
-        lifted["cost_usd"] = cost
+    lifted.update(cost_fields(_number(metadata.get("cost_usd", metadata.get("total_cost")), float), judgments))
     for key in _LIFTED_INT_FIELDS:
         count = _number(metadata.get(key), int)
         if count is not None:
@@ -89,6 +88,19 @@ def lift_metadata(metadata: dict, *, recorded_duration: bool = False) -> dict:
     if recorded_duration and recorded is not None:
         lifted["duration_s"] = recorded
     return lifted
+
+
+def cost_fields(agent_cost_usd: float | None, judgments: Judgments | None) -> dict[str, float | None]:
+    """A result's costs: the agent's (as it reported it), its judges' (their calls' outcomes;
+    None without judge calls, or with one whose cost is unknown) and ``cost_usd``, the sum of
+    those known (None: neither is)."""
+    judge_cost_usd = judgments_cost_usd(judgments or {})
+    known = [cost for cost in (agent_cost_usd, judge_cost_usd) if cost is not None]
+    return {
+        "agent_cost_usd": agent_cost_usd,
+        "judge_cost_usd": judge_cost_usd,
+        "cost_usd": sum(known) if known else None,
+    }
 
 
 def has_judged_graders(eval_: Eval) -> bool:
@@ -158,7 +170,7 @@ def grade_execution(
         else:
             status = "passed" if grader_result.passed else "failed"
     grade_s = time.monotonic() - start
-    lifted = lift_metadata(execution.metadata, recorded_duration=execution.replayed)
+    lifted = lift_metadata(execution.metadata, recorded_duration=execution.replayed, judgments=judgments)
     fields.update(lifted)
     if "duration_s" not in lifted:
         fields["duration_s"] = round(fields["duration_s"] + grade_s, 6)

@@ -1,4 +1,5 @@
-"""Fetchers: write one source (local path, HTTP(S) URL, S3 object or prefix) into a new path.
+"""Fetchers: write one source (local path, HTTP(S) URL, S3 object or prefix) into a new path,
+or (``check_http``, ``check_s3``) tell that a remote one is there without downloading it.
 
 Each fetcher writes into ``dest`` (which must not exist), returns the ``Payload`` it
 wrote, and raises ``FetchError`` with a plain-language reason; the staging layer adds
@@ -111,6 +112,30 @@ def download_http(url: str, dest: Path, socket_timeout: float, abort: threading.
     return Payload(kind="file", files=[record])
 
 
+def check_http(url: str, socket_timeout: float) -> None:
+    """FetchError unless ``url`` answers as something to download: a HEAD request, or, where
+    HEAD is refused (a presigned URL signed for GET, a server without HEAD), a GET of its
+    first byte.  Nothing is downloaded."""
+    for method, extra in (("HEAD", {}), ("GET", {"Range": "bytes=0-0"})):
+        headers = {"User-Agent": _USER_AGENT, "Accept-Encoding": "identity", **extra}
+        try:
+            with urllib.request.urlopen(
+                urllib.request.Request(url, headers=headers, method=method), timeout=socket_timeout
+            ):
+                return
+        except urllib.error.HTTPError as exc:
+            exc.close()
+            if method == "HEAD" and exc.code in (403, 405, 501):
+                continue
+            raise FetchError(f"HTTP {exc.code} {exc.reason} from {_redact(url)}") from None
+        except urllib.error.URLError as exc:
+            if isinstance(exc.reason, TimeoutError):
+                raise FetchTimeout(f"no response from {_redact(url)} within {socket_timeout:g}s") from None
+            raise FetchError(f"cannot reach {_redact(url)}: {exc.reason}") from None
+        except (TimeoutError, http.client.HTTPException, ConnectionError) as exc:
+            raise FetchError(f"no answer from {_redact(url)}: {type(exc).__name__}: {exc}") from None
+
+
 def _redact(url: str) -> str:
     """Drop query and userinfo: presigned URLs from resolvers carry credentials there."""
     parts = urlsplit(url)
@@ -181,31 +206,69 @@ def _safe_relpath(rel: str) -> bool:
     return bool(rel) and all(p not in ("", ".", "..") for p in parts)
 
 
+def _s3_parts(uri: str) -> tuple[str, str]:
+    bucket, _, key = uri[len("s3://") :].partition("/")  # keys are literal: no %-decoding, '?'/'#' allowed
+    if not bucket:
+        raise FetchError("S3 URI has no bucket (expected s3://bucket/key)")
+    return bucket, key
+
+
+def _s3_object_exists(client: Any, bucket: str, key: str) -> bool:
+    """Whether ``key`` names an object (False: a prefix to list, or nothing)."""
+    from botocore.exceptions import ClientError
+
+    if not key or key.endswith("/"):
+        return False
+    try:
+        client.head_object(Bucket=bucket, Key=key)
+    except ClientError as exc:
+        if _s3_code(exc) not in _S3_MISSING:
+            raise
+        return False
+    return True
+
+
+def _s3_prefix(key: str) -> str:
+    return key if not key or key.endswith("/") else key + "/"
+
+
+def _s3_nothing_at(bucket: str, key: str) -> FetchError:
+    if key and not key.endswith("/"):
+        return FetchError(f"no such S3 key: s3://{bucket}/{key}")
+    return FetchError(f"no objects under S3 prefix s3://{bucket}/{_s3_prefix(key)}")
+
+
+def check_s3(uri: str, client: Any) -> None:
+    """FetchError unless ``uri`` names something :func:`download_s3` would download: an
+    object (one HEAD), else at least one object under the prefix (one listing of one key)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    bucket, key = _s3_parts(uri)
+    try:
+        if _s3_object_exists(client, bucket, key):
+            return
+        listed = client.list_objects_v2(Bucket=bucket, Prefix=_s3_prefix(key), MaxKeys=1)
+    except (ClientError, BotoCoreError) as exc:
+        raise _s3_problem(exc, bucket, key) from None
+    if not listed.get("KeyCount", len(listed.get("Contents", []))):
+        raise _s3_nothing_at(bucket, key)
+
+
 def download_s3(uri: str, dest: Path, client: Any, abort: threading.Event) -> Payload:
     """``s3://bucket/key`` → file; ``s3://bucket/prefix/`` (or a key with no object but
     objects under ``key/``) → directory of every object under the prefix."""
     from botocore.exceptions import BotoCoreError, ClientError
 
-    bucket, _, key = uri[len("s3://") :].partition("/")  # keys are literal: no %-decoding, '?'/'#' allowed
-    if not bucket:
-        raise FetchError("S3 URI has no bucket (expected s3://bucket/key)")
+    bucket, key = _s3_parts(uri)
     try:
-        if key and not key.endswith("/"):
-            try:
-                client.head_object(Bucket=bucket, Key=key)
-            except ClientError as exc:
-                if _s3_code(exc) not in _S3_MISSING:
-                    raise
-            else:
-                return Payload(kind="file", files=[_s3_get(client, bucket, key, dest, "", abort)])
-        prefix = key if not key or key.endswith("/") else key + "/"
+        if _s3_object_exists(client, bucket, key):
+            return Payload(kind="file", files=[_s3_get(client, bucket, key, dest, "", abort)])
+        prefix = _s3_prefix(key)
         keys: list[str] = []
         for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
             keys.extend(obj["Key"] for obj in page.get("Contents", []))
         if not keys:
-            if key and not key.endswith("/"):
-                raise FetchError(f"no such S3 key: s3://{bucket}/{key}")
-            raise FetchError(f"no objects under S3 prefix s3://{bucket}/{prefix}")
+            raise _s3_nothing_at(bucket, key)
         dest.mkdir()
         files = []
         for full in sorted(keys):

@@ -39,7 +39,12 @@ class EvalResult(BaseModel):
     duration_s: float = 0.0
     agent_s: float = 0.0
     grade_s: float = 0.0
+    #: USD the unit cost: the sum of the agent's and its judges' costs that are known
     cost_usd: float | None = None
+    #: what the agent reported it cost (None: nothing, or a model without a price)
+    agent_cost_usd: float | None = None
+    #: what the LLM judges' calls of its grading cost (None: no judge call, or one without a price)
+    judge_cost_usd: float | None = None
     input_tokens: int | None = None
     output_tokens: int | None = None
     n_turns: int | None = None

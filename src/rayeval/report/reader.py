@@ -57,6 +57,8 @@ REPORT_COLUMNS: tuple[str, ...] = (
     "agent_s",
     "grade_s",
     "cost_usd",
+    "agent_cost_usd",
+    "judge_cost_usd",
     "input_tokens",
     "output_tokens",
     "n_turns",

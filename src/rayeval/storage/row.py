@@ -59,7 +59,11 @@ class ResultRow(BaseModel):
     duration_s: float
     agent_s: float
     grade_s: float
+    #: the unit's cost: the sum of ``agent_cost_usd`` and ``judge_cost_usd`` where known (None:
+    #: neither is); rows stored before those columns hold the agent's cost alone
     cost_usd: float | None = None
+    agent_cost_usd: float | None = None
+    judge_cost_usd: float | None = None
     input_tokens: int | None = None
     output_tokens: int | None = None
     n_turns: int | None = None

@@ -44,6 +44,8 @@ FILE_SCHEMA = pa.schema(
         ("agent_s", pa.float64()),
         ("grade_s", pa.float64()),
         ("cost_usd", pa.float64()),
+        ("agent_cost_usd", pa.float64()),
+        ("judge_cost_usd", pa.float64()),
         ("input_tokens", pa.int64()),
         ("output_tokens", pa.int64()),
         ("n_turns", pa.int64()),

@@ -9,7 +9,8 @@ from typing import TextIO
 
 class Progress:
     """``header``, printed first (a line each), says what runs and where its results go (a run
-    killed outright, without a summary, is resumed by its id) and how many units run at once."""
+    killed outright, without a summary, is resumed by its id) and how many units run at once:
+    printed whether the progress itself is shown (``enabled``) or not (a job's log has it)."""
 
     def __init__(
         self,
@@ -28,7 +29,7 @@ class Progress:
         self.start = time.monotonic()
         self._last_log = 0.0
         self._live = None
-        if enabled and header:
+        if header:
             print("".join(f"[rayeval] {line}\n" for line in header.splitlines()), end="", file=self.stream, flush=True)
         if enabled and self.stream.isatty():
             from rich.progress import BarColumn, TextColumn, TimeRemainingColumn

@@ -216,9 +216,8 @@ def test_a_unit_that_tells_the_worker_it_is_over_is_ended(site: dict[str, Any], 
     """The agent holds its unit's socket: forged frames of a result and an exit status end the
     worker's wait while the agent runs on (the socket shut down did too, before the unit ran
     on to its deadline); a child left behind at a normal return outlives its unit unless
-    something ends it. What runs on could rewrite the
-    answers of the next unit given the same (empty, reused) work folder, and outlive the run.
-    Nothing may run on. (The eval has no data node: a data folder would keep the folder from
+    something ends it. What runs on could rewrite the answers of the next unit given the same
+    (empty, reused) work folder, and outlive the run. Nothing may run on. (The eval has no data node: a data folder would keep the folder from
     being reused.)"""
     body = json.loads(site["eval_file"].read_text())
     del body["data_node"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import time
 
 import pytest
 
@@ -19,8 +20,7 @@ def test_the_worker_can_end_the_process_it_is_handed(with_pidfd: bool, monkeypat
     runner_end, worker_end = socket.socketpair()
     try:
         unit_runner._hand_over(runner_end, child.pid)
-        worker_end.settimeout(5)
-        agent = sandbox._started(worker_end, group=True)
+        agent = sandbox._started(worker_end, time.monotonic() + 5, group=True)
         assert agent.pid == child.pid and (agent.pidfd is not None) is with_pidfd
         agent.kill()
         assert child.wait(timeout=5) == -9
@@ -35,6 +35,5 @@ def test_anything_else_is_not_a_unit(monkeypatch: pytest.MonkeyPatch) -> None:
     runner_end, worker_end = socket.socketpair()
     with runner_end, worker_end:
         runner_end.sendall(b"?garbage")
-        worker_end.settimeout(5)
         with pytest.raises(EOFError):
-            sandbox._started(worker_end, group=False)
+            sandbox._started(worker_end, time.monotonic() + 5, group=False)

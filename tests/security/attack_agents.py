@@ -333,6 +333,50 @@ def end_early(task_prompt: str, work_dir: Path, context: Any) -> dict:
     return reply
 
 
+def _trickle(sock: socket.socket, data: bytes, interval: float) -> None:
+    """``data`` one byte at a time, ``interval`` seconds apart: each read of it returns in time."""
+    for byte in data:
+        time.sleep(interval)
+        sock.sendall(bytes([byte]))
+
+
+def stretch(task_prompt: str, work_dir: Path, context: Any) -> dict:
+    """Seed 1 keeps its channel to the worker (the unit's socket, which the agent process holds)
+    busy past its unit's deadline, in a way a timeout renewed by each read does not end in time
+    (``--agent-arg how=``): ``header``, a frame header trickled a byte at a time, then its body
+    (30 s); ``body``, a result's header, then its body trickled (50 s); ``promise``, just before
+    the deadline, a header promising more than it sends, then silence (a timeout more);
+    ``half_close``, the socket shut down for
+    writing, then sleep; ``late_result``, the key (``key=``) as a result trickled so that its
+    last byte comes after the deadline, then the runner's exit report, forged. Seed 2, run
+    after it, answers the key: it runs once seed 1's slot is free."""
+    key = float(context.args["key"])
+    if context.seed != 1:
+        return _answer(key, role="next")
+    unit = next(socket.socket(fileno=os.dup(fd)) for fd in _socket_fds())  # the one socket it holds
+    interval = 0.5  # far inside any per-read timeout of a deadline seconds away
+    how = context.args["how"]
+    if how == "header":
+        _trickle(unit, struct.pack("!cQ", b"Z", 51) + b"x" * 51, interval)
+    elif how == "body":
+        unit.sendall(struct.pack("!cQ", b"R", 1000))
+        _trickle(unit, b" " * 100, interval)
+    elif how == "promise":  # just before the deadline: a timeout set when the frame began waits on
+        time.sleep(max(0.0, context.timeout - 0.5))
+        unit.sendall(struct.pack("!cQ", b"R", 100) + b'{"kind": ')
+    elif how == "half_close":
+        unit.shutdown(socket.SHUT_WR)
+    elif how == "late_result":
+        result = json.dumps({"kind": "returned", "value": _answer(key, how=how)}).encode()
+        late = int((context.timeout + 1) / interval)  # its last byte a second past the deadline
+        frame = struct.pack("!cQ", b"R", len(result)) + result
+        unit.sendall(frame[:-late])
+        _trickle(unit, frame[-late:], interval)
+        unit.sendall(struct.pack("!cQ", b"X", 1) + b"0")
+    time.sleep(600)
+    return _answer(None, how=how)
+
+
 def read_rows(task_prompt: str, work_dir: Path, context: Any) -> dict:
     """Seed 1 answers wrong. Seed 2 reads the rows already recorded, where the write-ahead
     log keeps them on this machine (``--agent-arg folder=``, as a search would find it):

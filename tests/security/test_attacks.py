@@ -213,11 +213,11 @@ def test_nothing_an_agent_starts_outlives_its_unit(site: dict[str, Any], tmp_pat
 
 
 def test_a_unit_that_tells_the_worker_it_is_over_is_ended(site: dict[str, Any], tmp_path: Path) -> None:
-    """The agent holds its unit's socket: forged frames of a result and an exit status, or the
-    socket shut down, end the worker's wait while the agent runs on; a child left behind at a
-    normal return outlives its unit unless something ends it. What runs on could rewrite the
-    answers of the next unit given the same (empty, reused) work folder, and outlive the run.
-    Nothing may run on. (The eval has no data node: a data folder would keep the folder from
+    """The agent holds its unit's socket: forged frames of a result and an exit status end the
+    worker's wait while the agent runs on (the socket shut down did too, before the unit ran
+    on to its deadline); a child left behind at a normal return outlives its unit unless
+    something ends it. What runs on could rewrite the answers of the next unit given the same
+    (empty, reused) work folder, and outlive the run. Nothing may run on. (The eval has no data node: a data folder would keep the folder from
     being reused.)"""
     body = json.loads(site["eval_file"].read_text())
     del body["data_node"]
@@ -228,18 +228,46 @@ def test_a_unit_that_tells_the_worker_it_is_over_is_ended(site: dict[str, Any], 
         for how in ("frames", "shutdown", "child"):
             for isolation in ("sandbox", "process"):
                 tag = f"{how}-{isolation}"
-                options = ["--isolation", isolation, "--timeout", "60", "--seeds", "2", "--max-concurrency", "1"]
+                # a unit whose socket is shut down runs on to its deadline: a short one
+                timeout = "10" if how == "shutdown" else "60"
+                options = ["--isolation", isolation, "--timeout", timeout, "--seeds", "2", "--max-concurrency", "1"]
                 for arg in (f"port={pings.port}", f"how={how}", f"tag={tag}", f"key={KEY}"):
                     options += ["--agent-arg", arg]
                 stored = rayeval_run(site, tmp_path / tag, "end_early", *options, evals=str(eval_file))
                 attacker, victim = sorted(stored, key=lambda row: row["seed"])
                 assert pings.counts[tag] > 0, (tag, attacker["error_message"])  # it ran before the unit ended
-                assert attacker["status"] == ("error" if how == "shutdown" else "failed"), attacker["error_message"]
+                assert attacker["status"] == ("timeout" if how == "shutdown" else "failed"), attacker["error_message"]
                 assert not victim["passed"] and victim["answer_json"] == json.dumps({"value": -1.0}), tag
                 try:
                     assert sum(pings.pings_after().values()) == 0, tag
                 finally:
                     pings.kill(tag)
+
+
+STRETCH_TIMEOUT_S = 4
+#: what a unit may take past its deadline, to be killed and reaped: a hang guard, far below
+#: what each attack would take (another timeout at least, 30 s and more for most)
+KILL_SLACK_S = 2
+
+
+@pytest.mark.parametrize("isolation", ["sandbox", "process"])
+@pytest.mark.parametrize("how", ["header", "body", "promise", "half_close", "late_result"])
+def test_a_unit_ends_at_its_deadline_whatever_its_agent_sends(
+    site: dict[str, Any], tmp_path: Path, how: str, isolation: str
+) -> None:
+    """The agent holds its unit's socket to the worker: bytes trickled slowly, a frame never
+    finished, the socket half-closed, a result whose last byte comes late. Against a worker
+    that renews its timeout per read, each held the unit another timeout (most of them 30 s or
+    more) past its deadline, returned a result completed after it, or ended a unit still
+    running as a crash. The unit must end at its deadline as a timeout, and free its slot for
+    the next unit (seed 2, which answers the key)."""
+    options = ["--isolation", isolation, "--timeout", str(STRETCH_TIMEOUT_S), "--seeds", "2"]
+    options += ["--max-concurrency", "1", "--agent-arg", f"how={how}", "--agent-arg", f"key={KEY}"]
+    stored = rayeval_run(site, tmp_path / "s", "stretch", *options, evals=str(site["eval_file"]))
+    attacker, after = sorted(stored, key=lambda row: row["seed"])
+    assert (attacker["status"], attacker["error_type"]) == ("timeout", "Timeout"), attacker["error_message"]
+    assert attacker["agent_s"] < STRETCH_TIMEOUT_S + KILL_SLACK_S, attacker["agent_s"]
+    assert after["passed"], after["error_message"]
 
 
 def test_the_write_ahead_log_of_an_s3_root_is_out_of_sight(

@@ -23,8 +23,10 @@ import atexit
 import base64
 import contextlib
 import json
+import math
 import os
 import pickle
+import select
 import shutil
 import signal
 import socket
@@ -48,6 +50,7 @@ from .isolation import Outcome
 from .process_tree import end_process_tree, exited
 from .unit_runner import (
     EXIT,
+    FRAME_HEADER_BYTES,
     PID_DIGITS,
     RESULT,
     SETUP_FAILED_EXIT,
@@ -489,8 +492,8 @@ class UnitRunner:
             finally:
                 theirs.close()
             try:
-                ours.settimeout(30)
-                agent = _started(ours, group=self.isolation == "process")
+                ours.settimeout(_START_WAIT_S)  # the spec's sending too
+                agent = _started(ours, time.monotonic() + _START_WAIT_S, group=self.isolation == "process")
             except (OSError, EOFError, ValueError) as exc:
                 detail = self.failure()
                 raise SandboxError(f"the unit runner failed: {exc}{': ' + detail if detail else ''}") from exc
@@ -547,6 +550,11 @@ class _AgentProcess:
 #: How long a killed unit's processes may take to go (the kernel ends them: a process stuck
 #: in the kernel, on a hung file system, say, is the one reason to wait that long)
 _END_WAIT_S = 30.0
+#: How long the runner may take to hand a unit's process over (it is trusted: no agent runs yet)
+_START_WAIT_S = 30.0
+#: How long the runner may take to report the exit of a unit's process that has ended (it
+#: reaps it at once): what the agent left unfinished on the socket is not waited for longer
+_REPORT_WAIT_S = 2.0
 
 
 def _pid_of(pidfd: int | None) -> int | None:
@@ -557,8 +565,11 @@ def _pid_of(pidfd: int | None) -> int | None:
     return None
 
 
-def _started(sock: socket.socket, *, group: bool) -> _AgentProcess:
-    """The unit's process, as the runner hands it over (see ``unit_runner._hand_over``)."""
+def _started(sock: socket.socket, deadline: float, *, group: bool) -> _AgentProcess:
+    """The unit's process, as the runner hands it over by ``deadline`` (see
+    ``unit_runner._hand_over``)."""
+    channel = _Channel(sock, deadline)
+    channel.wait()
     started = recv_fds(sock, 1)
     if started is None:
         raise EOFError("the unit runner did not start the unit")
@@ -566,7 +577,7 @@ def _started(sock: socket.socket, *, group: bool) -> _AgentProcess:
     if kind == b"P" and len(fds) == 1:
         return _AgentProcess(fds[0], None, group=group)
     if kind == b"p" and not fds:
-        return _AgentProcess(None, int(read_exactly(sock, PID_DIGITS)), group=group)
+        return _AgentProcess(None, int(read_exactly(sock, PID_DIGITS, channel.wait)), group=group)
     for fd in fds:
         os.close(fd)
     raise EOFError("the unit runner did not start the unit")
@@ -582,38 +593,91 @@ class _Ended(BaseModel):
     problem: str | None = None
 
 
+class _Channel:
+    """The worker's end of a unit's socket, read against an absolute deadline: every wait is
+    for what is left of the time, so bytes trickled in never renew it. The agent holds the same
+    socket, and may write anything to it, or shut it down; the pidfd of its process (when
+    given) says, beyond its reach, when the process has ended: the runner's report of that exit
+    then has ``_REPORT_WAIT_S`` more, never longer."""
+
+    def __init__(self, sock: socket.socket, deadline: float | None, pidfd: int | None = None):
+        self.sock = sock
+        self.deadline = deadline
+        self.pidfd = pidfd
+        self.process_ended = False
+        self._poller = select.poll()
+        self._poller.register(sock, select.POLLIN)
+        if pidfd is not None:
+            self._poller.register(pidfd, select.POLLIN)
+
+    def wait(self) -> None:
+        """Until the socket has something to read (or has ended); ``TimeoutError`` at the
+        deadline (or once the report of an ended process is overdue)."""
+        while True:
+            events = self._poll()
+            if any(fd == self.sock.fileno() for fd, _ in events):
+                return
+            self._ended()
+
+    def process_ends(self) -> bool:
+        """After the socket's end: whether the process ends by the deadline (without a pidfd
+        nothing tells: taken as ended)."""
+        if self.pidfd is None or self.process_ended:
+            return True
+        self._poller.unregister(self.sock)
+        try:
+            self._poll()
+        except TimeoutError:
+            return False
+        self._ended()
+        return True
+
+    def _ended(self) -> None:
+        assert self.pidfd is not None
+        self._poller.unregister(self.pidfd)
+        self.process_ended = True
+        report_by = time.monotonic() + _REPORT_WAIT_S
+        self.deadline = report_by if self.deadline is None else min(self.deadline, report_by)
+
+    def _poll(self) -> list[tuple[int, int]]:
+        if self.deadline is None:
+            return self._poller.poll()
+        remaining = self.deadline - time.monotonic()
+        events = self._poller.poll(math.ceil(remaining * 1000)) if remaining > 0 else []
+        if not events:
+            raise TimeoutError("nothing came by the deadline")
+        return events
+
+
 def _collect(sock: socket.socket, agent: _AgentProcess, max_output: int, deadline: float | None) -> _Ended:
-    """The agent's result and exit status; past ``deadline`` (or past ``max_output``) the
-    agent is killed first. Bounded: after a kill, 30 s for the runner's exit report."""
+    """The agent's result and exit status. At ``deadline`` (absolute: checked before every
+    read) the agent is killed, and a unit without its whole result by then is a timeout,
+    whatever it sent or closed; a result over ``max_output``, or more than that sent in all,
+    kills it too. Once its process has ended, the runner's exit report is waited for briefly."""
     ended = _Ended()
-    after_kill: float | None = None
+    channel = _Channel(sock, deadline, agent.pidfd)
     budget = max_output + (1 << 20)  # what may be read in all: the result, and little else
     while True:
-        now = time.monotonic()
-        limit = after_kill if after_kill is not None else deadline
-        if limit is not None and now >= limit:
-            if after_kill is not None:
-                return ended  # no exit report: the runner is gone
-            agent.kill()
-            ended.timed_out = ended.result is None
-            after_kill = now + 30
-            continue
-        sock.settimeout(None if limit is None else limit - now)
         try:
-            kind, data = recv_frame(sock, max_output)
+            kind, data = recv_frame(sock, max_output, channel.wait)
         except TimeoutError:
-            continue
-        except FrameTooLarge as exc:
-            if exc.kind != RESULT:
-                return ended
-            ended.overflow = True  # its bytes are not read: the exit report is behind them
+            if not channel.process_ended:
+                agent.kill()
+                ended.timed_out = ended.result is None
+            return ended
+        except FrameTooLarge:  # its bytes are not read: the exit report is behind them
+            ended.overflow = True
             agent.kill()
             return ended
         except (EOFError, OSError) as exc:
             ended.problem = ended.problem or f"{type(exc).__name__}: {exc}"
+            if ended.result is None and not channel.process_ends():  # shut down by an agent that runs on
+                agent.kill()
+                ended.timed_out = True
             return ended
-        budget -= len(data)
+        budget -= FRAME_HEADER_BYTES + len(data)
         if budget < 0:  # frames after frames: the agent's, not the runner's
+            ended.overflow = True
             agent.kill()
             return ended
         if kind == RESULT and ended.result is None:
@@ -641,7 +705,10 @@ def _outcome(ended: _Ended, max_output: int, timeout: float | None, seconds: flo
         )
     if not ended.result:
         code = ended.exit_code
-        reason = f"killed by signal {-code}" if isinstance(code, int) and code < 0 else f"exited with code {code}"
+        if code is None:  # no report of its exit: its channel ended, or the report was overdue
+            reason = "ended"
+        else:
+            reason = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
         return Outcome(
             kind="crashed",
             error_type="AgentProcessDied",

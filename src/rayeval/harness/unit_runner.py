@@ -37,6 +37,7 @@ import struct
 import sys
 import traceback
 from base64 import b64decode
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,7 @@ from ..errors import RayevalError
 from . import namespaces as ns
 
 _FRAME = struct.Struct("!cQ")
+FRAME_HEADER_BYTES = _FRAME.size
 SPEC, RESULT, EXIT = b"S", b"R", b"X"
 #: Largest spec an agent process reads (the task and a pickled agent).
 MAX_SPEC_BYTES = 256 << 20
@@ -62,9 +64,14 @@ def send_frame(sock: socket.socket, kind: bytes, data: bytes) -> None:
     sock.sendall(_FRAME.pack(kind, len(data)) + data)
 
 
-def read_exactly(sock: socket.socket, size: int) -> bytes:
+def read_exactly(sock: socket.socket, size: int, wait: Callable[[], None] | None = None) -> bytes:
+    """``size`` bytes. ``wait``, when given, is called before every read: it returns once
+    there is something to read, or raises (``TimeoutError`` at a deadline: bytes trickled in
+    one at a time never renew it)."""
     chunks, left = [], size
     while left:
+        if wait is not None:
+            wait()
         chunk = sock.recv(min(left, 1 << 20))
         if not chunk:
             raise EOFError("connection closed mid-frame")
@@ -73,12 +80,13 @@ def read_exactly(sock: socket.socket, size: int) -> bytes:
     return b"".join(chunks)
 
 
-def recv_frame(sock: socket.socket, limit: int) -> tuple[bytes, bytes]:
-    """The next frame's kind and data; ``FrameTooLarge`` (nothing read of its data) past ``limit``."""
-    kind, size = _FRAME.unpack(read_exactly(sock, _FRAME.size))
+def recv_frame(sock: socket.socket, limit: int, wait: Callable[[], None] | None = None) -> tuple[bytes, bytes]:
+    """The next frame's kind and data; ``FrameTooLarge`` (nothing read of its data) past
+    ``limit``. ``wait``: see ``read_exactly``."""
+    kind, size = _FRAME.unpack(read_exactly(sock, _FRAME.size, wait))
     if size > limit:
         raise FrameTooLarge(kind, size)
-    return kind, read_exactly(sock, size)
+    return kind, read_exactly(sock, size, wait)
 
 
 class FrameTooLarge(RayevalError, ValueError):

@@ -326,9 +326,18 @@ def _common(parser: argparse.ArgumentParser) -> None:
         help="errored runs (error/timeout/config_error) count as failures (default, as the references) or are left out",
     )
     parser.add_argument("--out", metavar="FILE", help="write the output here instead of standard output")
+    add_s3_endpoint_option(parser)
+
+
+def add_s3_endpoint_option(parser: argparse.ArgumentParser) -> None:
+    """``--s3-endpoint URL``, spelled the same by every command (``args.s3_endpoint``);
+    ``--s3-endpoint-url``, the viewer's former spelling, still works, unlisted."""
     parser.add_argument(
-        "--s3-endpoint", metavar="URL", help="S3-compatible endpoint (MinIO, moto); default: AWS_ENDPOINT_URL"
+        "--s3-endpoint",
+        metavar="URL",
+        help="S3-compatible endpoint of an s3:// root (MinIO, moto); default: AWS_ENDPOINT_URL",
     )
+    parser.add_argument("--s3-endpoint-url", dest="s3_endpoint", help=argparse.SUPPRESS)
 
 
 def add_report_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -362,7 +371,10 @@ def add_report_commands(subparsers: argparse._SubParsersAction) -> None:
         "--planned-units", type=int, metavar="N", help="planned unit count, for progress/ETA and status"
     )
     report.add_argument(
-        "--pass-k", default="1,3", metavar="K[,K]", help="k values for pass@k / pass^k (html, --pass-k-table)"
+        "--pass-k",
+        default="1,3",
+        metavar="K[,K]",
+        help="k values for pass@k / pass^k (html, --pass-k-table; default %(default)s)",
     )
     report.add_argument(
         "--pass-k-table", action="store_true", help="also print the pass@k / pass^k table (table format)"

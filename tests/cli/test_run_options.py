@@ -225,3 +225,25 @@ def test_an_agent_functions_own_option_check_runs_before_any_unit(
     err = capsys.readouterr().err
     assert "picky: --agent-arg mode must be strict or lenient, got 'sloppy'" in err and "Traceback" not in err
     assert not out.exists()
+
+
+def test_an_output_that_cannot_be_written_is_said_plainly(
+    small_disk, s3_server, aws_credentials: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A read-only folder, or a bucket that does not exist: the run stops before Ray starts,
+    saying the root cannot be written and why, not how its lease failed."""
+    import subprocess
+
+    disk = small_disk("readonly", "1m")
+    subprocess.run(["mount", "-o", "remount,ro", str(disk.path)], check=True)
+    for output, why in (
+        (str(disk.path / "results"), f"Read-only file system: {disk.path / 'results'}"),
+        ("s3://no-such-bucket/results", "NoSuchBucket"),
+    ):
+        code = main(["run", str(REPO / "evals"), "--agent", "reference", "--output", output, "--no-progress",
+                     "--s3-endpoint", s3_server.endpoint_url])  # fmt: skip
+        err = capsys.readouterr().err
+        assert code == 2, err
+        assert f"results root {output} cannot be written (" in err and why in err, err
+        assert "give --output a folder (or bucket) this user may write to" in err
+        assert "lease" not in err and "Traceback" not in err

@@ -257,7 +257,7 @@ def run_batch(
         if config.resume and previous is None and not damaged:
             raise RunConflict(f"--resume: no run {run_id!r} under {config.output}")
         if not config.resume and previous is not None:
-            raise RunConflict(f"run {run_id!r} already exists under {config.output}: pass --resume to finish it")
+            raise RunConflict(_existing_run(run_id, config.output, previous.status))
         if previous is not None and previous.agent != config.agent:
             raise RunConflict(f"run {run_id!r} was made with agent {previous.agent!r}, not {config.agent!r}")
         plan = Plan(evals, config.models, config.seeds, config.agent)
@@ -347,6 +347,19 @@ def _in_background(function: Callable[..., RunSummary], *args: Any, **kwargs: An
         return executor.submit(function, *args, **kwargs)
     finally:
         executor.shutdown(wait=False)  # its thread ends with the call
+
+
+def _existing_run(run_id: str, output: str, status: str) -> str:
+    """Why a new run cannot take ``run_id``, and what to do instead: a finished run has
+    nothing left to resume (its errored units can run again)."""
+    where = f"run {run_id!r} already exists under {output}"
+    if status == "completed":
+        return (
+            f"{where} and is finished: choose another --run-id (or none, for a new one); "
+            f"--retry-errors --run-id {run_id} runs its errored units again"
+        )
+    left = "interrupted" if status == "running" else status  # this driver holds its lease: nobody runs it
+    return f"{where} ({left}): pass --resume to finish it"
 
 
 def previous_manifest(store: ResultStore, run_id: str, config: BatchConfig) -> tuple[RunManifest | None, bool]:
@@ -729,6 +742,7 @@ class _InFlight:
             self.queue.finished(unit.model)
         else:
             unit, attempt = self.grading.pop(ref)
+            self.workers.finished(ref)
         result = _unit_result(ref, unit, attempt, evals[unit.eval_index], run_id, config)
         if isinstance(result, JudgeWork):
             self.judges.add(unit, attempt, result)

@@ -6,6 +6,7 @@ import contextlib
 import logging
 import math
 import os
+import re
 import secrets
 import signal
 import time
@@ -125,6 +126,10 @@ class RunConflict(RayevalError, ValueError):
     """The run id already holds results (without --resume), or --resume has nothing to resume."""
 
 
+class RayVersionMismatch(RayevalError):
+    """The cluster runs another Ray or Python than this driver: Ray refuses the connection."""
+
+
 class UnitsDoNotFit(RayevalError, ValueError):
     """A unit asks for more than any node of the (embedded) Ray has: it could never start."""
 
@@ -171,8 +176,30 @@ def connect(config: BatchConfig) -> bool:
             configure_logging=False,
         )
         return True
-    ray.init(address=address, log_to_driver=False, configure_logging=False)
+    try:
+        ray.init(address=address, log_to_driver=False, configure_logging=False)
+    except RuntimeError as exc:  # Ray's own check: "Version mismatch: The cluster was started with ..."
+        versions = _VERSIONS.findall(str(exc))
+        if not str(exc).startswith("Version mismatch") or len(versions) != 2:
+            raise
+        ray.shutdown()  # what ray.init set up before it refused
+        where = os.environ.get("RAY_ADDRESS", address) if address == "auto" else address
+        raise RayVersionMismatch(_mismatch_message(str(where), *versions)) from None
     return False
+
+
+# "Ray: 2.59.0\n    Python: 3.11.7" in Ray's mismatch message, the cluster's first, then this process's
+_VERSIONS = re.compile(r"Ray: (\S+)\s+Python: (\S+)")
+
+
+def _mismatch_message(address: str, cluster: tuple[str, str], driver: tuple[str, str]) -> str:
+    (cluster_ray, cluster_python), (driver_ray, driver_python) = cluster, driver
+    return (
+        f"the Ray cluster at {address} runs Ray {cluster_ray} on Python {cluster_python}, and this driver Ray "
+        f"{driver_ray} on Python {driver_python}: a driver and its cluster need the same Ray and Python versions. "
+        f"Install ray[default]=={cluster_ray} under Python {cluster_python} here, or submit the run to the cluster "
+        "(ray job submit: its driver runs in the cluster's environment)"
+    )
 
 
 def shut_down_embedded_ray() -> None:

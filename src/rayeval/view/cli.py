@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from ..report.cli import _guarded, _resolve_latest, add_s3_endpoint_option
+from ..report.cli import _guarded, add_s3_endpoint_option
 
 if TYPE_CHECKING:
     from .data import ViewData
@@ -21,7 +21,7 @@ def cmd_view(args: argparse.Namespace) -> int:
     from .data import ViewData
 
     reader = ResultsReader(args.root, args.s3_endpoint)
-    runs = _resolve_latest(reader, [args.run] if args.run else None)
+    runs = reader.resolve_runs(args.run)
     data = ViewData(reader, runs)
     if not data.run_ids():
         raise ReportError(f"no runs under {args.root}")

@@ -65,6 +65,7 @@ def test_readme_batch_run_and_the_examples_that_read_its_run(
         exec(compile(code, "README.md", "exec"), scope)  # noqa: S102 - the README's own example
         frame = scope.get("rows", scope.get("units"))
         assert len(frame) == 20 and set(frame["status"]) == {"passed"}, block
+        assert set(frame["run_id"]) == {summary.run_id} and set(frame["model"]) == {"default"}, block
 
 
 def test_readme_evaluations_run(

@@ -67,6 +67,17 @@ def test_run_one_agents_and_version_run_as_written() -> None:
         _shell(command, REPO)
 
 
+def test_the_run_one_examples_name_only_files_a_clone_has() -> None:
+    """Every path in the README's ``run-one`` examples is a file (or folder) of the repository,
+    not one that only a developer's machine has beside it."""
+    tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    files = set(tracked.splitlines())
+    folders = {str(parent) for f in files for parent in Path(f).parents if str(parent) != "."}
+    named = [word.partition("=")[2] or word for c in _block("rayeval run-one") for word in shlex.split(c)[2:]]
+    paths = [word for word in named if "/" in word or word in folders]
+    assert paths and all(path in files or path.rstrip("/") in folders for path in paths), paths
+
+
 def test_the_report_commands_run_on_a_real_run(tmp_path: Path) -> None:
     root = tmp_path / "results"
     trials = shared_path("corpus", "scbench", "trials.jsonl")

@@ -23,6 +23,7 @@ _EXPORTS = {
     "grade": ".grading",
     "EvalResult": ".harness",
     "EvalRunner": ".harness",
+    "read_results": ".report.reader",
 }
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "grade",
     "load_eval",
     "load_evals",
+    "read_results",
     "register_grader",
 ]
 

@@ -1,7 +1,4 @@
-"""The ``rayeval`` command line. Exit codes: 0 ok/passed, 1 graded but failed (``run``: every
-unit errored, or more than ``--max-error-rate`` did), 2 bad input or another error rayeval raises
-on purpose (a :class:`RayevalError`, printed as one message: ``run``: also another driver holding
-the run, or taking it over while this one ran, or a results root that cannot be written)."""
+"""The ``rayeval`` command line; its exit codes are in ``DESCRIPTION`` (``rayeval --help``)."""
 
 from __future__ import annotations
 
@@ -23,7 +20,7 @@ from .evals.model import MAX_TIMEOUT_S
 from .harness.grading_pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
 from .harness.prompt import ANSWER_CONVENTIONS
 from .harness.sandbox import SandboxConfig, UnitLimits
-from .report.cli import add_report_commands
+from .report.cli import add_report_commands, add_s3_endpoint_option
 from .view.cli import add_view_command
 
 if TYPE_CHECKING:  # imported when a run starts: `rayeval validate` needs no Ray
@@ -32,6 +29,13 @@ if TYPE_CHECKING:  # imported when a run starts: `rayeval validate` needs no Ray
     from .harness.context import AgentFunction, AgentRef
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+
+DESCRIPTION = (
+    "Run AI-agent evaluations at scale on Ray: eval files, graders, sandboxed agents, results in Parquet. "
+    "Exit codes: 0 done (or passed); 1 graded but failed (run: every unit errored, or more than "
+    "--max-error-rate did); 2 bad input, or another error rayeval explains in one message (run: also "
+    "another driver holding the run, or a results root that cannot be written)."
+)
 
 
 class BadInput(RayevalError):
@@ -235,14 +239,29 @@ _OPTION_OF_FIELD = {
 }
 
 
+# pydantic's bounds, said as the options' help says them
+_BOUND_WORDS = {
+    "greater_than_equal": ("ge", "must be at least {}"),
+    "greater_than": ("gt", "must be more than {}"),
+    "less_than_equal": ("le", "must be at most {}"),
+    "less_than": ("lt", "must be less than {}"),
+}
+
+
 def _option_problems(exc: ValidationError, prefix: str = "--") -> str:
-    """``--max-concurrency: Input should be greater than or equal to 1 (got 0)``, per problem:
-    the option as typed, not the configuration field behind it."""
+    """``--max-concurrency: must be at least 1 (got 0)``, per problem: the option as typed,
+    not the configuration field behind it, and the bound in words."""
     problems = []
     for error in exc.errors():
         field = str(error["loc"][0]) if error["loc"] else ""
         option = _OPTION_OF_FIELD.get(field, f"{prefix}{field.replace('_', '-')}")
         message = error["msg"].removeprefix("Value error, ")
+        if error["type"] in _BOUND_WORDS:
+            key, words = _BOUND_WORDS[error["type"]]
+            bound = error.get("ctx", {}).get(key)
+            message = words.format(f"{bound:g}" if isinstance(bound, float) else bound)
+        elif error["type"] == "finite_number":
+            message = "must be a finite number"
         problems.append(f"{option}: {message} (got {error['input']!r})")
     return "; ".join(problems)
 
@@ -392,9 +411,7 @@ def _add_data_root_option(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_data_check_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--s3-endpoint", help="S3-compatible endpoint URL, for results and s3:// data (or set AWS_ENDPOINT_URL)"
-    )
+    add_s3_endpoint_option(parser)
     parser.add_argument(
         "--no-check-data",
         action="store_true",
@@ -438,31 +455,50 @@ def _add_sandbox_options(parser: argparse.ArgumentParser, *, isolation: bool = T
     )
     defaults = UnitLimits()
     group.add_argument(
-        "--limit-memory-mb", type=int, default=defaults.memory_mb, help="memory per agent process, MB (0: none)"
+        "--limit-memory-mb",
+        type=int,
+        default=defaults.memory_mb,
+        help="memory per agent process, MB (0: none; default %(default)g)",
     )
     group.add_argument(
-        "--limit-processes", type=int, default=defaults.processes, help="processes and threads per unit (0: none)"
+        "--limit-processes",
+        type=int,
+        default=defaults.processes,
+        help="processes and threads per unit (0: none; default %(default)g)",
     )
     group.add_argument(
         "--limit-file-size-mb",
         type=int,
         default=defaults.file_size_mb,
-        help="largest file an agent may write, MB (0: none)",
+        help="largest file an agent may write, MB (0: none; default %(default)g)",
     )
-    group.add_argument("--limit-tmp-mb", type=int, default=defaults.tmp_mb, help="size of the private /tmp, MB")
-    group.add_argument("--limit-output-mb", type=float, default=defaults.max_output_mb, help="largest return value, MB")
     group.add_argument(
-        "--limit-answer-file-mb", type=float, default=defaults.answer_file_mb, help="largest answer file read, MB"
+        "--limit-tmp-mb", type=int, default=defaults.tmp_mb, help="size of the private /tmp, MB (default %(default)g)"
+    )
+    group.add_argument(
+        "--limit-output-mb",
+        type=float,
+        default=defaults.max_output_mb,
+        help="largest return value, MB (default %(default)g)",
+    )
+    group.add_argument(
+        "--limit-answer-file-mb",
+        type=float,
+        default=defaults.answer_file_mb,
+        help="largest answer file read, MB (default %(default)g)",
     )
     group.add_argument(
         "--limit-artifact-mb",
         type=float,
         default=defaults.artifact_mb,
-        help="what is kept of each artifact (trajectory.json, logs): its last MB",
+        help="what is kept of each artifact (trajectory.json, logs): its last MB (default %(default)g)",
     )
     if isolation:
         group.add_argument(
-            "--grade-timeout", type=float, default=DEFAULT_GRADE_TIMEOUT_S, help="seconds a unit's grading may take"
+            "--grade-timeout",
+            type=float,
+            default=DEFAULT_GRADE_TIMEOUT_S,
+            help="seconds a unit's grading may take (default %(default)g)",
         )
         parser.add_argument(
             "--answer-convention",
@@ -474,28 +510,52 @@ def _add_sandbox_options(parser: argparse.ArgumentParser, *, isolation: bool = T
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rayeval", description=__doc__)
+    parser = argparse.ArgumentParser(prog="rayeval", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"rayeval {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    agents = sub.add_parser("agents", help="list the built-in agents and their options")
+    agents = sub.add_parser(
+        "agents",
+        help="list the built-in agents and their options",
+        description="The built-in agents --agent takes by name, with the --agent-arg options each accepts; "
+        "--agent module:function names your own agent function instead.",
+    )
     agents.set_defaults(handler=_cmd_agents)
 
-    validate = sub.add_parser("validate", help="check eval files, their data nodes and their grader configs")
+    validate = sub.add_parser(
+        "validate",
+        help="check eval files, their data nodes and their grader configs",
+        description="Load eval files (or every *.json under folders), check that their data nodes are there (local "
+        "ones readable, s3:// and http(s):// ones answering) and dry-run every grader config. Prints each problem as "
+        "file: field: message and exits 2, or a count and exits 0.",
+    )
     validate.add_argument("paths", nargs="+", help="eval files or folders (searched recursively)")
     _add_data_root_option(validate)
     _add_data_check_options(validate)
     validate.set_defaults(handler=_cmd_validate)
 
-    grade_cmd = sub.add_parser("grade", help="grade one answer file against one eval file")
+    grade_cmd = sub.add_parser(
+        "grade",
+        help="grade one answer file against one eval file",
+        description="Grade an answer (JSON) with an eval's graders, in a grading subprocess without credentials, "
+        "and print the verdict as JSON. Exit 0 passed, 1 failed or no verdict, 2 bad input.",
+    )
     grade_cmd.add_argument("eval_file", help="the eval file (JSON)")
     grade_cmd.add_argument("answer_file", help="JSON answer file, or - for standard input")
     grade_cmd.add_argument(
-        "--grade-timeout", type=float, default=DEFAULT_GRADE_TIMEOUT_S, help="seconds the grading may take"
+        "--grade-timeout",
+        type=float,
+        default=DEFAULT_GRADE_TIMEOUT_S,
+        help="seconds the grading may take (default %(default)g)",
     )
     grade_cmd.set_defaults(handler=_cmd_grade)
 
-    run_one = sub.add_parser("run-one", help="run one agent on one eval locally and grade it")
+    run_one = sub.add_parser(
+        "run-one",
+        help="run one agent on one eval locally and grade it",
+        description="Run an agent once on one eval on this machine, in its sandbox (see --isolation), without Ray, "
+        "and print the graded result as JSON. Exit 0 passed, 1 failed, 2 bad input.",
+    )
     run_one.add_argument("eval_file", help="the eval file (JSON)")
     run_one.add_argument(
         "--agent", required=True, help="built-in name (reference, replay, sleep, ...) or module:function"
@@ -517,16 +577,26 @@ def build_parser() -> argparse.ArgumentParser:
     run_one.set_defaults(handler=_cmd_run_one)
 
     check = sub.add_parser(
-        "check-sandbox", help="start one sandboxed unit on this machine, as a run would (exit 2: it cannot)"
+        "check-sandbox",
+        help="start one sandboxed unit on this machine, as a run would (exit 2: it cannot)",
+        description="Start one sandboxed unit here, with the given isolation options, as a run's workers would: "
+        "for node set-up scripts and images. Exit 0 with what the sandbox has, or 2 saying why it cannot start.",
     )
     _add_sandbox_options(check, isolation=False)
     check.set_defaults(handler=_cmd_check_sandbox)
 
-    run = sub.add_parser("run", help="run evals x models x seeds on Ray, streaming results to Parquet")
+    run = sub.add_parser(
+        "run",
+        help="run evals x models x seeds on Ray, streaming results to Parquet",
+        description="Run an agent on every eval x model x seed on Ray (embedded, or the cluster of --address or of "
+        "ray job submit), each unit sandboxed, and store one row per unit under --output "
+        "(ROOT/run_id=<id>/model=<m>/part-*.parquet). Everything is checked before any unit starts; "
+        "--dry-run stops there. Prints a summary per model at the end.",
+    )
     run.add_argument("evals", nargs="+", help="eval files or folders")
     run.add_argument("--agent", required=True, help="built-in name (see `rayeval agents`) or module:function")
     run.add_argument("--agent-arg", action="append", default=[], metavar="KEY=VALUE", help="agent option (repeatable)")
-    run.add_argument("--models", default="default", help="comma-separated model names (default: 'default')")
+    run.add_argument("--models", default="default", help="model names separated by commas: m1,m2 (default: 'default')")
     run.add_argument("--seeds", default="1", help="N (meaning 1..N) or a comma-separated list")
     run.add_argument("--output", required=True, help="results root: a folder or s3://bucket/prefix")
     run.add_argument(
@@ -577,7 +647,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="at most N units of MODEL at once (repeatable)",
     )
     run.add_argument("--address", help="auto, HOST:PORT or local (default: embedded Ray, or the job's cluster)")
-    run.add_argument("--retries", type=int, default=2, help="retries of a unit whose agent errors (with backoff)")
+    run.add_argument(
+        "--retries", type=int, default=2, help="retries of a unit whose agent errors, with backoff (default 2)"
+    )
     run.add_argument("--timeout", type=float, help="per-unit agent timeout in seconds (overrides the evals')")
     run.add_argument(
         "--unit-cpus",

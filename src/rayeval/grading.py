@@ -6,19 +6,30 @@ from typing import Any
 
 from .evals.model import Eval, GraderSpec
 from .graders.registry import get_grader, is_registered
-from .graders.result import GraderResult
+from .graders.result import GraderResult, result_problem
 
 
 def grade_spec(spec: GraderSpec, answer: Any) -> GraderResult:
-    """One grader entry; an unregistered type is a configuration error, not an exception."""
+    """One grader entry; an unregistered type, or a grader whose result is malformed (a
+    plugin's ``metrics=None``), is a configuration error, not an exception."""
     if not is_registered(spec.type):
-        return GraderResult(
-            passed=False,
-            metrics={"configuration_error": f"unknown grader type {spec.type!r}"},
-            reasoning=f"Unknown grader type {spec.type!r}",
-            agent_answer=answer if isinstance(answer, dict) else None,
-        )
-    return get_grader(spec.type).evaluate_answer(answer, spec.config)
+        return _configuration_error(f"unknown grader type {spec.type!r}", f"Unknown grader type {spec.type!r}", answer)
+    result = get_grader(spec.type).evaluate_answer(answer, spec.config)
+    problem = result_problem(result)
+    if problem is not None:
+        why = f"grader {spec.type!r} returned an invalid result: {problem}"
+        return _configuration_error(why, why, answer)
+    return result
+
+
+def _configuration_error(reason: str, reasoning: str, answer: Any) -> GraderResult:
+    return GraderResult(
+        passed=False,
+        score=0.0,
+        metrics={"configuration_error": reason},
+        reasoning=reasoning,
+        agent_answer=answer if isinstance(answer, dict) else None,
+    )
 
 
 def _entry_label(index: int, spec: GraderSpec) -> str:

@@ -121,3 +121,21 @@ def test_resume_with_other_unit_limits_is_refused(tmp_path: Path, capsys: pytest
     err = capsys.readouterr().err
     assert "  limits.answer_file_mb: 2.0 → 10.0\n" in err and "  limits.artifact_mb: 2.0 → 3.0\n" in err
     assert main(_run(evals, out, "--resume", "--limit-answer-file-mb", "2")) == 0
+
+
+def test_a_new_run_under_a_finished_runs_id_is_refused_without_offering_resume(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Nothing is left to resume of a finished run: the message says it is finished and what
+    to do, and offers --resume only for a run that stopped before its end."""
+    evals, out = write_mc_evals(tmp_path / "evals", ["e1"]), tmp_path / "out"
+    assert main(_run(evals, out)) == 0
+    capsys.readouterr()
+    assert main(_run(evals, out)) == 2
+    err = capsys.readouterr().err
+    assert "run 'r' already exists under" in err and "is finished: choose another --run-id" in err
+    assert "--resume" not in err and "--retry-errors --run-id r" in err
+    manifest = out / "run_id=r" / "_manifest.json"
+    manifest.write_text(manifest.read_text().replace('"completed"', '"cancelled"'))  # as a Ctrl-C leaves it
+    assert main(_run(evals, out)) == 2
+    assert "run 'r' already exists under" in (err := capsys.readouterr().err) and "(cancelled): pass --resume" in err

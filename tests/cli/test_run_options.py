@@ -18,29 +18,31 @@ TRIALS = shared_path("corpus", "scbench", "trials.jsonl")
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        (["--max-concurrency", "0"], "--max-concurrency: Input should be greater than or equal to 1 (got 0)"),
-        (["--timeout", "-1"], "--timeout: Input should be greater than 0 (got -1.0)"),
-        (["--retries", "-1"], "--retries: Input should be greater than or equal to 0 (got -1)"),
-        (["--workers", "0"], "--workers: Input should be greater than or equal to 1 (got 0)"),
+        (["--max-concurrency", "0"], "--max-concurrency: must be at least 1 (got 0)"),
+        (["--timeout", "-1"], "--timeout: must be more than 0 (got -1.0)"),
+        (["--retries", "-1"], "--retries: must be at least 0 (got -1)"),
+        (["--workers", "0"], "--workers: must be at least 1 (got 0)"),
         (["--output", "s3://"], "--output: results root 's3://' has no bucket"),
         (["--output", ""], "--output: the results root is empty"),
         (["--seeds", "abc"], "--seeds expects N or a comma-separated list of integers, got 'abc'"),
         (["--seeds", str(10**20)], "--seeds N needs 1 <= N <= 1,000,000, got 100000000000000000000"),
-        (["--seeds", f"1,{2**63}"], "--seeds: Input should be less than or equal to 9223372036854775807"),
+        (["--seeds", f"1,{2**63}"], "--seeds: must be at most 9223372036854775807"),
         (["--seeds", "0"], "--seeds N needs 1 <= N"),
         (["--models", ","], "--models is empty"),
         (["--model-concurrency", "m=abc"], "--model-concurrency expects MODEL=N"),
         (["--agent-arg", "noequals"], "--agent-arg expects key=value, got 'noequals'"),
         (["--resume"], "--resume needs --run-id"),
-        (["--limit-output-mb", "0"], "--limit-output-mb: Input should be greater than 0 (got 0.0)"),
-        (["--limit-artifact-mb", "0"], "--limit-artifact-mb: Input should be greater than 0 (got 0.0)"),
-        (["--limit-answer-file-mb", "-1"], "--limit-answer-file-mb: Input should be greater than 0 (got -1.0)"),
+        (["--limit-output-mb", "0"], "--limit-output-mb: must be more than 0 (got 0.0)"),
+        (["--limit-artifact-mb", "0"], "--limit-artifact-mb: must be more than 0 (got 0.0)"),
+        (["--limit-answer-file-mb", "-1"], "--limit-answer-file-mb: must be more than 0 (got -1.0)"),
         (["--force"], "--force goes with --resume"),
-        (["--unit-cpus", "0"], "--unit-cpus: Input should be greater than 0 (got 0.0)"),
-        (["--unit-cpus", "inf"], "--unit-cpus: Input should be a finite number (got inf)"),
+        (["--limit", "0"], "--limit: must be at least 1 (got 0)"),
+        (["--limit", "-3"], "--limit: must be at least 1 (got -3)"),
+        (["--unit-cpus", "0"], "--unit-cpus: must be more than 0 (got 0.0)"),
+        (["--unit-cpus", "inf"], "--unit-cpus: must be a finite number (got inf)"),
         (["--unit-resource", "GPU"], "--unit-resource expects NAME=AMOUNT with AMOUNT > 0"),
         (["--unit-resource", "GPU=-1"], "--unit-resource expects NAME=AMOUNT with AMOUNT > 0"),
-        (["--judge-concurrency", "0"], "--judge-concurrency: Input should be greater than or equal to 1 (got 0)"),
+        (["--judge-concurrency", "0"], "--judge-concurrency: must be at least 1 (got 0)"),
     ],
 )
 def test_bad_run_options_exit_2_naming_the_option(
@@ -61,6 +63,7 @@ def test_bad_run_options_exit_2_naming_the_option(
     err = capsys.readouterr().err
     assert code == 2, err
     assert message in err and "Traceback" not in err and "errors.pydantic.dev" not in err
+    assert "Input should" not in err  # rayeval's words, not pydantic's
     assert not (tmp_path / "out").exists()
 
 
@@ -222,3 +225,25 @@ def test_an_agent_functions_own_option_check_runs_before_any_unit(
     err = capsys.readouterr().err
     assert "picky: --agent-arg mode must be strict or lenient, got 'sloppy'" in err and "Traceback" not in err
     assert not out.exists()
+
+
+def test_an_output_that_cannot_be_written_is_said_plainly(
+    small_disk, s3_server, aws_credentials: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A read-only folder, or a bucket that does not exist: the run stops before Ray starts,
+    saying the root cannot be written and why, not how its lease failed."""
+    import subprocess
+
+    disk = small_disk("readonly", "1m")
+    subprocess.run(["mount", "-o", "remount,ro", str(disk.path)], check=True)
+    for output, why in (
+        (str(disk.path / "results"), f"Read-only file system: {disk.path / 'results'}"),
+        ("s3://no-such-bucket/results", "NoSuchBucket"),
+    ):
+        code = main(["run", str(REPO / "evals"), "--agent", "reference", "--output", output, "--no-progress",
+                     "--s3-endpoint", s3_server.endpoint_url])  # fmt: skip
+        err = capsys.readouterr().err
+        assert code == 2, err
+        assert f"results root {output} cannot be written (" in err and why in err, err
+        assert "give --output a folder (or bucket) this user may write to" in err
+        assert "lease" not in err and "Traceback" not in err

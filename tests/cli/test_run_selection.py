@@ -77,8 +77,41 @@ def test_dry_run_prints_the_plan_and_its_cost_and_starts_nothing(
     text = capsys.readouterr().out
     assert code == 0
     assert "evals: 2 (selected from 3); models: default; seeds: 1..4" in text
+    assert "selected evals: e1, e2\n" in text  # which ones, not only how many
     assert "units: 8 planned, 0 already stored, 8 to run" in text and "estimated cost: unknown" in text
     assert not out.exists()  # nothing written, no lease taken
+
+    assert main(["run", str(folder), "--agent", "reference", "--output", str(out), "--limit", "1", "--dry-run"]) == 0
+    assert "evals: 1 (selected from 3)" in (text := capsys.readouterr().out) and "selected evals: e1\n" in text
+    assert main(["run", str(folder), "--agent", "reference", "--output", str(out), "--dry-run"]) == 0
+    assert "selected evals" not in capsys.readouterr().out  # no selection: every eval, not listed again
+
+
+@pytest.mark.parametrize(
+    ("models", "message"),
+    [
+        ("a;b", "--models: 'a;b' is not one model name (no spaces or ';' in a name): separated by commas, as in --models a,b"),
+        ("claude opus", "--models: 'claude opus' is not one model name"),
+        ("gpt-4o, claude-sonnet-4-5 ;x", "--models: 'claude-sonnet-4-5 ;x' is not one model name"),
+    ],
+)  # fmt: skip
+def test_a_model_list_with_another_separator_is_refused(
+    models: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Commas separate models; a name with a space or a ``;`` is a list typed another way, not
+    one model whose units would all be errors (or worse, answers labelled with a wrong name)."""
+    folder = write_mc_evals(tmp_path / "evals", ["e1"])
+    code = main(["run", str(folder), "--agent", "reference", "--output", str(tmp_path / "out"), "--models", models,
+                 "--dry-run"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and "Traceback" not in err
+
+
+def test_models_are_split_on_commas_and_trimmed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = write_mc_evals(tmp_path / "evals", ["e1"])
+    out = str(tmp_path / "out")
+    assert main(["run", str(folder), "--agent", "reference", "--output", out, "--models", " a , b,", "--dry-run"]) == 0
+    assert "models: a, b;" in capsys.readouterr().out
 
 
 def test_dry_run_estimates_each_models_cost_from_its_own_earlier_units(

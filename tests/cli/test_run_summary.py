@@ -40,3 +40,28 @@ def test_the_run_summary_counts_as_the_report_does(tmp_path: Path, capsys: pytes
     total = units["cost_usd"].sum()
     said = f"total cost ${total:,.2f}" if total >= 1 else f"total cost ${total:.4f}"
     assert said in printed
+
+
+def test_the_summary_prints_whole_model_and_harness_names() -> None:
+    """Two models alike in their first 32 characters, and a harness longer than 16, each on a
+    line of its own, whole and aligned (cut, the two models read as one)."""
+    from rayeval.batch.summary import ModelSummary, RunSummary
+
+    names = [
+        "openai-compatible/meta-llama/Llama-3.1-70B-Instruct",
+        "openai-compatible/meta-llama/Llama-3.1-8B-Instruct",
+    ]
+    harness = "my_agents.harnesses:tool_calling_loop"
+    summary = RunSummary(
+        run_id="r", results_path="/tmp/r", total_units=4, skipped=0, ran=4, stored_rows=4, duration_s=1.0,
+        models=[
+            ModelSummary(model=name, harness=harness, units=2, passed=n, failed=2 - n, errors=0,
+                         accuracy_pct=50.0 * n, mean_cost_usd=None, total_cost_usd=None)
+            for n, name in enumerate(names)
+        ],
+    )  # fmt: skip
+    lines = summary.text().splitlines()
+    rows = [line for line in lines if line.startswith("openai-compatible/")]
+    assert [row.split()[:2] for row in rows] == [[name, harness] for name in names]
+    assert len({len(line) for line in lines[:2] + rows}) == 1  # header, rule and rows line up
+    assert [row.split()[3] for row in rows] == ["0", "1"]  # each model's own counts

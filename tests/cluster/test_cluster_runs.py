@@ -434,7 +434,9 @@ def test_ray_job_stop_stores_the_finished_units_and_cancels_the_run(
     finally:
         client.stop_job(job_id)
     wait_until(lambda: client.get_job_status(job_id) == JobStatus.STOPPED, 60, 0.5, "the job STOPPED")
-    assert "stopped by SIGTERM" in client.get_job_logs(job_id)
+    logs = client.get_job_logs(job_id)
+    assert "stopped by SIGTERM" in logs
+    assert "ray.kill" not in logs and "retries remaining" not in logs, logs  # Ray says nothing of the calls ended
     rows = pd.read_parquet(run)
     assert len(rows) >= wal_rows and rows["unit_id"].is_unique
     assert not list(run.glob("_wal/*.jsonl")), "rows left in the driver's WAL only"
@@ -609,3 +611,52 @@ def test_workers_return_to_a_node_that_comes_back(ray_cluster: RayTestCluster, t
         raise
     finish_sleep_run(process, output, "return", RETURN_SEEDS)
     print(f"node 2 came back; its workers ran there again {back_s:.1f} s later")
+
+
+# ------------------------------------------------------------------------------ versions
+
+_CLUSTER_METADATA = """
+import json, sys
+import ray._common.usage.usage_constants as usage
+from ray._private import ray_constants
+from ray._raylet import GcsClient
+
+client = GcsClient(address=sys.argv[1])
+key, namespace = usage.CLUSTER_METADATA_KEY, ray_constants.KV_NAMESPACE_CLUSTER
+if len(sys.argv) > 2:
+    client.internal_kv_put(key, sys.argv[2].encode(), overwrite=True, namespace=namespace)
+print(client.internal_kv_get(key, namespace=namespace).decode())
+"""
+
+
+def _cluster_metadata(cluster: RayTestCluster, replace: str | None = None) -> str:
+    """The cluster's metadata in its GCS (the Ray and Python versions it was started with),
+    replaced by ``replace`` first when given."""
+    done = subprocess.run(
+        [sys.executable, "-c", _CLUSTER_METADATA, cluster.gcs_address, *([replace] if replace else [])],
+        env=cluster.env, capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    return done.stdout.strip()
+
+
+def test_a_driver_whose_ray_differs_from_the_clusters_is_told_so(ray_cluster: RayTestCluster, tmp_path: Path) -> None:
+    """A cluster started with another Ray (its GCS says 2.59.0, as a cluster image of that
+    version does): the run stops at connect time, exit 2, naming both versions and the fix."""
+    import ray
+
+    original = _cluster_metadata(ray_cluster)
+    older = json.dumps({**json.loads(original), "ray_version": "2.59.0"})
+    _cluster_metadata(ray_cluster, older)
+    try:
+        done = subprocess.run(
+            ["rayeval", "run", str(EVALS), "--agent", "sleep", "--address", ray_cluster.gcs_address,
+             "--output", str(tmp_path / "results"), "--no-progress"],
+            cwd=tmp_path, env=ray_cluster.env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False,
+        )  # fmt: skip
+    finally:
+        _cluster_metadata(ray_cluster, original)
+    assert done.returncode == 2, _outputs(done, done.stdout, done.stderr)
+    assert f"the Ray cluster at {ray_cluster.gcs_address} runs Ray 2.59.0" in done.stderr
+    assert f"this driver Ray {ray.__version__}" in done.stderr and "Install ray[default]==2.59.0" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not list((tmp_path / "results").rglob("*.parquet"))

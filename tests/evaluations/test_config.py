@@ -128,7 +128,14 @@ def test_dataset_problems() -> None:
         dataset={"path": "qa", "datapoints": []}
     )
     assert "dataset: must be a dict {path, datapoints}, got list" in problems(dataset=[1])
-    assert "dataset: path: must be a non-empty string, got None" in problems(dataset={"datapoints": [{}]})
+    assert "dataset: path: must be a non-empty string, got None" in problems(dataset={"path": None, "datapoints": [{}]})
+    # given without a path (as one of Humanloop's examples does), a dataset takes the evaluation's name
+    assert (
+        validate_arguments(
+            "qa run", FILE, [GOOD], {"datapoints": [{"inputs": {"question": "x"}, "target": "x"}]}
+        ).dataset.path
+        == "qa run"
+    )
     message = problems(
         dataset={"path": "qa", "datapoints": [{"inputs": {"question": "x"}, "target": {"a": 1}, "extra": 1}]}
     )
@@ -240,3 +247,49 @@ def test_scores_from_stats() -> None:
     assert evaluator_score(select) == (0.4, "a")  # ties: first alphabetically
     assert evaluator_score(select, "c") == (0.0, "c")
     assert evaluator_score(TextEvaluatorStats(**common)) == (None, None)
+
+
+@pytest.mark.parametrize(
+    ("model", "provider"),
+    [("gpt-4", "openai"), ("gpt-4o-mini", "openai"), ("chatgpt-4o-latest", "openai"), ("o1", "openai"),
+     ("o3-mini", "openai"), ("o4-mini", "openai"), ("claude-sonnet-4-5", "anthropic"), ("llama-3.1-8b", None),
+     ("gemini-2.0-flash", None), ("gpt4", None), ("o2-mini", None), ("ollama", None), ("openai/gpt-4", None)],
+)  # fmt: skip
+def test_only_a_model_name_of_one_providers_family_gets_its_provider(model: str, provider: str | None) -> None:
+    from rayeval.evaluations.prompts import PromptVersion
+    from rayeval.models.providers import inferred_provider
+
+    assert inferred_provider(model) == provider
+    version = PromptVersion.model_validate({"model": model, "template": "Hi"})
+    assert version.model_name == (f"{provider}/{model}" if provider else model)
+    # named explicitly, the provider stays as given
+    assert PromptVersion.model_validate(
+        {"model": model, "provider": "openai-compatible", "template": "x"}
+    ).provider == ("openai-compatible")
+
+
+def test_a_file_type_given_beside_the_file_must_agree_with_it(tmp_path) -> None:
+    from rayeval import evaluations
+
+    with pytest.raises(EvaluationConfigError, match="type: 'prompt', but file.type is 'flow': give one"):
+        evaluations.run("qa", {**FILE, "type": "flow"}, [GOOD], qa_dataset(), type="prompt", output=str(tmp_path))
+    assert not list(tmp_path.iterdir())  # refused before anything ran or was written
+
+
+def test_a_target_required_evaluator_without_targets_refused_in_code_or_judged_not_applicable_by_path() -> None:
+    """Humanloop checks targets up front for local evaluators only: an evaluator defined in code
+    is refused; one named by path (or defined with without_target="not_applicable") is not
+    called for those datapoints, its judgment not applicable."""
+    dataset = {
+        "path": "qa",
+        "datapoints": [{"inputs": {"question": "x"}, "target": "x"}, {"inputs": {"question": "y"}}],
+    }
+    assert "evaluator 'exact' (evaluators[0]) is target_required, but datapoints[1]" in problems(dataset=dataset)
+    spec = validate_arguments("qa", FILE, [{**GOOD, "without_target": "not_applicable"}], dataset)
+    named = validate_arguments("qa", FILE, [{"path": "Example Evaluators/Code/Exact match"}], dataset)
+    for evaluator in (*spec.evaluators, *named.evaluators):
+        local = LocalEvaluator(*evaluator.model_dump(include={"path", "args_type", "return_type", "threshold"}).values(),
+                               evaluator.callable, evaluator.without_target)  # fmt: skip
+        assert local.judge({"output": "x"}, {"target": None}) == {"not_applicable": "no target"}
+        assert local.judge({"output": "x"}, {"target": "x"}) is True
+        assert log_checks([local], {local.path: {"not_applicable": "no target"}}) == {}  # neither passes nor fails

@@ -266,3 +266,36 @@ def test_an_extra_column_with_conflicting_types_is_named(tmp_path: Path) -> None
     assert (
         skipped.problem == "incompatible schema: column batch_id is list<element: int64>, where other parts have string"
     )
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_read_results_gives_run_id_and_model_columns_of_one_run(where: str, tmp_path: Path, request) -> None:
+    """``rayeval.read_results(root, run=...)``: the run's rows with ``run_id`` and ``model``
+    (folder names, which ``pd.read_parquet`` of the run's folder leaves out), every column,
+    the latest attempt of each unit unless every attempt is asked for, ``latest`` the newest run."""
+    import rayeval
+    from rayeval.storage import ResultStore, RunManifest
+
+    root = str(write_root(tmp_path / "local", _attempts()))
+    for run, day in (("r", 1), ("r2", 2)):  # r2 is the newer run
+        ResultStore(root).write_manifest(
+            RunManifest(run_id=run, status="completed", created_at=T0 + timedelta(days=day))
+        )
+    options = {}
+    if where == "s3":
+        bucket = request.getfixturevalue("s3_bucket")
+        for path in Path(root).rglob("*"):
+            if path.is_file():
+                bucket.put(f"results/{path.relative_to(root).as_posix()}", path.read_bytes())
+        root, options = bucket.uri("results"), {"s3_endpoint_url": bucket.endpoint_url}
+    assert "run_id" not in pd.read_parquet(f"{tmp_path / 'local'}/run_id=r").columns  # what read_results fixes
+    rows = rayeval.read_results(root, run="r", **options)
+    assert set(rows["run_id"]) == {"r"} and set(rows["model"]) == {"m"} and len(rows) == 3
+    assert set(rows.set_index("unit_id")["attempt"].items()) == {("u1", 3), ("u2", 2), ("u3", 1)}
+    assert {"answer_json", "reasoning", "metadata_json"} <= set(rows.columns)  # every column, not the report's few
+    assert len(rayeval.read_results(root, run="r", attempts="all", **options)) == 6
+    newest = rayeval.read_results(root, run="latest", **options)
+    assert set(newest["run_id"]) == {"r2"} and len(newest) == 1
+    assert len(rayeval.read_results(root, **options)) == 4  # every run
+    with pytest.raises(ReportError, match="attempts must be one of latest, all"):
+        rayeval.read_results(root, attempts="first", **options)  # type: ignore[arg-type]

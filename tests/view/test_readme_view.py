@@ -84,7 +84,7 @@ def test_readme_view_command_on_s3(s3_bucket: S3Bucket, tmp_path: Path) -> None:
     store = ResultStore(root, s3_endpoint_url=s3_bucket.endpoint_url)
     store.write_rows("crafted", crafted_rows("h"))
     args = _args(command, root, tmp_path / "rayeval-view")
-    args[args.index("--s3-endpoint-url") + 1] = s3_bucket.endpoint_url
+    args[args.index("--s3-endpoint") + 1] = s3_bucket.endpoint_url
     done = _run(args)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "rayeval-view" / "index.html").is_file()

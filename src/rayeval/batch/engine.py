@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import secrets
 import signal
 import time
@@ -131,6 +132,10 @@ class RunConflict(RayevalError, ValueError):
     """The run id already holds results (without --resume), or --resume has nothing to resume."""
 
 
+class RayVersionMismatch(RayevalError):
+    """The cluster runs another Ray or Python than this driver: Ray refuses the connection."""
+
+
 def new_run_id() -> str:
     return f"{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
 
@@ -173,8 +178,30 @@ def connect(config: BatchConfig) -> bool:
             configure_logging=False,
         )
         return True
-    ray.init(address=address, log_to_driver=False, configure_logging=False)
+    try:
+        ray.init(address=address, log_to_driver=False, configure_logging=False)
+    except RuntimeError as exc:  # Ray's own check: "Version mismatch: The cluster was started with ..."
+        versions = _VERSIONS.findall(str(exc))
+        if not str(exc).startswith("Version mismatch") or len(versions) != 2:
+            raise
+        ray.shutdown()  # what ray.init set up before it refused
+        where = os.environ.get("RAY_ADDRESS", address) if address == "auto" else address
+        raise RayVersionMismatch(_mismatch_message(str(where), *versions)) from None
     return False
+
+
+# "Ray: 2.59.0\n    Python: 3.11.7" in Ray's mismatch message, the cluster's first, then this process's
+_VERSIONS = re.compile(r"Ray: (\S+)\s+Python: (\S+)")
+
+
+def _mismatch_message(address: str, cluster: tuple[str, str], driver: tuple[str, str]) -> str:
+    (cluster_ray, cluster_python), (driver_ray, driver_python) = cluster, driver
+    return (
+        f"the Ray cluster at {address} runs Ray {cluster_ray} on Python {cluster_python}, and this driver Ray "
+        f"{driver_ray} on Python {driver_python}: a driver and its cluster need the same Ray and Python versions. "
+        f"Install ray[default]=={cluster_ray} under Python {cluster_python} here, or submit the run to the cluster "
+        "(ray job submit: its driver runs in the cluster's environment)"
+    )
 
 
 def shut_down_embedded_ray() -> None:
@@ -262,7 +289,7 @@ def run_batch(
         if config.resume and previous is None and not damaged:
             raise RunConflict(f"--resume: no run {run_id!r} under {config.output}")
         if not config.resume and previous is not None:
-            raise RunConflict(f"run {run_id!r} already exists under {config.output}: pass --resume to finish it")
+            raise RunConflict(_existing_run(run_id, config.output, previous.status))
         if previous is not None and previous.agent != config.agent:
             raise RunConflict(f"run {run_id!r} was made with agent {previous.agent!r}, not {config.agent!r}")
         plan = Plan(evals, config.models, config.seeds, config.agent)
@@ -355,6 +382,19 @@ def _in_background(function: Callable[..., RunSummary], *args: Any, **kwargs: An
         return executor.submit(function, *args, **kwargs)
     finally:
         executor.shutdown(wait=False)  # its thread ends with the call
+
+
+def _existing_run(run_id: str, output: str, status: str) -> str:
+    """Why a new run cannot take ``run_id``, and what to do instead: a finished run has
+    nothing left to resume (its errored units can run again)."""
+    where = f"run {run_id!r} already exists under {output}"
+    if status == "completed":
+        return (
+            f"{where} and is finished: choose another --run-id (or none, for a new one); "
+            f"--retry-errors --run-id {run_id} runs its errored units again"
+        )
+    left = "interrupted" if status == "running" else status  # this driver holds its lease: nobody runs it
+    return f"{where} ({left}): pass --resume to finish it"
 
 
 def previous_manifest(store: ResultStore, run_id: str, config: BatchConfig) -> tuple[RunManifest | None, bool]:
@@ -770,6 +810,7 @@ class _InFlight:
             self.queue.finished(unit.model)
         else:
             unit, attempt = self.grading.pop(ref)
+            self.workers.finished(ref)
         result = _unit_result(ref, unit, attempt, evals[unit.eval_index], run_id, config)
         if isinstance(result, JudgeWork):
             self.judges.add(unit, attempt, result)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -271,10 +272,22 @@ def parse_seeds(text: str) -> list[int]:
     return numbers
 
 
+_NOT_IN_A_NAME = re.compile(r"[\s;]+")
+
+
 def parse_models(text: str) -> list[str]:
+    """``--models``: names separated by commas (spaces around each are dropped). A name holding
+    a space or a ``;`` is refused: it is a list typed with another separator, not one model."""
     models = [m.strip() for m in text.split(",") if m.strip()]
     if not models:
         raise ValueError("--models is empty")
+    for model in models:
+        if _NOT_IN_A_NAME.search(model):
+            names = ",".join(part for part in _NOT_IN_A_NAME.split(model) if part)
+            raise ValueError(
+                f"--models: {model!r} is not one model name (no spaces or ';' in a name): "
+                f"separated by commas, as in --models {names}"
+            )
     if len(set(models)) != len(models):
         raise ValueError(f"--models has duplicates: {text!r}")
     return models

@@ -36,6 +36,8 @@ class PlanPreview(BaseModel):
     run_id: str | None
     evals: int
     evals_loaded: int
+    #: the ids of the evals chosen, in plan order, when --sample-id, --filter or --limit chose them
+    selected: list[str] = []
     models: list[str]
     seeds: str
     units: int
@@ -63,9 +65,11 @@ class PlanPreview(BaseModel):
             cost = f"${self.estimated_cost_usd:.2f} for {priced} of the {self.to_run} units, the others unknown ({self.cost_basis})"
         else:
             cost = f"${self.estimated_cost_usd:.2f} ({self.cost_basis})"
+        chosen = [f"selected evals: {', '.join(self.selected)}"] if self.selected else []
         return "\n".join([
             f"dry run: nothing started. run: {self.run_id or 'a new run id'}",
             f"evals: {self.evals}{selected}; models: {', '.join(self.models)}; seeds: {self.seeds}",
+            *chosen,
             f"units: {self.units} planned, {self.units - self.to_run} already stored, {self.to_run} to run{rerun}",
             f"estimated cost: {cost}",
             self.capacity,
@@ -103,6 +107,7 @@ def preview_run(config: BatchConfig) -> PlanPreview:
         run_id=config.run_id,
         evals=len(evals),
         evals_loaded=len(all_evals),
+        selected=[e.id for e in evals] if config.sample_ids or config.filters or config.limit is not None else [],
         models=config.models,
         seeds=describe_seeds(config.seeds),
         units=len(plan),

@@ -43,15 +43,19 @@ class RunSummary(BaseModel):
         return sum(m.errors for m in self.models)
 
     def text(self) -> str:
+        # names are printed whole: the columns are as wide as the longest (two models that
+        # differ only past a fixed width would otherwise read as one)
+        wide = max([32, *(len(m.model) for m in self.models)])
+        narrow = max([16, *(len(m.harness) for m in self.models)])
         header = (
-            f"{'model':32} {'harness':16} {'units':>6} {'passed':>7} {'failed':>7} {'errors':>7} "
+            f"{'model':{wide}} {'harness':{narrow}} {'units':>6} {'passed':>7} {'failed':>7} {'errors':>7} "
             f"{'accuracy %':>10} {'cost $/unit':>11}"
         )
         lines = [header, "-" * len(header)]
         for m in self.models:
             cost = f"{m.mean_cost_usd:11.4f}" if m.mean_cost_usd is not None else f"{'-':>11}"
             lines.append(
-                f"{m.model[:32]:32} {m.harness[:16]:16} {m.units:6d} {m.passed:7d} {m.failed:7d} {m.errors:7d} "
+                f"{m.model:{wide}} {m.harness:{narrow}} {m.units:6d} {m.passed:7d} {m.failed:7d} {m.errors:7d} "
                 f"{m.accuracy_pct:10.2f} {cost}"
             )
         costs = [m.total_cost_usd for m in self.models if m.total_cost_usd is not None]

@@ -285,6 +285,7 @@ class WorkerPool:
         self.starting = {actor.prepare.remote(shared): index for index, actor in enumerate(actors)}
         self.up: set[int] = set()
         self._worker_of: dict[Any, int] = {}
+        self._grading: set[Any] = set()  # second grading passes in flight
 
     def came_up(self, ref: Any) -> bool:
         """Whether ``ref`` (ready) is a worker's ``prepare``; the worker takes units from now
@@ -327,17 +328,31 @@ class WorkerPool:
         return ref
 
     def finished(self, ref: Any) -> None:
-        """The call behind ``ref`` is over (its result or error has been fetched)."""
-        self.in_flight[self._worker_of.pop(ref)] -= 1
+        """The call behind ``ref`` (a unit, or a second grading pass) is over (its result or
+        error has been fetched)."""
+        if ref in self._grading:
+            self._grading.discard(ref)
+        else:
+            self.in_flight[self._worker_of.pop(ref)] -= 1
 
     def grade(self, unit: Unit, attempt: int, execution: Execution, judgments: Judgments) -> Any:
         """A unit's second grading pass, on a worker that is up, outside its units' slots."""
         worker = self.actors[min(self.up, key=self.in_flight.__getitem__)]
         method = worker.grade_judged.options(concurrency_group=GRADING_GROUP)
-        return method.remote(unit.position, attempt, execution, judgments, self.shared)
+        ref = method.remote(unit.position, attempt, execution, judgments, self.shared)
+        self._grading.add(ref)
+        return ref
 
     def end_all(self) -> None:
-        """End every worker, calls in flight included (a run that stops early)."""
+        """End every worker, calls in flight included (a run that stops early).  The calls are
+        cancelled first: a call on a killed worker is otherwise retried (its actor restarts
+        on a crash), and Ray prints a "Task UnitWorker.run_unit failed ... killed by ray.kill"
+        line for each into the run's output."""
+        for ref in [*self._worker_of, *self._grading, *self.starting]:
+            try:
+                ray.cancel(ref)
+            except ray.exceptions.RayError as exc:  # over already: nothing to cancel
+                log.debug("worker call: %s", exc)
         for actor in self.actors:
             try:
                 ray.kill(actor, no_restart=True)

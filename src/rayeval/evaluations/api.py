@@ -31,7 +31,7 @@ from ..report.stats import (
 )
 from ..storage.store import ResultStore
 from .catalog import store_version, version_id
-from .config import EvaluationSpec, EvaluatorConfig, ReturnType, validate_arguments
+from .config import EvaluationConfigError, EvaluationSpec, EvaluatorConfig, ReturnType, validate_arguments
 from .index import EvaluationRunRecord, EvaluatorRecord, previous_run, write_record
 from .prompts import PromptCaller
 from .runtime import DatapointCaller, EvaluatorsGrader, LocalEvaluator
@@ -84,6 +84,8 @@ class EvaluatorCheck(BaseModel):
     option: str | None = None  # select / multi_select: the option whose share is the score
     num_judgments: int = 0
     num_errors: int = 0
+    #: logs it could not judge: it needs a target their datapoint lacks (nulls, not in the score)
+    num_not_applicable: int = 0
 
 
 class EvaluationResult(BaseModel):
@@ -179,6 +181,7 @@ def build_checks(
                 option=option,
                 num_judgments=getattr(stat, "num_judgments", 0),
                 num_errors=getattr(stat, "num_errors", 0),
+                num_not_applicable=getattr(stat, "num_not_applicable", 0),
             )
         )
     return checks
@@ -192,7 +195,7 @@ def _number(value: float | None, signed: bool = False) -> str:
 
 
 def checks_table(checks: Sequence[EvaluatorCheck], stats: Mapping[str, Any]) -> str:
-    header = ("evaluator", "type", "logs", "judged", "nulls", "errors", "score", "delta", "threshold", "check")
+    header = ("evaluator", "type", "logs", "judged", "nulls", "n/a", "errors", "score", "delta", "threshold", "check")
     rows = []
     for check in checks:
         stat = stats.get(check.path)
@@ -205,6 +208,7 @@ def checks_table(checks: Sequence[EvaluatorCheck], stats: Mapping[str, Any]) -> 
                 str(getattr(stat, "total_logs", 0)),
                 str(getattr(stat, "num_judgments", 0)),
                 str(getattr(stat, "num_nulls", 0)),
+                str(getattr(stat, "num_not_applicable", 0)),
                 str(getattr(stat, "num_errors", 0)),
                 _number(check.score),
                 _number(check.delta, signed=True),
@@ -259,6 +263,8 @@ def _report(
             "score: a boolean evaluator's share of true judgments as a fraction (0-1, as Humanloop reports it), "
             "a number evaluator's mean; Accuracy above is in percent."
         )
+        if any(c.num_not_applicable for c in checks):
+            parts.append("n/a: nulls of an evaluator that needs a target, on datapoints without one (not judged).")
     gated = [c for c in checks if c.threshold_check is not None]
     if gated:
         failed = [c.path for c in gated if not c.threshold_check]
@@ -339,6 +345,15 @@ def _store_given(store: ResultStore, spec: EvaluationSpec, file: Any, dataset: A
     return version_id(body)
 
 
+def _with_type(file: Any, file_type: str) -> Any:
+    """``file`` with the ``type`` given beside it; the two must agree when both are given."""
+    if not isinstance(file, Mapping):
+        return file  # validation says what is wrong with it
+    if file.get("type", file_type) != file_type:
+        raise EvaluationConfigError([f"type: {file_type!r}, but file.type is {file['type']!r}: give one"])
+    return {**file, "type": file_type}
+
+
 def _caller(spec: EvaluationSpec) -> DatapointCaller | PromptCaller:
     if spec.file.prompt is not None:
         return PromptCaller(spec.file.prompt, spec.model_options)
@@ -363,6 +378,7 @@ def run(
     retries: int = 0,
     isolation: Isolation = "sandbox",
     model_options: Mapping[str, Any] | None = None,
+    type: str | None = None,
     **engine_options: Any,
 ) -> EvaluationResult:
     """Evaluate ``file`` over ``dataset`` with ``evaluators`` on Ray; rows go to ``output``.
@@ -382,7 +398,9 @@ def run(
     number evaluators, none for text.
 
     ``dataset = {path, datapoints: [{inputs, messages=None, target=None, id=None}]}``:
-    a datapoint's id (the rows' ``eval_id``) is its ``id`` or a hash of its content.
+    a datapoint's id (the rows' ``eval_id``) is its ``id`` or a hash of its content; without a
+    ``path``, the dataset takes the evaluation's ``name``. ``type`` is the file's type, given
+    beside ``file`` rather than in it (as one of Humanloop's examples writes it).
 
     Humanloop parity: ``file.version = {model, template, temperature, ...}`` is a prompt defined
     in code, called per datapoint (:mod:`rayeval.evaluations.prompts`; ``model_options`` says
@@ -405,6 +423,8 @@ def run(
     from ..batch.engine import BatchConfig, new_run_id, run_batch, runs_embedded
 
     store = ResultStore(output, s3_endpoint_url=s3_endpoint_url)
+    if type is not None:
+        file = _with_type(file, type)
     # on an embedded Ray the judges' model calls have this process's environment: their keys are checked
     spec = validate_arguments(
         name, file, evaluators, dataset, store=store, model_options=model_options, environment=runs_embedded(address)
@@ -442,7 +462,10 @@ def run(
     dataset_version = _store_given(store, spec, file, dataset)
     caller = _caller(spec)
     grader = EvaluatorsGrader(
-        [LocalEvaluator(e.path, e.args_type, e.return_type, e.threshold, e.callable) for e in spec.evaluators],
+        [
+            LocalEvaluator(e.path, e.args_type, e.return_type, e.threshold, e.callable, e.without_target)
+            for e in spec.evaluators
+        ],
         name=spec.name,
         file=file_info,
         version_id=version_id,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
@@ -30,6 +31,9 @@ from ..storage.store import ResultStore
 from .catalog import Kind, find_version, version_id
 from .library import REPORTED, expand_evaluators
 from .prompts import CONNECTION_OPTIONS, PromptVersion, is_prompt_version, missing_placeholders, model_problem
+from .runtime import WithoutTarget, has_target
+
+log = logging.getLogger(__name__)
 
 FileType = Literal["prompt", "tool", "flow", "agent", "evaluator"]
 ArgsType = Literal["target_free", "target_required"]
@@ -174,6 +178,10 @@ class EvaluatorConfig(BaseModel):
     return_type: ReturnType
     callable: Callable[..., Any]
     threshold: float | None = None
+    #: a target_required evaluator and a datapoint without a target: refused before the run
+    #: (an evaluator defined in code), or judged not applicable (one named by path, as
+    #: Humanloop's hosted evaluators judge what they can)
+    without_target: WithoutTarget = "refuse"
 
     @field_validator("path")
     @classmethod
@@ -239,7 +247,7 @@ class DatapointConfig(BaseModel):
 
     @property
     def has_target(self) -> bool:
-        return self.target is not None and self.target not in ("", {}, [])
+        return has_target(self.target)
 
     def content_id(self) -> str:
         """Stable id from the content: the same inputs, messages and target give the same id."""
@@ -367,12 +375,17 @@ def validate_evaluators(evaluators: Any, problems: list[str]) -> list[EvaluatorC
     return valid
 
 
-def _validate_dataset(dataset: Any, problems: list[str], store: ResultStore | None = None) -> DatasetConfig | None:
+def _validate_dataset(
+    dataset: Any, problems: list[str], store: ResultStore | None = None, unnamed: str | None = None
+) -> DatasetConfig | None:
+    """``unnamed``: the path of a dataset given with its datapoints but no path (the evaluation's name)."""
     if isinstance(dataset, DatasetConfig):
         return dataset
     if not isinstance(dataset, Mapping):
         problems.append(f"dataset: must be a dict {{path, datapoints}}, got {type(dataset).__name__}")
         return None
+    if "path" not in dataset and "datapoints" in dataset and unnamed:
+        dataset = {**dataset, "path": unnamed}
     if set(dataset) <= {"path", "version_id"} and "path" in dataset:  # a stored dataset, named
         body = _stored_body(store, "dataset", dataset, problems)
         if body is None:
@@ -464,13 +477,31 @@ def _check_fit(
             "template's placeholders have no value in the inputs of" if prompt else "callable cannot take the inputs of"
         )
         problems.append(f"file {file.path!r}: {what} {listed(unfit)}")
-    missing = [f"datapoints[{i}]" for i, point in enumerate(dataset.datapoints) if not point.has_target]
+    missing = _without_target(dataset)
     for index, evaluator in enumerate(evaluators):
-        if evaluator.args_type == "target_required" and missing:
+        if evaluator.args_type == "target_required" and missing and evaluator.without_target == "refuse":
             problems.append(
                 f"evaluator {evaluator.path!r} (evaluators[{index}]) is target_required, "
                 f"but {listed(missing)} of dataset {dataset.path!r} have no target"
             )
+
+
+def _without_target(dataset: DatasetConfig) -> list[str]:
+    return [f"datapoints[{i}]" for i, point in enumerate(dataset.datapoints) if not point.has_target]
+
+
+def _warn_not_applicable(evaluators: list[EvaluatorConfig], dataset: DatasetConfig) -> None:
+    """Before the run: which judgments will be recorded as not applicable, and why."""
+    missing = _without_target(dataset)
+    for evaluator in evaluators:
+        if missing and evaluator.args_type == "target_required" and evaluator.without_target == "not_applicable":
+            one = len(missing) == 1
+            log.warning(
+                "evaluations.run: evaluator %r needs a target, and %s of dataset %r %s none: %s recorded "
+                "as not applicable (no target)",
+                evaluator.path, listed(missing), dataset.path, "has" if one else "have",
+                "its judgment is" if one else "their judgments are",
+            )  # fmt: skip
 
 
 def _validate_connection(
@@ -519,7 +550,9 @@ def validate_arguments(
     connection = _validate_connection(model_options, file_config, problems, environment)
     expanded = expand_evaluators(evaluators, connection, problems, environment=environment)
     evaluator_configs = validate_evaluators(expanded, problems)
-    dataset_config = _validate_dataset(dataset, problems, store)
+    dataset_config = _validate_dataset(
+        dataset, problems, store, unnamed=name.strip() if isinstance(name, str) else None
+    )
     ids: list[str] = []
     if dataset_config is not None:
         ids = _datapoint_ids(dataset_config, problems)
@@ -528,6 +561,7 @@ def validate_arguments(
     if problems:
         raise EvaluationConfigError(problems)
     assert file_config is not None and dataset_config is not None
+    _warn_not_applicable(evaluator_configs, dataset_config)
     return EvaluationSpec(
         name=name.strip(),
         file=file_config,

@@ -166,6 +166,7 @@ class JudgeSpec(BaseModel):
     prompt: dict[str, Any]
     options: list[str] = []
     threshold: Any = None
+    without_target: str = "refuse"
 
 
 def known_paths() -> list[str]:
@@ -246,6 +247,7 @@ def _judge(
         "return_type": spec.return_type,
         "callable": judge,
         "threshold": spec.threshold,
+        "without_target": spec.without_target,
     }
 
 
@@ -268,6 +270,8 @@ def expand_evaluators(evaluators: Any, connection: Mapping[str, Any], problems: 
             current = _judge(current, where, connection, problems, environment)
         elif current is not None and current.get("evaluator_type") == "python":
             del current["evaluator_type"]  # Humanloop's name for a code evaluator
+        if current is not None and is_reference(raw):  # named, as a hosted one: it judges what it can
+            current["without_target"] = "not_applicable"
         expanded.append(REPORTED if current is None else current)
     return expanded
 

@@ -14,12 +14,13 @@ and they need the worker's key and response cache. This module stays light for t
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..agents.prompt import (
     PromptOptions,
@@ -33,7 +34,9 @@ from ..errors import RayevalError
 from ..graders.judging import Deferred, judge_outcomes
 from ..harness.prompt import task_of
 from ..models import ChatMessage
+from ..models.providers import inferred_provider
 
+log = logging.getLogger(__name__)
 PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][\w-]*(?:\.[\w-]+)*)\s*\}\}")
 # How to reach the model (PromptOptions fields that are not part of a prompt's version).
 CONNECTION_OPTIONS = ("base_url", "api_key_env", "cache", "prices", "max_connections")
@@ -48,9 +51,26 @@ class TemplateMessage(BaseModel):
 
 class PromptVersion(BaseModel):
     """A prompt's version: what its id hashes. ``provider`` + a bare ``model`` (Humanloop's
-    spelling) is the same as ``provider/model``."""
+    spelling) is the same as ``provider/model``; a bare ``model`` that can only be one
+    provider's (``gpt-4``, ``o3-mini``, ``claude-...``) takes that provider, with a warning
+    saying so, as Humanloop users write it."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _infer_provider(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping) or data.get("provider") is not None:
+            return data
+        model = data.get("model")
+        provider = inferred_provider(model) if isinstance(model, str) else None
+        if provider is None:
+            return data
+        log.warning(
+            "model %r names no provider: calling %s/%s (write %r, or add provider=..., to choose)",
+            model, provider, model, f"{provider}/{model}",
+        )  # fmt: skip
+        return {**data, "provider": provider}
 
     model: str
     template: str | list[TemplateMessage]

@@ -22,7 +22,10 @@ The log every evaluator receives is a plain dict (a fresh copy per evaluator)::
     }
 
 and a ``target_required`` evaluator also gets the datapoint:
-``{"id", "inputs", "messages", "target"}``.
+``{"id", "inputs", "messages", "target"}``. One named by path (``without_target =
+"not_applicable"``, as Humanloop's hosted evaluators judge what they can) is not called for a
+datapoint without a target: its judgment is ``{"not_applicable": "no target"}``, a null in the
+stats (counted in ``num_not_applicable``) that no check passes or fails.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from .._json import dumps
 from ..errors import RayevalError
@@ -47,6 +50,17 @@ from ..harness.result import EvalResult
 
 MAX_ERROR_CHARS = 2000
 EVALUATORS_KEY = "evaluators"  # metrics_json["evaluators"][path] holds each judgment
+NOT_APPLICABLE = {"not_applicable": "no target"}  # the judgment of an evaluator that needs a target the datapoint lacks
+WithoutTarget = Literal["refuse", "not_applicable"]
+
+
+def has_target(target: Any) -> bool:
+    """A datapoint's target is there: not None, nor an empty string, object or list."""
+    return target is not None and target not in ("", {}, [])
+
+
+def is_not_applicable(judgment: Any) -> bool:
+    return isinstance(judgment, dict) and "not_applicable" in judgment
 
 
 class OutputError(RayevalError, TypeError):
@@ -90,16 +104,32 @@ class DatapointCaller:
 class LocalEvaluator:
     """One evaluator as the worker needs it (the validated config, minus pydantic)."""
 
-    def __init__(self, path: str, args_type: str, return_type: str, threshold: float | None, fn: Callable[..., Any]):
+    def __init__(
+        self,
+        path: str,
+        args_type: str,
+        return_type: str,
+        threshold: float | None,
+        fn: Callable[..., Any],
+        without_target: WithoutTarget = "refuse",
+    ):
         self.path = path
         self.args_type = args_type
         self.return_type = return_type
         self.threshold = threshold
         self.fn = fn
+        self.without_target = without_target
 
     def judge(self, log: dict[str, Any], datapoint: dict[str, Any]) -> Any:
-        """The judgment (None is a null), or ``{"error": ...}`` when the evaluator raised or
-        returned a value that does not fit its return type."""
+        """The judgment (None is a null), ``{"error": ...}`` when the evaluator raised or
+        returned a value that does not fit its return type, or :data:`NOT_APPLICABLE` (not
+        called) when it needs a target the datapoint lacks."""
+        if (
+            self.args_type == "target_required"
+            and self.without_target == "not_applicable"
+            and not has_target(datapoint.get("target"))
+        ):
+            return dict(NOT_APPLICABLE)
         try:
             if self.args_type == "target_required":
                 value = self.fn(copy.deepcopy(log), copy.deepcopy(datapoint))
@@ -156,6 +186,8 @@ def log_checks(evaluators: list[LocalEvaluator], judgments: dict[str, Any]) -> d
     checks: dict[str, bool] = {}
     for evaluator in evaluators:
         value = judgments.get(evaluator.path)
+        if is_not_applicable(value):  # nothing was judged: no check passes or fails
+            continue
         if evaluator.return_type == "boolean":
             checks[evaluator.path] = value is True
         elif evaluator.return_type == "number" and evaluator.threshold is not None:
@@ -168,6 +200,8 @@ def log_checks(evaluators: list[LocalEvaluator], judgments: dict[str, Any]) -> d
 def _describe(value: Any) -> str:
     if isinstance(value, dict) and "error" in value:
         return f"error ({str(value['error']).splitlines()[0][:200]})"
+    if is_not_applicable(value):
+        return f"not applicable ({value['not_applicable']})"
     return dumps(value)[:200]
 
 

@@ -6,7 +6,7 @@ import math
 from collections.abc import Iterable
 from typing import Any, TypeGuard
 
-from .result import GraderResult
+from .result import GraderResult, is_finite_number
 
 
 class _Missing:
@@ -27,18 +27,6 @@ class _Missing:
 
 
 MISSING: Any = _Missing()
-
-
-def is_finite_number(value: Any) -> TypeGuard[float]:
-    """JSON number (not bool) whose float value is finite; huge ints that overflow are not."""
-    if value.__class__ is float:  # the common case, without a call
-        return value - value == 0.0  # NaN and infinities give NaN
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
-    try:
-        return math.isfinite(float(value))
-    except OverflowError:
-        return False
 
 
 def is_nonblank_str(value: Any) -> TypeGuard[str]:
@@ -153,16 +141,20 @@ def echo_answer(answer: Any) -> Any:
 
 def config_error(reason: str, answer: Any = None, *, score_max: float = 1.0) -> GraderResult:
     """The configuration-error shape: the ``configuration_error`` metrics key is the signal."""
-    # positional, echo_answer inlined: these builders run on every failed grading
+    # echo_answer inlined: these builders run on every failed grading
     return GraderResult(
         False,
         {"configuration_error": reason},
         f"Grader configuration error: {reason}",
         answer if isinstance(answer, dict) else None,
-        0.0,
-        None,
-        score_max,
+        score=0.0,
+        score_max=score_max,
     )
+
+
+def missing_field(name: str) -> str:
+    """The reference's reasoning for an answer without a required field."""
+    return f"Agent answer missing required field: {name}"
 
 
 def agent_failure(
@@ -174,14 +166,11 @@ def agent_failure(
         {} if metrics is None else metrics,
         reason,
         answer if isinstance(answer, dict) else None,
-        0.0,
-        None,
-        score_max,
+        score=0.0,
+        score_max=score_max,
     )
 
 
 def binary_result(passed: bool, metrics: dict, reasoning: str, answer: Any) -> GraderResult:
     """The 0/1 verdict most graders give: no partial credit."""
-    return GraderResult(
-        passed, metrics, reasoning, answer if isinstance(answer, dict) else None, 1.0 if passed else 0.0
-    )
+    return GraderResult(passed, metrics, reasoning, answer if isinstance(answer, dict) else None, score=float(passed))

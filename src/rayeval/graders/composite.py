@@ -16,7 +16,7 @@ from ._common import config_error, echo_answer, is_finite_number
 from .base import Grader
 from .leaf import ADDITIVE, GATE, HARD_FAIL, grade_composite_leaf
 from .registry import get_grader, is_registered, register_grader
-from .result import GraderResult, normalize_score
+from .result import GraderResult, normalize_score, result_problem
 
 SCORING = "scoring"
 """The kind of a child that must pass (all_of's "required") or earns credit (average_of)."""
@@ -241,17 +241,12 @@ class _ChildrenGrader(Grader):
         return _graded(label, SCORING, result, points)
 
     def _result_problem(self, result: Any) -> str | None:
-        """Why a typed child's result cannot be used (it then counts as misconfigured)."""
-        score_max = getattr(result, "score_max", None)
-        if not (
-            isinstance(getattr(result, "passed", None), bool)
-            and isinstance(getattr(result, "metrics", None), dict)
-            and is_finite_number(getattr(result, "score", None))
-            and is_finite_number(score_max)
-            and score_max >= 0
-        ):
-            return "child returned an invalid result"
-        if score_max <= 0 and self.SCORING_NEEDS_CAPACITY:
+        """Why a typed child's result cannot be used (it then counts as misconfigured): a
+        malformed payload (``metrics=None``, say), as the reference checks it."""
+        problem = result_problem(result)
+        if problem is not None:
+            return f"child grader {problem}"
+        if result.score_max <= 0 and self.SCORING_NEEDS_CAPACITY:
             return "scoring child has score_max 0 (no score capacity)"
         return None
 

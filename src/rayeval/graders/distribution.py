@@ -14,6 +14,7 @@ from ._common import (
     echo_answer,
     is_finite_number,
     is_nonblank_str,
+    missing_field,
 )
 from .base import Grader
 from .registry import register_grader
@@ -91,7 +92,7 @@ class DistributionComparisonGrader(Grader):
         if not isinstance(answer, dict):
             return agent_failure("Answer is not an object", answer)
         if "cell_type_distribution" not in answer:
-            return agent_failure("Answer has no cell_type_distribution", answer)
+            return agent_failure(missing_field("cell_type_distribution"), answer)
         reported = answer["cell_type_distribution"]
         if not isinstance(reported, dict) or not all_keys_nonblank(reported):
             return agent_failure("cell_type_distribution must be an object keyed by non-blank cell type names", answer)

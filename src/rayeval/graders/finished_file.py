@@ -15,7 +15,7 @@ from .result import GraderResult
 
 DEFAULT_EXPECTED = "finished"
 ANSWER_FIELD = "finished_file_contents"
-NO_CONTENTS = f"Answer has no {ANSWER_FIELD!r}"
+NO_CONTENTS = f"agent_answer missing {ANSWER_FIELD!r}"  # the reference's words
 
 
 @register_grader("finished_file")

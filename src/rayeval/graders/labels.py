@@ -16,6 +16,7 @@ from ._common import (
     check_expected_count,
     config_error,
     is_nonblank_str,
+    missing_field,
     read_thresholds_at,
 )
 from .base import Grader
@@ -60,7 +61,7 @@ class LabelSetJaccardGrader(Grader):
         if not isinstance(answer, dict):
             return agent_failure("Answer is not a JSON object", answer)
         if answer_field not in answer:
-            return agent_failure(f"Answer has no {answer_field!r} field", answer)
+            return agent_failure(missing_field(answer_field), answer)
         items = answer[answer_field]
         if not isinstance(items, list):
             return agent_failure(f"{answer_field!r} must be a list, got {type(items).__name__}", answer)

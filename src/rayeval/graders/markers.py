@@ -16,6 +16,7 @@ from ._common import (
     config_error,
     is_nonblank_str,
     is_number_in,
+    missing_field,
     read_object,
     read_thresholds,
     read_thresholds_at,
@@ -142,7 +143,7 @@ class MarkerGenePrecisionRecallGrader(Grader):
         if not isinstance(answer, dict):
             return agent_failure("Answer is not a JSON object", answer)
         if answer_field not in answer:
-            return agent_failure(f"Answer has no {answer_field!r} field", answer)
+            return agent_failure(missing_field(answer_field), answer)
         predicted = answer[answer_field]
         if isinstance(canonical, dict):
             if isinstance(predicted, dict):
@@ -329,7 +330,7 @@ def _reported_aurocs(answer: Any) -> dict[str, float] | str:
         return "Answer is not a JSON object"
     for key in ("per_gene_stats", "mean_auroc"):
         if key not in answer:
-            return f"Answer has no {key!r} field"
+            return missing_field(key)
     stats = answer["per_gene_stats"]
     if not isinstance(stats, list):
         return f"per_gene_stats must be a list, got {type(stats).__name__}"

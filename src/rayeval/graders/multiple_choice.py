@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ._common import agent_failure, config_error
+from ._common import agent_failure, config_error, missing_field
 from .base import Grader
 from .registry import register_grader
 from .result import GraderResult
@@ -80,7 +80,7 @@ class MultipleChoiceGrader(Grader):
         if not isinstance(answer, dict):
             return agent_failure("Answer is not a JSON object", answer)
         if ANSWER_FIELD not in answer:
-            return agent_failure(f"Answer has no {ANSWER_FIELD!r} field", answer)
+            return agent_failure(missing_field(ANSWER_FIELD), answer)
         raw = answer[ANSWER_FIELD]
         token = choice_token(raw)
         if token is None:

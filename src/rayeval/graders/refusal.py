@@ -15,6 +15,7 @@ from ._common import (
     echo_answer,
     is_nonblank_str,
     lookup_dotted,
+    missing_field,
 )
 from .base import Grader
 from .registry import register_grader
@@ -191,7 +192,7 @@ class RefusalVocabGrader(Grader):
         found, decision = lookup_dotted(answer, spec.answer_field)
         if not found:
             return agent_failure(
-                f"No decision at {spec.answer_field!r}",
+                missing_field(spec.answer_field),
                 answer,
                 metrics={"expected_decision": spec.expected_label, "answer_field": spec.answer_field},
             )

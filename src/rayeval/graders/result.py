@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from pydantic import TypeAdapter
 
@@ -28,9 +28,21 @@ def normalize_score(score: Any, score_max: Any) -> float:
     return min(1.0, max(0.0, s / m))
 
 
+class _Omitted:
+    """The default of ``GraderResult(metrics=...)``: left out, the metrics are ``{}``."""
+
+    __slots__ = ()
+
+
+_OMITTED: Any = _Omitted()
+
+
 @dataclass(slots=True, init=False)
 class GraderResult:
-    """A grader's verdict. Fails closed: score defaults to 0.0."""
+    """A grader's verdict. Fails closed: score defaults to 0.0. ``metrics`` left out is ``{}``;
+    given as anything but an object (``metrics=None``) it is kept as given: a malformed
+    result, which a composite or the grading of an eval reports as a configuration error
+    (:func:`result_problem`), as the reference does."""
 
     passed: bool
     metrics: dict[str, Any]
@@ -43,7 +55,7 @@ class GraderResult:
     def __init__(
         self,
         passed: bool,
-        metrics: dict[str, Any] | None = None,
+        metrics: dict[str, Any] = _OMITTED,
         reasoning: str = "",
         agent_answer: Any = None,
         score: float = 0.0,
@@ -53,7 +65,7 @@ class GraderResult:
         # Written out rather than generated with a __post_init__: the common case (a real bool
         # and floats, as the built-in graders pass) then costs no conversion calls.
         self.passed = passed if passed.__class__ is bool else bool(passed)
-        self.metrics = {} if metrics is None else metrics
+        self.metrics = {} if metrics is _OMITTED else metrics
         self.reasoning = reasoning
         self.agent_answer = agent_answer
         self.score = score if score.__class__ is float else float(score)
@@ -84,3 +96,31 @@ class GraderResult:
 
 
 _ADAPTER: TypeAdapter[GraderResult] = TypeAdapter(GraderResult)
+
+
+def is_finite_number(value: Any) -> TypeGuard[float]:
+    """JSON number (not bool) whose float value is finite; huge ints that overflow are not."""
+    if value.__class__ is float:  # the common case, without a call
+        return value - value == 0.0  # NaN and infinities give NaN
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
+
+
+def result_problem(result: Any) -> str | None:
+    """Why ``result`` is not a usable verdict (None: it is): the reference's checks of a
+    child grader's payload, applied to any grader's result before anything reads it."""
+    if not isinstance(getattr(result, "passed", None), bool):
+        return "passed must be a boolean"
+    metrics = getattr(result, "metrics", None)
+    if not isinstance(metrics, dict):
+        return f"metrics must be an object, got {type(metrics).__name__}"
+    score, score_max = getattr(result, "score", None), getattr(result, "score_max", None)
+    if not is_finite_number(score):
+        return f"score must be a finite number, got {score!r}"
+    if not is_finite_number(score_max) or score_max < 0:
+        return f"score_max must be a finite non-negative number, got {score_max!r}"
+    return None

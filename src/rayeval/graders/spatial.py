@@ -38,7 +38,7 @@ def _answer_error(answer: Any) -> str | None:
         return "Answer is not a JSON object"
     missing = [key for key in ANSWER_KEYS if key not in answer]
     if missing:
-        return f"Answer is missing {', '.join(missing)}"
+        return f"Agent answer missing required fields: {missing}"
     non_numeric = [key for key in NUMERIC_KEYS if not is_finite_number(answer[key])]
     if non_numeric:
         return f"{', '.join(non_numeric)} must be finite numbers"

@@ -211,6 +211,24 @@ class _Server:
                 pass
 
 
+def verdict_of(reply: dict[str, Any]) -> GraderResult:
+    """The verdict a grading subprocess sent, every field named: a reply without one (its score,
+    say) is the subprocess's fault, never a verdict with a default score."""
+    try:
+        sent = reply["result"]
+        return GraderResult(
+            passed=sent["passed"],
+            score=sent["score"],
+            score_max=sent["score_max"],
+            metrics=sent["metrics"],
+            reasoning=sent["reasoning"],
+            agent_answer=sent["agent_answer"],
+            field_scores=sent["field_scores"],
+        )
+    except (KeyError, TypeError) as exc:
+        raise GradingRefused(f"the grading subprocess sent no whole verdict (missing {exc})") from None
+
+
 class GradingPool:
     """Up to ``size`` grading subprocesses shared by a process's threads.
 
@@ -235,7 +253,7 @@ class GradingPool:
         bounds the grading, not the wait for a free subprocess. ``judgments``: the outcomes of
         its LLM-judged graders' judge calls (see ``rayeval.graders.judging``)."""
         reply = self._exchange(graders, answer, timeout, {"judgments": judgments} if judgments else {})
-        return GraderResult(**reply["result"])
+        return verdict_of(reply)
 
     def judge_requests(self, graders: EvalGraders, answer: Any, timeout: float) -> Judgments:
         """The judge calls the LLM-judged graders of ``graders`` would make on ``answer`` (none is made)."""

@@ -4,6 +4,7 @@ official SDKs with the SDKs' own retries off (:mod:`rayeval.models.retry` applie
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal
@@ -79,6 +80,23 @@ def split_name(name: str) -> tuple[Provider, str]:
     if provider not in PROVIDERS:
         raise ModelError(f"model {name!r}: unknown provider {provider!r} (known: {', '.join(PROVIDERS)})")
     return PROVIDERS[provider], model
+
+
+# Bare model names whose provider is not in doubt: OpenAI's GPT and o-series, Anthropic's Claude.
+_KNOWN_FAMILIES = (
+    (re.compile(r"(gpt|chatgpt)-"), "openai"),
+    (re.compile(r"o[134](-|$)"), "openai"),
+    (re.compile(r"claude-"), "anthropic"),
+)
+
+
+def inferred_provider(name: str) -> str | None:
+    """The provider of a bare model name (no ``provider/``) that can only be one provider's:
+    ``gpt-4`` and ``o3-mini`` are OpenAI's, ``claude-sonnet-4-5`` Anthropic's; None for any
+    other name (a local or gateway model could be anyone's)."""
+    if "/" in name:
+        return None
+    return next((provider for family, provider in _KNOWN_FAMILIES if family.match(name)), None)
 
 
 def api_key(provider: Provider, key_env: str | None) -> str | None:

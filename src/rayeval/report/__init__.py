@@ -47,6 +47,7 @@ if TYPE_CHECKING:
         ReportError,
         ResultsReader,
         latest_attempts,
+        read_results,
         read_units,
     )
     from .stats import (
@@ -112,6 +113,7 @@ _EXPORTS = {
     "pass_at_k": ".metrics",
     "pass_at_k_estimate": ".metrics",
     "pass_hat_k_estimate": ".metrics",
+    "read_results": ".reader",
     "read_units": ".reader",
     "render_html": ".html_report",
     "rounded": ".benchmark",
@@ -169,6 +171,7 @@ __all__ = [
     "pass_at_k",
     "pass_at_k_estimate",
     "pass_hat_k_estimate",
+    "read_results",
     "read_units",
     "render_html",
     "rounded",

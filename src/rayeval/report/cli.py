@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from .reader import ResultsReader
 
 EXIT_OK, EXIT_GATE_FAILED, EXIT_BAD_INPUT = 0, 1, 2
-LATEST = "latest"
 
 GROUP_COLUMNS = {
     "model": "model",
@@ -37,19 +36,6 @@ GROUP_COLUMNS = {
     "time_horizon": "time_horizon",
 }
 MODEL_KEYS = ("model", "harness", "agent", "run_id")
-
-
-def _resolve_latest(reader: ResultsReader, runs: list[str] | None) -> list[str] | None:
-    """``latest`` names the newest run under the root (by its manifest, else by its id)."""
-    if not runs or LATEST not in runs:
-        return runs
-    from .reader import ReportError
-
-    manifests = reader.manifests()
-    candidates = sorted(reader.run_ids(), key=lambda run: (str(manifests.get(run, {}).get("created_at", "")), run))
-    if not candidates:
-        raise ReportError(f"--run {LATEST}: no runs under {reader.root}")
-    return [candidates[-1] if run == LATEST else run for run in runs]
 
 
 def _split(values: Sequence[str] | None) -> list[str] | None:
@@ -200,7 +186,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     ks = _ks(args.pass_k)
     _check_out(args.out, args.root)
     reader = ResultsReader(args.root, args.s3_endpoint)
-    runs = _resolve_latest(reader, _split(args.run))
+    runs = reader.resolve_runs(_split(args.run))
     if args.format == "html" or args.pass_k_table:  # these need the units themselves
         return _report_units(args, reader, runs, by, ks)
     return _report_summary(args, reader, runs, by)
@@ -292,9 +278,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise ReportError(f"--n-boot must be at least 100, got {args.n_boot}")
     _check_out(args.out, args.root)
     reader = ResultsReader(args.root, args.s3_endpoint)
-    units = reader.units(
-        runs=_resolve_latest(reader, _split(args.run)), models=_split(args.model), evals=_split(args.eval)
-    )
+    units = reader.units(runs=reader.resolve_runs(_split(args.run)), models=_split(args.model), evals=_split(args.eval))
     if units.empty:
         raise ReportError(f"no results under {args.root}")
     result = paired_comparison(units, args.a, args.b, errors=args.errors, n_boot=args.n_boot, seed=args.seed)
@@ -326,9 +310,18 @@ def _common(parser: argparse.ArgumentParser) -> None:
         help="errored runs (error/timeout/config_error) count as failures (default, as the references) or are left out",
     )
     parser.add_argument("--out", metavar="FILE", help="write the output here instead of standard output")
+    add_s3_endpoint_option(parser)
+
+
+def add_s3_endpoint_option(parser: argparse.ArgumentParser) -> None:
+    """``--s3-endpoint URL``, spelled the same by every command (``args.s3_endpoint``);
+    ``--s3-endpoint-url``, the viewer's former spelling, still works, unlisted."""
     parser.add_argument(
-        "--s3-endpoint", metavar="URL", help="S3-compatible endpoint (MinIO, moto); default: AWS_ENDPOINT_URL"
+        "--s3-endpoint",
+        metavar="URL",
+        help="S3-compatible endpoint (MinIO, moto) of s3:// roots and data; default: AWS_ENDPOINT_URL",
     )
+    parser.add_argument("--s3-endpoint-url", dest="s3_endpoint", help=argparse.SUPPRESS)
 
 
 def add_report_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -362,7 +355,10 @@ def add_report_commands(subparsers: argparse._SubParsersAction) -> None:
         "--planned-units", type=int, metavar="N", help="planned unit count, for progress/ETA and status"
     )
     report.add_argument(
-        "--pass-k", default="1,3", metavar="K[,K]", help="k values for pass@k / pass^k (html, --pass-k-table)"
+        "--pass-k",
+        default="1,3",
+        metavar="K[,K]",
+        help="k values for pass@k / pass^k (html, --pass-k-table; default %(default)s)",
     )
     report.add_argument(
         "--pass-k-table", action="store_true", help="also print the pass@k / pass^k table (table format)"

@@ -22,6 +22,7 @@ import json
 import logging
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Literal, get_args
 
 import numpy as np
 import pandas as pd
@@ -101,6 +102,11 @@ CATEGORY_COLUMNS: frozenset[str] = frozenset(
 )
 
 
+#: a run name standing for the newest run under a results root
+LATEST = "latest"
+Attempts = Literal["latest", "all"]
+
+
 class ReportError(RayevalError, ValueError):
     """A user-facing problem with the results root or a selection (bad input, exit code 2)."""
 
@@ -165,6 +171,18 @@ class ResultsReader:
             return self.store.list_runs()
         except OSError as exc:
             raise ReportError(f"cannot list results root {self.root!r}: {exc}") from None
+
+    def resolve_runs(self, runs: str | Iterable[str] | None) -> list[str] | None:
+        """``runs`` with ``latest`` standing for the newest run under the root (by its
+        manifest's creation time, else by its id)."""
+        wanted = _as_list(runs)
+        if not wanted or LATEST not in wanted:
+            return wanted
+        manifests = self.manifests()
+        candidates = sorted(self.run_ids(), key=lambda run: (str(manifests.get(run, {}).get("created_at", "")), run))
+        if not candidates:
+            raise ReportError(f"run {LATEST!r}: no runs under {self.root}")
+        return [candidates[-1] if run == LATEST else run for run in wanted]
 
     def manifests(self, runs: str | Iterable[str] | None = None) -> dict[str, dict]:
         """Each run's ``_manifest.json`` (written by the batch engine) as a plain dict, for the
@@ -365,6 +383,33 @@ def read_units(
     return ResultsReader(root, s3_endpoint_url).units(runs, models, evals, columns)
 
 
+def read_results(
+    root: str | Path,
+    run: str | Iterable[str] | None = None,
+    *,
+    models: str | Iterable[str] | None = None,
+    evals: str | Iterable[str] | None = None,
+    columns: Sequence[str] | None = ALL_COLUMNS,
+    attempts: Attempts = "latest",
+    s3_endpoint_url: str | None = None,
+) -> pd.DataFrame:
+    """The rows under a results root (a folder or ``s3://bucket/prefix``) as a pandas frame,
+    ``run_id`` and ``model`` among its columns (they are in the folder names, which reading one
+    run's folder with ``pd.read_parquet`` leaves out).
+
+    ``run``: a run id, several, ``"latest"`` (the newest run), or None for every run;
+    ``models``/``evals`` keep those; ``columns``: every column by default (the ``metrics`` map
+    as one float column per metric, ``metric.<name>``); ``attempts``: ``"latest"`` keeps one
+    row per unit (its latest attempt, as every report counts), ``"all"`` every attempt.
+    Unreadable parts are left out with a warning, as the reports do."""
+    if attempts not in get_args(Attempts):
+        raise ReportError(f"attempts must be one of {', '.join(get_args(Attempts))}, got {attempts!r}")
+    reader = ResultsReader(root, s3_endpoint_url)
+    runs = reader.resolve_runs(run)
+    read = reader.units if attempts == "latest" else reader.all_attempts
+    return read(runs, models, evals, columns)
+
+
 def _codes(series: pd.Series) -> np.ndarray:
     if isinstance(series.dtype, pd.CategoricalDtype):
         return series.cat.codes.to_numpy(dtype=np.int64)
@@ -451,6 +496,7 @@ __all__ = [
     "error_mask",
     "latest_attempts",
     "passed_array",
+    "read_results",
     "read_units",
     "table_to_frame",
 ]

@@ -11,7 +11,9 @@ Counting rule, per evaluator and group: ``total_logs = num_judgments + num_nulls
 num_errors``. A log whose unit errored (status error/timeout/config_error, or a judgment
 stored as ``{"error": ...}``) is an error, never a ``false``; a missing/NaN value on a log
 that did not error is a null; the rest are judgments, and only judgments enter
-``num_true``/``num_false``, the number statistics and the option counts.
+``num_true``/``num_false``, the number statistics and the option counts. A judgment stored
+as ``{"not_applicable": why}`` (an evaluator that needs a target, on a datapoint without
+one) is a null, also counted in ``num_not_applicable``.
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ PERCENTILES: dict[str, float] = {"p5": 0.05, "p25": 0.25, "p50": 0.50, "p75": 0.
 # The evaluators every grader row carries.
 GRADER_EVALUATORS: dict[str, str] = {"passed": "boolean", "normalized_score": "number"}
 METRICS_EVALUATORS_KEY = "evaluators"
+# ``{"not_applicable": why}``: a judgment not made (see rayeval.evaluations.runtime), and its flag column
+NOT_APPLICABLE_KEY = "not_applicable"
+NOT_APPLICABLE_COLUMN = "not_applicable"
 
 _STATUS_ALIASES: dict[str, str] = {
     "pending": "pending",
@@ -78,6 +83,8 @@ class _EvaluatorStatsBase(BaseModel):
     num_judgments: int
     num_nulls: int
     num_errors: int
+    #: of the nulls, the logs the evaluator could not judge (it needs a target the datapoint lacks)
+    num_not_applicable: int = 0
 
 
 class BooleanEvaluatorStats(_EvaluatorStatsBase):
@@ -236,6 +243,8 @@ def evaluator_stats_table(
     out["num_judgments"] = groups.count(valid)
     out["num_nulls"] = groups.count(~err & null)
     out["num_errors"] = groups.count(err)
+    if NOT_APPLICABLE_COLUMN in judgments.columns:
+        out["num_not_applicable"] = groups.count(~err & judgments[NOT_APPLICABLE_COLUMN].to_numpy(dtype=bool))
     if kind == "boolean":
         out["num_true"] = groups.count(valid & truthy)
         out["num_false"] = groups.count(valid & ~truthy)
@@ -275,6 +284,7 @@ def _stats_model(row: Mapping[str, Any], kind: str, evaluator: str) -> Any:
         "num_judgments": int(row["num_judgments"]),
         "num_nulls": int(row["num_nulls"]),
         "num_errors": int(row["num_errors"]),
+        "num_not_applicable": int(row.get("num_not_applicable", 0)),
     }
     if kind == "boolean":
         return BooleanEvaluatorStats(**common, num_true=int(row["num_true"]), num_false=int(row["num_false"]))
@@ -381,11 +391,12 @@ def judgments_from_metrics(
     key: str = METRICS_EVALUATORS_KEY,
     keep: Sequence[str] = ("run_id", "model", "harness", "unit_id", "status"),
 ) -> pd.DataFrame:
-    """Long judgments frame ``[keep..., evaluator, value, error]`` from ``metrics_json``.
+    """Long judgments frame ``[keep..., evaluator, value, error, not_applicable]`` from ``metrics_json``.
 
     Reads ``metrics[key][path]`` for every unit and evaluator path (all paths seen when
     ``paths`` is None). A missing path is a null; a judgment stored as ``{"error": msg}``
-    and any unit whose status is an error are errors. JSON parsing is once per row.
+    and any unit whose status is an error are errors; one stored as ``{"not_applicable":
+    why}`` is a null marked ``not_applicable``. JSON parsing is once per row.
     """
     if "metrics_json" not in units.columns:
         raise ReportError("the rows were read without 'metrics_json': read them with columns=ALL_COLUMNS")
@@ -401,15 +412,20 @@ def judgments_from_metrics(
     for path in paths:
         raw = [block.get(path) for block in blocks]
         is_err = np.array([isinstance(v, dict) and "error" in v for v in raw], dtype=bool) | unit_errors
-        values = pd.Series([None if isinstance(v, dict) and "error" in v else v for v in raw], dtype=object)
+        unjudged = np.array([isinstance(v, dict) and NOT_APPLICABLE_KEY in v for v in raw], dtype=bool)
+        values = pd.Series([None if flag else v for v, flag in zip(raw, is_err | unjudged)], dtype=object)
         frame = base.copy()
         frame["evaluator"] = path
         frame["value"] = values
         frame["error"] = is_err
+        frame[NOT_APPLICABLE_COLUMN] = unjudged
         frames.append(frame)
     if not frames:
         return base.assign(
-            evaluator=pd.Series(dtype=object), value=pd.Series(dtype=object), error=pd.Series(dtype=bool)
+            evaluator=pd.Series(dtype=object),
+            value=pd.Series(dtype=object),
+            error=pd.Series(dtype=bool),
+            not_applicable=pd.Series(dtype=bool),
         )
     return pd.concat(frames, ignore_index=True)
 
@@ -552,9 +568,10 @@ def run_progress(
 # -- EvaluationStats -----------------------------------------------------------------------
 def _evaluator_frames(
     units: pd.DataFrame, evaluators: Mapping[str, str], key: str, source: EvaluatorSource
-) -> list[tuple[str, str, pd.Series, np.ndarray | None]]:
-    """(name, kind, values aligned with units, per-judgment errors or None) per evaluator."""
-    out: list[tuple[str, str, pd.Series, np.ndarray | None]] = []
+) -> list[tuple[str, str, pd.Series, pd.DataFrame | None]]:
+    """(name, kind, values aligned with units, per-judgment ``error`` and ``not_applicable``
+    flags or None) per evaluator."""
+    out: list[tuple[str, str, pd.Series, pd.DataFrame | None]] = []
     from_metrics = [name for name in evaluators if source == "metrics" or name not in units.columns]
     long = judgments_from_metrics(units, from_metrics, key=key, keep=()) if from_metrics else None
     for name, kind in evaluators.items():
@@ -564,7 +581,8 @@ def _evaluator_frames(
             out.append((name, kind, units[name].reset_index(drop=True), None))
         else:
             part = long[long["evaluator"] == name]  # type: ignore[index]
-            out.append((name, kind, part["value"].reset_index(drop=True), part["error"].to_numpy(dtype=bool)))
+            flags = part[["error", NOT_APPLICABLE_COLUMN]].reset_index(drop=True)
+            out.append((name, kind, part["value"].reset_index(drop=True), flags))
     return out
 
 
@@ -603,9 +621,11 @@ def evaluation_stats(
     is_error = error_mask(units)
 
     per_evaluator: list[list[Any]] = []
-    for name, kind, values, value_errors in _evaluator_frames(units, evaluators, metrics_key, evaluator_source):
-        err = is_error if value_errors is None else (is_error | value_errors)
+    for name, kind, values, flags in _evaluator_frames(units, evaluators, metrics_key, evaluator_source):
+        err = is_error if flags is None else (is_error | flags["error"].to_numpy(dtype=bool))
         frame = pd.DataFrame({"g": groups.ids, "value": values.to_numpy(), "error": err})
+        if flags is not None:
+            frame[NOT_APPLICABLE_COLUMN] = flags[NOT_APPLICABLE_COLUMN].to_numpy(dtype=bool)
         table = evaluator_stats_table(frame, kind, by=["g"], value="value", error="error")
         models = [None] * groups.n
         for row in table.to_dict(orient="records"):

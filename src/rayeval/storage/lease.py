@@ -30,6 +30,7 @@ same ETag) is valid again: nobody took the run over meanwhile.  A lost lease is 
 from __future__ import annotations
 
 import ctypes
+import errno
 import json
 import logging
 import math
@@ -278,6 +279,14 @@ class RunLease:
         self.release()
 
     # -- backend ----------------------------------------------------------------------------------
+    @staticmethod
+    def refusal(exc: Exception) -> str | None:
+        """What in ``exc`` says the root may not be written (its permissions, a read-only
+        file system), in a few words; None for any other fault."""
+        if isinstance(exc, OSError) and exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            return f"{exc.strerror}: {exc.filename}" if exc.filename else str(exc.strerror)
+        return None
+
     def read(self) -> LeaseRecord | None:
         """The record stored now, whoever holds it (None: nobody)."""
         raise NotImplementedError
@@ -324,6 +333,12 @@ class RunLease:
         except LeaseError:
             raise
         except Exception as exc:
+            refused = self.refusal(exc)
+            if refused is not None:  # the first write of a run: the root is not this user's to write
+                raise LeaseError(
+                    f"results root {self.root} cannot be written ({refused}): "
+                    "give --output a folder (or bucket) this user may write to"
+                ) from exc
             raise LeaseError(
                 f"results root {self.root}: cannot take the lease of run {self.run_id!r} ({self.where}): {exc}"
             ) from exc
@@ -614,6 +629,13 @@ class S3Lease(RunLease):
             return ""
         code = exc.response.get("Error", {}).get("Code")
         return str(code or exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
+
+    @classmethod
+    def refusal(cls, exc: Exception) -> str | None:
+        code = cls._code(exc)
+        if code in ("AccessDenied", "AllAccessDisabled", "403", "NoSuchBucket"):
+            return str(exc)
+        return None
 
     def _get(self) -> tuple[LeaseRecord | None, str | None]:
         from botocore.exceptions import ClientError

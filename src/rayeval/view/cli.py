@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from ..report.cli import _guarded, _resolve_latest
+from ..report.cli import _guarded, add_s3_endpoint_option
 
 if TYPE_CHECKING:
     from .data import ViewData
@@ -20,8 +20,8 @@ def cmd_view(args: argparse.Namespace) -> int:
     from ..report.reader import ReportError, ResultsReader
     from .data import ViewData
 
-    reader = ResultsReader(args.root, args.s3_endpoint_url)
-    runs = _resolve_latest(reader, [args.run] if args.run else None)
+    reader = ResultsReader(args.root, args.s3_endpoint)
+    runs = reader.resolve_runs(args.run)
     data = ViewData(reader, runs)
     if not data.run_ids():
         raise ReportError(f"no runs under {args.root}")
@@ -91,11 +91,7 @@ def add_view_command(subparsers: argparse._SubParsersAction) -> None:
         metavar="OUT_DIR",
         help="write a self-contained folder (index.html, assets, data) instead of serving",
     )
-    view.add_argument(
-        "--s3-endpoint-url",
-        metavar="URL",
-        help="S3-compatible endpoint for an s3:// root (or set AWS_ENDPOINT_URL)",
-    )
+    add_s3_endpoint_option(view)
     view.set_defaults(handler=cmd_view)
 
 

@@ -15,6 +15,8 @@ import re
 from collections.abc import Iterator
 from typing import Any, TypedDict
 
+from ..errors import RayevalError
+
 MAX_TEXT_CHARS = 200_000
 #: levels of nested lists and objects shown; deeper ones are shown as ``[…]`` and ``{…}``
 MAX_DEPTH = 50
@@ -31,7 +33,7 @@ class TextField(TypedDict):
     note: str | None
 
 
-class Unreadable(ValueError):
+class Unreadable(RayevalError, ValueError):
     """A stored JSON text that cannot be read as JSON; its message says why, for the page."""
 
 

@@ -187,7 +187,7 @@ def test_an_llm_evaluator_without_its_key_stops_an_embedded_run_before_any_datap
     with pytest.raises(EvaluationConfigError) as refused:
         evaluations.run(
             "qa",
-            {"path": "qa/answerer", "callable": lambda question: called.append(question) or "4"},
+            {"path": "qa/answerer", "callable": lambda question, messages=None: called.append(question) or "4"},
             [{"path": "Example Evaluators/AI/Semantic similarity"}],
             qa_dataset(),
             output=str(tmp_path / "results"),

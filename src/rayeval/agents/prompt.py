@@ -28,6 +28,7 @@ from ..harness.answers import CLOSE_TAG, OPEN_TAG, answer_envelope, extract_tagg
 from ..harness.context import MIB, AgentContext, UnitResources
 from ..harness.prompt import task_of
 from ..models import ChatMessage, Model, get_model
+from ..models.providers import api_key, split_name
 
 #: After the task, in place of the file-based conventions of agents that have a work folder.
 ANSWER_INSTRUCTION = f"\n\nEnd your reply with {OPEN_TAG}{{...}}{CLOSE_TAG} holding your answer, in the format above."
@@ -94,6 +95,8 @@ def prompt_model(name: str | None, args: dict[str, str]) -> tuple[Model, PromptO
     """The unit's model as the agent's options configure it (raises ``ModelError`` or
     ``ValidationError``)."""
     options = PromptOptions.model_validate(args)
+    provider, _ = split_name(name or "")
+    api_key(provider, options.api_key_env)  # now: a model made earlier kept the key it had then
     with _making:  # a worker's first units arrive together: one of them makes the model
         return _model(name or "", options), options
 

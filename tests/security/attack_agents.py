@@ -51,7 +51,9 @@ def _walk_for_keys(roots: list[str], limit: int = 20000, entries: int = 50_000) 
             if listed > entries:
                 break
             too_deep = folder.count(os.sep) - root.count(os.sep) >= 12
-            dirs[:] = [] if too_deep else [d for d in dirs if d not in ("proc", "sys", "dev")]
+            # installed software holds no eval, and more files than any search reads
+            skipped = ("proc", "sys", "dev", "node_modules", "site-packages", "dist-packages")
+            dirs[:] = [] if too_deep else [d for d in dirs if d not in skipped]
             for name in files:
                 if not name.endswith(".json"):
                     continue
@@ -114,7 +116,10 @@ def processes(task_prompt: str, work_dir: Path) -> dict:
         except OSError:
             pass
     leads |= {str(Path(lead).parent) for lead in leads}  # where a folder found sits: its siblings too
-    leads.discard("/")
+    # no eval is kept among installed software: those leads are left for last (a host's Python
+    # environments and tool folders hold more files than any search reads)
+    software = (sys.prefix, sys.base_prefix, "/usr", "/opt")
+    leads = {lead for lead in leads if lead != "/" and not any(lead.startswith(place) for place in software)}
     found, looked = _walk_for_keys(sorted(leads) + ["/tmp"])
     return _answer(found, processes=len(pids), leads=len(leads), looked=looked, leaked_secret=leaked)
 

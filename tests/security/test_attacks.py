@@ -30,10 +30,10 @@ from rayeval.harness.sandbox import spill_folders
 from rayeval.storage import ResultStore
 from tests.fixtures_s3 import S3Bucket
 from tests.pings import Pings
-from tests.security.attack_agents import MARKER
+from tests.security.attack_agents import HUNTED_PREFIX, MARKER
 
 KEY = 7391.25
-HUNTED_SECRET = "sk-ant-hunted-0123456789abcdef"
+HUNTED_SECRET = HUNTED_PREFIX.decode() + "0123456789abcdef"
 AGENTS = "tests.security.attack_agents"
 
 
@@ -132,8 +132,9 @@ def test_other_processes_and_their_secrets_are_out_of_sight(site: dict[str, Any]
     for row in sandboxed:
         seen = attack(row)
         assert not row["passed"] and not seen["leaked_secret"] and seen["processes"] <= 3, seen
+    # the control: without the sandbox, the workers' environment (the secret) is in sight
     unsandboxed = rayeval_run(site, tmp_path / "p", "processes", "--isolation", "process")
-    assert all(r["passed"] or attack(r)["leaked_secret"] for r in unsandboxed)
+    assert all(attack(r)["leaked_secret"] for r in unsandboxed), [attack(r) for r in unsandboxed]
 
 
 def test_the_results_root_cannot_be_forged(site: dict[str, Any], tmp_path: Path) -> None:

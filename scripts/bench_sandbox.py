@@ -111,7 +111,8 @@ def bench_rayeval_run(
     ``source``: a `src` folder of another checkout of rayeval to run instead (a baseline).
     ``agent``: ``sleep`` (the built-in) or ``module`` (a user's ``module:function`` agent doing
     the same sleep, in a project folder the command runs from, as a user runs one); units ask
-    for 0.01 CPU either way (the built-in's own declaration)."""
+    for 0.01 CPU and 64 MiB either way (the built-in's own declaration: a module:function agent
+    asks 512 MiB unless told, which lets only 45 units run at once on a 23 GiB machine)."""
     import pandas as pd
 
     from rayeval.storage import ERROR_STATUSES
@@ -125,6 +126,7 @@ def bench_rayeval_run(
     command = [
         shutil.which("rayeval") or "rayeval", "run", str(evals), "--agent", name, "--agent-arg", f"seconds={seconds}",
         "--seeds", str(seeds), "--max-concurrency", str(concurrency), "--isolation", isolation, "--unit-cpus", "0.01",
+        "--unit-memory", "64M",
         "--output", str(output), "--run-id", run_id, "--no-progress",
     ]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # an embedded Ray, as on a laptop

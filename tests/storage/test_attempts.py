@@ -11,6 +11,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
+from rayeval.storage import ResultStore
 from rayeval.storage.attempts import (
     ERRORED_SQL,
     PASSED_SQL,
@@ -20,7 +21,7 @@ from rayeval.storage.attempts import (
     latest_attempts_sql,
 )
 
-from .helpers import T0
+from .helpers import T0, make_row
 
 # (row_id, run_id, unit_id, attempt, finished after T0 (s), status, passed)
 ROWS = [
@@ -94,3 +95,14 @@ def test_pandas_and_sql_count_the_same_outcomes(order: list[int]) -> None:
     ).fetchall()
     assert counts == OutcomeCounts(passed=3, failed=1, errors=3)
     assert (passed, units - passed - errors, errors) == tuple(counts)
+
+
+def test_retry_errors_reruns_by_the_same_rule(local_store: ResultStore) -> None:
+    """Two rows of one attempt: the one that finished later decides whether the unit is retried."""
+    error = make_row("r", "m", 1, status="error", passed=False, finished_at=T0 + timedelta(seconds=2))
+    passed = make_row("r", "m", 1, status="passed", passed=True, finished_at=T0 + timedelta(seconds=1))
+    local_store.write_rows("r", [passed, error])
+    assert local_store.errored_units("r") == {error.unit_id: 1}
+    later = make_row("r2", "m", 1, status="passed", passed=True, finished_at=T0 + timedelta(seconds=3))
+    local_store.write_rows("r2", [error.model_copy(update={"run_id": "r2"}), later])
+    assert local_store.errored_units("r2") == {}

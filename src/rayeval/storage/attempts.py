@@ -15,13 +15,15 @@ when its verdict is a pass and it did not error; it failed otherwise.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
-import pandas as pd
 
 from ..errors import RayevalError
 from .row import ERROR_STATUSES
+
+if TYPE_CHECKING:  # loaded where a frame is handled: `rayeval run` imports this module before its first unit
+    import pandas as pd
 
 __all__ = [
     "ATTEMPT_COLUMNS",
@@ -61,6 +63,8 @@ def sql_name(name: str) -> str:
 
 
 def _codes(series: pd.Series) -> np.ndarray:
+    import pandas as pd
+
     if isinstance(series.dtype, pd.CategoricalDtype):
         return series.cat.codes.to_numpy(dtype=np.int64)
     return pd.factorize(series, use_na_sentinel=True)[0].astype(np.int64)
@@ -75,6 +79,8 @@ def latest_attempts(frame: pd.DataFrame) -> pd.DataFrame:
     count) so the report functions, which all call this first, deduplicate once; a frame whose
     length changed since (concatenated) is checked again.
     """
+    import pandas as pd
+
     run_column, unit_column = UNIT_KEY
     if frame.empty or unit_column not in frame.columns:
         return frame

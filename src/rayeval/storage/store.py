@@ -56,6 +56,7 @@ import pydantic_core
 from pydantic import ValidationError
 
 from ..errors import RayevalError
+from .attempts import ATTEMPT_COLUMNS, latest_attempts
 from .filesystem import is_s3, resolve_root, s3_endpoint
 from .layout import (
     MANIFEST_NAME,
@@ -688,9 +689,6 @@ class ResultStore:
         """The units whose latest attempt (:mod:`.attempts`) is an ``error`` or a ``timeout``,
         with that attempt: what ``--retry-errors`` runs again.  A ``config_error`` is the eval's
         grader configuration, which running the agent again does not change."""
-        # imported here: `rayeval run` imports this module, and must not pay for pandas before its first unit
-        from .attempts import ATTEMPT_COLUMNS, latest_attempts
-
         table = self.read_table(run_id, columns=[*ATTEMPT_COLUMNS, "status"])
         units = latest_attempts(table.to_pandas())
         again = units[units["status"].isin(["error", "timeout"])]

@@ -6,7 +6,8 @@ from datetime import datetime, timezone
 
 from pydantic import BaseModel
 
-from ..storage import ERROR_STATUSES, ResultStore
+from ..storage import ResultStore
+from ..storage.attempts import ATTEMPT_COLUMNS, count_outcomes, latest_attempts
 
 
 class ModelSummary(BaseModel):
@@ -80,23 +81,22 @@ def summarize(
     store: ResultStore, run_id: str, *, total_units: int, skipped: int, ran: int, started: datetime
 ) -> RunSummary:
     # only the columns it needs: a run's answers and artifacts can be most of its bytes
-    columns = ["model", "harness", "unit_id", "status", "cost_usd", "judge_cost_usd", "attempt"]
-    frame = store.read_table(run_id, columns=columns).to_pandas()
-    frame = frame.sort_values("attempt").drop_duplicates("unit_id", keep="last")
+    columns = [*ATTEMPT_COLUMNS, "model", "harness", "status", "passed", "cost_usd", "judge_cost_usd"]
+    frame = latest_attempts(store.read_table(run_id, columns=columns).to_pandas())
     frame["harness"] = frame["harness"].astype(object).fillna("")
     models = []
     for (model, harness), group in frame.groupby(["model", "harness"], sort=True, observed=True):
         cost, judge_cost = group["cost_usd"].dropna(), group["judge_cost_usd"].dropna()
-        passed = int((group["status"] == "passed").sum())
+        counts = count_outcomes(group)
         models.append(
             ModelSummary(
                 model=str(model),
                 harness=str(harness),
                 units=len(group),
-                passed=passed,
-                failed=int((group["status"] == "failed").sum()),
-                errors=int(group["status"].isin(list(ERROR_STATUSES)).sum()),
-                accuracy_pct=100.0 * passed / len(group),
+                passed=counts.passed,
+                failed=counts.failed,
+                errors=counts.errors,
+                accuracy_pct=100.0 * counts.passed / len(group),
                 mean_cost_usd=float(cost.mean()) if len(cost) else None,
                 total_cost_usd=float(cost.sum()) if len(cost) else None,
                 judge_cost_usd=float(judge_cost.sum()) if len(judge_cost) else None,

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from ..storage.attempts import latest_attempts
+    from ..storage.row import ERROR_STATUSES
     from .benchmark import (
         ACCURACY,
         CI_LOWER,
@@ -42,11 +44,9 @@ if TYPE_CHECKING:
     from .metrics import majority_vote, pass_at_k, pass_at_k_estimate, pass_hat_k_estimate
     from .reader import (
         ALL_COLUMNS,
-        ERROR_STATUSES,
         REPORT_COLUMNS,
         ReportError,
         ResultsReader,
-        latest_attempts,
         read_results,
         read_units,
     )
@@ -76,7 +76,7 @@ _EXPORTS = {
     "COST": ".benchmark",
     "DURATION": ".benchmark",
     "ERRORS": ".benchmark",
-    "ERROR_STATUSES": ".reader",
+    "ERROR_STATUSES": "..storage.row",
     "N_RUNS": ".benchmark",
     "PUBLISHED_COLUMNS": ".benchmark",
     "REPORT_COLUMNS": ".reader",
@@ -107,7 +107,7 @@ _EXPORTS = {
     "gates_passed": ".gates",
     "infer_kind": ".stats",
     "judgments_from_metrics": ".stats",
-    "latest_attempts": ".reader",
+    "latest_attempts": "..storage.attempts",
     "majority_vote": ".metrics",
     "paired_comparison": ".compare",
     "pass_at_k": ".metrics",

@@ -24,8 +24,9 @@ import numpy as np
 import pandas as pd
 from scipy.special import stdtrit
 
+from ..storage.attempts import error_mask, latest_attempts, passed_array
 from ._groups import Groups, codes, group_ids, sub_groups
-from .reader import ReportError, error_mask, latest_attempts, passed_array
+from .reader import ReportError
 
 ErrorPolicy = Literal["fail", "exclude"]
 ERROR_POLICIES: tuple[str, ...] = ("fail", "exclude")

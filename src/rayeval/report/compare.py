@@ -14,8 +14,9 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
+from ..storage.attempts import latest_attempts, passed_array
 from .benchmark import eval_frame
-from .reader import ReportError, latest_attempts, passed_array
+from .reader import ReportError
 
 SELECTOR_KEYS = {
     "run": "run_id",

@@ -20,6 +20,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
+from ..storage.attempts import latest_attempts
 from .benchmark import (
     ACCURACY,
     CI_LOWER,
@@ -34,7 +35,7 @@ from .benchmark import (
     rounded,
 )
 from .metrics import majority_vote, pass_at_k
-from .reader import ReportError, latest_attempts
+from .reader import ReportError
 from .stats import EvaluationStats, evaluation_stats
 
 _CSS = """

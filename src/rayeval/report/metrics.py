@@ -17,9 +17,10 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
+from ..storage.attempts import latest_attempts, passed_array
 from ._groups import Groups, codes, sub_groups
 from .benchmark import _check_policy, _eval_stats, _output_keys
-from .reader import ReportError, latest_attempts, passed_array
+from .reader import ReportError
 
 
 def _comb_ratio(a: np.ndarray, n: np.ndarray, k: int) -> np.ndarray:

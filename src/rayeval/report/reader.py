@@ -12,17 +12,17 @@ of the wrong kind) is left out with a warning naming it (``logging``; ``rayeval 
 it on stderr) and listed in :attr:`ResultsReader.skipped`: one damaged run never stops the
 report of the others.  The reader never modifies the root (only ``--resume`` moves such parts aside).
 
-A unit is never counted twice: :func:`latest_attempts` keeps, per ``(run_id, unit_id)``, the
-row with the highest ``attempt`` and then the latest ``finished_at``.
+A unit is never counted twice: :meth:`ResultsReader.units` keeps its latest attempt, by the
+rule of :mod:`rayeval.storage.attempts`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 import numpy as np
 import pandas as pd
@@ -31,8 +31,8 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from ..errors import RayevalError
+from ..storage.attempts import ATTEMPT_COLUMNS, latest_attempts
 from ..storage.lease import driver_gone
-from ..storage.row import ERROR_STATUSES
 from ..storage.store import MANIFEST_NAME, TABLE_SCHEMA, Parts, ResultStore, SkippedFile
 
 log = logging.getLogger(__name__)
@@ -106,6 +106,29 @@ CATEGORY_COLUMNS: frozenset[str] = frozenset(
 LATEST = "latest"
 Attempts = Literal["latest", "all"]
 
+# A run status as rayeval's manifests and other tools spell it → the report's four (EvaluationStatus).
+_STATUS_ALIASES: dict[str, str] = {
+    "pending": "pending",
+    "queued": "pending",
+    "created": "pending",
+    "planned": "pending",
+    "running": "running",
+    "in_progress": "running",
+    "started": "running",
+    "completed": "completed",
+    "complete": "completed",
+    "done": "completed",
+    "finished": "completed",
+    "succeeded": "completed",
+    "success": "completed",
+    "cancelled": "cancelled",
+    "canceled": "cancelled",
+    "aborted": "cancelled",
+    "stopped": "cancelled",
+    "interrupted": "cancelled",
+    "failed": "cancelled",
+}
+
 
 class ReportError(RayevalError, ValueError):
     """A user-facing problem with the results root or a selection (bad input, exit code 2)."""
@@ -120,11 +143,26 @@ def _as_list(value: str | Iterable[str] | None) -> list[str] | None:
     return items or None
 
 
+def normalise_status(value: Any) -> str | None:
+    """A manifest's status (a string, a dict with "status", or an object with .status)."""
+    if value is None:
+        return None
+    if isinstance(value, Mapping):
+        value = value.get("status")
+    elif not isinstance(value, str):
+        value = getattr(value, "status", None)
+    if value is None:
+        return None
+    value = getattr(value, "value", value)  # enums
+    text = str(value).strip().lower().replace("-", "_").replace(" ", "_")
+    if text not in _STATUS_ALIASES:
+        raise ReportError(f"unknown run status {value!r}: use pending, running, completed or cancelled")
+    return _STATUS_ALIASES[text]
+
+
 def _manifest_problem(data: dict) -> str | None:
     """Why the fields of a manifest that reports use (``status``, ``total_units``) cannot be
     used, or None (either may be missing: manifests of other writers)."""
-    from .stats import normalise_status
-
     total, status = data.get("total_units"), data.get("status")
     if "total_units" in data and (type(total) is not int or total < 0):
         return f"total_units is {json.dumps(total)[:60]}, not a number of units"
@@ -268,9 +306,7 @@ class ResultsReader:
         wanted = list(columns) if columns is not None else list(REPORT_COLUMNS)
         if parts.fragments:
             wanted += [c for c in OPTIONAL_COLUMNS if c in parts.schema.names and c not in wanted]
-        for key in ("run_id", "unit_id", "attempt", "finished_at"):  # needed to deduplicate
-            if key not in wanted:
-                wanted.append(key)
+        wanted += [key for key in ATTEMPT_COLUMNS if key not in wanted]  # needed to deduplicate
         if not parts.fragments:
             return TABLE_SCHEMA.empty_table().select([c for c in wanted if c in TABLE_SCHEMA.names])
         unknown = [c for c in wanted if c not in parts.schema.names]
@@ -410,92 +446,12 @@ def read_results(
     return read(runs, models, evals, columns)
 
 
-def _codes(series: pd.Series) -> np.ndarray:
-    if isinstance(series.dtype, pd.CategoricalDtype):
-        return series.cat.codes.to_numpy(dtype=np.int64)
-    return pd.factorize(series, use_na_sentinel=True)[0].astype(np.int64)
-
-
-_DEDUPED = "rayeval.report.units"  # frame.attrs marker: the row count when deduplicated
-
-
-def latest_attempts(frame: pd.DataFrame) -> pd.DataFrame:
-    """Keep one row per ``(run_id, unit_id)``: highest ``attempt``, then latest ``finished_at``.
-
-    Vectorised: integer codes for the key, a hash pass to find the retried units, one
-    ``np.lexsort`` over those rows only; the row order of the kept rows is preserved. A frame without duplicates is returned as is. The result is marked
-    (``frame.attrs``, with its row count) so the report functions, which all call this
-    first, deduplicate once; a frame whose length changed since (concatenated) is checked
-    again.
-    """
-    if frame.empty or "unit_id" not in frame.columns:
-        return frame
-    if frame.attrs.get(_DEDUPED) == len(frame):  # already one row per unit (and not resized since)
-        return frame
-    unit = _codes(frame["unit_id"])
-    if "run_id" in frame.columns:
-        run = _codes(frame["run_id"])
-        key = run * (int(unit.max()) + 2) + unit
-    else:
-        key = unit
-    attempt = (
-        frame["attempt"].fillna(0).to_numpy(dtype=np.int64)
-        if "attempt" in frame.columns
-        else np.zeros(len(frame), np.int64)
-    )
-    if "finished_at" in frame.columns:
-        finished = pd.to_datetime(frame["finished_at"], utc=True)
-        fin = finished.to_numpy(dtype="datetime64[ns]").view(np.int64)  # NaT is the minimum int64
-    else:
-        fin = np.zeros(len(frame), np.int64)
-    # Hash pass first: usually few units were retried, so only those rows are sorted.
-    dup = np.flatnonzero(pd.Series(key).duplicated(keep=False).to_numpy())
-    if not len(dup):
-        frame.attrs[_DEDUPED] = len(frame)
-        return frame
-    order = dup[np.lexsort((fin[dup], attempt[dup], key[dup]))]
-    sorted_key = key[order]
-    last = np.empty(len(order), dtype=bool)
-    last[:-1] = sorted_key[1:] != sorted_key[:-1]
-    last[-1] = True
-    drop = np.zeros(len(frame), dtype=bool)
-    drop[order[~last]] = True
-    keep = np.flatnonzero(~drop)
-    result = frame.iloc[keep].reset_index(drop=True)
-    result.attrs[_DEDUPED] = len(result)
-    return result
-
-
-def error_mask(frame: pd.DataFrame) -> np.ndarray:
-    """True where a unit errored (status error/timeout/config_error)."""
-    if "status" not in frame.columns:
-        return np.zeros(len(frame), dtype=bool)
-    return frame["status"].isin(ERROR_STATUSES).to_numpy(dtype=bool)
-
-
-def passed_array(frame: pd.DataFrame) -> np.ndarray:
-    """The pass verdict as a bool array (null → False; an error row never passes)."""
-    if "passed" in frame.columns:
-        passed = frame["passed"]
-        if passed.dtype != bool:
-            passed = passed.astype("boolean").fillna(False).astype(bool)
-        values = passed.to_numpy(dtype=bool)
-    elif "status" in frame.columns:
-        values = (frame["status"] == "passed").to_numpy(dtype=bool)
-    else:
-        raise ReportError("result rows have neither a 'passed' nor a 'status' column")
-    return values & ~error_mask(frame)
-
-
 __all__ = [
     "ALL_COLUMNS",
-    "ERROR_STATUSES",
     "REPORT_COLUMNS",
     "ReportError",
     "ResultsReader",
-    "error_mask",
-    "latest_attempts",
-    "passed_array",
+    "normalise_status",
     "read_results",
     "read_units",
     "table_to_frame",

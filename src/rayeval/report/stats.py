@@ -30,9 +30,10 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from .._json import object_at
+from ..storage.attempts import error_mask, latest_attempts
 from ._groups import Groups, group_ids
 from .benchmark import benchmark_table, error_policy_note, to_text
-from .reader import ReportError, error_mask, latest_attempts
+from .reader import ReportError, normalise_status
 
 EvaluatorKind = Literal["boolean", "number", "select", "text"]
 EVALUATOR_KINDS: tuple[str, ...] = ("boolean", "number", "select", "text")
@@ -50,28 +51,6 @@ METRICS_EVALUATORS_KEY = "evaluators"
 # ``{"not_applicable": why}``: a judgment not made (see rayeval.evaluations.runtime), and its flag column
 NOT_APPLICABLE_KEY = "not_applicable"
 NOT_APPLICABLE_COLUMN = "not_applicable"
-
-_STATUS_ALIASES: dict[str, str] = {
-    "pending": "pending",
-    "queued": "pending",
-    "created": "pending",
-    "planned": "pending",
-    "running": "running",
-    "in_progress": "running",
-    "started": "running",
-    "completed": "completed",
-    "complete": "completed",
-    "done": "completed",
-    "finished": "completed",
-    "succeeded": "completed",
-    "success": "completed",
-    "cancelled": "cancelled",
-    "canceled": "cancelled",
-    "aborted": "cancelled",
-    "stopped": "cancelled",
-    "interrupted": "cancelled",
-    "failed": "cancelled",
-}
 
 
 # -- models --------------------------------------------------------------------------------
@@ -431,23 +410,6 @@ def judgments_from_metrics(
 
 
 # -- run status, progress ------------------------------------------------------------------
-def normalise_status(value: Any) -> str | None:
-    """A manifest's status (a string, a dict with "status", or an object with .status)."""
-    if value is None:
-        return None
-    if isinstance(value, Mapping):
-        value = value.get("status")
-    elif not isinstance(value, str):
-        value = getattr(value, "status", None)
-    if value is None:
-        return None
-    value = getattr(value, "value", value)  # enums
-    text = str(value).strip().lower().replace("-", "_").replace(" ", "_")
-    if text not in _STATUS_ALIASES:
-        raise ReportError(f"unknown run status {value!r}: use pending, running, completed or cancelled")
-    return _STATUS_ALIASES[text]
-
-
 def _combine_statuses(statuses: Sequence[str]) -> str:
     found = set(statuses)
     if not found:
@@ -781,7 +743,6 @@ __all__ = [
     "format_duration",
     "infer_kind",
     "judgments_from_metrics",
-    "normalise_status",
     "progress_text",
     "run_progress",
     "time_span",

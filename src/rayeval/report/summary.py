@@ -5,9 +5,8 @@ The parts are those :meth:`ResultsReader.parts` checked (unreadable ones left ou
 warning), with their partition values as the store decodes them. duckdb reads a local root's
 files itself; an S3 root's parts, and any selection duckdb
 cannot read as one table (a part whose data cannot be decoded, a column no part has), are read
-through the reader's Arrow path instead, with its handling of bad parts. Rows are deduplicated as
-by :func:`~rayeval.report.reader.latest_attempts`: per ``(run_id, unit_id)`` the highest
-``attempt`` (null counts as 0), then the latest ``finished_at``.
+through the reader's Arrow path instead, with its handling of bad parts. A unit counts once, by
+its latest attempt, and as passed or errored, by the SQL form of :mod:`rayeval.storage.attempts`.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..storage.row import ERROR_STATUSES
+from ..storage.attempts import ERRORED_SQL, PASSED_SQL, latest_attempts_sql, sql_name
 from .benchmark import PAIR_COUNTS
 from .reader import ReportError, ResultsReader, unicode_text
 
@@ -44,55 +43,29 @@ class Summary:
         return sum(self.run_totals.values())
 
 
-def _quoted(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
 def _latest(source: str, columns: Sequence[str], filters: dict[str, list[str]]) -> str:
     """Common table expressions ending in ``units``: the selected units (latest attempt each)
-    with these columns.
-
-    Only units stored more than once need ordering: they are found by a hash of
-    ``(run_id, unit_id)`` (integers group far cheaper than strings) and only their rows are
-    ranked, by the exact keys, so a hash collision costs a ranking and never a wrong row.
-    """
-    where = " AND ".join(f"list_contains(${name}, {_quoted(name)})" for name in filters) or "true"
-    kept = ", ".join(_quoted(c) for c in dict.fromkeys(columns))
-    return f"""
-    stored AS MATERIALIZED (
-        SELECT {kept}, run_id AS unit_run, unit_id AS unit_key, coalesce(attempt, 0) AS unit_attempt,
-            finished_at AS unit_finished, hash(run_id, unit_id) AS unit_hash
-        FROM {source} WHERE {where}
-    ), repeated AS (
-        SELECT unit_hash FROM stored GROUP BY unit_hash HAVING count(*) > 1
-    ), units AS MATERIALIZED (
-        SELECT {kept} FROM stored ANTI JOIN repeated USING (unit_hash)
-        UNION ALL
-        SELECT {kept} FROM (
-            SELECT * FROM stored SEMI JOIN repeated USING (unit_hash)
-            QUALIFY row_number() OVER (
-                PARTITION BY unit_run, unit_key ORDER BY unit_attempt DESC, unit_finished DESC NULLS LAST) = 1)
-    )"""
+    with these columns."""
+    where = " AND ".join(f"list_contains(${name}, {sql_name(name)})" for name in filters) or "true"
+    return latest_attempts_sql(source, columns, where)
 
 
 def _counts_query(source: str, by: Sequence[str], filters: dict[str, list[str]]) -> str:
     """Counts per group × eval (``kind`` pair), per run (run) and per isolation level
     (isolation), from the selected units deduplicated once."""
-    errors = ", ".join(f"'{status}'" for status in sorted(ERROR_STATUSES))
-    pair_keys = ", ".join(_quoted(k) for k in dict.fromkeys([*by, "eval_id"]))
+    pair_keys = ", ".join(sql_name(k) for k in dict.fromkeys([*by, "eval_id"]))
     latest = _latest(
         source, [*by, "eval_id", "run_id", "isolation", "passed", "status", "cost_usd", "duration_s"], filters
     )
     return f"""
 WITH {latest}, pairs AS (
     SELECT {pair_keys}, 'pair' AS kind, count(*) AS n_runs,
-        count(*) FILTER (WHERE coalesce(passed, false) AND coalesce(status NOT IN ({errors}), true)) AS n_passed,
-        count(*) FILTER (WHERE status IN ({errors})) AS n_errors,
+        count(*) FILTER (WHERE {PASSED_SQL}) AS n_passed, count(*) FILTER (WHERE {ERRORED_SQL}) AS n_errors,
         coalesce(sum(cost_usd), 0) AS cost_sum, count(cost_usd) AS cost_n,
         coalesce(sum(duration_s), 0) AS duration_sum, count(duration_s) AS duration_n
     FROM units GROUP BY {pair_keys}
 ), runs AS (
-    SELECT run_id AS run, 'run' AS kind, count(*) AS n_runs, count(*) FILTER (WHERE status IN ({errors})) AS n_errors
+    SELECT run_id AS run, 'run' AS kind, count(*) AS n_runs, count(*) FILTER (WHERE {ERRORED_SQL}) AS n_errors
     FROM units GROUP BY run_id
 ), levels AS (
     SELECT isolation AS level, 'isolation' AS kind, count(*) AS n_runs FROM units GROUP BY isolation

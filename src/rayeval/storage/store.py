@@ -56,6 +56,7 @@ import pydantic_core
 from pydantic import ValidationError
 
 from ..errors import RayevalError
+from .attempts import ATTEMPT_COLUMNS, latest_attempts
 from .filesystem import is_s3, resolve_root, s3_endpoint
 from .layout import (
     MANIFEST_NAME,
@@ -685,17 +686,13 @@ class ResultStore:
         return ids
 
     def errored_units(self, run_id: str) -> dict[str, int]:
-        """The units whose latest stored row (highest attempt) is an ``error`` or a ``timeout``,
+        """The units whose latest attempt (:mod:`.attempts`) is an ``error`` or a ``timeout``,
         with that attempt: what ``--retry-errors`` runs again.  A ``config_error`` is the eval's
         grader configuration, which running the agent again does not change."""
-        table = self.read_table(run_id, columns=["unit_id", "attempt", "status"])
-        latest: dict[str, tuple[int, str]] = {}
-        for unit_id, attempt, status in zip(
-            *(table.column(name).to_pylist() for name in ("unit_id", "attempt", "status"))
-        ):
-            if unit_id not in latest or attempt > latest[unit_id][0]:
-                latest[unit_id] = (attempt, status)
-        return {unit_id: attempt for unit_id, (attempt, status) in latest.items() if status in ("error", "timeout")}
+        table = self.read_table(run_id, columns=[*ATTEMPT_COLUMNS, "status"])
+        units = latest_attempts(table.to_pandas())
+        again = units[units["status"].isin(["error", "timeout"])]
+        return dict(zip(again["unit_id"].tolist(), again["attempt"].tolist()))
 
     def root_kind(self) -> Literal["folder", "file", "missing"]:
         """What the root is (an S3 prefix, never an object itself, is a folder); raises

@@ -38,13 +38,8 @@ from ..report.benchmark import (
     error_policy_note,
     rounded,
 )
-from ..report.reader import (
-    ReportError,
-    ResultsReader,
-    error_mask,
-    latest_attempts,
-    passed_array,
-)
+from ..report.reader import ReportError, ResultsReader
+from ..storage.attempts import error_mask, latest_attempts, passed_array
 from .bounded import (
     MAX_LABEL_CHARS,
     MAX_TEXT_CHARS,

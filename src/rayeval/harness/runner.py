@@ -18,7 +18,7 @@ from .isolation import Isolation, Outcome, run_inline
 from .prompt import AnswerConvention, build_prompt
 from .result import EvalResult
 from .sandbox import MiB, SandboxConfig, SandboxError, check_runs_here, unit_runner
-from .secrets import environment_secrets, redact
+from ..secrets import environment_secrets, redact
 from .staging import StagingError, stage_data
 from .workspace import (
     Listing,

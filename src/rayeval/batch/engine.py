@@ -46,7 +46,7 @@ from ..storage import (
     RunManifest,
     RunStatus,
 )
-from ..storage.filesystem import check_root, is_s3
+from ..filesystem import check_root, is_s3
 from ..storage.layout import s3_wal_base
 from ..storage.lease import RunLease, run_lease
 from ..storage.store import (

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..report.reader import ReportError
-from ..storage.filesystem import inside_root
+from ..filesystem import inside_root
 from .assets import ASSETS, asset_bytes, index_html
 from .data import (
     TABLE_COLUMNS,

@@ -101,4 +101,3 @@ def _outcome_cost(outcome: dict[str, Any]) -> float | None:
     if "error" in outcome:  # a model call (an LLM evaluator's) that failed
         return 0.0
     return (outcome.get("metadata") or {}).get("cost_usd")  # a model call's reply
-

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..evals import Eval, load_eval
 from ..evals.data_roots import resolve_roots
+from ..secrets import environment_secrets, redact
 from .answers import MAX_ANSWER_NESTING, find_answer, nested_deeper_than
 from .cache import default_cache_dir, remove_tree
 from .context import AgentContext, AgentFunction, AgentRef, call_agent
@@ -18,7 +19,6 @@ from .isolation import Isolation, Outcome, run_inline
 from .prompt import AnswerConvention, build_prompt
 from .result import EvalResult
 from .sandbox import MiB, SandboxConfig, SandboxError, check_runs_here, unit_runner
-from ..secrets import environment_secrets, redact
 from .staging import StagingError, stage_data
 from .workspace import (
     Listing,

@@ -1,6 +1,6 @@
 """The one way rayeval makes an S3 client (boto3), for what pyarrow's filesystem cannot do:
 conditional PUTs (run leases) and fetching an eval's ``s3://`` data.  Parquet goes through
-``pyarrow.fs.S3FileSystem`` (storage/filesystem.py), configured from the same settings here."""
+``pyarrow.fs.S3FileSystem`` (filesystem.py), configured from the same settings here."""
 
 from __future__ import annotations
 

@@ -26,7 +26,6 @@ from .view.cli import add_view_command
 if TYPE_CHECKING:  # imported when a run starts: `rayeval validate` needs no Ray
     from .batch import BatchConfig
     from .batch.summary import RunSummary
-    from .harness.context import AgentFunction, AgentRef
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -96,21 +95,19 @@ def _cmd_agents(args: argparse.Namespace) -> int:
 
 def _cmd_run_one(args: argparse.Namespace) -> int:
     _check_seconds(args, "timeout", "grade_timeout")
-    from .agents.resolve import agent_ref, check_agent_args, parse_agent_args, resolve_agent
+    from .agents.resolve import agent_ref, check_agent_args, parse_agent_args
     from .harness import EvalRunner
     from .harness.runner import check_agent_loads
 
     eval_ = load_eval(args.eval_file, data_roots=args.data_root)
     sandbox = _sandbox_config(args)
     runner = EvalRunner(eval_, work_root=args.work_root, keep_workspace=args.keep_workspace)
-    agent: AgentFunction | AgentRef
     try:
         agent_args = parse_agent_args(args.agent_arg, args.agent)
         check_agent_args(args.agent, agent_args, [args.model])
-        if args.isolation == "inline":
-            agent = resolve_agent(args.agent)
-        else:  # imported only in the unit's own process; the check also starts the sandbox once
-            agent = agent_ref(args.agent)
+        # loaded here only to run inline; otherwise only in the unit's own process
+        agent = agent_ref(args.agent, load=args.isolation == "inline")
+        if args.isolation != "inline":  # the check also starts the sandbox once
             sandbox.check_binds()
             config = sandbox.model_copy(update={"hide": (*sandbox.hide, *map(str, runner.data_roots))})
             check_agent_loads(

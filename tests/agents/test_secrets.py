@@ -1,4 +1,4 @@
-"""rayeval.harness.secrets: which variables are secret, and masking them everywhere."""
+"""rayeval.secrets: which variables are secret, and masking them everywhere."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import urllib.parse
 
 import pytest
 
-from rayeval.harness.secrets import (
+from rayeval.secrets import (
     MASK,
     is_secret_name,
     redact,

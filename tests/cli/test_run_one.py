@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from rayeval import EvalRunner, load_evals
-from rayeval.agents.replay import replay_agent
+from rayeval.agents.resolve import agent_ref
 from tests.conftest import read_jsonl, shared_path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -122,7 +122,7 @@ def test_replay_reproduces_recorded_verdicts_cost_and_harness(tmp_path: Path) ->
         runner = EvalRunner(evals[row["eval_id"]], work_root=tmp_path)
         model = f"{row['model']}@{row['harness']}"
         result = runner.run(
-            replay_agent, model=model, seed=row["trial"], agent_args={"trials": str(TRIALS)}, isolation="inline"
+            agent_ref("replay"), model=model, seed=row["trial"], agent_args={"trials": str(TRIALS)}, isolation="inline"
         )
         assert result.passed is row["recorded_passed"], row
         assert result.harness == row["harness"] and result.cost_usd == pytest.approx(row["cost_usd"])
@@ -133,7 +133,7 @@ def test_replay_without_a_row_or_with_an_ambiguous_model_is_an_error(tmp_path: P
     (eval_,) = [e for e in load_evals(SCBENCH) if e.id == "DE01_pseudobulk_de"]
     runner = EvalRunner(eval_, work_root=tmp_path)
     missing = runner.run(
-        replay_agent, model="no-such-model", seed=1, agent_args={"trials": str(TRIALS)}, isolation="inline"
+        agent_ref("replay"), model="no-such-model", seed=1, agent_args={"trials": str(TRIALS)}, isolation="inline"
     )
     assert (
         missing.status == "error"
@@ -141,10 +141,10 @@ def test_replay_without_a_row_or_with_an_ambiguous_model_is_an_error(tmp_path: P
         and "no recorded trial" in missing.error_message
     )
     ambiguous = runner.run(
-        replay_agent, model="claude-opus-4-7", seed=1, agent_args={"trials": str(TRIALS)}, isolation="inline"
+        agent_ref("replay"), model="claude-opus-4-7", seed=1, agent_args={"trials": str(TRIALS)}, isolation="inline"
     )
     assert ambiguous.status == "error" and "model@harness" in ambiguous.error_message
-    no_file = runner.run(replay_agent, model="gpt-5.5", seed=1, agent_args={}, isolation="inline")
+    no_file = runner.run(agent_ref("replay"), model="gpt-5.5", seed=1, agent_args={}, isolation="inline")
     assert no_file.status == "error" and "trials=PATH" in no_file.error_message
 
 

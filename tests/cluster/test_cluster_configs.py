@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from rayeval.harness.secrets import is_secret_name
+from rayeval.secrets import is_secret_name
 
 from .conftest import REPO
 

@@ -13,7 +13,7 @@ be built on a driver and shipped to Ray workers.
 
 API keys are read from the environment and passed to the program only through its
 environment; everything returned or left in the work folder is redacted
-(:mod:`rayeval.harness.secrets`).  Install the Node-based CLIs with
+(:mod:`rayeval.secrets`).  Install the Node-based CLIs with
 ``python scripts/install_agent_clis.py``.
 """
 

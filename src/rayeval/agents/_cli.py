@@ -26,7 +26,7 @@ from typing import Any
 
 from ..harness.answers import ANSWER_FILE_NAMES, read_answer_file
 from ..harness.process_tree import end_process_tree
-from ..harness.secrets import (
+from ..secrets import (
     compile_secrets,
     is_secret_name,
     redact,
@@ -52,7 +52,7 @@ def build_env(
     """The environment for an agent program.
 
     Starts from ``base`` (default ``os.environ``) with every secret-looking variable removed
-    (see :func:`rayeval.harness.secrets.is_secret_name`), then puts back only the names in
+    (see :func:`rayeval.secrets.is_secret_name`), then puts back only the names in
     ``pass_keys`` (the program's own API key variables) and any listed in the JSON array
     ``$EXTRA_ENV_KEYS``; ``ANTHROPIC_API_KEY_FALLBACKS`` never reaches a program.  ``extra``
     (the caller's additions; a None value removes the variable) is applied last and wins.

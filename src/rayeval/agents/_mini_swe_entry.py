@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     from minisweagent.exceptions import Submitted
     from minisweagent.models import get_model
 
-    from rayeval.harness.secrets import is_secret_name
+    from rayeval.secrets import is_secret_name
 
     work_dir = config["work_dir"]
     answer_files = config.get("answer_files") or ["eval_answer.json"]

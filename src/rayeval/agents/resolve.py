@@ -153,30 +153,42 @@ def resolve_agent(name: str) -> AgentFunction:
     return target
 
 
-def agent_ref(name: str) -> AgentRef:
-    """``name`` for a runner that imports it where it runs. A built-in is rayeval's own code
-    and is asked for its traits here; a ``module:function`` is never imported here (its
-    module would run code in this process): it gets the defaults, and is checked where it
-    runs."""
+def agent_ref(name: str, *, load: bool = False) -> AgentRef:
+    """``name`` for a runner. A built-in is rayeval's own code: asked for its traits here, and
+    its ref carries its function. A ``module:function`` is imported here only with ``load``
+    (an agent run in this process, inline); otherwise never (its module would run code in this
+    process): it gets the defaults, and is checked where it runs. Its own attributes never
+    give it a built-in's traits: only being one of them does (by identity)."""
     if name in BUILT_IN_AGENTS:
-        function = BUILT_IN_AGENTS[name]()
-        return AgentRef(
-            name=name,
-            needs_data=getattr(function, "needs_data", True),
-            replays_recorded_runs=getattr(function, "replays_recorded_runs", False),
-            runs_in_worker=getattr(function, "runs_in_worker", False),
-            env_names=tuple(getattr(function, "env_names", ())),
-            resources=getattr(function, "resources", UnitResources()),
-            preload=(function.__module__, *getattr(function, "preload", ())),
-            read_paths=tuple(getattr(function, "read_paths", ())),
-            path_options=_PATH_OPTIONS.get(name, ()),
-            env=tuple(getattr(function, "env", ())),
-        )
+        return _built_in_ref(name, BUILT_IN_AGENTS[name]())
     module_name, sep, attribute = name.partition(":")
     if not sep or not module_name or not attribute:
         known = ", ".join(sorted(BUILT_IN_AGENTS))
         raise AgentNotFound(f"unknown agent {name!r}: use a built-in ({known}) or module:function")
-    return AgentRef(name=name)
+    if not load:
+        return AgentRef(name=name)
+    function = resolve_agent(name)
+    for built_in in BUILT_IN_AGENTS.keys() - set(_PROGRAMS):  # a program's function is made anew each time
+        if BUILT_IN_AGENTS[built_in]() is function:
+            return _built_in_ref(built_in, function)
+    return AgentRef(name=name, needs_data=getattr(function, "needs_data", True), function=function)
+
+
+def _built_in_ref(name: str, function: AgentFunction) -> AgentRef:
+    """The ref of built-in ``name``, whose ``function`` states its traits."""
+    return AgentRef(
+        name=name,
+        needs_data=getattr(function, "needs_data", True),
+        replays_recorded_runs=getattr(function, "replays_recorded_runs", False),
+        runs_in_worker=getattr(function, "runs_in_worker", False),
+        env_names=tuple(getattr(function, "env_names", ())),
+        resources=getattr(function, "resources", UnitResources()),
+        preload=(function.__module__, *getattr(function, "preload", ())),
+        read_paths=tuple(getattr(function, "read_paths", ())),
+        path_options=_PATH_OPTIONS.get(name, ()),
+        env=tuple(getattr(function, "env", ())),
+        function=function,
+    )
 
 
 class AgentArgsError(ConfigError):

@@ -26,6 +26,7 @@ from ..errors import RayevalError
 from ..evals import Eval, EvalFileError, load_evals, select_evals
 from ..evals.loader import EvalProblem
 from ..evals.model import MAX_TIMEOUT_S
+from ..filesystem import check_root, is_s3
 from ..graders.rubric import check_judge_key, judge_models
 from ..harness.cache import default_cache_dir
 from ..harness.context import AgentFunction, UnitResources
@@ -46,7 +47,6 @@ from ..storage import (
     RunManifest,
     RunStatus,
 )
-from ..storage.filesystem import check_root, is_s3
 from ..storage.layout import s3_wal_base
 from ..storage.lease import RunLease, run_lease
 from ..storage.store import (

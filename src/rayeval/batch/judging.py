@@ -12,7 +12,8 @@ from typing import Any
 
 import ray
 
-from ..graders.judging import Judgments, failed_outcome, run_judge_request
+from ..graders.judging import Judgments
+from ..graders.rubric import failed_outcome, run_judge_request
 from ..harness.execution import Execution
 from .plan import Unit
 from .worker import JudgeWork

@@ -14,7 +14,7 @@ from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 import ray
 from pydantic import BaseModel
 
-from ..agents.resolve import agent_ref, resolve_agent
+from ..agents.resolve import agent_ref
 from ..evals import Eval
 from ..graders.judging import Judgments
 from ..harness.cache import left_by_gone_processes, remove_tree
@@ -216,12 +216,10 @@ class UnitWorker:
                 prestart_grading(self.evals, at_once=self.config.slots)
             self._shared_key = key
 
-    def _named_agent(self) -> AgentFunction | AgentRef:
+    def _named_agent(self) -> AgentRef:
         """The run's agent by name: imported here only to run inline; otherwise only in
         each unit's own process, never in this one, which holds every eval."""
-        if self.config.isolation == "inline":
-            return resolve_agent(self.config.agent)
-        return agent_ref(self.config.agent)
+        return agent_ref(self.config.agent, load=self.config.isolation == "inline")
 
     def _execute(self, unit: Unit, work_root: Path) -> Execution:
         assert self.agent is not None, "run_unit loads the agent first"

@@ -37,7 +37,7 @@ _EXPORTS = {
     "EvaluatorConfig": ".config",
     "DatasetConfig": ".config",
     "DatapointConfig": ".config",
-    "register_evaluator": ".library",
+    "register_evaluator": ".config",
     "BUILTINS": ".library",
 }
 

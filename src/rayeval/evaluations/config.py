@@ -24,12 +24,12 @@ from pydantic import (
     model_validator,
 )
 
-from .._messages import listed
+from .._messages import listed, pydantic_problems
 from ..errors import ConfigError
 from ..evals.model import id_problem
 from ..storage.store import ResultStore
 from .catalog import Kind, find_version, version_id
-from .library import REPORTED, expand_evaluators
+from .library import REPORTED, expand_evaluators, is_reference, remember_evaluator
 from .prompts import CONNECTION_OPTIONS, PromptVersion, is_prompt_version, missing_placeholders, model_problem
 from .runtime import WithoutTarget, has_target
 
@@ -285,23 +285,6 @@ class EvaluationSpec(BaseModel):
 
 
 # -- validation ----------------------------------------------------------------------------
-def pydantic_problems(exc: ValidationError, where: str) -> list[str]:
-    """One line per error of ``exc``, after ``where``."""
-    out = []
-    for error in exc.errors():
-        loc = ".".join(str(part) for part in error["loc"])
-        message = error["msg"]
-        message = message.removeprefix("Value error, ")
-        if error["type"] == "missing":
-            message = "is required"
-        elif error["type"] == "extra_forbidden":
-            message = "is not a known field"
-        elif error["type"] == "callable_type":
-            message = f"must be callable, got {type(error.get('input')).__name__}"
-        out.append(f"{where}: {loc}: {message}" if loc else f"{where}: {message}")
-    return out
-
-
 def _stored_body(store: ResultStore | None, kind: Kind, raw: Mapping[str, Any], problems: list[str]) -> Any:
     """The body of the stored version ``raw`` names (``path``, optional ``version_id``), or
     None with the problem reported."""
@@ -373,6 +356,20 @@ def validate_evaluators(evaluators: Any, problems: list[str]) -> list[EvaluatorC
         seen[config.path] = index
         valid.append(config)
     return valid
+
+
+def register_evaluator(evaluator: Mapping[str, Any]) -> None:
+    """Make ``evaluator`` (code or LLM judge, with its ``path``) available by path to every later
+    ``evaluations.run`` in this process; registering a path again replaces it. Raises
+    :class:`EvaluationConfigError` for a bad evaluator."""
+    problems: list[str] = []
+    if not isinstance(evaluator, Mapping) or is_reference(evaluator):
+        problems.append("register_evaluator: give a whole evaluator (with a callable, or evaluator_type 'llm')")
+    else:
+        validate_evaluators(expand_evaluators([evaluator], {}, problems, environment=False), problems)
+    if problems:
+        raise EvaluationConfigError(problems, "register_evaluator")
+    remember_evaluator(evaluator)
 
 
 def _validate_dataset(

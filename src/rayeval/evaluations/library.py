@@ -8,7 +8,8 @@ An evaluator in ``evaluations.run`` is one of:
   template, temperature, ...}, options: [...] (select / multi_select), threshold}``
   (see :class:`rayeval.evaluations.prompts.LLMJudge`);
 * a reference: ``{path}`` alone (optionally ``threshold``, and ``model`` to change an LLM
-  judge's model), resolved from :func:`register_evaluator`'s registry, then the built-ins.
+  judge's model), resolved from the registry of
+  :func:`~rayeval.evaluations.config.register_evaluator`, then the built-ins.
 
 The built-ins' code reads a target's text as ``target["output"]``, else the target's only
 value, else the target itself when it is a string (:func:`target_text`).
@@ -23,7 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from .._messages import listed
+from .._messages import listed, pydantic_problems
 from .prompts import LLMJudge, PromptVersion, model_problem
 
 BUILTIN_PREFIX = "Example Evaluators/"
@@ -173,19 +174,9 @@ def known_paths() -> list[str]:
     return sorted({*_REGISTRY, *BUILTINS})
 
 
-def register_evaluator(evaluator: Mapping[str, Any]) -> None:
-    """Make ``evaluator`` (code or LLM judge, with its ``path``) available by path to every later
-    ``evaluations.run`` in this process; registering a path again replaces it. Raises
-    :class:`~rayeval.evaluations.EvaluationConfigError` for a bad evaluator."""
-    from .config import EvaluationConfigError, validate_evaluators
-
-    problems: list[str] = []
-    if not isinstance(evaluator, Mapping) or is_reference(evaluator):
-        problems.append("register_evaluator: give a whole evaluator (with a callable, or evaluator_type 'llm')")
-    else:
-        validate_evaluators(expand_evaluators([evaluator], {}, problems, environment=False), problems)
-    if problems:
-        raise EvaluationConfigError(problems, "register_evaluator")
+def remember_evaluator(evaluator: Mapping[str, Any]) -> None:
+    """Make a checked ``evaluator`` known by its path (see
+    :func:`~rayeval.evaluations.config.register_evaluator`, which checks it)."""
     _REGISTRY[str(evaluator["path"]).strip()] = dict(evaluator)
 
 
@@ -215,8 +206,6 @@ def _judge(
     raw: Mapping[str, Any], where: str, connection: Mapping[str, Any], problems: list[str], environment: bool
 ) -> dict[str, Any] | None:
     """An LLM evaluator as a code evaluator whose callable is an :class:`LLMJudge`."""
-    from .config import pydantic_problems
-
     try:
         spec = JudgeSpec.model_validate(dict(raw))
         version = PromptVersion.model_validate(spec.prompt)

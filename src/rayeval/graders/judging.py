@@ -101,19 +101,3 @@ def _outcome_cost(outcome: dict[str, Any]) -> float | None:
     if "error" in outcome:  # a model call (an LLM evaluator's) that failed
         return 0.0
     return (outcome.get("metadata") or {}).get("cost_usd")  # a model call's reply
-
-
-def failed_outcome(request: dict[str, Any], message: str) -> dict[str, Any]:
-    """The outcome of a judge request that could not be made at all (worth a later retry)."""
-    from .rubric import JudgeFailure, JudgeUsage
-
-    index = request.get("criterion_index", 0)
-    failure = JudgeFailure(kind="transient", index=index, message=f"criterion {index}: {message}", usage=JudgeUsage())
-    return failure.model_dump(mode="json")
-
-
-def run_judge_request(request: dict[str, Any]) -> dict[str, Any]:
-    """One judge request's outcome (a judge task's work; never raises for a judge's failure)."""
-    from .rubric import JudgeRequest, judge_criterion
-
-    return judge_criterion(JudgeRequest.model_validate(request)).model_dump(mode="json")

@@ -48,7 +48,8 @@ class UnitResources(BaseModel):
 class AgentRef(BaseModel):
     """An agent by name (a built-in or ``module:function``), imported only where it runs: a
     sandbox never lets an agent's module run code in the process that holds the evals.
-    The rest says what the trusted side needs to know without importing it."""
+    The rest says what the trusted side needs to know without importing it: the agents layer
+    (``rayeval.agents.resolve.agent_ref``) fills it in, from rayeval's own code only."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -71,6 +72,9 @@ class AgentRef(BaseModel):
     path_options: tuple[str, ...] = ()
     #: variables set for it where it runs, as (name, value) (where its program is installed)
     env: tuple[tuple[str, str], ...] = ()
+    #: the agent itself, where rayeval's agents layer loaded it in this process (a built-in, or
+    #: an agent run inline): what a unit run in this process calls
+    function: AgentFunction | None = Field(default=None, exclude=True, repr=False)
 
     @property
     def module(self) -> str | None:

@@ -7,8 +7,10 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..errors import ConfigError
 from ..evals import Eval, load_eval
 from ..evals.data_roots import resolve_roots
+from ..secrets import environment_secrets, redact
 from .answers import MAX_ANSWER_NESTING, find_answer, nested_deeper_than
 from .cache import default_cache_dir, remove_tree
 from .context import AgentContext, AgentFunction, AgentRef, call_agent
@@ -18,7 +20,6 @@ from .isolation import Isolation, Outcome, run_inline
 from .prompt import AnswerConvention, build_prompt
 from .result import EvalResult
 from .sandbox import MiB, SandboxConfig, SandboxError, check_runs_here, unit_runner
-from .secrets import environment_secrets, redact
 from .staging import StagingError, stage_data
 from .workspace import (
     Listing,
@@ -98,7 +99,10 @@ class EvalRunner:
         """Everything but grading, so a batch engine can grade many executions in one task.
 
         ``agent``: a function (or callable object), or an :class:`AgentRef` naming one, which
-        is imported only where it runs. ``isolation``: see :mod:`rayeval.harness.isolation`;
+        is imported only where it runs, or carries the function the agents layer loaded here
+        for a unit run in this process. Only a ref carries a built-in's traits (the replay
+        agent's recorded durations, the prompt agent running in this process).
+        ``isolation``: see :mod:`rayeval.harness.isolation`;
         ``sandbox``: what a sandboxed (or ``process``) unit sees, gets and may use.
         ``convention``: the answer-file name and completion marker the agent is told
         (:mod:`rayeval.harness.prompt`).
@@ -240,33 +244,29 @@ def check_agent_loads(
 
 
 def _replays(agent: AgentFunction | AgentRef) -> bool:
-    """Whether ``agent`` is rayeval's replay agent, told by the trusted side: a named agent by
-    its built-in name, a function by identity."""
-    if isinstance(agent, AgentRef):
-        return agent.replays_recorded_runs
-    from ..agents.replay import replay_agent
-
-    return agent is replay_agent
+    """Whether ``agent`` is rayeval's replay agent: a trait only an :class:`AgentRef` carries,
+    as the agents layer told it (a function's own attributes are not trusted)."""
+    return isinstance(agent, AgentRef) and agent.replays_recorded_runs
 
 
 def _runs_in_worker(agent: AgentFunction | AgentRef) -> bool:
     """Whether ``agent`` is rayeval's prompt agent, which runs in this process whatever the
-    isolation (see :mod:`rayeval.agents.prompt`): a named agent by its built-in trait, a
-    function by identity (a function's own attributes are not trusted)."""
-    if isinstance(agent, AgentRef):
-        return agent.runs_in_worker
-    from ..agents.prompt import prompt_agent
-
-    return agent is prompt_agent
+    isolation (see :mod:`rayeval.agents.prompt`): a trait only an :class:`AgentRef` carries,
+    as the agents layer told it (a function's own attributes are not trusted)."""
+    return isinstance(agent, AgentRef) and agent.runs_in_worker
 
 
 def _resolved(agent: AgentFunction | AgentRef) -> AgentFunction:
-    """The function itself, for an agent run in this process (imported here if named)."""
+    """The function itself, for an agent run in this process: as given, or as the agents layer
+    loaded it for its ref."""
     if not isinstance(agent, AgentRef):
         return agent
-    from ..agents.resolve import resolve_agent
-
-    return resolve_agent(agent.name)
+    if agent.function is None:
+        raise ConfigError(
+            f"agent {agent.name!r} runs in this process but was not loaded here: "
+            "name it with rayeval.agents.resolve.agent_ref(name, load=True)"
+        )
+    return agent.function
 
 
 def _find_answer(outcome: Outcome, work_dir: Path, listing: Listing, file_limit: int) -> dict:

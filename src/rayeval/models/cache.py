@@ -19,7 +19,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ValidationError
 
-from ..storage.filesystem import is_s3, resolve_root
+from ..filesystem import is_s3, resolve_root
 from .types import ModelOutput
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..harness.secrets import redact_text
+from ..secrets import redact_text
 from . import limits, providers, retry
 from .cache import CacheEntry, ResponseCache, public_base_url, request_key
 from .prices import cost_usd, find_price, price_table

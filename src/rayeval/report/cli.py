@@ -83,7 +83,7 @@ def _ks(text: str) -> list[int]:
 def _check_out(out: str | None, root: str) -> None:
     """``--out`` may not lie inside the results root: a file there would make the root no
     longer a Parquet dataset (``pandas.read_parquet(root)`` fails on it)."""
-    from ..storage.filesystem import inside_root
+    from ..filesystem import inside_root
     from .reader import ReportError
 
     if out is not None and inside_root(out, root):

@@ -12,9 +12,9 @@ from __future__ import annotations
 from .._lazy import lazy_exports
 
 _EXPORTS = {
-    "is_s3": ".filesystem",
-    "pandas_storage_options": ".filesystem",
-    "resolve_root": ".filesystem",
+    "is_s3": "..filesystem",
+    "pandas_storage_options": "..filesystem",
+    "resolve_root": "..filesystem",
     "LEASE_NAME": ".layout",
     "Layout": ".layout",
     "LeaseError": ".lease",

@@ -615,7 +615,7 @@ class S3Lease(RunLease):
         self.bucket = bucket
         self.key = key
         if client is None:
-            from .filesystem import s3_client
+            from ..filesystem import s3_client
 
             client = s3_client(s3_endpoint_url)
         self.client = client

@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..harness.secrets import MASK, is_secret_name, redact, secret_values
+from ..secrets import MASK, is_secret_name, redact, secret_values
 
 __all__ = ["EvalFileRef", "PlanEntry", "RunManifest", "RunStatus", "SeedItem", "mask_command_line", "mask_secrets"]
 

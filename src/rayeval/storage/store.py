@@ -56,8 +56,8 @@ import pydantic_core
 from pydantic import ValidationError
 
 from ..errors import RayevalError
+from ..filesystem import is_s3, resolve_root, s3_endpoint
 from .attempts import ATTEMPT_COLUMNS, latest_attempts
-from .filesystem import is_s3, resolve_root, s3_endpoint
 from .layout import (
     MANIFEST_NAME,
     QUARANTINE_FOLDER,

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..filesystem import inside_root
 from ..report.reader import ReportError
-from ..storage.filesystem import inside_root
 from .assets import ASSETS, asset_bytes, index_html
 from .data import (
     TABLE_COLUMNS,

@@ -8,8 +8,8 @@ from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
 
-from .._s3 import s3_client as _s3_client
-from .._s3 import s3_endpoint, s3_region
+from ._s3 import s3_client as _s3_client
+from ._s3 import s3_endpoint, s3_region
 
 # Bounded S3 timeouts: with the SDK defaults a PUT to an unreachable endpoint hangs ~28 s,
 # and the writer retries with its own backoff anyway.

@@ -38,9 +38,9 @@ from ..harness.runner import check_agent_loads
 from ..harness.sandbox import SandboxConfig
 from ..harness.workspace import default_work_root
 from ..models.providers import ModelError
+from ..record import UnitRecord
 from ..storage import (
     ERROR_STATUSES,
-    ResultRow,
     ResultStore,
     RowWriter,
     RunManifest,
@@ -220,7 +220,7 @@ def shut_down_embedded_ray() -> None:
 
 def _system_error_row(
     unit: Unit, attempt: int, eval_: Eval, run_id: str, config: BatchConfig, exc: BaseException
-) -> ResultRow:
+) -> UnitRecord:
     """The row of a unit Ray could not run even after its own retries (e.g. a node kept dying)."""
     stamp = datetime.now(timezone.utc)
     execution = Execution(

@@ -8,9 +8,8 @@ from .._json import dumps
 from .._version import __version__
 from ..agents.labels import row_labels
 from ..evals import Eval
-from ..harness.execution import JUDGE_ERROR
 from ..harness.result import EvalResult
-from ..storage.row import ResultRow
+from ..record import JUDGE_ERROR, UnitRecord
 from .plan import Unit
 
 _METADATA_DROPPED = ("trajectory",)  # kept in artifacts_json, not twice
@@ -33,7 +32,7 @@ class UnitRow(NamedTuple):
     retryable: bool = False
 
 
-def unit_row(row: ResultRow) -> UnitRow:
+def unit_row(row: UnitRecord) -> UnitRow:
     retryable = row.status == "error" and row.error_type != JUDGE_ERROR
     return UnitRow(row.status, row.passed, row.to_line(), retryable)
 
@@ -74,7 +73,7 @@ def row_from_result(
     agent_args: dict[str, str],
     attempt: int,
     node: str,
-) -> ResultRow:
+) -> UnitRecord:
     """The stored row; its model and harness come from the run's configuration (see
     :func:`row_labels`), what the agent says of its harness stays in ``metadata_json``."""
     grader = result.grader_result
@@ -84,7 +83,7 @@ def row_from_result(
     if "trajectory" in result.metadata and "trajectory.json" not in artifacts:
         artifacts["trajectory.json"] = dumps(result.metadata["trajectory"])
     model, harness = row_labels(agent, unit.model, agent_args)
-    return ResultRow(
+    return UnitRecord(
         run_id=run_id,
         model=model,
         unit_id=unit.unit_id,

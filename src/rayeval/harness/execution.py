@@ -13,8 +13,9 @@ from ..evals import Eval
 from ..graders.judging import Judgments, collecting_judge_requests, judged, judgments_cost_usd, uses_judges
 from ..graders.result import GraderResult
 from ..grading import grade
+from ..record import JUDGE_ERROR, Status
 from .grading_pool import DEFAULT_TIMEOUT_S, GradingError, GradingTimeout, grade_bounded, judge_requests_bounded
-from .result import EvalResult, Status
+from .result import EvalResult
 
 ExecutionOutcome = Literal["answered", "no_answer", "error", "timeout"]
 
@@ -123,11 +124,6 @@ def judge_requests(eval_: Eval, execution: Execution, *, grade_timeout: float | 
         return judge_requests_bounded(eval_, execution.answer, grade_timeout)
     except GradingError:
         return {}
-
-
-#: the error_type of a unit whose LLM judge gave no verdict (retried by ``--retry-errors``, not
-#: by a run's own retries: the judge calls were retried already, and the agent need not run again)
-JUDGE_ERROR = "JudgeError"
 
 
 def grade_execution(

@@ -31,8 +31,8 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from ..errors import RayevalError
+from ..record import ERROR_STATUSES
 from ..storage.lease import driver_gone
-from ..storage.row import ERROR_STATUSES
 from ..storage.store import MANIFEST_NAME, TABLE_SCHEMA, Parts, ResultStore, SkippedFile
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..storage.row import ERROR_STATUSES
+from ..record import ERROR_STATUSES
 from .benchmark import PAIR_COUNTS
 from .reader import ReportError, ResultsReader, unicode_text
 

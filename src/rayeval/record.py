@@ -1,30 +1,39 @@
-"""The result row: one graded unit, as stored in Parquet and read back by reports.
+"""One unit's record: every column rayeval stores of a unit, declared once, with its type.
 
-Apart from the Arrow schema (:mod:`.schema`), so that a Ray worker building rows does not
-import pyarrow.
+The plan names the unit (run, model, unit, eval, seed, attempt), the agent's run and its
+grading give an :class:`~rayeval.harness.result.EvalResult`, and the store adds where it ran:
+that is the record, stored as it is. Its JSON line goes to the write-ahead log, and the Parquet
+schema is derived from its fields (:mod:`rayeval.storage.schema`).
+
+The bottom layer: it imports no other part of rayeval, nor pyarrow (a Ray worker building
+records does not load it).
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, field_serializer, field_validator
 
-from ..harness.result import Status
+Status = Literal["passed", "failed", "error", "timeout", "config_error"]
+STATUSES: tuple[Status, ...] = ("passed", "failed", "error", "timeout", "config_error")
+#: Statuses that are errors (no verdict): counted apart from failures by the engine and reports.
+ERROR_STATUSES: frozenset[Status] = frozenset({"error", "timeout", "config_error"})
+
+#: the error_type of a unit whose LLM judge gave no verdict (retried by ``--retry-errors``, not
+#: by a run's own retries: the judge calls were retried already, and the agent need not run again)
+JUDGE_ERROR = "JudgeError"
 
 # Hive partition keys: encoded in the path (run_id=<id>/model=<m>/), never stored in the files.
 PARTITION_COLUMNS = ("run_id", "model")
 
-#: Statuses that are errors (no verdict): counted apart from failures by the engine and reports.
-ERROR_STATUSES: frozenset[Status] = frozenset({"error", "timeout", "config_error"})
 
+class UnitRecord(BaseModel):
+    """One unit as stored. Column names follow the reports spec; JSON-valued columns end in ``_json``.
 
-class ResultRow(BaseModel):
-    """Column names follow the reports spec; JSON-valued columns end in ``_json``.
-
-    A row's one encoding is its JSON line (:meth:`to_line`): it goes to the write-ahead log as
-    it is, and Parquet parts are built from those lines (:func:`lines_to_table`).  NaN and
+    A record's one encoding is its JSON line (:meth:`to_line`): it goes to the write-ahead log as
+    it is, and Parquet parts are built from those lines (``rayeval.storage.schema``).  NaN and
     infinite floats are written as JSON's ``NaN``/``Infinity`` so that both paths keep them.
     """
 

@@ -1,9 +1,10 @@
 """One unit's record: every column rayeval stores of a unit, declared once, with its type.
 
 The plan names the unit (run, model, unit, eval, seed, attempt), the agent's run and its
-grading give an :class:`~rayeval.harness.result.EvalResult`, and the store adds where it ran:
-that is the record, stored as it is. Its JSON line goes to the write-ahead log, and the Parquet
-schema is derived from its fields (:mod:`rayeval.storage.schema`).
+grading give an :class:`~rayeval.harness.result.EvalResult`, whose fields the record shares are
+carried over (:func:`carried`), and the store adds where it ran: that is the record, stored as
+it is. Its JSON line goes to the write-ahead log, and the Parquet schema is derived from its
+fields (:mod:`rayeval.storage.schema`).
 
 The bottom layer: it imports no other part of rayeval, nor pyarrow (a Ray worker building
 records does not load it).
@@ -12,7 +13,7 @@ records does not load it).
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, field_serializer, field_validator
 
@@ -27,6 +28,14 @@ JUDGE_ERROR = "JudgeError"
 
 # Hive partition keys: encoded in the path (run_id=<id>/model=<m>/), never stored in the files.
 PARTITION_COLUMNS = ("run_id", "model")
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+def carried(model: type[Model], source: BaseModel, **fields: Any) -> Model:
+    """A ``model`` made of the fields of ``source`` it has too (by name, dumped by pydantic) and
+    of ``fields``, which come on top: how one stage's record becomes the next one's."""
+    return model.model_validate({**source.model_dump(include=set(model.model_fields)), **fields})
 
 
 class UnitRecord(BaseModel):
@@ -108,3 +117,9 @@ class UnitRecord(BaseModel):
     def to_line(self) -> bytes:
         """One JSON line (UTF-8, no newline), ``run_id`` and ``model`` first."""
         return self.__pydantic_serializer__.to_json(self)
+
+    @property
+    def retryable(self) -> bool:
+        """An error a run's own retries run again: the agent's or Ray's, not a judge's
+        (:data:`JUDGE_ERROR`: the judge calls were retried already; ``--retry-errors`` reruns them)."""
+        return self.status == "error" and self.error_type != JUDGE_ERROR

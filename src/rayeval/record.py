@@ -32,10 +32,10 @@ PARTITION_COLUMNS = ("run_id", "model")
 Model = TypeVar("Model", bound=BaseModel)
 
 
-def carried(model: type[Model], source: BaseModel, **fields: Any) -> Model:
-    """A ``model`` made of the fields of ``source`` it has too (by name, dumped by pydantic) and
+def carried(kind: type[Model], source: BaseModel, /, **fields: Any) -> Model:
+    """A ``kind`` made of the fields of ``source`` it has too (by name, dumped by pydantic) and
     of ``fields``, which come on top: how one stage's record becomes the next one's."""
-    return model.model_validate({**source.model_dump(include=set(model.model_fields)), **fields})
+    return kind.model_validate({**source.model_dump(include=set(kind.model_fields)), **fields})
 
 
 class UnitRecord(BaseModel):

@@ -27,7 +27,7 @@ def stored_row(result: EvalResult, **fields: Any) -> UnitRecord:
     why, without what the agent returned; the other units are not touched."""
     try:
         record = row_from_result(result, **fields)
-        record.to_line()  # found here, on the worker: the driver writes the line
+        record.to_line()  # what cannot be encoded is found here, on the worker; the driver writes the line
         return record
     except (ValueError, RecursionError, OverflowError) as exc:  # PydanticSerializationError is a ValueError
         why = f"{type(exc).__name__}: {exc}".encode("utf-8", "backslashreplace").decode("utf-8")

@@ -26,17 +26,17 @@ from datetime import datetime, timedelta, timezone
 
 import pandas as pd
 
-from rayeval.storage import ResultRow, ResultStore, pandas_storage_options
+from rayeval.storage import ResultStore, UnitRecord, pandas_storage_options
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 
-def make_rows(run_id: str, n: int, models: list[str]) -> list[ResultRow]:
+def make_rows(run_id: str, n: int, models: list[str]) -> list[UnitRecord]:
     rows = []
     for i in range(n):
         passed = i % 3 != 0
         rows.append(
-            ResultRow(
+            UnitRecord(
                 run_id=run_id,
                 model=models[i % len(models)],
                 unit_id=uuid.uuid4().hex,

@@ -25,10 +25,10 @@ from pathlib import Path
 
 import numpy as np
 
+from rayeval.record import UnitRecord
 from rayeval.report import ResultsReader
 from rayeval.storage import ResultStore
 from rayeval.storage.manifest import RunManifest
-from rayeval.storage.row import ResultRow
 from rayeval.view import ViewData, ViewServer, write_static
 
 RUN_ID = "bench"
@@ -60,7 +60,7 @@ def write_rows(root: Path, units: int, seed: int = 3) -> None:
             status = "error" if draw[i] < 0.02 else "failed" if draw[i] < 0.12 else "passed"
             duration = float(rng.gamma(3.0, 100.0))
             writer.add(
-                ResultRow(
+                UnitRecord(
                     run_id=RUN_ID,
                     model=f"model-{i % N_MODELS}",
                     unit_id=f"u{i:08d}",

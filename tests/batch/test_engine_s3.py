@@ -14,9 +14,9 @@ import pytest
 from rayeval import batch
 from rayeval.harness.sandbox import SandboxConfig
 from rayeval.storage import (
-    ResultRow,
     ResultsRootUnwritable,
     ResultStore,
+    UnitRecord,
     pandas_storage_options,
 )
 from tests.batch.conftest import read_invocations, write_mc_evals
@@ -106,7 +106,7 @@ def test_s3_outage_mid_run_loses_no_row(s3_bucket, s3_proxy, tmp_path: Path, inv
 
 def _wal_units(directory: Path) -> set[str]:
     return {
-        ResultRow.model_validate_json(line).unit_id
+        UnitRecord.model_validate_json(line).unit_id
         for path in directory.glob("*.jsonl")
         for line in path.read_bytes().splitlines()
     }

@@ -11,8 +11,8 @@ import pytest
 
 from rayeval.cli import main
 from rayeval.evals import Eval, EvalSelectionError, select_evals
+from rayeval.record import UnitRecord
 from rayeval.storage import ResultStore
-from rayeval.storage.row import ResultRow
 from tests.batch.conftest import write_mc_evals
 from tests.report.helpers import base_row
 
@@ -123,7 +123,7 @@ def test_dry_run_estimates_each_models_cost_from_its_own_earlier_units(
     out = tmp_path / "out"
     earlier = [("a", 2.0)] * 2 + [("b", 0.01)] * 20 + [("c", None)]
     rows = [
-        ResultRow(**base_row(run_id="earlier", model=m, unit_id=f"u{i}", cost_usd=c))
+        UnitRecord(**base_row(run_id="earlier", model=m, unit_id=f"u{i}", cost_usd=c))
         for i, (m, c) in enumerate(earlier)
     ]
     ResultStore(out).write_rows("earlier", rows)

@@ -196,10 +196,10 @@ def test_reads_from_s3(tmp_path: Path, s3_bucket) -> None:
 
 def test_reads_what_the_storage_writer_writes(tmp_path: Path) -> None:
     """Same numbers through rayeval.storage.ResultStore (the real writer) as through the helper."""
-    from rayeval.storage import ResultRow, ResultStore, RunManifest
+    from rayeval.storage import ResultStore, RunManifest, UnitRecord
 
     store = ResultStore(tmp_path / "store")
-    store.write_rows(RUN_ID, [ResultRow.model_validate(r) for r in corpus_rows()])
+    store.write_rows(RUN_ID, [UnitRecord.model_validate(r) for r in corpus_rows()])
     store.write_manifest(RunManifest(run_id=RUN_ID, status="running", total_units=300))
     reader = ResultsReader(tmp_path / "store")
     units = reader.units()
@@ -215,10 +215,10 @@ def test_reads_what_the_storage_writer_writes(tmp_path: Path) -> None:
 def test_a_running_run_whose_driver_is_gone_reads_as_interrupted(tmp_path: Path) -> None:
     """A manifest left 'running' (its driver killed, or its disk full before it could be marked)
     says 'interrupted' once no driver holds the run: released, expired, or its process gone."""
-    from rayeval.storage import ResultRow, ResultStore, RunManifest
+    from rayeval.storage import ResultStore, RunManifest, UnitRecord
 
     store = ResultStore(tmp_path / "store")
-    store.write_rows(RUN_ID, [ResultRow.model_validate(r) for r in corpus_rows()])
+    store.write_rows(RUN_ID, [UnitRecord.model_validate(r) for r in corpus_rows()])
     store.write_manifest(RunManifest(run_id=RUN_ID, status="running", total_units=300))
     reader = ResultsReader(tmp_path / "store")
     assert reader.manifests()[RUN_ID]["status"] == "interrupted"  # no lease at all

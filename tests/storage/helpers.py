@@ -6,12 +6,12 @@ from datetime import datetime, timedelta, timezone
 
 import pyarrow.parquet as pq
 
-from rayeval.storage import ResultRow
+from rayeval.storage import UnitRecord
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
 
 
-def make_row(run_id: str, model: str, i: int, *, attempt: int = 1, **overrides) -> ResultRow:
+def make_row(run_id: str, model: str, i: int, *, attempt: int = 1, **overrides) -> UnitRecord:
     """A complete, realistic row; ``unit_id`` is unique per (model, i)."""
     passed = i % 3 != 0
     fields = {
@@ -50,10 +50,10 @@ def make_row(run_id: str, model: str, i: int, *, attempt: int = 1, **overrides) 
         "rayeval_version": "0.1.0",
     }
     fields.update(overrides)
-    return ResultRow(**fields)
+    return UnitRecord(**fields)
 
 
-def make_rows(run_id: str, models: list[str], n: int, *, start: int = 0) -> list[ResultRow]:
+def make_rows(run_id: str, models: list[str], n: int, *, start: int = 0) -> list[UnitRecord]:
     """``n`` rows spread round-robin over ``models``."""
     return [make_row(run_id, models[i % len(models)], i) for i in range(start, start + n)]
 

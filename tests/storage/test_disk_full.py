@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rayeval.storage import ResultRow, ResultsRootUnwritable, ResultStore, RowWriter, RunManifest
+from rayeval.storage import ResultsRootUnwritable, ResultStore, RowWriter, RunManifest, UnitRecord
 from rayeval.storage.layout import MANIFEST_NAME, MANIFEST_RESERVE_NAME
 from rayeval.storage.manifest import EvalFileRef
 
@@ -20,7 +20,7 @@ from .helpers import make_row
 MODEL = "m"
 
 
-def _bulky_row(run_id: str, i: int) -> ResultRow:
+def _bulky_row(run_id: str, i: int) -> UnitRecord:
     """A row of ~40 KB that does not compress: a few fill a small disk."""
     return make_row(run_id, MODEL, i, answer_json=json.dumps({"padding": os.urandom(20_000).hex()}))
 
@@ -44,7 +44,7 @@ def _wal_unit_ids(directory: Path) -> list[str]:
     ids = []
     for segment in sorted(directory.glob("*.jsonl")):
         for line in segment.read_bytes().splitlines():
-            ids.append(ResultRow.model_validate_json(line).unit_id)
+            ids.append(UnitRecord.model_validate_json(line).unit_id)
     return ids
 
 

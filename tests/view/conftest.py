@@ -24,10 +24,10 @@ from pathlib import Path
 import pytest
 
 from rayeval import load_eval
+from rayeval.record import UnitRecord
 from rayeval.report import ResultsReader
 from rayeval.storage import ResultStore
 from rayeval.storage.manifest import RunManifest
-from rayeval.storage.row import ResultRow
 from rayeval.view import ViewData, ViewServer
 from tests.conftest import read_jsonl, shared_path
 from tests.report.helpers import base_row
@@ -120,11 +120,11 @@ def _rayeval(*args: str, cwd: Path = REPO) -> None:
     assert done.returncode == 0, f"rayeval {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
 
 
-def crafted_row(**values: object) -> ResultRow:
-    return ResultRow(**base_row(**{"run_id": "crafted", "agent": "test", "isolation": "sandbox", **values}))
+def crafted_row(**values: object) -> UnitRecord:
+    return UnitRecord(**base_row(**{"run_id": "crafted", "agent": "test", "isolation": "sandbox", **values}))
 
 
-def crafted_rows(eval_hash: str) -> list[ResultRow]:
+def crafted_rows(eval_hash: str) -> list[UnitRecord]:
     def trajectory(data: object) -> str:
         return json.dumps({"trajectory.json": json.dumps(data), "agent_output.log": "log line\n"})
 

@@ -39,9 +39,9 @@ from ..harness.runner import check_agent_loads
 from ..harness.sandbox import SandboxConfig
 from ..harness.workspace import default_work_root
 from ..models.providers import ModelError
+from ..record import UnitRecord
 from ..storage import (
     ERROR_STATUSES,
-    ResultRow,
     ResultStore,
     RowWriter,
     RunManifest,
@@ -61,7 +61,7 @@ from .judging import JudgeCalls
 from .plan import Plan, Unit, compact_seeds, plan_changes, unstored
 from .progress import Progress
 from .queue import UnitQueue, retry_delay
-from .rows import UnitRow, row_from_result, unit_row
+from .rows import row_from_result
 from .stopping import RunCancelled, SigtermStopsTheRun
 from .summary import RunSummary, summarize
 from .worker import GradeFunction, JudgeWork, WorkerConfig, WorkerPool, start_workers
@@ -220,7 +220,7 @@ def shut_down_embedded_ray() -> None:
 
 def _system_error_row(
     unit: Unit, attempt: int, eval_: Eval, run_id: str, config: BatchConfig, exc: BaseException
-) -> ResultRow:
+) -> UnitRecord:
     """The row of a unit Ray could not run even after its own retries (e.g. a node kept dying)."""
     stamp = datetime.now(timezone.utc)
     execution = Execution(
@@ -759,7 +759,7 @@ def _execute(
         ready, _ = ray.wait(refs, num_returns=1, timeout=0.1)
         if ready:  # and whatever else is done by now
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-        kept: dict[str, list[UnitRow]] = {}  # model -> rows to store, of every unit back by now
+        kept: dict[str, list[UnitRecord]] = {}  # model -> rows to store, of every unit back by now
         for ref in ready:
             if (done := work.settle(ref, evals, run_id, config)) is None:
                 continue
@@ -770,7 +770,7 @@ def _execute(
             else:
                 kept.setdefault(unit.model, []).append(row)
         for model, rows in kept.items():  # one WAL write and fsync per model and round
-            writer.add_lines(row_labels(config.agent, model, config.agent_args)[0], [row.line for row in rows])
+            writer.add_lines(row_labels(config.agent, model, config.agent_args)[0], [row.to_line() for row in rows])
             for row in rows:  # done once on disk, in the write-ahead log
                 progress.update(passed=row.passed, error=row.status in ERROR_STATUSES)
 
@@ -793,7 +793,9 @@ class _InFlight:
     def refs(self) -> list[Any]:
         return [*self.running, *self.grading, *self.judges.in_flight, *self.workers.starting]
 
-    def settle(self, ref: Any, evals: list[Eval], run_id: str, config: BatchConfig) -> tuple[Unit, int, UnitRow] | None:
+    def settle(
+        self, ref: Any, evals: list[Eval], run_id: str, config: BatchConfig
+    ) -> tuple[Unit, int, UnitRecord] | None:
         """The unit, attempt and row that ``ref`` (ready) finished, or None when it finished
         something else (a worker's start, a judge call, a unit's agent before its judges)."""
         if self.workers.came_up(ref):
@@ -820,9 +822,9 @@ class _InFlight:
 
 def _unit_result(
     ref: Any, unit: Unit, attempt: int, eval_: Eval, run_id: str, config: BatchConfig
-) -> UnitRow | JudgeWork:
+) -> UnitRecord | JudgeWork:
     """The worker's answer, or an error row when Ray could not run the unit (after its retries)."""
     try:
         return ray.get(ref)
     except ray.exceptions.RayError as exc:
-        return unit_row(_system_error_row(unit, attempt, eval_, run_id, config, exc))
+        return _system_error_row(unit, attempt, eval_, run_id, config, exc)

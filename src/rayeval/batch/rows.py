@@ -1,16 +1,15 @@
-"""From a unit's EvalResult to the stored row."""
+"""From a unit's EvalResult to its stored record."""
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 from .._json import dumps
 from .._version import __version__
 from ..agents.labels import row_labels
 from ..evals import Eval
-from ..harness.execution import JUDGE_ERROR
 from ..harness.result import EvalResult
-from ..storage.row import ResultRow
+from ..record import UnitRecord, carried
 from .plan import Unit
 
 _METADATA_DROPPED = ("trajectory",)  # kept in artifacts_json, not twice
@@ -21,30 +20,15 @@ ERROR_TYPE_CHARS = 200
 ERROR_TRACEBACK_CHARS = 64_000
 
 
-class UnitRow(NamedTuple):
-    """A worker's answer for one unit: the row as its JSON line (written to the WAL and Parquet
-    as it is) and the fields the driver decides on (retry, progress)."""
-
-    status: str
-    passed: bool
-    line: bytes
-    #: an error a run's own retries run again: the agent's or Ray's, not a judge's
-    #: (``JUDGE_ERROR``: the judge calls were retried already; ``--retry-errors`` reruns them)
-    retryable: bool = False
-
-
-def unit_row(row: ResultRow) -> UnitRow:
-    retryable = row.status == "error" and row.error_type != JUDGE_ERROR
-    return UnitRow(row.status, row.passed, row.to_line(), retryable)
-
-
-def stored_row(result: EvalResult, **fields: Any) -> UnitRow:
-    """The unit's row (``fields``: those of :func:`row_from_result`).  A result that cannot be
-    stored (text that is not Unicode, from an agent run inline: what it returns reaches here
-    unchecked) makes the unit an ``UnstorableResult`` error row saying why, without what the
-    agent returned; the other units are not touched."""
+def stored_row(result: EvalResult, **fields: Any) -> UnitRecord:
+    """The unit's record (``fields``: those of :func:`row_from_result`), known to encode.  A
+    result that cannot be stored (text that is not Unicode, from an agent run inline: what it
+    returns reaches here unchecked) makes the unit an ``UnstorableResult`` error record saying
+    why, without what the agent returned; the other units are not touched."""
     try:
-        return unit_row(row_from_result(result, **fields))
+        record = row_from_result(result, **fields)
+        record.to_line()  # what cannot be encoded is found here, on the worker; the driver writes the line
+        return record
     except (ValueError, RecursionError, OverflowError) as exc:  # PydanticSerializationError is a ValueError
         why = f"{type(exc).__name__}: {exc}".encode("utf-8", "backslashreplace").decode("utf-8")
     unstorable = result.model_copy(
@@ -61,7 +45,7 @@ def stored_row(result: EvalResult, **fields: Any) -> UnitRow:
             "error_traceback": None,
         }
     )
-    return unit_row(row_from_result(unstorable, **fields))
+    return row_from_result(unstorable, **fields)
 
 
 def row_from_result(
@@ -74,9 +58,11 @@ def row_from_result(
     agent_args: dict[str, str],
     attempt: int,
     node: str,
-) -> ResultRow:
-    """The stored row; its model and harness come from the run's configuration (see
-    :func:`row_labels`), what the agent says of its harness stays in ``metadata_json``."""
+) -> UnitRecord:
+    """The stored record: the result's fields it shares (times, costs, status...), the unit's and
+    run's, and the grader's and the eval's columns.  Its model and harness come from the run's
+    configuration (see :func:`row_labels`), what the agent says of its harness stays in
+    ``metadata_json``."""
     grader = result.grader_result
     meta = eval_.metadata or {}
     metadata = {k: v for k, v in result.metadata.items() if k not in _METADATA_DROPPED}
@@ -84,7 +70,9 @@ def row_from_result(
     if "trajectory" in result.metadata and "trajectory.json" not in artifacts:
         artifacts["trajectory.json"] = dumps(result.metadata["trajectory"])
     model, harness = row_labels(agent, unit.model, agent_args)
-    return ResultRow(
+    return carried(
+        UnitRecord,
+        result,
         run_id=run_id,
         model=model,
         unit_id=unit.unit_id,
@@ -94,8 +82,6 @@ def row_from_result(
         harness=harness,
         seed=unit.seed,
         attempt=attempt,
-        status=result.status,
-        passed=result.passed,
         score=grader.score if grader else 0.0,
         score_max=grader.score_max if grader else 1.0,
         normalized_score=grader.normalized_score() if grader else 0.0,
@@ -104,23 +90,10 @@ def row_from_result(
         metrics=typed_metrics(grader.metrics) if grader else {},
         reasoning=grader.reasoning if grader else "",
         answer_json=None if result.agent_answer is None else dumps(result.agent_answer),
-        answer_source=result.answer_source,
         error_type=_short(result.error_type, ERROR_TYPE_CHARS),
         error_message=_short(result.error_message, ERROR_MESSAGE_CHARS),
         error_traceback=_short(result.error_traceback, ERROR_TRACEBACK_CHARS, keep_end=True),
-        duration_s=result.duration_s,
-        agent_s=result.agent_s,
-        grade_s=result.grade_s,
-        cost_usd=result.cost_usd,
-        agent_cost_usd=result.agent_cost_usd,
-        judge_cost_usd=result.judge_cost_usd,
-        input_tokens=result.input_tokens,
-        output_tokens=result.output_tokens,
-        n_turns=result.n_turns,
-        started_at=result.started_at,
-        finished_at=result.finished_at,
         node=node,
-        isolation=result.isolation,
         task=_text(meta.get("task")),
         kit=_text(meta.get("kit")),
         time_horizon=_text(meta.get("time_horizon")),

@@ -28,8 +28,9 @@ from ..harness.result import EvalResult
 from ..harness.runner import EvalRunner, check_agent_loads
 from ..harness.sandbox import AgentUnavailable, SandboxConfig, SandboxError
 from ..harness.workspace import default_work_root
+from ..record import UnitRecord
 from .plan import Plan, Unit
-from .rows import UnitRow, stored_row
+from .rows import stored_row
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +128,7 @@ class UnitWorker:
         self.work_root = root / f"{WORKER_FOLDER_PREFIX}{self.node}-{os.getpid()}"
         threading.Thread(target=sweep_dead_workers, args=(root, self.node), daemon=True).start()
 
-    def run_unit(self, position: int, attempt: int, shared: list[Any]) -> UnitRow | JudgeWork:
+    def run_unit(self, position: int, attempt: int, shared: list[Any]) -> UnitRecord | JudgeWork:
         """Run, grade and turn into a row the unit at this plan position.  Grading happens
         here, in a bounded grading subprocess, outside the agent's sandbox.  When the eval's
         LLM-judged graders have judge calls to make, the unit comes back as JudgeWork instead:
@@ -149,7 +150,7 @@ class UnitWorker:
 
     def grade_judged(
         self, position: int, attempt: int, execution: Execution, judgments: Judgments, shared: list[Any]
-    ) -> UnitRow:
+    ) -> UnitRecord:
         """The row of a unit whose judge calls have been made: ``judgments`` are their outcomes."""
         self._load(shared)
         unit = self.plan.unit(position)
@@ -160,7 +161,7 @@ class UnitWorker:
             result = grade_execution(eval_, execution, grade_timeout=self.config.grade_timeout, judgments=judgments)
         return self._row(unit, attempt, result)
 
-    def _row(self, unit: Unit, attempt: int, result: EvalResult) -> UnitRow:
+    def _row(self, unit: Unit, attempt: int, result: EvalResult) -> UnitRecord:
         return stored_row(
             result,
             unit=unit,

@@ -47,6 +47,7 @@ from ..graders.result import GraderResult
 from ..harness.execution import Execution, grade_execution, lift_metadata
 from ..harness.prompt import task_of
 from ..harness.result import EvalResult
+from ..record import carried
 
 MAX_ERROR_CHARS = 2000
 EVALUATORS_KEY = "evaluators"  # metrics_json["evaluators"][path] holds each judgment
@@ -304,12 +305,12 @@ class EvaluatorsGrader:
             reasoning=reasoning,
             agent_answer=execution.answer,
         )
-        fields = execution.model_dump(exclude={"outcome", "answer"})
-        fields["agent_answer"] = execution.answer
-        fields.update(lift_metadata(execution.metadata, judgments=judgments))
-        fields["duration_s"] = round(fields["duration_s"] + grade_s, 6)
-        return EvalResult(
-            **fields,
+        return carried(
+            EvalResult,
+            execution,
+            agent_answer=execution.answer,
+            **lift_metadata(execution.metadata, judgments=judgments),
+            duration_s=round(execution.duration_s + grade_s, 6),
             status="passed" if passed else "failed",
             passed=passed,
             grader_result=grader_result,

@@ -13,8 +13,9 @@ from ..evals import Eval
 from ..graders.judging import Judgments, collecting_judge_requests, judged, judgments_cost_usd, uses_judges
 from ..graders.result import GraderResult
 from ..grading import grade
+from ..record import JUDGE_ERROR, Status, carried
 from .grading_pool import DEFAULT_TIMEOUT_S, GradingError, GradingTimeout, grade_bounded, judge_requests_bounded
-from .result import EvalResult, Status
+from .result import EvalResult
 
 ExecutionOutcome = Literal["answered", "no_answer", "error", "timeout"]
 
@@ -125,11 +126,6 @@ def judge_requests(eval_: Eval, execution: Execution, *, grade_timeout: float | 
         return {}
 
 
-#: the error_type of a unit whose LLM judge gave no verdict (retried by ``--retry-errors``, not
-#: by a run's own retries: the judge calls were retried already, and the agent need not run again)
-JUDGE_ERROR = "JudgeError"
-
-
 def grade_execution(
     eval_: Eval,
     execution: Execution,
@@ -144,13 +140,12 @@ def grade_execution(
     ``grade_timeout=None`` grades in this process, without a limit. ``judgments``: the
     outcomes of the LLM-judged graders' judge calls (else they call their judge themselves).
     """
-    fields = execution.model_dump(exclude={"outcome", "answer"})
-    fields["agent_answer"] = execution.answer
     if execution.outcome in ("error", "timeout"):
         status: Status = execution.outcome
-        return EvalResult(**fields, status=status, passed=False)
+        return carried(EvalResult, execution, agent_answer=execution.answer, status=status, passed=False)
     start = time.monotonic()
     grader_result: GraderResult | None
+    error: dict[str, str] = {}  # why the unit was not graded: the grading's error, not the agent's
     try:
         if grade_timeout is None:
             with judged(judgments or {}):
@@ -160,22 +155,25 @@ def grade_execution(
     except GradingError as exc:
         grader_result = None
         status = "timeout" if isinstance(exc, GradingTimeout) else "error"
-        fields.update(error_type=type(exc).__name__, error_message=str(exc))
+        error = {"error_type": type(exc).__name__, "error_message": str(exc)}
     else:
         if grader_result.is_configuration_error:
             status = "config_error"
         elif grader_result.judge_failure is not None:  # not graded: an error of the run, not a failed answer
             status = "error"
-            fields.update(error_type=JUDGE_ERROR, error_message=grader_result.judge_failure)
+            error = {"error_type": JUDGE_ERROR, "error_message": grader_result.judge_failure}
         else:
             status = "passed" if grader_result.passed else "failed"
     grade_s = time.monotonic() - start
     lifted = lift_metadata(execution.metadata, recorded_duration=execution.replayed, judgments=judgments)
-    fields.update(lifted)
-    if "duration_s" not in lifted:
-        fields["duration_s"] = round(fields["duration_s"] + grade_s, 6)
-    return EvalResult(
-        **fields,
+    duration_s = lifted.pop("duration_s", round(execution.duration_s + grade_s, 6))  # a replay's: the recorded
+    return carried(
+        EvalResult,
+        execution,
+        agent_answer=execution.answer,
+        **error,
+        **lifted,
+        duration_s=duration_s,
         status=status,
         passed=status == "passed",
         grader_result=grader_result,

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..graders.result import GraderResult
+from ..record import STATUSES, Status
 
-Status = Literal["passed", "failed", "error", "timeout", "config_error"]
-STATUSES: tuple[Status, ...] = ("passed", "failed", "error", "timeout", "config_error")
+__all__ = ["STATUSES", "EvalResult", "Status"]
 
 _ITEM_ALIASES = {"test_id": "eval_id"}
 

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from ..record import ERROR_STATUSES
     from ..storage.attempts import latest_attempts
-    from ..storage.row import ERROR_STATUSES
     from .benchmark import (
         ACCURACY,
         CI_LOWER,
@@ -76,7 +76,7 @@ _EXPORTS = {
     "COST": ".benchmark",
     "DURATION": ".benchmark",
     "ERRORS": ".benchmark",
-    "ERROR_STATUSES": "..storage.row",
+    "ERROR_STATUSES": "..record",
     "N_RUNS": ".benchmark",
     "PUBLISHED_COLUMNS": ".benchmark",
     "REPORT_COLUMNS": ".reader",

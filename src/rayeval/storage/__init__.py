@@ -3,8 +3,8 @@
 ``ResultStore(root)`` reads and writes one results root; ``store.open_writer(run_id)`` gives a
 buffered, write-ahead-logged :class:`RowWriter`; :class:`RunManifest` describes a run;
 ``run_lease(store, run_id)`` is the :class:`RunLease` that lets one driver at a time write it.
-Exports load on first use: a Ray worker that only builds rows needs ``schema`` alone, not
-pyarrow.dataset and pandas.
+Exports load on first use: a Ray worker that only builds rows (``rayeval.record``) needs
+neither pyarrow.dataset nor pandas.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ _EXPORTS = {
     "RunManifest": ".manifest",
     "RunStatus": ".manifest",
     "FILE_SCHEMA": ".schema",
-    "ERROR_STATUSES": ".row",
-    "PARTITION_COLUMNS": ".row",
-    "ResultRow": ".row",
+    "ERROR_STATUSES": "..record",
+    "PARTITION_COLUMNS": "..record",
+    "UnitRecord": "..record",
     "rows_to_table": ".schema",
     "MANIFEST_NAME": ".layout",
     "ManifestError": ".store",
@@ -59,7 +59,6 @@ __all__ = [
     "LeaseLost",
     "ManifestError",
     "PlanEntry",
-    "ResultRow",
     "ResultStore",
     "ResultsRootUnwritable",
     "RowWriter",
@@ -67,6 +66,7 @@ __all__ = [
     "RunManifest",
     "RunStatus",
     "StorageError",
+    "UnitRecord",
     "WriterIdInUse",
     "decode_partition",
     "encode_partition",

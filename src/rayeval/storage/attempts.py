@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from ..errors import RayevalError
-from .row import ERROR_STATUSES
+from ..record import ERROR_STATUSES
 
 if TYPE_CHECKING:  # loaded where a frame is handled: `rayeval run` imports this module before its first unit
     import pandas as pd

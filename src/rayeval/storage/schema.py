@@ -3,66 +3,63 @@
 from __future__ import annotations
 
 import io
+from datetime import datetime
+from types import NoneType, UnionType
+from typing import Any, Literal, Union, get_args, get_origin
 
 import pyarrow as pa
 import pyarrow.json as pa_json
+from pydantic import BaseModel
 
-from .row import PARTITION_COLUMNS, ResultRow
+from ..record import PARTITION_COLUMNS, UnitRecord
 
-__all__ = ["FILE_SCHEMA", "METRICS_TYPE", "PARTITION_COLUMNS", "ResultRow", "lines_to_table", "rows_to_table"]
+__all__ = [
+    "FILE_SCHEMA",
+    "METRICS_TYPE",
+    "PARTITION_COLUMNS",
+    "arrow_type",
+    "lines_to_table",
+    "records_schema",
+    "rows_to_table",
+]
 
-_TIMESTAMP = pa.timestamp("us", tz="UTC")
-#: ``ResultRow.metrics``: metric name → value
-METRICS_TYPE = pa.map_(pa.string(), pa.float64())
-# how a JSON line holds it (see ResultRow): Arrow's JSON reader has no map type
+_ARROW_SCALARS: dict[Any, pa.DataType] = {
+    str: pa.string(),
+    int: pa.int64(),
+    float: pa.float64(),
+    bool: pa.bool_(),
+    datetime: pa.timestamp("us", tz="UTC"),
+}
+
+
+def arrow_type(annotation: Any) -> pa.DataType:
+    """The Arrow type of a record field's Python type: ``X | None`` is X's (every column may be
+    null), a Literal its values', a dict a map."""
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Literal:
+        return arrow_type(type(args[0]))
+    if origin in (Union, UnionType):
+        (kind,) = (arg for arg in args if arg is not NoneType)
+        return arrow_type(kind)
+    if origin is dict:
+        return pa.map_(*map(arrow_type, args))
+    return _ARROW_SCALARS[annotation]
+
+
+def records_schema(record: type[BaseModel]) -> pa.Schema:
+    """The Parquet file schema of ``record``: its fields in order, the partition keys left out."""
+    return pa.schema(
+        (name, arrow_type(field.annotation))
+        for name, field in record.model_fields.items()
+        if name not in PARTITION_COLUMNS
+    )
+
+
+FILE_SCHEMA = records_schema(UnitRecord)
+#: ``UnitRecord.metrics``: metric name → value
+METRICS_TYPE = FILE_SCHEMA.field("metrics").type
+# how a JSON line holds it (see UnitRecord): Arrow's JSON reader has no map type
 _METRIC_PAIRS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.float64())]))
-
-FILE_SCHEMA = pa.schema(
-    [
-        ("unit_id", pa.string()),
-        ("eval_id", pa.string()),
-        ("eval_hash", pa.string()),
-        ("agent", pa.string()),
-        ("harness", pa.string()),
-        ("seed", pa.int64()),
-        ("attempt", pa.int64()),
-        ("status", pa.string()),
-        ("passed", pa.bool_()),
-        ("score", pa.float64()),
-        ("score_max", pa.float64()),
-        ("normalized_score", pa.float64()),
-        ("grader_type", pa.string()),
-        ("metrics_json", pa.string()),
-        ("metrics", METRICS_TYPE),
-        ("reasoning", pa.string()),
-        ("answer_json", pa.string()),
-        ("answer_source", pa.string()),
-        ("error_type", pa.string()),
-        ("error_message", pa.string()),
-        ("error_traceback", pa.string()),
-        ("duration_s", pa.float64()),
-        ("agent_s", pa.float64()),
-        ("grade_s", pa.float64()),
-        ("cost_usd", pa.float64()),
-        ("agent_cost_usd", pa.float64()),
-        ("judge_cost_usd", pa.float64()),
-        ("input_tokens", pa.int64()),
-        ("output_tokens", pa.int64()),
-        ("n_turns", pa.int64()),
-        ("started_at", _TIMESTAMP),
-        ("finished_at", _TIMESTAMP),
-        ("node", pa.string()),
-        ("isolation", pa.string()),
-        ("task", pa.string()),
-        ("kit", pa.string()),
-        ("time_horizon", pa.string()),
-        ("eval_type", pa.string()),
-        ("metadata_json", pa.string()),
-        ("artifacts_json", pa.string()),
-        ("rayeval_version", pa.string()),
-    ]
-)
-
 
 _LINE_SCHEMA = FILE_SCHEMA.set(FILE_SCHEMA.get_field_index("metrics"), pa.field("metrics", _METRIC_PAIRS))
 _LINE_PARSING = pa_json.ParseOptions(explicit_schema=_LINE_SCHEMA, unexpected_field_behavior="ignore")
@@ -95,5 +92,5 @@ def lines_to_table(lines: list[bytes]) -> pa.Table:
     return table.set_column(index, FILE_SCHEMA.field("metrics"), _pairs_to_map(table.column(index)))
 
 
-def rows_to_table(rows: list[ResultRow]) -> pa.Table:
+def rows_to_table(rows: list[UnitRecord]) -> pa.Table:
     return lines_to_table([row.to_line() for row in rows])

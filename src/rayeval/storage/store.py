@@ -57,6 +57,7 @@ from pydantic import ValidationError
 
 from ..errors import RayevalError
 from ..filesystem import is_s3, resolve_root, s3_endpoint
+from ..record import PARTITION_COLUMNS, UnitRecord
 from .attempts import ATTEMPT_COLUMNS, latest_attempts
 from .layout import (
     MANIFEST_NAME,
@@ -70,7 +71,7 @@ from .layout import (
     s3_wal_base,
 )
 from .manifest import RunManifest
-from .schema import FILE_SCHEMA, PARTITION_COLUMNS, ResultRow, lines_to_table
+from .schema import FILE_SCHEMA, lines_to_table
 
 if TYPE_CHECKING:
     import pyarrow.dataset as ds
@@ -195,16 +196,16 @@ def _default_writer_id() -> str:
     return f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:8]}"
 
 
-def _coerce_row(row: ResultRow | Mapping[str, Any]) -> ResultRow:
-    if isinstance(row, ResultRow):
+def _coerce_row(row: UnitRecord | Mapping[str, Any]) -> UnitRecord:
+    if isinstance(row, UnitRecord):
         return row
     if isinstance(row, Mapping):
-        return ResultRow.model_validate(row)
-    raise TypeError(f"expected a ResultRow, got {type(row).__name__}")
+        return UnitRecord.model_validate(row)
+    raise TypeError(f"expected a UnitRecord, got {type(row).__name__}")
 
 
 def encode_parquet(lines: list[bytes]) -> bytes:
-    """One Parquet part from rows given as JSON lines (see ``ResultRow.to_line``)."""
+    """One Parquet part from rows given as JSON lines (see ``UnitRecord.to_line``)."""
     sink = pa.BufferOutputStream()
     pq.write_table(lines_to_table(lines), sink, compression=PART_COMPRESSION)
     return sink.getvalue().to_pybytes()
@@ -859,7 +860,7 @@ class ResultStore:
                     highest = max(highest, int(number))
         return highest + 1
 
-    def write_rows(self, run_id: str, rows: Iterable[ResultRow], *, writer_id: str | None = None) -> list[str]:
+    def write_rows(self, run_id: str, rows: Iterable[UnitRecord], *, writer_id: str | None = None) -> list[str]:
         """Store rows now, without WAL or buffering (one part per model); returns the part paths.
 
         Raises :class:`StorageError` on failure.  Used by recovery and for small one-off writes.
@@ -896,11 +897,11 @@ class ResultStore:
         if not orphans:
             return 0
         try:
-            latest: dict[tuple[str, int], ResultRow] = {}
+            latest: dict[tuple[str, int], UnitRecord] = {}
             for orphan in orphans:
                 for line in orphan.lines():
                     try:
-                        row = ResultRow.model_validate_json(line)
+                        row = UnitRecord.model_validate_json(line)
                     except ValueError as exc:
                         log.warning("skipping invalid WAL row in %s: %s", orphan.directory, exc)
                         continue
@@ -1044,10 +1045,10 @@ class RowWriter:
         return self._wal.size_bytes()
 
     # -- adding --------------------------------------------------------------------------------
-    def add(self, rows: ResultRow | Mapping[str, Any] | Iterable[ResultRow | Mapping[str, Any]]) -> None:
+    def add(self, rows: UnitRecord | Mapping[str, Any] | Iterable[UnitRecord | Mapping[str, Any]]) -> None:
         """Log the rows to the WAL (fsynced) and buffer them for Parquet.  Raises
         :class:`ResultsRootUnwritable` (the rows are not taken) once the writer has given up."""
-        if isinstance(rows, (ResultRow, Mapping)):
+        if isinstance(rows, (UnitRecord, Mapping)):
             rows = [rows]
         batch = [_coerce_row(row) for row in rows]
         for row in batch:
@@ -1058,7 +1059,7 @@ class RowWriter:
         self._append([(row.model, row.to_line()) for row in batch])
 
     def add_lines(self, model: str, lines: list[bytes]) -> None:
-        """Like :meth:`add`, for rows of one model already encoded by ``ResultRow.to_line``
+        """Like :meth:`add`, for rows of one model already encoded by ``UnitRecord.to_line``
         (e.g. on the worker that made them): no second encoding on the way to the WAL."""
         if not model:
             raise ValueError("rows need a model (it names the partition)")

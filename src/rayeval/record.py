@@ -1,30 +1,48 @@
-"""The result row: one graded unit, as stored in Parquet and read back by reports.
+"""One unit's record: every column rayeval stores of a unit, declared once, with its type.
 
-Apart from the Arrow schema (:mod:`.schema`), so that a Ray worker building rows does not
-import pyarrow.
+The plan names the unit (run, model, unit, eval, seed, attempt), the agent's run and its
+grading give an :class:`~rayeval.harness.result.EvalResult`, whose fields the record shares are
+carried over (:func:`carried`), and the store adds where it ran: that is the record, stored as
+it is. Its JSON line goes to the write-ahead log, and the Parquet schema is derived from its
+fields (:mod:`rayeval.storage.schema`).
+
+The bottom layer: it imports no other part of rayeval, nor pyarrow (a Ray worker building
+records does not load it).
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, field_serializer, field_validator
 
-from ..harness.result import Status
+Status = Literal["passed", "failed", "error", "timeout", "config_error"]
+STATUSES: tuple[Status, ...] = ("passed", "failed", "error", "timeout", "config_error")
+#: Statuses that are errors (no verdict): counted apart from failures by the engine and reports.
+ERROR_STATUSES: frozenset[Status] = frozenset({"error", "timeout", "config_error"})
+
+#: the error_type of a unit whose LLM judge gave no verdict (retried by ``--retry-errors``, not
+#: by a run's own retries: the judge calls were retried already, and the agent need not run again)
+JUDGE_ERROR = "JudgeError"
 
 # Hive partition keys: encoded in the path (run_id=<id>/model=<m>/), never stored in the files.
 PARTITION_COLUMNS = ("run_id", "model")
 
-#: Statuses that are errors (no verdict): counted apart from failures by the engine and reports.
-ERROR_STATUSES: frozenset[Status] = frozenset({"error", "timeout", "config_error"})
+Model = TypeVar("Model", bound=BaseModel)
 
 
-class ResultRow(BaseModel):
-    """Column names follow the reports spec; JSON-valued columns end in ``_json``.
+def carried(kind: type[Model], source: BaseModel, /, **fields: Any) -> Model:
+    """A ``kind`` made of the fields of ``source`` it has too (by name, dumped by pydantic) and
+    of ``fields``, which come on top: how one stage's record becomes the next one's."""
+    return kind.model_validate({**source.model_dump(include=set(kind.model_fields)), **fields})
 
-    A row's one encoding is its JSON line (:meth:`to_line`): it goes to the write-ahead log as
-    it is, and Parquet parts are built from those lines (:func:`lines_to_table`).  NaN and
+
+class UnitRecord(BaseModel):
+    """One unit as stored. Column names follow the reports spec; JSON-valued columns end in ``_json``.
+
+    A record's one encoding is its JSON line (:meth:`to_line`): it goes to the write-ahead log as
+    it is, and Parquet parts are built from those lines (``rayeval.storage.schema``).  NaN and
     infinite floats are written as JSON's ``NaN``/``Infinity`` so that both paths keep them.
     """
 
@@ -99,3 +117,9 @@ class ResultRow(BaseModel):
     def to_line(self) -> bytes:
         """One JSON line (UTF-8, no newline), ``run_id`` and ``model`` first."""
         return self.__pydantic_serializer__.to_json(self)
+
+    @property
+    def retryable(self) -> bool:
+        """An error a run's own retries run again: the agent's or Ray's, not a judge's
+        (:data:`JUDGE_ERROR`: the judge calls were retried already; ``--retry-errors`` reruns them)."""
+        return self.status == "error" and self.error_type != JUDGE_ERROR

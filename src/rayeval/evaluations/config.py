@@ -24,7 +24,7 @@ from pydantic import (
     model_validator,
 )
 
-from .._messages import listed
+from .._messages import listed, pydantic_problems
 from ..errors import ConfigError
 from ..evals.model import id_problem
 from ..storage.store import ResultStore
@@ -285,23 +285,6 @@ class EvaluationSpec(BaseModel):
 
 
 # -- validation ----------------------------------------------------------------------------
-def pydantic_problems(exc: ValidationError, where: str) -> list[str]:
-    """One line per error of ``exc``, after ``where``."""
-    out = []
-    for error in exc.errors():
-        loc = ".".join(str(part) for part in error["loc"])
-        message = error["msg"]
-        message = message.removeprefix("Value error, ")
-        if error["type"] == "missing":
-            message = "is required"
-        elif error["type"] == "extra_forbidden":
-            message = "is not a known field"
-        elif error["type"] == "callable_type":
-            message = f"must be callable, got {type(error.get('input')).__name__}"
-        out.append(f"{where}: {loc}: {message}" if loc else f"{where}: {message}")
-    return out
-
-
 def _stored_body(store: ResultStore | None, kind: Kind, raw: Mapping[str, Any], problems: list[str]) -> Any:
     """The body of the stored version ``raw`` names (``path``, optional ``version_id``), or
     None with the problem reported."""

@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from .._messages import listed
+from .._messages import listed, pydantic_problems
 from .prompts import LLMJudge, PromptVersion, model_problem
 
 BUILTIN_PREFIX = "Example Evaluators/"
@@ -215,8 +215,6 @@ def _judge(
     raw: Mapping[str, Any], where: str, connection: Mapping[str, Any], problems: list[str], environment: bool
 ) -> dict[str, Any] | None:
     """An LLM evaluator as a code evaluator whose callable is an :class:`LLMJudge`."""
-    from .config import pydantic_problems
-
     try:
         spec = JudgeSpec.model_validate(dict(raw))
         version = PromptVersion.model_validate(spec.prompt)

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
+    from pydantic_core import ErrorDetails
 
 MAX_LISTED = 5  # items named in a message before "... and N more"
+
+#: rayeval's words for some pydantic errors, said of the field named before them (``path: is required``)
+_FIELD_WORDS = {"missing": "is required", "extra_forbidden": "is not a known field"}
 
 
 def listed(items: Sequence[str], most: int = MAX_LISTED) -> str:
@@ -17,18 +22,49 @@ def listed(items: Sequence[str], most: int = MAX_LISTED) -> str:
     return shown + (f" and {len(items) - most} more" if len(items) > most else "")
 
 
-def pydantic_problems(exc: ValidationError, where: str) -> list[str]:
-    """One line per error of a pydantic validation, after ``where``: ``where: field: message``."""
-    out = []
-    for error in exc.errors():
-        loc = ".".join(str(part) for part in error["loc"])
-        message = error["msg"]
-        message = message.removeprefix("Value error, ")
-        if error["type"] == "missing":
-            message = "is required"
-        elif error["type"] == "extra_forbidden":
-            message = "is not a known field"
+class FieldProblem(NamedTuple):
+    """One error of a pydantic ``ValidationError``, as a user reads it."""
+
+    #: the field's path, ``criteria[0].score_delta`` ("" for the whole object)
+    field: str
+    #: what is wrong with it (see :func:`field_problems`)
+    message: str
+    #: pydantic's error: its ``type``, ``loc``, ``input``, ``ctx``
+    error: ErrorDetails
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}" if self.field else self.message
+
+
+def field_problems(exc: ValidationError, words: Mapping[str, str] | None = None) -> list[FieldProblem]:
+    """The problems of ``exc``, each once: ``words[type]`` where given, else pydantic's message
+    (a callable's said as ``must be callable, got str``) without its ``Value error, `` prefix."""
+    problems: dict[tuple[str, str], FieldProblem] = {}
+    for error in exc.errors(include_url=False):
+        if words and error["type"] in words:
+            message = words[error["type"]]
         elif error["type"] == "callable_type":
             message = f"must be callable, got {type(error.get('input')).__name__}"
-        out.append(f"{where}: {loc}: {message}" if loc else f"{where}: {message}")
-    return out
+        else:
+            message = error["msg"].removeprefix("Value error, ")
+        field = _field_path(error["loc"])
+        problems.setdefault((field, message), FieldProblem(field, message, error))
+    return list(problems.values())
+
+
+def pydantic_problems(exc: ValidationError, where: str) -> list[str]:
+    """``where: field: problem``, one line per problem of ``exc``, in rayeval's words for a field."""
+    return [f"{where}: {problem}" for problem in field_problems(exc, _FIELD_WORDS)]
+
+
+def _field_path(loc: Iterable[Any]) -> str:
+    """``criteria[0].score_delta``: a pydantic ``loc`` as a user names the field."""
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif part in ("str", "list[str]") or re.fullmatch(r"function-\w+\[.*\]", part):
+            continue  # union-branch and validator names are pydantic internals, not fields
+        else:
+            path += f".{part}" if path else str(part)
+    return path

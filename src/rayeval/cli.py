@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
+from ._messages import field_problems
 from ._version import __version__
 from .errors import RayevalError
 from .evals import EvalFileError, check_evals, load_eval
@@ -249,16 +250,13 @@ def _option_problems(exc: ValidationError, prefix: str = "--") -> str:
     """``--max-concurrency: must be at least 1 (got 0)``, per problem: the option as typed,
     not the configuration field behind it, and the bound in words."""
     problems = []
-    for error in exc.errors():
+    for _, message, error in field_problems(exc, {"finite_number": "must be a finite number"}):
         field = str(error["loc"][0]) if error["loc"] else ""
         option = _OPTION_OF_FIELD.get(field, f"{prefix}{field.replace('_', '-')}")
-        message = error["msg"].removeprefix("Value error, ")
         if error["type"] in _BOUND_WORDS:
             key, words = _BOUND_WORDS[error["type"]]
             bound = error.get("ctx", {}).get(key)
             message = words.format(f"{bound:g}" if isinstance(bound, float) else bound)
-        elif error["type"] == "finite_number":
-            message = "must be a finite number"
         problems.append(f"{option}: {message} (got {error['input']!r})")
     return "; ".join(problems)
 

@@ -198,7 +198,8 @@ def test_a_lost_lease_is_not_renewed_fences_writes_and_interrupts_the_run(local_
     with pytest.raises(LeaseLostInterrupt), lease.interrupts():
         lease._write(usurper)  # another machine's driver took the run over
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline:  # the run's loop, checking the lease on each pass
+            lease.stop_if_lost()
             time.sleep(0.01)
     assert isinstance(lease.lost, LeaseLost)
     assert "other-host" in str(lease.lost) and "pid 4242" in str(lease.lost)

@@ -17,23 +17,15 @@ environment; everything returned or left in the work folder is redacted
 ``python scripts/install_agent_clis.py``.
 """
 
-from __future__ import annotations
+from typing import TYPE_CHECKING
 
-from ._base import AgentConfigError, ProgramAgent
-from ._tools import NPM_PINS, AgentNotInstalledError
-from .claude_code import ClaudeCodeAgent, claude_code
-from .codex import CodexAgent, codex
-from .mini_swe import MiniSweAgent, mini_swe_agent
+from .._lazy import lazy_exports
 
-__all__ = [
-    "NPM_PINS",
-    "AgentConfigError",
-    "AgentNotInstalledError",
-    "ClaudeCodeAgent",
-    "CodexAgent",
-    "MiniSweAgent",
-    "ProgramAgent",
-    "claude_code",
-    "codex",
-    "mini_swe_agent",
-]
+if TYPE_CHECKING:  # the exports (see rayeval._lazy)
+    from ._base import AgentConfigError, ProgramAgent
+    from ._tools import NPM_PINS, AgentNotInstalledError
+    from .claude_code import ClaudeCodeAgent, claude_code
+    from .codex import CodexAgent, codex
+    from .mini_swe import MiniSweAgent, mini_swe_agent
+
+__getattr__, __all__ = lazy_exports(__name__)

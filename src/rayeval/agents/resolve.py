@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .._messages import field_problems
 from ..errors import ConfigError
 from ..harness.context import MIB, AgentContext, AgentFunction, AgentRef, UnitResources
 
@@ -266,8 +267,7 @@ def _check_prompt(args: dict[str, str], model: str | None, *, environment: bool)
             PromptOptions.model_validate(args)
             split_name(model or "")
     except ValidationError as exc:
-        first = exc.errors()[0]
-        option = ".".join(str(part) for part in first["loc"])
+        option, _, first = field_problems(exc)[0]
         if first["type"] == "extra_forbidden":
             takes = ", ".join(PromptOptions.model_fields)
             raise AgentArgsError(f"agent 'prompt': unknown --agent-arg {option} (it takes {takes})") from None

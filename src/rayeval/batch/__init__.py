@@ -10,24 +10,12 @@ from typing import TYPE_CHECKING, Any
 
 from .._lazy import lazy_exports
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the exports (see rayeval._lazy), with ``run`` below
     from .capacity import UnitsDoNotFit
     from .engine import BatchConfig, RunCancelled, RunConflict, run_batch
     from .summary import RunSummary
 
-_EXPORTS = {
-    "BatchConfig": ".engine",
-    "RunCancelled": ".engine",
-    "RunConflict": ".engine",
-    "UnitsDoNotFit": ".capacity",
-    "run_batch": ".engine",
-    "RunSummary": ".summary",
-}
-
-__all__ = ["BatchConfig", "RunCancelled", "RunConflict", "RunSummary", "UnitsDoNotFit", "run", "run_batch"]
-
-
-__getattr__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __all__ = lazy_exports(__name__, "run")
 
 
 def run(evals: list[str] | str, *, agent: str, output: str, **options: Any) -> RunSummary:

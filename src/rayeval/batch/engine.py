@@ -339,7 +339,7 @@ def run_batch(
             manifest = store.write_manifest(planned)
             if to_run and workers is not None:
                 with lease.interrupts():  # a lost lease stops the run: another driver has it now
-                    _execute(config, run_id, evals, plan, todo, earlier_attempts, writer, progress, workers)
+                    _execute(config, run_id, evals, plan, todo, earlier_attempts, writer, progress, workers, lease)
             status = "completed"
         except KeyboardInterrupt:
             status = "cancelled"
@@ -736,10 +736,12 @@ def _execute(
     writer: RowWriter,
     progress: Progress,
     workers: WorkerPool,
+    lease: RunLease,
 ) -> None:
     """Start units while the limits and the workers' slots allow, wait for the next to end,
     store its row or run it again (a unit whose LLM-judged graders need judge calls frees its
-    slot and is graded once they are made)."""
+    slot and is graded once they are made).  Each pass waits at most 0.1 s for a unit, so a
+    lost lease stops the loop at once."""
     queue = UnitQueue(
         plan, todo, max_concurrency=config.max_concurrency, model_limits=config.model_concurrency,
         earlier_attempts=earlier_attempts,
@@ -749,6 +751,7 @@ def _execute(
         work.judges.start()
     while queue.waiting or work.busy:
         writer.check()  # a results root that cannot be written stops the run: no unit more
+        lease.stop_if_lost()  # so does a lease another driver holds now
         while workers.free() and (taken := queue.next()) is not None:
             work.running[workers.submit(*taken)] = taken
         work.judges.submit()

@@ -1,17 +1,12 @@
 """Eval files: schema and loading."""
 
-from .loader import EvalFileError, EvalProblem, check_evals, load_eval, load_evals
-from .model import Eval, GraderSpec
-from .select import EvalSelectionError, select_evals
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "Eval",
-    "EvalFileError",
-    "EvalProblem",
-    "EvalSelectionError",
-    "GraderSpec",
-    "check_evals",
-    "load_eval",
-    "load_evals",
-    "select_evals",
-]
+from .._lazy import lazy_exports
+
+if TYPE_CHECKING:  # the exports (see rayeval._lazy)
+    from .loader import EvalFileError, EvalProblem, check_evals, load_eval, load_evals
+    from .model import Eval, GraderSpec
+    from .select import EvalSelectionError, select_evals
+
+__getattr__, __all__ = lazy_exports(__name__)

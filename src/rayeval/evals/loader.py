@@ -15,6 +15,7 @@ from typing import Any, BinaryIO
 
 from pydantic import ValidationError
 
+from .._messages import field_problems
 from ..errors import ConfigError, RayevalError
 from ..graders.registry import get_grader
 from .data_roots import checked_data_tree, local_node_path, resolve_roots, unreadable_data
@@ -54,29 +55,6 @@ class EvalFileError(ConfigError):
         count = len(self.problems)
         lines = "\n".join(f"  {p}" for p in self.problems)
         super().__init__(f"{count} problem{'s' if count != 1 else ''} in eval files:\n{lines}")
-
-
-def _field_path(loc: Iterable[Any]) -> str:
-    path = ""
-    for part in loc:
-        if isinstance(part, int):
-            path += f"[{part}]"
-        elif part in ("str", "list[str]", "function-after[_one_grader_selection(), Eval]"):
-            continue  # union-branch and validator names are pydantic internals, not fields
-        else:
-            path += f".{part}" if path else str(part)
-    return path
-
-
-def _pydantic_problems(path: str, error: ValidationError) -> list[EvalProblem]:
-    problems: dict[tuple[str, str], EvalProblem] = {}
-    for item in error.errors(include_url=False):
-        field = _field_path(item["loc"])
-        message = item["msg"].removeprefix("Value error, ")
-        if item["type"] == "missing":
-            message = "required field is missing"
-        problems.setdefault((field, message), EvalProblem(path, field, message))
-    return list(problems.values())
 
 
 class _NonFinite:
@@ -413,7 +391,11 @@ def parse_eval(
     try:
         eval_ = Eval.model_validate(data)
     except ValidationError as exc:
-        problems = [p for p in _pydantic_problems(path, exc) if p.field]
+        problems = [
+            EvalProblem(path, problem.field, problem.message)
+            for problem in field_problems(exc, {"missing": "required field is missing"})
+            if problem.field
+        ]
         selection = selection_problem(data.get("grader"), data.get("graders"))
         if selection:
             problems.append(EvalProblem(path, *selection))

@@ -24,35 +24,20 @@ each evaluator's judgment in ``metrics_json["evaluators"][path]``. See :func:`ru
 Exports load on first use: Ray, pandas and the report code are imported only by ``run``.
 """
 
-from __future__ import annotations
+from typing import TYPE_CHECKING
 
 from .._lazy import lazy_exports
 
-_EXPORTS = {
-    "run": ".api",
-    "EvaluationResult": ".api",
-    "EvaluatorCheck": ".api",
-    "EvaluationConfigError": ".config",
-    "FileConfig": ".config",
-    "EvaluatorConfig": ".config",
-    "DatasetConfig": ".config",
-    "DatapointConfig": ".config",
-    "register_evaluator": ".config",
-    "BUILTINS": ".library",
-}
+if TYPE_CHECKING:  # the exports (see rayeval._lazy)
+    from .api import EvaluationResult, EvaluatorCheck, run
+    from .config import (
+        DatapointConfig,
+        DatasetConfig,
+        EvaluationConfigError,
+        EvaluatorConfig,
+        FileConfig,
+        register_evaluator,
+    )
+    from .library import BUILTINS
 
-__all__ = [
-    "BUILTINS",
-    "DatapointConfig",
-    "DatasetConfig",
-    "EvaluationConfigError",
-    "EvaluationResult",
-    "EvaluatorCheck",
-    "EvaluatorConfig",
-    "FileConfig",
-    "register_evaluator",
-    "run",
-]
-
-
-__getattr__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __all__ = lazy_exports(__name__)

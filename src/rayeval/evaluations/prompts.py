@@ -22,6 +22,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from .._messages import field_problems
 from ..agents.prompt import (
     PromptOptions,
     generate_reply,
@@ -156,8 +157,7 @@ def model_problem(name: str, options: Mapping[str, Any], *, environment: bool) -
             PromptOptions.model_validate(dict(options))
             split_name(name)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
+        return str(field_problems(exc)[0])
     except ModelError as exc:
         return str(exc)
     return None

@@ -4,17 +4,14 @@ Graders know nothing of Ray, files or the harness: ``get_grader(type).evaluate_a
 answer, config)`` is a pure function of JSON values that never raises.
 """
 
-from . import builtin as _builtin  # noqa: F401  (registers the built-in types)
-from .base import Grader
-from .registry import GRADER_REGISTRY, get_grader, is_registered, register_grader
-from .result import GraderResult, normalize_score
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "GRADER_REGISTRY",
-    "Grader",
-    "GraderResult",
-    "get_grader",
-    "is_registered",
-    "normalize_score",
-    "register_grader",
-]
+from .._lazy import lazy_exports
+from . import builtin as _builtin  # registers the built-in types
+
+if TYPE_CHECKING:  # the exports (see rayeval._lazy)
+    from .base import Grader
+    from .registry import GRADER_REGISTRY, get_grader, is_registered, register_grader
+    from .result import GraderResult, normalize_score
+
+__getattr__, __all__ = lazy_exports(__name__)

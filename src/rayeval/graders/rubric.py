@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
+from .._messages import field_problems
 from ..models.providers import ModelError, api_key, split_name
 from ..models.types import ChatMessage, ModelOutput, RetryPolicy
 from ._common import agent_failure, config_error, echo_answer, lookup_dotted
@@ -266,14 +267,7 @@ def prepare_rubric(answer: Any, config: dict) -> RubricPlan | GraderResult:
 
 def describe_errors(exc: ValidationError) -> str:
     """Every problem as ``field: message`` (``criteria[0].score_delta: ...``), joined by ``; ``."""
-    problems = []
-    for error in exc.errors():
-        where = ""
-        for part in error["loc"]:
-            where += f"[{part}]" if isinstance(part, int) else (f".{part}" if where else str(part))
-        message = error["msg"].removeprefix("Value error, ")
-        problems.append(f"{where}: {message}" if where else message)
-    return "; ".join(problems)
+    return "; ".join(map(str, field_problems(exc)))
 
 
 def criterion_prompt(response: str, criterion: RubricCriterion, index: int) -> str:

@@ -4,40 +4,16 @@ Exports load on first use: the unit runner, a process started for every worker, 
 only the few modules it needs from this package.
 """
 
-from __future__ import annotations
+from typing import TYPE_CHECKING
 
 from .._lazy import lazy_exports
 
-_EXPORTS = {
-    "AgentContext": ".context",
-    "Execution": ".execution",
-    "grade_execution": ".execution",
-    "Resolved": ".resolvers",
-    "register_resolver": ".resolvers",
-    "unregister_resolver": ".resolvers",
-    "STATUSES": ".result",
-    "EvalResult": ".result",
-    "Status": ".result",
-    "EvalRunner": ".runner",
-    "StagedNode": ".staging",
-    "StagingError": ".staging",
-    "stage_data": ".staging",
-}
+if TYPE_CHECKING:  # the exports (see rayeval._lazy)
+    from .context import AgentContext
+    from .execution import Execution, grade_execution
+    from .resolvers import Resolved, register_resolver, unregister_resolver
+    from .result import STATUSES, EvalResult, Status
+    from .runner import EvalRunner
+    from .staging import StagedNode, StagingError, stage_data
 
-__all__ = [
-    "STATUSES",
-    "AgentContext",
-    "EvalResult",
-    "EvalRunner",
-    "Execution",
-    "Resolved",
-    "StagedNode",
-    "StagingError",
-    "Status",
-    "grade_execution",
-    "register_resolver",
-    "stage_data",
-    "unregister_resolver",
-]
-
-__getattr__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __all__ = lazy_exports(__name__)

@@ -9,41 +9,14 @@ Exports load on first use: naming a model (``providers``, ``types``) needs neith
 response cache's pyarrow nor the SDKs, so the graders can check a judge's name cheaply.
 """
 
-from __future__ import annotations
-
 from typing import TYPE_CHECKING
 
 from .._lazy import lazy_exports
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the exports (see rayeval._lazy)
     from .model import Model, get_model
     from .prices import Price, price_table
     from .providers import PROVIDERS, ModelError
     from .types import ChatMessage, GenerateConfig, ModelOutput, RetryPolicy
 
-_EXPORTS = {
-    "PROVIDERS": ".providers",
-    "ModelError": ".providers",
-    "ChatMessage": ".types",
-    "GenerateConfig": ".types",
-    "ModelOutput": ".types",
-    "RetryPolicy": ".types",
-    "Model": ".model",
-    "get_model": ".model",
-    "Price": ".prices",
-    "price_table": ".prices",
-}
-__getattr__ = lazy_exports(__name__, _EXPORTS)
-
-__all__ = [
-    "PROVIDERS",
-    "ChatMessage",
-    "GenerateConfig",
-    "Model",
-    "ModelError",
-    "ModelOutput",
-    "Price",
-    "RetryPolicy",
-    "get_model",
-    "price_table",
-]
+__getattr__, __all__ = lazy_exports(__name__)

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ValidationError
 
+from .._messages import field_problems
 from ..filesystem import is_s3, resolve_root
 from .types import ModelOutput
 
@@ -75,7 +76,7 @@ class ResponseCache:
                 "response cache %s: %s is not a cache entry (ignored): %s",
                 self.location,
                 path,
-                exc.errors()[:1],
+                field_problems(exc)[0],
             )
             return None
         return entry if entry.key == key else None

@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from .._messages import field_problems
 from ..secrets import redact_text
 from . import limits, providers, retry
 from .cache import CacheEntry, ResponseCache, public_base_url, request_key
@@ -165,9 +166,7 @@ def generate_config(settings: dict[str, Any]) -> GenerateConfig:
     try:
         return GenerateConfig.model_validate(settings)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        raise ModelError(f"generation setting {where}: {first['msg']}") from None
+        raise ModelError(f"generation setting {field_problems(exc)[0]}") from None
 
 
 def _messages(input: Input) -> list[ChatMessage]:

@@ -16,6 +16,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from .._messages import field_problems
 from .providers import ModelError
 
 _DATE_SUFFIX = re.compile(r"-(\d{8}|\d{4}-\d{2}-\d{2})$")
@@ -53,9 +54,7 @@ def price_table(override: dict | str | Path | None = None) -> PriceTable:
     except OSError as exc:
         raise ModelError(f"{source}: cannot read it: {exc}") from None
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        raise ModelError(f"{source}: {where}: {first['msg']}") from None
+        raise ModelError(f"{source}: {field_problems(exc)[0]}") from None
     return {**shipped_prices(), **extra}
 
 

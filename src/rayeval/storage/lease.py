@@ -24,12 +24,11 @@ the lease is lost (another driver holds it now) or has lapsed (not renewed withi
 after its last renewal began, on this process's monotonic clock; the rest absorbs clock skew
 between machines).  A lapsed lease that a later renewal finds unchanged (same token; on S3 the
 same ETag) is valid again: nobody took the run over meanwhile.  A lost lease is never renewed;
-:meth:`RunLease.interrupts` stops the thread running the run when it is lost.
+:meth:`RunLease.stop_if_lost` stops the run's loop, which checks it on each pass.
 """
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import json
 import logging
@@ -105,7 +104,7 @@ class LeaseLapsed(LeaseError):
 
 
 class LeaseLostInterrupt(KeyboardInterrupt):
-    """Raised in the thread running a run when its lease is lost (see :meth:`RunLease.interrupts`).
+    """Raised by the loop running a run when its lease is lost (see :meth:`RunLease.stop_if_lost`).
     A KeyboardInterrupt, so that no ``except Exception`` on the way swallows it."""
 
 
@@ -236,14 +235,6 @@ class LeaseRecord:
                        renewed_at=stamp, expires_at=stamp + timedelta(seconds=ttl_s), ttl_s=ttl_s)  # fmt: skip
 
 
-def _raise_in_thread(thread_id: int, exc_type: type[BaseException] | None) -> None:
-    """Raise ``exc_type`` in another thread at its next Python instruction (None: take back one
-    not raised yet)."""
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(
-        ctypes.c_ulong(thread_id), ctypes.py_object(exc_type) if exc_type else None
-    )
-
-
 class RunLease:
     """One driver's lease on one run: :meth:`take`, then :meth:`start_renewing`; :meth:`release`
     at the end (also as a context manager).  Backends: :class:`LocalLease`, :class:`S3Lease`."""
@@ -263,9 +254,8 @@ class RunLease:
         self._valid_until = -math.inf  # monotonic
         self._released = False
         self._io = threading.Lock()  # one lease request at a time (renewal, release)
-        self._mutex = threading.Lock()  # ``lost`` and the thread to interrupt
-        self._interrupt: int | None = None
-        self._interrupt_sent = False
+        self._mutex = threading.Lock()  # ``lost`` and whether a run loop watches for it
+        self._watched = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -422,28 +412,27 @@ class RunLease:
     def _lose(self, exc: LeaseLost) -> None:
         with self._mutex:
             self.lost = exc
-            if self._interrupt is not None and not self._interrupt_sent:
-                self._interrupt_sent = True
-                _raise_in_thread(self._interrupt, LeaseLostInterrupt)
-                return  # the run stops, and says why
+            if self._watched:
+                return  # the run loop stops at its next check, and says why
         log.error("%s", exc)
 
     @contextmanager
     def interrupts(self) -> Iterator[None]:
-        """While inside, losing the lease raises :class:`LeaseLostInterrupt` in this thread (once):
-        the run stops instead of going on as a second writer."""
+        """While inside, the thread's loop calls :meth:`stop_if_lost` on each pass: once the lease
+        is lost the run stops instead of going on as a second writer."""
         with self._mutex:
-            if self.lost is not None:
-                raise LeaseLostInterrupt(str(self.lost))
-            self._interrupt = threading.get_ident()
-            self._interrupt_sent = False
+            self.stop_if_lost()
+            self._watched = True
         try:
             yield
         finally:
             with self._mutex:
-                thread, self._interrupt = self._interrupt, None
-                if self._interrupt_sent and thread is not None:
-                    _raise_in_thread(thread, None)  # sent, not raised yet: ``lost`` tells it instead
+                self._watched = False
+
+    def stop_if_lost(self) -> None:
+        """Raise :class:`LeaseLostInterrupt` if another driver holds the run now."""
+        if self.lost is not None:
+            raise LeaseLostInterrupt(str(self.lost))
 
     def release(self) -> None:
         """Stop renewing and give the lease up (unless another driver holds it now): the next

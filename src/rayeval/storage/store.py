@@ -55,6 +55,7 @@ import pyarrow.parquet as pq
 import pydantic_core
 from pydantic import ValidationError
 
+from .._messages import field_problems
 from ..errors import RayevalError
 from ..filesystem import is_s3, resolve_root, s3_endpoint
 from ..record import PARTITION_COLUMNS, UnitRecord
@@ -778,7 +779,7 @@ class ResultStore:
         try:
             return RunManifest.model_validate_json(data)
         except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'file'}: {e['msg']}" for e in exc.errors()[:3])
+            problems = "; ".join(f"{p.field or 'file'}: {p.message}" for p in field_problems(exc)[:3])
             raise ManifestError(f"{self.manifest_path(run_id)} is not a valid run manifest ({problems})") from None
 
     def read_manifest_data(self, run_id: str) -> dict[str, Any] | None:

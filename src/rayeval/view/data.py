@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from .._messages import field_problems
 from ..errors import RayevalError
 from ..evals import EvalFileError, load_eval
 from ..report.benchmark import (
@@ -137,8 +138,7 @@ class UnitQuery(BaseModel):
         try:
             return cls.model_validate(values)
         except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-            raise ValueError(problems) from None
+            raise ValueError("; ".join(map(str, field_problems(exc)))) from None
 
 
 _HTML_SAFE = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})

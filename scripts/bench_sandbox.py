@@ -290,8 +290,10 @@ def bench_unit_cost(
     from rayeval.agents.resolve import agent_ref, resolve_agent
     from rayeval.harness.cache import default_cache_dir
     from rayeval.harness.context import AgentContext, call_agent
-    from rayeval.harness.isolation import run_inline
-    from rayeval.harness.sandbox import SandboxConfig, UnitRunner, unit_runner
+    from rayeval.harness.runner import unit_sandbox
+    from rayeval.harness.unit_agent import unit_spec
+    from rayeval.sandbox import SandboxConfig, UnitRunner, unit_runner
+    from rayeval.sandbox.isolation import run_inline
 
     eval_ = load_evals(REPO / "evals")[0]
     root = work / f"units-{isolation}-{tag}"
@@ -307,14 +309,14 @@ def bench_unit_cost(
         if runner is None:
             outcome = run_inline(lambda: call_agent(function, eval_.task, work_dir, context), 600)
         else:
-            outcome = runner.run(runner.spec(ref, eval_.task, work_dir, context, []), 600)
+            outcome = runner.run(unit_spec(runner, ref, eval_.task, work_dir, context, []), 600)
         if outcome.kind != "returned":
             raise RuntimeError(f"{isolation} unit: {outcome.kind} {outcome.error_type}: {outcome.error_message}")
 
     def runner_for(work_root: Path) -> UnitRunner | None:
         if isolation == "inline":
             return None
-        runner = unit_runner(SandboxConfig(), isolation, work_root, default_cache_dir())
+        runner = unit_runner(unit_sandbox(SandboxConfig(), ref, {}), isolation, work_root, default_cache_dir())
         if runner not in runners:
             runners.append(runner)
         return runner

@@ -20,8 +20,8 @@ from .evals import EvalFileError, check_evals, load_eval
 from .evals.model import MAX_TIMEOUT_S
 from .harness.grading_pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
 from .harness.prompt import ANSWER_CONVENTIONS
-from .harness.sandbox import SandboxConfig, UnitLimits
 from .report.cli import add_report_commands, add_s3_endpoint_option
+from .sandbox.config import SandboxConfig, UnitLimits
 from .view.cli import add_view_command
 
 if TYPE_CHECKING:  # imported when a run starts: `rayeval validate` needs no Ray
@@ -156,10 +156,10 @@ def _sandbox_config(args: argparse.Namespace) -> SandboxConfig:
 def _cmd_check_sandbox(args: argparse.Namespace) -> int:
     """Start one sandboxed unit here, as a run would: for node set-up scripts and images."""
     from .agents.resolve import agent_ref
-    from .harness.cgroups import UnitGroups
     from .harness.runner import check_agent_loads
-    from .harness.sandbox import bwrap_path
     from .harness.workspace import default_work_root
+    from .sandbox.cgroups import UnitGroups
+    from .sandbox.units import bwrap_path
 
     # A SandboxError or AgentUnavailable says why it cannot: main() prints it, exit code 2.
     check_agent_loads(

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from rayeval import batch
-from rayeval.harness.sandbox import SandboxConfig
+from rayeval.sandbox.config import SandboxConfig
 from rayeval.storage import (
     ResultsRootUnwritable,
     ResultStore,

@@ -27,7 +27,7 @@ from rayeval.batch.worker import (
 )
 from rayeval.evals import load_evals
 from rayeval.harness.context import MIB, UnitResources
-from rayeval.harness.sandbox import SandboxError
+from rayeval.sandbox.units import SandboxError
 from tests.batch.conftest import write_mc_evals
 
 

@@ -104,15 +104,15 @@ def test_a_runner_that_died_before_its_first_unit_is_named_with_bubblewraps_reas
     when the first unit is handed to the runner, so the hand-over itself fails (EPIPE)."""
     import socket
 
-    from rayeval.harness import sandbox
+    from rayeval.sandbox import units
 
     fake = tmp_path / "bwrap"
     fake.write_text(f"#!/bin/sh\necho '{NO_USER_NAMESPACES}' >&2\nexit 1\n")
     fake.chmod(0o755)
     monkeypatch.setenv("RAYEVAL_BWRAP", str(fake))
-    real_start = sandbox.UnitRunner._start
+    real_start = units.UnitRunner._start
 
-    def start_and_die(self: sandbox.UnitRunner) -> socket.socket:
+    def start_and_die(self: units.UnitRunner) -> socket.socket:
         control = real_start(self)
         assert self._process is not None
         self._process.wait(timeout=30)  # bubblewrap gave up before the hand-over
@@ -121,12 +121,12 @@ def test_a_runner_that_died_before_its_first_unit_is_named_with_bubblewraps_reas
     def broken_pipe(*args: object) -> None:
         raise BrokenPipeError(32, "Broken pipe")
 
-    monkeypatch.setattr(sandbox.UnitRunner, "_start", start_and_die)
-    monkeypatch.setattr(sandbox, "send_fds", broken_pipe)
-    runner = sandbox.UnitRunner(sandbox.SandboxConfig(), "sandbox", tmp_path / "work", None)
+    monkeypatch.setattr(units.UnitRunner, "_start", start_and_die)
+    monkeypatch.setattr(units, "send_fds", broken_pipe)
+    runner = units.UnitRunner(units.SandboxConfig(), "sandbox", tmp_path / "work", None)
     ours, theirs = socket.socketpair()
     try:
-        with ours, theirs, pytest.raises(sandbox.SandboxError, match="the unit runner failed: .*Broken pipe") as raised:
+        with ours, theirs, pytest.raises(units.SandboxError, match="the unit runner failed: .*Broken pipe") as raised:
             runner._request(theirs)
         assert NO_USER_NAMESPACES in str(raised.value)
     finally:

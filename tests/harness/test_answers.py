@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 
 from rayeval.agents import _cli
 from rayeval.harness.answers import (
-    MAX_ANSWER_FILE_BYTES,
     answer_envelope,
     extract_tagged,
     find_answer,
@@ -22,6 +21,7 @@ from rayeval.harness.answers import (
     unfence,
 )
 from rayeval.harness.workspace import list_work_dir
+from rayeval.sandbox.config import MAX_ANSWER_FILE_BYTES
 
 # The implementation extract_tagged replaced, kept here as the reference for its results.
 _TAGGED = re.compile(r"<EVAL_ANSWER>(.*?)</EVAL_ANSWER>", re.DOTALL)

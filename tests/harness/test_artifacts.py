@@ -14,8 +14,7 @@ from rayeval import EvalRunner
 from rayeval.batch.plan import plan_units
 from rayeval.batch.rows import row_from_result
 from rayeval.cli import _sandbox_config, build_parser
-from rayeval.harness.sandbox import MiB, SandboxConfig, UnitLimits
-from rayeval.harness.workspace import MAX_ARTIFACT_BYTES
+from rayeval.sandbox.config import MAX_ARTIFACT_BYTES, MiB, SandboxConfig, UnitLimits
 from tests.batch.conftest import write_mc_evals
 
 TRUNCATED = "[... truncated ...]\n"

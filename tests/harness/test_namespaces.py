@@ -15,7 +15,7 @@ import pytest
 EPERM = 1
 _CALLS = r"""
 import ctypes, json, mmap, sys
-from rayeval.harness import namespaces as ns
+from rayeval.sandbox import namespaces as ns
 
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rayeval.harness.process_tree import Reach, end_process_tree
+from rayeval.sandbox.process_tree import Reach, end_process_tree
 
 # A child: itself, a grandchild with its disposition, a grandchild ignoring SIGTERM. "note"
 # writes its pid to termed when SIGTERM comes and exits.

@@ -22,7 +22,8 @@ from rayeval import EvalRunner, load_evals
 from rayeval.batch.plan import plan_units
 from rayeval.batch.rows import row_from_result
 from rayeval.evals import Eval
-from rayeval.harness.sandbox import BASE_ENV_NAMES, SandboxConfig
+from rayeval.sandbox.config import SandboxConfig
+from rayeval.sandbox.units import BASE_ENV_NAMES
 from rayeval.storage import ResultStore
 from tests.pings import Pings, pinger_code
 

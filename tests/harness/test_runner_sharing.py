@@ -6,9 +6,8 @@ import json
 from pathlib import Path
 
 from rayeval import EvalRunner, load_evals
-from rayeval.harness import sandbox
 from rayeval.harness.context import AgentRef
-from rayeval.harness.sandbox import SandboxConfig
+from rayeval.sandbox import SandboxConfig, units
 
 
 def _evals(folder: Path, name: str) -> Path:
@@ -21,7 +20,7 @@ def _evals(folder: Path, name: str) -> Path:
 def test_units_of_several_evals_folders_and_threads_share_one_runner(tmp_path: Path) -> None:
     evals = load_evals(_evals(tmp_path / "one", "a"), _evals(tmp_path / "two", "b"))
     config = SandboxConfig(hide=tuple(str(root) for e in evals for root in e.data_roots))  # as the engine makes it
-    sandbox.close_runners()
+    units.close_runners()
     try:
         for index, eval_ in enumerate(evals * 2):
             runner = EvalRunner(
@@ -32,6 +31,6 @@ def test_units_of_several_evals_folders_and_threads_share_one_runner(tmp_path: P
             )
             result = runner.run(AgentRef(name="sleep"), agent_args={"seconds": "0"}, sandbox=config)
             assert result.isolation == "sandbox" and result.error_type == "NoAnswer", result.error_message
-        assert len(sandbox._RUNNERS) == 1
+        assert len(units._RUNNERS) == 1
     finally:
-        sandbox.close_runners()
+        units.close_runners()

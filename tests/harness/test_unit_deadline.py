@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from rayeval.harness import sandbox
+from rayeval.sandbox import units
 
 MAX_OUTPUT = 1000
 TRICKLE_S = 0.2  # between two bytes trickled: far below any deadline here
@@ -73,18 +73,16 @@ class Unit:
     worker_end: socket.socket
     agent_end: socket.socket
     process: subprocess.Popen[bytes]
-    agent: sandbox._AgentProcess
+    agent: units._AgentProcess
 
-    def collect(
-        self, deadline_s: float | None, attack: Callable[[socket.socket], None]
-    ) -> tuple[sandbox._Ended, float]:
+    def collect(self, deadline_s: float | None, attack: Callable[[socket.socket], None]) -> tuple[units._Ended, float]:
         """What the worker makes of ``attack`` (run on a thread), and how long it took, its
         process ended as ``UnitRunner._run`` ends it."""
         threading.Thread(target=attack, args=(self.agent_end,), daemon=True).start()
         start = time.monotonic()
         deadline = None if deadline_s is None else start + deadline_s
         try:
-            ended = sandbox._collect(self.worker_end, self.agent, MAX_OUTPUT, deadline)
+            ended = units._collect(self.worker_end, self.agent, MAX_OUTPUT, deadline)
         finally:
             self.agent.end()
         return ended, time.monotonic() - start
@@ -93,7 +91,7 @@ class Unit:
 def start_unit(command: list[str]) -> Iterator[Unit]:
     worker_end, agent_end = socket.socketpair()
     process = subprocess.Popen(command, start_new_session=True)
-    agent = sandbox._AgentProcess(os.pidfd_open(process.pid), None, group=True)
+    agent = units._AgentProcess(os.pidfd_open(process.pid), None, group=True)
     try:
         yield Unit(worker_end, agent_end, process, agent)
     finally:
@@ -161,7 +159,7 @@ def test_a_process_that_ended_mid_frame_is_not_waited_for(ending: Unit, deadline
     ended, seconds = ending.collect(deadline_s, lambda sock: sock.sendall(frame(b"R", b"{" * 100)[:20]))
     assert not ended.timed_out and ended.result is None, ended
     assert seconds < 15, seconds
-    assert sandbox._outcome(ended, MAX_OUTPUT, deadline_s, seconds).error_type == "AgentProcessDied"
+    assert units._outcome(ended, MAX_OUTPUT, deadline_s, seconds).error_type == "AgentProcessDied"
 
 
 def test_a_half_closed_channel_of_a_process_that_ended_is_not_a_timeout(ending: Unit) -> None:
@@ -178,5 +176,5 @@ def test_the_handover_of_a_unit_has_an_absolute_deadline() -> None:
         threading.Thread(target=trickle, args=(runner_end, b"p" + b"1".rjust(20)), daemon=True).start()
         start = time.monotonic()
         with pytest.raises(TimeoutError):
-            sandbox._started(worker_end, start + 1.0, group=False)
+            units._started(worker_end, start + 1.0, group=False)
         assert time.monotonic() - start < 3  # a hang guard: the digits take 4 s

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from rayeval.harness import sandbox, unit_runner
+from rayeval.sandbox import unit_runner, units
 
 
 @pytest.mark.parametrize("with_pidfd", [True, False])
@@ -20,7 +20,7 @@ def test_the_worker_can_end_the_process_it_is_handed(with_pidfd: bool, monkeypat
     runner_end, worker_end = socket.socketpair()
     try:
         unit_runner._hand_over(runner_end, child.pid)
-        agent = sandbox._started(worker_end, time.monotonic() + 5, group=True)
+        agent = units._started(worker_end, time.monotonic() + 5, group=True)
         assert agent.pid == child.pid and (agent.pidfd is not None) is with_pidfd
         agent.kill()
         assert child.wait(timeout=5) == -9
@@ -36,4 +36,4 @@ def test_anything_else_is_not_a_unit(monkeypatch: pytest.MonkeyPatch) -> None:
     with runner_end, worker_end:
         runner_end.sendall(b"?garbage")
         with pytest.raises(EOFError):
-            sandbox._started(worker_end, time.monotonic() + 5, group=False)
+            units._started(worker_end, time.monotonic() + 5, group=False)

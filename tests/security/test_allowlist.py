@@ -24,7 +24,7 @@ from typing import Any
 import pyarrow.dataset as ds
 import pytest
 
-from rayeval.harness.allowlist import bwrap_mounts, code_content, file_system_view, sys_path_code
+from rayeval.sandbox.allowlist import bwrap_mounts, code_content, file_system_view, sys_path_code
 from tests.security.attack_agents import MARKER
 
 REPO = Path(__file__).resolve().parents[2]

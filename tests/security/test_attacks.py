@@ -26,7 +26,7 @@ import pytest
 import ray
 
 from rayeval.cli import main as rayeval_main
-from rayeval.harness.sandbox import spill_folders
+from rayeval.sandbox.units import spill_folders
 from rayeval.storage import ResultStore
 from tests.fixtures_s3 import S3Bucket
 from tests.pings import Pings

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..harness.answers import ANSWER_FILE_NAMES, read_answer_file
-from ..harness.process_tree import end_process_tree
+from ..sandbox.process_tree import end_process_tree
 from ..secrets import (
     compile_secrets,
     is_secret_name,

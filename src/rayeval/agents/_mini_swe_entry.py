@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rayeval.harness.process_tree import end_process_tree
+from rayeval.sandbox.process_tree import end_process_tree
 
 MAX_RAW_OUTPUT = 64 * 1024
 

@@ -32,14 +32,14 @@ from ..harness.cache import default_cache_dir
 from ..harness.context import AgentFunction, UnitResources
 from ..harness.execution import INT64_MAX, INT64_MIN, Execution, grade_execution, has_judged_graders
 from ..harness.grading_pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
-from ..harness.isolation import Isolation
 from ..harness.prompt import AnswerConvention
 from ..harness.remote_data import remote_data_problems
 from ..harness.runner import check_agent_loads
-from ..harness.sandbox import SandboxConfig
 from ..harness.workspace import default_work_root
 from ..models.providers import ModelError
 from ..record import UnitRecord
+from ..sandbox.config import SandboxConfig
+from ..sandbox.isolation import Isolation
 from ..storage import (
     ERROR_STATUSES,
     ResultStore,

@@ -22,13 +22,15 @@ from ..harness.context import AgentFunction, AgentRef, UnitResources
 from ..harness.execution import Execution, grade_execution, has_judged_graders, judge_requests
 from ..harness.grading_pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
 from ..harness.grading_pool import prestart_grading
-from ..harness.isolation import Isolation
 from ..harness.prompt import AnswerConvention
 from ..harness.result import EvalResult
 from ..harness.runner import EvalRunner, check_agent_loads
-from ..harness.sandbox import AgentUnavailable, SandboxConfig, SandboxError
+from ..harness.unit_agent import AgentUnavailable
 from ..harness.workspace import default_work_root
 from ..record import UnitRecord
+from ..sandbox.config import SandboxConfig
+from ..sandbox.isolation import Isolation
+from ..sandbox.units import SandboxError
 from .plan import Plan, Unit
 from .rows import stored_row
 

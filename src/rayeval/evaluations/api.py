@@ -15,7 +15,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from ..harness.isolation import Isolation
 from ..report import (
     REPORT_COLUMNS,
     EvaluationStats,
@@ -29,6 +28,7 @@ from ..report.stats import (
     NumberEvaluatorStats,
     SelectEvaluatorStats,
 )
+from ..sandbox.isolation import Isolation
 from ..storage.store import ResultStore
 from .catalog import store_version, version_id
 from .config import EvaluationConfigError, EvaluationSpec, EvaluatorConfig, ReturnType, validate_arguments

@@ -14,14 +14,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from .._json import dumps
+from ..sandbox.config import MAX_ANSWER_FILE_BYTES
 from .workspace import FileTooLarge, Listing, read_left_file
 
 # Benchmark convention first, as in the reference; both are accepted.
 ANSWER_FILE_NAMES = ("analysis_output.json", "eval_answer.json")
 FINISHED_FILE = "finished.txt"
-#: Default of the largest answer file read (``UnitLimits.answer_file_mb``; the same as the cap on
-#: a returned answer).
-MAX_ANSWER_FILE_BYTES = 10 << 20
 #: Bounds of the search for a ``finished.txt`` in a subfolder (the agent shapes that tree): the
 #: folder entries read in all, and how many folders deep.
 MAX_SEARCHED_ENTRIES = 10_000

@@ -45,7 +45,7 @@ from ..graders.judging import Judgments, collecting_judge_requests, judged
 from ..graders.registry import GRADER_REGISTRY, is_registered, named_grader_types
 from ..graders.result import GraderResult
 from ..grading import grade
-from .process_tree import end_process_tree
+from ..sandbox.process_tree import end_process_tree
 
 DEFAULT_TIMEOUT_S = 30.0
 POOL_SIZE = 4

@@ -10,17 +10,19 @@ from typing import Any
 from ..errors import ConfigError
 from ..evals import Eval, load_eval
 from ..evals.data_roots import resolve_roots
+from ..sandbox.config import MiB, SandboxConfig
+from ..sandbox.isolation import Isolation, Outcome, run_inline
+from ..sandbox.units import SandboxError, unit_runner
 from ..secrets import environment_secrets, redact
 from .answers import MAX_ANSWER_NESTING, find_answer, nested_deeper_than
 from .cache import default_cache_dir, remove_tree
 from .context import AgentContext, AgentFunction, AgentRef, call_agent
 from .execution import Execution, grade_execution, now
 from .grading_pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
-from .isolation import Isolation, Outcome, run_inline
 from .prompt import AnswerConvention, build_prompt
 from .result import EvalResult
-from .sandbox import MiB, SandboxConfig, SandboxError, check_runs_here, unit_runner
 from .staging import StagingError, stage_data
+from .unit_agent import UNIT_PRELOAD, check_runs_here, probe, unit_spec
 from .workspace import (
     Listing,
     collect_artifacts,
@@ -102,7 +104,7 @@ class EvalRunner:
         is imported only where it runs, or carries the function the agents layer loaded here
         for a unit run in this process. Only a ref carries a built-in's traits (the replay
         agent's recorded durations, the prompt agent running in this process).
-        ``isolation``: see :mod:`rayeval.harness.isolation`;
+        ``isolation``: see :mod:`rayeval.sandbox.isolation`;
         ``sandbox``: what a sandboxed (or ``process``) unit sees, gets and may use.
         ``convention``: the answer-file name and completion marker the agent is told
         (:mod:`rayeval.harness.prompt`).
@@ -194,7 +196,7 @@ class EvalRunner:
         runner = unit_runner(config, isolation, self.runner_root, cache_dir)
         inputs = [(node.view_source, str(work_dir / node.path)) for node in staged if node.view_source]
         try:
-            return runner.run(runner.spec(agent, prompt, work_dir, context, inputs), limit)
+            return runner.run(unit_spec(runner, agent, prompt, work_dir, context, inputs), limit)
         except SandboxError as exc:
             return exc
 
@@ -202,17 +204,18 @@ class EvalRunner:
 def unit_sandbox(
     sandbox: SandboxConfig, agent: AgentFunction | AgentRef, args: dict[str, str], data_roots: Iterable[Path] = ()
 ) -> SandboxConfig:
-    """The sandbox of ``agent``'s units: the evals' folders (answer keys) hidden, and what the
-    agent reads where it runs shown (a ``module:function``'s module, a program's install
+    """The sandbox of ``agent``'s units: the evals' folders (answer keys) hidden, the modules
+    that call it preloaded, and what the agent reads where it runs shown (a ``module:function``'s module, a program's install
     folder, the files its options name). As sets: units whose evals add nothing new share
     their worker's one runner."""
     hide = tuple(sorted({*sandbox.hide, *map(str, data_roots)}))
+    preload = tuple(dict.fromkeys((*UNIT_PRELOAD, *sandbox.preload)))
     if not isinstance(agent, AgentRef):
-        return sandbox if hide == sandbox.hide else sandbox.model_copy(update={"hide": hide})
+        return sandbox.model_copy(update={"hide": hide, "preload": preload})
     return sandbox.model_copy(
         update={
             "hide": hide,
-            "preload": tuple(dict.fromkeys((*sandbox.preload, *agent.preload))),
+            "preload": tuple(dict.fromkeys((*preload, *agent.preload))),
             "bind": tuple(dict.fromkeys((*sandbox.bind, *agent.shown_paths(args)))),
             "modules": tuple(dict.fromkeys((*sandbox.modules, *([agent.module] if agent.module else [])))),
         }
@@ -238,7 +241,7 @@ def check_agent_loads(
     config = unit_sandbox(sandbox, agent, args)
     cache = cache_dir or default_cache_dir()
     if keep:
-        unit_runner(config, isolation, runner_root, cache).probe(agent, args)
+        probe(unit_runner(config, isolation, runner_root, cache), agent, args)
     else:
         check_runs_here(config, isolation, runner_root, cache, agent, args)
 

@@ -15,11 +15,10 @@ import tempfile
 from pathlib import Path
 
 from ..errors import RayevalError
+from ..sandbox.config import MAX_ARTIFACT_BYTES
 
 WORK_ROOT_ENV = "RAYEVAL_WORK_ROOT"
 ARTIFACT_NAMES = ("trajectory.json", "agent_output.log", "agent_stdout.log", "refusal_verdict.json")
-#: Default of the last bytes kept of each artifact (``UnitLimits.artifact_mb``).
-MAX_ARTIFACT_BYTES = 2 << 20
 
 # The reference agent wrote its files in this subfolder of the work folder.
 LEGACY_SUBDIR = "agent_workspace"

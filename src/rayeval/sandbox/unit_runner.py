@@ -1,7 +1,7 @@
 """The unit runner: a fresh process that starts each unit's agent, and nothing else.
 
 Started once per worker process by exec (under bubblewrap when sandboxed, see
-``sandbox.py``), it never receives an eval, a grader config, a result or a credential. It
+``units.py``), it never receives an eval, a grader config, a result or a credential. It
 waits on its control socket for requests, each a mode byte and one end of a socket pair, and
 for each starts the unit's agent process with ``clone``: sandboxed, straight into new user,
 mount, pid, ipc and uts namespaces (and net when the network is off), as pid 1 of its own pid
@@ -10,8 +10,8 @@ ends the namespace, and the kernel kills every process in it, whatever session o
 group they moved to. When the process has ended, the runner sends its exit status.
 
 The agent process reads its unit's spec from the socket, builds its view of the file system,
-drops every capability, gives up the kernel's keyrings (not namespaced), runs the agent and
-sends its return value back as JSON. Trusted code reads it with a size cap; nothing crosses but
+drops every capability, gives up the kernel's keyrings (not namespaced), runs the agent (what
+the spec's ``entry`` calls) and sends its return value back as JSON. Trusted code reads it with a size cap; nothing crosses but
 JSON.
 
 On the unit socket: the runner's pidfd message, then frames of one kind byte and a length:
@@ -28,7 +28,6 @@ import gc
 import importlib
 import json
 import os
-import pickle
 import resource
 import select
 import signal
@@ -36,7 +35,6 @@ import socket
 import struct
 import sys
 import traceback
-from base64 import b64decode
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -260,7 +258,7 @@ def _agent_process(spec: dict[str, Any], sock: socket.socket) -> int:
         _send_result(sock, _encode({"kind": "setup_failed", "message": f"{type(exc).__name__}: {exc}"}))
         return SETUP_FAILED_EXIT
     try:
-        payload = {"kind": "returned", "value": _call_agent(spec)}
+        payload = {"kind": "returned", "value": _call_entry(spec)}
     except BaseException as exc:  # noqa: BLE001 - the agent's exception is its outcome
         trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         payload = {"kind": "raised", "error_type": type(exc).__name__, "error_message": str(exc), "traceback": trace}
@@ -373,21 +371,11 @@ def _redirect_streams(log_path: str) -> None:
     sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115 - the agent's stderr
 
 
-def _call_agent(spec: dict[str, Any]) -> Any:
-    from .context import AgentContext, call_agent
-
-    agent = spec["agent"]
-    if "pickle" in agent:
-        function = pickle.loads(b64decode(agent["pickle"]))  # the caller's own agent object
-    else:
-        function = importlib.import_module("rayeval.agents.resolve").resolve_agent(agent["ref"])
-    if spec["probe"]:  # the run's start-up check: the sandbox starts, the agent is found, takes its options
-        check_args = getattr(function, "check_args", None)
-        if callable(check_args):
-            check_args(spec["context"]["args"])  # raises, naming the option, where the units would fail
-        return {"probe": callable(function)}
-    context = AgentContext.model_validate(spec["context"])
-    return call_agent(function, spec["task"], Path(spec["work_dir"]), context)
+def _call_entry(spec: dict[str, Any]) -> Any:
+    """What the unit is for: the spec's ``entry`` (``module:function``, named by the worker)
+    called with its ``call`` and the work folder (the harness's: find the agent, call it)."""
+    module, _, name = spec["entry"].partition(":")
+    return getattr(importlib.import_module(module), name)(spec["call"], Path(spec["work_dir"]))
 
 
 def _fallback(value: Any) -> Any:

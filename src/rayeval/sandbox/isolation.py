@@ -2,7 +2,7 @@
 
 Three isolation levels, recorded on every result:
 
-* ``sandbox`` (the default): a fresh process in its own namespaces (``sandbox.py``).
+* ``sandbox`` (the default): a fresh process in its own namespaces (``units.py``).
 * ``process``: a fresh process, without namespaces: the explicit opt-out where the sandbox
   cannot start (no user namespaces, macOS).
 * ``inline``: a thread of the calling process, for trusted in-process agents only (rayeval's

@@ -25,7 +25,6 @@ import contextlib
 import json
 import math
 import os
-import pickle
 import select
 import shutil
 import signal
@@ -34,18 +33,16 @@ import subprocess
 import sys
 import threading
 import time
-import weakref
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel
 
-from ..errors import ConfigError, RayevalError
+from ..errors import RayevalError
 from .allowlist import bwrap_mounts, file_system_view, inside
-from .answers import MAX_ANSWER_FILE_BYTES
 from .cgroups import UnitGroups
-from .context import AgentContext, AgentFunction, AgentRef
+from .config import MiB, Network, SandboxConfig, SandboxIsolation
 from .isolation import Outcome
 from .process_tree import end_process_tree, exited
 from .unit_runner import (
@@ -62,13 +59,8 @@ from .unit_runner import (
     send_fds,
     send_frame,
 )
-from .workspace import MAX_ARTIFACT_BYTES
-
-SandboxIsolation = Literal["sandbox", "process"]
-Network = Literal["host", "none"]
 
 BWRAP_ENV = "RAYEVAL_BWRAP"
-MiB = 1 << 20
 
 #: Variables every agent gets from the worker's environment (when set): locale, time zone,
 #: terminal, proxies and certificates. Everything else must be named (``env_names``).
@@ -90,76 +82,14 @@ class SandboxError(RayevalError, RuntimeError):
     """The sandbox cannot start here (no user namespaces, no bubblewrap, not Linux)."""
 
 
-class SandboxUnusable(ConfigError):
-    """The sandbox's configuration names what is not there."""
-
-
-class AgentUnavailable(RayevalError, ValueError):
-    """The agent cannot be imported or unpickled where it runs."""
-
-
-class UnitLimits(BaseModel):
-    """What one unit may use. ``None``: no limit of that kind."""
-
-    model_config = ConfigDict(frozen=True)
-
-    #: memory of the unit's processes together (a control group), else per process (RLIMIT_DATA)
-    memory_mb: Annotated[int, Field(gt=0)] | None = 4096
-    #: processes and threads of the unit (a control group, and RLIMIT_NPROC)
-    processes: Annotated[int, Field(gt=0)] | None = 512
-    #: largest file the agent may write (RLIMIT_FSIZE)
-    file_size_mb: Annotated[int, Field(gt=0)] | None = 2048
-    #: size of the private /tmp (and /dev/shm), in memory
-    tmp_mb: Annotated[int, Field(gt=0)] = 1024
-    #: largest return value the agent may send back, as JSON
-    max_output_mb: Annotated[float, Field(gt=0)] = 10.0
-    #: largest answer file (eval_answer.json, ...) read from the work folder: a larger one is
-    #: the unit's AnswerTooLarge error
-    answer_file_mb: Annotated[float, Field(gt=0)] = MAX_ANSWER_FILE_BYTES / MiB
-    #: what is kept of each artifact the agent leaves (trajectory.json, its logs): the last MB
-    artifact_mb: Annotated[float, Field(gt=0)] = MAX_ARTIFACT_BYTES / MiB
-
-
-class SandboxConfig(BaseModel):
-    """What sandboxed units see, get and may use (``process`` isolation: the environment and
-    limits only)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    network: Network = "host"
-    limits: UnitLimits = UnitLimits()
-    #: Further folders or files agents must not see (results root, evals folders, ...), covered
-    #: wherever they lie inside what is shown.
-    hide: tuple[str, ...] = ()
-    #: Host files and folders shown read-only at their own path (``--sandbox-bind``; the agent's
-    #: install folders and the files its options name are added where it runs).
-    bind: tuple[str, ...] = ()
-    #: Modules whose code units import, shown where they lie (a ``module:function`` agent's).
-    modules: tuple[str, ...] = ()
-    #: Variables passed from the worker's environment besides ``BASE_ENV_NAMES``.
-    env_names: tuple[str, ...] = ()
-    #: Modules the runner imports once for every unit: rayeval's own, never an agent's.
-    preload: tuple[str, ...] = (
-        "rayeval.harness.context",
-        "rayeval.agents.resolve",
-        "rayeval.agents.sleep",
-        "rayeval.agents.replay",
-    )
-
-    def check_binds(self) -> None:
-        """``SandboxUnusable`` naming each ``bind`` path that does not exist on this machine."""
-        missing = [path for path in self.bind if not os.path.exists(path)]
-        if missing:
-            raise SandboxUnusable(f"--sandbox-bind: no such file or folder: {', '.join(missing)}")
-
-
 class UnitSpec(BaseModel):
     """One unit as the runner receives it: nothing an agent may not know."""
 
-    agent: dict[str, str]
-    task: str
+    #: what the unit's process calls, as ``module:function`` (rayeval's own, named by the
+    #: harness): ``function(call, work_dir)``, whose return value is the unit's
+    entry: str
+    call: dict[str, Any]
     work_dir: str
-    context: dict[str, Any]
     env: dict[str, str]
     sandbox: bool
     network: Network
@@ -169,8 +99,6 @@ class UnitSpec(BaseModel):
     limits: dict[str, int | None]
     max_output: int
     log_path: str
-    #: only start the sandbox and find the agent (see ``UnitRunner.probe``)
-    probe: bool = False
     #: descriptors of the unit's control groups that follow the spec (see ``cgroups.py``)
     cgroups: int = 0
 
@@ -308,7 +236,7 @@ class UnitRunner:
 
     # ------------------------------------------------------------------------ the process
     def _argv(self) -> list[str]:
-        boot = "import sys; sys.path[:] = __import__('json').loads(sys.argv[1]); from rayeval.harness.unit_runner import main; main()"
+        boot = "import sys; sys.path[:] = __import__('json').loads(sys.argv[1]); from rayeval.sandbox.unit_runner import main; main()"
         command = [sys.executable, "-I", "-c", boot, json.dumps(self.sys_path), json.dumps(list(self.config.preload))]
         if self.isolation == "process":
             return command
@@ -391,32 +319,36 @@ class UnitRunner:
     # ------------------------------------------------------------------------ one unit
     def spec(
         self,
-        agent: AgentFunction | AgentRef,
-        task: str,
+        entry: str,
+        call: dict[str, Any],
         work_dir: Path,
-        context: AgentContext,
         inputs: list[tuple[str, str]],
+        *,
+        env_names: Iterable[str] = (),
+        env: Iterable[tuple[str, str]] = (),
     ) -> UnitSpec:
+        """A unit whose process calls ``entry`` with ``call`` in ``work_dir``, its ``inputs``
+        (source, target) shown read-only. Its environment: the variables of ``BASE_ENV_NAMES``,
+        the configuration's ``env_names`` and these, as this process has them, then ``env``."""
         config = self.config
         sandboxed = self.isolation == "sandbox"
         # what the runner sees and the unit must not (the rest is hidden from the runner too)
         covered = [self.work_root, *([self.cache_dir] if self.cache_dir else [])]
-        names = {*BASE_ENV_NAMES, *config.env_names, *getattr(agent, "env_names", ())}
-        env = {name: os.environ[name] for name in sorted(names) if name in os.environ}
+        names = {*BASE_ENV_NAMES, *config.env_names, *env_names}
+        unit_env = {name: os.environ[name] for name in sorted(names) if name in os.environ}
         home = "/tmp/home" if sandboxed else str(work_dir / ".home")
-        env.update({"HOME": home, "TMPDIR": "/tmp" if sandboxed else str(work_dir / ".tmp")})
-        env.update(agent.env if isinstance(agent, AgentRef) else ())
+        unit_env.update({"HOME": home, "TMPDIR": "/tmp" if sandboxed else str(work_dir / ".tmp")})
+        unit_env.update(env)
         if sandboxed:  # the host's other Pythons (pyenv's shims, say) are not there: this one is
-            env["PATH"] = os.pathsep.join(
-                dict.fromkeys([self.interpreter_bin, *env.get("PATH", os.defpath).split(os.pathsep)])
+            unit_env["PATH"] = os.pathsep.join(
+                dict.fromkeys([self.interpreter_bin, *unit_env.get("PATH", os.defpath).split(os.pathsep)])
             )
         limits = config.limits
         return UnitSpec(
-            agent=_agent_ref(agent),
-            task=task,
+            entry=entry,
+            call=call,
             work_dir=str(work_dir),
-            context=context.model_dump(),
-            env=env,
+            env=unit_env,
             sandbox=sandboxed,
             network=config.network,
             hide=covered,
@@ -433,40 +365,6 @@ class UnitRunner:
             },
             max_output=int(limits.max_output_mb * MiB),
             log_path=str(work_dir / "agent_stdout.log"),
-        )
-
-    def probe(self, agent: AgentFunction | AgentRef, args: dict[str, str] | None = None, timeout: float = 60) -> None:
-        """Start a unit that only finds the agent: ``SandboxError`` when the sandbox cannot
-        start here (once, at a run's start, not for every unit), ``AgentUnavailable`` when
-        the agent cannot be loaded where it would run, or its ``check_args(args)`` (an agent
-        whose options name files: the replay agent's trials) refuses its options there."""
-        probe_dir = Path(self.work_root) / f".probe-{os.getpid()}-{threading.get_native_id()}"
-        probe_dir.mkdir(parents=True, exist_ok=True)
-        try:
-            context = AgentContext(eval_id="probe", args=args or {})
-            spec = self.spec(agent, "", probe_dir, context, []).model_copy(update={"probe": True})
-            outcome = self.run(spec, timeout)
-        except SandboxError as exc:
-            raise SandboxError(
-                f"{exc}\nThe sandbox cannot start on this machine (it needs Linux user namespaces and bubblewrap). "
-                "To run agents without it, pass --isolation process (Python: isolation='process'): they then "
-                "see and may change whatever the worker can, and rows record isolation=process."
-            ) from None
-        finally:
-            shutil.rmtree(probe_dir, ignore_errors=True)
-        if outcome.kind == "returned" and outcome.value == {"probe": True}:
-            return
-        name = agent.name if isinstance(agent, AgentRef) else getattr(agent, "__name__", repr(agent))
-        detail = outcome.error_message or outcome.kind
-        hint = (
-            " (a sandboxed agent sees the system folders, the Python environment, its own code (the modules and "
-            "packages of the folders on its import path) and its inputs: show other files and folders it needs with "
-            "--sandbox-bind PATH)"
-            if self.isolation == "sandbox"
-            else ""
-        )
-        raise AgentUnavailable(
-            f"agent {name!r} cannot be loaded in its {self.isolation}: {outcome.error_type}: {detail}{hint}"
         )
 
     def run(self, spec: UnitSpec, timeout: float | None) -> Outcome:
@@ -741,25 +639,6 @@ def _outcome(ended: _Ended, max_output: int, timeout: float | None, seconds: flo
     return Outcome(kind="raised", error_type=error_type, error_message=error_message, traceback=trace, seconds=seconds)
 
 
-# An agent object is pickled once, not for every unit.
-_PICKLED: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
-
-
-def _agent_ref(agent: AgentFunction | AgentRef) -> dict[str, str]:
-    """How the runner finds the agent: by name (built-in or ``module:function``, imported in
-    the sandbox only), or the caller's own object, pickled by value where it must be."""
-    if isinstance(agent, AgentRef):
-        return {"ref": agent.name}
-    with contextlib.suppress(KeyError, TypeError):
-        return {"pickle": _PICKLED[agent]}
-    import cloudpickle
-
-    data = base64.b64encode(cloudpickle.dumps(agent, protocol=pickle.HIGHEST_PROTOCOL)).decode("ascii")
-    with contextlib.suppress(TypeError):
-        _PICKLED[agent] = data
-    return {"pickle": data}
-
-
 _RUNNERS: dict[tuple[Any, ...], UnitRunner] = {}
 _RUNNERS_LOCK = threading.Lock()
 
@@ -774,24 +653,6 @@ def unit_runner(
         if runner is None:
             runner = _RUNNERS[key] = UnitRunner(config, isolation, work_root, cache_dir)
         return runner
-
-
-def check_runs_here(
-    config: SandboxConfig,
-    isolation: SandboxIsolation,
-    work_root: Path,
-    cache_dir: Path | None,
-    agent: AgentFunction | AgentRef,
-    agent_args: dict[str, str] | None = None,
-) -> None:
-    """A run's start-up check on this machine: the sandbox starts, and the agent loads in it
-    and takes ``agent_args`` there (``SandboxError`` with the way out, ``AgentUnavailable``).
-    The agent itself is not called."""
-    runner = UnitRunner(config, isolation, work_root, cache_dir)
-    try:
-        runner.probe(agent, agent_args)
-    finally:
-        runner.close()
 
 
 @atexit.register

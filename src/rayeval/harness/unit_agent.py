@@ -1,0 +1,135 @@
+"""A unit's agent in a unit runner (``rayeval.sandbox``): how the spec sends it there, how the
+unit's process finds and calls it, and a run's start-up probe of both."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import importlib
+import os
+import pickle
+import shutil
+import threading
+import weakref
+from pathlib import Path
+from typing import Any
+
+from ..errors import RayevalError
+from ..sandbox.config import SandboxConfig, SandboxIsolation
+from ..sandbox.units import SandboxError, UnitRunner, UnitSpec
+from .context import AgentContext, AgentFunction, AgentRef, call_agent
+
+
+class AgentUnavailable(RayevalError, ValueError):
+    """The agent cannot be imported or unpickled where it runs."""
+
+
+def call_in_unit(call: dict[str, Any], work_dir: Path) -> Any:
+    """In the unit's process (what its spec's ``entry`` names): the agent, imported there by
+    name or unpickled, called on the task. A probe only finds it and checks its options."""
+    agent = call["agent"]
+    if "pickle" in agent:
+        function = pickle.loads(base64.b64decode(agent["pickle"]))  # the caller's own agent object
+    else:  # by name: the agents layer stands above the harness
+        function = importlib.import_module("rayeval.agents.resolve").resolve_agent(agent["ref"])
+    if call["probe"]:  # the run's start-up check: the sandbox starts, the agent is found, takes its options
+        check_args = getattr(function, "check_args", None)
+        if callable(check_args):
+            check_args(call["context"]["args"])  # raises, naming the option, where the units would fail
+        return {"probe": callable(function)}
+    context = AgentContext.model_validate(call["context"])
+    return call_agent(function, call["task"], work_dir, context)
+
+
+#: What a unit's process calls.
+ENTRY = f"{__name__}:{call_in_unit.__name__}"
+#: Modules every unit runner imports once: what calls the agents, and rayeval's own agents.
+UNIT_PRELOAD = (__name__, "rayeval.agents.resolve", "rayeval.agents.sleep", "rayeval.agents.replay")
+
+# An agent object is pickled once, not for every unit.
+_PICKLED: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+
+
+def _agent_ref(agent: AgentFunction | AgentRef) -> dict[str, str]:
+    """How the unit's process finds the agent: by name (built-in or ``module:function``,
+    imported in the sandbox only), or the caller's own object, pickled by value where it must be."""
+    if isinstance(agent, AgentRef):
+        return {"ref": agent.name}
+    with contextlib.suppress(KeyError, TypeError):
+        return {"pickle": _PICKLED[agent]}
+    import cloudpickle
+
+    data = base64.b64encode(cloudpickle.dumps(agent, protocol=pickle.HIGHEST_PROTOCOL)).decode("ascii")
+    with contextlib.suppress(TypeError):
+        _PICKLED[agent] = data
+    return {"pickle": data}
+
+
+def unit_spec(
+    runner: UnitRunner,
+    agent: AgentFunction | AgentRef,
+    task: str,
+    work_dir: Path,
+    context: AgentContext,
+    inputs: list[tuple[str, str]],
+    *,
+    probe: bool = False,
+) -> UnitSpec:
+    """The spec of a unit of ``agent`` on ``task`` in ``runner``, with the variables it names."""
+    call = {"agent": _agent_ref(agent), "task": task, "context": context.model_dump(), "probe": probe}
+    env = agent.env if isinstance(agent, AgentRef) else ()
+    return runner.spec(ENTRY, call, work_dir, inputs, env_names=getattr(agent, "env_names", ()), env=env)
+
+
+def probe(
+    runner: UnitRunner, agent: AgentFunction | AgentRef, args: dict[str, str] | None = None, timeout: float = 60
+) -> None:
+    """Start a unit of ``runner`` that only finds the agent: ``SandboxError`` when the sandbox
+    cannot start here (once, at a run's start, not for every unit), ``AgentUnavailable`` when
+    the agent cannot be loaded where it would run, or its ``check_args(args)`` (an agent
+    whose options name files: the replay agent's trials) refuses its options there."""
+    probe_dir = Path(runner.work_root) / f".probe-{os.getpid()}-{threading.get_native_id()}"
+    probe_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        context = AgentContext(eval_id="probe", args=args or {})
+        outcome = runner.run(unit_spec(runner, agent, "", probe_dir, context, [], probe=True), timeout)
+    except SandboxError as exc:
+        raise SandboxError(
+            f"{exc}\nThe sandbox cannot start on this machine (it needs Linux user namespaces and bubblewrap). "
+            "To run agents without it, pass --isolation process (Python: isolation='process'): they then "
+            "see and may change whatever the worker can, and rows record isolation=process."
+        ) from None
+    finally:
+        shutil.rmtree(probe_dir, ignore_errors=True)
+    if outcome.kind == "returned" and outcome.value == {"probe": True}:
+        return
+    name = agent.name if isinstance(agent, AgentRef) else getattr(agent, "__name__", repr(agent))
+    detail = outcome.error_message or outcome.kind
+    hint = (
+        " (a sandboxed agent sees the system folders, the Python environment, its own code (the modules and "
+        "packages of the folders on its import path) and its inputs: show other files and folders it needs with "
+        "--sandbox-bind PATH)"
+        if runner.isolation == "sandbox"
+        else ""
+    )
+    raise AgentUnavailable(
+        f"agent {name!r} cannot be loaded in its {runner.isolation}: {outcome.error_type}: {detail}{hint}"
+    )
+
+
+def check_runs_here(
+    config: SandboxConfig,
+    isolation: SandboxIsolation,
+    work_root: Path,
+    cache_dir: Path | None,
+    agent: AgentFunction | AgentRef,
+    agent_args: dict[str, str] | None = None,
+) -> None:
+    """A run's start-up check on this machine: the sandbox starts, and the agent loads in it
+    and takes ``agent_args`` there (``SandboxError`` with the way out, ``AgentUnavailable``).
+    The agent itself is not called."""
+    runner = UnitRunner(config, isolation, work_root, cache_dir)
+    try:
+        probe(runner, agent, agent_args)
+    finally:
+        runner.close()

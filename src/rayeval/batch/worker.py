@@ -17,11 +17,11 @@ from pydantic import BaseModel
 from ..agents.resolve import agent_ref
 from ..evals import Eval
 from ..graders.judging import Judgments
+from ..grading.pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
+from ..grading.pool import prestart_grading
 from ..harness.cache import left_by_gone_processes, remove_tree
 from ..harness.context import AgentFunction, AgentRef, UnitResources
 from ..harness.execution import Execution, grade_execution, has_judged_graders, judge_requests
-from ..harness.grading_pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
-from ..harness.grading_pool import prestart_grading
 from ..harness.isolation import Isolation
 from ..harness.prompt import AnswerConvention
 from ..harness.result import EvalResult

@@ -112,7 +112,7 @@ def bounded_overhead(repeat: int, rounds: int) -> None:
 
     from rayeval.evals import Eval
     from rayeval.grading import grade
-    from rayeval.harness.grading_pool import grade_bounded
+    from rayeval.grading.pool import grade_bounded
 
     cases = []
     for line in VECTORS.read_text().splitlines():

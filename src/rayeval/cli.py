@@ -18,7 +18,7 @@ from ._version import __version__
 from .errors import RayevalError
 from .evals import EvalFileError, check_evals, load_eval
 from .evals.model import MAX_TIMEOUT_S
-from .harness.grading_pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
+from .grading.pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
 from .harness.prompt import ANSWER_CONVENTIONS
 from .report.cli import add_report_commands, add_s3_endpoint_option
 from .sandbox.config import SandboxConfig, UnitLimits
@@ -71,7 +71,7 @@ def _read_answer(path: str) -> object:
 
 
 def _cmd_grade(args: argparse.Namespace) -> int:
-    from .harness.grading_pool import GradingError, grade_bounded
+    from .grading.pool import GradingError, grade_bounded
 
     _check_seconds(args, "grade_timeout")
     eval_ = load_eval(args.eval_file, check_data_nodes=False)  # grading stages no data

@@ -17,137 +17,17 @@ key and the response cache's storage.
 
 from __future__ import annotations
 
-import threading
-from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any
-
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from typing import Any
 
 from ..harness.answers import CLOSE_TAG, OPEN_TAG, answer_envelope, extract_tagged
 from ..harness.context import MIB, AgentContext, UnitResources
 from ..harness.prompt import task_of
-from ..models import ChatMessage, Model, get_model
-from ..models.providers import api_key, split_name
+from ..models.calls import generate_reply, prompt_model
+from ..models.types import ChatMessage
 
 #: After the task, in place of the file-based conventions of agents that have a work folder.
 ANSWER_INSTRUCTION = f"\n\nEnd your reply with {OPEN_TAG}{{...}}{CLOSE_TAG} holding your answer, in the format above."
-
-
-class PromptOptions(BaseModel):
-    """The prompt agent's ``--agent-arg`` options."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    #: the provider's endpoint (else OPENAI_BASE_URL / ANTHROPIC_BASE_URL, else the provider's)
-    base_url: str | None = None
-    #: the variable holding the key (default OPENAI_API_KEY / ANTHROPIC_API_KEY)
-    api_key_env: str | None = None
-    temperature: Annotated[float, Field(ge=0, le=2)] | None = None
-    max_tokens: Annotated[int, Field(ge=1)] | None = None
-    top_p: Annotated[float, Field(gt=0, le=1)] | None = None
-    #: sent as the model's seed instead of the unit's
-    seed: int | None = None
-    #: a system message before the task
-    system: str | None = None
-    #: the response cache: an absolute folder or s3://bucket/prefix (endpoint: AWS_ENDPOINT_URL)
-    cache: str | None = None
-    #: a JSON price file over the shipped table (an absolute path)
-    prices: str | None = None
-    #: requests in flight to the provider, for the whole run (shared by its models of that
-    #: provider; each unit makes one request, so --max-concurrency bounds them already)
-    max_connections: Annotated[int, Field(ge=1)] | None = None
-
-    @field_validator("cache", "prices")
-    @classmethod
-    def _absolute(cls, value: str | None) -> str | None:
-        """Units run in the workers' processes, whose working folder is not the caller's."""
-        if value is None or value.startswith("s3://"):
-            return value
-        path = Path(value).expanduser()
-        if not path.is_absolute():
-            raise ValueError(
-                f"a folder or file here must be an absolute path (units run in the workers' own processes), got {value!r}"
-            )
-        return str(path)
-
-
-_making = threading.Lock()
-
-
-@lru_cache(maxsize=64)
-def _model(name: str, options: PromptOptions) -> Model:
-    """One model per process and configuration: its SDK client, cache and prices are shared
-    by every unit."""
-    settings = options.model_dump(include={"temperature", "max_tokens", "top_p"}, exclude_none=True)
-    return get_model(
-        name,
-        base_url=options.base_url,
-        api_key_env=options.api_key_env,
-        max_connections=options.max_connections,
-        cache=options.cache,
-        prices=options.prices,
-        **settings,
-    )
-
-
-def prompt_model(name: str | None, args: dict[str, str]) -> tuple[Model, PromptOptions]:
-    """The unit's model as the agent's options configure it (raises ``ModelError`` or
-    ``ValidationError``)."""
-    options = PromptOptions.model_validate(args)
-    provider, _ = split_name(name or "")
-    api_key(provider, options.api_key_env)  # now: a model made earlier kept the key it had then
-    with _making:  # a worker's first units arrive together: one of them makes the model
-        return _model(name or "", options), options
-
-
-def generate_reply(
-    model: Model, options: PromptOptions, messages: list[ChatMessage], seed: int | None
-) -> tuple[str, dict[str, Any]]:
-    """The model's reply to ``messages`` and the row metadata of the call (tokens, cost,
-    cache, tries): the one model call of the prompt agent and of ``evaluations.run``'s prompt
-    files and judges. ``options.seed``, when set, replaces ``seed``."""
-    if options.system:
-        messages = [ChatMessage(role="system", content=options.system), *messages]
-    seed = options.seed if options.seed is not None else seed
-    output = model.generate(messages, **({"seed": seed} if seed is not None else {}))
-    metadata: dict[str, Any] = {
-        "harness": "prompt",
-        "model": output.model,
-        "reply": output.text,
-        "stop_reason": output.stop_reason,
-        "input_tokens": output.input_tokens,
-        "output_tokens": output.output_tokens,
-        "cost_usd": output.cost_usd,
-        "cached": output.cached,
-        "attempts": output.attempts,
-        "latency_s": output.latency_s,
-        "n_turns": 1,
-    }
-    return output.text, metadata
-
-
-def prompt_request(model: str, options: PromptOptions, messages: list[ChatMessage]) -> dict[str, Any]:
-    """A model call as plain JSON, to be made elsewhere (a run's judge actor) by
-    :func:`run_prompt_request`."""
-    return {
-        "kind": "prompt",
-        "model": model,
-        "options": options.model_dump(exclude_none=True),
-        "messages": [message.model_dump(mode="json") for message in messages],
-    }
-
-
-def run_prompt_request(request: dict[str, Any]) -> dict[str, Any]:
-    """The outcome of a :func:`prompt_request`: ``{"reply", "metadata"}``, or ``{"error"}`` when
-    the call could not be made (after the model layer's retries); never raises for the call."""
-    try:
-        model, options = prompt_model(request["model"], request["options"])
-        messages = [ChatMessage.model_validate(message) for message in request["messages"]]
-        reply, metadata = generate_reply(model, options, messages, None)
-    except Exception as exc:  # noqa: BLE001 - the caller turns it into the judgment's error
-        return {"error": f"{type(exc).__name__}: {exc}"}
-    return {"reply": reply, "metadata": metadata}
 
 
 def prompt_agent(task_prompt: str, work_dir: Path, context: AgentContext) -> dict[str, Any]:

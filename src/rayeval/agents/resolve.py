@@ -220,7 +220,7 @@ def built_in_agents() -> list[tuple[str, str, tuple[str, ...]]]:
         if name in _FUNCTION_OPTIONS:
             options = _FUNCTION_OPTIONS[name]
         elif name == "prompt":
-            from .prompt import PromptOptions
+            from ..models.calls import PromptOptions
 
             options = tuple(PromptOptions.model_fields)
         else:
@@ -257,8 +257,8 @@ def _check_prompt(args: dict[str, str], model: str | None, *, environment: bool)
     from pydantic import ValidationError
 
     from ..models import ModelError
+    from ..models.calls import PromptOptions, prompt_model
     from ..models.providers import split_name
-    from .prompt import PromptOptions, prompt_model
 
     try:
         if environment:

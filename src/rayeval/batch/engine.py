@@ -28,10 +28,11 @@ from ..evals.loader import EvalProblem
 from ..evals.model import MAX_TIMEOUT_S
 from ..filesystem import check_root, is_s3
 from ..graders.rubric import check_judge_key, judge_models
+from ..grading.judges import has_judged_graders
+from ..grading.pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
 from ..harness.cache import default_cache_dir
 from ..harness.context import AgentFunction, UnitResources
-from ..harness.execution import INT64_MAX, INT64_MIN, Execution, grade_execution, has_judged_graders
-from ..harness.grading_pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
+from ..harness.execution import INT64_MAX, INT64_MIN, Execution, grade_execution
 from ..harness.prompt import AnswerConvention
 from ..harness.remote_data import remote_data_problems
 from ..harness.runner import check_agent_loads

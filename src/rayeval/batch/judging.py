@@ -13,7 +13,7 @@ from typing import Any
 import ray
 
 from ..graders.judging import Judgments
-from ..graders.rubric import failed_outcome, run_judge_request
+from ..grading.judges import judge_call, unmade_judge_call
 from ..harness.execution import Execution
 from .plan import Unit
 from .worker import JudgeWork
@@ -25,18 +25,12 @@ class JudgeWorker:
     agent's sandbox or the credential-free grading subprocess."""
 
     def __init__(self) -> None:
-        # the judge's code and the providers' SDKs load while the first agents run
+        # the providers' SDKs load while the first agents run (the judge's code came with this module)
         import anthropic  # noqa: F401
         import openai  # noqa: F401
 
-        from ..graders import rubric  # noqa: F401
-
     def judge(self, request: dict[str, Any]) -> dict[str, Any]:
-        if request.get("kind") == "prompt":  # an LLM-as-judge evaluator's model call
-            from ..agents.prompt import run_prompt_request
-
-            return run_prompt_request(request)
-        return run_judge_request(request)
+        return judge_call(request)
 
 
 @dataclass
@@ -85,7 +79,7 @@ class JudgeCalls:
             outcome = ray.get(ref)
         except ray.exceptions.RayError as exc:  # the actor kept dying: a judge failure, not a lost unit
             message = f"the judge call could not be made: {str(exc).strip()[:500]}"
-            outcome = {"error": message} if request.get("kind") == "prompt" else failed_outcome(request, message)
+            outcome = unmade_judge_call(request, message)
         judged = self.units[token]
         judged.outcomes[key][index] = outcome
         judged.left -= 1

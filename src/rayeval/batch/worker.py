@@ -9,7 +9,7 @@ import socket
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
+from typing import Any, Literal, NamedTuple
 
 import ray
 from pydantic import BaseModel
@@ -17,11 +17,12 @@ from pydantic import BaseModel
 from ..agents.resolve import agent_ref
 from ..evals import Eval
 from ..graders.judging import Judgments
+from ..grading.judges import JudgedGrade, has_judged_graders
+from ..grading.pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
+from ..grading.pool import prestart_grading
 from ..harness.cache import left_by_gone_processes, remove_tree
 from ..harness.context import AgentFunction, AgentRef, UnitResources
-from ..harness.execution import Execution, grade_execution, has_judged_graders, judge_requests
-from ..harness.grading_pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
-from ..harness.grading_pool import prestart_grading
+from ..harness.execution import Execution, grade_execution, judge_requests
 from ..harness.prompt import AnswerConvention
 from ..harness.result import EvalResult
 from ..harness.runner import EvalRunner, check_agent_loads
@@ -54,19 +55,6 @@ class JudgeWork(NamedTuple):
 
 # Replaces grading by the eval's graders: (eval, execution) -> result (see run_batch's ``grade``).
 GradeFunction = Callable[[Eval, Execution], EvalResult]
-
-
-@runtime_checkable
-class JudgedGrade(Protocol):
-    """A run's own grade function whose judge model calls the run makes apart, as for
-    LLM-judged graders: ``judge_requests`` collects them (as ``graders.judging`` requests),
-    and the unit is then graded with their outcomes."""
-
-    judged: bool  # whether it has judge calls at all
-
-    def judge_requests(self, eval_: Eval, execution: Execution) -> Judgments: ...
-
-    def __call__(self, eval_: Eval, execution: Execution, judgments: Judgments | None = None) -> EvalResult: ...
 
 
 class WorkerConfig(BaseModel):
@@ -123,7 +111,9 @@ class UnitWorker:
         self.agent: AgentFunction | AgentRef | None = None
         self.grade: GradeFunction = grade_execution
         self.judged_evals: frozenset[int] = frozenset()  # eval indices whose judge calls the run makes apart
-        self.judged_grade: JudgedGrade | None = None  # the run's own grade function, when it hands its judges over
+        self.judged_grade: JudgedGrade[Execution, EvalResult] | None = (
+            None  # the run's own grade function, when it hands its judges over
+        )
         # A folder per worker process (named by host and process, see ``sweep_dead_workers``),
         # and in it one per thread (see ``run_unit``).
         root = Path(config.work_root or default_work_root())

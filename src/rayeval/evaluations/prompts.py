@@ -6,7 +6,7 @@ A prompt file (``{"model": "openai/gpt-4o", "template": [{"role": "system", "con
 model's reply is the log's output. An LLM-as-judge evaluator (:class:`LLMJudge`) is a prompt
 too, filled from the log and the datapoint, whose reply is read as its return type.
 
-Both call the model through the prompt agent's :func:`~rayeval.agents.prompt.generate_reply`,
+Both call the model as the prompt agent does (:func:`~rayeval.models.calls.generate_reply`),
 in the Ray worker's own process (as the prompt agent runs): they run nothing the model writes,
 and they need the worker's key and response cache. This module stays light for the workers.
 """
@@ -23,18 +23,12 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .._messages import field_problems
-from ..agents.prompt import (
-    PromptOptions,
-    generate_reply,
-    prompt_agent,
-    prompt_model,
-    prompt_request,
-    run_prompt_request,
-)
+from ..agents.prompt import prompt_agent
 from ..errors import RayevalError
 from ..graders.judging import Deferred, judge_outcomes
 from ..harness.prompt import task_of
 from ..models import ChatMessage
+from ..models.calls import PromptOptions, generate_reply, prompt_model, prompt_request, run_prompt_request
 from ..models.providers import inferred_provider
 
 log = logging.getLogger(__name__)

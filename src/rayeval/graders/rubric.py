@@ -387,18 +387,6 @@ def judge_all(requests: Sequence[JudgeRequest]) -> list[JudgeOutcome]:
         return list(pool.map(judge_criterion, requests))
 
 
-def run_judge_request(request: dict[str, Any]) -> dict[str, Any]:
-    """One judge request's outcome, as JSON (a run's judge task; never raises for a judge's failure)."""
-    return judge_criterion(JudgeRequest.model_validate(request)).model_dump(mode="json")
-
-
-def failed_outcome(request: dict[str, Any], message: str) -> dict[str, Any]:
-    """The outcome, as JSON, of a judge request that could not be made at all (worth a later retry)."""
-    index = request.get("criterion_index", 0)
-    failure = JudgeFailure(kind="transient", index=index, message=f"criterion {index}: {message}", usage=JudgeUsage())
-    return failure.model_dump(mode="json")
-
-
 # ------------------------------------------------------------------ step 3: the score
 
 

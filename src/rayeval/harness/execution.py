@@ -10,11 +10,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..evals import Eval
-from ..graders.judging import Judgments, collecting_judge_requests, judged, judgments_cost_usd, uses_judges
+from ..graders.judging import Judgments, judgments_cost_usd
 from ..graders.result import GraderResult
-from ..grading import grade
+from ..grading.pool import DEFAULT_TIMEOUT_S, GradingError, GradingTimeout, grade_bounded, judge_requests_bounded
 from ..record import JUDGE_ERROR, Status, carried
-from .grading_pool import DEFAULT_TIMEOUT_S, GradingError, GradingTimeout, grade_bounded, judge_requests_bounded
 from .result import EvalResult
 
 ExecutionOutcome = Literal["answered", "no_answer", "error", "timeout"]
@@ -104,22 +103,13 @@ def cost_fields(agent_cost_usd: float | None, judgments: Judgments | None) -> di
     }
 
 
-def has_judged_graders(eval_: Eval) -> bool:
-    """Whether the eval's graders (composite children included) call an LLM judge."""
-    return uses_judges([spec.model_dump() for spec in eval_.grader_specs])
-
-
 def judge_requests(eval_: Eval, execution: Execution, *, grade_timeout: float | None = DEFAULT_TIMEOUT_S) -> Judgments:
-    """The judge calls the LLM-judged graders of ``eval_`` (see :func:`has_judged_graders`)
+    """The judge calls the LLM-judged graders of ``eval_`` (see ``rayeval.grading.judges.has_judged_graders``)
     would make on the execution's answer (none for an error or timeout): the first of a batch
     run's two grading passes (see ``rayeval.graders.judging``). A grading that fails here
     fails again, and is reported, in the second pass."""
     if execution.outcome in ("error", "timeout"):
         return {}
-    if grade_timeout is None:
-        with collecting_judge_requests() as collected:
-            grade(eval_, execution.answer)
-        return collected
     try:
         return judge_requests_bounded(eval_, execution.answer, grade_timeout)
     except GradingError:
@@ -147,11 +137,7 @@ def grade_execution(
     grader_result: GraderResult | None
     error: dict[str, str] = {}  # why the unit was not graded: the grading's error, not the agent's
     try:
-        if grade_timeout is None:
-            with judged(judgments or {}):
-                grader_result = grade(eval_, execution.answer)
-        else:
-            grader_result = grade_bounded(eval_, execution.answer, grade_timeout, judgments=judgments)
+        grader_result = grade_bounded(eval_, execution.answer, grade_timeout, judgments=judgments)
     except GradingError as exc:
         grader_result = None
         status = "timeout" if isinstance(exc, GradingTimeout) else "error"

@@ -10,6 +10,7 @@ from typing import Any
 from ..errors import ConfigError
 from ..evals import Eval, load_eval
 from ..evals.data_roots import resolve_roots
+from ..grading.pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
 from ..sandbox.config import MiB, SandboxConfig
 from ..sandbox.isolation import Isolation, Outcome, run_inline
 from ..sandbox.units import SandboxError, unit_runner
@@ -18,7 +19,6 @@ from .answers import MAX_ANSWER_NESTING, find_answer, nested_deeper_than
 from .cache import default_cache_dir, remove_tree
 from .context import AgentContext, AgentFunction, AgentRef, call_agent
 from .execution import Execution, grade_execution, now
-from .grading_pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
 from .prompt import AnswerConvention, build_prompt
 from .result import EvalResult
 from .staging import StagingError, stage_data

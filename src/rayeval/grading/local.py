@@ -1,12 +1,13 @@
-"""Grading an eval's answer: its single grader, or each entry of its graders list."""
+"""Grading an eval's answer in this process: its single grader, or each entry of its graders list."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from .evals.model import Eval, GraderSpec
-from .graders.registry import get_grader, is_registered
-from .graders.result import GraderResult, result_problem
+from ..evals.model import Eval, GraderSpec
+from ..graders.judging import Judgments, collecting_judge_requests, judged
+from ..graders.registry import get_grader, is_registered
+from ..graders.result import GraderResult, result_problem
 
 
 def grade_spec(spec: GraderSpec, answer: Any) -> GraderResult:
@@ -90,3 +91,19 @@ def grade_specs(specs: list[GraderSpec], answer: Any, *, single: bool) -> Grader
 def grade(eval_: Eval, answer: Any) -> GraderResult:
     """Grade ``answer`` against ``eval_``. Never raises for any JSON answer."""
     return grade_specs(eval_.grader_specs, answer, single=eval_.grader is not None)
+
+
+def grade_with_outcomes(
+    specs: list[GraderSpec], answer: Any, *, single: bool, judgments: Judgments | None
+) -> GraderResult:
+    """``grade_specs`` given the outcomes of its LLM-judged graders' judge calls (``judgments``,
+    see ``rayeval.graders.judging``); without them, those graders call their judge here."""
+    with judged(judgments or {}):
+        return grade_specs(specs, answer, single=single)
+
+
+def collect_judge_requests(specs: list[GraderSpec], answer: Any, *, single: bool) -> Judgments:
+    """The judge calls the LLM-judged graders among ``specs`` would make on ``answer``; none is made."""
+    with collecting_judge_requests() as collected:
+        grade_specs(specs, answer, single=single)
+    return collected

@@ -1,7 +1,7 @@
-"""A grading subprocess of :mod:`rayeval.harness.grading_pool`: ``python -m rayeval.harness.grading_server MAX_REQUEST_BYTES``.
+"""A grading subprocess of :mod:`rayeval.grading.pool`: ``python -m rayeval.grading.server MAX_REQUEST_BYTES``.
 
 It reads one JSON request per line on stdin and writes one JSON reply per line on stdout (the
-protocol is described in ``grading_pool``), one at a time, until stdin closes or its parent is
+protocol is described in ``pool``), one at a time, until stdin closes or its parent is
 gone. Its caller bounds each grading by killing it.
 """
 
@@ -14,9 +14,8 @@ import time
 from typing import BinaryIO
 
 from ..evals.model import GraderSpec
-from ..graders.judging import collecting_judge_requests, judged
-from ..grading import grade_specs
-from .grading_pool import READY, RESULT_FIELDS, decode_line, encode_line
+from .local import collect_judge_requests, grade_with_outcomes
+from .pool import READY, RESULT_FIELDS, decode_line, encode_line
 
 _DISCARD_CHUNK = 1 << 20
 _ORPHAN_CHECK_S = 1.0
@@ -37,11 +36,8 @@ def handle(line: bytes, specs_by_eval: Specs) -> bytes:
             )
         specs, single = specs_by_eval[key]
         if request.get("collect"):  # the judge calls of LLM-judged graders, none made
-            with collecting_judge_requests() as collected:
-                grade_specs(specs, request["answer"], single=single)
-            return encode_line({"requests": collected})
-        with judged(request.get("judgments") or {}):
-            result = grade_specs(specs, request["answer"], single=single)
+            return encode_line({"requests": collect_judge_requests(specs, request["answer"], single=single)})
+        result = grade_with_outcomes(specs, request["answer"], single=single, judgments=request.get("judgments"))
         return encode_line({"result": {name: getattr(result, name) for name in RESULT_FIELDS}})
     except Exception as exc:  # noqa: BLE001 - whatever went wrong is the caller's to report
         return encode_line({"error": f"{type(exc).__name__}: {exc}"})

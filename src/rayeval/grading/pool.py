@@ -4,7 +4,7 @@ Graders are pure functions, but some take far longer on a crafted answer than on
 one, and answers are hostile. A thread cannot be stopped, so each grading runs in a
 subprocess that is killed (and later replaced) when it overruns: the CPU it burned stops too.
 
-The subprocesses are fresh interpreters (``python -m rayeval.harness.grading_server``), never
+The subprocesses are fresh interpreters (``python -m rayeval.grading.server``), never
 forks of the caller (a multi-threaded Ray worker), started with a minimal environment (no
 credentials) and shared by every thread of a process, one request at a time each.
 
@@ -41,11 +41,11 @@ from typing import Any, NamedTuple
 from .._json import json_fallback
 from ..errors import RayevalError
 from ..evals import Eval
-from ..graders.judging import Judgments, collecting_judge_requests, judged
+from ..graders.judging import Judgments
 from ..graders.registry import GRADER_REGISTRY, is_registered, named_grader_types
 from ..graders.result import GraderResult
-from ..grading import grade
 from ..sandbox.process_tree import end_process_tree
+from .local import collect_judge_requests, grade_with_outcomes
 
 DEFAULT_TIMEOUT_S = 30.0
 POOL_SIZE = 4
@@ -53,7 +53,7 @@ MAX_REQUEST_BYTES = 128 << 20
 """A subprocess refuses longer requests: answers are capped at 10 MB before grading, and JSON
 escapes at most make six bytes of one."""
 STARTUP_TIMEOUT_S = 60.0
-SERVER_MODULE = "rayeval.harness.grading_server"
+SERVER_MODULE = "rayeval.grading.server"
 READY = b'{"ready": true}\n'
 RESULT_FIELDS = tuple(field.name for field in dataclasses.fields(GraderResult))
 
@@ -405,27 +405,24 @@ def prestart_grading(evals: list[Eval], at_once: int) -> None:
 
 
 def grade_bounded(
-    eval_: Eval, answer: Any, timeout: float = DEFAULT_TIMEOUT_S, *, judgments: Judgments | None = None
+    eval_: Eval, answer: Any, timeout: float | None = DEFAULT_TIMEOUT_S, *, judgments: Judgments | None = None
 ) -> GraderResult:
     """``grade(eval_, answer)`` in a grading subprocess, stopped after ``timeout`` seconds:
-    GradingTimeout then, another GradingError when the subprocess fails. An eval that
-    ``eval_graders`` cannot send is graded in this process, without a limit. ``judgments``:
-    see ``GradingPool.grade``."""
-    graders = eval_graders(eval_)
-    if graders is None:
-        with judged(judgments or {}):
-            return grade(eval_, answer)
+    GradingTimeout then, another GradingError when the subprocess fails. ``timeout=None``, or
+    an eval that ``eval_graders`` cannot send, grades in this process, without a limit.
+    ``judgments``: see ``GradingPool.grade``."""
+    graders = None if timeout is None else eval_graders(eval_)
+    if timeout is None or graders is None:
+        return grade_with_outcomes(eval_.grader_specs, answer, single=eval_.grader is not None, judgments=judgments)
     return shared_pool().grade(graders, answer, timeout, judgments=judgments)
 
 
-def judge_requests_bounded(eval_: Eval, answer: Any, timeout: float = DEFAULT_TIMEOUT_S) -> Judgments:
+def judge_requests_bounded(eval_: Eval, answer: Any, timeout: float | None = DEFAULT_TIMEOUT_S) -> Judgments:
     """The judge calls ``eval_``'s LLM-judged graders would make on ``answer``, collected as
     ``grade_bounded`` grades (the answer is hostile input: in a grading subprocess)."""
-    graders = eval_graders(eval_)
-    if graders is None:
-        with collecting_judge_requests() as collected:
-            grade(eval_, answer)
-        return collected
+    graders = None if timeout is None else eval_graders(eval_)
+    if timeout is None or graders is None:
+        return collect_judge_requests(eval_.grader_specs, answer, single=eval_.grader is not None)
     return shared_pool().judge_requests(graders, answer, timeout)
 
 

@@ -61,11 +61,10 @@ def test_evaluate_is_an_alias() -> None:
 
 @pytest.fixture
 def clean_registry():
-    saved = dict(GRADER_REGISTRY)
+    before = set(GRADER_REGISTRY)
     yield
-    GRADER_REGISTRY.clear()
-    GRADER_REGISTRY.update(saved)
-    registry._entry_points_loaded = False
+    for name in set(GRADER_REGISTRY) - before:
+        GRADER_REGISTRY.unregister(name)
 
 
 def test_user_grader_by_decorator_works_in_eval_files_and_composites(tmp_path: Path, clean_registry) -> None:
@@ -112,7 +111,6 @@ def install_plugin(folder: Path, monkeypatch, module: str, source: str, entry_po
     (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module}\nVersion: 1.0\n")
     (dist / "entry_points.txt").write_text(f"[rayeval.graders]\n{entry_point}\n")
     monkeypatch.syspath_prepend(str(folder))
-    registry._entry_points_loaded = False
 
 
 def test_user_grader_by_entry_point(tmp_path: Path, monkeypatch, clean_registry) -> None:
@@ -132,7 +130,7 @@ def test_a_broken_grader_plugin_is_skipped_with_a_warning_naming_it(
 ) -> None:
     source = "raise ImportError('needs torch')\n"
     install_plugin(tmp_path, monkeypatch, "broken_plugin_graders", source, "broken_type = broken_plugin_graders:Broken")
-    with caplog.at_level("WARNING", logger="rayeval.graders.registry"):
+    with caplog.at_level("WARNING", logger="rayeval.registry"):
         assert get_grader("multiple_choice") is not None  # the built-ins still work
         assert registry.is_registered("broken_type") is False
     assert "'broken_type'" in caplog.text and "ImportError: needs torch" in caplog.text

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from importlib import metadata
 from typing import Any, Generic, TypeVar
 
@@ -29,14 +29,16 @@ def _as_is(value: Any) -> Any:
 
 
 class Registry(Generic[T]):
-    """Named values of one ``kind``; ``plugin`` turns an entry point's object into a value (raising
-    for an object of the wrong kind)."""
+    """Named values of one ``kind``, starting with ``built_ins``; ``plugin`` turns an entry
+    point's object into a value (raising for an object of the wrong kind)."""
 
-    def __init__(self, kind: str, plugin: Callable[[Any], T] = _as_is) -> None:
+    def __init__(
+        self, kind: str, plugin: Callable[[Any], T] = _as_is, built_ins: Mapping[str, T] | None = None
+    ) -> None:
         self.kind = kind
         self.group = f"rayeval.{kind}"
         self._plugin = plugin
-        self._values: dict[str, T] = {}
+        self._values: dict[str, T] = dict(built_ins or {})
         self._lock = threading.RLock()  # a plug-in's module may register while being loaded
         self._scanned_path: list[str] | None = None
 

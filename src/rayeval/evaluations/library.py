@@ -162,9 +162,9 @@ def _evaluator(value: Any) -> dict[str, Any]:
 
 
 #: By path: the built-ins, then what :func:`remember_evaluator` adds (replacing a built-in).
-EVALUATORS: Registry[dict[str, Any]] = Registry("evaluators", _evaluator)
-for _path, (_, _spec) in BUILTINS.items():
-    EVALUATORS.register(_path, _spec)
+EVALUATORS: Registry[dict[str, Any]] = Registry(
+    "evaluators", _evaluator, {path: spec for path, (_, spec) in BUILTINS.items()}
+)
 REFERENCE_FIELDS = frozenset({"path", "threshold", "model"})
 
 

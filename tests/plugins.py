@@ -11,17 +11,18 @@ import pytest
 
 from rayeval.registry import Registry
 
-InstallPlugin = Callable[[Registry[Any], str, str, str], None]
+InstallPlugin = Callable[[Registry[Any], str, str, str], Path]
 
 
 @pytest.fixture
 def install_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[InstallPlugin]:
     """``install(registry, name, module, source)``: a package whose module ``module`` (of
-    ``source``) offers its ``plugin`` as ``name`` in ``registry``'s entry-point group; gone
-    from the registry and ``sys.modules`` after the test."""
+    ``source``) offers its ``plugin`` as ``name`` in ``registry``'s entry-point group, in a
+    folder put on ``sys.path`` and returned; gone from the registry and ``sys.modules`` after
+    the test."""
     installed: list[tuple[Registry[Any], str, str]] = []
 
-    def install(registry: Registry[Any], name: str, module: str, source: str) -> None:
+    def install(registry: Registry[Any], name: str, module: str, source: str) -> Path:
         folder = tmp_path / f"site-{len(installed)}"
         dist = folder / f"{module}-1.0.dist-info"
         dist.mkdir(parents=True)
@@ -30,6 +31,7 @@ def install_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
         (dist / "entry_points.txt").write_text(f"[{registry.group}]\n{name} = {module}:plugin\n")
         monkeypatch.syspath_prepend(str(folder))
         installed.append((registry, name, module))
+        return folder
 
     yield install
     for registry, name, module in installed:

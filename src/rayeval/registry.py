@@ -1,9 +1,10 @@
 """One registry for every kind of plug-in (graders, evaluators, agents, resolvers, providers).
 
 A registry maps names to values: rayeval's built-ins and what code registers in this process,
-then what installed packages offer under the entry-point group ``rayeval.<kind>``. Entry points
-are read only when a name is missing, once per ``sys.path``; a name already taken is never
-replaced by one, and a plug-in that cannot be loaded is skipped with a warning naming it.
+then what installed packages offer under the entry-point group ``rayeval.<kind>``. The group is
+read once per ``sys.path``, an entry point loaded only when its name is asked for; a name already
+taken is never replaced by one, and a plug-in that cannot be loaded is skipped with a warning
+naming it.
 """
 
 from __future__ import annotations
@@ -15,12 +16,14 @@ from collections.abc import Callable, Iterator, Mapping
 from importlib import metadata
 from typing import Any, Generic, TypeVar
 
+from .errors import ConfigError
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 
-class UnknownName(ValueError):
+class UnknownName(ConfigError):
     """No value is registered under the name asked for."""
 
 
@@ -41,6 +44,7 @@ class Registry(Generic[T]):
         self._values: dict[str, T] = dict(built_ins or {})
         self._lock = threading.RLock()  # a plug-in's module may register while being loaded
         self._scanned_path: list[str] | None = None
+        self._pending: dict[str, metadata.EntryPoint] = {}
 
     def register(self, name: str, value: T, *, replace: bool = False) -> None:
         """Make ``value`` known as ``name``; a name already taken is a ValueError unless ``replace``."""
@@ -55,10 +59,18 @@ class Registry(Generic[T]):
             return self._values.pop(name, None)
 
     def find(self, name: str) -> T | None:
-        """The value of ``name``, or None."""
-        if name not in self._values:
-            self._load_entry_points()
-        return self._values.get(name)
+        """The value of ``name`` (loading the entry point offering it), or None."""
+        with self._lock:
+            if name not in self._values:
+                entry_point = self._entry_points().pop(name, None)
+                if entry_point is not None:
+                    self._load(entry_point)
+            return self._values.get(name)
+
+    def knows(self, name: str) -> bool:
+        """``name`` is registered or offered by an entry point; loads nothing."""
+        with self._lock:
+            return name in self._values or name in self._entry_points()
 
     def get(self, name: str) -> T:
         """The value of ``name``; :class:`UnknownName` listing the known names when there is none."""
@@ -68,9 +80,9 @@ class Registry(Generic[T]):
         return found
 
     def names(self) -> list[str]:
-        """Every known name, in the order registered (entry points last)."""
-        self._load_entry_points()
-        return list(self._values)
+        """Every known name, in the order registered (entry points not loaded yet last)."""
+        with self._lock:
+            return [*self._values, *(name for name in self._entry_points() if name not in self._values)]
 
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and self.find(name) is not None
@@ -81,14 +93,12 @@ class Registry(Generic[T]):
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
 
-    def _load_entry_points(self) -> None:
-        with self._lock:
-            if self._scanned_path == sys.path:
-                return
+    def _entry_points(self) -> dict[str, metadata.EntryPoint]:
+        """The group's entry points not tried yet, read again when ``sys.path`` changed."""
+        if self._scanned_path != sys.path:
             self._scanned_path = list(sys.path)
-            for entry_point in metadata.entry_points(group=self.group):
-                if entry_point.name not in self._values:
-                    self._load(entry_point)
+            self._pending = {entry_point.name: entry_point for entry_point in metadata.entry_points(group=self.group)}
+        return self._pending
 
     def _load(self, entry_point: metadata.EntryPoint) -> None:
         try:

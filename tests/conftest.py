@@ -28,4 +28,4 @@ def read_jsonl(path: Path) -> list[dict]:
 
 
 # Shared fixtures (the local S3 server, small file systems) live in their own modules.
-pytest_plugins = ["tests.fixtures_s3", "tests.small_disk"]
+pytest_plugins = ["tests.fixtures_s3", "tests.small_disk", "tests.plugins"]

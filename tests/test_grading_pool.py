@@ -295,7 +295,7 @@ def test_evals_with_graders_a_fresh_interpreter_lacks_are_graded_here() -> None:
         assert grade_bounded(local, {}, 1).reasoning == f"pid {os.getpid()}"
         assert eval_graders(make(grader=MC)) is not None
     finally:
-        del GRADER_REGISTRY["test_pool_local"]
+        GRADER_REGISTRY.unregister("test_pool_local")
 
 
 def test_unsendable_answers_are_refused(pool: GradingPool) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from rayeval import EvalRunner, load_evals
-from rayeval.agents.resolve import agent_ref
+from rayeval.agents.resolve import AGENTS, agent_ref
 from tests.conftest import read_jsonl, shared_path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -78,6 +78,18 @@ def test_module_function_agent_and_timeout(tmp_path: Path) -> None:
         str(eval_file), "--agent", "my_agents:hang", "--timeout", "1", "--work-root", str(tmp_path / "w"), cwd=env_cwd
     )
     assert done.returncode == 1 and json.loads(done.stdout)["status"] == "timeout"
+
+
+def test_an_installed_package_offers_an_agent_by_entry_point(tmp_path: Path, install_plugin) -> None:
+    source = "def plugin(task_prompt, work_dir):\n    return {'answer': 'B'}\n"
+    site = install_plugin(AGENTS, "always-b", "my_plugin_agents", source)
+    assert agent_ref("always-b").function is None and "my_plugin_agents" not in sys.modules  # not loaded here
+    assert agent_ref("always-b", load=True).function({}, tmp_path) == {"answer": "B"}
+    eval_file = _mc_eval(tmp_path)
+    for isolation in ("inline", "process", "sandbox"):
+        done = run_one(str(eval_file), "--agent", "always-b", "--isolation", isolation, cwd=site)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["status"] == "passed"
 
 
 @pytest.mark.parametrize(

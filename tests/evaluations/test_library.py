@@ -11,8 +11,17 @@ from rayeval import evaluations
 from rayeval.evaluations import EvaluationConfigError
 from rayeval.evaluations.catalog import find_version, store_version, stored_versions
 from rayeval.evaluations.config import validate_arguments
-from rayeval.evaluations.library import BUILTINS, contains, exact_match, regex_match, target_text, valid_json
+from rayeval.evaluations.library import (
+    BUILTINS,
+    EVALUATORS,
+    contains,
+    exact_match,
+    regex_match,
+    target_text,
+    valid_json,
+)
 from rayeval.evaluations.prompts import JudgmentError, PromptVersion, read_judgment, render
+from rayeval.registry import Registry
 from rayeval.storage import ResultStore
 
 from .conftest import qa_dataset
@@ -158,7 +167,7 @@ def test_prompt_and_judge_mistakes_are_named() -> None:
 
 
 def test_registered_evaluators_resolve_by_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("rayeval.evaluations.library._REGISTRY", {})
+    monkeypatch.setattr("rayeval.evaluations.library.EVALUATORS", Registry("evaluators"))
     evaluations.register_evaluator(
         {"path": "team/shouty", "return_type": "boolean", "callable": lambda log: log["output"].isupper()}
     )
@@ -198,3 +207,14 @@ def test_an_llm_evaluator_without_its_key_stops_an_embedded_run_before_any_datap
     assert "needs an API key in the environment variable OPENAI_API_KEY" in str(refused.value)
     assert "Example Evaluators/AI/Semantic similarity" in str(refused.value)
     assert not called and not (tmp_path / "results").exists()
+
+
+def test_an_installed_package_offers_evaluators_by_entry_point(install_plugin) -> None:
+    source = (
+        "plugin = {'path': 'team/short', 'return_type': 'boolean', 'callable': lambda log: len(log['output']) < 5}\n"
+    )
+    install_plugin(EVALUATORS, "team/short", "my_plugin_evaluators", source)
+    spec = validate_arguments(
+        "qa", {"path": "f", "callable": lambda question, **_: question}, [{"path": "team/short"}], qa_dataset()
+    )
+    assert spec.evaluators[0].path == "team/short" and spec.evaluators[0].callable({"output": "hi"}) is True

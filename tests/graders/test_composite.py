@@ -55,7 +55,7 @@ def temporary_grader():
 
     yield add
     for name in added:
-        GRADER_REGISTRY.pop(name, None)
+        GRADER_REGISTRY.unregister(name)
 
 
 # --------------------------------------------------------------------------- labels

@@ -35,7 +35,7 @@ def _test_graders() -> Iterator[None]:
     """The grader types the vectors name besides the built-ins, for this module only."""
     register_grader("malformed_metrics_for_test")(MalformedMetrics)
     yield
-    GRADER_REGISTRY.pop("malformed_metrics_for_test", None)
+    GRADER_REGISTRY.unregister("malformed_metrics_for_test")
 
 
 @pytest.mark.parametrize("vector", VECTORS, ids=[v["id"] for v in VECTORS])

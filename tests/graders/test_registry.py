@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -61,11 +60,10 @@ def test_evaluate_is_an_alias() -> None:
 
 @pytest.fixture
 def clean_registry():
-    saved = dict(GRADER_REGISTRY)
+    before = set(GRADER_REGISTRY)
     yield
-    GRADER_REGISTRY.clear()
-    GRADER_REGISTRY.update(saved)
-    registry._entry_points_loaded = False
+    for name in set(GRADER_REGISTRY) - before:
+        GRADER_REGISTRY.unregister(name)
 
 
 def test_user_grader_by_decorator_works_in_eval_files_and_composites(tmp_path: Path, clean_registry) -> None:
@@ -104,35 +102,22 @@ def test_register_grader_rejects_non_graders() -> None:
         register_grader("")
 
 
-def install_plugin(folder: Path, monkeypatch, module: str, source: str, entry_point: str) -> None:
-    """A distribution on sys.path whose ``rayeval.graders`` entry point is ``entry_point``."""
-    (folder / f"{module}.py").write_text(source)
-    dist = folder / f"{module}-1.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module}\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text(f"[rayeval.graders]\n{entry_point}\n")
-    monkeypatch.syspath_prepend(str(folder))
-    registry._entry_points_loaded = False
-
-
-def test_user_grader_by_entry_point(tmp_path: Path, monkeypatch, clean_registry) -> None:
+def test_user_grader_by_entry_point(install_plugin) -> None:
     source = (
         "from rayeval.graders import Grader, GraderResult\n"
         "class Always(Grader):\n"
         "    def _evaluate(self, answer, config):\n"
         "        return GraderResult(passed=True, score=1.0)\n"
+        "plugin = Always\n"
     )
-    install_plugin(tmp_path, monkeypatch, "my_plugin_graders", source, "always_pass = my_plugin_graders:Always")
+    install_plugin(GRADER_REGISTRY, "always_pass", "my_plugin_graders", source)
     assert get_grader("always_pass").evaluate_answer(None, {}).passed is True
-    sys.modules.pop("my_plugin_graders", None)
 
 
-def test_a_broken_grader_plugin_is_skipped_with_a_warning_naming_it(
-    tmp_path: Path, monkeypatch, caplog, clean_registry
-) -> None:
+def test_a_broken_grader_plugin_is_skipped_with_a_warning_naming_it(install_plugin, caplog) -> None:
     source = "raise ImportError('needs torch')\n"
-    install_plugin(tmp_path, monkeypatch, "broken_plugin_graders", source, "broken_type = broken_plugin_graders:Broken")
-    with caplog.at_level("WARNING", logger="rayeval.graders.registry"):
+    install_plugin(GRADER_REGISTRY, "broken_type", "broken_plugin_graders", source)
+    with caplog.at_level("WARNING", logger="rayeval.registry"):
         assert get_grader("multiple_choice") is not None  # the built-ins still work
         assert registry.is_registered("broken_type") is False
     assert "'broken_type'" in caplog.text and "ImportError: needs torch" in caplog.text

@@ -23,7 +23,7 @@ import pytest
 from rayeval.evals import load_evals
 from rayeval.harness import cache
 from rayeval.harness.cache import key_hash, remove_tree
-from rayeval.harness.resolvers import Resolved, register_resolver, unregister_resolver
+from rayeval.harness.resolvers import RESOLVERS, Resolved, register_resolver, unregister_resolver
 from rayeval.harness.staging import StagingError
 from rayeval.harness.staging import stage_data as stage_data_within
 
@@ -520,6 +520,13 @@ def test_latch_resolver_to_local_path_and_presigned_url(tmp_path, cache_dir, htt
     assert all(n.from_cache for n in again)
     assert len(calls) == 2  # cache hits never call the resolver
     assert http_files.hits["/bucket/obj-123"] == 1
+
+
+def test_an_installed_package_offers_a_resolver_by_entry_point(tmp_path, cache_dir, install_plugin) -> None:
+    local = write_tree(tmp_path / "plugged-download", {"f.txt": b"from the plug-in"})
+    install_plugin(RESOLVERS, "plugged", "my_plugin_resolvers", f"def plugin(uri):\n    return {str(local)!r}\n")
+    (staged,) = stage_data(["plugged://bucket/tree"], tmp_path / "data", cache_dir=cache_dir)
+    assert (staged.path, (tmp_path / "data" / "tree" / "f.txt").read_bytes()) == ("data/tree", b"from the plug-in")
 
 
 def test_resolver_can_name_id_style_nodes(tmp_path, cache_dir, http_files, latch) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rayeval.models import ModelError, RetryPolicy, get_model
+from rayeval.models import PROVIDERS, ModelError, RetryPolicy, get_model
 from rayeval.models.retry import retry_after_s
 from tests.agents.fake_model_server import FakeModelServer
 from tests.fixtures_s3 import S3Bucket
@@ -97,6 +97,20 @@ def test_provider_specific_fields_are_sent_as_they_are(server: FakeModelServer) 
 def test_base_url_from_the_sdk_variable(server: FakeModelServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_BASE_URL", f"{server.url}/v1")
     assert get_model("openai/gpt-4o-mini").generate("hi").text == "reply to 1 message(s)"
+
+
+def test_an_installed_package_offers_a_provider_by_entry_point(
+    server: FakeModelServer, install_plugin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = (
+        "from rayeval.models.providers import Provider\n"
+        "plugin = Provider('together', 'openai', 'TOGETHER_API_KEY', 'TOGETHER_BASE_URL')\n"
+    )
+    install_plugin(PROVIDERS, "together", "my_plugin_providers", source)
+    monkeypatch.setenv("TOGETHER_API_KEY", "together-key")
+    monkeypatch.setenv("TOGETHER_BASE_URL", f"{server.url}/v1")
+    assert get_model("together/llama-3").generate("hi").text == "reply to 1 message(s)"
+    assert server.model_requests()[-1].headers["authorization"] == "Bearer together-key"
 
 
 def test_429_waits_for_retry_after_then_succeeds(server: FakeModelServer) -> None:

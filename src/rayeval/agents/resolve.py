@@ -13,6 +13,7 @@ from typing import Any
 from .._messages import field_problems
 from ..errors import ConfigError
 from ..harness.context import MIB, AgentContext, AgentFunction, AgentRef, UnitResources
+from ..registry import Registry
 
 
 def _reference() -> AgentFunction:
@@ -125,21 +126,44 @@ BUILT_IN_AGENTS: dict[str, Callable[[], AgentFunction]] = {
     "mini-swe-agent": _program("mini-swe-agent"),
 }
 
+
+def _agent_loader(value: object) -> Callable[[], AgentFunction]:
+    if not callable(value):
+        raise TypeError(f"an agent is a function, got {type(value).__name__}")
+    return lambda: value
+
+
+#: Agents by name, as loaders (a built-in's module is imported when it runs); installed packages
+#: offer their agent functions under the ``rayeval.agents`` entry-point group.
+AGENTS: Registry[Callable[[], AgentFunction]] = Registry("agents", _agent_loader, BUILT_IN_AGENTS)
+
 # Built-ins cheap and safe enough to run inside the worker without a forked child.
 INLINE_AGENTS = frozenset({"replay", "sleep"})
 
 
 class AgentNotFound(ConfigError):
-    """The agent name is neither built in nor an importable ``module:function``."""
+    """The agent name is neither known (built in, a plug-in) nor an importable ``module:function``."""
+
+
+def _unknown(name: str) -> AgentNotFound:
+    known = ", ".join(sorted(AGENTS.names()))
+    return AgentNotFound(f"unknown agent {name!r}: use a known agent ({known}) or module:function")
+
+
+def _is_module_path(name: str) -> bool:
+    module_name, sep, attribute = name.partition(":")
+    return bool(sep and module_name and attribute)
 
 
 def resolve_agent(name: str) -> AgentFunction:
-    if name in BUILT_IN_AGENTS:
-        return BUILT_IN_AGENTS[name]()
-    module_name, sep, attribute = name.partition(":")
-    if not sep or not module_name or not attribute:
-        known = ", ".join(sorted(BUILT_IN_AGENTS))
-        raise AgentNotFound(f"unknown agent {name!r}: use a built-in ({known}) or module:function")
+    if ":" not in name:
+        loader = AGENTS.find(name)
+        if loader is None:
+            raise _unknown(name)
+        return loader()
+    if not _is_module_path(name):
+        raise _unknown(name)
+    module_name, _, attribute = name.partition(":")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
@@ -156,17 +180,15 @@ def resolve_agent(name: str) -> AgentFunction:
 
 def agent_ref(name: str, *, load: bool = False) -> AgentRef:
     """``name`` for a runner. A built-in is rayeval's own code: asked for its traits here, and
-    its ref carries its function. A ``module:function`` is imported here only with ``load``
-    (an agent run in this process, inline); otherwise never (its module would run code in this
-    process): it gets the defaults, and is checked where it runs. Its own attributes never
-    give it a built-in's traits: only being one of them does (by identity)."""
+    its ref carries its function. A plug-in or ``module:function`` is loaded here only with
+    ``load`` (an agent run in this process, inline); otherwise never (its module would run code
+    in this process): it gets the defaults, and is checked where it runs. Its own attributes
+    never give it a built-in's traits: only being one of them does (by identity)."""
     if name in BUILT_IN_AGENTS:
         return _built_in_ref(name, BUILT_IN_AGENTS[name]())
-    module_name, sep, attribute = name.partition(":")
-    if not sep or not module_name or not attribute:
-        known = ", ".join(sorted(BUILT_IN_AGENTS))
-        raise AgentNotFound(f"unknown agent {name!r}: use a built-in ({known}) or module:function")
     if not load:
+        if not (AGENTS.knows(name) or _is_module_path(name)):
+            raise _unknown(name)
         return AgentRef(name=name)
     function = resolve_agent(name)
     for built_in in BUILT_IN_AGENTS.keys() - set(_PROGRAMS):  # a program's function is made anew each time

@@ -8,8 +8,9 @@ An evaluator in ``evaluations.run`` is one of:
   template, temperature, ...}, options: [...] (select / multi_select), threshold}``
   (see :class:`rayeval.evaluations.prompts.LLMJudge`);
 * a reference: ``{path}`` alone (optionally ``threshold``, and ``model`` to change an LLM
-  judge's model), resolved from the registry of
-  :func:`~rayeval.evaluations.config.register_evaluator`, then the built-ins.
+  judge's model), resolved from :data:`EVALUATORS`: what
+  :func:`~rayeval.evaluations.config.register_evaluator` registered, the built-ins, then the
+  ``rayeval.evaluators`` entry points of installed packages.
 
 The built-ins' code reads a target's text as ``target["output"]``, else the target's only
 value, else the target itself when it is a string (:func:`target_text`).
@@ -25,6 +26,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .._messages import listed, pydantic_problems
+from ..registry import Registry
 from .prompts import LLMJudge, PromptVersion, model_problem
 
 BUILTIN_PREFIX = "Example Evaluators/"
@@ -151,7 +153,18 @@ BUILTINS: dict[str, tuple[str, dict[str, Any]]] = {
     ),
 }
 
-_REGISTRY: dict[str, dict[str, Any]] = {}
+
+def _evaluator(value: Any) -> dict[str, Any]:
+    """An entry point's evaluator: a mapping, checked like any evaluator where it is used."""
+    if not isinstance(value, Mapping):
+        raise TypeError(f"an evaluator is a mapping, got {type(value).__name__}")
+    return dict(value)
+
+
+#: By path: the built-ins, then what :func:`remember_evaluator` adds (replacing a built-in).
+EVALUATORS: Registry[dict[str, Any]] = Registry(
+    "evaluators", _evaluator, {path: spec for path, (_, spec) in BUILTINS.items()}
+)
 REFERENCE_FIELDS = frozenset({"path", "threshold", "model"})
 
 
@@ -171,13 +184,13 @@ class JudgeSpec(BaseModel):
 
 
 def known_paths() -> list[str]:
-    return sorted({*_REGISTRY, *BUILTINS})
+    return sorted(EVALUATORS.names())
 
 
 def remember_evaluator(evaluator: Mapping[str, Any]) -> None:
     """Make a checked ``evaluator`` known by its path (see
     :func:`~rayeval.evaluations.config.register_evaluator`, which checks it)."""
-    _REGISTRY[str(evaluator["path"]).strip()] = dict(evaluator)
+    EVALUATORS.register(str(evaluator["path"]).strip(), dict(evaluator), replace=True)
 
 
 def is_reference(raw: Mapping[str, Any]) -> bool:
@@ -187,9 +200,7 @@ def is_reference(raw: Mapping[str, Any]) -> bool:
 
 def _resolve(raw: Mapping[str, Any], where: str, problems: list[str]) -> dict[str, Any] | None:
     path = raw.get("path")
-    found = _REGISTRY.get(path) if isinstance(path, str) else None
-    if found is None and isinstance(path, str) and path in BUILTINS:
-        found = BUILTINS[path][1]
+    found = EVALUATORS.find(path) if isinstance(path, str) else None
     if found is None:
         problems.append(f"{where}: no evaluator has the path {path!r} (known: {listed(known_paths())})")
         return None

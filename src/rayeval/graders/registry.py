@@ -1,21 +1,23 @@
-"""Grader registry: built-in types, aliases, user registrations and entry points."""
+"""Grader registry: built-in types, aliases, user registrations and entry points (``rayeval.graders``)."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterator
-from importlib import metadata
 from typing import Any, TypeVar
 
+from ..registry import Registry
 from .base import Grader
 
-log = logging.getLogger(__name__)
-
-ENTRY_POINT_GROUP = "rayeval.graders"
-
-GRADER_REGISTRY: dict[str, type[Grader]] = {}
-
 G = TypeVar("G", bound=type[Grader])
+
+
+def _grader_class(value: Any) -> type[Grader]:
+    if not (isinstance(value, type) and issubclass(value, Grader)):
+        raise TypeError(f"{value!r} is not a rayeval.graders.Grader subclass")
+    return value
+
+
+GRADER_REGISTRY: Registry[type[Grader]] = Registry("graders", _grader_class)
 
 
 def register_grader(*names: str) -> Callable[[G], G]:
@@ -28,55 +30,21 @@ def register_grader(*names: str) -> Callable[[G], G]:
         raise ValueError("register_grader needs at least one non-empty type name")
 
     def decorate(cls: G) -> G:
-        if not (isinstance(cls, type) and issubclass(cls, Grader)):
-            raise TypeError(f"{cls!r} is not a rayeval.graders.Grader subclass")
+        _grader_class(cls)
         for name in names:
-            GRADER_REGISTRY[name] = cls
+            GRADER_REGISTRY.register(name, cls, replace=True)
         return cls
 
     return decorate
 
 
-_entry_points_loaded = False
-
-
-def _load_entry_points() -> None:
-    global _entry_points_loaded
-    if _entry_points_loaded:
-        return
-    _entry_points_loaded = True
-    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name in GRADER_REGISTRY:
-            continue
-        try:
-            cls = ep.load()
-        except Exception as exc:  # noqa: BLE001 - a broken plugin must not take the built-ins down with it
-            log.warning(
-                "grader plugin %r (entry point %s) cannot be loaded, skipped: %s: %s",
-                ep.name,
-                ep.value,
-                type(exc).__name__,
-                exc,
-            )
-            continue
-        if isinstance(cls, type) and issubclass(cls, Grader):
-            GRADER_REGISTRY[ep.name] = cls
-
-
 def is_registered(name: Any) -> bool:
-    if not isinstance(name, str):
-        return False
-    if name not in GRADER_REGISTRY:
-        _load_entry_points()
     return name in GRADER_REGISTRY
 
 
 def get_grader(name: str) -> Grader:
     """A fresh instance of the grader registered as ``name``; ValueError when unknown."""
-    if not is_registered(name):
-        known = ", ".join(sorted(GRADER_REGISTRY))
-        raise ValueError(f"Unknown grader type {name!r}; registered types: {known}")
-    return GRADER_REGISTRY[name]()
+    return GRADER_REGISTRY.get(name)()
 
 
 def named_grader_types(specs: Any) -> Iterator[str]:

@@ -15,17 +15,20 @@ unless the resolver returns ``Resolved(target, name=...)``: id-style URIs such a
 kept in the cache sidecar. A resolver is called only on a cache miss (under the entry's lock, inside the
 download deadline); a hit never calls it, so reuse needs no credentials.
 
-The registry is per process: with Ray, register resolvers in every worker (e.g. from a
-module the worker imports, or a ``worker_process_setup_hook``).
+A registration is per process: with Ray, register resolvers in every worker (e.g. from a
+module the worker imports, or a ``worker_process_setup_hook``), or install a package that
+offers its resolver under the ``rayeval.resolvers`` entry-point group (``latch = pkg:resolve``),
+which every process finds.
 """
 
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Union
+
+from ..registry import Registry
 
 
 @dataclass(frozen=True)
@@ -41,8 +44,15 @@ Resolver = Callable[[str], Union[str, "os.PathLike[str]", Resolved]]
 #: Schemes the staging layer fetches itself; resolvers cannot replace them.
 BUILTIN_SCHEMES = frozenset({"", "file", "http", "https", "s3"})
 
-_registry: dict[str, Resolver] = {}
-_registry_lock = threading.Lock()
+
+def _resolver(value: object) -> Resolver:
+    if not callable(value):
+        raise TypeError(f"a resolver must be callable, got {type(value).__name__}")
+    return value
+
+
+#: By scheme; installed packages add theirs under the ``rayeval.resolvers`` entry-point group.
+RESOLVERS: Registry[Resolver] = Registry("resolvers", _resolver)
 
 
 def _normalise_scheme(scheme: str) -> str:
@@ -59,24 +69,17 @@ def register_resolver(scheme: str, fn: Resolver) -> None:
 
     Registering the same scheme again replaces the previous resolver.
     """
-    if not callable(fn):
-        raise TypeError(f"resolver for {scheme!r} must be callable, got {type(fn).__name__}")
-    name = _normalise_scheme(scheme)
-    with _registry_lock:
-        _registry[name] = fn
+    RESOLVERS.register(_normalise_scheme(scheme), _resolver(fn), replace=True)
 
 
 def unregister_resolver(scheme: str) -> Resolver | None:
     """Remove the resolver for ``scheme``; returns it, or None when there was none."""
-    name = _normalise_scheme(scheme)
-    with _registry_lock:
-        return _registry.pop(name, None)
+    return RESOLVERS.unregister(_normalise_scheme(scheme))
 
 
 def get_resolver(scheme: str) -> Resolver | None:
     """The resolver registered for ``scheme``, or None."""
-    with _registry_lock:
-        return _registry.get(scheme.lower())
+    return RESOLVERS.find(scheme.lower())
 
 
 def missing_resolver_message(scheme: str) -> str:

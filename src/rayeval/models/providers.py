@@ -10,6 +10,7 @@ from functools import lru_cache
 from typing import Any, Literal
 
 from ..errors import RayevalError
+from ..registry import Registry
 from .types import ChatMessage, GenerateConfig
 
 SDK = Literal["openai", "anthropic"]
@@ -30,17 +31,25 @@ class Provider:
     key_required: bool = True
 
 
-PROVIDERS: dict[str, Provider] = {
-    "openai": Provider("openai", "openai", "OPENAI_API_KEY", "OPENAI_BASE_URL"),
-    "openai-compatible": Provider(
-        "openai-compatible",
-        "openai",
-        "OPENAI_API_KEY",
-        "OPENAI_BASE_URL",
-        key_required=False,
-    ),
-    "anthropic": Provider("anthropic", "anthropic", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"),
-}
+def _provider(value: object) -> Provider:
+    if not isinstance(value, Provider):
+        raise TypeError(f"a provider is a rayeval.models.providers.Provider, got {type(value).__name__}")
+    return value
+
+
+#: By name: the built-ins; installed packages add theirs (another OpenAI-compatible service, say)
+#: under the ``rayeval.providers`` entry-point group.
+PROVIDERS: Registry[Provider] = Registry(
+    "providers",
+    _provider,
+    {
+        "openai": Provider("openai", "openai", "OPENAI_API_KEY", "OPENAI_BASE_URL"),
+        "openai-compatible": Provider(
+            "openai-compatible", "openai", "OPENAI_API_KEY", "OPENAI_BASE_URL", key_required=False
+        ),
+        "anthropic": Provider("anthropic", "anthropic", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"),
+    },
+)
 
 
 class ModelError(RayevalError, RuntimeError):
@@ -77,9 +86,10 @@ def split_name(name: str) -> tuple[Provider, str]:
     provider, sep, model = name.partition("/")
     if not sep or not model:
         raise ModelError(f"model {name!r}: expected provider/model, with provider one of {', '.join(PROVIDERS)}")
-    if provider not in PROVIDERS:
+    found = PROVIDERS.find(provider)
+    if found is None:
         raise ModelError(f"model {name!r}: unknown provider {provider!r} (known: {', '.join(PROVIDERS)})")
-    return PROVIDERS[provider], model
+    return found, model
 
 
 # Bare model names whose provider is not in doubt: OpenAI's GPT and o-series, Anthropic's Claude.

@@ -7,7 +7,6 @@ import logging
 import os
 import re
 import secrets
-import signal
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -63,7 +62,7 @@ from .plan import Plan, Unit, compact_seeds, plan_changes, unstored
 from .progress import Progress
 from .queue import UnitQueue, retry_delay
 from .rows import row_from_result
-from .stopping import RunCancelled, SigtermStopsTheRun
+from .stopping import RunCancelled, StopSignals
 from .summary import RunSummary, summarize
 from .worker import GradeFunction, JudgeWork, WorkerConfig, WorkerPool, start_workers
 
@@ -317,10 +316,10 @@ def run_batch(
     unwritable: ResultsRootUnwritable | None = None
     workers: WorkerPool | None = None
     summary: Future[RunSummary] | None = None
-    with SigtermStopsTheRun() as sigterm:
+    with StopSignals() as stop_signals:
         try:
             owns_ray = connect(config)
-            sigterm.claim()
+            stop_signals.claim()
             # Workers start (asynchronously) first: their start-up overlaps planning and the
             # manifest.  A resumed run may need fewer; idle ones cost nothing.
             workers, capacity = (
@@ -340,11 +339,23 @@ def run_batch(
             manifest = store.write_manifest(planned)
             if to_run and workers is not None:
                 with lease.interrupts():  # a lost lease stops the run: another driver has it now
-                    _execute(config, run_id, evals, plan, todo, earlier_attempts, writer, progress, workers, lease)
+                    _execute(
+                        config,
+                        run_id,
+                        evals,
+                        plan,
+                        todo,
+                        earlier_attempts,
+                        writer,
+                        progress,
+                        workers,
+                        lease,
+                        stop_signals,
+                    )
             status = "completed"
         except KeyboardInterrupt:
             status = "cancelled"
-            stopped_by = signal.SIGTERM if sigterm.received else signal.SIGINT
+            stopped_by = stop_signals.by
         except ResultsRootUnwritable as exc:
             unwritable = exc
         finally:
@@ -738,6 +749,7 @@ def _execute(
     progress: Progress,
     workers: WorkerPool,
     lease: RunLease,
+    stop_signals: StopSignals,
 ) -> None:
     """Start units while the limits and the workers' slots allow, wait for the next to end,
     store its row or run it again (a unit whose LLM-judged graders need judge calls frees its
@@ -763,20 +775,35 @@ def _execute(
         ready, _ = ray.wait(refs, num_returns=1, timeout=0.1)
         if ready:  # and whatever else is done by now
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-        kept: dict[str, list[UnitRecord]] = {}  # model -> rows to store, of every unit back by now
-        for ref in ready:
-            if (done := work.settle(ref, evals, run_id, config)) is None:
-                continue
-            unit, attempt, row = done
-            earlier = 0 if earlier_attempts is None else int(earlier_attempts[unit.position])
-            if row.retryable and attempt - earlier <= config.retries:  # retries count from this run's first
-                queue.retry_later(unit, attempt + 1, retry_delay(attempt, config.retry_backoff_s))
-            else:
-                kept.setdefault(unit.model, []).append(row)
-        for model, rows in kept.items():  # one WAL write and fsync per model and round
-            writer.add_lines(row_labels(config.agent, model, config.agent_args)[0], [row.to_line() for row in rows])
-            for row in rows:  # done once on disk, in the write-ahead log
-                progress.update(passed=row.passed, error=row.status in ERROR_STATUSES)
+        with stop_signals.deferred():  # a unit back is stored whole, even if the run stops now
+            _store_units_back(config, run_id, evals, ready, work, earlier_attempts, writer, progress)
+
+
+def _store_units_back(
+    config: BatchConfig,
+    run_id: str,
+    evals: list[Eval],
+    ready: list[Any],
+    work: _InFlight,
+    earlier_attempts: np.ndarray | None,
+    writer: RowWriter,
+    progress: Progress,
+) -> None:
+    """Settle the calls that are back: store the rows of finished units, queue retries."""
+    kept: dict[str, list[UnitRecord]] = {}  # model -> rows to store, of every unit back by now
+    for ref in ready:
+        if (done := work.settle(ref, evals, run_id, config)) is None:
+            continue
+        unit, attempt, row = done
+        earlier = 0 if earlier_attempts is None else int(earlier_attempts[unit.position])
+        if row.retryable and attempt - earlier <= config.retries:  # retries count from this run's first
+            work.queue.retry_later(unit, attempt + 1, retry_delay(attempt, config.retry_backoff_s))
+        else:
+            kept.setdefault(unit.model, []).append(row)
+    for model, rows in kept.items():  # one WAL write and fsync per model and round
+        writer.add_lines(row_labels(config.agent, model, config.agent_args)[0], [row.to_line() for row in rows])
+        for row in rows:  # done once on disk, in the write-ahead log
+            progress.update(passed=row.passed, error=row.status in ERROR_STATUSES)
 
 
 @dataclass

@@ -15,6 +15,8 @@ from ..errors import ConfigError
 from ..harness.context import AgentContext
 from ..harness.prompt import AnswerConvention
 from . import _cli
+from ._recovery import ProviderFailure
+from ._refusal import RefusalVerdict
 
 
 class AgentConfigError(ConfigError):
@@ -32,6 +34,13 @@ class Summary:
     cost_source: str | None = None
     trajectory: list[dict[str, Any]] | None = None  # None: the streamed events as they are
     extra: dict[str, Any] = field(default_factory=dict)
+    #: the program's session, which a resumed run goes on with (None: it cannot be resumed)
+    session_id: str | None = None
+    #: the provider's failures the program reported, in order; the last one ended the session
+    #: when it ended without an answer
+    failures: list[ProviderFailure] = field(default_factory=list)
+    #: the model's refusal, as the program's events show it (None: none seen)
+    refusal: RefusalVerdict | None = None
 
 
 @dataclass
@@ -99,6 +108,11 @@ class ProgramAgent:
 
     def keep_event(self, event: dict[str, Any]) -> bool:
         return True
+
+    def resume_argv(self, program: list[str], state: Path, work_dir: Path, session_id: str) -> list[str] | None:
+        """The command line that goes on with ``session_id`` (its prompt: ``Continue.`` on
+        stdin); None when the program cannot resume a session."""
+        return None
 
     # ---------------------------------------------------------------- the agent function
     @property

@@ -16,7 +16,7 @@ from ..harness.context import AgentContext
 from ..harness.prompt import AnswerConvention
 from . import _cli
 from ._recovery import ProviderFailure
-from ._refusal import RefusalVerdict
+from ._refusal import RefusalVerdict, detect_program_refusal
 
 
 class AgentConfigError(ConfigError):
@@ -147,6 +147,8 @@ class ProgramAgent:
                 summary = self.summarize(result.events, state, work_dir)
             except Exception as exc:  # noqa: BLE001 - a surprise in the event stream must not lose the answer
                 summary = Summary(extra={"summary_error": f"{type(exc).__name__}: {exc}"})
+            if summary.refusal is None:
+                summary.refusal = detect_program_refusal(self.harness, result.events)
         return _cli.finish(
             harness=self.harness,
             model=self.model,
@@ -162,6 +164,7 @@ class ProgramAgent:
             command=self.display_argv(argv),
             timeout=self.timeout,
             extra=summary.extra,
+            refusal=summary.refusal,
         )
 
     def display_argv(self, argv: list[str]) -> list[str]:

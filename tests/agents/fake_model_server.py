@@ -3,9 +3,9 @@
 It listens on 127.0.0.1 (stdlib ``http.server`` in a background thread) and speaks just enough
 of three wire protocols for the agent CLIs to run end to end:
 
-* Anthropic Messages API (``POST /v1/messages``, streaming SSE or plain JSON) -- Claude Code;
+* Anthropic Messages API (``POST /v1/messages``, streaming SSE or plain JSON) -- Claude Code, pi;
 * OpenAI Responses API (``POST /v1/responses``, streaming SSE) -- Codex;
-* OpenAI Chat Completions (``POST /v1/chat/completions``) -- litellm / mini-swe-agent.
+* OpenAI Chat Completions (``POST /v1/chat/completions``) -- litellm / mini-swe-agent, pi.
 
 The *script* is a list of turns.  Each turn is either ``{"command": "<shell>"}`` (the model
 calls the program's shell tool with that command) or ``{"text": "<final message>"}``.  Which
@@ -328,7 +328,8 @@ class _Handler(BaseHTTPRequestHandler):
         tools = body.get("tools") or []
         model = body.get("model", "claude-test")
         tool_names = [t.get("name") for t in tools if isinstance(t, dict)]
-        if "Bash" not in tool_names:
+        shell_tool = next((n for n in ("Bash", "bash") if n in tool_names), None)  # Claude Code's, pi's
+        if shell_tool is None:
             turn_index, step = None, self._side_step(body, tools)
         else:
             turn_index = sum(1 for m in body.get("messages", []) if m.get("role") == "assistant")
@@ -342,7 +343,7 @@ class _Handler(BaseHTTPRequestHandler):
                 {
                     "type": "tool_use",
                     "id": f"toolu_{len(owner.replies):04d}",
-                    "name": "Bash",
+                    "name": shell_tool,
                     "input": {"command": step["command"], "description": "Write the answer"},
                 },
             ]

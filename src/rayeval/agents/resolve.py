@@ -58,6 +58,10 @@ def _program_env_names(factory_name: str) -> tuple[str, ...]:
         from .codex import CodexAgent
 
         return (*CodexAgent.key_names, *CodexAgent.config_names)
+    if factory_name == "pi":
+        from .pi import PiAgent
+
+        return (*PiAgent.key_names, *PiAgent.config_names)
     from .mini_swe import PROVIDER_KEYS, MiniSweAgent
 
     return (*(name for names in PROVIDER_KEYS.values() for name in names), *MiniSweAgent.config_names)
@@ -69,7 +73,7 @@ def _program_install(factory_name: str) -> tuple[tuple[str, ...], tuple[tuple[st
     folder. A Python program (mini-swe-agent) is in the environment, shown anyway."""
     from . import _tools
 
-    programs = {"claude-code": _tools.CLAUDE, "codex": _tools.CODEX}
+    programs = {"claude-code": _tools.CLAUDE, "codex": _tools.CODEX, "pi": _tools.PI}
     if factory_name not in programs:
         return (), ()
     folders = [str(_tools.tools_dir())]
@@ -85,15 +89,18 @@ def _program_factory(name: str) -> tuple[Callable[..., Any], type]:
         ClaudeCodeAgent,
         CodexAgent,
         MiniSweAgent,
+        PiAgent,
         claude_code,
         codex,
         mini_swe_agent,
+        pi,
     )
 
     factories: dict[str, tuple[Callable[..., Any], type]] = {
         "claude-code": (claude_code, ClaudeCodeAgent),
         "codex": (codex, CodexAgent),
         "mini-swe-agent": (mini_swe_agent, MiniSweAgent),
+        "pi": (pi, PiAgent),
     }
     return factories[name]
 
@@ -124,6 +131,7 @@ BUILT_IN_AGENTS: dict[str, Callable[[], AgentFunction]] = {
     "claude-code": _program("claude-code"),
     "codex": _program("codex"),
     "mini-swe-agent": _program("mini-swe-agent"),
+    "pi": _program("pi"),
 }
 
 
@@ -221,7 +229,7 @@ class AgentArgsError(ConfigError):
 
 # The options of the built-ins that are plain functions (the programs take their factory's).
 _FUNCTION_OPTIONS: dict[str, tuple[str, ...]] = {"reference": (), "replay": ("trials",), "sleep": ("seconds",)}
-_PROGRAMS = ("claude-code", "codex", "mini-swe-agent")
+_PROGRAMS = ("claude-code", "codex", "mini-swe-agent", "pi")
 
 
 _DESCRIPTIONS = {
@@ -232,6 +240,7 @@ _DESCRIPTIONS = {
     "claude-code": "Anthropic's Claude Code program (ANTHROPIC_API_KEY), the unit's model",
     "codex": "OpenAI's Codex program (OPENAI_API_KEY or CODEX_API_KEY), the unit's model",
     "mini-swe-agent": "mini-swe-agent through litellm (the provider's key), the unit's model as provider/model",
+    "pi": "the pi coding agent (the provider's key), the unit's model as provider/model",
 }
 
 

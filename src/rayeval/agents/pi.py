@@ -1,0 +1,324 @@
+"""The pi coding agent (``@earendil-works/pi-coding-agent``) as a rayeval agent.
+
+Runs ``pi --mode json --print`` in the work folder with the prompt on stdin.  Its own folder
+(``PI_CODING_AGENT_DIR``: settings, models, sessions) is in the private state folder, never
+``~/.pi``.  A model named ``anthropic/...``, ``openrouter/...``, ``fireworks/...`` or
+``openai/...`` with ``base_url`` (or ``model_config``) is registered in that folder's
+``models.json`` as a custom provider of that name, as the reference runner does.  The JSON
+events are the trajectory: each model reply is a ``message_end`` whose assistant message holds
+its usage and pi's cost; a failed call is an assistant message with ``stopReason: "error"``
+and an ``errorMessage`` that starts with the HTTP status.  pi exits 0 after a failed call,
+after retrying it itself (``auto_retry_start`` events) when its settings allow.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from .._json import object_at
+from ..harness.prompt import AnswerConvention
+from . import _cli, _tools
+from ._base import AgentConfigError, ProgramAgent, Summary
+from ._recovery import ProviderFailure, provider_failure
+
+__all__ = ["PROVIDER_STYLES", "PiAgent", "pi"]
+
+
+@dataclass(frozen=True)
+class ProviderStyle:
+    """How pi reaches a provider's endpoint: its wire protocol, default URL and key variable."""
+
+    api: str
+    base_url: str
+    key_name: str
+
+
+#: The providers a custom model can be registered for (``provider/model`` names).
+PROVIDER_STYLES: dict[str, ProviderStyle] = {
+    "anthropic": ProviderStyle("anthropic-messages", "https://api.anthropic.com", "ANTHROPIC_API_KEY"),
+    "openrouter": ProviderStyle("openai-completions", "https://openrouter.ai/api/v1", "OPENROUTER_API_KEY"),
+    "fireworks": ProviderStyle("openai-completions", "https://api.fireworks.ai/inference/v1", "FIREWORKS_API_KEY"),
+    "openai": ProviderStyle("openai-completions", "https://api.openai.com/v1", "OPENAI_API_KEY"),
+}
+#: The key variable of each provider pi knows by itself, for the ones above and these.
+BUILT_IN_KEYS = {"google": "GEMINI_API_KEY", "xai": "XAI_API_KEY"}
+WIRE_APIS = ("anthropic-messages", "openai-completions", "openai-responses")
+
+# Switches that keep pi off the network except for model calls (version check, telemetry,
+# downloads of helper binaries).
+QUIET_ENV = {"PI_OFFLINE": "1", "PI_SKIP_VERSION_CHECK": "1", "PI_TELEMETRY": "0", "NODE_DISABLE_COMPILE_CACHE": "1"}
+# Streaming deltas: in the log only (each message and tool call ends in a complete event).
+STREAM_EVENTS = frozenset({"message_update", "tool_execution_update"})
+
+
+@dataclass
+class PiAgent(ProgramAgent):
+    """See :func:`pi`."""
+
+    thinking: str | None = None
+    system_prompt: str | None = None
+    append_system_prompt: str | None = None
+    api: str | None = None
+    model_config: dict[str, Any] | None = None
+    settings: dict[str, Any] | None = None
+
+    harness: ClassVar[str] = "pi"
+    key_names: ClassVar[tuple[str, ...]] = (
+        *(style.key_name for style in PROVIDER_STYLES.values()), *BUILT_IN_KEYS.values(),
+    )  # fmt: skip
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.api is not None and self.api not in WIRE_APIS:
+            raise AgentConfigError(f"api must be one of {', '.join(WIRE_APIS)}, got {self.api!r}")
+        for option in ("model_config", "settings"):
+            if getattr(self, option) is not None and not isinstance(getattr(self, option), dict):
+                raise AgentConfigError(f"{option} must be a JSON object")
+        if (self.base_url or self.model_config or self.api) and self.provider not in PROVIDER_STYLES:
+            styles = ", ".join(f"{name}/..." for name in PROVIDER_STYLES)
+            raise AgentConfigError(
+                f"pi registers a custom model (base_url, model_config, api) for a model named {styles}; "
+                f"got {self.model!r}"
+            )
+
+    # ---------------------------------------------------------------- the model
+    @property
+    def pi_model(self) -> str | None:
+        """The model as pi names it (``gemini/...`` is pi's ``google/...``)."""
+        if self.model is not None and self.model.startswith("gemini/"):
+            return "google/" + self.model.removeprefix("gemini/")
+        return self.model
+
+    @property
+    def provider(self) -> str | None:
+        name = self.pi_model
+        return name.partition("/")[0] if name and "/" in name else None
+
+    @property
+    def custom_model(self) -> bool:
+        return bool(self.base_url or self.model_config or self.api)
+
+    def models_json(self) -> dict[str, Any]:
+        """pi's ``models.json``: the custom provider that serves the model."""
+        provider = self.provider or ""
+        style = PROVIDER_STYLES[provider]
+        model_id = (self.pi_model or "").partition("/")[2]
+        entry = {"id": model_id, "name": model_id, **(self.model_config or {})}
+        config = {
+            "baseUrl": (self.base_url or style.base_url).rstrip("/"),
+            "apiKey": "$" + style.key_name,  # pi reads the variable: the key is in no file
+            "api": self.api or style.api,
+            "models": [entry],
+        }
+        return {"providers": {provider: config}}
+
+    def needed_key(self) -> str | None:
+        """The key variable of the model's provider (None: pi's default model, any key)."""
+        provider = self.provider or ""
+        if provider in PROVIDER_STYLES:
+            return PROVIDER_STYLES[provider].key_name
+        return BUILT_IN_KEYS.get(provider)
+
+    # ---------------------------------------------------------------- the program
+    def program_argv(self) -> list[str]:
+        return _tools.find_program(_tools.PI)
+
+    def program_env(self, state: Path, work_dir: Path) -> dict[str, str]:
+        return {**QUIET_ENV, "PI_CODING_AGENT_DIR": str(state / "pi" / "agent")}
+
+    def check_env(self, env: dict[str, str]) -> None:
+        needed = self.needed_key()
+        if needed is None:
+            if not any(env.get(name) for name in self.key_names):
+                raise AgentConfigError(f"pi needs a provider's key in the environment ({', '.join(self.key_names)})")
+            return
+        if not env.get(needed):
+            raise AgentConfigError(f"pi with model {self.model!r} needs {needed} in the environment")
+        for name in self.key_names:  # the program sees its provider's key only
+            if name != needed:
+                env.pop(name, None)
+
+    def prepare(self, state: Path, work_dir: Path, env: dict[str, str], convention: AnswerConvention) -> None:
+        agent_dir = state / "pi" / "agent"
+        agent_dir.mkdir(parents=True, exist_ok=True)
+        if self.custom_model:
+            (agent_dir / "models.json").write_text(json.dumps(self.models_json(), indent=2))
+        if self.settings:
+            (agent_dir / "settings.json").write_text(json.dumps(self.settings, indent=2))
+
+    def _options(self, program: list[str]) -> list[str]:
+        argv = [*program, "--mode", "json", "--print"]
+        if self.pi_model:
+            argv += ["--model", self.pi_model]
+        if self.thinking:
+            argv += ["--thinking", self.thinking]
+        if self.system_prompt:
+            argv += ["--system-prompt", self.system_prompt]
+        if self.append_system_prompt:
+            argv += ["--append-system-prompt", self.append_system_prompt]
+        return argv + list(self.extra_args)
+
+    def build_argv(self, program: list[str], state: Path, work_dir: Path) -> list[str]:
+        return self._options(program)
+
+    def resume_argv(self, program: list[str], state: Path, work_dir: Path, session_id: str) -> list[str] | None:
+        return [*self._options(program), "--session", session_id]
+
+    def display_argv(self, argv: list[str]) -> list[str]:
+        shown = list(argv)
+        for flag in ("--system-prompt", "--append-system-prompt"):
+            if flag in shown and shown.index(flag) + 1 < len(shown):
+                i = shown.index(flag) + 1
+                shown[i] = f"<{len(shown[i])} chars>"
+        return shown
+
+    def keep_event(self, event: dict[str, Any]) -> bool:
+        return event.get("type") not in STREAM_EVENTS
+
+    def summarize(self, events: list[dict[str, Any]], state: Path, work_dir: Path) -> Summary:
+        summary = summarize_pi_events(events)
+        if summary.cost_usd is not None and "cost" in (self.model_config or {}):
+            summary.cost_source = "configured_prices"  # pi priced the calls with the given prices
+        return summary
+
+
+# -------------------------------------------------------------------------- events
+def _assistant_replies(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    replies = []
+    for event in events:
+        message = event.get("message")
+        if event.get("type") == "message_end" and isinstance(message, dict) and message.get("role") == "assistant":
+            replies.append(message)
+    return replies
+
+
+def _add_usage(total: _cli.Usage, usage: dict[str, Any]) -> None:
+    cache_read, cache_write = usage.get("cacheRead"), usage.get("cacheWrite")
+    for part in (usage.get("input"), cache_read, cache_write):  # pi's input leaves out the cache
+        total.input_tokens = _cli.add(total.input_tokens, part)
+    total.output_tokens = _cli.add(total.output_tokens, usage.get("output"))
+    total.cache_read_tokens = _cli.add(total.cache_read_tokens, cache_read)
+    total.cache_write_tokens = _cli.add(total.cache_write_tokens, cache_write)
+    total.reasoning_tokens = _cli.add(total.reasoning_tokens, usage.get("reasoning"))
+
+
+def summarize_pi_events(events: list[dict[str, Any]]) -> Summary:
+    """Usage, cost, turns (completed model replies), steps (tool calls), the session and the
+    provider failures from ``pi --mode json`` events.  ``failures`` are the failed calls since
+    the last completed reply: the ones the session ended on when it ended without an answer."""
+    session_id = next((e.get("id") for e in events if e.get("type") == "session" and e.get("id")), None)
+    usage, cost, priced = _cli.Usage(), 0.0, False
+    turns, tool_calls = 0, set[str]()
+    failures: list[ProviderFailure] = []
+    for message in _assistant_replies(events):
+        if isinstance(message.get("usage"), dict):
+            _add_usage(usage, message["usage"])
+            total = (message["usage"].get("cost") or {}).get("total")
+            if isinstance(total, (int, float)) and not isinstance(total, bool) and total > 0:
+                cost, priced = cost + total, True
+        if message.get("stopReason") == "error":
+            failures.append(failure_from_error(message.get("errorMessage")))
+            continue
+        turns, failures = turns + 1, []
+        for block in message.get("content") or []:
+            if isinstance(block, dict) and block.get("type") == "toolCall":
+                tool_calls.add(block.get("id") or f"anonymous-{len(tool_calls)}")
+    retries = [e for e in events if e.get("type") == "auto_retry_start"]
+    extra: dict[str, Any] = {
+        "session_id": session_id,
+        "program_retry_count": len(retries),
+        "program_retry_wait_s": sum(_cli.as_int(e.get("delayMs")) or 0 for e in retries) / 1000,
+    }
+    return Summary(
+        usage=usage,
+        n_turns=turns,
+        n_steps=len(tool_calls),
+        cost_usd=round(cost, 10) if priced else None,
+        cost_source="provider_reported" if priced else None,
+        extra=extra,
+        session_id=session_id,
+        failures=failures,
+    )
+
+
+# -------------------------------------------------------------------------- failures
+_STATUS_PREFIX = re.compile(r"^\s*([1-5][0-9]{2})(?=[:\s]|$)")
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    """The JSON object ``text`` starts with (what follows it is ignored), or ``{}``."""
+    try:
+        value, _ = json.JSONDecoder().raw_decode(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _seconds(value: Any) -> float | None:
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        return None
+    return seconds if seconds >= 0 else None
+
+
+def _retry_hint(payload: dict[str, Any]) -> float | None:
+    """The provider's wait in an error body: OpenRouter's ``metadata`` (``retry_after_seconds``,
+    its ``Retry-After`` and ``X-RateLimit-Reset`` headers), Google's ``RetryInfo``."""
+    hints: list[float] = []
+    metadata = object_at(payload, "metadata")
+    headers = object_at(metadata, "headers")
+    for value in (metadata.get("retry_after_seconds"), headers.get("Retry-After")):
+        if (seconds := _seconds(value)) is not None:
+            hints.append(seconds)
+    if (reset_ms := _seconds(headers.get("X-RateLimit-Reset"))) is not None:
+        hints.append(max(reset_ms / 1000 - time.time(), 0.0))
+    google_message = object_at(payload, "error").get("message")  # Google's error, as a JSON text
+    nested = _json_object(google_message) if isinstance(google_message, str) else {}
+    for detail in object_at(nested, "error").get("details") or []:
+        if isinstance(detail, dict) and str(detail.get("@type", "")).endswith("google.rpc.RetryInfo"):
+            delay = str(detail.get("retryDelay", ""))
+            if delay.endswith("s") and (seconds := _seconds(delay[:-1])) is not None:
+                hints.append(seconds)
+    return max(hints, default=None)
+
+
+def failure_from_error(error_message: Any) -> ProviderFailure:
+    """A failed call from pi's ``errorMessage``: ``"<status> <provider's body>"`` (a body cut
+    short gives no hint; text after it is ignored); the body's ``code`` when no status leads."""
+    text = error_message if isinstance(error_message, str) else ""
+    start = text.find("{")
+    payload = _json_object(text[start:]) if start >= 0 else {}
+    prefix = _STATUS_PREFIX.match(text)
+    status: Any = int(prefix[1]) if prefix else payload.get("code")
+    if status is None:
+        status = object_at(payload, "error").get("code")
+    return provider_failure(status, text, _retry_hint(payload))
+
+
+def pi(model: str | None = None, **options: Any) -> PiAgent:
+    """An agent function that runs the pi coding agent on the task.
+
+    ``model`` -- ``provider/id`` as pi names it, e.g. ``"anthropic/claude-sonnet-4-5"``,
+    ``"openrouter/moonshotai/kimi-k3"`` (``gemini/...`` is pi's ``google/...``); None uses
+    pi's default.  Options: ``timeout`` (s), ``base_url`` (the provider's endpoint: the model
+    becomes a custom model of an ``anthropic``, ``openrouter``, ``fireworks`` or ``openai``
+    provider in pi's ``models.json``), ``model_config`` (fields of that model entry:
+    ``contextWindow``, ``maxTokens``, ``reasoning``, ``cost`` in USD per million tokens,
+    ``compat``, ...), ``api`` (its wire protocol: ``anthropic-messages``, ``openai-completions``,
+    ``openai-responses``), ``thinking`` (off, minimal, low, medium, high, xhigh),
+    ``system_prompt``, ``append_system_prompt``, ``settings`` (pi's ``settings.json``, e.g.
+    ``{"retry": {"enabled": false}}``), ``extra_args``, ``env``, ``pass_env``, ``state_dir``
+    (keep pi's folder there).
+
+    The key comes from the provider's variable (``ANTHROPIC_API_KEY``, ``OPENROUTER_API_KEY``,
+    ``FIREWORKS_API_KEY``, ``OPENAI_API_KEY``, ``GEMINI_API_KEY``, ``XAI_API_KEY``) in the
+    environment; pi sees that one only.  The program is found through ``$RAYEVAL_PI_BIN``,
+    ``<repo>/.agent-tools`` (``python scripts/install_agent_clis.py``), then ``PATH``.
+    """
+    return PiAgent(model=model, **options)

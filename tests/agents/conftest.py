@@ -1,6 +1,6 @@
 """Fixtures for the real-agent harness tests.
 
-The agent programs are real (Claude Code and Codex from ``<repo>/.agent-tools``, installed by
+The agent programs are real (Claude Code, Codex and pi from ``<repo>/.agent-tools``, installed by
 ``python scripts/install_agent_clis.py``; mini-swe-agent from PyPI).  They talk only to a
 scripted model server on 127.0.0.1; every other HTTPS connection they attempt is sent to that
 server as a proxy CONNECT and refused (and recorded), so a test never reaches the internet and
@@ -47,6 +47,14 @@ def claude_available() -> None:
 def codex_available() -> None:
     try:
         _tools.find_program(_tools.CODEX)
+    except _tools.AgentNotInstalledError as exc:
+        _missing(str(exc))
+
+
+@pytest.fixture
+def pi_available() -> None:
+    try:
+        _tools.find_program(_tools.PI)
     except _tools.AgentNotInstalledError as exc:
         _missing(str(exc))
 

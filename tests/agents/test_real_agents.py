@@ -1,6 +1,6 @@
 """End-to-end runs of the REAL agent programs against a scripted model server.
 
-Each harness runs its actual program (Claude Code, Codex, mini-swe-agent) in a fresh work folder.
+Each harness runs its actual program (Claude Code, Codex, mini-swe-agent, pi) in a fresh work folder.
 The server scripts a two-turn session: turn 1 calls the program's shell tool with a command that
 computes and writes ``eval_answer.json``; turn 2 ends the session.  The program executes the
 command itself: the harness never writes the answer file.
@@ -19,11 +19,12 @@ from typing import Any
 
 import pytest
 
-from rayeval.agents import claude_code, codex, mini_swe_agent
+from rayeval.agents import claude_code, codex, mini_swe_agent, pi
 
 from .conftest import FAKE_KEY, OTHER_SECRET, PROGRAM_TIMEOUT, files_text
 
 FALLBACK_KEY = "sk-test-FALLBACK-789"
+PI_PRICES = {"input": 3.0, "output": 15.0, "cacheRead": 0.3, "cacheWrite": 3.75}  # USD per million tokens
 
 
 @dataclass
@@ -60,6 +61,14 @@ HARNESSES = {
         lambda url, **kw: mini_swe_agent("openai/gpt-test", base_url=url + "/v1", **kw),
         {"command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"},
         "authorization",
+    ),
+    "pi": Harness(
+        "pi",
+        "pi_available",
+        "anthropic",
+        lambda url, **kw: pi("anthropic/claude-sonnet-4-5", base_url=url, model_config={"cost": PI_PRICES}, **kw),
+        {"text": "Finished: the answer is in eval_answer.json."},
+        "x-api-key",
     ),
 }
 
@@ -121,6 +130,9 @@ def test_scripted_session_end_to_end(key: str, request: pytest.FixtureRequest, m
     elif key == "codex":
         assert md["cost_usd"] == pytest.approx((total_in * 1.25 + total_out * 10.0) / 1e6)
         assert md["thread_id"]
+    elif key == "pi":  # pi prices the calls with the model's configured prices
+        assert md["cost_usd"] == pytest.approx((total_in * 3.0 + total_out * 15.0) / 1e6)
+        assert md["cost_source"] == "configured_prices" and md["session_id"]
     else:
         assert md["exit_status"] == "Submitted"
         assert "cost_usd" in md

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Install what the test suite drives besides Python packages: the agent CLIs (Claude Code,
-Codex, see ``scripts/install_agent_clis.py``) and, for the viewer's browser tests, Debian's
+Codex, pi, see ``scripts/install_agent_clis.py``) and, for the viewer's browser tests, Debian's
 ``chromium`` and ``chromium-driver``.
 
 Idempotent: installed pieces are left alone; ``apt-get update`` runs only when a package is

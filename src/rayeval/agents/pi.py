@@ -79,7 +79,7 @@ class PiAgent(ProgramAgent):
         for option in ("model_config", "settings"):
             if getattr(self, option) is not None and not isinstance(getattr(self, option), dict):
                 raise AgentConfigError(f"{option} must be a JSON object")
-        if (self.base_url or self.model_config or self.api) and self.provider not in PROVIDER_STYLES:
+        if self.custom_model and self.provider not in PROVIDER_STYLES:
             styles = ", ".join(f"{name}/..." for name in PROVIDER_STYLES)
             raise AgentConfigError(
                 f"pi registers a custom model (base_url, model_config, api) for a model named {styles}; "
@@ -118,7 +118,8 @@ class PiAgent(ProgramAgent):
         return {"providers": {provider: config}}
 
     def needed_key(self) -> str | None:
-        """The key variable of the model's provider (None: pi's default model, any key)."""
+        """The key variable of the model's provider (None: pi's default model, or a provider
+        whose key rayeval does not know: any of ``key_names``)."""
         provider = self.provider or ""
         if provider in PROVIDER_STYLES:
             return PROVIDER_STYLES[provider].key_name

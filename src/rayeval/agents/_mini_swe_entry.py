@@ -80,8 +80,9 @@ def run_command(command: str, cwd: str, env: dict[str, str], timeout: float) -> 
 
 def provider_error(exc: BaseException) -> dict[str, Any] | None:
     """The error line for a failed model call: litellm's (and openai's) exceptions carry the
-    HTTP ``status_code`` and the response's headers; a connection error has no status.  None
-    when ``exc`` is no provider's error."""
+    HTTP ``status_code``, the response's headers (``litellm_response_headers``; ``response``
+    has none) and the error body (``body``, or that of the error it was raised from); a
+    connection error has no status.  None when ``exc`` is no provider's error."""
     import litellm
 
     status = getattr(exc, "status_code", None)
@@ -92,10 +93,12 @@ def provider_error(exc: BaseException) -> dict[str, Any] | None:
     message = getattr(exc, "message", None)
     message = message if isinstance(message, str) and message else str(exc)
     headers = getattr(exc, "litellm_response_headers", None) or getattr(getattr(exc, "response", None), "headers", None)
+    # the error body: on the exception, or on the provider client's error it was raised from
+    bodies = [getattr(e, "body", None) for e in (exc, exc.__cause__, exc.__context__) if e is not None]
     hints = [
         retry_after_from_headers(headers if hasattr(headers, "items") else None),
-        retry_after_from_body(getattr(exc, "body", None)),
         retry_after_from_body(message),
+        *(retry_after_from_body(body) for body in bodies),
     ]
     return {
         "type": "error",

@@ -119,8 +119,8 @@ def test_overload_after_the_first_turn_resumes_the_session(
     server.fail(529, program.tries, after_turns=1)
     session = Session.start(program.make(server.url, tmp_path / "state"), tmp_path)
 
-    result, summary = session.first()
-    assert result.exit_code != 0
+    first, summary = session.first()
+    assert first.exit_code != 0
     assert server.faults == []  # it tried exactly as often as its bound allows: one more try would pass
     failure = summary.failures[-1]
     assert (failure.status, failure.code, failure.retryable) == (529, "overloaded", True)
@@ -128,8 +128,8 @@ def test_overload_after_the_first_turn_resumes_the_session(
     assert summary.session_id
     assert [r.turn for r in server.scripted_replies(program.protocol)] == [0]
 
-    result, resumed = session.resumed(summary.session_id)
-    assert result.exit_code == 0, result.stderr_tail
+    second, resumed = session.resumed(summary.session_id)
+    assert second.exit_code == 0, second.stderr_tail
     assert resumed.failures == []
     assert resumed.session_id == summary.session_id
     answer, details, _ = _cli.read_answer(session.work_dir)
@@ -137,6 +137,11 @@ def test_overload_after_the_first_turn_resumes_the_session(
     assert [r.turn for r in server.scripted_replies(program.protocol)] == [0, 1]  # turn 1 was not redone
     assert "Continue." in json.dumps(server.model_requests()[-1].body)
     assert PROMPT in json.dumps(server.model_requests()[-1].body)  # the same conversation
+    # the session's runs, one after the other, account for what the provider answered
+    whole = session.agent.summarize(first.events + second.events, session.state, session.work_dir)
+    assert whole.n_turns == 2
+    assert (whole.usage.input_tokens, whole.usage.output_tokens) == server.total_usage(program.protocol)
+    assert [f.status for f in whole.failures] == [529]
     assert server.external_attempts == []
 
 

@@ -232,7 +232,8 @@ class MiniSweAgent(ProgramAgent):
 
 
 def summarize_mini_events(events: list[dict[str, Any]]) -> Summary:
-    """Model calls, commands, usage and cost from the driver's message stream."""
+    """Model calls, commands, usage, cost, session and failures from the driver's message
+    stream: one run's, or a session's runs one after the other."""
     usage = _cli.Usage()
     n_calls = 0
     n_steps = 0
@@ -261,8 +262,9 @@ def summarize_mini_events(events: list[dict[str, Any]]) -> Summary:
         if final.get("error"):
             extra["agent_error"] = final.get("error")
         extra["mini_swe_agent_version"] = final.get("mini_swe_agent_version")
-        if isinstance(final.get("cost"), (int, float)):
-            cost = float(final["cost"])
+        # each run's result line gives its own share (a resumed run's as well)
+        results = [e for e in events if e.get("type") == "result" and isinstance(e.get("cost"), (int, float))]
+        cost = sum(float(e["cost"]) for e in results) if results else cost
     else:
         exits = [e for e in events if e.get("role") == "exit"]
         if exits:

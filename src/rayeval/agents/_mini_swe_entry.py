@@ -34,7 +34,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from rayeval.agents._provider_hints import retry_after_from_body, retry_after_from_headers
 from rayeval.sandbox.process_tree import end_process_tree
 
 MAX_RAW_OUTPUT = 64 * 1024
@@ -84,6 +83,8 @@ def provider_error(exc: BaseException) -> dict[str, Any] | None:
     has none) and the error body (``body``, or that of the error it was raised from); a
     connection error has no status.  None when ``exc`` is no provider's error."""
     import litellm
+
+    from rayeval.agents._provider_hints import retry_after_from_body, retry_after_from_headers
 
     status = getattr(exc, "status_code", None)
     if isinstance(exc, litellm.exceptions.APIConnectionError):
@@ -227,10 +228,13 @@ def main(argv: list[str] | None = None) -> int:
             if self.restored is not None:
                 # run() opens with the system and task messages; a resumed run has the saved
                 # conversation instead, and the prompt it was given as the next user message
-                self.messages.extend(self.restored["messages"])
+                # (once: a run that failed at once already saved it)
+                saved_messages = self.restored["messages"]
+                self.messages.extend(saved_messages)
                 self.n_calls, self.cost = self.restored["n_calls"], self.restored["cost"]
                 self.restored = None
-                messages = (self.model.format_message(role="user", content=task),)
+                prompt = self.model.format_message(role="user", content=task)
+                messages = () if saved_messages[-1:] == [prompt] else (prompt,)
             for message in messages:
                 extra = message.get("extra")
                 if isinstance(extra, dict) and isinstance(extra.get("raw_output"), str):

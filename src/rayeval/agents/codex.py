@@ -326,8 +326,8 @@ def summarize_codex_events(events: list[dict[str, Any]], codex_home: Path | None
 
 
 def codex_failures(events: list[dict[str, Any]], error_infos: dict[str, Any] | None = None) -> list[ProviderFailure]:
-    """The provider failures in ``codex exec --json`` events: each ``turn.failed``, and a last
-    ``error`` that nothing followed (the program was stopped while it reconnected).
+    """The provider failures in ``codex exec --json`` events: each ``turn.failed``, and the
+    failure a last ``Reconnecting...`` error names (the program was stopped while it retried).
 
     ``error_infos`` maps a failure's message to the ``codex_error_info`` the session file kept
     for it: the status when the message has none (a 500's)."""
@@ -336,9 +336,10 @@ def codex_failures(events: list[dict[str, Any]], error_infos: dict[str, Any] | N
         if event.get("type") == "turn.failed":
             message = object_at(event, "error").get("message")
         elif event.get("type") == "error" and index == len(events) - 1:
-            message = event.get("message")
-            reconnecting = RECONNECTING.match(message) if isinstance(message, str) else None
-            message = reconnecting["message"] if reconnecting else message
+            reconnecting = RECONNECTING.match(str(event.get("message")))
+            if reconnecting is None:
+                continue
+            message = reconnecting["message"]
         else:
             continue
         text = message if isinstance(message, str) else ""
@@ -372,6 +373,9 @@ def codex(model: str | None = None, **options: Any) -> CodexAgent:
     ``reasoning_effort``, ``config`` (dict merged into ``config.toml``), ``prices``
     ((input, cached input, output) USD per million tokens for ``cost_usd``), ``extra_args``,
     ``env``, ``pass_env``, ``state_dir`` (keep ``CODEX_HOME`` there).  Codex has no turn limit.
+    ``extra_args`` go on the resumed session's command line too (``codex exec resume`` takes
+    the options of ``codex exec`` but ``--color``, ``--sandbox``, ``--approve-for-me``, ``--cd``,
+    ``--add-dir``, ``--profile``, ``--oss`` and ``--local-provider``).
 
     The key comes from ``OPENAI_API_KEY`` or ``CODEX_API_KEY`` in the environment.  The program
     is found through ``$RAYEVAL_CODEX_BIN``, ``<repo>/.agent-tools``

@@ -28,6 +28,7 @@ from ..harness.answers import ANSWER_FILE_NAMES
 from ..harness.prompt import BENCHMARK_COMPLETION_MARKER, COMPLETION_MARKER, AnswerConvention, in_convention
 from . import _cli
 from ._base import AgentConfigError, ProgramAgent, Summary
+from ._mini_swe_entry import SESSION_ID
 from ._recovery import ProviderFailure, provider_failure
 
 __all__ = ["INSTANCE_TEMPLATE", "SYSTEM_TEMPLATE", "MiniSweAgent", "mini_swe_agent"]
@@ -216,7 +217,7 @@ class MiniSweAgent(ProgramAgent):
 
     def resume_argv(self, program: list[str], state: Path, work_dir: Path, session_id: str) -> list[str] | None:
         """The driver with ``--resume``: the saved conversation, then stdin as a user message."""
-        if not (self._session_dir(state) / f"{session_id}.json").is_file():
+        if not SESSION_ID.match(session_id) or not (self._session_dir(state) / f"{session_id}.json").is_file():
             return None
         return [*self.build_argv(program, state, work_dir), "--resume", session_id]
 

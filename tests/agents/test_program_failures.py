@@ -264,6 +264,14 @@ def test_codex_without_its_session_file_keeps_what_the_events_say() -> None:
     assert [f.status for f in codex_failures(events)] == [401]
 
 
+def test_codex_status_from_the_session_files_error_names() -> None:
+    events = [{"type": "turn.failed", "error": {"message": "Busy."}}, {"type": "turn.failed", "error": {}}]
+    infos = {"Busy.": "server_overloaded"}
+    assert [(f.status, f.message) for f in codex_failures(events, infos)] == [(529, "Busy."), (None, "")]
+    assert [f.status for f in codex_failures(events[:1], {"Busy.": {"other": {"http_status_code": 502}}})] == [502]
+    assert [f.status for f in codex_failures(events[:1], {"Busy.": "usage_limit_exceeded"})] == [None]
+
+
 def test_codex_stopped_while_reconnecting_reports_the_failure_it_was_retrying() -> None:
     events = CAPTURED["codex_529_default_retries"]["events"]
     cut = [*events[: next(i for i, e in enumerate(events) if e.get("type") == "error") + 1]]

@@ -73,7 +73,8 @@ REQUEST_MAX_RETRIES = 1
 STREAM_MAX_RETRIES = 1
 RECONNECTING = re.compile(r"^Reconnecting\.\.\. \d+/\d+ \((?P<message>.*)\)$", re.DOTALL)
 STATUS_IN_MESSAGE = re.compile(r"(?:unexpected status|last status:) (?P<status>[1-5]\d\d)\b")
-#: ``codex_error_info`` names that stand for a status (the message then has none)
+#: ``codex_error_info`` names that stand for a status (the message then has none): a 500 was
+#: seen as ``internal_server_error``; the others are taken at their names' word
 STATUS_OF_ERROR_NAME = {"internal_server_error": 500, "server_overloaded": 529, "unauthorized": 401}
 
 

@@ -215,6 +215,7 @@ def test_mini_resume_of_a_missing_session_is_impossible(tmp_path: Path) -> None:
         "0123abcd",
     ]
     assert agent.resume_argv(["python"], tmp_path, tmp_path, "../../elsewhere") is None
+    assert agent.resume_argv(["python"], tmp_path, tmp_path, "0123abcd\n") is None
 
 
 # ----------------------------------------------------------------------------- parsers

@@ -38,7 +38,8 @@ from rayeval.sandbox.process_tree import end_process_tree
 
 MAX_RAW_OUTPUT = 64 * 1024
 MAX_ERROR_MESSAGE = 2000
-SESSION_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+#: what a session id is (matched whole: it names a file)
+SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 def _trim(text: str, limit: int = MAX_RAW_OUTPUT) -> str:
@@ -124,7 +125,7 @@ class SessionError(ValueError):
 def open_session(session_dir: Path, resume: str | None) -> tuple[str, Path, dict[str, Any] | None]:
     """The session's id, its file, and what it saved (None for a new session)."""
     session_id = resume or uuid.uuid4().hex
-    if not SESSION_ID.match(session_id):
+    if not SESSION_ID.fullmatch(session_id):
         raise SessionError(f"not a session id: {session_id!r}")
     path = session_dir / f"{session_id}.json"
     if resume is None:

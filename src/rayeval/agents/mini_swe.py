@@ -217,7 +217,7 @@ class MiniSweAgent(ProgramAgent):
 
     def resume_argv(self, program: list[str], state: Path, work_dir: Path, session_id: str) -> list[str] | None:
         """The driver with ``--resume``: the saved conversation, then stdin as a user message."""
-        if not SESSION_ID.match(session_id) or not (self._session_dir(state) / f"{session_id}.json").is_file():
+        if not SESSION_ID.fullmatch(session_id) or not (self._session_dir(state) / f"{session_id}.json").is_file():
             return None
         return [*self.build_argv(program, state, work_dir), "--resume", session_id]
 

@@ -62,6 +62,8 @@ class Recorded:
 class Fault:
     status: int
     retry_after: str | None = None  # the header's value as sent: seconds or an HTTP date
+    body: dict[str, Any] | None = None  # the error body as sent (None: the protocol's usual one)
+    after_turns: int = 0  # held back until the server has given this many scripted replies
 
 
 class _Server(ThreadingHTTPServer):
@@ -119,10 +121,28 @@ class FakeModelServer:
         host, port = self._httpd.server_address[:2]
         return f"http://{host}:{port}"
 
-    def fail(self, status: int, count: int = 1, retry_after: str | None = None) -> None:
-        """The next ``count`` model requests get HTTP ``status`` (and ``retry-after``)."""
+    def fail(
+        self,
+        status: int,
+        count: int = 1,
+        retry_after: str | None = None,
+        *,
+        body: dict[str, Any] | None = None,
+        after_turns: int = 0,
+    ) -> None:
+        """The next ``count`` model requests get HTTP ``status`` (and ``retry-after``, and
+        ``body`` instead of the usual error body); with ``after_turns`` only those that come
+        once that many scripted replies were given (a failure in the middle of a session)."""
         with self._lock:
-            self.faults.extend(Fault(status, retry_after) for _ in range(count))
+            self.faults.extend(Fault(status, retry_after, body, after_turns) for _ in range(count))
+
+    def _next_fault(self) -> Fault | None:
+        with self._lock:
+            given = sum(1 for r in self.replies if r.kind != "side")
+            due = next((f for f in self.faults if f.after_turns <= given), None)
+            if due is not None:
+                self.faults.remove(due)
+            return due
 
     def model_requests(self) -> list[Recorded]:
         return [r for r in self.requests if r.method == "POST" and r.path.split("?")[0].endswith(MODEL_PATHS)]
@@ -284,8 +304,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if owner.delay_s:
                 time.sleep(owner.delay_s)
-            with owner._lock:
-                fault = owner.faults.pop(0) if owner.faults else None
+            fault = owner._next_fault()
             if fault is not None:
                 self._fault(fault, anthropic=path.endswith("/messages"))
             elif path.endswith("/messages"):
@@ -300,7 +319,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _fault(self, fault: Fault, *, anthropic: bool) -> None:
         message = self._say(f"scripted failure {fault.status}")
-        if anthropic:
+        if fault.body is not None:
+            body = fault.body
+        elif anthropic:
             body = {"type": "error", "error": {"type": "api_error", "message": message}}
         else:
             body = {"error": {"message": message, "type": "server_error", "code": fault.status}}

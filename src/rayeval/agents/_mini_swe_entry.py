@@ -1,4 +1,5 @@
-"""Driver process for mini-swe-agent: ``python -m rayeval.agents._mini_swe_entry CONFIG.json``.
+"""Driver process for mini-swe-agent: ``python -m rayeval.agents._mini_swe_entry CONFIG.json
+[--resume SESSION_ID]``.
 
 Runs in its own process (started by :mod:`rayeval.agents.mini_swe`) so that mini-swe-agent's
 and litellm's process-wide side effects (global config, logging handlers, cost counters,
@@ -11,23 +12,34 @@ Differences from a stock ``mini`` run, all deliberate:
 * commands run in the work folder without a new session (so the runner's process-group kill
   reaches them) and without the secret-looking environment variables the model client needs;
 * the completion command ends the run only once the answer file exists (as in the reference);
-* template variables do not include the environment (it is not rendered into prompts).
+* template variables do not include the environment (it is not rendered into prompts);
+* a failed model call ends the run (mini-swe-agent would retry it for minutes) with an
+  ``{"type": "error", "status": ..., "message": ..., "retry_after_s": ...}`` line, and the
+  conversation so far is kept as a session (``<session_dir>/<id>.json``, named by the first
+  line, ``{"type": "session", "session_id": ...}``) that ``--resume`` goes on with: the saved
+  messages, then the text on stdin (``Continue.``) as the next user message.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 from rayeval.sandbox.process_tree import end_process_tree
 
 MAX_RAW_OUTPUT = 64 * 1024
+MAX_ERROR_MESSAGE = 2000
+#: what a session id is (matched whole: it names a file)
+SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 def _trim(text: str, limit: int = MAX_RAW_OUTPUT) -> str:
@@ -66,9 +78,82 @@ def run_command(command: str, cwd: str, env: dict[str, str], timeout: float) -> 
         }
 
 
+def provider_error(exc: BaseException) -> dict[str, Any] | None:
+    """The error line for a failed model call: litellm's (and openai's) exceptions carry the
+    HTTP ``status_code``, the response's headers (``litellm_response_headers``; ``response``
+    has none) and the error body (``body``, or that of the error it was raised from); a
+    connection error has no status.  None when ``exc`` is no provider's error."""
+    import litellm
+
+    from rayeval.agents._provider_hints import retry_after_from_body, retry_after_from_headers
+
+    status = getattr(exc, "status_code", None)
+    if isinstance(exc, litellm.exceptions.APIConnectionError):
+        status = None  # litellm gives it 500, but no server answered
+    elif not isinstance(status, int) or isinstance(status, bool):
+        return None
+    message = getattr(exc, "message", None)
+    message = message if isinstance(message, str) and message else str(exc)
+    headers = getattr(exc, "litellm_response_headers", None) or getattr(getattr(exc, "response", None), "headers", None)
+    # the error body: on the exception, or on the provider client's error it was raised from
+    bodies = [getattr(e, "body", None) for e in (exc, exc.__cause__, exc.__context__) if e is not None]
+    hints = [
+        retry_after_from_headers(headers if hasattr(headers, "items") else None),
+        retry_after_from_body(message),
+        *(retry_after_from_body(body) for body in bodies),
+    ]
+    return {
+        "type": "error",
+        "status": status,
+        "message": message[:MAX_ERROR_MESSAGE],
+        "retry_after_s": max((h for h in hints if h is not None), default=None),
+        "exception": type(exc).__name__,
+    }
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(obj, default=str, ensure_ascii=False))
+    os.replace(tmp, path)
+
+
+class SessionError(ValueError):
+    """``--resume`` names no session that can go on."""
+
+
+def open_session(session_dir: Path, resume: str | None) -> tuple[str, Path, dict[str, Any] | None]:
+    """The session's id, its file, and what it saved (None for a new session)."""
+    session_id = resume or uuid.uuid4().hex
+    if not SESSION_ID.fullmatch(session_id):
+        raise SessionError(f"not a session id: {session_id!r}")
+    path = session_dir / f"{session_id}.json"
+    if resume is None:
+        return session_id, path, None
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise SessionError(f"cannot read session {session_id}: {exc}") from exc
+    if not isinstance(saved, dict) or not isinstance(saved.get("messages"), list):
+        raise SessionError(f"session {session_id} holds no conversation")
+    n_calls, cost = saved.get("n_calls"), saved.get("cost")
+    return (
+        session_id,
+        path,
+        {
+            "messages": saved["messages"],
+            "n_calls": n_calls if isinstance(n_calls, int) else 0,
+            "cost": float(cost) if isinstance(cost, (int, float)) else 0.0,
+        },
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    config = json.loads(Path(argv[0]).read_text())
+    parser = argparse.ArgumentParser(prog="python -m rayeval.agents._mini_swe_entry")
+    parser.add_argument("config", type=Path)
+    parser.add_argument("--resume", metavar="SESSION_ID", help="go on with this saved session")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    config = json.loads(args.config.read_text())
     task = sys.stdin.read()
 
     # Events go to the real stdout; everything printed by the libraries goes to stderr.
@@ -83,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from minisweagent.agents.default import DefaultAgent
     from minisweagent.environments.local import LocalEnvironment
-    from minisweagent.exceptions import Submitted
+    from minisweagent.exceptions import InterruptAgentFlow, Submitted
     from minisweagent.models import get_model
 
     from rayeval.secrets import is_secret_name
@@ -126,14 +211,49 @@ def main(argv: list[str] | None = None) -> int:
         def get_template_vars(self, **kwargs: Any) -> dict[str, Any]:
             return {**self.config.model_dump(), **platform.uname()._asdict(), **kwargs}
 
+    try:
+        session_id, session_path, saved = open_session(
+            Path(config.get("session_dir") or args.config.parent / "sessions"), args.resume
+        )
+    except SessionError as exc:
+        parser.error(f"--resume: {exc}")
+    emit({"type": "session", "session_id": session_id, "resumed": saved is not None})
+
     class Agent(DefaultAgent):
+        #: the saved session a resumed run goes on with (None: a new conversation)
+        restored: dict[str, Any] | None = None
+        #: the exception of the model call that failed, if one did
+        model_error: Exception | None = None
+
         def add_messages(self, *messages: dict) -> list[dict]:
+            if self.restored is not None:
+                # run() opens with the system and task messages; a resumed run has the saved
+                # conversation instead, and the prompt it was given as the next user message
+                # (once: a run that failed at once already saved it)
+                saved_messages = self.restored["messages"]
+                self.messages.extend(saved_messages)
+                self.n_calls, self.cost = self.restored["n_calls"], self.restored["cost"]
+                self.restored = None
+                prompt = self.model.format_message(role="user", content=task)
+                messages = () if saved_messages[-1:] == [prompt] else (prompt,)
             for message in messages:
                 extra = message.get("extra")
                 if isinstance(extra, dict) and isinstance(extra.get("raw_output"), str):
                     extra["raw_output"] = _trim(extra["raw_output"])
                 emit(message)
-            return super().add_messages(*messages)
+            added = super().add_messages(*messages)
+            conversation = [m for m in self.messages if m.get("role") != "exit"]
+            _write_json(session_path, {"messages": conversation, "n_calls": self.n_calls, "cost": self.cost})
+            return added
+
+        def query(self) -> dict:
+            try:
+                return super().query()
+            except InterruptAgentFlow:
+                raise
+            except Exception as exc:
+                self.model_error = exc
+                raise
 
     model_config: dict[str, Any] = {
         "model_kwargs": config.get("model_kwargs") or {},
@@ -160,18 +280,23 @@ def main(argv: list[str] | None = None) -> int:
             wall_time_limit_seconds=int(config.get("wall_time_limit_seconds") or 0),
             output_path=None,
         )
+        agent.restored = saved
         info = agent.run(task)
         status = 0
         result = {"exit_status": info.get("exit_status"), "submission": info.get("submission")}
     except Exception as exc:  # noqa: BLE001 - reported in the result event
         status = 1
         result = {"exit_status": type(exc).__name__, "error": f"{type(exc).__name__}: {exc}"}
+        failure = provider_error(exc) if agent is not None and agent.model_error is exc else None
+        if failure is not None:
+            emit(failure)
     emit(
         {
             "type": "result",
             **result,
-            "cost": getattr(agent, "cost", 0.0),
-            "n_calls": getattr(agent, "n_calls", 0),
+            # this run's share: a resumed agent counts on from the saved session's
+            "cost": getattr(agent, "cost", 0.0) - (saved["cost"] if saved else 0.0),
+            "n_calls": getattr(agent, "n_calls", 0) - (saved["n_calls"] if saved else 0),
             "n_messages": len(getattr(agent, "messages", []) or []),
             "duration_s": round(time.monotonic() - start, 2),
             "mini_swe_agent_version": _version(),

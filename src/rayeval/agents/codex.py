@@ -6,12 +6,39 @@ in the work folder with the prompt on stdin and a private ``CODEX_HOME`` whose
 model provider at that endpoint.  The ``--json`` events are the trajectory; after the run the
 session file in ``CODEX_HOME/sessions`` supplies per-response token counts and the reasoning
 items the event stream leaves out.
+
+What the pinned Codex (0.171.0) reports when the provider fails, as found by running it against
+the scripted model server (``tests/agents/test_program_failures.py`` checks it still does):
+
+* A failed model call ends the turn with ``{"type": "error", "message": M}`` then
+  ``{"type": "turn.failed", "error": {"message": M}}``, and the program exits with code 1.  Each
+  reconnect before that is ``{"type": "error", "message": "Reconnecting... n/N (M)"}``.
+* ``M`` is ``unexpected status N <reason>: <the body's error.message, or the body>, url: <url>``
+  for most statuses (401, 403, 408, 502, 503, 504, 529 seen); for 429 it is ``exceeded retry
+  limit, last status: 429 Too Many Requests`` (the body dropped) and for 500 ``We're currently
+  experiencing high demand, ...`` (status and body dropped).  The session file's
+  ``task_complete`` record keeps the same message with ``codex_error_info``:
+  ``{"http_connection_failed" | "response_too_many_failed_attempts": {"http_status_code": N}}``,
+  or a name (``"internal_server_error"`` for the 500).
+* Codex honours ``Retry-After`` between its own reconnects but reports it nowhere: a Codex
+  failure's hint is only what the body in ``M`` says (Google's ``retryDelay``).
+* It retries by itself: ``request_max_retries`` (default 4) per request for 5xx statuses, and
+  ``stream_max_retries`` (default 5) reconnects for any status but a 429 without ``Retry-After``.
+  With the defaults a 5xx storm is 30 requests over about 25 s; a 429 with ``Retry-After: H`` is
+  6 requests H apart; a 401 is 6 requests.  With ``base_url`` the custom provider's table bounds
+  both to :data:`REQUEST_MAX_RETRIES` and :data:`STREAM_MAX_RETRIES` (at most 4 requests, about
+  a second), so a storm ends the program and the resume loop waits, within its budget, instead
+  (the ``config`` option may set them otherwise).  The built-in ``openai`` provider cannot be
+  configured so (Codex refuses to start), and keeps the defaults.
+* ``codex exec resume [OPTIONS] <SESSION_ID> -`` goes on with the thread (same thread id, same
+  session file) with the prompt from stdin; it has no ``--color`` option.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -20,6 +47,8 @@ from .._json import object_at
 from ..harness.prompt import AnswerConvention
 from . import _cli, _tools
 from ._base import AgentConfigError, ProgramAgent, Summary, strip_provider
+from ._provider_hints import retry_after_from_body
+from ._recovery import ProviderFailure, provider_failure
 
 __all__ = ["PRICES_PER_MTOK", "CodexAgent", "codex"]
 
@@ -37,6 +66,16 @@ PRICES_PER_MTOK: dict[str, tuple[float, float, float]] = {
     "gpt-5-nano": (0.05, 0.005, 0.4),
 }
 PRICING_VERSION = "1"
+
+#: Codex's own retries of a failed model request and reconnects of a failed stream, with
+#: ``base_url`` (see the module's docstring)
+REQUEST_MAX_RETRIES = 1
+STREAM_MAX_RETRIES = 1
+RECONNECTING = re.compile(r"^Reconnecting\.\.\. \d+/\d+ \((?P<message>.*)\)$", re.DOTALL)
+STATUS_IN_MESSAGE = re.compile(r"(?:unexpected status|last status:) (?P<status>[1-5]\d\d)\b")
+#: ``codex_error_info`` names that stand for a status (the message then has none): a 500 was
+#: seen as ``internal_server_error``; the others are taken at their names' word
+STATUS_OF_ERROR_NAME = {"internal_server_error": 500, "server_overloaded": 529, "unauthorized": 401}
 
 
 def _toml_value(value: Any) -> str:
@@ -144,6 +183,8 @@ class CodexAgent(ProgramAgent):
                     "base_url": self.base_url.rstrip("/"),
                     "env_key": "OPENAI_API_KEY",
                     "wire_api": self.wire_api,
+                    "request_max_retries": REQUEST_MAX_RETRIES,
+                    "stream_max_retries": STREAM_MAX_RETRIES,
                 }
             }
         if self.config:
@@ -156,20 +197,15 @@ class CodexAgent(ProgramAgent):
         (home / "config.toml").write_text(to_toml(self.codex_config()))
 
     def build_argv(self, program: list[str], state: Path, work_dir: Path) -> list[str]:
-        argv = [
-            *program,
-            "exec",
-            "--json",
-            "--dangerously-bypass-approvals-and-sandbox",
-            "--skip-git-repo-check",
-            "--color",
-            "never",
-        ]
-        if self.bare_model:
-            argv += ["--model", self.bare_model]
-        argv += list(self.extra_args)
-        argv.append("-")  # prompt from stdin
-        return argv
+        return [*program, "exec", *self._exec_options(), "--color", "never", *self.extra_args, "-"]
+
+    def resume_argv(self, program: list[str], state: Path, work_dir: Path, session_id: str) -> list[str] | None:
+        """``codex exec resume``: the same thread, ``CODEX_HOME`` and model; the prompt on stdin."""
+        return [*program, "exec", "resume", *self._exec_options(), *self.extra_args, session_id, "-"]
+
+    def _exec_options(self) -> list[str]:
+        options = ["--json", "--dangerously-bypass-approvals-and-sandbox", "--skip-git-repo-check"]
+        return [*options, "--model", self.bare_model] if self.bare_model else options
 
     def summarize(self, events: list[dict[str, Any]], state: Path, work_dir: Path) -> Summary:
         summary = summarize_codex_events(events, state / "codex")
@@ -246,6 +282,7 @@ def summarize_codex_events(events: list[dict[str, Any]], codex_home: Path | None
     response_ids: list[str] = []
     last_total: dict[str, Any] | None = None
     sidecar_reasoning: list[dict[str, Any]] = []
+    error_infos: dict[str, Any] = {}  # a failed turn's message -> its codex_error_info
     if codex_home is not None:
         for path in _sidecar_files(codex_home, thread_id):
             for rec in _read_jsonl(path):
@@ -260,6 +297,10 @@ def summarize_codex_events(events: list[dict[str, Any]], codex_home: Path | None
                         last_total = info["total_token_usage"]
                 elif rtype == "response_item" and payload.get("type") == "reasoning":
                     sidecar_reasoning.append({"type": "reasoning", "source": "codex_sidecar", "item": payload})
+                elif rtype == "event_msg" and payload.get("type") == "task_complete":
+                    error = object_at(payload, "error")
+                    if isinstance(error.get("message"), str):
+                        error_infos[error["message"]] = error.get("codex_error_info")
         extra["sidecar_files"] = len(_sidecar_files(codex_home, thread_id))
     if response_ids:
         n_turns = len(response_ids)
@@ -274,7 +315,54 @@ def summarize_codex_events(events: list[dict[str, Any]], codex_home: Path | None
     if n_turns is None:
         n_turns = user_turns or None
     trajectory.extend(sidecar_reasoning)
-    return Summary(usage=usage, n_turns=n_turns, n_steps=steps, trajectory=trajectory, extra=extra)
+    return Summary(
+        usage=usage,
+        n_turns=n_turns,
+        n_steps=steps,
+        trajectory=trajectory,
+        extra=extra,
+        session_id=thread_id if isinstance(thread_id, str) and thread_id else None,
+        failures=codex_failures(events, error_infos),
+    )
+
+
+def codex_failures(events: list[dict[str, Any]], error_infos: dict[str, Any] | None = None) -> list[ProviderFailure]:
+    """The provider failures in ``codex exec --json`` events: each ``turn.failed``, and the
+    failure a last ``Reconnecting...`` error names (the program was stopped while it retried).
+
+    ``error_infos`` maps a failure's message to the ``codex_error_info`` the session file kept
+    for it: the status when the message has none (a 500's)."""
+    failures = []
+    for index, event in enumerate(events):
+        if event.get("type") == "turn.failed":
+            message = object_at(event, "error").get("message")
+        elif event.get("type") == "error" and index == len(events) - 1:
+            reconnecting = RECONNECTING.match(str(event.get("message")))
+            if reconnecting is None:
+                continue
+            message = reconnecting["message"]
+        else:
+            continue
+        text = message if isinstance(message, str) else ""
+        status = _status_in(text, (error_infos or {}).get(text))
+        failures.append(provider_failure(status, text, retry_after_from_body(text)))
+    return failures
+
+
+def _status_in(message: str, error_info: Any) -> int | None:
+    """The HTTP status a failed turn's message names, else the one its ``codex_error_info``
+    holds (``{"<kind>": {"http_status_code": N}}``) or stands for (:data:`STATUS_OF_ERROR_NAME`)."""
+    found = STATUS_IN_MESSAGE.search(message)
+    if found:
+        return int(found["status"])
+    if isinstance(error_info, str):
+        return STATUS_OF_ERROR_NAME.get(error_info)
+    if isinstance(error_info, dict):
+        for detail in error_info.values():
+            status = _cli.as_int(detail.get("http_status_code")) if isinstance(detail, dict) else None
+            if status is not None:
+                return status
+    return None
 
 
 def codex(model: str | None = None, **options: Any) -> CodexAgent:
@@ -286,6 +374,9 @@ def codex(model: str | None = None, **options: Any) -> CodexAgent:
     ``reasoning_effort``, ``config`` (dict merged into ``config.toml``), ``prices``
     ((input, cached input, output) USD per million tokens for ``cost_usd``), ``extra_args``,
     ``env``, ``pass_env``, ``state_dir`` (keep ``CODEX_HOME`` there).  Codex has no turn limit.
+    ``extra_args`` go on the resumed session's command line too (``codex exec resume`` takes
+    the options of ``codex exec`` but ``--color``, ``--sandbox``, ``--approve-for-me``, ``--cd``,
+    ``--add-dir``, ``--profile``, ``--oss`` and ``--local-provider``).
 
     The key comes from ``OPENAI_API_KEY`` or ``CODEX_API_KEY`` in the environment.  The program
     is found through ``$RAYEVAL_CODEX_BIN``, ``<repo>/.agent-tools``

@@ -4,6 +4,14 @@ The agent runs in a separate Python process (:mod:`rayeval.agents._mini_swe_entr
 environment rooted at the work folder; its model calls go through litellm, typically to an
 OpenAI-compatible endpoint (``model="openai/<name>"`` plus ``base_url``).  The driver streams every
 message as a JSON line, so the harness records it exactly like the CLI agents.
+
+A failed model call ends the run at once: mini-swe-agent's own retries of a model call (up to 10
+attempts over minutes, ``MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT``) are turned off, and litellm's
+client retries once (``max_retries``, :data:`MODEL_CLIENT_RETRIES`; with litellm 1.108 a 429 or
+5xx is otherwise 3 requests, waiting as ``Retry-After`` says).  The driver then writes the
+failure (status, message, the hint from ``retry-after-ms``/``retry-after`` or the error body) as
+an ``error`` line, and the conversation is saved in the state folder as a session that
+:meth:`MiniSweAgent.resume_argv` goes on with.
 """
 
 from __future__ import annotations
@@ -20,6 +28,8 @@ from ..harness.answers import ANSWER_FILE_NAMES
 from ..harness.prompt import BENCHMARK_COMPLETION_MARKER, COMPLETION_MARKER, AnswerConvention, in_convention
 from . import _cli
 from ._base import AgentConfigError, ProgramAgent, Summary
+from ._mini_swe_entry import SESSION_ID
+from ._recovery import ProviderFailure, provider_failure
 
 __all__ = ["INSTANCE_TEMPLATE", "SYSTEM_TEMPLATE", "MiniSweAgent", "mini_swe_agent"]
 
@@ -86,6 +96,9 @@ PROVIDER_KEYS: dict[str, tuple[str, ...]] = {
     "hosted_vllm": ("HOSTED_VLLM_API_KEY",),
 }
 
+#: litellm's retries of a failed model call (the OpenAI client's ``max_retries``)
+MODEL_CLIENT_RETRIES = 1
+
 QUIET_ENV = {
     "MSWEA_SILENT_STARTUP": "1",
     "MSWEA_COST_TRACKING": "ignore_errors",
@@ -146,6 +159,7 @@ class MiniSweAgent(ProgramAgent):
     def program_env(self, state: Path, work_dir: Path) -> dict[str, str]:
         env = dict(QUIET_ENV)
         env["MSWEA_GLOBAL_CONFIG_DIR"] = str(state / "mini-swe-agent")  # no ~/.config/.env loading
+        env["MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT"] = "1"  # a failed call ends the run: the caller resumes
         if self.api_key_env:
             value = os.environ.get(self.api_key_env) or self.env.get(self.api_key_env)
             if value:
@@ -165,7 +179,7 @@ class MiniSweAgent(ProgramAgent):
 
     def prepare(self, state: Path, work_dir: Path, env: dict[str, str], convention: AnswerConvention) -> None:
         (state / "mini-swe-agent").mkdir(parents=True, exist_ok=True)
-        model_kwargs = {"drop_params": True, **(self.model_kwargs or {})}
+        model_kwargs = {"drop_params": True, "max_retries": MODEL_CLIENT_RETRIES, **(self.model_kwargs or {})}
         if self.base_url:
             model_kwargs["api_base"] = self.base_url.rstrip("/")
         for forbidden in ("api_key", "api_keys"):
@@ -179,6 +193,7 @@ class MiniSweAgent(ProgramAgent):
         )
         config = {
             "work_dir": str(work_dir),
+            "session_dir": str(self._session_dir(state)),
             "model_name": self.model,
             "model_class": self.model_class,
             "model_kwargs": model_kwargs,
@@ -200,15 +215,26 @@ class MiniSweAgent(ProgramAgent):
     def build_argv(self, program: list[str], state: Path, work_dir: Path) -> list[str]:
         return [*program, str(state / "config.json")]
 
+    def resume_argv(self, program: list[str], state: Path, work_dir: Path, session_id: str) -> list[str] | None:
+        """The driver with ``--resume``: the saved conversation, then stdin as a user message."""
+        if not SESSION_ID.fullmatch(session_id) or not (self._session_dir(state) / f"{session_id}.json").is_file():
+            return None
+        return [*self.build_argv(program, state, work_dir), "--resume", session_id]
+
+    @staticmethod
+    def _session_dir(state: Path) -> Path:
+        return state / "mini-swe-agent" / "sessions"
+
     def display_argv(self, argv: list[str]) -> list[str]:
-        return [Path(argv[0]).name, *argv[1:3], "<config.json>"]
+        return [Path(argv[0]).name, *argv[1:3], "<config.json>", *argv[4:]]
 
     def summarize(self, events: list[dict[str, Any]], state: Path, work_dir: Path) -> Summary:
         return summarize_mini_events(events)
 
 
 def summarize_mini_events(events: list[dict[str, Any]]) -> Summary:
-    """Model calls, commands, usage and cost from the driver's message stream."""
+    """Model calls, commands, usage, cost, session and failures from the driver's message
+    stream: one run's, or a session's runs one after the other."""
     usage = _cli.Usage()
     n_calls = 0
     n_steps = 0
@@ -237,12 +263,14 @@ def summarize_mini_events(events: list[dict[str, Any]]) -> Summary:
         if final.get("error"):
             extra["agent_error"] = final.get("error")
         extra["mini_swe_agent_version"] = final.get("mini_swe_agent_version")
-        if isinstance(final.get("cost"), (int, float)):
-            cost = float(final["cost"])
+        # each run's result line gives its own share (a resumed run's as well)
+        results = [e for e in events if e.get("type") == "result" and isinstance(e.get("cost"), (int, float))]
+        cost = sum(float(e["cost"]) for e in results) if results else cost
     else:
         exits = [e for e in events if e.get("role") == "exit"]
         if exits:
             extra["exit_status"] = (exits[-1].get("extra") or {}).get("exit_status")
+    session = next((e for e in events if e.get("type") == "session"), {})
     return Summary(
         usage=usage,
         n_turns=n_calls,
@@ -250,7 +278,18 @@ def summarize_mini_events(events: list[dict[str, Any]]) -> Summary:
         cost_usd=cost if cost > 0 else (0.0 if n_calls == 0 else None),
         cost_source="litellm_pricing" if cost > 0 else None,
         extra=extra,
+        session_id=session.get("session_id") if isinstance(session.get("session_id"), str) else None,
+        failures=mini_failures(events),
     )
+
+
+def mini_failures(events: list[dict[str, Any]]) -> list[ProviderFailure]:
+    """The failed model calls the driver reported (its ``error`` lines), in order."""
+    return [
+        provider_failure(e.get("status"), e.get("message"), e.get("retry_after_s"))
+        for e in events
+        if e.get("type") == "error"
+    ]
 
 
 def mini_swe_agent(model: str, **options: Any) -> MiniSweAgent:

@@ -20,9 +20,10 @@ import pytest
 
 from rayeval.agents import _cli, codex, mini_swe_agent
 from rayeval.agents._base import ProgramAgent, Summary
-from rayeval.agents._provider_hints import retry_after_from_body, retry_after_from_headers
+from rayeval.agents._provider_hints import retry_after_from_body
 from rayeval.agents.codex import REQUEST_MAX_RETRIES, STREAM_MAX_RETRIES, codex_failures
 from rayeval.agents.mini_swe import MODEL_CLIENT_RETRIES, summarize_mini_events
+from rayeval.models.retry import retry_after_s
 
 from .conftest import FAKE_KEY, PROGRAM_TIMEOUT
 from .test_real_agents import PROMPT, answer_command
@@ -311,13 +312,13 @@ def test_mini_failure_message_is_cut_to_500_characters() -> None:
 
 # ----------------------------------------------------------------------------- retry hints
 def test_retry_after_headers() -> None:
-    assert retry_after_from_headers({"Retry-After-Ms": "1500", "retry-after": "9"}) == 1.5
-    assert retry_after_from_headers({"Retry-After": "7"}) == 7.0
-    assert retry_after_from_headers({"retry-after": "Wed, 21 Oct 2015 07:28:30 GMT"}, now=1445412500.0) == 10.0
-    assert retry_after_from_headers({"retry-after": "Wed, 21 Oct 2015 07:28:30 GMT"}, now=1445412600.0) == 0.0
-    assert retry_after_from_headers({"retry-after": "soon"}) is None
-    assert retry_after_from_headers({"retry-after": "-3"}) is None
-    assert retry_after_from_headers(None) is None
+    assert retry_after_s({"Retry-After-Ms": "1500", "retry-after": "9"}) == 1.5
+    assert retry_after_s({"Retry-After": "7"}) == 7.0
+    assert retry_after_s({"retry-after": "Wed, 21 Oct 2015 07:28:30 GMT"}, now=1445412500.0) == 10.0
+    assert retry_after_s({"retry-after": "Wed, 21 Oct 2015 07:28:30 GMT"}, now=1445412600.0) == 0.0
+    assert retry_after_s({"retry-after": "soon"}) is None
+    assert retry_after_s({"retry-after": "-3"}) is None
+    assert retry_after_s(None) is None
 
 
 def test_retry_after_in_bodies() -> None:

@@ -85,7 +85,8 @@ def provider_error(exc: BaseException) -> dict[str, Any] | None:
     connection error has no status.  None when ``exc`` is no provider's error."""
     import litellm
 
-    from rayeval.agents._provider_hints import retry_after_from_body, retry_after_from_headers
+    from rayeval.agents._provider_hints import retry_after_from_body
+    from rayeval.models.retry import retry_after_s
 
     status = getattr(exc, "status_code", None)
     if isinstance(exc, litellm.exceptions.APIConnectionError):
@@ -98,7 +99,7 @@ def provider_error(exc: BaseException) -> dict[str, Any] | None:
     # the error body: on the exception, or on the provider client's error it was raised from
     bodies = [getattr(e, "body", None) for e in (exc, exc.__cause__, exc.__context__) if e is not None]
     hints = [
-        retry_after_from_headers(headers if hasattr(headers, "items") else None),
+        retry_after_s(headers if hasattr(headers, "items") else None),
         retry_after_from_body(message),
         *(retry_after_from_body(body) for body in bodies),
     ]

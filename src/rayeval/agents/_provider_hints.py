@@ -12,48 +12,15 @@ values from what these functions find.
 from __future__ import annotations
 
 import json
-import math
 import time
-from collections.abc import Iterator, Mapping
-from email.utils import parsedate_to_datetime
+from collections.abc import Iterator
 from typing import Any
+
+from ..models.retry import retry_after_s, seconds
 
 GOOGLE_RETRY_INFO = "type.googleapis.com/google.rpc.RetryInfo"
 #: how deep error bodies nested in messages are looked into
 MAX_NESTING = 3
-
-
-def seconds(value: Any) -> float | None:
-    """A finite, non-negative number of seconds from a number or a numeric string, else None."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, str):
-        try:
-            value = float(value.strip())
-        except ValueError:
-            return None
-    if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        return None
-    return float(value)
-
-
-def retry_after_from_headers(headers: Mapping[str, Any] | None, now: float | None = None) -> float | None:
-    """``retry-after-ms``, else ``retry-after`` (seconds or an HTTP date), in seconds."""
-    if not headers:
-        return None
-    lowered = {str(k).lower(): v for k, v in headers.items()}
-    milliseconds = seconds(lowered.get("retry-after-ms"))
-    if milliseconds is not None:
-        return milliseconds / 1000.0
-    value = lowered.get("retry-after")
-    hint = seconds(value)
-    if hint is not None or not isinstance(value, str):
-        return hint
-    try:
-        moment = parsedate_to_datetime(value).timestamp()
-    except (TypeError, ValueError, IndexError):
-        return None
-    return max(0.0, moment - (time.time() if now is None else now))
 
 
 def json_in_text(text: str) -> Any:
@@ -88,7 +55,7 @@ def _openrouter_hint(metadata: Any, now: float | None) -> float | None:
     hints = [seconds(metadata.get("retry_after_seconds")), seconds(metadata.get("retry_after"))]
     headers = metadata.get("headers")
     if isinstance(headers, dict):
-        hints.append(retry_after_from_headers(headers, now))
+        hints.append(retry_after_s(headers, now))
         reset_ms = seconds({str(k).lower(): v for k, v in headers.items()}.get("x-ratelimit-reset"))
         if reset_ms is not None:  # an epoch time in milliseconds
             hints.append(max(0.0, reset_ms / 1000.0 - (time.time() if now is None else now)))

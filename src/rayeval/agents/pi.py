@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -24,6 +23,7 @@ from .._json import object_at
 from ..harness.prompt import AnswerConvention
 from . import _cli, _tools
 from ._base import AgentConfigError, ProgramAgent, Summary
+from ._provider_hints import json_in_text, retry_after_from_body
 from ._recovery import ProviderFailure, provider_failure
 
 __all__ = ["PROVIDER_STYLES", "PiAgent", "pi"]
@@ -251,55 +251,17 @@ def summarize_pi_events(events: list[dict[str, Any]]) -> Summary:
 _STATUS_PREFIX = re.compile(r"^\s*([1-5][0-9]{2})(?=[:\s]|$)")
 
 
-def _json_object(text: str) -> dict[str, Any]:
-    """The JSON object ``text`` starts with (what follows it is ignored), or ``{}``."""
-    try:
-        value, _ = json.JSONDecoder().raw_decode(text)
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-def _seconds(value: Any) -> float | None:
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        return None
-    return seconds if seconds >= 0 else None
-
-
-def _retry_hint(payload: dict[str, Any]) -> float | None:
-    """The provider's wait in an error body: OpenRouter's ``metadata`` (``retry_after_seconds``,
-    its ``Retry-After`` and ``X-RateLimit-Reset`` headers), Google's ``RetryInfo``."""
-    hints: list[float] = []
-    metadata = object_at(payload, "metadata")
-    headers = object_at(metadata, "headers")
-    for value in (metadata.get("retry_after_seconds"), headers.get("Retry-After")):
-        if (seconds := _seconds(value)) is not None:
-            hints.append(seconds)
-    if (reset_ms := _seconds(headers.get("X-RateLimit-Reset"))) is not None:
-        hints.append(max(reset_ms / 1000 - time.time(), 0.0))
-    google_message = object_at(payload, "error").get("message")  # Google's error, as a JSON text
-    nested = _json_object(google_message) if isinstance(google_message, str) else {}
-    for detail in object_at(nested, "error").get("details") or []:
-        if isinstance(detail, dict) and str(detail.get("@type", "")).endswith("google.rpc.RetryInfo"):
-            delay = str(detail.get("retryDelay", ""))
-            if delay.endswith("s") and (seconds := _seconds(delay[:-1])) is not None:
-                hints.append(seconds)
-    return max(hints, default=None)
-
-
 def failure_from_error(error_message: Any) -> ProviderFailure:
     """A failed call from pi's ``errorMessage``: ``"<status> <provider's body>"`` (a body cut
     short gives no hint; text after it is ignored); the body's ``code`` when no status leads."""
     text = error_message if isinstance(error_message, str) else ""
-    start = text.find("{")
-    payload = _json_object(text[start:]) if start >= 0 else {}
+    body = json_in_text(text)
+    payload = body if isinstance(body, dict) else {}
     prefix = _STATUS_PREFIX.match(text)
     status: Any = int(prefix[1]) if prefix else payload.get("code")
     if status is None:
         status = object_at(payload, "error").get("code")
-    return provider_failure(status, text, _retry_hint(payload))
+    return provider_failure(status, text, retry_after_from_body(payload))
 
 
 def pi(model: str | None = None, **options: Any) -> PiAgent:

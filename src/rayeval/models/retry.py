@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
+from typing import Any
 
 from .types import RetryPolicy
 
@@ -19,30 +21,41 @@ def retryable(status: int | None) -> bool:
     return status is None or status in RETRYABLE_STATUSES or status >= 500
 
 
-def retry_after_s(headers: Mapping[str, str], now: float | None = None) -> float | None:
-    """The wait a server asks for: ``retry-after-ms``, or ``retry-after`` as seconds or an
-    HTTP date; None when absent or unreadable."""
-    lowered = {key.lower(): value for key, value in headers.items()}
-    if "retry-after-ms" in lowered:
-        try:
-            return max(0.0, float(lowered["retry-after-ms"]) / 1000)
-        except ValueError:
-            pass
-    text = lowered.get("retry-after", "").strip()
-    if not text:
+def retry_after_s(headers: Mapping[str, Any] | None, now: float | None = None) -> float | None:
+    """The wait a server asks for, in seconds: ``retry-after-ms``, or ``retry-after`` as seconds
+    or an HTTP date; None when absent, negative or unreadable."""
+    if not headers:
         return None
+    lowered = {str(key).lower(): value for key, value in headers.items()}
+    milliseconds = seconds(lowered.get("retry-after-ms"))
+    if milliseconds is not None:
+        return milliseconds / 1000
+    value = lowered.get("retry-after")
+    hint = seconds(value)
+    if hint is not None or not isinstance(value, str):
+        return hint
     try:
-        return max(0.0, float(text))
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(text)
+        when = parsedate_to_datetime(value.strip())
     except (TypeError, ValueError, IndexError):
         return None
     if when.tzinfo is None:
         when = when.replace(tzinfo=timezone.utc)
     current = datetime.now(timezone.utc).timestamp() if now is None else now
     return max(0.0, when.timestamp() - current)
+
+
+def seconds(value: Any) -> float | None:
+    """A finite, non-negative number of seconds from a number or a numeric string, else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            return None
+    if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        return None
+    return float(value)
 
 
 def delay_s(policy: RetryPolicy, retry: int, asked_s: float | None) -> float:

@@ -22,8 +22,9 @@ answers with an error status:
   message that is no model turn); the process exits with a non-zero code.
 
 That failure goes on :attr:`Summary.failures`, with the last ``api_retry`` delay of the same
-status as the provider's hint; the session resumes with ``--resume <session>`` (no
-``--model``: the session keeps its own) and ``Continue.`` on stdin.
+status as the provider's hint; the session resumes with ``--resume <session>`` and
+``Continue.`` on stdin.  The resumed command keeps ``--model``: without it the pinned program
+goes on with its own default model (``claude-opus-5-5`` in its requests), not the session's.
 """
 
 from __future__ import annotations
@@ -109,10 +110,10 @@ class ClaudeCodeAgent(ProgramAgent):
         (state / "claude").mkdir(parents=True, exist_ok=True)
 
     def build_argv(self, program: list[str], state: Path, work_dir: Path) -> list[str]:
-        model = strip_provider(self.model, ("anthropic",))
-        return [*self._options_argv(program), *(["--model", model] if model else []), *self.extra_args]
+        return [*self._options_argv(program), *self.extra_args]
 
     def resume_argv(self, program: list[str], state: Path, work_dir: Path, session_id: str) -> list[str] | None:
+        # with --model: a resumed session without it runs on Claude Code's default model
         return [*self._options_argv(program), "--resume", session_id, *self.extra_args]
 
     def _options_argv(self, program: list[str]) -> list[str]:
@@ -136,6 +137,9 @@ class ClaudeCodeAgent(ProgramAgent):
             argv += ["--system-prompt", self.system_prompt]
         if self.append_system_prompt:
             argv += ["--append-system-prompt", self.append_system_prompt]
+        model = strip_provider(self.model, ("anthropic",))
+        if model:
+            argv += ["--model", model]
         return argv
 
     def display_argv(self, argv: list[str]) -> list[str]:

@@ -183,6 +183,7 @@ class ProgramAgent:
             self.check_env(env)
             self.prepare(state, work_dir, env, context.convention if context is not None else "legacy")
             secrets = _cli.secrets_for(env, {k: v for k, v in self.env.items() if v is not None})
+            secrets |= set(recovery.spare_keys)
             first_argv = self.build_argv(program, state, work_dir)
             runs = self._run_recovering(program, first_argv, state, work_dir, env, task_prompt, recovery, secrets)
         result, summary = _combined(runs, started)
@@ -240,7 +241,7 @@ class ProgramAgent:
             session = summary.session_id
             resumed = self.resume_argv(program, state, work_dir, session) if session else None
             step = recovery.next_step(failure, self.made_progress(summary, result.events), resumed is not None)
-            if step is None or resumed is None:
+            if failure is None or step is None or resumed is None:
                 if failure is not None:
                     _cli.note(work_dir, f"HARNESS: provider recovery stopped: {recovery.stop_reason}")
                 return runs
@@ -248,10 +249,10 @@ class ProgramAgent:
             argv, stdin = resumed, RESUME_PROMPT
 
     def _resume_after(
-        self, step: Step, recovery: Recovery, work_dir: Path, env: dict[str, str], failure: ProviderFailure | None
+        self, step: Step, recovery: Recovery, work_dir: Path, env: dict[str, str], failure: ProviderFailure
     ) -> None:
         """Log the resume, wait its time, switch to the next key if it says so."""
-        what = f"HTTP {failure.status} ({failure.code})" if failure is not None else "a failure"
+        what = f"HTTP {failure.status} ({failure.code})"
         if step.key is not None and self.key_fallbacks is not None:
             env[self.key_fallbacks[1]] = step.key
             note = f"the provider rejected the key ({what}); resuming the session with fallback key"

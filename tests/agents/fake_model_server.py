@@ -21,8 +21,9 @@ reported usage in ``server.replies`` so tests can compare the harness's accounti
 the "provider" said.
 
 On demand it answers slowly (``delay_s``) or fails: :meth:`FakeModelServer.fail` queues error
-replies (429 with ``retry-after``, 500, 401 ...) for the next model requests; ``max_in_flight``
-is the most model requests it held at once.
+replies (429 with ``retry-after``, 500, 401 ...) for the next model requests (or the next ones
+after a number of turns); ``rejected_credentials`` get a 401; ``max_in_flight`` is the most
+model requests it held at once.
 """
 
 from __future__ import annotations
@@ -84,6 +85,7 @@ class FakeModelServer:
     delay_s: float = 0.0  # each model request is answered after this long
     faults: list[Fault] = field(default_factory=list)  # the next model requests' error replies
     max_in_flight: int = 0
+    rejected_credentials: set[str] = field(default_factory=set)  # a request with one of these gets a 401
 
     def __post_init__(self) -> None:
         self._in_flight = 0
@@ -136,10 +138,14 @@ class FakeModelServer:
         with self._lock:
             self.faults.extend(Fault(status, retry_after, body, after_turns) for _ in range(count))
 
-    def _next_fault(self) -> Fault | None:
+    def _next_fault(self, credential: str) -> Fault | None:
+        """The fault the next model request gets: a 401 for a rejected credential, else the
+        first queued fault that is due."""
         with self._lock:
-            given = sum(1 for r in self.replies if r.kind != "side")
-            due = next((f for f in self.faults if f.after_turns <= given), None)
+            if credential in self.rejected_credentials:
+                return Fault(401)
+            served = sum(1 for reply in self.replies if reply.kind != "side")
+            due = next((fault for fault in self.faults if fault.after_turns <= served), None)
             if due is not None:
                 self.faults.remove(due)
             return due
@@ -304,7 +310,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if owner.delay_s:
                 time.sleep(owner.delay_s)
-            fault = owner._next_fault()
+            fault = owner._next_fault(self._credential())
             if fault is not None:
                 self._fault(fault, anthropic=path.endswith("/messages"))
             elif path.endswith("/messages"):

@@ -130,3 +130,24 @@ def test_rayeval_run_with_the_prompt_agent(tmp_path: Path, server: FakeModelServ
     again = ResultStore(tmp_path / "out").read_table("again").to_pylist()
     assert len(again) == 2 * evals and all(row["cost_usd"] == 0.0 for row in again)
     assert [row["passed"] for row in again if row["eval_id"] == MC_EVAL] == [True, True]
+
+
+@pytest.mark.parametrize(("status", "count", "code"), [(401, 1, "http_401"), (503, 100, "server_error")])
+def test_a_call_the_provider_fails_is_a_provider_error(
+    tmp_path: Path, server: FakeModelServer, status: int, count: int, code: str
+) -> None:
+    """After the model layer's own retries (none for a 401), the unit is an error of the
+    provider's, with its status, not an answer that failed."""
+    from rayeval.harness import EvalRunner
+
+    server.fail(status, count, retry_after="0")
+    runner = EvalRunner(
+        REPO / "evals" / "pbmc" / f"{MC_EVAL}.json", work_root=tmp_path / "work", data_roots=[REPO / "evals"]
+    )
+    args = {"base_url": f"{server.url}/v1", "max_connections": "1"}
+    result = runner.run(agent_ref("prompt", load=True), model="openai/gpt-4o", agent_args=args, isolation="inline")
+    assert (result.status, result.error_type) == ("error", "ProviderError")
+    details = result.metadata["error_details"]
+    assert (details["status"], details["code"]) == (status, code)
+    assert f"scripted failure {status}" in details["message"] and OPENAI_KEY not in str(result.model_dump())
+    assert details["provider_retry_count"] == len(server.model_requests()) - 1

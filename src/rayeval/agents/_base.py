@@ -6,7 +6,10 @@ driver can be shipped to Ray workers.  Calling it runs the program once in ``wor
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -15,7 +18,15 @@ from ..errors import ConfigError
 from ..harness.context import AgentContext
 from ..harness.prompt import AnswerConvention
 from . import _cli
-from ._recovery import ProviderFailure
+from ._recovery import (
+    DEFAULT_HINT_JITTER_S,
+    DEFAULT_WAIT_BUDGET_S,
+    ProviderFailure,
+    Recovery,
+    Step,
+    fallback_keys,
+    wait_option,
+)
 from ._refusal import RefusalVerdict, detect_program_refusal
 
 
@@ -59,6 +70,10 @@ class ProgramAgent:
       own key variables are always passed).
     * ``state_dir`` -- keep the program's own state (config, sessions) there instead of a
       temporary folder that is removed after the run.
+    * ``provider_wait_s`` -- the most seconds, in all, the unit waits on its provider's
+      failures before resuming the program's session (default 1800; 0: never resume).
+    * ``provider_jitter_s`` -- at most this many random seconds added to the provider's
+      retry hint (default 5; see :func:`rayeval.agents._recovery.resume_wait_s`).
     """
 
     model: str | None = None
@@ -68,9 +83,14 @@ class ProgramAgent:
     env: dict[str, str | None] = field(default_factory=dict)
     pass_env: tuple[str, ...] = ()
     state_dir: str | None = None
+    provider_wait_s: float = DEFAULT_WAIT_BUDGET_S
+    provider_jitter_s: float = DEFAULT_HINT_JITTER_S
 
     harness: ClassVar[str] = "program"
     key_names: ClassVar[tuple[str, ...]] = ()
+    #: (the variable listing fallback keys, the key variable a fallback goes into): a key the
+    #: provider rejects is replaced by the next one listed; the list never reaches the program
+    key_fallbacks: ClassVar[tuple[str, str] | None] = None
     #: Further variables the program reads (endpoints, provider switches): a sandboxed unit
     #: gets them, with ``key_names``, from the worker's environment.
     config_names: ClassVar[tuple[str, ...]] = ()
@@ -81,6 +101,22 @@ class ProgramAgent:
         self.env = dict(self.env or {})
         if self.timeout is not None and self.timeout <= 0:
             raise AgentConfigError("timeout must be positive")
+        try:
+            self.provider_wait_s = wait_option("provider_wait_s", self.provider_wait_s)
+            self.provider_jitter_s = wait_option("provider_jitter_s", self.provider_jitter_s)
+        except ValueError as exc:
+            raise AgentConfigError(str(exc)) from None
+
+    @classmethod
+    def spare_keys(cls, environ: Mapping[str, str]) -> list[str]:
+        """The fallback keys listed in ``environ`` (:class:`AgentConfigError` when the list is
+        not a JSON list of non-empty strings)."""
+        if cls.key_fallbacks is None:
+            return []
+        try:
+            return fallback_keys(cls.key_fallbacks[0], environ.get(cls.key_fallbacks[0]))
+        except ValueError as exc:
+            raise AgentConfigError(str(exc)) from None
 
     # ---------------------------------------------------------------- hooks
     def program_argv(self) -> list[str]:
@@ -114,6 +150,10 @@ class ProgramAgent:
         stdin); None when the program cannot resume a session."""
         return None
 
+    def made_progress(self, summary: Summary, events: list[dict[str, Any]]) -> bool:
+        """Whether a run completed a model turn (which resets the doubling of provider waits)."""
+        return bool(summary.n_turns)
+
     # ---------------------------------------------------------------- the agent function
     @property
     def __name__(self) -> str:  # what the runner and reports call this agent
@@ -122,9 +162,19 @@ class ProgramAgent:
     def __call__(
         self, task_prompt: str, work_dir: str | os.PathLike[str], context: AgentContext | None = None
     ) -> dict[str, Any]:
+        """Run the program on the task; on a provider's failure that left it without an answer,
+        resume its session in place (see :class:`rayeval.agents._recovery.Recovery`)."""
+        started = time.monotonic()
         work_dir = Path(work_dir).resolve()
         work_dir.mkdir(parents=True, exist_ok=True)
         program = self.program_argv()  # raises AgentNotInstalledError with the install hint
+        limit = min((t for t in (self.timeout, context and context.timeout) if t), default=None)
+        recovery = Recovery(
+            wait_budget_s=self.provider_wait_s,
+            jitter_s=self.provider_jitter_s,
+            deadline=None if limit is None else started + limit,
+            spare_keys=self.spare_keys(os.environ),
+        )
         with _cli.state_dir(self.harness, self.state_dir) as state:
             env = _cli.build_env(
                 pass_keys=(*self.key_names, *self.pass_env),
@@ -133,22 +183,10 @@ class ProgramAgent:
             self.check_env(env)
             self.prepare(state, work_dir, env, context.convention if context is not None else "legacy")
             secrets = _cli.secrets_for(env, {k: v for k, v in self.env.items() if v is not None})
-            argv = self.build_argv(program, state, work_dir)
-            result = _cli.run_streaming(
-                argv,
-                work_dir=work_dir,
-                env=env,
-                stdin_text=self.stdin_text(task_prompt),
-                timeout=self.timeout,
-                secrets=secrets,
-                keep_event=self.keep_event,
-            )
-            try:
-                summary = self.summarize(result.events, state, work_dir)
-            except Exception as exc:  # noqa: BLE001 - a surprise in the event stream must not lose the answer
-                summary = Summary(extra={"summary_error": f"{type(exc).__name__}: {exc}"})
-            if summary.refusal is None:
-                summary.refusal = detect_program_refusal(self.harness, result.events)
+            secrets |= set(recovery.spare_keys)
+            first_argv = self.build_argv(program, state, work_dir)
+            runs = self._run_recovering(program, first_argv, state, work_dir, env, task_prompt, recovery, secrets)
+            result, summary = self._session(runs, started, state, work_dir)  # Codex reads its state
         return _cli.finish(
             harness=self.harness,
             model=self.model,
@@ -161,11 +199,94 @@ class ProgramAgent:
             n_steps=summary.n_steps,
             cost_usd=summary.cost_usd,
             cost_source=summary.cost_source,
-            command=self.display_argv(argv),
+            command=self.display_argv(first_argv),
             timeout=self.timeout,
-            extra=summary.extra,
+            extra={**summary.extra, **recovery.metadata()},
             refusal=summary.refusal,
+            failure_details=recovery.error_details() if recovery.last_failure is not None else None,
         )
+
+    def _run_recovering(
+        self,
+        program: list[str],
+        argv: list[str],
+        state: Path,
+        work_dir: Path,
+        env: dict[str, str],
+        task_prompt: str,
+        recovery: Recovery,
+        secrets: set[str],
+    ) -> list[tuple[_cli.CliResult, Summary]]:
+        """Run ``argv``, then resume the program's session for as long as :class:`Recovery` says."""
+        stdin = self.stdin_text(task_prompt)
+        runs: list[tuple[_cli.CliResult, Summary]] = []
+        while True:
+            earlier = [event for run, _ in runs for event in run.events]
+            result = _cli.run_streaming(
+                argv,
+                work_dir=work_dir,
+                env=env,
+                stdin_text=stdin,
+                timeout=recovery.remaining_s(),
+                secrets=secrets,
+                keep_event=self.keep_event,
+                earlier_events=earlier if runs else None,
+            )
+            summary = self._summary(result, state, work_dir)
+            runs.append((result, summary))
+            if result.timed_out or _cli.read_answer(work_dir)[0] is not None:
+                recovery.last_failure = None
+                return runs
+            failure = summary.failures[-1] if summary.failures else None
+            session = summary.session_id
+            resumed = self.resume_argv(program, state, work_dir, session) if session else None
+            step = recovery.next_step(failure, self.made_progress(summary, result.events), resumed is not None)
+            if failure is None or step is None or resumed is None:
+                if failure is not None:
+                    _cli.note(work_dir, f"HARNESS: provider recovery stopped: {recovery.stop_reason}")
+                return runs
+            self._resume_after(step, recovery, work_dir, env, failure)
+            argv, stdin = resumed, RESUME_PROMPT
+
+    def _resume_after(
+        self, step: Step, recovery: Recovery, work_dir: Path, env: dict[str, str], failure: ProviderFailure
+    ) -> None:
+        """Log the resume, wait its time, switch to the next key if it says so."""
+        what = f"HTTP {failure.status} ({failure.code})"
+        if step.key is not None and self.key_fallbacks is not None:
+            env[self.key_fallbacks[1]] = step.key
+            note = f"the provider rejected the key ({what}); resuming the session with fallback key"
+            _cli.note(work_dir, f"HARNESS: {note} {recovery.key_fallbacks}")
+            return
+        _cli.note(
+            work_dir,
+            f"HARNESS: provider failure {what}; resume {recovery.resumes} of the session after "
+            f"{step.wait_s:.1f} s ({recovery.waited_s:.1f} of {recovery.wait_budget_s:.0f} s waited)",
+        )
+        time.sleep(step.wait_s)
+        recovery.waited(step.wait_s)
+
+    def _summary(self, result: _cli.CliResult, state: Path, work_dir: Path) -> Summary:
+        try:
+            summary = self.summarize(result.events, state, work_dir)
+        except Exception as exc:  # noqa: BLE001 - a surprise in the event stream must not lose the answer
+            summary = Summary(extra={"summary_error": f"{type(exc).__name__}: {exc}"})
+        if summary.refusal is None:
+            summary.refusal = detect_program_refusal(self.harness, result.events)
+        return summary
+
+    def _session(
+        self, runs: list[tuple[_cli.CliResult, Summary]], started: float, state: Path, work_dir: Path
+    ) -> tuple[_cli.CliResult, Summary]:
+        """One result and one summary of a session's runs: the last run's outcome, and the
+        spec's summary of every run's events (each spec adds its runs up as its program
+        counts: Codex's session file keeps running totals, Claude Code reports each run)."""
+        last, summary = runs[-1]
+        if len(runs) == 1:
+            return last, summary
+        events = [event for run, _ in runs for event in run.events]
+        result = dataclasses.replace(last, duration_s=round(time.monotonic() - started, 2), events=events)
+        return result, self._summary(result, state, work_dir)
 
     def display_argv(self, argv: list[str]) -> list[str]:
         """The command line as recorded in metadata (it never holds the prompt or a key)."""
@@ -179,3 +300,7 @@ def strip_provider(model: str | None, prefixes: tuple[str, ...]) -> str | None:
         if model.startswith(prefix + "/"):
             return model[len(prefix) + 1 :]
     return model
+
+
+#: what a resumed session is told
+RESUME_PROMPT = "Continue."

@@ -120,6 +120,7 @@ class _Stream:
     pattern: re.Pattern[str] | None
     keep_event: Callable[[dict[str, Any]], bool] | None
     flush_interval: float
+    earlier: list[dict[str, Any]] = field(default_factory=list)  # the trajectory's events before this run's
     events: list[dict[str, Any]] = field(default_factory=list)
     stderr_lines: list[str] = field(default_factory=list)
 
@@ -173,7 +174,7 @@ class _Stream:
             self.log.flush()
 
     def _flush_locked(self) -> None:
-        _atomic_write_json(self.traj_path, self.events)
+        _atomic_write_json(self.traj_path, self.earlier + self.events)
         self._last_flush = time.monotonic()
         self._dirty = False
 
@@ -219,17 +220,20 @@ def run_streaming(
     secrets: Iterable[str],
     keep_event: Callable[[dict[str, Any]], bool] | None = None,
     flush_interval: float = 1.0,
+    earlier_events: list[dict[str, Any]] | None = None,
 ) -> CliResult:
-    """Run ``argv`` in ``work_dir``, stream its stdout JSON events, kill it at ``timeout``."""
+    """Run ``argv`` in ``work_dir``, stream its stdout JSON events, kill it at ``timeout``.
+
+    ``earlier_events``: a resumed session's, which the log and ``trajectory.json`` go on from
+    (the result's ``events`` are this run's alone); None starts both afresh."""
     work_dir = Path(work_dir)
     log_path = work_dir / LOG_NAME
-    try:
-        log_path.unlink()
-    except FileNotFoundError:
-        pass
+    if earlier_events is None:
+        with contextlib.suppress(FileNotFoundError):
+            log_path.unlink()
     pattern = compile_secrets(secrets)
-    stream = _Stream(work_dir, pattern, keep_event, flush_interval)
-    _atomic_write_json(stream.traj_path, [])
+    stream = _Stream(work_dir, pattern, keep_event, flush_interval, earlier=list(earlier_events or []))
+    _atomic_write_json(stream.traj_path, stream.earlier)
     start = time.monotonic()
     try:
         proc = subprocess.Popen(
@@ -277,6 +281,12 @@ def run_streaming(
     stream.finish()
     tail = "\n".join(stream.stderr_lines[-20:])
     return CliResult(exit_code, timed_out, round(time.monotonic() - start, 2), stream.events, None, tail, log_path)
+
+
+def note(work_dir: Path, text: str) -> None:
+    """Append a line of the harness's own to the program's log (between two runs of it)."""
+    with open(Path(work_dir) / LOG_NAME, "a", encoding="utf-8") as log:
+        log.write(text.rstrip("\n") + "\n")
 
 
 # ----------------------------------------------------------------------------- state folders
@@ -383,11 +393,14 @@ def finish(
     extra: dict[str, Any] | None = None,
     answer_files: Iterable[str] = ANSWER_FILE_NAMES,
     refusal: RefusalVerdict | None = None,
+    failure_details: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Read the answer, assemble the metadata, redact everything, return the agent envelope."""
+    """Read the answer, assemble the metadata, redact everything, return the agent envelope.
+    ``failure_details``: the provider failure that left the unit without an answer, for its
+    ``error_details``."""
     answer, details, answer_file = read_answer(work_dir, answer_files)
     if answer is None:
-        details = dict(details or {})
+        details = {**(details or {}), **(failure_details or {})}
         if result.timed_out:
             details["error"] = f"Agent timed out after {timeout} s; " + details["error"]
         elif result.error:

@@ -8,8 +8,12 @@ Codes and retryable statuses follow the reference runner (latch-eval-tools 0.4.5
 
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import asdict, dataclass
+import random
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 #: statuses after which the same session resumes after a wait
@@ -70,3 +74,139 @@ def provider_failure(status: Any, message: Any, retry_after_s: Any = None) -> Pr
         hint = None
     text = message if isinstance(message, str) else ("" if message is None else str(message))
     return ProviderFailure(number, failure_code(number), text[:MESSAGE_CHARS], None if hint is None else float(hint))
+
+
+# ----------------------------------------------------------------------------- the wait policy
+#: ``provider_wait_s``'s default: the most seconds a unit waits, in all, before resuming
+DEFAULT_WAIT_BUDGET_S = 1800.0
+#: ``provider_jitter_s``'s default: at most this many random seconds on top of a provider's hint
+DEFAULT_HINT_JITTER_S = 5.0
+CAPACITY_STATUSES = frozenset({429, 529})
+CAPACITY_WAIT_S = (60.0, 15.0)  # no hint on a rate limit or overload: 60-75 s
+OTHER_WAIT_S = (5.0, 5.0)  # no hint on another retryable status: 5-10 s
+MAX_WAIT_S = 300.0
+MIN_WAIT_S = 1.0  # a hint of 0 must not make a tight loop of resumes
+
+
+def resume_wait_s(
+    failure: ProviderFailure,
+    consecutive: int,
+    jitter_s: float = DEFAULT_HINT_JITTER_S,
+    uniform: Callable[[float, float], float] = random.uniform,
+) -> float:
+    """Seconds to wait before resuming after ``failure``, the ``consecutive``-th (1, 2, ...)
+    since the last completed model turn: the provider's hint plus 0..``jitter_s`` s, else
+    60-75 s for a rate limit or overload and 5-10 s otherwise; doubled for each consecutive
+    failure, at most :data:`MAX_WAIT_S` and at least :data:`MIN_WAIT_S`, never below the hint."""
+    if failure.retry_after_s is not None:
+        base = failure.retry_after_s + uniform(0.0, jitter_s)
+    else:
+        fixed, jitter = CAPACITY_WAIT_S if failure.status in CAPACITY_STATUSES else OTHER_WAIT_S
+        base = fixed + uniform(0.0, jitter)
+    delay = min(max(base, MIN_WAIT_S) * 2.0 ** min(max(consecutive, 1) - 1, 10), MAX_WAIT_S)
+    return max(delay, failure.retry_after_s or 0.0)
+
+
+def wait_option(name: str, value: Any) -> float:
+    """An agent's ``provider_wait_s`` or ``provider_jitter_s``: a finite number >= 0 (else
+    :class:`ValueError` naming the option and the value)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
+    return float(value)
+
+
+def fallback_keys(name: str, raw: str | None) -> list[str]:
+    """The keys listed in variable ``name`` (``raw``, its value): a JSON list of non-empty
+    strings. Anything else is a :class:`ValueError` that names the variable, never a key."""
+    if raw is None or not raw.strip():
+        return []
+    try:
+        keys = json.loads(raw)
+    except ValueError:
+        keys = None
+    if not isinstance(keys, list) or not all(isinstance(key, str) and key.strip() for key in keys):
+        raise ValueError(f"{name} must be a JSON list of non-empty strings (its value is not shown: it holds keys)")
+    return keys
+
+
+@dataclass
+class Recovery:
+    """A unit's provider recovery so far: what it waited, resumed and switched, and when it
+    must stop (the wait budget, the unit's deadline on the monotonic clock)."""
+
+    wait_budget_s: float = DEFAULT_WAIT_BUDGET_S
+    jitter_s: float = DEFAULT_HINT_JITTER_S
+    deadline: float | None = None
+    spare_keys: list[str] = field(default_factory=list)
+    resumes: int = 0
+    waited_s: float = 0.0
+    consecutive: int = 0
+    key_fallbacks: int = 0
+    stop_reason: StopReason | None = None
+    last_failure: ProviderFailure | None = None
+
+    def remaining_s(self) -> float | None:
+        """Seconds left before the unit's deadline (None: it has none)."""
+        return None if self.deadline is None else max(self.deadline - time.monotonic(), 0.001)
+
+    def next_step(self, failure: ProviderFailure | None, progressed: bool, resumable: bool) -> Step | None:
+        """After a run that ended without an answer on ``failure`` (its last, or None), with
+        ``progressed`` (it completed a model turn) and ``resumable`` (its session can go on):
+        resume with the next key, resume after a wait, or stop (None; ``stop_reason`` says
+        why when a provider failure was the cause)."""
+        self.last_failure = failure
+        if progressed:
+            self.consecutive = 0
+        if failure is None:
+            return None
+        if failure.key_rejected and self.spare_keys:
+            if not resumable:
+                return self._stop("missing_session")
+            self.key_fallbacks += 1
+            return Step(wait_s=0.0, key=self.spare_keys.pop(0))
+        if not failure.retryable:
+            return self._stop("not_retryable")
+        self.consecutive += 1
+        wait = resume_wait_s(failure, self.consecutive, self.jitter_s)
+        if not resumable:
+            return self._stop("missing_session")
+        if wait > self.wait_budget_s - self.waited_s:
+            return self._stop("wait_budget_exhausted")
+        if self.deadline is not None and wait >= self.deadline - time.monotonic():
+            return self._stop("run_deadline")
+        self.resumes += 1
+        return Step(wait_s=wait)
+
+    def waited(self, seconds: float) -> None:
+        self.waited_s += seconds
+
+    def _stop(self, reason: StopReason) -> Step | None:
+        """No further step, for ``reason``."""
+        self.stop_reason = reason
+        return None
+
+    def metadata(self) -> dict[str, Any]:
+        """What every row of a program agent reports of it."""
+        return {
+            "provider_retry_count": self.resumes,
+            "provider_retry_wait_s": round(self.waited_s, 3),
+            "key_fallback_count": self.key_fallbacks,
+        }
+
+    def error_details(self) -> dict[str, Any]:
+        """The row's error details when the unit ended without an answer on :attr:`last_failure`."""
+        assert self.last_failure is not None
+        return {
+            **self.last_failure.as_dict(),
+            "provider_retry_count": self.resumes,
+            "provider_retry_wait_s": round(self.waited_s, 3),
+            "provider_retry_stop_reason": self.stop_reason,
+        }
+
+
+@dataclass(frozen=True)
+class Step:
+    """Resume the session after ``wait_s`` seconds (with ``key`` in the key's variable, if set)."""
+
+    wait_s: float
+    key: str | None = None

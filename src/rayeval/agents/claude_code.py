@@ -3,6 +3,28 @@
 Runs ``claude --print --dangerously-skip-permissions --verbose --output-format stream-json``
 in the work folder with the prompt on stdin.  Its stream-json events are the trajectory; the
 final ``result`` event gives turns, token usage and the provider-priced cost.
+
+Provider failures, as the pinned Claude Code (2.1.332) reports them against a server that
+answers with an error status:
+
+* it retries a failed call itself, first: each retry is a ``system``/``api_retry`` event
+  (``attempt``, ``max_retries``, ``retry_delay_ms``, ``error_status``, ``error``).  By default
+  it makes 10 retries, the delay doubling from about 0.5 s to about 35 s (a ``retry-after``
+  header, when the server sends a positive one, is the delay, plus its own jitter), so a
+  call fails for good after about 2.5 minutes -- a 401 included.
+  ``CLAUDE_CODE_MAX_RETRIES`` bounds the count (0: no retry); ``API_TIMEOUT_MS`` is one
+  request's timeout, not a retry bound.  rayeval sets ``CLAUDE_CODE_MAX_RETRIES`` to
+  :data:`PROGRAM_RETRIES` (the ``env`` option overrides it), so a blip is retried in the
+  program and a longer failure is rayeval's to wait out within the unit's wait budget;
+* when it gives up, the session ends with a ``result`` event of ``terminal_reason``
+  ``api_error``, ``api_error_status`` (the HTTP status, null on a connection failure),
+  ``is_error`` true and the error's text in ``result`` (after a ``<synthetic>`` assistant
+  message that is no model turn); the process exits with a non-zero code.
+
+That failure goes on :attr:`Summary.failures`, with the last ``api_retry`` delay of the same
+status as the provider's hint; the session resumes with ``--resume <session>`` and
+``Continue.`` on stdin.  The resumed command keeps ``--model``: without it the pinned program
+goes on with its own default model (``claude-opus-5-5`` in its requests), not the session's.
 """
 
 from __future__ import annotations
@@ -16,6 +38,7 @@ from typing import Any, ClassVar
 from ..harness.prompt import AnswerConvention
 from . import _cli, _tools
 from ._base import AgentConfigError, ProgramAgent, Summary, strip_provider
+from ._recovery import ProviderFailure, provider_failure
 
 __all__ = ["ClaudeCodeAgent", "claude_code"]
 
@@ -29,6 +52,10 @@ QUIET_ENV = {
     "CLAUDE_CODE_DISABLE_FEEDBACK_SURVEY": "1",
     "NODE_DISABLE_COMPILE_CACHE": "1",
 }
+#: ``CLAUDE_CODE_MAX_RETRIES``: the program's own retries of a failed call (about 1.5 s of
+#: waits) before the session ends and rayeval's recovery takes over
+PROGRAM_RETRIES = "2"
+SYNTHETIC_MODEL = "<synthetic>"  # the model of the assistant message Claude Code makes of an error
 
 
 @dataclass
@@ -47,6 +74,7 @@ class ClaudeCodeAgent(ProgramAgent):
     config_names: ClassVar[tuple[str, ...]] = (
         "ANTHROPIC_BASE_URL", "CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX", "CLAUDE_CODE_USE_FOUNDRY",
     )  # fmt: skip
+    key_fallbacks: ClassVar[tuple[str, str] | None] = ("ANTHROPIC_API_KEY_FALLBACKS", "ANTHROPIC_API_KEY")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -57,7 +85,7 @@ class ClaudeCodeAgent(ProgramAgent):
         return _tools.find_program(_tools.CLAUDE)
 
     def program_env(self, state: Path, work_dir: Path) -> dict[str, str]:
-        env = dict(QUIET_ENV)
+        env = {**QUIET_ENV, "CLAUDE_CODE_MAX_RETRIES": PROGRAM_RETRIES}
         env["CLAUDE_CONFIG_DIR"] = str(state / "claude")
         if self.base_url:
             env["ANTHROPIC_BASE_URL"] = self.base_url.rstrip("/")
@@ -82,6 +110,13 @@ class ClaudeCodeAgent(ProgramAgent):
         (state / "claude").mkdir(parents=True, exist_ok=True)
 
     def build_argv(self, program: list[str], state: Path, work_dir: Path) -> list[str]:
+        return [*self._options_argv(program), *self.extra_args]
+
+    def resume_argv(self, program: list[str], state: Path, work_dir: Path, session_id: str) -> list[str] | None:
+        # with --model: a resumed session without it runs on Claude Code's default model
+        return [*self._options_argv(program), "--resume", session_id, *self.extra_args]
+
+    def _options_argv(self, program: list[str]) -> list[str]:
         argv = [
             *program,
             "--print",
@@ -105,7 +140,6 @@ class ClaudeCodeAgent(ProgramAgent):
         model = strip_provider(self.model, ("anthropic",))
         if model:
             argv += ["--model", model]
-        argv += list(self.extra_args)
         return argv
 
     def display_argv(self, argv: list[str]) -> list[str]:
@@ -122,7 +156,45 @@ class ClaudeCodeAgent(ProgramAgent):
         return event.get("type") != "stream_event"
 
     def summarize(self, events: list[dict[str, Any]], state: Path, work_dir: Path) -> Summary:
-        return summarize_claude_events(events)
+        summary = summarize_claude_events(events)
+        summary.session_id = summary.extra.get("session_id")
+        failure = claude_failure(events)
+        summary.failures = [failure] if failure is not None else []
+        return summary
+
+    def made_progress(self, summary: Summary, events: list[dict[str, Any]]) -> bool:
+        return any(_model_turn(event) for event in events)
+
+
+def _model_turn(event: dict[str, Any]) -> bool:
+    """A main-loop assistant message the model sent (not one Claude Code made of an error)."""
+    message = event.get("message")
+    return (
+        event.get("type") == "assistant"
+        and not event.get("parent_tool_use_id")
+        and isinstance(message, dict)
+        and message.get("model") != SYNTHETIC_MODEL
+    )
+
+
+def claude_failure(events: list[dict[str, Any]]) -> ProviderFailure | None:
+    """The provider failure that ended a Claude Code session: its last ``result`` event's
+    ``api_error``, with the ``retry_delay_ms`` of the ``api_retry`` events since the last model
+    turn (of the same status) as the hint; None when the session did not end on one."""
+    ends = [i for i, event in enumerate(events) if event.get("type") == "result"]
+    if not ends or events[ends[-1]].get("terminal_reason") != "api_error":
+        return None
+    final = events[ends[-1]]
+    status = final.get("api_error_status")
+    hint = None
+    for event in reversed(events[: ends[-1]]):
+        if _model_turn(event):
+            break
+        if event.get("subtype") == "api_retry" and event.get("error_status") == status:
+            delay = event.get("retry_delay_ms")
+            hint = delay / 1000 if isinstance(delay, (int, float)) and not isinstance(delay, bool) else None
+            break
+    return provider_failure(status, final.get("result"), hint)
 
 
 def _usage_total(usage: dict[str, Any]) -> _cli.Usage:
@@ -143,20 +215,55 @@ def _usage_total(usage: dict[str, Any]) -> _cli.Usage:
 
 
 def summarize_claude_events(events: list[dict[str, Any]]) -> Summary:
-    """Turns, tool calls, usage and cost from a Claude Code stream-json event list."""
-    session_id = next((e.get("session_id") for e in events if e.get("session_id")), None)
-    results = [e for e in events if e.get("type") == "result"]
-    tool_ids: set[str] = set()
-    per_message: dict[str, dict[str, Any]] = {}
+    """Turns, tool calls, usage and cost from a Claude Code stream-json event list: of each run
+    of a resumed session (each ends with its own ``result`` event), added up."""
+    runs: list[list[dict[str, Any]]] = [[]]
+    for event in events:
+        runs[-1].append(event)
+        if event.get("type") == "result":
+            runs.append([])
+    parts = [_summarize_run(run) for run in runs if run]
+    if len(parts) <= 1:
+        return parts[0] if parts else _summarize_run([])
+    last = parts[-1]
+    costs = [part.cost_usd for part in parts if part.cost_usd is not None]
+    usage = _cli.Usage()
+    for part in parts:
+        for name, value in part.usage.as_dict().items():
+            setattr(usage, name, _cli.add(getattr(usage, name), value))
+    return Summary(
+        usage=usage,
+        n_turns=sum(part.n_turns or 0 for part in parts),
+        n_steps=len(_tool_ids(events)),
+        cost_usd=sum(costs) if costs else None,
+        cost_source=last.cost_source or next((part.cost_source for part in parts if part.cost_source), None),
+        extra={**last.extra, "session_id": parts[0].extra.get("session_id") or last.extra.get("session_id")},
+    )
+
+
+def _tool_ids(events: list[dict[str, Any]]) -> set[str]:
+    """The ids of the main loop's tool calls (a sub-agent's are its own)."""
+    ids: set[str] = set()
     for e in events:
         if e.get("type") != "assistant" or e.get("parent_tool_use_id"):
             continue
-        msg = e.get("message") or {}
-        if msg.get("id") and isinstance(msg.get("usage"), dict):
-            per_message[msg["id"]] = msg["usage"]
-        for block in msg.get("content") or []:
+        for block in (e.get("message") or {}).get("content") or []:
             if isinstance(block, dict) and block.get("type") == "tool_use":
-                tool_ids.add(block.get("id") or f"anon-{len(tool_ids)}")
+                ids.add(block.get("id") or f"anon-{len(ids)}")
+    return ids
+
+
+def _summarize_run(events: list[dict[str, Any]]) -> Summary:
+    """The summary of one run of the program (at most one ``result`` event, its last)."""
+    session_id = next((e.get("session_id") for e in events if e.get("session_id")), None)
+    results = [e for e in events if e.get("type") == "result"]
+    tool_ids = _tool_ids(events)
+    per_message: dict[str, dict[str, Any]] = {}
+    for e in events:
+        msg = e.get("message") or {}
+        main_loop = e.get("type") == "assistant" and not e.get("parent_tool_use_id")
+        if main_loop and msg.get("id") and isinstance(msg.get("usage"), dict):
+            per_message[msg["id"]] = msg["usage"]
     extra: dict[str, Any] = {"session_id": session_id}
     if results:
         final = results[-1]
@@ -216,10 +323,12 @@ def claude_code(model: str | None = None, **options: Any) -> ClaudeCodeAgent:
     ``ANTHROPIC_BASE_URL``), ``max_turns``, ``system_prompt``, ``append_system_prompt``,
     ``effort`` (low..max), ``settings`` (dict for ``--settings``), ``include_partial_messages``,
     ``extra_args``, ``env`` (additions), ``pass_env`` (further secret names to pass through),
-    ``state_dir`` (keep ``CLAUDE_CONFIG_DIR`` there).
+    ``state_dir`` (keep ``CLAUDE_CONFIG_DIR`` there), ``provider_wait_s`` and
+    ``provider_jitter_s`` (see :class:`~rayeval.agents._base.ProgramAgent`).
 
     The key comes from ``ANTHROPIC_API_KEY`` (or ``ANTHROPIC_AUTH_TOKEN``) in the environment,
-    never the command line.  The program is found through ``$RAYEVAL_CLAUDE_BIN``,
+    never the command line; when the provider rejects it, the session resumes with the next
+    key of ``ANTHROPIC_API_KEY_FALLBACKS`` (a JSON list), which the program never sees.  The program is found through ``$RAYEVAL_CLAUDE_BIN``,
     ``<repo>/.agent-tools`` (``python scripts/install_agent_clis.py``), then ``PATH``.
     """
     return ClaudeCodeAgent(model=model, **options)

@@ -23,8 +23,12 @@ from typing import Any
 from ..harness.answers import CLOSE_TAG, OPEN_TAG, answer_envelope, extract_tagged
 from ..harness.context import MIB, AgentContext, UnitResources
 from ..harness.prompt import task_of
+from ..models import ModelError
 from ..models.calls import generate_reply, prompt_model
+from ..models.providers import CallFailed
+from ..models.retry import retry_after_s
 from ..models.types import ChatMessage
+from ._recovery import provider_failure
 
 #: After the task, in place of the file-based conventions of agents that have a work folder.
 ANSWER_INSTRUCTION = f"\n\nEnd your reply with {OPEN_TAG}{{...}}{CLOSE_TAG} holding your answer, in the format above."
@@ -34,11 +38,25 @@ def prompt_agent(task_prompt: str, work_dir: Path, context: AgentContext) -> dic
     model, options = prompt_model(context.model, context.args)
     # the task alone (the same for every unit of the eval, so cached replies serve any run)
     messages = [ChatMessage(role="user", content=task_of(task_prompt) + ANSWER_INSTRUCTION)]
-    text, metadata = generate_reply(model, options, messages, context.seed)
+    try:
+        text, metadata = generate_reply(model, options, messages, context.seed)
+    except ModelError as exc:
+        if exc.call is None:
+            raise
+        return answer_envelope(None, _failed_call(model.name, exc, exc.call), work_dir)
     answer = extract_tagged(text)
     if answer is None:
         metadata["error_details"] = {"error": f"the model's reply holds no {OPEN_TAG}{{json}}{CLOSE_TAG}"}
     return answer_envelope(answer, metadata, work_dir)
+
+
+def _failed_call(model: str, error: ModelError, call: CallFailed) -> dict[str, Any]:
+    """The metadata of a call the provider failed after the model layer's retries: a
+    ``ProviderError`` row's (see :func:`rayeval.harness.runner.provider_failure_details`)."""
+    failure = provider_failure(call.status, call.message, retry_after_s(call.headers))
+    retries = max(error.attempts - 1, 0)
+    details = {"error": str(error), **failure.as_dict(), "provider_retry_count": retries, "provider_retry_wait_s": None}
+    return {"harness": "prompt", "model": model, "attempts": error.attempts, "error_details": details}
 
 
 prompt_agent.needs_data = False  # type: ignore[attr-defined]

@@ -8,12 +8,15 @@ import json
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._messages import field_problems
 from ..errors import ConfigError
 from ..harness.context import MIB, AgentContext, AgentFunction, AgentRef, UnitResources
 from ..registry import Registry
+
+if TYPE_CHECKING:
+    from ._base import ProgramAgent
 
 
 def _reference() -> AgentFunction:
@@ -50,10 +53,11 @@ def _option_value(text: str) -> Any:
 
 def _program_env_names(factory_name: str) -> tuple[str, ...]:
     """The variables a real agent program reads: its API keys and its endpoint settings."""
-    if factory_name == "claude-code":
+    if factory_name == "claude-code":  # its fallback keys reach the agent function, never the program
         from .claude_code import ClaudeCodeAgent
 
-        return (*ClaudeCodeAgent.key_names, *ClaudeCodeAgent.config_names)
+        fallbacks = ClaudeCodeAgent.key_fallbacks[:1] if ClaudeCodeAgent.key_fallbacks else ()
+        return (*ClaudeCodeAgent.key_names, *ClaudeCodeAgent.config_names, *fallbacks)
     if factory_name == "codex":
         from .codex import CodexAgent
 
@@ -83,7 +87,7 @@ def _program_install(factory_name: str) -> tuple[tuple[str, ...], tuple[tuple[st
     return tuple(folders), (("RAYEVAL_AGENT_TOOLS_DIR", folders[0]),)
 
 
-def _program_factory(name: str) -> tuple[Callable[..., Any], type]:
+def _program_factory(name: str) -> tuple[Callable[..., Any], type[ProgramAgent]]:
     """A real agent program's factory and the dataclass it makes."""
     from . import (
         ClaudeCodeAgent,
@@ -96,7 +100,7 @@ def _program_factory(name: str) -> tuple[Callable[..., Any], type]:
         pi,
     )
 
-    factories: dict[str, tuple[Callable[..., Any], type]] = {
+    factories: dict[str, tuple[Callable[..., Any], type[ProgramAgent]]] = {
         "claude-code": (claude_code, ClaudeCodeAgent),
         "codex": (codex, CodexAgent),
         "mini-swe-agent": (mini_swe_agent, MiniSweAgent),
@@ -112,8 +116,17 @@ def _program(factory_name: str) -> Callable[[], AgentFunction]:
         def program_agent(task_prompt: str, work_dir: Path, context: AgentContext) -> Any:
             factory, _ = _program_factory(factory_name)
             options = {key: _option_value(value) for key, value in context.args.items()}
-            return factory(model=context.model, **options)(task_prompt, work_dir)
+            return factory(model=context.model, **options)(task_prompt, work_dir, context)
 
+        def check_args(args: dict[str, str]) -> None:
+            """Where its units run (a run's start-up probe): its options and fallback keys."""
+            _check_program(factory_name, args, None, environment=False)
+            try:
+                _program_factory(factory_name)[1].spare_keys(os.environ)
+            except ValueError as exc:
+                raise AgentArgsError(f"agent {factory_name!r}: {exc}") from None
+
+        program_agent.check_args = check_args  # type: ignore[attr-defined]
         program_agent.env_names = _program_env_names(factory_name)  # type: ignore[attr-defined]
         program_agent.read_paths, program_agent.env = _program_install(factory_name)  # type: ignore[attr-defined]
         # a CLI agent (node or Python, its tools' subprocesses): about a CPU and a GiB
@@ -365,6 +378,7 @@ def _check_program(name: str, args: dict[str, str], model: str | None, *, enviro
     if environment:
         try:
             agent.check_env(dict(os.environ))
+            agent.spare_keys(os.environ)
         except AgentConfigError as exc:
             raise AgentArgsError(f"agent {name!r}: {exc}") from None
 

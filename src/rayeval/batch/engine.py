@@ -60,7 +60,7 @@ from .capacity import NodeResources, describe_capacity, pool_shape
 from .judging import JudgeCalls
 from .plan import Plan, Unit, compact_seeds, plan_changes, unstored
 from .progress import Progress
-from .queue import UnitQueue, retry_delay
+from .queue import UnitQueue, unit_retry_delay
 from .rows import row_from_result
 from .stopping import RunCancelled, StopSignals
 from .summary import RunSummary, summarize
@@ -796,8 +796,9 @@ def _store_units_back(
             continue
         unit, attempt, row = done
         earlier = 0 if earlier_attempts is None else int(earlier_attempts[unit.position])
-        if row.retryable and attempt - earlier <= config.retries:  # retries count from this run's first
-            work.queue.retry_later(unit, attempt + 1, retry_delay(attempt, config.retry_backoff_s))
+        delay = unit_retry_delay(row, attempt, config.retry_backoff_s) if row.retryable else None
+        if delay is not None and attempt - earlier <= config.retries:  # retries count from this run's first
+            work.queue.retry_later(unit, attempt + 1, delay)
         else:
             kept.setdefault(unit.model, []).append(row)
     for model, rows in kept.items():  # one WAL write and fsync per model and round

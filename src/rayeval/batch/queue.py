@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import json
+import math
 import random
 import time
 from collections import Counter, deque
@@ -13,6 +15,9 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from ..agents._recovery import RETRYABLE_STATUSES
+from ..harness.runner import PROVIDER_ERROR
+from ..record import UnitRecord
 from .plan import Plan, Unit
 
 Attempt = tuple[Unit, int]
@@ -23,6 +28,23 @@ def retry_delay(attempt: int, backoff_s: float) -> float:
     ``backoff_s``, each drawn between half and one and a half times that, so that units that
     failed together (an API outage, a rate limit) do not all come back at the same instant."""
     return backoff_s * 2 ** (attempt - 1) * random.uniform(0.5, 1.5)
+
+
+def unit_retry_delay(row: UnitRecord, attempt: int, backoff_s: float) -> float | None:
+    """Seconds before a run's own retry of errored ``row`` (:func:`retry_delay`), or None when
+    no retry helps: a ``ProviderError`` of a status that is not retryable (a rejected key, a
+    bad request). A provider's retry hint is waited at least."""
+    delay = retry_delay(attempt, backoff_s)
+    if row.error_type != PROVIDER_ERROR:
+        return delay
+    try:
+        details = json.loads(row.metadata_json).get("error_details") or {}
+    except (ValueError, AttributeError):
+        return delay
+    if details.get("status") not in RETRYABLE_STATUSES:
+        return None
+    hint = details.get("retry_after_s")
+    return max(delay, hint) if isinstance(hint, (int, float)) and math.isfinite(hint) else delay
 
 
 class _ModelQueue:

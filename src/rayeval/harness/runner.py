@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import re
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -308,6 +310,56 @@ def _find_answer(outcome: Outcome, work_dir: Path, listing: Listing, file_limit:
     if found.oversized:  # an answer no store takes is the unit's error, as a returned one is
         return {**fields, "outcome": "error", "error_type": "AnswerTooLarge", "error_message": found.problem}
     details = found.metadata.get("error_details")
+    failure = provider_failure_details(details)
+    if failure is not None:  # no answer because the provider failed: the run's error, not a wrong answer
+        found.metadata["error_details"] = {**(details or {}), **failure}
+        return {**fields, "outcome": "error", "error_type": PROVIDER_ERROR, "error_message": _provider_message(failure)}
     detail = details.get("error") if isinstance(details, dict) else None
     message = "; ".join(text for text in (found.problem, detail) if text)
     return {**fields, "outcome": "no_answer", "error_type": "NoAnswer", "error_message": message}
+
+
+#: the error_type of a unit an agent left without an answer because its model's provider failed
+PROVIDER_ERROR = "ProviderError"
+PROVIDER_MESSAGE_CHARS = 500
+_PROVIDER_CODE = re.compile(r"rate_limit|overloaded|server_error|connection_error|http_[1-5][0-9][0-9]")
+
+
+def provider_failure_details(details: Any) -> dict[str, Any] | None:
+    """The provider failure an agent's ``error_details`` report, checked field by field (the
+    agent is not trusted): ``code`` one of the known codes, ``status`` an HTTP status or None,
+    ``message`` cut to 500 characters, ``retry_after_s`` and the recovery's counts as finite
+    numbers >= 0 (else None); None when the details report no provider failure."""
+    if not isinstance(details, dict) or not isinstance(details.get("code"), str):
+        return None
+    if not _PROVIDER_CODE.fullmatch(details["code"]):
+        return None
+    status = details.get("status")
+    if status is not None and not (type(status) is int and 100 <= status <= 599):
+        return None
+    message = details.get("message")
+    return {
+        "status": status,
+        "code": details["code"],
+        "message": message[:PROVIDER_MESSAGE_CHARS] if isinstance(message, str) else "",
+        "retry_after_s": _seconds(details.get("retry_after_s")),
+        "provider_retry_count": _count(details.get("provider_retry_count")),
+        "provider_retry_wait_s": _seconds(details.get("provider_retry_wait_s")),
+    }
+
+
+def _seconds(value: Any) -> float | None:
+    if type(value) not in (int, float) or not math.isfinite(value) or value < 0:
+        return None
+    return float(value)
+
+
+def _count(value: Any) -> int | None:
+    return value if type(value) is int and value >= 0 else None
+
+
+def _provider_message(failure: dict[str, Any]) -> str:
+    status = f"HTTP {failure['status']}" if failure["status"] is not None else "no HTTP status"
+    retries = failure["provider_retry_count"]
+    resumed = f", after {retries} resume{'s' if retries != 1 else ''}" if retries else ""
+    return f"the model's provider failed ({status}, {failure['code']}{resumed}): {failure['message']}"

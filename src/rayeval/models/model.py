@@ -121,8 +121,12 @@ class Model:
                 if not retry.retryable(failed.status) or not retry.within_budget(
                     self.retry_policy, attempt, started, wait
                 ):
+                    redacted = CallFailed(failed.status, redact_text(failed.message, self._secrets), failed.headers)
                     raise ModelError(
-                        self._describe(failed, attempt), transient=retry.retryable(failed.status)
+                        self._describe(failed, attempt),
+                        transient=retry.retryable(failed.status),
+                        call=redacted,
+                        attempts=attempt,
                     ) from None
                 log.info(
                     "%s: %s; try %d in %.1f s",

@@ -55,11 +55,15 @@ PROVIDERS: Registry[Provider] = Registry(
 class ModelError(RayevalError, RuntimeError):
     """A model cannot be named, configured or called; the message never holds the API key.
     ``transient``: the call failed on errors worth trying again later (rate limits, server
-    errors, connection failures) until the retry policy gave up."""
+    errors, connection failures) until the retry policy gave up. ``call``: the last try of a
+    call that failed (its status, message and retry hint), None when nothing was sent;
+    ``attempts``: the tries made."""
 
-    def __init__(self, message: str, *, transient: bool = False):
+    def __init__(self, message: str, *, transient: bool = False, call: CallFailed | None = None, attempts: int = 0):
         super().__init__(message)
         self.transient = transient
+        self.call = call
+        self.attempts = attempts
 
 
 class CallFailed(RayevalError):

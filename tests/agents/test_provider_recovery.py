@@ -1,0 +1,160 @@
+"""The REAL Claude Code program against a scripted model server that fails: its session
+resumes in place after a storm, a rejected key moves to the fallback key, and what cannot be
+recovered ends promptly as a provider failure; through ``rayeval run`` it is a ProviderError row.
+
+The server's ``retry-after: 0`` and the agent's ``provider_jitter_s=0`` keep the waits at the
+policy's floor (1 s, doubling): the same code path as a real storm, seconds instead of minutes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from rayeval.agents import claude_code
+from rayeval.cli import main
+from rayeval.harness.runner import provider_failure_details
+
+from .conftest import FAKE_KEY, PROGRAM_TIMEOUT
+from .test_real_agents import FALLBACK_KEY, PROMPT, answer_command, assert_no_secrets
+
+FINISH = {"text": "Finished: the answer is in eval_answer.json."}
+FIRST_TURN = {"command": "echo first-turn-ran"}
+
+
+def _agent(server, **options):
+    return claude_code(
+        "claude-sonnet-4-5", base_url=server.url, timeout=PROGRAM_TIMEOUT, provider_jitter_s=0, **options
+    )
+
+
+def _harness_lines(work_dir: Path) -> list[str]:
+    return [line for line in (work_dir / "agent_output.log").read_text().splitlines() if line.startswith("HARNESS:")]
+
+
+def test_a_529_storm_after_the_first_turn_resumes_the_session_and_passes(
+    claude_available, model_server, tmp_path: Path
+) -> None:
+    server = model_server([FIRST_TURN, {"command": answer_command("storm")}, FINISH], echo_credential=True)
+    server.fail(529, 6, retry_after="0", after_turns=1)  # two runs' worth: Claude Code retries twice itself
+    work_dir = tmp_path / "work"
+    out = _agent(server)(PROMPT, work_dir)
+    md = out["metadata"]
+    assert out["answer"] == {"answer": 42, "token": "storm"}, md.get("error_details")
+    assert md["provider_retry_count"] == 2 and 2.5 < md["provider_retry_wait_s"] < 5
+    assert md["key_fallback_count"] == 0 and "error_details" not in md
+    # each scripted turn was served once: the resumed session went on from the first turn
+    assert [reply.turn for reply in server.scripted_replies("anthropic")] == [0, 1, 2]
+    resumed = [r for r in server.model_requests() if "Continue." in json.dumps(r.body["messages"])]
+    assert len(resumed) >= 2
+    assert {r.body["model"] for r in server.model_requests()} == {"claude-sonnet-4-5"}  # resumed on the same model
+    assert "first-turn-ran" in json.dumps(resumed[-1].body["messages"])  # the first turn's result, carried on
+    # one log (a line per resume) and one trajectory, on disk as returned, three runs in it
+    lines = _harness_lines(work_dir)
+    assert len(lines) == 2 and all("HTTP 529 (overloaded); resume" in line for line in lines)
+    assert json.loads((work_dir / "trajectory.json").read_text()) == md["trajectory"]
+    assert sum(1 for e in md["trajectory"] if e.get("subtype") == "init") == 3
+    assert "--model" in md["command"] and "--resume" not in md["command"]  # the first run's command
+    assert_no_secrets(out, work_dir)
+
+
+def test_a_401_ends_promptly_as_a_provider_failure(
+    claude_available, model_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY_FALLBACKS")
+    server = model_server([{"command": answer_command("never")}, FINISH], rejected_credentials={FAKE_KEY})
+    work_dir = tmp_path / "work"
+    start = time.monotonic()
+    out = _agent(server)(PROMPT, work_dir)  # the default wait budget: a 401 is not waited on
+    assert time.monotonic() - start < 30
+    md = out["metadata"]
+    assert out["answer"] is None
+    details = md["error_details"]
+    assert (details["status"], details["code"], details["provider_retry_stop_reason"]) == (
+        401,
+        "http_401",
+        "not_retryable",
+    )
+    assert "401" in details["message"] and len(details["message"]) <= 500
+    assert md["provider_retry_count"] == 0 and md["provider_retry_wait_s"] == 0
+    assert len(server.model_requests()) == 3  # Claude Code's own two retries, then rayeval stopped
+    assert provider_failure_details(details) is not None  # what the runner makes a ProviderError of
+    assert _harness_lines(work_dir) == ["HARNESS: provider recovery stopped: not_retryable"]
+    assert_no_secrets(out, work_dir)
+
+
+def test_an_endless_529_ends_as_a_provider_failure_within_the_wait_budget(
+    claude_available, model_server, tmp_path: Path
+) -> None:
+    server = model_server([FIRST_TURN, {"command": answer_command("never")}, FINISH])
+    server.fail(529, 1000, retry_after="0", after_turns=1)
+    work_dir = tmp_path / "work"
+    out = _agent(server, provider_wait_s=4)(PROMPT, work_dir)
+    md = out["metadata"]
+    details = md["error_details"]
+    assert out["answer"] is None
+    assert (details["status"], details["code"]) == (529, "overloaded")
+    assert details["provider_retry_stop_reason"] == "wait_budget_exhausted"
+    assert details["provider_retry_count"] == md["provider_retry_count"] == 2
+    assert 2.5 < md["provider_retry_wait_s"] <= 4
+    assert details["retry_after_s"] is not None  # Claude Code's last retry delay, as the hint
+    assert [reply.turn for reply in server.scripted_replies("anthropic")] == [0]
+    assert _harness_lines(work_dir)[-1] == "HARNESS: provider recovery stopped: wait_budget_exhausted"
+
+
+def test_a_rejected_key_moves_to_the_fallback_key_and_passes(claude_available, model_server, tmp_path: Path) -> None:
+    server = model_server([{"command": answer_command("fallback")}, FINISH], echo_credential=True)
+    server.rejected_credentials.add(FAKE_KEY)
+    work_dir = tmp_path / "work"
+    out = _agent(server)(PROMPT, work_dir)
+    md = out["metadata"]
+    assert out["answer"] == {"answer": 42, "token": "fallback"}, md.get("error_details")
+    assert md["key_fallback_count"] == 1 and md["provider_retry_count"] == 0
+    keys = [r.headers.get("x-api-key") for r in server.model_requests()]
+    assert keys[:3] == [FAKE_KEY] * 3 and set(keys[3:]) == {FALLBACK_KEY}
+    traj = json.dumps(md["trajectory"])
+    assert "fb=[unset]" in traj  # the list of keys never reached the program
+    assert "***" in traj  # the server echoed the fallback key back; it was masked
+    assert len(_harness_lines(work_dir)) == 1 and "fallback key 1" in _harness_lines(work_dir)[0]
+    assert_no_secrets(out, work_dir)
+
+
+def test_rayeval_run_stores_a_provider_error_row_after_the_fallback_key_and_the_storm(
+    claude_available, model_server, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through the CLI, real Ray, the default sandbox: the fallback list reaches the agent
+    function (never the program), the storm outlasts the budget, the row says so."""
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    seen = {"command": "echo fb=[${ANTHROPIC_API_KEY_FALLBACKS:-unset}] key=[$ANTHROPIC_API_KEY]"}
+    server = model_server([seen, {"command": answer_command("never")}, FINISH], echo_credential=True)
+    server.rejected_credentials.add(FAKE_KEY)
+    server.fail(529, 1000, retry_after="0", after_turns=1)
+    evals = tmp_path / "evals"
+    evals.mkdir()
+    grader = {"type": "numeric_tolerance", "config": {"ground_truth": {"answer": 42},
+              "tolerances": {"answer": {"type": "absolute", "value": 0}}}}  # fmt: skip
+    (evals / "e.json").write_text(json.dumps({"id": "storm", "task": PROMPT, "grader": grader}))
+    out = tmp_path / "out"
+    args = ["base_url=" + server.url, "provider_wait_s=3", "provider_jitter_s=0", f"timeout={PROGRAM_TIMEOUT}"]
+    code = main(["run", str(evals), "--agent", "claude-code", "--models", "claude-sonnet-4-5", "--output", str(out),
+                 "--retries", "0", "--no-progress", *[x for a in args for x in ("--agent-arg", a)]])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 1, err
+    (row,) = pd.read_parquet(out).to_dict("records")
+    assert (row["status"], row["error_type"]) == ("error", "ProviderError")
+    assert "HTTP 529, overloaded, after 1 resume" in row["error_message"]
+    metadata = json.loads(row["metadata_json"])
+    details = metadata["error_details"]
+    assert (details["status"], details["code"], details["provider_retry_count"]) == (529, "overloaded", 1)
+    assert details["provider_retry_wait_s"] <= 3 and details["provider_retry_stop_reason"] == "wait_budget_exhausted"
+    assert metadata["key_fallback_count"] == 1 and metadata["provider_retry_count"] == 1
+    assert {r.headers.get("x-api-key") for r in server.model_requests()} == {FAKE_KEY, FALLBACK_KEY}
+    stored = json.dumps(row, default=str)
+    for key in (FAKE_KEY, FALLBACK_KEY):
+        assert key not in stored
+    # the program saw a key (masked in what is kept), never the fallback list
+    assert "fb=[unset] key=[***]" in row["artifacts_json"]

@@ -20,7 +20,7 @@ from rayeval.cli import main
 from rayeval.harness.runner import provider_failure_details
 
 from .conftest import FAKE_KEY, PROGRAM_TIMEOUT
-from .test_real_agents import FALLBACK_KEY, PROMPT, answer_command, assert_no_secrets
+from .test_real_agents import FALLBACK_KEY, HARNESSES, PROMPT, answer_command, assert_no_secrets
 
 FINISH = {"text": "Finished: the answer is in eval_answer.json."}
 FIRST_TURN = {"command": "echo first-turn-ran"}
@@ -158,3 +158,31 @@ def test_rayeval_run_stores_a_provider_error_row_after_the_fallback_key_and_the_
         assert key not in stored
     # the program saw a key (masked in what is kept), never the fallback list
     assert "fb=[unset] key=[***]" in row["artifacts_json"]
+
+
+#: the model requests each program makes of one failing call before it gives up on its own
+#: (Codex: request and stream retries bounded to 1 each; mini-swe-agent: litellm's one retry;
+#: pi: the fake server's bare 529 is not a text pi retries)
+OWN_TRIES = {"codex": 4, "mini": 2, "pi": 1}
+
+
+@pytest.mark.parametrize("key", sorted(OWN_TRIES))
+def test_every_program_resumes_its_session_after_a_storm_and_counts_each_turn_once(
+    key: str, request: pytest.FixtureRequest, model_server, tmp_path: Path
+) -> None:
+    """Through the agent function, as a unit runs it: the program gives up on a 529 storm after
+    its first turn, rayeval resumes the same session, the task passes, and the session's usage
+    is what the provider reported, each turn once (not each run's running totals added up)."""
+    harness = HARNESSES[key]
+    request.getfixturevalue(harness.available)
+    server = model_server([FIRST_TURN, {"command": answer_command("storm")}, harness.finish])
+    server.fail(529, OWN_TRIES[key], retry_after="0", after_turns=1)
+    work_dir = tmp_path / "work"
+    out = harness.make(server.url, timeout=PROGRAM_TIMEOUT, provider_jitter_s=0)(PROMPT, work_dir)
+    md = out["metadata"]
+    assert out["answer"] == {"answer": 42, "token": "storm"}, md.get("error_details")
+    assert md["provider_retry_count"] >= 1 and "error_details" not in md
+    assert [reply.turn for reply in server.scripted_replies(harness.protocol)] == [0, 1, 2]
+    assert (md["input_tokens"], md["output_tokens"]) == server.total_usage(harness.protocol)
+    assert md["n_turns"] == 3
+    assert any("HTTP 529 (overloaded); resume 1" in line for line in _harness_lines(work_dir))

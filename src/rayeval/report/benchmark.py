@@ -217,7 +217,7 @@ def refused(units: pd.DataFrame) -> np.ndarray:
     """Which units' model refused (False where not known: the column is null or absent)."""
     if "refusal" not in units.columns:
         return np.zeros(len(units), dtype=bool)
-    return units["refusal"].fillna(False).astype(bool).to_numpy()
+    return units["refusal"].astype("boolean").fillna(False).to_numpy(dtype=bool)
 
 
 def benchmark_table(

@@ -18,8 +18,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-#: what the artifact holding a unit's verdict is called (collected from its work folder)
-VERDICT_NAME = "refusal_verdict.json"
+from ..harness.workspace import REFUSAL_VERDICT_NAME as VERDICT_NAME
+
 EXCERPT_CHARS = 2000
 MESSAGE_CHARS = 500
 

@@ -149,7 +149,7 @@ def _pi_message(stop: str, text: str = "", error: str | None = None) -> dict[str
             ("openai", "content_policy_violation"),
         ),
         ("pi", [_pi_message("error", error=CLAUDE_POLICY)], ("anthropic", "usage_policy")),
-        ("pi", [_pi_message("sensitive", "No.")], ("anthropic", "sensitive")),
+        ("pi", [_pi_message("sensitive", "No.")], ("anthropic", "stop_reason_sensitive")),
     ],
 )
 def test_refusals_in_each_programs_events(harness: str, events: list[dict], expected: tuple[str, str]) -> None:

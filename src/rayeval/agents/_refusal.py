@@ -224,9 +224,10 @@ def _pi(events: list[dict[str, Any]]) -> RefusalVerdict | None:
         texts = _blocks_text(message.get("content"), ("text",))
         said.extend(texts)
         stop = message.get("stopReason")
-        if stop in ANTHROPIC_REFUSAL_STOPS or stop == CONTENT_FILTER:
-            provider = "openai" if stop == CONTENT_FILTER else "anthropic"
-            return verdict(provider, str(stop), " ".join(texts) or f"stopReason {stop}", texts)
+        if stop == CONTENT_FILTER:
+            return verdict("openai", CONTENT_FILTER, " ".join(texts) or f"stopReason {stop}", texts)
+        if stop in ANTHROPIC_REFUSAL_STOPS:
+            return verdict("anthropic", f"stop_reason_{stop}", " ".join(texts) or f"stopReason {stop}", texts)
         if isinstance(message.get("errorMessage"), str):
             errors.append(message["errorMessage"])
     return _first_text_refusal(said, errors)

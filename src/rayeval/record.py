@@ -85,6 +85,9 @@ class UnitRecord(BaseModel):
     input_tokens: int | None = None
     output_tokens: int | None = None
     n_turns: int | None = None
+    #: the model refused (the agent's harness reports it, as it does the cost): the row stays
+    #: ``failed``; None where the run was not searched for a refusal, and in rows stored before
+    refusal: bool | None = None
     started_at: datetime
     finished_at: datetime
     node: str

@@ -15,7 +15,10 @@ Requests that carry no tools (titles, summaries, warm-ups) get a short canned te
 not consume the script, or, when ``answer`` is set, ``answer(body)`` (a prompt without tools,
 as rayeval's model layer sends) with ``base_input_tokens``/``base_output_tokens`` of usage;
 ``answer`` may return ``(text, stop_reason)`` to end that reply otherwise than normally
-(Anthropic ``refusal`` or ``max_tokens``, OpenAI ``length``).
+(Anthropic ``refusal`` or ``max_tokens``, OpenAI ``length`` or ``content_filter``), as a scripted
+``{"text": ..., "stop": ...}`` turn does; ``refusal`` is, on OpenAI's two APIs, the refusal
+they send (the message's ``refusal`` field, a ``refusal`` content part), and ``content_filter``
+on the Responses API an ``incomplete`` response.
 Every request is recorded in ``server.requests`` (with its arrival time) and every reply's
 reported usage in ``server.replies`` so tests can compare the harness's accounting with what
 the "provider" said.
@@ -494,12 +497,17 @@ class _Handler(BaseHTTPRequestHandler):
                 "status": "completed",
             }
         else:
+            part = (
+                {"type": "refusal", "refusal": self._say(step["text"])}
+                if step.get("stop") == "refusal"
+                else {"type": "output_text", "text": self._say(step["text"]), "annotations": []}
+            )
             item = {
                 "type": "message",
                 "id": f"msg_{n:04d}",
                 "role": "assistant",
                 "status": "completed",
-                "content": [{"type": "output_text", "text": self._say(step["text"]), "annotations": []}],
+                "content": [part],
             }
         usage_obj = {
             "input_tokens": usage.input_tokens,
@@ -508,11 +516,13 @@ class _Handler(BaseHTTPRequestHandler):
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": usage.input_tokens + usage.output_tokens,
         }
+        filtered = step.get("stop") == "content_filter"  # the reply stopped by OpenAI's filter
         response = {
             "id": resp_id,
             "object": "response",
             "created_at": 0,
-            "status": "completed",
+            "status": "incomplete" if filtered else "completed",
+            "incomplete_details": {"reason": "content_filter"} if filtered else None,
             "model": body.get("model", "gpt-test"),
             "output": [item],
             "usage": usage_obj,
@@ -538,7 +548,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "item": dict(item, status="in_progress"),
             },
         )
-        if item["type"] == "message":
+        if item["type"] == "message" and "text" in item["content"][0]:
             text = item["content"][0]["text"]
             self._sse(
                 "response.output_text.delta",
@@ -555,7 +565,8 @@ class _Handler(BaseHTTPRequestHandler):
             "response.output_item.done",
             {"type": "response.output_item.done", "sequence_number": 3, "output_index": 0, "item": item},
         )
-        self._sse("response.completed", {"type": "response.completed", "sequence_number": 4, "response": response})
+        done = "response.incomplete" if filtered else "response.completed"
+        self._sse(done, {"type": done, "sequence_number": 4, "response": response})
 
     # --------------------------------------------------------------- OpenAI Chat Completions
     def _chat(self, body: dict) -> None:
@@ -583,6 +594,9 @@ class _Handler(BaseHTTPRequestHandler):
                 ],
             }
             finish = "tool_calls"
+        elif step.get("stop") == "refusal":
+            message = {"role": "assistant", "content": None, "refusal": self._say(step["text"])}
+            finish = "stop"
         else:
             message = {"role": "assistant", "content": self._say(step["text"])}
             finish = step.get("stop", "stop")

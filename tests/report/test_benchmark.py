@@ -118,7 +118,7 @@ def test_csv_columns_match_the_publication(corpus_units: pd.DataFrame, tmp_path:
     published = shared_path("corpus", "scbench", "results", "model_results.csv").read_text().splitlines()[0].split(",")
     text = to_csv(benchmark_table(corpus_units), tmp_path / "t.csv")
     header = next(csv.reader(io.StringIO(text)))
-    assert header == published + ["Errors"]
+    assert header == published + ["Errors", "Refusals"]
     assert (tmp_path / "t.csv").read_text() == text
     back = pd.read_csv(io.StringIO(text))
     assert len(back) == 16
@@ -139,6 +139,7 @@ def test_json_records_and_published_breakdown_layout(corpus_units: pd.DataFrame)
         "Duration (s)",
         "N",
         "Errors",
+        "Refusals",
     ]
     assert records[0]["Cost ($)"] is None  # NaN → null
     for column, filename, key in (

@@ -42,6 +42,7 @@ HAND_WRITTEN = pa.schema(
         ("input_tokens", pa.int64()),
         ("output_tokens", pa.int64()),
         ("n_turns", pa.int64()),
+        ("refusal", pa.bool_()),
         ("started_at", _TIMESTAMP),
         ("finished_at", _TIMESTAMP),
         ("node", pa.string()),

@@ -42,6 +42,12 @@ HOSTILE_TRACEBACK = (
     f'Traceback (most recent call last):\n  File "agent.py", line 1, in run\nRuntimeError: {HOSTILE_ANSWER}'
 )
 HUGE_ERROR_CHARS = 300_000
+REFUSAL_VERDICT = {
+    "provider": "openai",
+    "code": "content_filter",
+    "message": "Incomplete response returned, reason: content_filter",
+    "excerpt": "I can't help with that.",
+}
 TASK_TEXT = 'Count the cells in cells.csv and answer <EVAL_ANSWER>{"n_cells": N}</EVAL_ANSWER>.'
 
 CLAUDE_TRAJECTORY = [
@@ -160,7 +166,10 @@ def crafted_rows(eval_hash: str) -> list[UnitRecord]:
             output_tokens=5,
             answer_json='{"n_cells": 703}',
             reasoning="n_cells: 703 off by 3",
-            artifacts_json=trajectory(CODEX_TRAJECTORY),
+            refusal=True,  # as a harness that found a refusal stores it
+            artifacts_json=json.dumps(
+                {**json.loads(trajectory(CODEX_TRAJECTORY)), "refusal_verdict.json": json.dumps(REFUSAL_VERDICT)}
+            ),
             **common,
         ),
         crafted_row(

@@ -19,7 +19,7 @@ from rayeval.view import ViewData, ViewServer
 from rayeval.view.data import MAX_TEXT_CHARS
 from rayeval.view.static import check_out_dir
 
-from .conftest import HOSTILE_ANSWER, HOSTILE_TRACEBACK, HUGE_ERROR_CHARS, REPLAY_PAIRS, TASK_TEXT
+from .conftest import HOSTILE_ANSWER, HOSTILE_TRACEBACK, HUGE_ERROR_CHARS, REFUSAL_VERDICT, REPLAY_PAIRS, TASK_TEXT
 
 
 def request(base: str, path: str, method: str = "GET") -> tuple[int, dict[str, str], bytes]:
@@ -173,10 +173,18 @@ def test_trajectories_become_conversations(
     for shape in expected:
         assert any(actual[: len(shape)] == shape for actual in shapes), (shape, shapes)
     assert TASK_TEXT == unit["task_prompt"]["text"]["text"]
-    assert {a["name"] for a in unit["artifacts"]} == {
-        "trajectory.json",
-        "agent_output.log",
-    }
+    refusal = {"refusal_verdict.json"} if model == "codex" else set()
+    assert {a["name"] for a in unit["artifacts"]} == {"trajectory.json", "agent_output.log", *refusal}
+    assert unit["refusal"] is (True if refusal else None) and (unit["refusal_verdict"] is not None) == bool(refusal)
+
+
+def test_refusals_per_model_and_on_the_unit_page(view_url: str) -> None:
+    board = api(view_url, "leaderboard", run="crafted")["tables"][0]
+    refusals = {row[0]: row[board["columns"].index("Refusals")] for row in board["rows"]}
+    assert refusals == {"claude": 0, "codex": 1, "hostile": 0, "mini": 0}
+    row = api(view_url, "units", run="crafted", model="codex")["rows"][0]
+    verdict = api(view_url, "unit", run="crafted", id=row[0])["refusal_verdict"]
+    assert json.loads(verdict["text"]) == REFUSAL_VERDICT
 
 
 def test_huge_fields_are_truncated_with_their_length(view_url: str) -> None:

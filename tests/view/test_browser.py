@@ -114,6 +114,12 @@ def test_trajectory_as_a_conversation(browser: Any, view_url: str, tmp_path: Pat
     )
 
 
+def test_a_refused_unit_shows_the_verdict(browser: Any, view_url: str) -> None:
+    browser.get(f"{view_url}#/unit?run=crafted&id={unit_id(view_url, 'crafted', model='codex')}")
+    shown = wait_text(browser, "#refusal", "content_filter")
+    assert "The model refused" in shown and "I can't help with that." in shown
+
+
 def test_filter_by_verdict_and_sort(browser: Any, view_url: str, tmp_path: Path) -> None:
     browser.get(f"{view_url}#/units?run=replay")
     wait_for(browser, "#counts", "units")

@@ -273,6 +273,8 @@ class ProgramAgent:
             summary = Summary(extra={"summary_error": f"{type(exc).__name__}: {exc}"})
         if summary.refusal is None:
             summary.refusal = detect_program_refusal(self.harness, result.events)
+        if summary.refusal is not None:  # the model's answer (Claude Code ends it as an api_error,
+            summary.failures = []  # Codex as a failed turn): never the provider's fault, never resumed
         return summary
 
     def _session(

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..harness.answers import ANSWER_FILE_NAMES, read_answer_file
+from ..harness.run_summary import refusal_status, run_summary
 from ..sandbox.process_tree import end_process_tree
 from ..secrets import (
     compile_secrets,
@@ -33,7 +34,7 @@ from ..secrets import (
     redact_text,
     secret_values,
 )
-from ._refusal import RefusalVerdict
+from ._refusal import RefusalVerdict, evaluates, write_verdict
 
 LOG_NAME = "agent_output.log"
 TRAJECTORY_NAME = "trajectory.json"
@@ -432,15 +433,32 @@ def finish(
         metadata["timeout_s"] = timeout
     if extra:
         metadata.update(extra)
+    metadata["run_summary"] = program_run_summary(harness, metadata, refusal)
     if details is not None:
         metadata["error_details"] = details
     pattern = compile_secrets(secrets)
     out = redact({"answer": answer, "metadata": metadata}, pattern)
+    if refusal is not None:
+        write_verdict(work_dir, RefusalVerdict(**out["metadata"]["refusal"]))
     try:  # the final (possibly enriched) trajectory replaces the streamed one on disk
         _atomic_write_json(Path(work_dir) / TRAJECTORY_NAME, out["metadata"]["trajectory"])
     except OSError:
         pass
     return out
+
+
+def program_run_summary(harness: str, metadata: dict[str, Any], refusal: RefusalVerdict | None) -> dict[str, Any]:
+    """The run summary of a program's run, from the metadata :func:`finish` assembled."""
+    return run_summary(
+        duration_s=metadata["duration_s"],
+        n_turns=metadata["n_turns"],
+        n_steps=metadata["n_steps"],
+        usage=metadata["usage"],
+        cost_usd=metadata["cost_usd"],
+        cost_source=metadata["cost_source"],
+        pricing_version=metadata.get("pricing_version"),
+        refusal=refusal_status(evaluates(harness) or refusal is not None, refusal is not None),
+    )
 
 
 def as_int(value: Any) -> int | None:

@@ -17,18 +17,21 @@ key and the response cache's storage.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
 from ..harness.answers import CLOSE_TAG, OPEN_TAG, answer_envelope, extract_tagged
 from ..harness.context import MIB, AgentContext, UnitResources
 from ..harness.prompt import task_of
+from ..harness.run_summary import refusal_status, run_summary
 from ..models import ModelError
-from ..models.calls import generate_reply, prompt_model
+from ..models.calls import PromptOptions, generate_output, prompt_model, reply_metadata
 from ..models.providers import CallFailed
 from ..models.retry import retry_after_s
-from ..models.types import ChatMessage
+from ..models.types import ChatMessage, ModelOutput
 from ._recovery import provider_failure
+from ._refusal import reply_refusal, write_verdict
 
 #: After the task, in place of the file-based conventions of agents that have a work folder.
 ANSWER_INSTRUCTION = f"\n\nEnd your reply with {OPEN_TAG}{{...}}{CLOSE_TAG} holding your answer, in the format above."
@@ -38,13 +41,20 @@ def prompt_agent(task_prompt: str, work_dir: Path, context: AgentContext) -> dic
     model, options = prompt_model(context.model, context.args)
     # the task alone (the same for every unit of the eval, so cached replies serve any run)
     messages = [ChatMessage(role="user", content=task_of(task_prompt) + ANSWER_INSTRUCTION)]
+    started = time.monotonic()
     try:
-        text, metadata = generate_reply(model, options, messages, context.seed)
+        output = generate_output(model, options, messages, context.seed)
     except ModelError as exc:
         if exc.call is None:
             raise
         return answer_envelope(None, _failed_call(model.name, exc, exc.call), work_dir)
-    answer = extract_tagged(text)
+    metadata = reply_metadata(output)
+    refusal = reply_refusal(model.provider.sdk, output.stop_reason, output.text, output.refusal)
+    if refusal is not None:
+        metadata["refusal"] = refusal.as_dict()
+        write_verdict(work_dir, refusal)
+    metadata["run_summary"] = _run_summary(output, options, time.monotonic() - started, refusal is not None)
+    answer = extract_tagged(output.text)
     if answer is None:
         metadata["error_details"] = {"error": f"the model's reply holds no {OPEN_TAG}{{json}}{CLOSE_TAG}"}
     return answer_envelope(answer, metadata, work_dir)
@@ -57,6 +67,21 @@ def _failed_call(model: str, error: ModelError, call: CallFailed) -> dict[str, A
     retries = max(error.attempts - 1, 0)
     details = {"error": str(error), **failure.as_dict(), "provider_retry_count": retries, "provider_retry_wait_s": None}
     return {"harness": "prompt", "model": model, "attempts": error.attempts, "error_details": details}
+
+
+def _run_summary(output: ModelOutput, options: PromptOptions, seconds: float, refused: bool) -> dict:
+    """One model call: one turn, no steps; the cost from rayeval's price table (or the
+    ``prices`` file), 0 for a cached reply."""
+    source = "response_cache" if output.cached else "configured_prices" if options.prices else "rayeval_price_table"
+    return run_summary(
+        duration_s=seconds,
+        n_turns=1,
+        n_steps=0,
+        usage={"input_tokens": output.input_tokens, "output_tokens": output.output_tokens},
+        cost_usd=output.cost_usd,
+        cost_source=source,
+        refusal=refusal_status(True, refused),
+    )
 
 
 prompt_agent.needs_data = False  # type: ignore[attr-defined]

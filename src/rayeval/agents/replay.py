@@ -15,6 +15,7 @@ from typing import Any
 from ..errors import RayevalError
 from ..harness.answers import answer_envelope
 from ..harness.context import MIB, AgentContext, UnitResources
+from ..harness.run_summary import refusal_status, run_summary
 
 RowKey = tuple[str, str, int]
 
@@ -93,6 +94,15 @@ def replay_agent(task_prompt: str, work_dir: Path, context: AgentContext) -> dic
         "timed_out": row.get("timed_out"),
         "recorded_passed": row.get("recorded_passed"),
     }
+    refusal = row.get("refusal")
+    metadata["run_summary"] = run_summary(
+        duration_s=row.get("duration_s"),
+        n_turns=row.get("n_turns"),
+        usage={"input_tokens": row.get("input_tokens"), "output_tokens": row.get("output_tokens")},
+        cost_usd=row.get("cost_usd"),
+        cost_source="recorded",
+        refusal=refusal_status(isinstance(refusal, bool), refusal is True),
+    )
     return answer_envelope(row.get("answer"), metadata, work_dir)
 
 

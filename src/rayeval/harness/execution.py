@@ -15,6 +15,7 @@ from ..graders.result import GraderResult
 from ..grading.pool import DEFAULT_TIMEOUT_S, GradingError, GradingTimeout, grade_bounded, judge_requests_bounded
 from ..record import JUDGE_ERROR, Status, carried
 from .result import EvalResult
+from .run_summary import refusal_column, with_run_summary
 
 ExecutionOutcome = Literal["answered", "no_answer", "error", "timeout"]
 
@@ -130,9 +131,11 @@ def grade_execution(
     ``grade_timeout=None`` grades in this process, without a limit. ``judgments``: the
     outcomes of the LLM-judged graders' judge calls (else they call their judge themselves).
     """
+    metadata = with_run_summary(execution.metadata, execution.agent_s)
+    reported = {"metadata": metadata, "refusal": refusal_column(metadata)}
     if execution.outcome in ("error", "timeout"):
         status: Status = execution.outcome
-        return carried(EvalResult, execution, agent_answer=execution.answer, status=status, passed=False)
+        return carried(EvalResult, execution, agent_answer=execution.answer, status=status, passed=False, **reported)
     start = time.monotonic()
     grader_result: GraderResult | None
     error: dict[str, str] = {}  # why the unit was not graded: the grading's error, not the agent's
@@ -159,6 +162,7 @@ def grade_execution(
         agent_answer=execution.answer,
         **error,
         **lifted,
+        **reported,
         duration_s=duration_s,
         status=status,
         passed=status == "passed",

@@ -48,6 +48,8 @@ class EvalResult(BaseModel):
     input_tokens: int | None = None
     output_tokens: int | None = None
     n_turns: int | None = None
+    #: the model refused (as the agent's harness reports it; None: not searched for one)
+    refusal: bool | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
     artifacts: dict[str, str] = Field(default_factory=dict)

@@ -18,7 +18,9 @@ from ..errors import RayevalError
 from ..sandbox.config import MAX_ARTIFACT_BYTES
 
 WORK_ROOT_ENV = "RAYEVAL_WORK_ROOT"
-ARTIFACT_NAMES = ("trajectory.json", "agent_output.log", "agent_stdout.log", "refusal_verdict.json")
+#: the model's refusal as the harness that found it says it (see rayeval.agents._refusal)
+REFUSAL_VERDICT_NAME = "refusal_verdict.json"
+ARTIFACT_NAMES = ("trajectory.json", "agent_output.log", "agent_stdout.log", REFUSAL_VERDICT_NAME)
 
 # The reference agent wrote its files in this subfolder of the work folder.
 LEGACY_SUBDIR = "agent_workspace"

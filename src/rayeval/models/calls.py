@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .model import Model, get_model
 from .providers import api_key, split_name
-from .types import ChatMessage
+from .types import ChatMessage, ModelOutput
 
 #: the ``kind`` of a JSON model call made elsewhere (see :func:`prompt_request`)
 PROMPT_REQUEST = "prompt"
@@ -92,11 +92,21 @@ def generate_reply(
     """The model's reply to ``messages`` and the row metadata of the call (tokens, cost,
     cache, tries): the one model call of the prompt agent and of ``evaluations.run``'s prompt
     files and judges. ``options.seed``, when set, replaces ``seed``."""
+    output = generate_output(model, options, messages, seed)
+    return output.text, reply_metadata(output)
+
+
+def generate_output(model: Model, options: PromptOptions, messages: list[ChatMessage], seed: int | None) -> ModelOutput:
+    """:func:`generate_reply`'s reply, as the model layer returns it."""
     if options.system:
         messages = [ChatMessage(role="system", content=options.system), *messages]
     seed = options.seed if options.seed is not None else seed
-    output = model.generate(messages, **({"seed": seed} if seed is not None else {}))
-    metadata: dict[str, Any] = {
+    return model.generate(messages, **({"seed": seed} if seed is not None else {}))
+
+
+def reply_metadata(output: ModelOutput) -> dict[str, Any]:
+    """The row metadata of one model call."""
+    return {
         "harness": "prompt",
         "model": output.model,
         "reply": output.text,
@@ -109,7 +119,6 @@ def generate_reply(
         "latency_s": output.latency_s,
         "n_turns": 1,
     }
-    return output.text, metadata
 
 
 def prompt_request(model: str, options: PromptOptions, messages: list[ChatMessage]) -> dict[str, Any]:

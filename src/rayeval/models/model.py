@@ -141,6 +141,7 @@ class Model:
                 model=self.name,
                 text=reply.text,
                 stop_reason=reply.stop_reason,
+                refusal=reply.refusal,
                 input_tokens=reply.input_tokens,
                 output_tokens=reply.output_tokens,
                 cost_usd=cost_usd(self.price, reply.input_tokens, reply.output_tokens),

@@ -82,6 +82,7 @@ class Reply:
     stop_reason: str | None
     input_tokens: int | None
     output_tokens: int | None
+    refusal: str | None = None  # OpenAI's refusal field
 
 
 def split_name(name: str) -> tuple[Provider, str]:
@@ -185,6 +186,7 @@ def _openai_chat(sdk_client: Any, model: str, messages: list[ChatMessage], confi
         stop_reason=choice.finish_reason if choice else None,
         input_tokens=usage.prompt_tokens if usage else None,
         output_tokens=usage.completion_tokens if usage else None,
+        refusal=getattr(choice.message, "refusal", None) if choice else None,
     )
 
 

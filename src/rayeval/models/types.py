@@ -58,6 +58,8 @@ class ModelOutput(BaseModel):
     model: str
     text: str
     stop_reason: str | None = None
+    #: the provider's refusal text (OpenAI's ``message.refusal``), apart from ``text``
+    refusal: str | None = None
     input_tokens: int | None = None
     output_tokens: int | None = None
     cost_usd: float | None = None

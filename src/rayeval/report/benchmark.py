@@ -38,6 +38,8 @@ COST = "Cost ($)"
 DURATION = "Duration (s)"
 N_RUNS = "N"
 ERRORS = "Errors"
+#: units whose model refused (the rows' ``refusal``); they count as failed, as any wrong answer
+REFUSALS = "Refusals"
 N_EVALS = "n_evals"
 
 # Published names: the model key column is ``model_name`` (scbench model_results.csv).
@@ -187,7 +189,7 @@ def _output_keys(frame: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
 
 
 # Per group × eval counts, the table's input (see :func:`pair_counts`).
-PAIR_COUNTS = ("n_runs", "n_passed", "n_errors", "cost_sum", "cost_n", "duration_sum", "duration_n")
+PAIR_COUNTS = ("n_runs", "n_passed", "n_errors", "n_refusals", "cost_sum", "cost_n", "duration_sum", "duration_n")
 
 
 def pair_counts(units: pd.DataFrame, by: Sequence[str] = ("model", "harness")) -> pd.DataFrame:
@@ -202,12 +204,20 @@ def pair_counts(units: pd.DataFrame, by: Sequence[str] = ("model", "harness")) -
     table["n_runs"] = es.n_runs
     table["n_passed"] = es.n_passed
     table["n_errors"] = es.n_errors
+    table["n_refusals"] = es.pairs.count(refused(units))
     for name, column in (("cost", "cost_usd"), ("duration", "duration_s")):
         values = _numeric(units, column)
         known = ~np.isnan(values)
         table[f"{name}_sum"] = np.bincount(es.pairs.ids[known], weights=values[known], minlength=es.pairs.n)
         table[f"{name}_n"] = es.pairs.count(known)
     return table
+
+
+def refused(units: pd.DataFrame) -> np.ndarray:
+    """Which units' model refused (False where not known: the column is null or absent)."""
+    if "refusal" not in units.columns:
+        return np.zeros(len(units), dtype=bool)
+    return units["refusal"].astype("boolean").fillna(False).to_numpy(dtype=bool)
 
 
 def benchmark_table(
@@ -262,6 +272,7 @@ def table_from_pairs(
     table[DURATION] = ratio("duration_sum", "duration_n")
     table[N_RUNS] = groups.sum(n_runs.astype(float)).astype(np.int64)
     table[ERRORS] = groups.sum(n_errors.astype(float)).astype(np.int64)
+    table[REFUSALS] = groups.sum(pairs["n_refusals"].to_numpy(float)).astype(np.int64)
     table[N_EVALS] = n.astype(np.int64)
 
     key_names = [COLUMN_NAMES.get(c, c) for c in by]
@@ -297,9 +308,11 @@ def breakdown_table(
 # -- export --------------------------------------------------------------------------------
 def _export_columns(table: pd.DataFrame) -> list[str]:
     keys = [
-        c for c in table.columns if c not in (ACCURACY, CI_LOWER, CI_UPPER, COST, DURATION, N_RUNS, ERRORS, N_EVALS)
+        c
+        for c in table.columns
+        if c not in (ACCURACY, CI_LOWER, CI_UPPER, COST, DURATION, N_RUNS, ERRORS, REFUSALS, N_EVALS)
     ]
-    cols = [*keys, ACCURACY, CI_LOWER, CI_UPPER, COST, DURATION, N_RUNS, ERRORS]
+    cols = [*keys, ACCURACY, CI_LOWER, CI_UPPER, COST, DURATION, N_RUNS, ERRORS, REFUSALS]
     if table.attrs.get("breakdown"):
         cols.append(N_EVALS)
     return cols

@@ -63,6 +63,7 @@ REPORT_COLUMNS: tuple[str, ...] = (
     "input_tokens",
     "output_tokens",
     "n_turns",
+    "refusal",
     "started_at",
     "finished_at",
     "node",

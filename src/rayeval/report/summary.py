@@ -55,12 +55,15 @@ def _counts_query(source: str, by: Sequence[str], filters: dict[str, list[str]])
     (isolation), from the selected units deduplicated once."""
     pair_keys = ", ".join(sql_name(k) for k in dict.fromkeys([*by, "eval_id"]))
     latest = _latest(
-        source, [*by, "eval_id", "run_id", "isolation", "passed", "status", "cost_usd", "duration_s"], filters
+        source,
+        [*by, "eval_id", "run_id", "isolation", "passed", "status", "refusal", "cost_usd", "duration_s"],
+        filters,
     )
     return f"""
 WITH {latest}, pairs AS (
     SELECT {pair_keys}, 'pair' AS kind, count(*) AS n_runs,
         count(*) FILTER (WHERE {PASSED_SQL}) AS n_passed, count(*) FILTER (WHERE {ERRORED_SQL}) AS n_errors,
+        count(*) FILTER (WHERE refusal) AS n_refusals,
         coalesce(sum(cost_usd), 0) AS cost_sum, count(cost_usd) AS cost_n,
         coalesce(sum(duration_s), 0) AS duration_sum, count(duration_s) AS duration_n
     FROM units GROUP BY {pair_keys}
@@ -115,7 +118,17 @@ class _Rows:
                     self.source = source
                     return table
             self.params = {}
-            needed = [*self.by, "eval_id", "isolation", "passed", "status", "cost_usd", "duration_s", "started_at"]
+            needed = [
+                *self.by,
+                "eval_id",
+                "isolation",
+                "passed",
+                "status",
+                "refusal",
+                "cost_usd",
+                "duration_s",
+                "started_at",
+            ]
             self.connection.register("selected_rows", self.reader.table(self.runs, columns=list(dict.fromkeys(needed))))
             self.source = "selected_rows"
         try:

@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from .._messages import field_problems
 from ..errors import RayevalError
 from ..evals import EvalFileError, load_eval
+from ..harness.workspace import REFUSAL_VERDICT_NAME
 from ..report.benchmark import (
     CI_METHOD,
     ERRORS,
@@ -261,6 +262,8 @@ def _heavy_detail(heavy: Mapping[str, Any]) -> dict[str, Any]:
         "metadata": stored_json_field(heavy.get("metadata_json")),
         "artifacts": artifacts,
         "artifacts_left_out": more,
+        # the model's refusal, as the harness that found it wrote it
+        "refusal_verdict": next((a for a in artifacts if a["name"] == REFUSAL_VERDICT_NAME), None),
         "trajectory": trajectory,
         "failure": None,
     }

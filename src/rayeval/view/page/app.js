@@ -259,7 +259,7 @@
     const facts = [["run", u.run_id], ["unit", u.unit_id], ["model", u.model], ["harness", u.harness], ["seed", u.seed],
       ["status", u.status], ["score", u.normalized_score], ["duration (s)", u.duration_s], ["agent (s)", u.agent_s],
       ["grading (s)", u.grade_s], ["cost ($)", u.cost_usd], ["input tokens", u.input_tokens], ["output tokens", u.output_tokens],
-      ["turns", u.n_turns], ["attempt", u.attempt], ["grader", u.grader_type], ["isolation", u.isolation], ["node", u.node],
+      ["turns", u.n_turns], ["refusal", u.refusal], ["attempt", u.attempt], ["grader", u.grader_type], ["isolation", u.isolation], ["node", u.node],
       ["started", u.started_at], ["finished", u.finished_at]];
     return h("table", { class: "facts" }, h("tbody", {}, facts.map(([k, v]) => h("tr", {}, h("th", {}, k), h("td", {}, fmt(v, k === "cost ($)" ? "cost_usd" : k))))));
   }
@@ -294,6 +294,7 @@
       h("h2", {}, "Verdict"), h("p", { id: "verdict" }, verdictBadge(u.verdict), " score ", fmt(u.normalized_score), " · grader ", fmt(u.grader_type)),
       h("h3", {}, "Reasoning"), h("div", { id: "reasoning" }, clipped(u.reasoning)),
       h("h3", {}, "Metrics"), metrics,
+      u.refusal_verdict ? h("div", { class: "error-box", id: "refusal" }, h("strong", {}, "The model refused"), clipped(u.refusal_verdict)) : null,
       h("h2", {}, "Error"), error,
       h("h2", {}, "Trajectory"), trajectoryView(u.trajectory),
       h("h2", {}, "Artifacts"), artifacts, leftOut,

@@ -1,0 +1,113 @@
+"""A unit's run summary: what one agent run took and said, with one meaning for every harness.
+
+Every agent row's metadata holds ``run_summary`` (:class:`RunSummary`, versioned): the run's
+duration in seconds, its model turns (model calls) and steps (tool calls), its token usage,
+its cost with where that cost comes from, and whether the model refused. A harness that
+knows these (the program agents, the prompt agent, replay) reports its summary; for any other
+agent the trusted side fills in what it measured (the duration) and leaves the rest null,
+the refusal ``not_evaluated``. A summary that is not one is replaced the same way. Like the
+cost, a summary is what the agent's harness reports.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+RUN_SUMMARY_VERSION: Literal[1] = 1
+RefusalStatus = Literal["detected", "not_detected", "not_evaluated"]
+
+Count = Annotated[int, Field(ge=0)] | None
+
+
+class RunUsage(BaseModel):
+    """Tokens of the whole run; ``input_tokens`` counts cached ones too (read and written)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    input_tokens: Count = None
+    output_tokens: Count = None
+    cache_read_tokens: Count = None
+    cache_write_tokens: Count = None
+    reasoning_tokens: Count = None
+
+
+class RunSummary(BaseModel):
+    """``metadata["run_summary"]``. ``cost_source``: ``provider_reported`` (the program said
+    it), ``rayeval_price_table`` / ``configured_prices`` (computed from tokens, with
+    ``pricing_version``), ``litellm_pricing``, ``response_cache`` (a cached reply: 0),
+    ``recorded`` (replayed); None without a cost."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    version: Literal[1] = RUN_SUMMARY_VERSION
+    duration_s: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
+    n_turns: Count = None
+    n_steps: Count = None
+    usage: RunUsage = Field(default_factory=RunUsage)
+    cost_usd: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
+    cost_source: str | None = None
+    pricing_version: str | None = None
+    refusal: RefusalStatus = "not_evaluated"
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _amount(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) and value >= 0 else None
+
+
+def run_summary(
+    *,
+    duration_s: Any,
+    n_turns: Any = None,
+    n_steps: Any = None,
+    usage: Mapping[str, Any] | None = None,
+    cost_usd: Any = None,
+    cost_source: Any = None,
+    pricing_version: Any = None,
+    refusal: RefusalStatus = "not_evaluated",
+) -> dict[str, Any]:
+    """A harness's summary as metadata holds it; a count or amount that is not one (negative,
+    NaN, a string: what a program's events may hold) is left null."""
+    cost = _amount(cost_usd)
+    return RunSummary(
+        duration_s=_amount(duration_s),
+        n_turns=_count(n_turns),
+        n_steps=_count(n_steps),
+        usage=RunUsage(**{name: _count((usage or {}).get(name)) for name in RunUsage.model_fields}),
+        cost_usd=cost,
+        cost_source=cost_source if cost is not None and isinstance(cost_source, str) else None,
+        pricing_version=pricing_version if cost is not None and isinstance(pricing_version, str) else None,
+        refusal=refusal,
+    ).model_dump()
+
+
+def refusal_status(evaluated: bool, detected: bool) -> RefusalStatus:
+    if not evaluated:
+        return "not_evaluated"
+    return "detected" if detected else "not_detected"
+
+
+def with_run_summary(metadata: dict[str, Any], measured_s: float) -> dict[str, Any]:
+    """``metadata`` with a valid ``run_summary``: the agent's, or the one the trusted side
+    makes (``measured_s``: the agent's run as timed here)."""
+    try:
+        summary = RunSummary.model_validate(metadata["run_summary"])
+    except (KeyError, ValidationError):
+        summary = RunSummary(duration_s=max(measured_s, 0.0))
+    return {**metadata, "run_summary": summary.model_dump()}
+
+
+def refusal_column(metadata: dict[str, Any]) -> bool | None:
+    """The row's ``refusal``: True or False where the run was searched for one, else None."""
+    summary = metadata.get("run_summary")
+    status = summary.get("refusal") if isinstance(summary, dict) else None
+    return {"detected": True, "not_detected": False}.get(status) if isinstance(status, str) else None

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from rayeval.agents import claude_code, codex, mini_swe_agent
+from rayeval.agents import claude_code, codex, mini_swe_agent, pi
 from rayeval.agents._refusal import (
     EXCERPT_CHARS,
     MESSAGE_CHARS,
@@ -19,6 +19,7 @@ from rayeval.agents._refusal import (
     reply_refusal,
 )
 from rayeval.harness.run_summary import RunSummary
+from rayeval.harness.runner import provider_failure_details
 
 from .conftest import PROGRAM_TIMEOUT
 
@@ -45,6 +46,12 @@ PROGRAMS = {
         {"text": DECLINED, "stop": "content_filter"},
         ("openai", "content_filter"),
     ),
+    "pi": (
+        "pi_available",
+        lambda url, **kw: pi("anthropic/claude-sonnet-4-5", base_url=url, **kw),
+        {"text": DECLINED, "stop": "refusal"},
+        ("anthropic", "stop_reason_refusal"),
+    ),
 }
 
 
@@ -62,6 +69,8 @@ def test_a_real_program_whose_model_refuses(key: str, request: pytest.FixtureReq
     assert (md["refusal"]["provider"], md["refusal"]["code"]) == (provider, code), events
     assert DECLINED in md["refusal"]["excerpt"]
     assert json.loads((work_dir / VERDICT_NAME).read_text()) == md["refusal"]
+    # the model's answer, not the provider's failure: a failed row, never resumed
+    assert md["provider_retry_count"] == 0 and provider_failure_details(md.get("error_details") or {}) is None
     summary = RunSummary.model_validate(md["run_summary"])
     assert summary.refusal == "detected" and summary.version == 1
     assert summary.duration_s is not None and summary.duration_s > 0

@@ -212,6 +212,13 @@ def _mini_swe(events: list[dict[str, Any]]) -> RefusalVerdict | None:
     return last or _first_text_refusal(said, errors)
 
 
+#: what pi 0.79 says in place of Anthropic's ``stop_reason: refusal`` (when the provider gave no
+#: explanation) and of OpenAI's ``content_filter`` finish (pi-ai's providers/anthropic.js and
+#: openai-completions.js)
+PI_ANTHROPIC_REFUSAL = "The model refused to complete the request"
+PI_CONTENT_FILTER = "Provider finish_reason: content_filter"
+
+
 def _pi(events: list[dict[str, Any]]) -> RefusalVerdict | None:
     """pi maps a provider's refusal to ``stopReason: error`` (its own stop reasons have no
     refusal), so its assistant messages' texts and ``errorMessage`` are what tell one."""
@@ -228,8 +235,13 @@ def _pi(events: list[dict[str, Any]]) -> RefusalVerdict | None:
             return verdict("openai", CONTENT_FILTER, " ".join(texts) or f"stopReason {stop}", texts)
         if stop in ANTHROPIC_REFUSAL_STOPS:
             return verdict("anthropic", f"stop_reason_{stop}", " ".join(texts) or f"stopReason {stop}", texts)
-        if isinstance(message.get("errorMessage"), str):
-            errors.append(message["errorMessage"])
+        error = message.get("errorMessage")
+        if stop == "error" and error == PI_ANTHROPIC_REFUSAL:
+            return verdict("anthropic", "stop_reason_refusal", error, texts)
+        if stop == "error" and error == PI_CONTENT_FILTER:
+            return verdict("openai", CONTENT_FILTER, error, texts)
+        if isinstance(error, str):
+            errors.append(error)
     return _first_text_refusal(said, errors)
 
 

@@ -119,8 +119,8 @@ def _program(factory_name: str) -> Callable[[], AgentFunction]:
             return factory(model=context.model, **options)(task_prompt, work_dir, context)
 
         def check_args(args: dict[str, str]) -> None:
-            """Where its units run (a run's start-up probe): its options and fallback keys."""
-            _check_program(factory_name, args, None, environment=False)
+            """Where its units run (a run's start-up probe): the fallback keys of the units'
+            environment (its options were checked with each of the run's models at start)."""
             try:
                 _program_factory(factory_name)[1].spare_keys(os.environ)
             except ValueError as exc:

@@ -668,7 +668,7 @@ def _start_pool(
 
 def _execute(
     config: SchedulingConfig,
-    rows: _RunRows,
+    run: _RunRows,
     plan: Plan,
     todo: np.ndarray,
     earlier_attempts: np.ndarray | None,
@@ -687,7 +687,7 @@ def _execute(
         earlier_attempts=earlier_attempts,
     )  # fmt: skip
     work = _InFlight(queue, workers, JudgeCalls(config.judge_concurrency))
-    if any(has_judged_graders(eval_) for eval_ in rows.evals):
+    if any(has_judged_graders(eval_) for eval_ in run.evals):
         work.judges.start()
     while queue.waiting or work.busy:
         writer.check()  # a results root that cannot be written stops the run: no unit more
@@ -703,12 +703,12 @@ def _execute(
         if ready:  # and whatever else is done by now
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
         with stop_signals.deferred():  # a unit back is stored whole, even if the run stops now
-            _store_units_back(config, rows, ready, work, earlier_attempts, writer, progress)
+            _store_units_back(config, run, ready, work, earlier_attempts, writer, progress)
 
 
 def _store_units_back(
     config: SchedulingConfig,
-    rows: _RunRows,
+    run: _RunRows,
     ready: list[Any],
     work: _InFlight,
     earlier_attempts: np.ndarray | None,
@@ -718,7 +718,7 @@ def _store_units_back(
     """Settle the calls that are back: store the rows of finished units, queue retries."""
     kept: dict[str, list[UnitRecord]] = {}  # model -> rows to store, of every unit back by now
     for ref in ready:
-        if (done := work.settle(ref, rows)) is None:
+        if (done := work.settle(ref, run)) is None:
             continue
         unit, attempt, row = done
         earlier = 0 if earlier_attempts is None else int(earlier_attempts[unit.position])
@@ -726,9 +726,9 @@ def _store_units_back(
             work.queue.retry_later(unit, attempt + 1, retry_delay(attempt, config.retry_backoff_s))
         else:
             kept.setdefault(unit.model, []).append(row)
-    for model, done_rows in kept.items():  # one WAL write and fsync per model and round
-        writer.add_lines(rows.model_label(model), [row.to_line() for row in done_rows])
-        for row in done_rows:  # done once on disk, in the write-ahead log
+    for model, rows in kept.items():  # one WAL write and fsync per model and round
+        writer.add_lines(run.model_label(model), [row.to_line() for row in rows])
+        for row in rows:  # done once on disk, in the write-ahead log
             progress.update(passed=row.passed, error=row.status in ERROR_STATUSES)
 
 
@@ -750,7 +750,7 @@ class _InFlight:
     def refs(self) -> list[Any]:
         return [*self.running, *self.grading, *self.judges.in_flight, *self.workers.starting]
 
-    def settle(self, ref: Any, rows: _RunRows) -> tuple[Unit, int, UnitRecord] | None:
+    def settle(self, ref: Any, run: _RunRows) -> tuple[Unit, int, UnitRecord] | None:
         """The unit, attempt and row that ``ref`` (ready) finished, or None when it finished
         something else (a worker's start, a judge call, a unit's agent before its judges)."""
         if self.workers.came_up(ref):
@@ -768,16 +768,16 @@ class _InFlight:
         else:
             unit, attempt = self.grading.pop(ref)
             self.workers.finished(ref)
-        result = _unit_result(ref, unit, attempt, rows)
+        result = _unit_result(ref, unit, attempt, run)
         if isinstance(result, JudgeWork):
             self.judges.add(unit, attempt, result)
             return None
         return unit, attempt, result
 
 
-def _unit_result(ref: Any, unit: Unit, attempt: int, rows: _RunRows) -> UnitRecord | JudgeWork:
+def _unit_result(ref: Any, unit: Unit, attempt: int, run: _RunRows) -> UnitRecord | JudgeWork:
     """The worker's answer, or an error row when Ray could not run the unit (after its retries)."""
     try:
         return ray.get(ref)
     except ray.exceptions.RayError as exc:
-        return rows.system_error(unit, attempt, exc)
+        return run.system_error(unit, attempt, exc)

@@ -14,13 +14,11 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, Field, model_validator
 
 from ..evals.model import MAX_TIMEOUT_S
-from ..filesystem import check_root
 from ..grading.pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
 from ..harness.execution import INT64_MAX, INT64_MIN
 from ..harness.prompt import AnswerConvention
 from ..sandbox.config import SandboxConfig
 from ..sandbox.isolation import Isolation
-from ..storage.store import STORE_RETRY_S
 
 
 class RayConfig(BaseModel):
@@ -66,10 +64,25 @@ class ExecutionConfig(BaseModel):
     cache_dir: str | None = None
 
 
+def _results_root(root: str) -> str:
+    """The root as :func:`rayeval.filesystem.check_root` accepts it.  It and the storage
+    layer's defaults are imported when a run is configured: they load pyarrow, which the
+    command line reads none of these defaults from."""
+    from ..filesystem import check_root
+
+    return check_root(root)
+
+
+def _store_retry_s() -> float:
+    from ..storage.store import STORE_RETRY_S
+
+    return STORE_RETRY_S
+
+
 class StorageConfig(BaseModel):
     """Where the run's rows go, under which run id, and whether an earlier run is resumed."""
 
-    output: Annotated[str, AfterValidator(check_root)]
+    output: Annotated[str, AfterValidator(_results_root)]
     run_id: str | None = None
     resume: bool = False
     #: resume even though the inputs changed (agent arguments, models, seeds, evals, options)
@@ -80,7 +93,7 @@ class StorageConfig(BaseModel):
     flush_rows: int = Field(1000, ge=1)
     flush_seconds: float = Field(5.0, gt=0)
     #: seconds storing rows may keep failing (retried) before the run stops (a full disk: at once)
-    store_retry_s: float = Field(STORE_RETRY_S, gt=0)
+    store_retry_s: float = Field(default_factory=_store_retry_s, gt=0)
 
 
 class DisplayConfig(BaseModel):

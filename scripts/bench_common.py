@@ -13,7 +13,7 @@ from typing import Any
 import ray
 
 import rayeval
-from rayeval.batch import BatchConfig
+from rayeval.batch.config import RayConfig
 from rayeval.batch.engine import connect
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -85,7 +85,7 @@ def ray_startup_seconds() -> float:
     processes Ray starts with it (one per CPU) are up, plus one object put and fetched in this
     process (Ray sets up its serializers on first use)."""
     start = time.monotonic()
-    connect(BatchConfig(evals=[], agent="sleep", output=".", object_store_memory=512 * 1024 * 1024))
+    connect(RayConfig(object_store_memory=512 * 1024 * 1024))
     ray.get(ray.put(None))
     cpus = int(ray.cluster_resources().get("CPU", 1))
     while _idle_ray_workers() < cpus and time.monotonic() - start < 60:

@@ -121,7 +121,7 @@ def scenario(name: str, evals: Path, out: Path, models: int, seeds: int) -> dict
     resume = name.endswith("resume")
     config = _config(evals, out, models, seeds, resume)
     loaded = load_evals(*config.evals)
-    store = ResultStore(config.output)
+    store = ResultStore(config.storage.output)
     plan = Plan(loaded, config.models, config.seeds, config.agent)
     if name.startswith("inputs"):
         manifest = engine.run_manifest(config, RUN, loaded, plan, previous=None)

@@ -9,12 +9,13 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from ._messages import field_problems
 from ._version import __version__
+from .batch.config import ExecutionConfig, SchedulingConfig, option_field
 from .errors import RayevalError
 from .evals import EvalFileError, check_evals, load_eval
 from .evals.model import MAX_TIMEOUT_S
@@ -226,6 +227,11 @@ def _memory_size(text: str) -> int:
     return int(value)
 
 
+def _default(model: type[BaseModel], name: str) -> Any:
+    """A configuration field's default, stated once in its model (see rayeval.batch.config)."""
+    return model.model_fields[name].default
+
+
 # BatchConfig fields whose command-line spelling is not ``--field-name``
 _OPTION_OF_FIELD = {
     "evals": "EVALS",
@@ -251,7 +257,7 @@ def _option_problems(exc: ValidationError, prefix: str = "--") -> str:
     not the configuration field behind it, and the bound in words."""
     problems = []
     for _, message, error in field_problems(exc, {"finite_number": "must be a finite number"}):
-        field = str(error["loc"][0]) if error["loc"] else ""
+        field = option_field(error["loc"])
         option = _OPTION_OF_FIELD.get(field, f"{prefix}{field.replace('_', '-')}")
         if error["type"] in _BOUND_WORDS:
             key, words = _BOUND_WORDS[error["type"]]
@@ -269,7 +275,7 @@ def _unfinished_runs_hint(config: BatchConfig) -> str:
     from .storage import ResultStore
 
     try:
-        store = ResultStore(config.output, s3_endpoint_url=config.s3_endpoint_url)
+        store = ResultStore(config.storage.output, s3_endpoint_url=config.storage.s3_endpoint_url)
         runs = store.list_runs()
     except (OSError, ValueError):  # only a hint: the error stays "--resume needs --run-id"
         return ""
@@ -283,63 +289,73 @@ def _unfinished_runs_hint(config: BatchConfig) -> str:
         if data.get("status") != "completed":
             unfinished.append((started, run, data.get("status", "unknown")))
     if not unfinished:
-        return f" (no unfinished run under {config.output})"
+        return f" (no unfinished run under {config.storage.output})"
     unfinished.sort(reverse=True)
     listed = ", ".join(
         f"{run} ({status}, started {started:%Y-%m-%d %H:%M} UTC)" for started, run, status in unfinished[:5]
     )
     more = f" and {len(unfinished) - 5} more" if len(unfinished) > 5 else ""
-    return f"; unfinished runs under {config.output}, newest first: {listed}{more}"
+    return f"; unfinished runs under {config.storage.output}, newest first: {listed}{more}"
+
+
+def _batch_config(args: argparse.Namespace) -> BatchConfig:
+    """The run's configuration: each ``rayeval run`` option into the field of its name, which
+    BatchConfig places in its concern (every problem of the options is then said at once)."""
+    from .agents.resolve import parse_agent_args
+    from .batch import BatchConfig
+    from .batch.plan import parse_models, parse_seeds
+
+    return BatchConfig.model_validate(
+        {
+            "evals": args.evals,
+            "data_roots": args.data_root,
+            "agent": args.agent,
+            "agent_args": parse_agent_args(args.agent_arg, args.agent),
+            "models": parse_models(args.models),
+            "seeds": parse_seeds(args.seeds),
+            "sample_ids": [name.strip() for text in args.sample_id for name in text.split(",") if name.strip()],
+            "filters": args.filter,
+            "limit": args.limit,
+            "check_data": not args.no_check_data,
+            "address": args.address,
+            "workers": args.workers,
+            "unit_cpus": args.unit_cpus,
+            "unit_memory": args.unit_memory,
+            "unit_resources": _unit_resources(args.unit_resource),
+            "max_concurrency": args.max_concurrency,
+            "judge_concurrency": args.judge_concurrency,
+            "model_concurrency": _model_limits(args.model_concurrency),
+            "retries": args.retries,
+            "isolation": args.isolation,
+            "sandbox": _sandbox_config(args),
+            "timeout": args.timeout,
+            "grade_timeout": args.grade_timeout,
+            "answer_convention": args.answer_convention,
+            "output": args.output,
+            "run_id": args.run_id,
+            "resume": args.resume or args.retry_errors,
+            "force": args.force,
+            "retry_errors": args.retry_errors,
+            "s3_endpoint_url": args.s3_endpoint,
+            "show_progress": not args.no_progress,
+        }
+    )
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from .agents.resolve import parse_agent_args
-    from .batch import BatchConfig, RunCancelled, run_batch
-    from .batch.plan import parse_models, parse_seeds
+    from .batch import RunCancelled, run_batch
     from .storage import ResultsRootUnwritable, StorageError
 
     try:
-        config = BatchConfig(
-            evals=args.evals,
-            data_roots=args.data_root,
-            agent=args.agent,
-            agent_args=parse_agent_args(args.agent_arg, args.agent),
-            models=parse_models(args.models),
-            seeds=parse_seeds(args.seeds),
-            output=args.output,
-            run_id=args.run_id,
-            resume=args.resume or args.retry_errors,
-            force=args.force,
-            retry_errors=args.retry_errors,
-            sample_ids=[name.strip() for text in args.sample_id for name in text.split(",") if name.strip()],
-            filters=args.filter,
-            limit=args.limit,
-            max_concurrency=args.max_concurrency,
-            judge_concurrency=args.judge_concurrency,
-            model_concurrency=_model_limits(args.model_concurrency),
-            address=args.address,
-            retries=args.retries,
-            timeout=args.timeout,
-            isolation=args.isolation,
-            sandbox=_sandbox_config(args),
-            grade_timeout=args.grade_timeout,
-            answer_convention=args.answer_convention,
-            unit_cpus=args.unit_cpus,
-            unit_memory=args.unit_memory,
-            unit_resources=_unit_resources(args.unit_resource),
-            workers=args.workers,
-            s3_endpoint_url=args.s3_endpoint,
-            check_data=not args.no_check_data,
-            show_progress=not args.no_progress,
-        )
+        config = _batch_config(args)
     except ValidationError as exc:
         raise BadInput(_option_problems(exc)) from None
     except ValueError as exc:
         raise BadInput(str(exc)) from None
-    if config.resume and not args.run_id:
+    if config.storage.resume and not args.run_id:
         option = "--retry-errors" if args.retry_errors else "--resume"
         raise BadInput(f"{option} needs --run-id" + _unfinished_runs_hint(config))
-    if args.force and not config.resume:
+    if args.force and not config.storage.resume:
         raise BadInput("--force goes with --resume: it resumes a run whose inputs changed")
     try:
         if args.dry_run:
@@ -421,11 +437,16 @@ def _add_sandbox_options(parser: argparse.ArgumentParser, *, isolation: bool = T
         group.add_argument(
             "--isolation",
             choices=["sandbox", "process", "inline"],
-            default="sandbox",
+            default=_default(ExecutionConfig, "isolation"),
             help="sandbox (default): namespaces via bubblewrap; process: a fresh process without a sandbox "
             "(where the sandbox cannot start); inline: in the worker, for trusted agents only",
         )
-    group.add_argument("--network", choices=["host", "none"], default="host", help="none: the agent gets loopback only")
+    group.add_argument(
+        "--network",
+        choices=["host", "none"],
+        default=_default(SandboxConfig, "network"),
+        help="none: the agent gets loopback only",
+    )
     group.add_argument(
         "--agent-env",
         action="append",
@@ -492,13 +513,13 @@ def _add_sandbox_options(parser: argparse.ArgumentParser, *, isolation: bool = T
         group.add_argument(
             "--grade-timeout",
             type=float,
-            default=DEFAULT_GRADE_TIMEOUT_S,
+            default=_default(ExecutionConfig, "grade_timeout"),
             help="seconds a unit's grading may take (default %(default)g)",
         )
         parser.add_argument(
             "--answer-convention",
             choices=ANSWER_CONVENTIONS,
-            default="legacy",
+            default=_default(ExecutionConfig, "answer_convention"),
             help="names the agent is told: legacy (eval_answer.json, COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT) or "
             "benchmark (analysis_output.json, RUN_COMPLETE: latch-eval-tools' benchmark=True); both are read",
         )
@@ -626,13 +647,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--limit", type=int, metavar="N", help="only the first N evals (after --sample-id and --filter)")
     run.add_argument(
-        "--max-concurrency", type=int, default=32, help="units running at once, over the whole cluster (default 32)"
+        "--max-concurrency",
+        type=int,
+        default=_default(SchedulingConfig, "max_concurrency"),
+        help="units running at once, over the whole cluster (default %(default)s)",
     )
     run.add_argument(
         "--judge-concurrency",
         type=int,
-        default=16,
-        help="judge calls of LLM-judged graders (rubric) in flight at once, apart from the units' slots (default 16)",
+        default=_default(SchedulingConfig, "judge_concurrency"),
+        help="judge calls of LLM-judged graders (rubric) in flight at once, apart from the units' slots "
+        "(default %(default)s)",
     )
     run.add_argument(
         "--model-concurrency",
@@ -643,7 +668,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--address", help="auto, HOST:PORT or local (default: embedded Ray, or the job's cluster)")
     run.add_argument(
-        "--retries", type=int, default=2, help="retries of a unit whose agent errors, with backoff (default 2)"
+        "--retries",
+        type=int,
+        default=_default(SchedulingConfig, "retries"),
+        help="retries of a unit whose agent errors, with backoff (default %(default)s)",
     )
     run.add_argument("--timeout", type=float, help="per-unit agent timeout in seconds (overrides the evals')")
     run.add_argument(

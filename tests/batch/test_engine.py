@@ -634,7 +634,8 @@ def test_timeouts_beyond_thirty_days_are_refused(name: str) -> None:
     with pytest.raises(ValueError, match=f"{name}\n.*less than or equal to 2592000"):
         batch.BatchConfig(evals=["e"], agent="reference", output="o", **{name: 1e300})
     assert (
-        getattr(batch.BatchConfig(evals=["e"], agent="reference", output="o", **{name: 2_592_000}), name) == 2_592_000
+        getattr(batch.BatchConfig(evals=["e"], agent="reference", output="o", **{name: 2_592_000}).execution, name)
+        == 2_592_000
     )
 
 

@@ -159,8 +159,10 @@ def test_a_million_unit_manifest_records_inputs_not_units(tmp_path: Path) -> Non
     )
     evals = load_evals(str(folder))
     plan = Plan(evals, config.models, config.seeds, config.agent)
-    stored = ResultStore(config.output).write_manifest(engine.run_manifest(config, "r", evals, plan, previous=None))
-    raw = Path(ResultStore(config.output).manifest_path("r")).read_bytes()
+    stored = ResultStore(config.storage.output).write_manifest(
+        engine.run_manifest(config, "r", evals, plan, previous=None)
+    )
+    raw = Path(ResultStore(config.storage.output).manifest_path("r")).read_bytes()
     assert len(raw) < 30_000, len(raw)  # 100 eval references make most of it
     assert stored.total_units == 1_000_000_000 and stored.plan_digest == plan.digest()
     assert json.loads(raw)["seeds"] == [[1, 1_000_000]] and "plan" not in json.loads(raw)

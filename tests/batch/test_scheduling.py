@@ -14,6 +14,7 @@ import pytest
 
 from rayeval.batch import capacity, engine
 from rayeval.batch import worker as worker_module
+from rayeval.batch.config import ExecutionConfig
 from rayeval.batch.plan import Plan, Unit, plan_units, unit_id_for
 from rayeval.batch.queue import UnitQueue, retry_delay
 from rayeval.batch.worker import (
@@ -245,7 +246,11 @@ def test_the_run_says_how_many_units_run_at_once_and_what_holds_them(
 
 def _worker_on(evals: list, agent) -> UnitWorker:
     """A worker object outside Ray, holding the run's data as ``_load`` would."""
-    worker = UnitWorker(WorkerConfig(agent="test", models=["m"], seeds=list(range(10)), run_id="r", isolation="inline"))
+    worker = UnitWorker(
+        WorkerConfig(
+            agent="test", models=["m"], seeds=list(range(10)), run_id="r", execution=ExecutionConfig(isolation="inline")
+        )
+    )
     worker.evals = evals
     worker.plan = Plan(evals, ["m"], list(range(10)), "test")
     worker.agent = agent

@@ -15,14 +15,15 @@ def _quiet_ray(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(scope="module")
-def shared_ray(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+def shared_ray() -> Iterator[None]:
     """One embedded Ray for a test module, started as the engine starts it (loopback only);
     ``evaluations.run`` joins it instead of starting its own."""
     import ray
 
-    from rayeval.batch.engine import BatchConfig, connect
+    from rayeval.batch.config import RayConfig
+    from rayeval.batch.engine import connect
 
-    started = connect(BatchConfig(evals=[], agent="unused", output=str(tmp_path_factory.mktemp("unused"))))
+    started = connect(RayConfig())
     yield
     if started:
         ray.shutdown()

@@ -12,7 +12,8 @@ from .._lazy import lazy_exports
 
 if TYPE_CHECKING:  # the exports (see rayeval._lazy), with ``run`` below
     from .capacity import UnitsDoNotFit
-    from .engine import BatchConfig, RunCancelled, RunConflict, run_batch
+    from .config import BatchConfig
+    from .engine import RunCancelled, RunConflict, run_batch
     from .summary import RunSummary
 
 __getattr__, __all__ = lazy_exports(__name__, "run")
@@ -20,7 +21,8 @@ __getattr__, __all__ = lazy_exports(__name__, "run")
 
 def run(evals: list[str] | str, *, agent: str, output: str, **options: Any) -> RunSummary:
     """Python API of ``rayeval run``: ``rayeval.batch.run("evals", agent="reference", output="results")``."""
-    from .engine import BatchConfig, run_batch
+    from .config import BatchConfig
+    from .engine import run_batch
 
     paths = [evals] if isinstance(evals, str) else list(evals)
     return run_batch(BatchConfig(evals=paths, agent=agent, output=output, **options))

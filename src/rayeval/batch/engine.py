@@ -12,34 +12,25 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import numpy as np
 import ray
-from pydantic import AfterValidator, BaseModel, Field
 
 from ..agents.labels import row_labels
 from ..agents.resolve import agent_ref, check_agent_args, resolve_agent
 from ..errors import RayevalError
 from ..evals import Eval, EvalFileError, load_evals, select_evals
 from ..evals.loader import EvalProblem
-from ..evals.model import MAX_TIMEOUT_S
-from ..filesystem import check_root, is_s3
+from ..filesystem import is_s3
 from ..graders.rubric import check_judge_key, judge_models
 from ..grading.judges import has_judged_graders
-from ..grading.pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
-from ..harness.cache import default_cache_dir
 from ..harness.context import AgentFunction, UnitResources
-from ..harness.execution import INT64_MAX, INT64_MIN, Execution, grade_execution
-from ..harness.prompt import AnswerConvention
+from ..harness.execution import Execution, grade_execution
 from ..harness.remote_data import remote_data_problems
-from ..harness.runner import check_agent_loads
-from ..harness.workspace import default_work_root
 from ..models.providers import ModelError
 from ..record import UnitRecord
 from ..sandbox.config import SandboxConfig
-from ..sandbox.isolation import Isolation
 from ..storage import (
     ERROR_STATUSES,
     ResultStore,
@@ -50,13 +41,13 @@ from ..storage import (
 from ..storage.layout import s3_wal_base
 from ..storage.lease import RunLease, run_lease
 from ..storage.store import (
-    STORE_RETRY_S,
     ManifestError,
     ResultsRootUnwritable,
     StorageError,
     describe_write_error,
 )
 from .capacity import NodeResources, describe_capacity, pool_shape
+from .config import BatchConfig, RayConfig, SchedulingConfig, StorageConfig
 from .judging import JudgeCalls
 from .plan import Plan, Unit, compact_seeds, plan_changes, unstored
 from .progress import Progress
@@ -67,65 +58,6 @@ from .summary import RunSummary, summarize
 from .worker import GradeFunction, JudgeWork, WorkerConfig, WorkerPool, start_workers
 
 log = logging.getLogger(__name__)
-
-
-class BatchConfig(BaseModel):
-    """Everything a run needs; the CLI and the Python API both build one."""
-
-    evals: list[str]
-    #: folders besides the evals roots that local data nodes may come from (``--data-root``)
-    data_roots: list[str] = Field(default_factory=list)
-    agent: str
-    agent_args: dict[str, str] = Field(default_factory=dict)
-    models: list[str] = Field(default_factory=lambda: ["default"])
-    seeds: list[Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]] = Field(
-        default_factory=lambda: [1]
-    )  # stored as int64
-    output: Annotated[str, AfterValidator(check_root)]
-    run_id: str | None = None
-    resume: bool = False
-    #: resume even though the inputs changed (agent arguments, models, seeds, evals, options)
-    force: bool = False
-    #: with ``resume``: units whose latest row is an error or a timeout run again, as new attempts
-    retry_errors: bool = False
-    #: which of the loaded evals the run covers (``--sample-id``, ``--filter``, ``--limit``)
-    sample_ids: list[str] = Field(default_factory=list)
-    filters: list[str] = Field(default_factory=list)
-    limit: int | None = Field(None, ge=1)
-    max_concurrency: int = Field(32, ge=1)
-    #: judge calls of LLM-judged graders in flight at once, over the run
-    judge_concurrency: int = Field(16, ge=1)
-    model_concurrency: dict[str, int] = Field(default_factory=dict)
-    address: str | None = None
-    retries: int = Field(2, ge=0)
-    retry_backoff_s: float = Field(2.0, ge=0)
-    timeout: float | None = Field(None, gt=0, le=MAX_TIMEOUT_S)
-    #: how agents run: ``sandbox`` (the default), ``process`` (no sandbox: the explicit
-    #: opt-out where it cannot start) or ``inline`` (trusted in-process agents only)
-    isolation: Isolation = "sandbox"
-    sandbox: SandboxConfig = SandboxConfig()
-    #: seconds a unit's grading may take (in a grading subprocess) before it is a timeout row
-    grade_timeout: float = Field(DEFAULT_GRADE_TIMEOUT_S, gt=0, le=MAX_TIMEOUT_S)
-    #: the answer-file name and completion marker agents are told (``benchmark``: latch-eval-tools'
-    #: ``benchmark=True`` names, see rayeval.harness.prompt)
-    answer_convention: AnswerConvention = "legacy"
-    #: what one unit asks Ray for, overriding the agent's own declaration (see UnitResources)
-    unit_cpus: float | None = Field(None, gt=0, allow_inf_nan=False)
-    unit_memory: int | None = Field(None, ge=0)
-    unit_resources: dict[str, Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(default_factory=dict)
-    #: worker processes the concurrent units are spread over (default: a CPU's worth of units each)
-    workers: int | None = Field(None, ge=1)
-    s3_endpoint_url: str | None = None
-    #: check that every remote data node (s3://, http(s)://) is there before any unit (``--no-check-data``: not)
-    check_data: bool = True
-    work_root: str | None = None
-    cache_dir: str | None = None
-    flush_rows: int = Field(1000, ge=1)
-    flush_seconds: float = Field(5.0, gt=0)
-    #: seconds storing rows may keep failing (retried) before the run stops (a full disk: at once)
-    store_retry_s: float = Field(STORE_RETRY_S, gt=0)
-    show_progress: bool = True
-    object_store_memory: int = 512 * 1024 * 1024
 
 
 class RunConflict(RayevalError, ValueError):
@@ -152,7 +84,7 @@ def _stay_on_loopback() -> None:
     ray_constants.ENABLE_RAY_CLUSTER = False
 
 
-def connect(config: BatchConfig) -> bool:
+def connect(config: RayConfig) -> bool:
     """Join the given cluster (or the job's, under ``ray job submit``), else start an embedded Ray.
 
     Returns True when this call started Ray and should shut it down.
@@ -218,34 +150,46 @@ def shut_down_embedded_ray() -> None:
     ray.shutdown()
 
 
-def _system_error_row(
-    unit: Unit, attempt: int, eval_: Eval, run_id: str, config: BatchConfig, exc: BaseException
-) -> UnitRecord:
-    """The row of a unit Ray could not run even after its own retries (e.g. a node kept dying)."""
-    stamp = datetime.now(timezone.utc)
-    execution = Execution(
-        eval_id=unit.eval_id,
-        model=unit.model,
-        seed=unit.seed,
-        run_id=run_id,
-        outcome="error",
-        error_type=type(exc).__name__,
-        error_message=f"Ray could not run the unit: {str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}",
-        error_traceback=str(exc),
-        started_at=stamp,
-        finished_at=stamp,
-    )
-    result = grade_execution(eval_, execution)
-    return row_from_result(
-        result,
-        unit=unit,
-        eval_=eval_,
-        run_id=run_id,
-        agent=config.agent,
-        agent_args=config.agent_args,
-        attempt=attempt,
-        node="unknown",
-    )
+@dataclass(frozen=True)
+class _RunRows:
+    """What the rows the driver makes itself carry of the run (see :func:`row_from_result`)."""
+
+    evals: list[Eval]
+    run_id: str
+    agent: str
+    agent_args: dict[str, str]
+
+    def model_label(self, model: str) -> str:
+        """The model as the run's rows (and their partitions) name it."""
+        return row_labels(self.agent, model, self.agent_args)[0]
+
+    def system_error(self, unit: Unit, attempt: int, exc: BaseException) -> UnitRecord:
+        """The row of a unit Ray could not run even after its own retries (e.g. a node kept dying)."""
+        stamp = datetime.now(timezone.utc)
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        execution = Execution(
+            eval_id=unit.eval_id,
+            model=unit.model,
+            seed=unit.seed,
+            run_id=self.run_id,
+            outcome="error",
+            error_type=type(exc).__name__,
+            error_message=f"Ray could not run the unit: {reason}",
+            error_traceback=str(exc),
+            started_at=stamp,
+            finished_at=stamp,
+        )
+        eval_ = self.evals[unit.eval_index]
+        return row_from_result(
+            grade_execution(eval_, execution),
+            unit=unit,
+            eval_=eval_,
+            run_id=self.run_id,
+            agent=self.agent,
+            agent_args=self.agent_args,
+            attempt=attempt,
+            node="unknown",
+        )
 
 
 def run_batch(
@@ -270,39 +214,42 @@ def run_batch(
     is raised.
     """
     evals = run_evals(config, evals)
-    if config.retry_errors and not config.resume:
+    storage = config.storage
+    if storage.retry_errors and not storage.resume:
         raise RunConflict("--retry-errors goes with --resume: it reruns the errored units of an existing run")
-    fresh_root = not is_s3(config.output) and not os.path.exists(config.output)
-    store = _LeasedStore(config.output, s3_endpoint_url=config.s3_endpoint_url)
+    fresh_root = not is_s3(storage.output) and not os.path.exists(storage.output)
+    store = _LeasedStore(storage.output, s3_endpoint_url=storage.s3_endpoint_url)
+    embedded = runs_embedded(config.ray.address)
     # an unknown agent, a missing data file or judge key is a usage error, not thousands of
     # error rows, found before the run's rows are touched (so is an agent that does not load, or
     # a sandbox that does not start, where units run: the workers check that first)
-    check_agent(config, evals, agent)
-    judges_note = check_judges(config, evals)
-    check_data(config, evals)
-    run_id = config.run_id or new_run_id()
+    check_agent(config, agent, embedded=embedded)
+    judges_note = check_judges(evals, embedded=embedded)
+    if config.check_data:
+        check_data(evals, s3_endpoint_url=storage.s3_endpoint_url)
+    run_id = storage.run_id or new_run_id()
     # One driver at a time (LeaseHeld names the other one): taken before the run is read or
     # written, renewed in the background, released at the end; the store writes only while it is held.
     lease = store.lease = run_lease(store, run_id).take().start_renewing()
     try:
-        previous, damaged = previous_manifest(store, run_id, config)
-        if config.resume and previous is None and not damaged:
-            raise RunConflict(f"--resume: no run {run_id!r} under {config.output}")
-        if not config.resume and previous is not None:
-            raise RunConflict(_existing_run(run_id, config.output, previous.status))
+        previous, damaged = previous_manifest(store, run_id, storage)
+        if storage.resume and previous is None and not damaged:
+            raise RunConflict(f"--resume: no run {run_id!r} under {storage.output}")
+        if not storage.resume and previous is not None:
+            raise RunConflict(_existing_run(run_id, storage.output, previous.status))
         if previous is not None and previous.agent != config.agent:
             raise RunConflict(f"run {run_id!r} was made with agent {previous.agent!r}, not {config.agent!r}")
         plan = Plan(evals, config.models, config.seeds, config.agent)
         planned = run_manifest(config, run_id, evals, plan, previous)
         if previous is not None:
-            check_same_inputs(config, previous, planned)
+            check_same_inputs(previous, planned, config.agent_args, force=storage.force)
 
         # opened before Ray starts: an unusable results root fails at once; recovers the WAL
         writer = store.open_writer(
             run_id,
-            flush_rows=config.flush_rows,
-            flush_seconds=config.flush_seconds,
-            give_up_after_s=config.store_retry_s,
+            flush_rows=storage.flush_rows,
+            flush_seconds=storage.flush_seconds,
+            give_up_after_s=storage.store_retry_s,
         )
     except BaseException:
         lease.release()
@@ -318,31 +265,32 @@ def run_batch(
     summary: Future[RunSummary] | None = None
     with StopSignals() as stop_signals:
         try:
-            owns_ray = connect(config)
+            owns_ray = connect(config.ray)
             stop_signals.claim()
             # Workers start (asynchronously) first: their start-up overlaps planning and the
             # manifest.  A resumed run may need fewer; idle ones cost nothing.
             workers, capacity = (
-                _start_pool(config, run_id, evals, len(plan), agent=agent, grade=grade) if len(plan) else (None, None)
+                _start_pool(config, run_id, evals, len(plan), agent=agent, grade=grade, embedded=embedded)
+                if len(plan)
+                else (None, None)
             )
             # a bool per plan position: units without a stored row (a resumed run's are mostly stored)
-            todo, earlier_attempts = units_to_run(config, store, run_id, plan)
+            todo, earlier_attempts = units_to_run(storage, store, run_id, plan)
             to_run = int(todo.sum())
             header = [
                 f"run {run_id}: {to_run} units to run ({len(plan) - to_run} already stored); results: {store.run_uri(run_id)}"
             ]
             if to_run and capacity is not None:
                 header.append(capacity(to_run))
-            progress = Progress(to_run, enabled=config.show_progress, header="\n".join([*header, *judges_note]))
+            progress = Progress(to_run, enabled=config.display.show_progress, header="\n".join([*header, *judges_note]))
             if to_run and workers is not None:
                 workers.wait_until_up()
             manifest = store.write_manifest(planned)
             if to_run and workers is not None:
                 with lease.interrupts():  # a lost lease stops the run: another driver has it now
                     _execute(
-                        config,
-                        run_id,
-                        evals,
+                        config.scheduling,
+                        _RunRows(evals, run_id, config.agent, config.agent_args),
                         plan,
                         todo,
                         earlier_attempts,
@@ -373,7 +321,7 @@ def run_batch(
                 lease.release()
                 if manifest is None and fresh_root:  # stopped before it began (its agent cannot run)
                     with contextlib.suppress(OSError):
-                        os.rmdir(config.output)  # only if the run left it empty
+                        os.rmdir(storage.output)  # only if the run left it empty
                 if workers is not None and status != "completed":
                     workers.end_all()  # calls in flight end now, not in Ray's shutdown (which logs each)
                 if owns_ray:
@@ -409,7 +357,7 @@ def _existing_run(run_id: str, output: str, status: str) -> str:
     return f"{where} ({left}): pass --resume to finish it"
 
 
-def previous_manifest(store: ResultStore, run_id: str, config: BatchConfig) -> tuple[RunManifest | None, bool]:
+def previous_manifest(store: ResultStore, run_id: str, config: StorageConfig) -> tuple[RunManifest | None, bool]:
     """The run's stored manifest, and whether it is damaged (not a run manifest).  A damaged
     one leaves the run's inputs unknown: only ``--resume --force`` goes on, with the current
     inputs (its stored units are not run again); anything else is refused saying so."""
@@ -434,7 +382,7 @@ def run_evals(config: BatchConfig, evals: list[Eval] | None = None) -> list[Eval
 
 
 def units_to_run(
-    config: BatchConfig, store: ResultStore, run_id: str, plan: Plan
+    config: StorageConfig, store: ResultStore, run_id: str, plan: Plan
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """A bool per plan position, the units to run (a resumed run's stored ones are not), and
     with ``retry_errors`` the attempts already stored of each unit that runs again (else None)."""
@@ -454,17 +402,18 @@ def run_manifest(
     config: BatchConfig, run_id: str, evals: list[Eval], plan: Plan, previous: RunManifest | None
 ) -> RunManifest:
     """The run's manifest: the inputs its units are derived from, not the units."""
+    execution = config.execution
     return RunManifest.model_validate(
         {
             "run_id": run_id,
             "agent": config.agent,
             "agent_args": config.agent_args,
-            "isolation": config.isolation,
-            "network": config.sandbox.network if config.isolation == "sandbox" else None,
-            "timeout": config.timeout,
-            "grade_timeout": config.grade_timeout,
-            "answer_convention": config.answer_convention,
-            "limits": config.sandbox.limits.model_dump(),
+            "isolation": execution.isolation,
+            "network": execution.sandbox.network if execution.isolation == "sandbox" else None,
+            "timeout": execution.timeout,
+            "grade_timeout": execution.grade_timeout,
+            "answer_convention": execution.answer_convention,
+            "limits": execution.sandbox.limits.model_dump(),
             "models": config.models,
             "seeds": compact_seeds(config.seeds),
             "eval_files": [
@@ -477,14 +426,14 @@ def run_manifest(
     )
 
 
-def check_same_inputs(config: BatchConfig, previous: RunManifest, manifest: RunManifest) -> None:
+def check_same_inputs(previous: RunManifest, manifest: RunManifest, agent_args: dict[str, str], *, force: bool) -> None:
     """A resumed run finishes the plan it started with: with other inputs its stored rows and
-    the new ones would mix two experiments (``--force`` takes the new inputs knowingly)."""
-    changes = plan_changes(previous, manifest, config.agent_args)
+    the new ones would mix two experiments (``force`` takes the new inputs knowingly)."""
+    changes = plan_changes(previous, manifest, agent_args)
     if not changes:
         return
     diff = "".join(f"\n  {change}" for change in changes)
-    if not config.force:
+    if not force:
         raise RunConflict(
             f"--resume: run {previous.run_id!r} was planned with other inputs (before → after):{diff}\n"
             "Its rows and new ones would mix two experiments. Restore those inputs, start a new run "
@@ -578,45 +527,31 @@ def _record_stop(
         unwritable.manifest_note = f"its manifest says {status}"
 
 
-def sandbox_config(config: BatchConfig, evals: list[Eval]) -> SandboxConfig:
-    """The run's sandbox: the configured one, with the results root and its write-ahead log
-    (for an S3 root, in this machine's cache folder: its rows name expected values) and
-    every eval's folders (answer keys) hidden from agents as well."""
-    hidden = [*config.sandbox.hide, *(str(root) for eval_ in evals for root in eval_.data_roots)]
-    hidden.append(str(s3_wal_base() if is_s3(config.output) else config.output))
-    return config.sandbox.model_copy(update={"hide": tuple(dict.fromkeys(hidden))})
+def sandbox_config(sandbox: SandboxConfig, output: str, evals: list[Eval]) -> SandboxConfig:
+    """The run's sandbox: the configured one, with the results root ``output`` and its
+    write-ahead log (for an S3 root, in this machine's cache folder: its rows name expected
+    values) and every eval's folders (answer keys) hidden from agents as well."""
+    hidden = [*sandbox.hide, *(str(root) for eval_ in evals for root in eval_.data_roots)]
+    hidden.append(str(s3_wal_base() if is_s3(output) else output))
+    return sandbox.model_copy(update={"hide": tuple(dict.fromkeys(hidden))})
 
 
-def check_agent(config: BatchConfig, evals: list[Eval], agent: AgentFunction | None, *, here: bool = False) -> None:
+def check_agent(config: BatchConfig, agent: AgentFunction | None, *, embedded: bool) -> None:
     """A built-in agent's options (and, where units share this environment, its key); an
-    inline agent resolves. ``here`` (a dry run, which starts no worker): a sandboxed or
-    ``process`` agent is also looked up in a unit runner on this machine (its module is never
-    imported here), which tells whether the sandbox starts. A run's workers check that where
-    units run, before the first (``UnitWorker.prepare``)."""
+    inline agent resolves.  Whether a sandboxed or ``process`` agent loads is checked where
+    units run, by the run's workers before the first unit (``UnitWorker.prepare``), or by a dry
+    run on this machine (see rayeval.batch.preview)."""
     if agent is None:
-        check_agent_args(config.agent, config.agent_args, config.models, environment=_embedded(config))
-    if _embedded(config):  # a cluster's nodes have their own files
-        config.sandbox.check_binds()
-    if config.isolation == "inline":
-        if agent is None:
-            resolve_agent(config.agent)
-        return
-    if not here:
-        return
-    named = agent if agent is not None else agent_ref(config.agent)
-    work_root = Path(config.work_root) if config.work_root else default_work_root()
-    cache_dir = Path(config.cache_dir) if config.cache_dir else default_cache_dir()
-    # options name files as the units' nodes see them: checked only where units run on this machine
-    args = config.agent_args if _embedded(config) else {}
-    check_agent_loads(
-        named, args, isolation=config.isolation, sandbox=sandbox_config(config, evals), runner_root=work_root,
-        cache_dir=cache_dir, keep=False,
-    )  # fmt: skip
+        check_agent_args(config.agent, config.agent_args, config.models, environment=embedded)
+    if embedded:  # a cluster's nodes have their own files
+        config.execution.sandbox.check_binds()
+    if config.execution.isolation == "inline" and agent is None:
+        resolve_agent(config.agent)
 
 
-def check_judges(config: BatchConfig, evals: list[Eval]) -> list[str]:
+def check_judges(evals: list[Eval], *, embedded: bool) -> list[str]:
     """Every rubric judge of the run's evals can be called.  Where the judges run with this
-    process's environment (an embedded Ray), their keys are there: else EvalFileError naming,
+    process's environment (``embedded``: an embedded Ray), their keys are there: else EvalFileError naming,
     per judge model without one, the first eval file and field that names it.  Elsewhere (a
     cluster, whose nodes' environment the judge actor has), the note saying what is not checked."""
     used: dict[str, list[tuple[str, str]]] = {}
@@ -627,7 +562,7 @@ def check_judges(config: BatchConfig, evals: list[Eval]) -> list[str]:
             used.setdefault(model, []).append((str(eval_.source_path or f"<eval {eval_.id}>"), where))
     if not used:
         return []
-    if not _embedded(config):
+    if not embedded:
         note = f"judges {', '.join(used)}: names checked; their keys are read on the cluster's nodes, not checked here"
         return [note]
     problems = []
@@ -649,10 +584,10 @@ def check_judges(config: BatchConfig, evals: list[Eval]) -> list[str]:
     return []
 
 
-def check_data(config: BatchConfig, evals: list[Eval]) -> None:
-    """Every remote data node of the run's evals is there (``config.check_data``), else
-    EvalFileError naming each eval file and field; local ones were checked when they loaded."""
-    if config.check_data and (problems := remote_data_problems(evals, s3_endpoint_url=config.s3_endpoint_url)):
+def check_data(evals: list[Eval], *, s3_endpoint_url: str | None) -> None:
+    """Every remote data node of the run's evals is there, else EvalFileError naming each eval
+    file and field; local ones were checked when they loaded."""
+    if problems := remote_data_problems(evals, s3_endpoint_url=s3_endpoint_url):
         raise EvalFileError(problems)
 
 
@@ -662,26 +597,18 @@ def runs_embedded(address: str | None) -> bool:
     return address == "local" or (address is None and not os.environ.get("RAY_ADDRESS"))
 
 
-def _embedded(config: BatchConfig) -> bool:
-    return runs_embedded(config.address)
-
-
 def _worker_config(config: BatchConfig, run_id: str, evals: list[Eval]) -> WorkerConfig:
-    isolation = config.isolation
+    """The run's inputs and the concerns its workers need, with what only the driver knows:
+    the run id, and the folders the sandbox hides."""
+    sandbox = sandbox_config(config.execution.sandbox, config.storage.output, evals)
     return WorkerConfig(
         agent=config.agent,
+        agent_args=config.agent_args,
         models=config.models,
         seeds=config.seeds,
-        agent_args=config.agent_args,
         run_id=run_id,
-        isolation=isolation,
-        sandbox=sandbox_config(config, evals),
-        grade_timeout=config.grade_timeout,
-        answer_convention=config.answer_convention,
-        timeout=config.timeout,
-        work_root=config.work_root,
-        cache_dir=config.cache_dir,
-        s3_endpoint_url=config.s3_endpoint_url,
+        execution=config.execution.model_copy(update={"sandbox": sandbox}),
+        s3_endpoint_url=config.storage.s3_endpoint_url,
     )
 
 
@@ -689,11 +616,11 @@ def unit_resources(config: BatchConfig, agent: AgentFunction | None) -> UnitReso
     """What one unit asks Ray for: the agent's declaration (an in-memory agent's
     ``resources`` attribute), with the run's overrides."""
     declared = agent_ref(config.agent).resources if agent is None else getattr(agent, "resources", UnitResources())
-    overrides: dict[str, Any] = {"custom": {**declared.custom, **config.unit_resources}}
-    if config.unit_cpus is not None:
-        overrides["cpus"] = config.unit_cpus
-    if config.unit_memory is not None:
-        overrides["memory"] = config.unit_memory
+    overrides: dict[str, Any] = {"custom": {**declared.custom, **config.ray.unit_resources}}
+    if config.ray.unit_cpus is not None:
+        overrides["cpus"] = config.ray.unit_cpus
+    if config.ray.unit_memory is not None:
+        overrides["memory"] = config.ray.unit_memory
     return declared.model_copy(update=overrides)
 
 
@@ -710,14 +637,15 @@ def _start_pool(
     *,
     agent: AgentFunction | None,
     grade: GradeFunction | None,
+    embedded: bool,
 ) -> tuple[WorkerPool, Callable[[int], str]]:
     """Workers enough for the run's concurrency (see :func:`pool_shape`), and what tells how
     many of ``n`` units to run can run at once, and why."""
     resources = unit_resources(config, agent)
     nodes = live_nodes()
-    embedded = _embedded(config)
+    max_concurrency = config.scheduling.max_concurrency
     shape = pool_shape(
-        resources, nodes, max_concurrency=config.max_concurrency, planned=planned, workers=config.workers,
+        resources, nodes, max_concurrency=max_concurrency, planned=planned, workers=config.ray.workers,
         embedded=embedded,
     )  # fmt: skip
     pool = start_workers(
@@ -732,16 +660,15 @@ def _start_pool(
 
     def capacity(to_run: int) -> str:
         return describe_capacity(
-            resources, nodes, shape, max_concurrency=config.max_concurrency, planned=to_run, embedded=embedded
+            resources, nodes, shape, max_concurrency=max_concurrency, planned=to_run, embedded=embedded
         )
 
     return pool, capacity
 
 
 def _execute(
-    config: BatchConfig,
-    run_id: str,
-    evals: list[Eval],
+    config: SchedulingConfig,
+    run: _RunRows,
     plan: Plan,
     todo: np.ndarray,
     earlier_attempts: np.ndarray | None,
@@ -760,7 +687,7 @@ def _execute(
         earlier_attempts=earlier_attempts,
     )  # fmt: skip
     work = _InFlight(queue, workers, JudgeCalls(config.judge_concurrency))
-    if any(has_judged_graders(eval_) for eval_ in evals):
+    if any(has_judged_graders(eval_) for eval_ in run.evals):
         work.judges.start()
     while queue.waiting or work.busy:
         writer.check()  # a results root that cannot be written stops the run: no unit more
@@ -776,13 +703,12 @@ def _execute(
         if ready:  # and whatever else is done by now
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
         with stop_signals.deferred():  # a unit back is stored whole, even if the run stops now
-            _store_units_back(config, run_id, evals, ready, work, earlier_attempts, writer, progress)
+            _store_units_back(config, run, ready, work, earlier_attempts, writer, progress)
 
 
 def _store_units_back(
-    config: BatchConfig,
-    run_id: str,
-    evals: list[Eval],
+    config: SchedulingConfig,
+    run: _RunRows,
     ready: list[Any],
     work: _InFlight,
     earlier_attempts: np.ndarray | None,
@@ -792,7 +718,7 @@ def _store_units_back(
     """Settle the calls that are back: store the rows of finished units, queue retries."""
     kept: dict[str, list[UnitRecord]] = {}  # model -> rows to store, of every unit back by now
     for ref in ready:
-        if (done := work.settle(ref, evals, run_id, config)) is None:
+        if (done := work.settle(ref, run)) is None:
             continue
         unit, attempt, row = done
         earlier = 0 if earlier_attempts is None else int(earlier_attempts[unit.position])
@@ -802,7 +728,7 @@ def _store_units_back(
         else:
             kept.setdefault(unit.model, []).append(row)
     for model, rows in kept.items():  # one WAL write and fsync per model and round
-        writer.add_lines(row_labels(config.agent, model, config.agent_args)[0], [row.to_line() for row in rows])
+        writer.add_lines(run.model_label(model), [row.to_line() for row in rows])
         for row in rows:  # done once on disk, in the write-ahead log
             progress.update(passed=row.passed, error=row.status in ERROR_STATUSES)
 
@@ -825,9 +751,7 @@ class _InFlight:
     def refs(self) -> list[Any]:
         return [*self.running, *self.grading, *self.judges.in_flight, *self.workers.starting]
 
-    def settle(
-        self, ref: Any, evals: list[Eval], run_id: str, config: BatchConfig
-    ) -> tuple[Unit, int, UnitRecord] | None:
+    def settle(self, ref: Any, run: _RunRows) -> tuple[Unit, int, UnitRecord] | None:
         """The unit, attempt and row that ``ref`` (ready) finished, or None when it finished
         something else (a worker's start, a judge call, a unit's agent before its judges)."""
         if self.workers.came_up(ref):
@@ -845,18 +769,16 @@ class _InFlight:
         else:
             unit, attempt = self.grading.pop(ref)
             self.workers.finished(ref)
-        result = _unit_result(ref, unit, attempt, evals[unit.eval_index], run_id, config)
+        result = _unit_result(ref, unit, attempt, run)
         if isinstance(result, JudgeWork):
             self.judges.add(unit, attempt, result)
             return None
         return unit, attempt, result
 
 
-def _unit_result(
-    ref: Any, unit: Unit, attempt: int, eval_: Eval, run_id: str, config: BatchConfig
-) -> UnitRecord | JudgeWork:
+def _unit_result(ref: Any, unit: Unit, attempt: int, run: _RunRows) -> UnitRecord | JudgeWork:
     """The worker's answer, or an error row when Ray could not run the unit (after its retries)."""
     try:
         return ray.get(ref)
     except ray.exceptions.RayError as exc:
-        return _system_error_row(unit, attempt, eval_, run_id, config, exc)
+        return run.system_error(unit, attempt, exc)

@@ -5,14 +5,21 @@ lease or writing anything."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import ray
 from pydantic import BaseModel
 
 from ..agents.labels import row_labels
+from ..agents.resolve import agent_ref
+from ..evals import Eval
+from ..harness.cache import default_cache_dir
+from ..harness.runner import check_agent_loads
+from ..harness.workspace import default_work_root
 from ..storage import ResultStore
 from .capacity import NodeResources, describe_capacity, local_node_resources, pool_shape
+from .config import RayConfig
 from .engine import (
     BatchConfig,
     RunConflict,
@@ -26,6 +33,7 @@ from .engine import (
     run_evals,
     run_manifest,
     runs_embedded,
+    sandbox_config,
     unit_resources,
     units_to_run,
 )
@@ -82,19 +90,24 @@ def preview_run(config: BatchConfig) -> PlanPreview:
     resume inputs), reading but never writing the results root."""
     all_evals = run_evals(config.model_copy(update={"sample_ids": [], "filters": [], "limit": None}))
     evals = run_evals(config, all_evals)
-    check_agent(config, evals, None, here=True)
-    notes = check_judges(config, evals)
-    check_data(config, evals)
+    embedded = runs_embedded(config.ray.address)
+    check_agent_here(config, evals, embedded=embedded)
+    notes = check_judges(evals, embedded=embedded)
+    storage = config.storage
+    if config.check_data:
+        check_data(evals, s3_endpoint_url=storage.s3_endpoint_url)
     plan = Plan(evals, config.models, config.seeds, config.agent)
-    store = ResultStore(config.output, s3_endpoint_url=config.s3_endpoint_url)
+    store = ResultStore(storage.output, s3_endpoint_url=storage.s3_endpoint_url)
     todo, rerun = np.ones(len(plan), dtype=bool), 0
-    if config.resume:
-        previous, damaged = (None, False) if config.run_id is None else previous_manifest(store, config.run_id, config)
-        if config.run_id is None or (previous is None and not damaged):
-            raise RunConflict(f"--resume: no run {config.run_id!r} under {config.output}")
+    if storage.resume:
+        run_id = storage.run_id
+        previous, damaged = (None, False) if run_id is None else previous_manifest(store, run_id, storage)
+        if run_id is None or (previous is None and not damaged):
+            raise RunConflict(f"--resume: no run {run_id!r} under {storage.output}")
         if previous is not None:
-            check_same_inputs(config, previous, run_manifest(config, config.run_id, evals, plan, previous))
-        todo, earlier = units_to_run(config, store, config.run_id, plan)
+            planned = run_manifest(config, run_id, evals, plan, previous)
+            check_same_inputs(previous, planned, config.agent_args, force=storage.force)
+        todo, earlier = units_to_run(storage, store, run_id, plan)
         rerun = 0 if earlier is None else int((earlier[todo] > 0).sum())
     # the plan's order is eval, model, seed: a position's model is (position // seeds) % models
     per_model = np.bincount((np.flatnonzero(todo) // len(plan.seeds)) % len(plan.models), minlength=len(plan.models))
@@ -104,7 +117,7 @@ def preview_run(config: BatchConfig) -> PlanPreview:
         to_run_of[label] = to_run_of.get(label, 0) + int(count)
     cost, unpriced, basis = _estimated_cost(store, to_run_of)
     return PlanPreview(
-        run_id=config.run_id,
+        run_id=storage.run_id,
         evals=len(evals),
         evals_loaded=len(all_evals),
         selected=[e.id for e in evals] if config.sample_ids or config.filters or config.limit is not None else [],
@@ -116,32 +129,51 @@ def preview_run(config: BatchConfig) -> PlanPreview:
         estimated_cost_usd=cost,
         unpriced_units=unpriced,
         cost_basis=basis,
-        capacity=_capacity(config, int(todo.sum())),
+        capacity=_capacity(config, int(todo.sum()), embedded=embedded),
         notes=notes,
     )
 
 
-def _capacity(config: BatchConfig, to_run: int) -> str:
+def check_agent_here(config: BatchConfig, evals: list[Eval], *, embedded: bool) -> None:
+    """The run's agent checks (see :func:`check_agent`), and for a sandboxed or ``process``
+    agent its look-up in a unit runner on this machine (its module is never imported here),
+    which tells whether the sandbox starts: what a run's workers check where units run."""
+    check_agent(config, None, embedded=embedded)
+    execution = config.execution
+    if execution.isolation == "inline":
+        return
+    work_root = Path(execution.work_root) if execution.work_root else default_work_root()
+    cache_dir = Path(execution.cache_dir) if execution.cache_dir else default_cache_dir()
+    # options name files as the units' nodes see them: checked only where units run on this machine
+    args = config.agent_args if embedded else {}
+    sandbox = sandbox_config(execution.sandbox, config.storage.output, evals)
+    check_agent_loads(
+        agent_ref(config.agent), args, isolation=execution.isolation, sandbox=sandbox, runner_root=work_root,
+        cache_dir=cache_dir, keep=False,
+    )  # fmt: skip
+
+
+def _capacity(config: BatchConfig, to_run: int, *, embedded: bool) -> str:
     """What the run would say at start of how many units run at once: from the resources Ray
     would find on this machine (embedded), or from the cluster's nodes now."""
     if not to_run:
         return "units at once: none, nothing to run"
-    embedded = runs_embedded(config.address)
     try:
-        nodes = [local_node_resources(config.object_store_memory)] if embedded else _cluster_nodes(config)
+        nodes = [local_node_resources(config.ray.object_store_memory)] if embedded else _cluster_nodes(config.ray)
     except (ImportError, AttributeError, TypeError) as exc:  # Ray's own reckoning, not a public API
         return f"units at once: said when the run starts (Ray does not tell it beforehand here: {exc})"
     resources = unit_resources(config, None)
+    max_concurrency = config.scheduling.max_concurrency
     shape = pool_shape(
-        resources, nodes, max_concurrency=config.max_concurrency, planned=to_run, workers=config.workers,
+        resources, nodes, max_concurrency=max_concurrency, planned=to_run, workers=config.ray.workers,
         embedded=embedded,
     )  # fmt: skip
     return describe_capacity(
-        resources, nodes, shape, max_concurrency=config.max_concurrency, planned=to_run, embedded=embedded
+        resources, nodes, shape, max_concurrency=max_concurrency, planned=to_run, embedded=embedded
     )
 
 
-def _cluster_nodes(config: BatchConfig) -> list[NodeResources]:
+def _cluster_nodes(config: RayConfig) -> list[NodeResources]:
     """The nodes of the cluster the run would join: read by joining it as a driver, for the
     moment it takes (nothing starts on it)."""
     if ray.is_initialized():

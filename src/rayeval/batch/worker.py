@@ -18,20 +18,17 @@ from ..agents.resolve import agent_ref
 from ..evals import Eval
 from ..graders.judging import Judgments
 from ..grading.judges import JudgedGrade, has_judged_graders
-from ..grading.pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
 from ..grading.pool import prestart_grading
 from ..harness.cache import left_by_gone_processes, remove_tree
 from ..harness.context import AgentFunction, AgentRef, UnitResources
 from ..harness.execution import Execution, grade_execution, judge_requests
-from ..harness.prompt import AnswerConvention
 from ..harness.result import EvalResult
 from ..harness.runner import EvalRunner, check_agent_loads
 from ..harness.unit_agent import AgentUnavailable
 from ..harness.workspace import default_work_root
 from ..record import UnitRecord
-from ..sandbox.config import SandboxConfig
-from ..sandbox.isolation import Isolation
 from ..sandbox.units import SandboxError
+from .config import ExecutionConfig
 from .plan import Plan, Unit
 from .rows import stored_row
 
@@ -58,18 +55,15 @@ GradeFunction = Callable[[Eval, Execution], EvalResult]
 
 
 class WorkerConfig(BaseModel):
+    """What a worker needs of the run: its inputs (to plan and label units), how units run,
+    and where their remote data is read from."""
+
     agent: str
+    agent_args: dict[str, str] = {}
     models: list[str]
     seeds: list[int]
-    agent_args: dict[str, str] = {}
     run_id: str
-    isolation: Isolation
-    sandbox: SandboxConfig = SandboxConfig()
-    grade_timeout: float = DEFAULT_GRADE_TIMEOUT_S
-    answer_convention: AnswerConvention = "legacy"
-    timeout: float | None = None
-    work_root: str | None = None
-    cache_dir: str | None = None
+    execution: ExecutionConfig
     s3_endpoint_url: str | None = None
     #: units the worker runs at once
     slots: int = 1
@@ -116,7 +110,7 @@ class UnitWorker:
         )
         # A folder per worker process (named by host and process, see ``sweep_dead_workers``),
         # and in it one per thread (see ``run_unit``).
-        root = Path(config.work_root or default_work_root())
+        root = Path(config.execution.work_root or default_work_root())
         self.work_root = root / f"{WORKER_FOLDER_PREFIX}{self.node}-{os.getpid()}"
         threading.Thread(target=sweep_dead_workers, args=(root, self.node), daemon=True).start()
 
@@ -135,7 +129,7 @@ class UnitWorker:
             if self.judged_grade is not None:
                 requests = self.judged_grade.judge_requests(eval_, execution)
             else:
-                requests = judge_requests(eval_, execution, grade_timeout=self.config.grade_timeout)
+                requests = judge_requests(eval_, execution, grade_timeout=self.config.execution.grade_timeout)
             if requests:
                 return JudgeWork(execution, requests)
         return self._row(unit, attempt, self.grade(self.evals[unit.eval_index], execution))
@@ -150,7 +144,9 @@ class UnitWorker:
         if self.judged_grade is not None:
             result = self.judged_grade(eval_, execution, judgments)
         else:
-            result = grade_execution(eval_, execution, grade_timeout=self.config.grade_timeout, judgments=judgments)
+            result = grade_execution(
+                eval_, execution, grade_timeout=self.config.execution.grade_timeout, judgments=judgments
+            )
         return self._row(unit, attempt, result)
 
     def _row(self, unit: Unit, attempt: int, result: EvalResult) -> UnitRecord:
@@ -171,10 +167,11 @@ class UnitWorker:
         self._load(shared)
         assert self.agent is not None, "_load sets the agent"
         problem = None
+        execution = self.config.execution
         try:
             check_agent_loads(
-                self.agent, self.config.agent_args, isolation=self.config.isolation, sandbox=self.config.sandbox,
-                runner_root=self.work_root, cache_dir=Path(self.config.cache_dir) if self.config.cache_dir else None,
+                self.agent, self.config.agent_args, isolation=execution.isolation, sandbox=execution.sandbox,
+                runner_root=self.work_root, cache_dir=Path(execution.cache_dir) if execution.cache_dir else None,
             )  # fmt: skip
         except (SandboxError, AgentUnavailable) as exc:
             problem = WorkerProblem(kind=type(exc).__name__, message=str(exc))
@@ -197,7 +194,7 @@ class UnitWorker:
             # the driver's plan, whose units are made here from their positions
             self.plan = Plan(self.evals, self.config.models, self.config.seeds, self.config.agent)
             self.agent = agent if agent is not None else self._named_agent()
-            self.grade = grade or functools.partial(grade_execution, grade_timeout=self.config.grade_timeout)
+            self.grade = grade or functools.partial(grade_execution, grade_timeout=self.config.execution.grade_timeout)
             # a run's own grade function calls its judges itself, unless it hands them over
             self.judged_grade = grade if isinstance(grade, JudgedGrade) and grade.judged else None
             if grade is None:
@@ -212,15 +209,16 @@ class UnitWorker:
     def _named_agent(self) -> AgentRef:
         """The run's agent by name: imported here only to run inline; otherwise only in
         each unit's own process, never in this one, which holds every eval."""
-        return agent_ref(self.config.agent, load=self.config.isolation == "inline")
+        return agent_ref(self.config.agent, load=self.config.execution.isolation == "inline")
 
     def _execute(self, unit: Unit, work_root: Path) -> Execution:
         assert self.agent is not None, "run_unit loads the agent first"
+        execution = self.config.execution
         runner = EvalRunner(
             self.evals[unit.eval_index],
             work_root=work_root,
             runner_root=self.work_root,  # one unit runner for all of this worker's threads
-            cache_dir=self.config.cache_dir,
+            cache_dir=execution.cache_dir,
             run_id=self.config.run_id,
             s3_endpoint_url=self.config.s3_endpoint_url,
         )
@@ -228,11 +226,11 @@ class UnitWorker:
             self.agent,
             model=unit.model,
             seed=unit.seed,
-            timeout=self.config.timeout,
+            timeout=execution.timeout,
             agent_args=self.config.agent_args,
-            isolation=self.config.isolation,
-            sandbox=self.config.sandbox,
-            convention=self.config.answer_convention,
+            isolation=execution.isolation,
+            sandbox=execution.sandbox,
+            convention=execution.answer_convention,
         )
 
 

@@ -435,11 +435,12 @@ def run(
     if clash:
         raise TypeError(f"evaluations.run: {', '.join(clash)} cannot be passed as engine options")
 
-    unknown = sorted(set(engine_options) - set(BatchConfig.model_fields))
+    unknown = sorted(set(engine_options) - BatchConfig.option_names())
     if unknown:
         raise TypeError(f"evaluations.run: unknown option(s) {', '.join(unknown)}")
     version_id = spec.file.identity
     file_info = {"path": spec.file.path, "type": spec.file.type, "version": spec.file.version}
+    run_id = run_id or new_run_id()
     config = BatchConfig(
         evals=[],
         agent=spec.file.type,
@@ -447,7 +448,7 @@ def run(
         models=[version_id],
         seeds=[1],
         output=output,
-        run_id=run_id or new_run_id(),
+        run_id=run_id,
         max_concurrency=workers,
         address=address,
         s3_endpoint_url=s3_endpoint_url,
@@ -458,7 +459,6 @@ def run(
         isolation="inline" if spec.file.prompt is not None else isolation,
         **engine_options,
     )
-    assert config.run_id is not None
     dataset_version = _store_given(store, spec, file, dataset)
     caller = _caller(spec)
     grader = EvaluatorsGrader(
@@ -475,13 +475,13 @@ def run(
 
     reader = ResultsReader(output, s3_endpoint_url)
     kinds = {e.path: e.kind for e in spec.evaluators}
-    manifest = store.read_manifest(config.run_id)
+    manifest = store.read_manifest(run_id)
     stats, units = _read_stats(
-        reader, config.run_id, kinds, planned=len(spec.dataset.datapoints), status=manifest.status if manifest else None
+        reader, run_id, kinds, planned=len(spec.dataset.datapoints), status=manifest.status if manifest else None
     )
-    current = _stats_by_path(stats, config.run_id)
+    current = _stats_by_path(stats, run_id)
 
-    previous = previous_run(store, spec.name, before=config.run_id)
+    previous = previous_run(store, spec.name, before=run_id)
     previous_stats: dict[str, Any] = {}
     previous_types: dict[str, str] = {}
     if previous is not None:
@@ -496,7 +496,7 @@ def run(
         store,
         EvaluationRunRecord(
             name=spec.name,
-            run_id=config.run_id,
+            run_id=run_id,
             status=manifest.status if manifest else "completed",
             version_id=version_id,
             file={**file_info, "version": spec.file.version_label},
@@ -514,13 +514,13 @@ def run(
             scores={c.path: c.score for c in checks},
         ),
     )
-    text = _report(spec, config.run_id, previous, stats, units, checks, current, summary.results_path)
+    text = _report(spec, run_id, previous, stats, units, checks, current, summary.results_path)
     stats = stats.model_copy(update={"report": text})
     if print_report:
         print(text, file=sys.stdout, flush=True)
     return EvaluationResult(
         name=spec.name,
-        run_id=config.run_id,
+        run_id=run_id,
         previous_run_id=previous.run_id if previous else None,
         version_id=version_id,
         output=output,

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 # Every Ray the tests start stays on 127.0.0.1 (Ray would otherwise register the machine's
@@ -25,6 +26,23 @@ def shared_path(*parts: str) -> Path:
 
 def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def shared_ray(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """One embedded Ray for a test module, started as the engine starts it (loopback only):
+    runs in this process (``evaluations.run``, ``batch.run``, the CLI's ``main``) join it instead
+    of each starting and stopping its own. Not for tests whose agents read environment variables
+    set after it started (its workers have the environment of its start), nor for tests of the
+    embedded Ray itself."""
+    import ray
+
+    from rayeval.batch.engine import BatchConfig, connect
+
+    started = connect(BatchConfig(evals=[], agent="unused", output=str(tmp_path_factory.mktemp("unused"))))
+    yield
+    if started:
+        ray.shutdown()
 
 
 # Shared fixtures (the local S3 server, small file systems) live in their own modules.

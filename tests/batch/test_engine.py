@@ -380,6 +380,7 @@ def _ran_now(stdout: str) -> tuple[int, int]:
     return int(match[1]), int(match[2])
 
 
+@pytest.mark.slow  # a driver killed mid-run, then resumed: ~18 s
 def test_killed_driver_then_resume_runs_every_unit_exactly_once(tmp_path: Path) -> None:
     """Sandboxed (the default): the agent cannot tell the test it ran, so the rows do. The rows
     stored before the kill are the ones the run ends with; every other unit ran on resume."""

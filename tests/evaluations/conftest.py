@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,20 +11,6 @@ FAST = {"show_progress": False, "print_report": False, "flush_seconds": 0.2}
 @pytest.fixture(autouse=True)
 def _quiet_ray(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
-
-
-@pytest.fixture(scope="module")
-def shared_ray(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """One embedded Ray for a test module, started as the engine starts it (loopback only);
-    ``evaluations.run`` joins it instead of starting its own."""
-    import ray
-
-    from rayeval.batch.engine import BatchConfig, connect
-
-    started = connect(BatchConfig(evals=[], agent="unused", output=str(tmp_path_factory.mktemp("unused"))))
-    yield
-    if started:
-        ray.shutdown()
 
 
 def qa_dataset(path: str = "qa/smoke") -> dict:

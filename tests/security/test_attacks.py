@@ -253,7 +253,7 @@ STRETCH_TIMEOUT_S = 4
 KILL_SLACK_S = 2
 
 
-@pytest.mark.parametrize("isolation", ["sandbox", "process"])
+@pytest.mark.parametrize("isolation", ["sandbox", pytest.param("process", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("how", ["header", "body", "promise", "half_close", "late_result"])
 def test_a_unit_ends_at_its_deadline_whatever_its_agent_sends(
     site: dict[str, Any], tmp_path: Path, how: str, isolation: str

@@ -427,6 +427,7 @@ _WITH_CTRL_C = (
 )
 
 
+@pytest.mark.slow  # a driver stopped mid-run by a signal, then resumed: ~30 s
 @pytest.mark.parametrize(
     "stop, isolation",
     [(signal.SIGTERM, "sandbox"), (signal.SIGINT, "process")],

@@ -244,6 +244,7 @@ def test_s3_run_refused_while_another_driver_holds_it_then_runs_holding_it(
     assert store.read_manifest("r1").status == "completed"
 
 
+@pytest.mark.slow  # a race of two drivers, each starting Ray: ~15 s
 def test_two_drivers_started_together_one_runs_the_other_is_refused(tmp_path: Path) -> None:
     """Neither waits for the other's lease to show: whichever takes it runs every unit once, the
     other exits 2 naming it, and writes nothing of the run."""

@@ -281,8 +281,9 @@ def view_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
          "--output", str(root), "--run-id", "reference", "--no-progress"],
         ["run", str(shared_path("corpus", "scbench", "evals")), "--agent", "replay", "--agent-arg", f"trials={trials}",
          "--models", ",".join(f"{m}@{h}" for m, h in pairs), "--seeds", REPLAY_SEEDS,
-         "--output", str(root), "--run-id", "replay", "--no-progress"],
+         "--output", str(root), "--run-id", "replay", "--no-progress", "--retries", "0"],
     )  # fmt: skip
+    # (no retries: each error unit would run twice more, after 2 s and 4 s, to the same error)
     evals = tmp_path_factory.mktemp("crafted-evals")
     _write_crafted(root, evals)
     return root

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 # Every Ray the tests start stays on 127.0.0.1 (Ray would otherwise register the machine's
@@ -25,6 +26,45 @@ def shared_path(*parts: str) -> Path:
 
 def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+_OWNED_RAY: list[bool] = []  # holds True while a Ray that ``shared_ray`` started runs
+
+
+def _stop_shared_ray() -> None:
+    if _OWNED_RAY:
+        from rayeval.batch.engine import shut_down_embedded_ray
+
+        _OWNED_RAY.clear()
+        shut_down_embedded_ray()
+
+
+@pytest.fixture
+def shared_ray() -> None:
+    """One embedded Ray, started as the engine starts it (loopback only), for the tests of a
+    module that ask for it one after the other: runs in this process (``evaluations.run``,
+    ``batch.run``, the CLI's ``main``) join it instead of each starting and stopping its own.
+    It stops before the next test that does not ask for it, and at the module's end. Not for
+    tests whose agents read environment variables set after it started (its workers have the
+    environment of its start), nor for tests of the embedded Ray itself."""
+    if not _OWNED_RAY:
+        from rayeval.batch.config import RayConfig
+        from rayeval.batch.engine import connect
+
+        if connect(RayConfig()):
+            _OWNED_RAY.append(True)
+
+
+@pytest.fixture(autouse=True)
+def _shared_ray_only_where_asked_for(request: pytest.FixtureRequest) -> None:
+    if "shared_ray" not in request.fixturenames:
+        _stop_shared_ray()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _shared_ray_ends_with_its_module() -> Iterator[None]:
+    yield
+    _stop_shared_ray()
 
 
 # Shared fixtures (the local S3 server, small file systems) live in their own modules.

@@ -254,6 +254,7 @@ def _run_trial(request: pytest.FixtureRequest, trial: int) -> None:
     run.check()
 
 
+@pytest.mark.slow  # drivers killed and resumed, one trial on a local root and one on S3: ~35 s
 @pytest.mark.parametrize("trial", range(2))
 def test_a_killed_driver_is_resumed_to_every_unit_exactly_once(request: pytest.FixtureRequest, trial: int) -> None:
     _run_trial(request, trial)

@@ -33,6 +33,7 @@ REPO = Path(__file__).resolve().parents[2]
 FAST = {"show_progress": False, "flush_seconds": 0.5, "retry_backoff_s": 0.1}
 
 
+@pytest.mark.usefixtures("shared_ray")  # the runs of consecutive tests asking for it share one Ray
 def test_reference_agent_on_the_example_evals(tmp_path: Path) -> None:
     summary = batch.run(str(REPO / "evals"), agent="reference", output=str(tmp_path / "results"), run_id="demo", **FAST)
     frame = pd.read_parquet(tmp_path / "results" / "run_id=demo")
@@ -47,6 +48,7 @@ def test_reference_agent_on_the_example_evals(tmp_path: Path) -> None:
     assert json.loads(row["metrics_json"])
 
 
+@pytest.mark.usefixtures("shared_ray")
 def test_units_that_raise_hang_or_return_garbage_get_their_own_rows(tmp_path: Path) -> None:
     """Sandboxed (the default): a unit that raises is retried, then stored as an error; a hung
     one is ended at its timeout; each unit gets exactly one row, which says its attempt."""
@@ -83,6 +85,7 @@ def test_units_that_raise_hang_or_return_garbage_get_their_own_rows(tmp_path: Pa
     assert {m.model: m.errors for m in summary.models} == {"m1": 2, "m2": 2}
 
 
+@pytest.mark.usefixtures("shared_ray")
 def test_results_that_cannot_be_stored_are_their_own_units_errors(tmp_path: Path) -> None:
     """Inline, an agent's result reaches the row unchecked: one that no row can hold (text that
     is not Unicode, an integer or a nesting no JSON holds) makes that unit an error row saying
@@ -117,6 +120,7 @@ def test_results_that_cannot_be_stored_are_their_own_units_errors(tmp_path: Path
         assert row["answer_json"] is None and row["attempt"] == 1
 
 
+@pytest.mark.usefixtures("shared_ray")
 @pytest.mark.parametrize(
     "options, isolation, network",
     [({}, "sandbox", "host"), ({"isolation": "process"}, "process", None)],
@@ -137,6 +141,7 @@ def test_rows_and_the_manifest_record_how_agents_ran(
     assert (manifest.isolation, manifest.network, manifest.status) == (isolation, network, "completed")
 
 
+@pytest.mark.usefixtures("shared_ray")
 def test_replay_of_the_scbench_corpus_gives_the_recorded_verdicts(tmp_path: Path) -> None:
     trials = shared_path("corpus", "scbench", "trials.jsonl")
     rows = read_jsonl(trials)
@@ -380,6 +385,7 @@ def _ran_now(stdout: str) -> tuple[int, int]:
     return int(match[1]), int(match[2])
 
 
+@pytest.mark.slow  # a driver killed mid-run, then resumed: ~18 s
 def test_killed_driver_then_resume_runs_every_unit_exactly_once(tmp_path: Path) -> None:
     """Sandboxed (the default): the agent cannot tell the test it ran, so the rows do. The rows
     stored before the kill are the ones the run ends with; every other unit ran on resume."""
@@ -426,6 +432,7 @@ _WITH_CTRL_C = (
 )
 
 
+@pytest.mark.slow  # a driver stopped mid-run by a signal, then resumed: ~30 s
 @pytest.mark.parametrize(
     "stop, isolation",
     [(signal.SIGTERM, "sandbox"), (signal.SIGINT, "process")],
@@ -532,6 +539,7 @@ def test_rows_that_cannot_be_stored_at_the_end_fail_the_run_and_say_so(
         _close_run(store, _FailingWriter(), None, _manifest("r2"), "cancelled")
 
 
+@pytest.mark.usefixtures("shared_ray")
 def test_resume_refuses_inputs_that_changed_the_plan(tmp_path: Path) -> None:
     """An eval edited between a run and its resume gets new unit ids: its old rows would stay
     beside the new ones and the run would mix two experiments. Resume names what changed and
@@ -639,6 +647,7 @@ def test_timeouts_beyond_thirty_days_are_refused(name: str) -> None:
     )
 
 
+@pytest.mark.usefixtures("shared_ray")
 def test_a_damaged_manifest_is_resumed_only_with_force(tmp_path: Path) -> None:
     """A run's manifest that is not a manifest any more leaves its inputs unknown: --resume says
     so and that --force goes on; --resume --force finishes the run with the current inputs,

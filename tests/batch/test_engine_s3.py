@@ -58,6 +58,7 @@ def _wait_for_first_part(s3_bucket, prefix: str) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.slow  # an S3 outage mid-run: ~15 s
 @pytest.mark.parametrize("outage", ["refused", "503"])
 def test_s3_outage_mid_run_loses_no_row(s3_bucket, s3_proxy, tmp_path: Path, invocation_log: Path, outage: str) -> None:
     """An outage within the writer's retries (connections refused, or HTTP 503 answers) does

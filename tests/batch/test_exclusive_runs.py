@@ -97,6 +97,7 @@ def test_a_second_driver_and_a_resume_are_refused_while_the_first_runs(tmp_path:
     assert json.loads((out / "run_id=r1" / "_manifest.json").read_text())["status"] == "completed"
 
 
+@pytest.mark.slow  # a killed driver, then a lease expiry: ~30 s
 def test_a_killed_drivers_run_is_taken_over_by_resume_once_its_lease_expired(tmp_path: Path) -> None:
     """SIGKILL leaves the lease behind. On the driver's own machine its lock went with it (the
     next --resume takes over at once: test_engine's kill test); here the record says the driver
@@ -145,6 +146,7 @@ def test_a_killed_drivers_run_is_taken_over_by_resume_once_its_lease_expired(tmp
     assert json.loads((out / "run_id=r1" / "_manifest.json").read_text())["status"] == "completed"
 
 
+@pytest.mark.slow  # a lease taken over mid-run, then a resume: ~26 s
 def test_a_driver_that_loses_its_lease_stops_and_stores_nothing_more(tmp_path: Path, invocation_log: Path) -> None:
     """This driver stalled past its lease's expiry and a driver on another machine took the run
     over: at its next renewal it finds the other driver's lease, stops its units, stores none of
@@ -242,6 +244,7 @@ def test_s3_run_refused_while_another_driver_holds_it_then_runs_holding_it(
     assert store.read_manifest("r1").status == "completed"
 
 
+@pytest.mark.slow  # a race of two drivers, each starting Ray: ~15 s
 def test_two_drivers_started_together_one_runs_the_other_is_refused(tmp_path: Path) -> None:
     """Neither waits for the other's lease to show: whichever takes it runs every unit once, the
     other exits 2 naming it, and writes nothing of the run."""

@@ -12,6 +12,8 @@ import pytest
 from rayeval.cli import main
 from tests.batch.conftest import write_mc_evals
 
+pytestmark = pytest.mark.usefixtures("shared_ray")  # a Ray start per run would be most of their time
+
 
 def _run(evals: Path, out: Path, *options: str) -> list[str]:
     return [

@@ -54,6 +54,7 @@ def test_selection_by_id_glob_metadata_and_limit() -> None:
         select_evals(evals, filters=["task=qa"])
 
 
+@pytest.mark.usefixtures("shared_ray")  # a dry run asks Ray what the machine holds
 def test_dry_run_prints_the_plan_and_its_cost_and_starts_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -107,6 +108,7 @@ def test_a_model_list_with_another_separator_is_refused(
     assert code == 2 and message in err and "Traceback" not in err
 
 
+@pytest.mark.usefixtures("shared_ray")  # a dry run asks Ray what the machine holds
 def test_models_are_split_on_commas_and_trimmed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     folder = write_mc_evals(tmp_path / "evals", ["e1"])
     out = str(tmp_path / "out")
@@ -114,6 +116,7 @@ def test_models_are_split_on_commas_and_trimmed(tmp_path: Path, capsys: pytest.C
     assert "models: a, b;" in capsys.readouterr().out
 
 
+@pytest.mark.usefixtures("shared_ray")  # a dry run asks Ray what the machine holds
 def test_dry_run_estimates_each_models_cost_from_its_own_earlier_units(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

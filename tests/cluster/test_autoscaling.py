@@ -118,6 +118,7 @@ def autoscaling_cluster() -> Iterator[AutoscalingCluster]:
         shutil.rmtree(temp_root, ignore_errors=True)
 
 
+@pytest.mark.slow  # an autoscaling cluster of its own, growing mid-run: ~25 s
 def test_a_run_bigger_than_the_cluster_makes_the_autoscaler_add_nodes(
     autoscaling_cluster: AutoscalingCluster, tmp_path: Path
 ) -> None:

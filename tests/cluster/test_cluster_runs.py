@@ -407,6 +407,7 @@ def test_a_job_whose_agent_does_not_load_where_units_run_fails_before_any_unit(
     assert not output.exists() or not list(output.rglob("*.parquet"))
 
 
+@pytest.mark.slow  # a driver stopped mid-run, then resumed: ~30 s
 def test_ray_job_stop_stores_the_finished_units_and_cancels_the_run(
     ray_cluster: RayTestCluster, tmp_path: Path
 ) -> None:
@@ -453,6 +454,7 @@ def test_ray_job_stop_stores_the_finished_units_and_cancels_the_run(
 # ------------------------------------------------------------------------------ faults
 
 
+@pytest.mark.slow  # a worker killed mid-run: ~15 s
 def test_killed_unit_worker_process_loses_no_unit(ray_cluster: RayTestCluster, tmp_path: Path) -> None:
     """kill -9 of a busy UnitWorker actor process mid-run: the run finishes, every unit stored once."""
     process, output = start_sleep_run(ray_cluster, tmp_path, "kill-worker")
@@ -492,6 +494,7 @@ def test_killed_unit_worker_process_loses_no_unit(ray_cluster: RayTestCluster, t
     print(f"worker {victim} killed; run finished {time.monotonic() - killed_at:.1f} s later")
 
 
+@pytest.mark.slow  # a node killed mid-run: ~17 s
 def test_killed_second_node_loses_no_unit(ray_cluster: RayTestCluster, tmp_path: Path) -> None:
     """The second node's raylet and workers die mid-run: the run finishes on the head, every unit once."""
     node2 = ray_cluster.node2
@@ -552,6 +555,7 @@ def _start_node2_until_busy(ray_cluster: RayTestCluster, process: subprocess.Pop
     return node2, started_at
 
 
+@pytest.mark.slow  # a node started mid-run, 120 units: ~37 s
 def test_a_node_that_joins_mid_run_gets_the_units_waiting_for_room(ray_cluster: RayTestCluster, tmp_path: Path) -> None:
     """Units of a CPU each, 4 at a time, on a head of 2 CPUs: two workers run, two wait for room
     (the demand an autoscaler sees). A node that joins (an autoscaler's, a RayJob's worker pods
@@ -582,6 +586,7 @@ def test_a_node_that_joins_mid_run_gets_the_units_waiting_for_room(ray_cluster: 
 RETURN_SEEDS = 24  # 240 units of 1 s, 4 at a time: ~60 s, time for a node to die and come back
 
 
+@pytest.mark.slow  # a node killed and started again mid-run, 240 units: ~70 s
 def test_workers_return_to_a_node_that_comes_back(ray_cluster: RayTestCluster, tmp_path: Path) -> None:
     """Units of a CPU each: the second node dies mid-run (its workers wait for room, the head
     being full: the run goes on at half speed) and comes back (an autoscaler replacing a lost

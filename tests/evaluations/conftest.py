@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,21 +11,6 @@ FAST = {"show_progress": False, "print_report": False, "flush_seconds": 0.2}
 @pytest.fixture(autouse=True)
 def _quiet_ray(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
-
-
-@pytest.fixture(scope="module")
-def shared_ray() -> Iterator[None]:
-    """One embedded Ray for a test module, started as the engine starts it (loopback only);
-    ``evaluations.run`` joins it instead of starting its own."""
-    import ray
-
-    from rayeval.batch.config import RayConfig
-    from rayeval.batch.engine import connect
-
-    started = connect(RayConfig())
-    yield
-    if started:
-        ray.shutdown()
 
 
 def qa_dataset(path: str = "qa/smoke") -> dict:

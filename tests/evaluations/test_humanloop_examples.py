@@ -44,7 +44,7 @@ def server() -> Iterator[FakeModelServer]:
         yield srv
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def shared_ray(server: FakeModelServer, shared_ray: None) -> None:
     """The module's embedded Ray, started once the model server's variables are set: its
     workers make the model calls."""

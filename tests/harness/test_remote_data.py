@@ -139,7 +139,8 @@ def test_validate_dry_run_and_run_stop_on_a_missing_remote_node_unless_told_not_
     out = tmp_path / "out"
     endpoint = ["--s3-endpoint", s3_bucket.endpoint_url]
     run = ["run", str(evals), "--agent", "tests.batch.agents:instant", "--isolation", "process", "--output", str(out)]
-    run += ["--run-id", "r", "--no-progress", *endpoint]
+    # no retries: the unit that cannot stage its data would wait out their backoff (2 s, 4 s)
+    run += ["--run-id", "r", "--no-progress", "--retries", "0", *endpoint]
     said = f"{path}: data_node: remote data node {s3_bucket.uri('inputs/misspelled.csv')!r}: no such S3 key"
 
     for command in (["validate", str(evals), *endpoint], [*run, "--dry-run"], run):

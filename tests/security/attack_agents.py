@@ -132,9 +132,9 @@ _KEY_IN_TEXT = re.compile(r"ground_truth\W+value\W+(-?[0-9][0-9.]*)")
 def _key_in_any(data: bytes) -> float | None:
     """The answer key in any file that copies an eval's grader (an eval file, a report, an
     export, an archive's text): the value after ``ground_truth`` near the canary."""
-    text = data.decode(errors="replace")
-    if MARKER not in text:
+    if MARKER.encode() not in data:  # as in the decoded text: no invalid byte swallows ASCII
         return None
+    text = data.decode(errors="replace")
     found = _KEY_IN_TEXT.search(text.replace("&quot;", '"'))
     return float(found[1]) if found else None
 
@@ -142,22 +142,24 @@ def _key_in_any(data: bytes) -> float | None:
 def search_everything(task_prompt: str, work_dir: Path, context: Any) -> dict:
     """Read every file it can see, everywhere (but /proc, /sys, /dev), for a copy of an answer
     key: an eval file backed up, exported, reported or linked from elsewhere. Lists which of
-    the folders the test names (``--agent-arg places=`` a JSON list) it sees at all."""
+    the folders the test names (``--agent-arg places=`` a JSON list) it sees at all.
+    ``--agent-arg roots=`` (a JSON list) reads under those folders only, instead of ``/``."""
     found, looked = None, 0
-    for folder, dirs, files in os.walk("/"):
-        dirs[:] = [d for d in dirs if os.path.join(folder, d) not in ("/proc", "/sys", "/dev")]
-        for name in files:
-            path = os.path.join(folder, name)
-            looked += 1
-            try:
-                if os.path.getsize(path) > (4 << 20) or not os.path.isfile(path):
+    for root in json.loads(context.args.get("roots", '["/"]')):
+        for folder, dirs, files in os.walk(root):
+            dirs[:] = [d for d in dirs if os.path.join(folder, d) not in ("/proc", "/sys", "/dev")]
+            for name in files:
+                path = os.path.join(folder, name)
+                looked += 1
+                try:
+                    if os.path.getsize(path) > (4 << 20) or not os.path.isfile(path):
+                        continue
+                    with open(path, "rb") as handle:
+                        key = _key_in_any(handle.read())
+                except OSError:
                     continue
-                with open(path, "rb") as handle:
-                    key = _key_in_any(handle.read())
-            except OSError:
-                continue
-            if key is not None:
-                return _answer(key, looked=looked, where=path)
+                if key is not None:
+                    return _answer(key, looked=looked, where=path)
     places = json.loads(context.args.get("places", "[]"))
     return _answer(found, looked=looked, seen=[place for place in places if os.path.exists(place)])
 

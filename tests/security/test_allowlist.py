@@ -88,16 +88,24 @@ def _rows(out: Path) -> list[dict[str, Any]]:
     return ds.dataset(out, format="parquet", partitioning="hive").to_table().to_pylist()
 
 
-def test_copies_of_answer_keys_anywhere_on_the_host_are_out_of_sight(copies: dict[str, Any], tmp_path: Path) -> None:
+@pytest.mark.parametrize("where", ["where_the_copies_are", pytest.param("everywhere", marks=pytest.mark.slow)])
+def test_copies_of_answer_keys_anywhere_on_the_host_are_out_of_sight(
+    copies: dict[str, Any], tmp_path: Path, where: str
+) -> None:
+    """The agent reads every file under the folders holding the copies (and the project), or,
+    in the slow run, every file of the host it can see (minutes of reading)."""
     project = copies["project"]
     options = ["--agent", "project_agent:search_everything", "--agent-arg", f"places={json.dumps(copies['places'])}"]
+    if where == "where_the_copies_are":
+        options += ["--agent-arg", f"roots={json.dumps([*copies['places'], str(project)])}"]
     done = _run(project, "run", str(copies["evals"]), *options, "--output", str(tmp_path / "s"), "--no-progress")
     assert done.returncode == 0, done.stderr
     rows = _rows(tmp_path / "s")
     assert len(rows) == 2
     for row in rows:
         seen = json.loads(row["metadata_json"])["attack"]
-        assert row["status"] == "failed" and seen["looked"] > 1000 and seen["seen"] == [], seen
+        assert row["status"] == "failed" and seen["seen"] == [], seen
+        assert seen["looked"] > 1000 if where == "everywhere" else seen["looked"] >= 1, seen  # its own module
     control = _run(
         project, "run", str(copies["evals"]), *options, "--isolation", "process", "--output", str(tmp_path / "p"),
         "--no-progress",

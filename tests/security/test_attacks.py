@@ -213,7 +213,11 @@ def test_nothing_an_agent_starts_outlives_its_unit(site: dict[str, Any], tmp_pat
             pings.kill("double")
 
 
-def test_a_unit_that_tells_the_worker_it_is_over_is_ended(site: dict[str, Any], tmp_path: Path) -> None:
+@pytest.mark.parametrize("isolation", ["sandbox", pytest.param("process", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("how", ["frames", "shutdown", "child"])
+def test_a_unit_that_tells_the_worker_it_is_over_is_ended(
+    site: dict[str, Any], tmp_path: Path, how: str, isolation: str
+) -> None:
     """The agent holds its unit's socket: forged frames of a result and an exit status end the
     worker's wait while the agent runs on (the socket shut down did too, before the unit ran
     on to its deadline); a child left behind at a normal return outlives its unit unless
@@ -226,23 +230,21 @@ def test_a_unit_that_tells_the_worker_it_is_over_is_ended(site: dict[str, Any], 
     eval_file.parent.mkdir()
     eval_file.write_text(json.dumps(body))
     with Pings.serving() as pings:
-        for how in ("frames", "shutdown", "child"):
-            for isolation in ("sandbox", "process"):
-                tag = f"{how}-{isolation}"
-                # a unit whose socket is shut down runs on to its deadline: a short one
-                timeout = "10" if how == "shutdown" else "60"
-                options = ["--isolation", isolation, "--timeout", timeout, "--seeds", "2", "--max-concurrency", "1"]
-                for arg in (f"port={pings.port}", f"how={how}", f"tag={tag}", f"key={KEY}"):
-                    options += ["--agent-arg", arg]
-                stored = rayeval_run(site, tmp_path / tag, "end_early", *options, evals=str(eval_file))
-                attacker, victim = sorted(stored, key=lambda row: row["seed"])
-                assert pings.counts[tag] > 0, (tag, attacker["error_message"])  # it ran before the unit ended
-                assert attacker["status"] == ("timeout" if how == "shutdown" else "failed"), attacker["error_message"]
-                assert not victim["passed"] and victim["answer_json"] == json.dumps({"value": -1.0}), tag
-                try:
-                    assert sum(pings.pings_after().values()) == 0, tag
-                finally:
-                    pings.kill(tag)
+        tag = f"{how}-{isolation}"
+        # a unit whose socket is shut down runs on to its deadline: a short one
+        timeout = "10" if how == "shutdown" else "60"
+        options = ["--isolation", isolation, "--timeout", timeout, "--seeds", "2", "--max-concurrency", "1"]
+        for arg in (f"port={pings.port}", f"how={how}", f"tag={tag}", f"key={KEY}"):
+            options += ["--agent-arg", arg]
+        stored = rayeval_run(site, tmp_path / tag, "end_early", *options, evals=str(eval_file))
+        attacker, victim = sorted(stored, key=lambda row: row["seed"])
+        assert pings.counts[tag] > 0, (tag, attacker["error_message"])  # it ran before the unit ended
+        assert attacker["status"] == ("timeout" if how == "shutdown" else "failed"), attacker["error_message"]
+        assert not victim["passed"] and victim["answer_json"] == json.dumps({"value": -1.0}), tag
+        try:
+            assert sum(pings.pings_after().values()) == 0, tag
+        finally:
+            pings.kill(tag)
 
 
 STRETCH_TIMEOUT_S = 4
@@ -251,7 +253,7 @@ STRETCH_TIMEOUT_S = 4
 KILL_SLACK_S = 2
 
 
-@pytest.mark.parametrize("isolation", ["sandbox", "process"])
+@pytest.mark.parametrize("isolation", ["sandbox", pytest.param("process", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("how", ["header", "body", "promise", "half_close", "late_result"])
 def test_a_unit_ends_at_its_deadline_whatever_its_agent_sends(
     site: dict[str, Any], tmp_path: Path, how: str, isolation: str

@@ -98,7 +98,8 @@ def test_full_disk_under_the_wal_of_an_s3_root(
     assert not s3_store.wal_run_dir("r").exists()
 
 
-@pytest.mark.parametrize("status", [500, 503])
+# 500 and 503 take the same path: the default run tries one, the slow run both
+@pytest.mark.parametrize("status", [pytest.param(500, marks=pytest.mark.slow), 503])
 def test_s3_errors_beyond_the_retries(s3_bucket, s3_proxy, tmp_path: Path, status: int) -> None:
     """The endpoint answers HTTP errors: for a moment (well within ``give_up_after_s``) the writer
     rides it out; for longer, it gives up naming the root and the error, keeps the rows in

@@ -112,10 +112,25 @@ MINI_SWE_TRAJECTORY = [
 ]
 
 
-def _rayeval(*args: str, cwd: Path = REPO) -> None:
+# Runs each list of ``rayeval`` arguments (a JSON list of them on argv) in turn, on one
+# embedded Ray: it starts once for all of them.
+_RUNS_ON_ONE_RAY = """
+import json, sys
+from rayeval.batch.config import RayConfig
+from rayeval.batch.engine import connect
+from rayeval.cli import main
+
+connect(RayConfig())
+for args in json.loads(sys.argv[1]):
+    if main(args) != 0:
+        sys.exit("rayeval " + " ".join(args) + " failed")
+"""
+
+
+def _rayeval_runs(*runs: list[str], cwd: Path = REPO) -> None:
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
     done = subprocess.run(
-        [sys.executable, "-m", "rayeval.cli", *args],
+        [sys.executable, "-c", _RUNS_ON_ONE_RAY, json.dumps(runs)],
         check=False,
         cwd=cwd,
         env=env,
@@ -123,7 +138,7 @@ def _rayeval(*args: str, cwd: Path = REPO) -> None:
         text=True,
         timeout=900,
     )
-    assert done.returncode == 0, f"rayeval {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
+    assert done.returncode == 0, f"the runs failed:\n{done.stdout}\n{done.stderr}"
 
 
 def crafted_row(**values: object) -> UnitRecord:
@@ -269,40 +284,16 @@ def _write_crafted(root: Path, evals: Path) -> None:
 @pytest.fixture(scope="session")
 def view_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("view") / "results"
-    _rayeval(
-        "run",
-        "evals",
-        "--agent",
-        "reference",
-        "--models",
-        "alpha,beta",
-        "--seeds",
-        "1",
-        "--output",
-        str(root),
-        "--run-id",
-        "reference",
-        "--no-progress",
-    )
     trials = shared_path("corpus", "scbench", "trials.jsonl")
     pairs = sorted({(r["model"], r["harness"]) for r in read_jsonl(trials)})[:REPLAY_PAIRS]
-    _rayeval(
-        "run",
-        str(shared_path("corpus", "scbench", "evals")),
-        "--agent",
-        "replay",
-        "--agent-arg",
-        f"trials={trials}",
-        "--models",
-        ",".join(f"{m}@{h}" for m, h in pairs),
-        "--seeds",
-        REPLAY_SEEDS,
-        "--output",
-        str(root),
-        "--run-id",
-        "replay",
-        "--no-progress",
-    )
+    _rayeval_runs(
+        ["run", "evals", "--agent", "reference", "--models", "alpha,beta", "--seeds", "1",
+         "--output", str(root), "--run-id", "reference", "--no-progress"],
+        ["run", str(shared_path("corpus", "scbench", "evals")), "--agent", "replay", "--agent-arg", f"trials={trials}",
+         "--models", ",".join(f"{m}@{h}" for m, h in pairs), "--seeds", REPLAY_SEEDS,
+         "--output", str(root), "--run-id", "replay", "--no-progress", "--retries", "0"],
+    )  # fmt: skip
+    # (no retries: each error unit would run twice more, after 2 s and 4 s, to the same error)
     evals = tmp_path_factory.mktemp("crafted-evals")
     _write_crafted(root, evals)
     return root

@@ -20,6 +20,12 @@ from .conftest import HOSTILE_ANSWER, HOSTILE_TRACEBACK
 from .test_api import api
 
 WAIT_S = 120  # generous: the machine is shared; never a speed assertion
+POLL_S = 0.05  # selenium's default (0.5 s) would wait that long after most renders
+
+
+def waiting(browser: Any, **options: Any) -> WebDriverWait:
+    """A wait of up to ``WAIT_S`` that looks again every ``POLL_S``."""
+    return WebDriverWait(browser, WAIT_S, poll_frequency=POLL_S, **options)
 
 
 def wait_for(browser: Any, css: str, text: str = "") -> Any:
@@ -34,7 +40,7 @@ def wait_for(browser: Any, css: str, text: str = "") -> Any:
         return False
 
     # a page that renders again meanwhile replaces the element: look again
-    return WebDriverWait(browser, WAIT_S, ignored_exceptions=(StaleElementReferenceException,)).until(found)
+    return waiting(browser, ignored_exceptions=(StaleElementReferenceException,)).until(found)
 
 
 def wait_text(browser: Any, css: str, text: str) -> str:
@@ -48,11 +54,11 @@ def wait_text(browser: Any, css: str, text: str) -> str:
                 return shown
         return False
 
-    return WebDriverWait(browser, WAIT_S, ignored_exceptions=(StaleElementReferenceException,)).until(found)
+    return waiting(browser, ignored_exceptions=(StaleElementReferenceException,)).until(found)
 
 
 def wait_hash(browser: Any, fragment: str) -> None:
-    WebDriverWait(browser, WAIT_S).until(lambda d: fragment in d.execute_script("return location.hash"))
+    waiting(browser).until(lambda d: fragment in d.execute_script("return location.hash"))
 
 
 def screenshot(browser: Any, path: Path, *expected: str) -> None:
@@ -179,7 +185,7 @@ def test_compare_two_models(browser: Any, view_url: str, tmp_path: Path) -> None
 
 
 def plots_loaded(browser: Any) -> int:
-    WebDriverWait(browser, WAIT_S).until(
+    waiting(browser).until(
         lambda d: d.execute_script("return [...document.querySelectorAll('img.plot')].every(i => i.complete)")
     )
     return browser.execute_script(

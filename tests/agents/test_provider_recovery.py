@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from rayeval.agents import claude_code
+from rayeval.agents import claude_code, pi
 from rayeval.cli import main
 from rayeval.harness.runner import provider_failure_details
 
@@ -186,3 +186,27 @@ def test_every_program_resumes_its_session_after_a_storm_and_counts_each_turn_on
     assert (md["input_tokens"], md["output_tokens"]) == server.total_usage(harness.protocol)
     assert md["n_turns"] == 3
     assert any("HTTP 529 (overloaded); resume 1" in line for line in _harness_lines(work_dir))
+
+
+def test_pi_on_an_anthropic_model_moves_to_the_fallback_key_and_passes(
+    pi_available, model_server, tmp_path: Path
+) -> None:
+    """The fallback keys are Anthropic keys: pi takes them for a model Anthropic serves."""
+    harness = HARNESSES["pi"]
+    server = model_server([{"command": answer_command("fallback")}, harness.finish], echo_credential=True)
+    server.rejected_credentials.add(FAKE_KEY)
+    work_dir = tmp_path / "work"
+    out = harness.make(server.url, timeout=PROGRAM_TIMEOUT, provider_jitter_s=0)(PROMPT, work_dir)
+    md = out["metadata"]
+    assert out["answer"] == {"answer": 42, "token": "fallback"}, md.get("error_details")
+    assert md["key_fallback_count"] == 1 and md["provider_retry_count"] == 0
+    keys = [r.headers.get("x-api-key") for r in server.model_requests()]
+    assert keys[0] == FAKE_KEY and set(keys[1:]) == {FALLBACK_KEY}
+    assert [reply.turn for reply in server.scripted_replies("anthropic")] == [0, 1]
+    assert "fb=[unset]" in json.dumps(md["trajectory"])  # the list never reached the program
+    assert_no_secrets(out, work_dir)
+
+
+def test_pi_on_another_provider_takes_no_anthropic_fallback_key(pi_available) -> None:
+    assert pi("openrouter/some/model", base_url="http://127.0.0.1:9").fallback_variable() is None
+    assert pi("anthropic/claude-sonnet-4-5").fallback_variable() == "ANTHROPIC_API_KEY"

@@ -118,6 +118,11 @@ class ProgramAgent:
         except ValueError as exc:
             raise AgentConfigError(str(exc)) from None
 
+    def fallback_variable(self) -> str | None:
+        """The key variable a fallback key replaces (None: this agent takes no fallback keys,
+        e.g. its model's provider is not the one they are for)."""
+        return self.key_fallbacks[1] if self.key_fallbacks is not None else None
+
     # ---------------------------------------------------------------- hooks
     def program_argv(self) -> list[str]:
         raise NotImplementedError
@@ -173,7 +178,7 @@ class ProgramAgent:
             wait_budget_s=self.provider_wait_s,
             jitter_s=self.provider_jitter_s,
             deadline=None if limit is None else started + limit,
-            spare_keys=self.spare_keys(os.environ),
+            spare_keys=self.spare_keys(os.environ) if self.fallback_variable() else [],
         )
         with _cli.state_dir(self.harness, self.state_dir) as state:
             env = _cli.build_env(
@@ -253,8 +258,8 @@ class ProgramAgent:
     ) -> None:
         """Log the resume, wait its time, switch to the next key if it says so."""
         what = f"HTTP {failure.status} ({failure.code})"
-        if step.key is not None and self.key_fallbacks is not None:
-            env[self.key_fallbacks[1]] = step.key
+        if step.key is not None and (variable := self.fallback_variable()) is not None:
+            env[variable] = step.key
             note = f"the provider rejected the key ({what}); resuming the session with fallback key"
             _cli.note(work_dir, f"HARNESS: {note} {recovery.key_fallbacks}")
             return

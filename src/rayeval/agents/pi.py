@@ -71,6 +71,7 @@ class PiAgent(ProgramAgent):
     key_names: ClassVar[tuple[str, ...]] = (
         *(style.key_name for style in PROVIDER_STYLES.values()), *BUILT_IN_KEYS.values(),
     )  # fmt: skip
+    key_fallbacks: ClassVar[tuple[str, str] | None] = ("ANTHROPIC_API_KEY_FALLBACKS", "ANTHROPIC_API_KEY")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -116,6 +117,10 @@ class PiAgent(ProgramAgent):
             "models": [entry],
         }
         return {"providers": {provider: config}}
+
+    def fallback_variable(self) -> str | None:
+        """Fallback keys are Anthropic keys: they stand in for a model served by Anthropic."""
+        return "ANTHROPIC_API_KEY" if self.needed_key() == "ANTHROPIC_API_KEY" else None
 
     def needed_key(self) -> str | None:
         """The key variable of the model's provider (None: pi's default model, or a provider

@@ -62,10 +62,11 @@ def _program_env_names(factory_name: str) -> tuple[str, ...]:
         from .codex import CodexAgent
 
         return (*CodexAgent.key_names, *CodexAgent.config_names)
-    if factory_name == "pi":
+    if factory_name == "pi":  # as Claude Code's: for a model served by Anthropic
         from .pi import PiAgent
 
-        return (*PiAgent.key_names, *PiAgent.config_names)
+        fallbacks = PiAgent.key_fallbacks[:1] if PiAgent.key_fallbacks else ()
+        return (*PiAgent.key_names, *PiAgent.config_names, *fallbacks)
     from .mini_swe import PROVIDER_KEYS, MiniSweAgent
 
     return (*(name for names in PROVIDER_KEYS.values() for name in names), *MiniSweAgent.config_names)

@@ -107,6 +107,7 @@ class Session:
 
 
 # ----------------------------------------------------------------------------- real programs
+@pytest.mark.slow  # by hand, run by run: the agent function's own resume is in test_provider_recovery
 @pytest.mark.parametrize("key", list(PROGRAMS))
 def test_overload_after_the_first_turn_resumes_the_session(
     key: str, request: pytest.FixtureRequest, model_server, tmp_path: Path

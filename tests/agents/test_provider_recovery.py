@@ -164,6 +164,16 @@ def test_rayeval_run_stores_a_provider_error_row_after_the_fallback_key_and_the_
 #: (Codex: request and stream retries bounded to 1 each; mini-swe-agent: litellm's one retry;
 #: pi: the fake server's bare 529 is not a text pi retries)
 OWN_TRIES = {"codex": 4, "mini": 2, "pi": 1}
+#: an overload whose body asks for no wait (Google's RetryInfo inside a gateway's message, which
+#: Codex and pi keep, unlike the retry-after header): the policy's 1 s floor, not 60-75 s
+RETRY_NOW = {
+    "error": {
+        "type": "api_error",
+        "message": json.dumps(
+            {"error": {"details": [{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "0s"}]}}
+        ),
+    }
+}
 
 
 @pytest.mark.parametrize("key", sorted(OWN_TRIES))
@@ -176,7 +186,7 @@ def test_every_program_resumes_its_session_after_a_storm_and_counts_each_turn_on
     harness = HARNESSES[key]
     request.getfixturevalue(harness.available)
     server = model_server([FIRST_TURN, {"command": answer_command("storm")}, harness.finish])
-    server.fail(529, OWN_TRIES[key], retry_after="0", after_turns=1)
+    server.fail(529, OWN_TRIES[key], retry_after="0", body=RETRY_NOW, after_turns=1)
     work_dir = tmp_path / "work"
     out = harness.make(server.url, timeout=PROGRAM_TIMEOUT, provider_jitter_s=0)(PROMPT, work_dir)
     md = out["metadata"]

@@ -34,6 +34,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from rayeval.errors import RayevalError
 from rayeval.sandbox.process_tree import end_process_tree
 
 MAX_RAW_OUTPUT = 64 * 1024
@@ -119,7 +120,7 @@ def _write_json(path: Path, obj: Any) -> None:
     os.replace(tmp, path)
 
 
-class SessionError(ValueError):
+class SessionError(RayevalError, ValueError):
     """``--resume`` names no session that can go on."""
 
 

@@ -17,11 +17,11 @@ from typing import Any, ClassVar
 from ..errors import ConfigError
 from ..harness.context import AgentContext
 from ..harness.prompt import AnswerConvention
+from ..models.failures import ProviderFailure
 from . import _cli
 from ._recovery import (
     DEFAULT_HINT_JITTER_S,
     DEFAULT_WAIT_BUDGET_S,
-    ProviderFailure,
     Recovery,
     Step,
     fallback_keys,

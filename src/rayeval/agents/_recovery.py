@@ -1,79 +1,23 @@
-"""A provider's failures as an agent program reports them, and what to do about them.
+"""What to do about a provider's failures: resume the session after a wait, with the next key, or stop.
 
 Every program spec (Claude Code, Codex, mini-swe-agent, pi) turns its own error events into
-:class:`ProviderFailure` values; the resume loop of :class:`rayeval.agents._base.ProgramAgent`
-decides from them whether the same session goes on after a wait, with the next key, or stops.
-Codes and retryable statuses follow the reference runner (latch-eval-tools 0.4.54).
+:class:`rayeval.models.failures.ProviderFailure` values; the resume loop of
+:class:`rayeval.agents._base.ProgramAgent` decides from them with :class:`Recovery`.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import random
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
-#: statuses after which the same session resumes after a wait
-RETRYABLE_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 520, 529})
-#: statuses that reject the key: the session resumes with the next fallback key, if any
-KEY_REJECTED_STATUSES = frozenset({401, 403})
-#: words of a billing or credit failure, which rejects the key whatever its status
-KEY_REJECTED_WORDS = ("credit balance", "billing", "insufficient_quota", "payment required", "quota exceeded")
-MESSAGE_CHARS = 500
+from .._json import amount_in
+from ..models.failures import ProviderFailure
 
 StopReason = Literal["wait_budget_exhausted", "run_deadline", "missing_session", "not_retryable"]
-
-
-@dataclass(frozen=True)
-class ProviderFailure:
-    """One failed model call that ended (or interrupted) a program's session."""
-
-    status: int | None  # HTTP status; None when the program gave none (a connection error)
-    code: str  # rate_limit, overloaded, server_error, http_N, connection_error
-    message: str  # at most MESSAGE_CHARS characters, secrets redacted by the caller
-    retry_after_s: float | None = None  # the provider's hint, when it gave one
-
-    @property
-    def retryable(self) -> bool:
-        return self.status in RETRYABLE_STATUSES
-
-    @property
-    def key_rejected(self) -> bool:
-        lowered = self.message.lower()
-        return self.status in KEY_REJECTED_STATUSES or any(word in lowered for word in KEY_REJECTED_WORDS)
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def failure_code(status: int | None) -> str:
-    """``rate_limit`` (429), ``overloaded`` (529), ``server_error`` (other 5xx), ``http_N``."""
-    if status is None:
-        return "connection_error"
-    if status == 429:
-        return "rate_limit"
-    if status == 529:
-        return "overloaded"
-    if 500 <= status < 600:
-        return "server_error"
-    return f"http_{status}"
-
-
-def provider_failure(status: Any, message: Any, retry_after_s: Any = None) -> ProviderFailure:
-    """A failure from whatever a program's event held: a status that is not a whole number in
-    100..599 is None, the message is cut to MESSAGE_CHARS, a hint that is not a finite
-    non-negative number is dropped."""
-    number = status if isinstance(status, int) and not isinstance(status, bool) and 100 <= status <= 599 else None
-    if isinstance(status, str) and status.strip().isdigit() and 100 <= int(status) <= 599:
-        number = int(status)
-    hint = retry_after_s if isinstance(retry_after_s, (int, float)) and not isinstance(retry_after_s, bool) else None
-    if hint is not None and (not math.isfinite(hint) or hint < 0):
-        hint = None
-    text = message if isinstance(message, str) else ("" if message is None else str(message))
-    return ProviderFailure(number, failure_code(number), text[:MESSAGE_CHARS], None if hint is None else float(hint))
 
 
 # ----------------------------------------------------------------------------- the wait policy
@@ -110,9 +54,10 @@ def resume_wait_s(
 def wait_option(name: str, value: Any) -> float:
     """An agent's ``provider_wait_s`` or ``provider_jitter_s``: a finite number >= 0 (else
     :class:`ValueError` naming the option and the value)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+    seconds = amount_in(value)
+    if seconds is None:
         raise ValueError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
-    return float(value)
+    return seconds
 
 
 def fallback_keys(name: str, raw: str | None) -> list[str]:

@@ -36,9 +36,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..harness.prompt import AnswerConvention
+from ..models.failures import ProviderFailure, provider_failure
 from . import _cli, _tools
 from ._base import AgentConfigError, ProgramAgent, Summary, strip_provider
-from ._recovery import ProviderFailure, provider_failure
 
 __all__ = ["ClaudeCodeAgent", "claude_code"]
 

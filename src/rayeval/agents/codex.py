@@ -45,10 +45,10 @@ from typing import Any, ClassVar
 
 from .._json import object_at
 from ..harness.prompt import AnswerConvention
+from ..models.failures import ProviderFailure, provider_failure
 from . import _cli, _tools
 from ._base import AgentConfigError, ProgramAgent, Summary, strip_provider
 from ._provider_hints import retry_after_from_body
-from ._recovery import ProviderFailure, provider_failure
 
 __all__ = ["PRICES_PER_MTOK", "CodexAgent", "codex"]
 

@@ -26,10 +26,10 @@ from typing import Any, ClassVar
 from .._json import object_at
 from ..harness.answers import ANSWER_FILE_NAMES
 from ..harness.prompt import BENCHMARK_COMPLETION_MARKER, COMPLETION_MARKER, AnswerConvention, in_convention
+from ..models.failures import ProviderFailure, provider_failure
 from . import _cli
 from ._base import AgentConfigError, ProgramAgent, Summary
 from ._mini_swe_entry import SESSION_ID
-from ._recovery import ProviderFailure, provider_failure
 
 __all__ = ["INSTANCE_TEMPLATE", "SYSTEM_TEMPLATE", "MiniSweAgent", "mini_swe_agent"]
 

@@ -27,10 +27,10 @@ from ..harness.prompt import task_of
 from ..harness.run_summary import refusal_status, run_summary
 from ..models import ModelError
 from ..models.calls import PromptOptions, generate_output, prompt_model, reply_metadata
+from ..models.failures import provider_failure
 from ..models.providers import CallFailed
 from ..models.retry import retry_after_s
 from ..models.types import ChatMessage, ModelOutput
-from ._recovery import provider_failure
 from ._refusal import reply_refusal, write_verdict
 
 #: After the task, in place of the file-based conventions of agents that have a work folder.

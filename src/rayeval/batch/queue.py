@@ -7,7 +7,6 @@ from __future__ import annotations
 import heapq
 import itertools
 import json
-import math
 import random
 import time
 from collections import Counter, deque
@@ -15,8 +14,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from ..agents._recovery import RETRYABLE_STATUSES
-from ..harness.runner import PROVIDER_ERROR
+from .._json import amount_in
+from ..models.failures import PROVIDER_ERROR, RETRYABLE_STATUSES
 from ..record import UnitRecord
 from .plan import Plan, Unit
 
@@ -43,8 +42,7 @@ def unit_retry_delay(row: UnitRecord, attempt: int, backoff_s: float) -> float |
         return delay
     if details.get("status") not in RETRYABLE_STATUSES:
         return None
-    hint = details.get("retry_after_s")
-    return max(delay, hint) if isinstance(hint, (int, float)) and math.isfinite(hint) else delay
+    return max(delay, amount_in(details.get("retry_after_s")) or 0.0)
 
 
 class _ModelQueue:

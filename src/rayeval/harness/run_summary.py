@@ -11,11 +11,12 @@ cost, a summary is what the agent's harness reports.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .._json import amount_in, count_in
 
 RUN_SUMMARY_VERSION: Literal[1] = 1
 RefusalStatus = Literal["detected", "not_detected", "not_evaluated"]
@@ -54,16 +55,6 @@ class RunSummary(BaseModel):
     refusal: RefusalStatus = "not_evaluated"
 
 
-def _count(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
-
-
-def _amount(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) and value >= 0 else None
-
-
 def run_summary(
     *,
     duration_s: Any,
@@ -77,12 +68,12 @@ def run_summary(
 ) -> dict[str, Any]:
     """A harness's summary as metadata holds it; a count or amount that is not one (negative,
     NaN, a string: what a program's events may hold) is left null."""
-    cost = _amount(cost_usd)
+    cost = amount_in(cost_usd)
     return RunSummary(
-        duration_s=_amount(duration_s),
-        n_turns=_count(n_turns),
-        n_steps=_count(n_steps),
-        usage=RunUsage(**{name: _count((usage or {}).get(name)) for name in RunUsage.model_fields}),
+        duration_s=amount_in(duration_s),
+        n_turns=count_in(n_turns),
+        n_steps=count_in(n_steps),
+        usage=RunUsage(**{name: count_in((usage or {}).get(name)) for name in RunUsage.model_fields}),
         cost_usd=cost,
         cost_source=cost_source if cost is not None and isinstance(cost_source, str) else None,
         pricing_version=pricing_version if cost is not None and isinstance(pricing_version, str) else None,

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import math
-import re
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from .._json import amount_in, count_in
 from ..errors import ConfigError
 from ..evals import Eval, load_eval
 from ..evals.data_roots import resolve_roots
 from ..grading.pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
+from ..models.failures import MESSAGE_CHARS, PROVIDER_ERROR, failure_code
 from ..sandbox.config import MiB, SandboxConfig
 from ..sandbox.isolation import Isolation, Outcome, run_inline
 from ..sandbox.units import SandboxError, unit_runner
@@ -319,43 +319,27 @@ def _find_answer(outcome: Outcome, work_dir: Path, listing: Listing, file_limit:
     return {**fields, "outcome": "no_answer", "error_type": "NoAnswer", "error_message": message}
 
 
-#: the error_type of a unit an agent left without an answer because its model's provider failed
-PROVIDER_ERROR = "ProviderError"
-PROVIDER_MESSAGE_CHARS = 500
-_PROVIDER_CODE = re.compile(r"rate_limit|overloaded|server_error|connection_error|http_[1-5][0-9][0-9]")
-
-
 def provider_failure_details(details: Any) -> dict[str, Any] | None:
     """The provider failure an agent's ``error_details`` report, checked field by field (the
-    agent is not trusted): ``code`` one of the known codes, ``status`` an HTTP status or None,
+    agent is not trusted): ``status`` an HTTP status or None, ``code`` the one that status has,
     ``message`` cut to 500 characters, ``retry_after_s`` and the recovery's counts as finite
     numbers >= 0 (else None); None when the details report no provider failure."""
     if not isinstance(details, dict) or not isinstance(details.get("code"), str):
         return None
-    if not _PROVIDER_CODE.fullmatch(details["code"]):
-        return None
     status = details.get("status")
     if status is not None and not (type(status) is int and 100 <= status <= 599):
+        return None
+    if details["code"] != failure_code(status):
         return None
     message = details.get("message")
     return {
         "status": status,
         "code": details["code"],
-        "message": message[:PROVIDER_MESSAGE_CHARS] if isinstance(message, str) else "",
-        "retry_after_s": _seconds(details.get("retry_after_s")),
-        "provider_retry_count": _count(details.get("provider_retry_count")),
-        "provider_retry_wait_s": _seconds(details.get("provider_retry_wait_s")),
+        "message": message[:MESSAGE_CHARS] if isinstance(message, str) else "",
+        "retry_after_s": amount_in(details.get("retry_after_s")),
+        "provider_retry_count": count_in(details.get("provider_retry_count")),
+        "provider_retry_wait_s": amount_in(details.get("provider_retry_wait_s")),
     }
-
-
-def _seconds(value: Any) -> float | None:
-    if type(value) not in (int, float) or not math.isfinite(value) or value < 0:
-        return None
-    return float(value)
-
-
-def _count(value: Any) -> int | None:
-    return value if type(value) is int and value >= 0 else None
 
 
 def _provider_message(failure: dict[str, Any]) -> str:

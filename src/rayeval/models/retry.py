@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import random
 import time
 from collections.abc import Mapping
@@ -10,6 +9,7 @@ from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 from typing import Any
 
+from .._json import amount_in
 from .types import RetryPolicy
 
 #: 408 timeout, 409 conflict (OpenAI's "retry your request"), 429 rate limit; every 5xx.
@@ -46,16 +46,12 @@ def retry_after_s(headers: Mapping[str, Any] | None, now: float | None = None) -
 
 def seconds(value: Any) -> float | None:
     """A finite, non-negative number of seconds from a number or a numeric string, else None."""
-    if isinstance(value, bool):
-        return None
     if isinstance(value, str):
         try:
             value = float(value.strip())
         except ValueError:
             return None
-    if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        return None
-    return float(value)
+    return amount_in(value)
 
 
 def delay_s(policy: RetryPolicy, retry: int, asked_s: float | None) -> float:

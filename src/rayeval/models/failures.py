@@ -1,0 +1,70 @@
+"""A model provider's failure as a unit reports it: status, code, message and retry hint.
+
+Made by the agents (each program's events, the model layer's failed call) and checked again by
+the trusted runner, which stores it as a ``ProviderError`` row; one place for its codes and
+statuses so that both sides agree.  Codes and retryable statuses follow the reference runner
+(latch-eval-tools 0.4.54).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .._json import amount_in
+
+#: the error_type of a unit an agent left without an answer because its model's provider failed
+PROVIDER_ERROR = "ProviderError"
+#: statuses after which the same session resumes after a wait
+RETRYABLE_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 520, 529})
+#: statuses that reject the key: the session resumes with the next fallback key, if any
+KEY_REJECTED_STATUSES = frozenset({401, 403})
+#: words of a billing or credit failure, which rejects the key whatever its status
+KEY_REJECTED_WORDS = ("credit balance", "billing", "insufficient_quota", "payment required", "quota exceeded")
+MESSAGE_CHARS = 500
+
+
+@dataclass(frozen=True)
+class ProviderFailure:
+    """One failed model call that ended (or interrupted) a program's session."""
+
+    status: int | None  # HTTP status; None when the program gave none (a connection error)
+    code: str  # rate_limit, overloaded, server_error, http_N, connection_error
+    message: str  # at most MESSAGE_CHARS characters, secrets redacted by the caller
+    retry_after_s: float | None = None  # the provider's hint, when it gave one
+
+    @property
+    def retryable(self) -> bool:
+        return self.status in RETRYABLE_STATUSES
+
+    @property
+    def key_rejected(self) -> bool:
+        lowered = self.message.lower()
+        return self.status in KEY_REJECTED_STATUSES or any(word in lowered for word in KEY_REJECTED_WORDS)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def failure_code(status: int | None) -> str:
+    """``rate_limit`` (429), ``overloaded`` (529), ``server_error`` (other 5xx), ``http_N``."""
+    if status is None:
+        return "connection_error"
+    if status == 429:
+        return "rate_limit"
+    if status == 529:
+        return "overloaded"
+    if 500 <= status < 600:
+        return "server_error"
+    return f"http_{status}"
+
+
+def provider_failure(status: Any, message: Any, retry_after_s: Any = None) -> ProviderFailure:
+    """A failure from whatever a program's event held: a status that is not a whole number in
+    100..599 is None, the message is cut to MESSAGE_CHARS, a hint that is not a finite
+    non-negative number is dropped."""
+    number = status if isinstance(status, int) and not isinstance(status, bool) and 100 <= status <= 599 else None
+    if isinstance(status, str) and status.strip().isdigit() and 100 <= int(status) <= 599:
+        number = int(status)
+    text = message if isinstance(message, str) else ("" if message is None else str(message))
+    return ProviderFailure(number, failure_code(number), text[:MESSAGE_CHARS], amount_in(retry_after_s))

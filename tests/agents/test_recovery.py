@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from rayeval.agents._recovery import MAX_WAIT_S, Recovery, fallback_keys, resume_wait_s
+from rayeval.agents._recovery import MAX_WAIT_S, Recovery, resume_wait_s
 from rayeval.agents.claude_code import claude_code
 from rayeval.agents.resolve import AgentArgsError, check_agent_args
 from rayeval.batch.queue import unit_retry_delay
 from rayeval.cli import main
 from rayeval.harness.runner import provider_failure_details
-from rayeval.models.failures import PROVIDER_ERROR, ProviderFailure, provider_failure
+from rayeval.models.failures import PROVIDER_ERROR, ProviderFailure, fallback_keys, provider_failure
 
 REPO = Path(__file__).resolve().parents[2]
 

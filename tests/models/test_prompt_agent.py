@@ -3,6 +3,7 @@ loopback server."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pyarrow.compute as pc
@@ -13,7 +14,7 @@ from rayeval.cli import main
 from rayeval.storage import ResultStore
 from tests.agents.fake_model_server import FakeModelServer
 
-from .conftest import OPENAI_KEY
+from .conftest import ANTHROPIC_KEY, OPENAI_KEY
 
 REPO = Path(__file__).resolve().parents[2]
 MC_EVAL = "pbmc_fcgr3a_top_population"
@@ -151,3 +152,66 @@ def test_a_call_the_provider_fails_is_a_provider_error(
     assert (details["status"], details["code"]) == (status, code)
     assert f"scripted failure {status}" in details["message"] and OPENAI_KEY not in str(result.model_dump())
     assert details["provider_retry_count"] == len(server.model_requests()) - 1
+
+
+FALLBACK_KEYS = ["sk-ant-test-FALLBACK-ONE-0123456789", "sk-ant-test-FALLBACK-TWO-0123456789"]
+
+
+def test_a_rejected_key_moves_to_the_fallback_key(
+    tmp_path: Path, server: FakeModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The prompt agent on an Anthropic model: a 401 for the key sends the call again at once
+    with the next key of ANTHROPIC_API_KEY_FALLBACKS (a rejected fallback too), through a real
+    run; the row passes, counts the switches, and holds no key."""
+    monkeypatch.setenv("ANTHROPIC_API_KEY_FALLBACKS", json.dumps(FALLBACK_KEYS))
+    server.rejected_credentials |= {ANTHROPIC_KEY, FALLBACK_KEYS[0]}
+    code = main(
+        [
+            "run", str(REPO / "evals" / "pbmc" / f"{MC_EVAL}.json"), "--data-root", str(REPO / "evals"),
+            "--agent", "prompt", "--models", "anthropic/claude-haiku-4-5", "--agent-arg", f"base_url={server.url}",
+            "--output", str(tmp_path / "out"), "--run-id", "fallback", "--no-progress",
+        ]
+    )  # fmt: skip
+    assert code == 0
+    keys = [
+        r.headers.get("x-api-key") or r.headers["authorization"].removeprefix("Bearer ")
+        for r in server.model_requests()
+    ]
+    assert keys == [ANTHROPIC_KEY, *FALLBACK_KEYS]
+    (row,) = ResultStore(tmp_path / "out").read_table("fallback").to_pylist()
+    assert (row["status"], row["passed"]) == ("passed", True), row["error_message"]
+    assert json.loads(row["metadata_json"])["key_fallback_count"] == 2
+    assert not any(key in str(row) for key in (ANTHROPIC_KEY, *FALLBACK_KEYS))
+
+
+def test_without_a_fallback_left_a_rejected_key_is_a_provider_error(
+    tmp_path: Path, server: FakeModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rayeval.harness import EvalRunner
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY_FALLBACKS", json.dumps(FALLBACK_KEYS[:1]))
+    server.rejected_credentials |= {ANTHROPIC_KEY, FALLBACK_KEYS[0]}
+    runner = EvalRunner(
+        REPO / "evals" / "pbmc" / f"{MC_EVAL}.json", work_root=tmp_path / "work", data_roots=[REPO / "evals"]
+    )
+    result = runner.run(
+        agent_ref("prompt", load=True),
+        model="anthropic/claude-haiku-4-5",
+        agent_args={"base_url": server.url},
+        isolation="inline",
+    )
+    assert (result.status, result.error_type) == ("error", "ProviderError")
+    assert result.metadata["error_details"]["status"] == 401 and result.metadata["key_fallback_count"] == 1
+    assert len(server.model_requests()) == 2
+    assert not any(key in str(result.model_dump()) for key in (ANTHROPIC_KEY, *FALLBACK_KEYS))
+
+
+@pytest.mark.parametrize("value", ['"one-key"', "[]x", '[""]', "[1]"])
+def test_a_bad_fallback_list_is_refused_before_any_unit(
+    keys: None, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY_FALLBACKS", value)
+    with pytest.raises(AgentArgsError, match="ANTHROPIC_API_KEY_FALLBACKS must be a JSON list") as raised:
+        check_agent_args("prompt", {}, ["anthropic/claude-haiku-4-5"])
+    assert value not in str(raised.value)
+    check_agent_args("prompt", {}, ["openai/gpt-4o"])  # Anthropic's keys: nothing to do with OpenAI

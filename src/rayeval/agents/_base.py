@@ -17,14 +17,13 @@ from typing import Any, ClassVar
 from ..errors import ConfigError
 from ..harness.context import AgentContext
 from ..harness.prompt import AnswerConvention
-from ..models.failures import ProviderFailure
+from ..models.failures import ProviderFailure, fallback_keys
 from . import _cli
 from ._recovery import (
     DEFAULT_HINT_JITTER_S,
     DEFAULT_WAIT_BUDGET_S,
     Recovery,
     Step,
-    fallback_keys,
     wait_option,
 )
 from ._refusal import RefusalVerdict, detect_program_refusal

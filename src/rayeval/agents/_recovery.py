@@ -7,7 +7,6 @@ Every program spec (Claude Code, Codex, mini-swe-agent, pi) turns its own error 
 
 from __future__ import annotations
 
-import json
 import random
 import time
 from collections.abc import Callable
@@ -58,20 +57,6 @@ def wait_option(name: str, value: Any) -> float:
     if seconds is None:
         raise ValueError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
     return seconds
-
-
-def fallback_keys(name: str, raw: str | None) -> list[str]:
-    """The keys listed in variable ``name`` (``raw``, its value): a JSON list of non-empty
-    strings. Anything else is a :class:`ValueError` that names the variable, never a key."""
-    if raw is None or not raw.strip():
-        return []
-    try:
-        keys = json.loads(raw)
-    except ValueError:
-        keys = None
-    if not isinstance(keys, list) or not all(isinstance(key, str) and key.strip() for key in keys):
-        raise ValueError(f"{name} must be a JSON list of non-empty strings (its value is not shown: it holds keys)")
-    return keys
 
 
 @dataclass

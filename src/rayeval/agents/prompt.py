@@ -66,7 +66,13 @@ def _failed_call(model: str, error: ModelError, call: CallFailed) -> dict[str, A
     failure = provider_failure(call.status, call.message, retry_after_s(call.headers))
     retries = max(error.attempts - 1, 0)
     details = {"error": str(error), **failure.as_dict(), "provider_retry_count": retries, "provider_retry_wait_s": None}
-    return {"harness": "prompt", "model": model, "attempts": error.attempts, "error_details": details}
+    return {
+        "harness": "prompt",
+        "model": model,
+        "attempts": error.attempts,
+        "key_fallback_count": error.key_fallbacks,
+        "error_details": details,
+    }
 
 
 def _run_summary(output: ModelOutput, options: PromptOptions, seconds: float, refused: bool) -> dict:

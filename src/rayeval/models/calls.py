@@ -12,7 +12,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .model import Model, get_model
-from .providers import api_key, split_name
+from .providers import api_key, spare_keys, split_name
 from .types import ChatMessage, ModelOutput
 
 #: the ``kind`` of a JSON model call made elsewhere (see :func:`prompt_request`)
@@ -81,7 +81,8 @@ def prompt_model(name: str | None, args: dict[str, str]) -> tuple[Model, PromptO
     ``ValidationError``)."""
     options = PromptOptions.model_validate(args)
     provider, _ = split_name(name or "")
-    api_key(provider, options.api_key_env)  # now: a model made earlier kept the key it had then
+    api_key(provider, options.api_key_env)  # now: a model made earlier kept the keys it had then
+    spare_keys(provider)
     with _making:  # a worker's first units arrive together: one of them makes the model
         return _model(name or "", options), options
 
@@ -116,6 +117,7 @@ def reply_metadata(output: ModelOutput) -> dict[str, Any]:
         "cost_usd": output.cost_usd,
         "cached": output.cached,
         "attempts": output.attempts,
+        "key_fallback_count": output.key_fallbacks,
         "latency_s": output.latency_s,
         "n_turns": 1,
     }

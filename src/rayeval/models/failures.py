@@ -8,6 +8,7 @@ statuses so that both sides agree.  Codes and retryable statuses follow the refe
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -22,6 +23,8 @@ KEY_REJECTED_STATUSES = frozenset({401, 403})
 #: words of a billing or credit failure, which rejects the key whatever its status
 KEY_REJECTED_WORDS = ("credit balance", "billing", "insufficient_quota", "payment required", "quota exceeded")
 MESSAGE_CHARS = 500
+#: the variable listing Anthropic keys to use, in turn, when the provider rejects the key
+ANTHROPIC_KEY_FALLBACKS = "ANTHROPIC_API_KEY_FALLBACKS"
 
 
 @dataclass(frozen=True)
@@ -68,3 +71,17 @@ def provider_failure(status: Any, message: Any, retry_after_s: Any = None) -> Pr
         number = int(status)
     text = message if isinstance(message, str) else ("" if message is None else str(message))
     return ProviderFailure(number, failure_code(number), text[:MESSAGE_CHARS], amount_in(retry_after_s))
+
+
+def fallback_keys(name: str, raw: str | None) -> list[str]:
+    """The keys listed in variable ``name`` (``raw``, its value): a JSON list of non-empty
+    strings. Anything else is a :class:`ValueError` that names the variable, never a key."""
+    if raw is None or not raw.strip():
+        return []
+    try:
+        keys = json.loads(raw)
+    except ValueError:
+        keys = None
+    if not isinstance(keys, list) or not all(isinstance(key, str) and key.strip() for key in keys):
+        raise ValueError(f"{name} must be a JSON list of non-empty strings (its value is not shown: it holds keys)")
+    return keys

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,6 +18,7 @@ from .._messages import field_problems
 from ..secrets import redact_text
 from . import limits, providers, retry
 from .cache import CacheEntry, ResponseCache, public_base_url, request_key
+from .failures import provider_failure
 from .prices import cost_usd, find_price, price_table
 from .providers import CallFailed, ModelError
 from .types import ChatMessage, GenerateConfig, ModelOutput, RetryPolicy
@@ -41,6 +43,11 @@ class Model:
     in flight to the provider, in this process or, under Ray, in the whole Ray job (None: no
     limit of its own; a ``rayeval run``'s ``--max-concurrency`` already bounds its units).
     ``retry_policy``: see :class:`RetryPolicy`; ``timeout_s``: of one request.
+
+    Fallback keys: when the provider rejects the key (401, 403, a billing or credit error),
+    the call is sent again at once with the next key its provider's ``key_fallbacks_env``
+    lists (Anthropic: ``ANTHROPIC_API_KEY_FALLBACKS``, a JSON list), and the model keeps
+    that key for its later calls.
     """
 
     def __init__(
@@ -61,15 +68,17 @@ class Model:
         self.name = name
         if max_connections is not None and max_connections < 1:
             raise ModelError(f"model {name!r}: max_connections must be >= 1, got {max_connections}")
+        self.timeout_s = timeout_s
         key = providers.api_key(self.provider, api_key_env)
-        self._secrets = [key] if key else []
-        base_url = base_url or _env(self.provider.base_url_env)
-        self._client = providers.client(self.provider.sdk, base_url, key, timeout_s)
-        self.base_url = public_base_url(providers.base_url_of(self._client))
+        self._keys = [key, *providers.spare_keys(self.provider)]
+        self._secrets = [k for k in self._keys if k]
+        self._key_index = 0  # the key in use: the first, until the provider rejects it
+        self._key_lock = threading.Lock()
+        self._base_url = base_url or _env(self.provider.base_url_env)
+        self.base_url = public_base_url(providers.base_url_of(self._client(0)))
         self.config = generate_config(settings)
         self.retry_policy = retry_policy or RetryPolicy()
         self.max_connections = max_connections
-        self.timeout_s = timeout_s
         self.cache = ResponseCache(cache, s3_endpoint_url) if cache else None
         self.price = find_price(price_table(prices), name)
 
@@ -111,12 +120,17 @@ class Model:
 
     def _call(self, messages: list[ChatMessage], config: GenerateConfig) -> ModelOutput:
         started = time.monotonic()
-        attempt = 0
+        attempt = fallbacks = 0
         while True:
             attempt += 1
+            key_index = self._key_index
             try:
-                reply = self._send(messages, config)
+                reply = self._send(messages, config, key_index)
             except CallFailed as failed:
+                if provider_failure(failed.status, failed.message).key_rejected and self._next_key(key_index):
+                    fallbacks += 1
+                    log.info("%s: %s; trying the next fallback key", self.name, self._describe(failed, attempt))
+                    continue
                 wait = retry.delay_s(self.retry_policy, attempt - 1, retry.retry_after_s(failed.headers))
                 if not retry.retryable(failed.status) or not retry.within_budget(
                     self.retry_policy, attempt, started, wait
@@ -127,6 +141,7 @@ class Model:
                         transient=retry.retryable(failed.status),
                         call=redacted,
                         attempts=attempt,
+                        key_fallbacks=fallbacks,
                     ) from None
                 log.info(
                     "%s: %s; try %d in %.1f s",
@@ -147,13 +162,26 @@ class Model:
                 cost_usd=cost_usd(self.price, reply.input_tokens, reply.output_tokens),
                 latency_s=round(time.monotonic() - started, 6),
                 attempts=attempt,
+                key_fallbacks=fallbacks,
             )
 
-    def _send(self, messages: list[ChatMessage], config: GenerateConfig) -> providers.Reply:
+    def _client(self, key_index: int) -> Any:
+        return providers.client(self.provider.sdk, self._base_url, self._keys[key_index], self.timeout_s)
+
+    def _next_key(self, rejected: int) -> bool:
+        """After key ``rejected`` was refused: whether there is a next key to try (calls that
+        failed together move on once: a key another call moved to is tried, not skipped)."""
+        with self._key_lock:
+            if self._key_index == rejected and rejected + 1 < len(self._keys):
+                self._key_index += 1
+            return self._key_index > rejected
+
+    def _send(self, messages: list[ChatMessage], config: GenerateConfig, key_index: int) -> providers.Reply:
+        sdk_client = self._client(key_index)
         if self.max_connections is None:
-            return providers.send(self.provider.sdk, self._client, self.model, messages, config)
+            return providers.send(self.provider.sdk, sdk_client, self.model, messages, config)
         with limits.request_slot(self.provider.name, self.max_connections, self.timeout_s + 30):
-            return providers.send(self.provider.sdk, self._client, self.model, messages, config)
+            return providers.send(self.provider.sdk, sdk_client, self.model, messages, config)
 
     def _describe(self, failed: CallFailed, attempt: int) -> str:
         what = f"HTTP {failed.status}" if failed.status is not None else "connection failed"

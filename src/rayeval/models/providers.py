@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from ..errors import RayevalError
 from ..registry import Registry
+from .failures import ANTHROPIC_KEY_FALLBACKS, fallback_keys
 from .types import ChatMessage, GenerateConfig
 
 SDK = Literal["openai", "anthropic"]
@@ -29,6 +30,8 @@ class Provider:
     base_url_env: str
     #: an OpenAI-compatible server (vLLM, a gateway) may take no key at all
     key_required: bool = True
+    #: the variable listing keys to use in turn when the provider rejects the key (a JSON list)
+    key_fallbacks_env: str | None = None
 
 
 def _provider(value: object) -> Provider:
@@ -47,7 +50,13 @@ PROVIDERS: Registry[Provider] = Registry(
         "openai-compatible": Provider(
             "openai-compatible", "openai", "OPENAI_API_KEY", "OPENAI_BASE_URL", key_required=False
         ),
-        "anthropic": Provider("anthropic", "anthropic", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"),
+        "anthropic": Provider(
+            "anthropic",
+            "anthropic",
+            "ANTHROPIC_API_KEY",
+            "ANTHROPIC_BASE_URL",
+            key_fallbacks_env=ANTHROPIC_KEY_FALLBACKS,
+        ),
     },
 )
 
@@ -57,13 +66,22 @@ class ModelError(RayevalError, RuntimeError):
     ``transient``: the call failed on errors worth trying again later (rate limits, server
     errors, connection failures) until the retry policy gave up. ``call``: the last try of a
     call that failed (its status, message and retry hint), None when nothing was sent;
-    ``attempts``: the tries made."""
+    ``attempts``: the tries made; ``key_fallbacks``: the times it moved to a fallback key."""
 
-    def __init__(self, message: str, *, transient: bool = False, call: CallFailed | None = None, attempts: int = 0):
+    def __init__(
+        self,
+        message: str,
+        *,
+        transient: bool = False,
+        call: CallFailed | None = None,
+        attempts: int = 0,
+        key_fallbacks: int = 0,
+    ):
         super().__init__(message)
         self.transient = transient
         self.call = call
         self.attempts = attempts
+        self.key_fallbacks = key_fallbacks
 
 
 class CallFailed(RayevalError):
@@ -122,6 +140,18 @@ def api_key(provider: Provider, key_env: str | None) -> str | None:
     if not value and provider.key_required:
         raise ModelError(f"provider {provider.name!r} needs an API key in the environment variable {name}")
     return value or None
+
+
+def spare_keys(provider: Provider) -> list[str]:
+    """The provider's fallback keys in the environment (``key_fallbacks_env``), in order; a
+    list that is not a JSON list of non-empty strings is a :class:`ModelError` naming the
+    variable, never a key."""
+    if provider.key_fallbacks_env is None:
+        return []
+    try:
+        return fallback_keys(provider.key_fallbacks_env, os.environ.get(provider.key_fallbacks_env))
+    except ValueError as exc:
+        raise ModelError(str(exc)) from None
 
 
 @lru_cache(maxsize=32)

@@ -66,4 +66,6 @@ class ModelOutput(BaseModel):
     latency_s: float = 0.0
     #: tries it took (1: no retry); 0 for a cached reply
     attempts: int = 1
+    #: the times the call moved to a fallback key because the provider rejected the key
+    key_fallbacks: int = 0
     cached: bool = False

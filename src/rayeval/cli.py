@@ -99,6 +99,7 @@ def _cmd_run_one(args: argparse.Namespace) -> int:
     _check_seconds(args, "timeout", "grade_timeout")
     from .agents.resolve import agent_ref, check_agent_args, parse_agent_args
     from .harness import EvalRunner
+    from .harness.context import AgentFunction, AgentRef
     from .harness.runner import check_agent_loads
 
     eval_ = load_eval(args.eval_file, data_roots=args.data_root)
@@ -108,11 +109,11 @@ def _cmd_run_one(args: argparse.Namespace) -> int:
         agent_args = parse_agent_args(args.agent_arg, args.agent)
         check_agent_args(args.agent, agent_args, [args.model])
         # loaded here only to run inline; otherwise only in the unit's own process
-        agent = agent_ref(args.agent, load=args.isolation == "inline")
+        agent: AgentFunction | AgentRef = agent_ref(args.agent, load=args.isolation == "inline")
         if args.isolation != "inline":  # the check also starts the sandbox once
             sandbox.check_binds()
             config = sandbox.model_copy(update={"hide": (*sandbox.hide, *map(str, runner.data_roots))})
-            check_agent_loads(
+            agent = check_agent_loads(
                 agent, agent_args, isolation=args.isolation, sandbox=config, runner_root=runner.work_root, keep=False
             )
     except ValueError as exc:  # a RayevalError (an unknown agent, no sandbox here) goes on to main()

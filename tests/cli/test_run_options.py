@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -193,6 +194,44 @@ def test_a_run_whose_every_unit_errored_exits_1(
     assert (rows["error_message"] == "no model behind this agent").all()  # the message alone
     assert rows["error_traceback"].str.startswith("Traceback (most recent call last)").all()
     assert rows["error_traceback"].str.contains("in broken").all()
+
+
+DATA_AGENTS = """
+import json, os
+
+
+def _answer(work_dir):
+    staged = sorted(os.listdir(os.path.join(work_dir, "data"))) if os.path.isdir(os.path.join(work_dir, "data")) else None
+    return {"answer": json.dumps(staged)}
+
+
+def reads_data(task_prompt, work_dir):
+    return _answer(work_dir)
+
+
+def reads_nothing(task_prompt, work_dir):
+    return _answer(work_dir)
+
+
+reads_nothing.needs_data = False
+"""
+
+
+@pytest.mark.parametrize(("agent", "staged"), [("reads_data", ["pbmc68k_reduced.h5ad"]), ("reads_nothing", None)])
+def test_a_module_agent_that_declares_it_reads_nothing_gets_no_data_in_its_sandbox(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, agent: str, staged: list | None
+) -> None:
+    """Its module is imported only in the sandbox: the start-up probe there reads the
+    declaration, and the worker stages no data for its units."""
+    (tmp_path / "data_agents.py").write_text(DATA_AGENTS)
+    monkeypatch.chdir(tmp_path)
+    code = main(["run", str(REPO / "evals" / "pbmc" / "pbmc_pca_summary.json"), "--data-root", str(REPO / "evals"),
+                 "--agent", f"data_agents:{agent}", "--output", str(tmp_path / "out"), "--no-progress"])  # fmt: skip
+    assert code in (0, 1)
+    import pandas as pd
+
+    (row,) = pd.read_parquet(tmp_path / "out").to_dict("records")
+    assert row["isolation"] == "sandbox" and json.loads(json.loads(row["answer_json"])["answer"]) == staged
 
 
 @pytest.mark.parametrize(

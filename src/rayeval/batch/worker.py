@@ -169,7 +169,7 @@ class UnitWorker:
         problem = None
         execution = self.config.execution
         try:
-            check_agent_loads(
+            self.agent = check_agent_loads(
                 self.agent, self.config.agent_args, isolation=execution.isolation, sandbox=execution.sandbox,
                 runner_root=self.work_root, cache_dir=Path(execution.cache_dir) if execution.cache_dir else None,
             )  # fmt: skip

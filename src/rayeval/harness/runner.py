@@ -233,19 +233,23 @@ def check_agent_loads(
     runner_root: Path,
     cache_dir: Path | None = None,
     keep: bool = True,
-) -> None:
+) -> AgentFunction | AgentRef:
     """The start-up check where units run (a run's worker): the unit runner its units will use
     starts (``keep``: and goes on serving them), and the agent loads in a unit of it and takes
     ``args`` there (``SandboxError``, ``AgentUnavailable``). Nothing to check for an agent
-    that runs in this process."""
+    that runs in this process. Returns the agent as its units run it: a ``module:function``
+    ref that declared ``needs_data = False`` where it loaded gets no data staged."""
     if isolation == "inline" or _runs_in_worker(agent):
-        return
+        return agent
     config = unit_sandbox(sandbox, agent, args)
     cache = cache_dir or default_cache_dir()
     if keep:
-        probe(unit_runner(config, isolation, runner_root, cache), agent, args)
+        needs_data = probe(unit_runner(config, isolation, runner_root, cache), agent, args)
     else:
-        check_runs_here(config, isolation, runner_root, cache, agent, args)
+        needs_data = check_runs_here(config, isolation, runner_root, cache, agent, args)
+    if isinstance(agent, AgentRef) and agent.needs_data and not needs_data:
+        return agent.model_copy(update={"needs_data": False})
+    return agent
 
 
 def _replays(agent: AgentFunction | AgentRef) -> bool:

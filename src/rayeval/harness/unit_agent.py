@@ -36,7 +36,7 @@ def call_in_unit(call: dict[str, Any], work_dir: Path) -> Any:
         check_args = getattr(function, "check_args", None)
         if callable(check_args):
             check_args(call["context"]["args"])  # raises, naming the option, where the units would fail
-        return {"probe": callable(function)}
+        return {"probe": callable(function), "needs_data": getattr(function, "needs_data", True) is not False}
     context = AgentContext.model_validate(call["context"])
     return call_agent(function, call["task"], work_dir, context)
 
@@ -83,11 +83,13 @@ def unit_spec(
 
 def probe(
     runner: UnitRunner, agent: AgentFunction | AgentRef, args: dict[str, str] | None = None, timeout: float = 60
-) -> None:
+) -> bool:
     """Start a unit of ``runner`` that only finds the agent: ``SandboxError`` when the sandbox
     cannot start here (once, at a run's start, not for every unit), ``AgentUnavailable`` when
     the agent cannot be loaded where it would run, or its ``check_args(args)`` (an agent
-    whose options name files: the replay agent's trials) refuses its options there."""
+    whose options name files: the replay agent's trials) refuses its options there. Returns
+    whether the agent reads inputs: False only where it declares ``needs_data = False``
+    (what it says of itself decides nothing but whether its own units get their data)."""
     probe_dir = Path(runner.work_root) / f".probe-{os.getpid()}-{threading.get_native_id()}"
     probe_dir.mkdir(parents=True, exist_ok=True)
     try:
@@ -101,8 +103,8 @@ def probe(
         ) from None
     finally:
         shutil.rmtree(probe_dir, ignore_errors=True)
-    if outcome.kind == "returned" and outcome.value == {"probe": True}:
-        return
+    if outcome.kind == "returned" and isinstance(outcome.value, dict) and outcome.value.get("probe") is True:
+        return outcome.value.get("needs_data") is not False
     name = agent.name if isinstance(agent, AgentRef) else getattr(agent, "__name__", repr(agent))
     detail = outcome.error_message or outcome.kind
     hint = (
@@ -124,12 +126,12 @@ def check_runs_here(
     cache_dir: Path | None,
     agent: AgentFunction | AgentRef,
     agent_args: dict[str, str] | None = None,
-) -> None:
+) -> bool:
     """A run's start-up check on this machine: the sandbox starts, and the agent loads in it
     and takes ``agent_args`` there (``SandboxError`` with the way out, ``AgentUnavailable``).
-    The agent itself is not called."""
+    The agent itself is not called. Returns whether it reads inputs (see :func:`probe`)."""
     runner = UnitRunner(config, isolation, work_root, cache_dir)
     try:
-        probe(runner, agent, agent_args)
+        return probe(runner, agent, agent_args)
     finally:
         runner.close()

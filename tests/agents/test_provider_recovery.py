@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from rayeval.agents import claude_code, pi
+from rayeval.agents import claude_code, mini_swe_agent, pi
 from rayeval.cli import main
 from rayeval.harness.runner import provider_failure_details
 
@@ -220,3 +220,30 @@ def test_pi_on_an_anthropic_model_moves_to_the_fallback_key_and_passes(
 def test_pi_on_another_provider_takes_no_anthropic_fallback_key(pi_available) -> None:
     assert pi("openrouter/some/model", base_url="http://127.0.0.1:9").fallback_variable() is None
     assert pi("anthropic/claude-sonnet-4-5").fallback_variable() == "ANTHROPIC_API_KEY"
+
+
+def test_mini_swe_agent_on_an_anthropic_model_moves_to_the_fallback_key_and_passes(
+    mini_available, model_server, tmp_path: Path
+) -> None:
+    """mini-swe-agent (litellm's Anthropic client) takes the fallback keys for an ``anthropic/``
+    model: the driver reports the 401, the session resumes with the next key."""
+    server = model_server(
+        [{"command": answer_command("fallback")}, {"command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"}],
+        echo_credential=True,
+    )
+    server.rejected_credentials.add(FAKE_KEY)
+    work_dir = tmp_path / "work"
+    agent = mini_swe_agent(
+        "anthropic/claude-sonnet-4-5", base_url=server.url + "/v1/messages", timeout=PROGRAM_TIMEOUT,
+        provider_jitter_s=0,
+    )  # fmt: skip
+    out = agent(PROMPT, work_dir)
+    md = out["metadata"]
+    assert out["answer"] == {"answer": 42, "token": "fallback"}, md.get("error_details")
+    assert md["key_fallback_count"] == 1 and md["provider_retry_count"] == 0
+    keys = [r.headers.get("x-api-key") for r in server.model_requests()]
+    assert keys[0] == FAKE_KEY and set(keys[1:]) == {FALLBACK_KEY}
+    assert [reply.turn for reply in server.scripted_replies("anthropic")] == [0, 1]
+    assert "fb=[unset]" in json.dumps(md["trajectory"])  # the list never reached the program
+    assert_no_secrets(out, work_dir)
+    assert mini_swe_agent("openai/gpt-test").fallback_variable() is None

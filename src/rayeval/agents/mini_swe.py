@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 from .._json import object_at
 from ..harness.answers import ANSWER_FILE_NAMES
 from ..harness.prompt import BENCHMARK_COMPLETION_MARKER, COMPLETION_MARKER, AnswerConvention, in_convention
-from ..models.failures import ProviderFailure, provider_failure
+from ..models.failures import ANTHROPIC_KEY_FALLBACKS, ProviderFailure, provider_failure
 from . import _cli
 from ._base import AgentConfigError, ProgramAgent, Summary
 from ._mini_swe_entry import SESSION_ID
@@ -128,6 +128,7 @@ class MiniSweAgent(ProgramAgent):
     python: str | None = None
 
     harness: ClassVar[str] = "mini-swe-agent"
+    key_fallbacks: ClassVar[tuple[str, str] | None] = (ANTHROPIC_KEY_FALLBACKS, "ANTHROPIC_API_KEY")
     config_names: ClassVar[tuple[str, ...]] = (
         "OPENAI_BASE_URL",
         "OPENAI_API_BASE",
@@ -152,6 +153,11 @@ class MiniSweAgent(ProgramAgent):
     def key_names(self) -> tuple[str, ...]:  # type: ignore[override]
         names = PROVIDER_KEYS.get(self.provider, (f"{self.provider.upper()}_API_KEY",))
         return (*names, *((self.api_key_env,) if self.api_key_env else ()))
+
+    def fallback_variable(self) -> str | None:
+        """Fallback keys are Anthropic keys: they stand in for the key of an ``anthropic/`` model
+        (litellm reads ``ANTHROPIC_API_KEY``, where ``api_key_env``'s key goes too)."""
+        return "ANTHROPIC_API_KEY" if self.provider == "anthropic" else None
 
     def program_argv(self) -> list[str]:
         return [self.python or sys.executable, "-m", "rayeval.agents._mini_swe_entry"]

@@ -69,7 +69,8 @@ def _program_env_names(factory_name: str) -> tuple[str, ...]:
         return (*PiAgent.key_names, *PiAgent.config_names, *fallbacks)
     from .mini_swe import PROVIDER_KEYS, MiniSweAgent
 
-    return (*(name for names in PROVIDER_KEYS.values() for name in names), *MiniSweAgent.config_names)
+    fallbacks = MiniSweAgent.key_fallbacks[:1] if MiniSweAgent.key_fallbacks else ()
+    return (*(name for names in PROVIDER_KEYS.values() for name in names), *MiniSweAgent.config_names, *fallbacks)
 
 
 def _program_install(factory_name: str) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:

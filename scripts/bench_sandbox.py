@@ -119,8 +119,8 @@ def bench_rayeval_run(
 
     output, run_id = work / f"out-{tag}", f"{isolation}-{agent}-{tag}"
     cwd, name = REPO, "sleep"
-    if agent == "module":
-        cwd, name = work / "project", "bench_user_agent:solve"
+    if agent in USER_AGENTS:
+        cwd, name = work / "project", f"bench_user_agent:{USER_AGENTS[agent]}"
         cwd.mkdir(exist_ok=True)
         (cwd / "bench_user_agent.py").write_text(USER_AGENT)
     command = [
@@ -172,7 +172,17 @@ import time
 
 def solve(task_prompt, work_dir, context):
     time.sleep(float(context.args["seconds"]))
+
+
+def solve_without_data(task_prompt, work_dir, context):
+    time.sleep(float(context.args["seconds"]))
+
+
+solve_without_data.needs_data = False  # as the built-in sleep agent declares: no inputs staged
 """
+#: (a)'s user agents: ``module`` gets the eval's data staged, as any user's agent does unless
+#: it says otherwise; ``module-nodata`` declares that it reads none, as the built-in does.
+USER_AGENTS = {"module": "solve", "module-nodata": "solve_without_data"}
 
 
 # ------------------------------------------------------------------------------ (c) inspect_ai
@@ -466,7 +476,10 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=250)
     parser.add_argument("--levels", default=",".join(LEVELS))
     parser.add_argument(
-        "--agents", default="sleep,module", help="(a)'s agents: sleep (built-in), module (a module:function agent)"
+        "--agents",
+        default="sleep,module,module-nodata",
+        help="(a)'s agents: sleep (built-in), module (a module:function agent, data staged), "
+        "module-nodata (one declaring needs_data = False, as sleep does)",
     )
     parser.add_argument("--seq-units", type=int, default=300)
     parser.add_argument("--conc-units", type=int, default=1000)

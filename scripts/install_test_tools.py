@@ -24,6 +24,7 @@ try:
 except ImportError:  # running from a checkout that is not pip-installed
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     from rayeval.agents import _tools
+from rayeval.agents.resolve import npm_programs
 
 BROWSER_PACKAGES = ("chromium", "chromium-driver")
 BROWSER_PROGRAMS = ("chromium", "chromedriver")
@@ -75,7 +76,7 @@ def install_browser() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    agents = _tools.main(argv)
+    agents = _tools.main(npm_programs(), argv)
     if agents != 0:
         return agents
     try:

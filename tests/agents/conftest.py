@@ -22,6 +22,9 @@ from typing import Any
 import pytest
 
 from rayeval.agents import _tools
+from rayeval.agents.claude_code import CLAUDE
+from rayeval.agents.codex import CODEX
+from rayeval.agents.pi import PI
 
 from .fake_model_server import FakeModelServer
 
@@ -38,7 +41,7 @@ def _missing(reason: str) -> None:
 @pytest.fixture
 def claude_available() -> None:
     try:
-        _tools.find_program(_tools.CLAUDE)
+        _tools.find_program(CLAUDE)
     except _tools.AgentNotInstalledError as exc:
         _missing(str(exc))
 
@@ -46,7 +49,7 @@ def claude_available() -> None:
 @pytest.fixture
 def codex_available() -> None:
     try:
-        _tools.find_program(_tools.CODEX)
+        _tools.find_program(CODEX)
     except _tools.AgentNotInstalledError as exc:
         _missing(str(exc))
 
@@ -54,7 +57,7 @@ def codex_available() -> None:
 @pytest.fixture
 def pi_available() -> None:
     try:
-        _tools.find_program(_tools.PI)
+        _tools.find_program(PI)
     except _tools.AgentNotInstalledError as exc:
         _missing(str(exc))
 

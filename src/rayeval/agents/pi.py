@@ -25,6 +25,15 @@ from ..models.failures import ProviderFailure, provider_failure
 from . import _cli, _tools
 from ._base import AgentConfigError, ProgramAgent, Summary
 from ._provider_hints import json_in_text, retry_after_from_body
+from ._refusal import (
+    ANTHROPIC_REFUSAL_STOPS,
+    CONTENT_FILTER,
+    RefusalVerdict,
+    blocks_text,
+    first_text_refusal,
+    mapping,
+    verdict,
+)
 
 __all__ = ["PROVIDER_STYLES", "PiAgent", "pi"]
 
@@ -56,6 +65,17 @@ QUIET_ENV = {"PI_OFFLINE": "1", "PI_SKIP_VERSION_CHECK": "1", "PI_TELEMETRY": "0
 STREAM_EVENTS = frozenset({"message_update", "tool_execution_update"})
 
 
+#: what pi 0.79 says in place of Anthropic's ``stop_reason: refusal`` (when the provider gave no
+#: explanation) and of OpenAI's ``content_filter`` finish (pi-ai's providers/anthropic.js and
+#: openai-completions.js)
+PI_ANTHROPIC_REFUSAL = "The model refused to complete the request"
+PI_CONTENT_FILTER = "Provider finish_reason: content_filter"
+
+
+#: the program, pinned: the version this spec is tested with
+PI = _tools.Program("pi", "@earendil-works/pi-coding-agent", "0.79.10", "RAYEVAL_PI_BIN")
+
+
 @dataclass
 class PiAgent(ProgramAgent):
     """See :func:`pi`."""
@@ -68,6 +88,8 @@ class PiAgent(ProgramAgent):
     settings: dict[str, Any] | None = None
 
     harness: ClassVar[str] = "pi"
+    description: ClassVar[str] = "the pi coding agent (the provider's key), the unit's model as provider/model"
+    tool: ClassVar[_tools.Program | None] = PI
     key_names: ClassVar[tuple[str, ...]] = (
         *(style.key_name for style in PROVIDER_STYLES.values()), *BUILT_IN_KEYS.values(),
     )  # fmt: skip
@@ -131,9 +153,6 @@ class PiAgent(ProgramAgent):
         return BUILT_IN_KEYS.get(provider)
 
     # ---------------------------------------------------------------- the program
-    def program_argv(self) -> list[str]:
-        return _tools.find_program(_tools.PI)
-
     def program_env(self, state: Path, work_dir: Path) -> dict[str, str]:
         return {**QUIET_ENV, "PI_CODING_AGENT_DIR": str(state / "pi" / "agent")}
 
@@ -191,6 +210,32 @@ class PiAgent(ProgramAgent):
         if summary.cost_usd is not None and "cost" in (self.model_config or {}):
             summary.cost_source = "configured_prices"  # pi priced the calls with the given prices
         return summary
+
+    @classmethod
+    def refusal_in(cls, events: list[dict[str, Any]]) -> RefusalVerdict | None:
+        """pi maps a provider's refusal to ``stopReason: error`` (its own stop reasons have no
+        refusal), so its assistant messages' texts and ``errorMessage`` are what tell one."""
+        said: list[str] = []
+        errors: list[str] = []
+        for event in events:
+            message = mapping(event.get("message"))
+            if event.get("type") != "message_end" or message.get("role") != "assistant":
+                continue
+            texts = blocks_text(message.get("content"), ("text",))
+            said.extend(texts)
+            stop = message.get("stopReason")
+            if stop == CONTENT_FILTER:
+                return verdict("openai", CONTENT_FILTER, " ".join(texts) or f"stopReason {stop}", texts)
+            if stop in ANTHROPIC_REFUSAL_STOPS:
+                return verdict("anthropic", f"stop_reason_{stop}", " ".join(texts) or f"stopReason {stop}", texts)
+            error = message.get("errorMessage")
+            if stop == "error" and error == PI_ANTHROPIC_REFUSAL:
+                return verdict("anthropic", "stop_reason_refusal", error, texts)
+            if stop == "error" and error == PI_CONTENT_FILTER:
+                return verdict("openai", CONTENT_FILTER, error, texts)
+            if isinstance(error, str):
+                errors.append(error)
+        return first_text_refusal(said, errors)
 
 
 # -------------------------------------------------------------------------- events

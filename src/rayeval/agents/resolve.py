@@ -51,86 +51,63 @@ def _option_value(text: str) -> Any:
         return text
 
 
-def _program_env_names(factory_name: str) -> tuple[str, ...]:
-    """The variables a real agent program reads: its API keys and its endpoint settings."""
-    if factory_name == "claude-code":  # its fallback keys reach the agent function, never the program
-        from .claude_code import ClaudeCodeAgent
-
-        fallbacks = ClaudeCodeAgent.key_fallbacks[:1] if ClaudeCodeAgent.key_fallbacks else ()
-        return (*ClaudeCodeAgent.key_names, *ClaudeCodeAgent.config_names, *fallbacks)
-    if factory_name == "codex":
-        from .codex import CodexAgent
-
-        return (*CodexAgent.key_names, *CodexAgent.config_names)
-    if factory_name == "pi":  # as Claude Code's: for a model served by Anthropic
-        from .pi import PiAgent
-
-        fallbacks = PiAgent.key_fallbacks[:1] if PiAgent.key_fallbacks else ()
-        return (*PiAgent.key_names, *PiAgent.config_names, *fallbacks)
-    from .mini_swe import PROVIDER_KEYS, MiniSweAgent
-
-    fallbacks = MiniSweAgent.key_fallbacks[:1] if MiniSweAgent.key_fallbacks else ()
-    return (*(name for names in PROVIDER_KEYS.values() for name in names), *MiniSweAgent.config_names, *fallbacks)
+#: The real agent programs, each a spec of its own (``module:class`` in this package, a
+#: :class:`~rayeval.agents._base.ProgramAgent`): a new program is its file and its line here.
+PROGRAM_AGENTS: dict[str, str] = {
+    "claude-code": "claude_code:ClaudeCodeAgent",
+    "codex": "codex:CodexAgent",
+    "mini-swe-agent": "mini_swe:MiniSweAgent",
+    "pi": "pi:PiAgent",
+}
 
 
-def _program_install(factory_name: str) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+def program_class(name: str) -> type[ProgramAgent]:
+    """The spec of real agent program ``name`` (imported now)."""
+    module, _, attribute = PROGRAM_AGENTS[name].partition(":")
+    return getattr(importlib.import_module(f"{__package__}.{module}"), attribute)  # type: ignore[no-any-return]
+
+
+def npm_programs() -> list[Any]:
+    """The pinned npm programs of every spec, for the installer (``scripts/install_agent_clis.py``)."""
+    return [cls.tool for cls in map(program_class, PROGRAM_AGENTS) if cls.tool is not None]
+
+
+def _program_install(spec: type[ProgramAgent]) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
     """Where a real agent program is installed, for its sandbox to show (read-only), and the
     variable telling it there: the npm programs' tools folder, a ``$RAYEVAL_<NAME>_BIN``'s
     folder. A Python program (mini-swe-agent) is in the environment, shown anyway."""
     from . import _tools
 
-    programs = {"claude-code": _tools.CLAUDE, "codex": _tools.CODEX, "pi": _tools.PI}
-    if factory_name not in programs:
+    if spec.tool is None:
         return (), ()
     folders = [str(_tools.tools_dir())]
-    explicit = os.environ.get(programs[factory_name].env_var)
+    explicit = os.environ.get(spec.tool.env_var)
     if explicit:
         folders.append(str(Path(explicit).expanduser().resolve().parent))
     return tuple(folders), (("RAYEVAL_AGENT_TOOLS_DIR", folders[0]),)
 
 
-def _program_factory(name: str) -> tuple[Callable[..., Any], type[ProgramAgent]]:
-    """A real agent program's factory and the dataclass it makes."""
-    from . import (
-        ClaudeCodeAgent,
-        CodexAgent,
-        MiniSweAgent,
-        PiAgent,
-        claude_code,
-        codex,
-        mini_swe_agent,
-        pi,
-    )
-
-    factories: dict[str, tuple[Callable[..., Any], type[ProgramAgent]]] = {
-        "claude-code": (claude_code, ClaudeCodeAgent),
-        "codex": (codex, CodexAgent),
-        "mini-swe-agent": (mini_swe_agent, MiniSweAgent),
-        "pi": (pi, PiAgent),
-    }
-    return factories[name]
-
-
-def _program(factory_name: str) -> Callable[[], AgentFunction]:
+def _program(name: str) -> Callable[[], AgentFunction]:
     """A real agent program configured per unit: the unit's model, ``--agent-arg`` options."""
 
     def load() -> AgentFunction:
+        spec = program_class(name)
+
         def program_agent(task_prompt: str, work_dir: Path, context: AgentContext) -> Any:
-            factory, _ = _program_factory(factory_name)
             options = {key: _option_value(value) for key, value in context.args.items()}
-            return factory(model=context.model, **options)(task_prompt, work_dir, context)
+            return spec.make(context.model, **options)(task_prompt, work_dir, context)
 
         def check_args(args: dict[str, str]) -> None:
             """Where its units run (a run's start-up probe): the fallback keys of the units'
             environment (its options were checked with each of the run's models at start)."""
             try:
-                _program_factory(factory_name)[1].spare_keys(os.environ)
+                spec.spare_keys(os.environ)
             except ValueError as exc:
-                raise AgentArgsError(f"agent {factory_name!r}: {exc}") from None
+                raise AgentArgsError(f"agent {name!r}: {exc}") from None
 
         program_agent.check_args = check_args  # type: ignore[attr-defined]
-        program_agent.env_names = _program_env_names(factory_name)  # type: ignore[attr-defined]
-        program_agent.read_paths, program_agent.env = _program_install(factory_name)  # type: ignore[attr-defined]
+        program_agent.env_names = spec.env_names()  # type: ignore[attr-defined]
+        program_agent.read_paths, program_agent.env = _program_install(spec)  # type: ignore[attr-defined]
         # a CLI agent (node or Python, its tools' subprocesses): about a CPU and a GiB
         program_agent.resources = UnitResources(cpus=1, memory=1024 * MIB)  # type: ignore[attr-defined]
         return program_agent
@@ -143,10 +120,7 @@ BUILT_IN_AGENTS: dict[str, Callable[[], AgentFunction]] = {
     "replay": _replay,
     "sleep": _sleep,
     "prompt": _prompt,
-    "claude-code": _program("claude-code"),
-    "codex": _program("codex"),
-    "mini-swe-agent": _program("mini-swe-agent"),
-    "pi": _program("pi"),
+    **{name: _program(name) for name in PROGRAM_AGENTS},
 }
 
 
@@ -214,7 +188,7 @@ def agent_ref(name: str, *, load: bool = False) -> AgentRef:
             raise _unknown(name)
         return AgentRef(name=name)
     function = resolve_agent(name)
-    for built_in in BUILT_IN_AGENTS.keys() - set(_PROGRAMS):  # a program's function is made anew each time
+    for built_in in BUILT_IN_AGENTS.keys() - set(PROGRAM_AGENTS):  # a program's function is made anew each time
         if BUILT_IN_AGENTS[built_in]() is function:
             return _built_in_ref(built_in, function)
     return AgentRef(name=name, needs_data=getattr(function, "needs_data", True), function=function)
@@ -244,7 +218,6 @@ class AgentArgsError(ConfigError):
 
 # The options of the built-ins that are plain functions (the programs take their factory's).
 _FUNCTION_OPTIONS: dict[str, tuple[str, ...]] = {"reference": (), "replay": ("trials",), "sleep": ("seconds",)}
-_PROGRAMS = ("claude-code", "codex", "mini-swe-agent", "pi")
 
 
 _DESCRIPTIONS = {
@@ -252,10 +225,6 @@ _DESCRIPTIONS = {
     "replay": "answers as a recorded run did (--models MODEL or MODEL@HARNESS, seed = recorded trial)",
     "sleep": "waits, then answers nothing (benchmarks of the engine)",
     "prompt": "sends the task to the unit's model (provider/model: openai, anthropic, openai-compatible) and answers with its reply",
-    "claude-code": "Anthropic's Claude Code program (ANTHROPIC_API_KEY), the unit's model",
-    "codex": "OpenAI's Codex program (OPENAI_API_KEY or CODEX_API_KEY), the unit's model",
-    "mini-swe-agent": "mini-swe-agent through litellm (the provider's key), the unit's model as provider/model",
-    "pi": "the pi coding agent (the provider's key), the unit's model as provider/model",
 }
 
 
@@ -270,7 +239,10 @@ def built_in_agents() -> list[tuple[str, str, tuple[str, ...]]]:
 
             options = tuple(PromptOptions.model_fields)
         else:
-            options = tuple(sorted(f.name for f in dataclasses.fields(_program_factory(name)[1]) if f.name != "model"))
+            spec = program_class(name)
+            options = tuple(sorted(f.name for f in dataclasses.fields(spec) if f.name != "model"))
+            listed.append((name, spec.description, options))
+            continue
         listed.append((name, _DESCRIPTIONS[name], options))
     return listed
 
@@ -289,7 +261,7 @@ def check_agent_args(
             takes = ", ".join(_FUNCTION_OPTIONS[name]) or "no options"
             raise AgentArgsError(f"agent {name!r}: unknown --agent-arg {', '.join(unknown)} (it takes {takes})")
         _check_function_args(name, args, models, environment=environment)
-    elif name in _PROGRAMS:
+    elif name in PROGRAM_AGENTS:
         for model in models:
             _check_program(name, args, model, environment=environment)
     elif name == "prompt":
@@ -365,12 +337,12 @@ def _check_replayed_models(
 def _check_program(name: str, args: dict[str, str], model: str | None, *, environment: bool) -> None:
     from ._base import AgentConfigError
 
-    factory, program = _program_factory(name)
+    spec = program_class(name)
     options = {key: _option_value(value) for key, value in args.items()}
     try:
-        agent = factory(model=model, **options)
+        agent = spec.make(model, **options)
     except TypeError:  # an option the program's dataclass has no field for
-        fields = {f.name for f in dataclasses.fields(program)} - {"model"}
+        fields = {f.name for f in dataclasses.fields(spec)} - {"model"}
         unknown = sorted(set(options) - fields)
         raise AgentArgsError(
             f"agent {name!r}: unknown --agent-arg {', '.join(unknown)} (it takes {', '.join(sorted(fields))})"

@@ -28,6 +28,13 @@ inspect_ai at the same shape, each level against the others measured in the same
                --max-sandboxes 250, no display. `inspect eval` in a subprocess, timed from
                outside; start-up and span from the log's sample start and end times.
 
+  (f) floor:   what a fresh unit-private process costs before it does anything: an interpreter
+               that has imported what a unit runner imports (the runner's preloads) forks, or
+               clones into the user, mount, pid, ipc and uts namespaces a sandboxed unit gets,
+               and the child exits at once; 300 times each, the parent waiting for each child.
+               Per process: median ms from the call to the child running Python, and CPU ms of
+               parent and child together (fork, copy-on-write, exit).
+
 Rounds alternate the levels (the order rotates each round), each after `settle()` (as in
 bench_common.py); medians over rounds are reported. The machine's load average is printed at
 the start and end, and recorded per measurement: on 2 cores other processes move every figure.
@@ -36,7 +43,7 @@ One-time setup for (c), outside this script (nothing is fetched while it runs):
     python -m venv /tmp/inspect-venv && /tmp/inspect-venv/bin/pip install inspect-ai==0.3.285
 
 Usage: python scripts/bench_sandbox.py [--inspect-python /tmp/inspect-venv/bin/python]
-           [--which a,b,c] [--rounds 3] [--json PATH]
+           [--which a,b,c,f] [--rounds 3] [--json PATH]
 """
 
 from __future__ import annotations
@@ -460,10 +467,46 @@ def print_units(
     )
 
 
+# ------------------------------------------------------------------------------ (f) the floor
+FLOOR = """
+import gc, importlib, json, os, sys, time
+from rayeval.harness.unit_agent import UNIT_PRELOAD
+from rayeval.sandbox import namespaces as ns
+from rayeval.sandbox.unit_runner import _NAMESPACES
+for module in UNIT_PRELOAD:
+    importlib.import_module(module)
+gc.freeze()
+figures = {}
+for kind, flags in (("fork", 0), ("clone into the namespaces", _NAMESPACES)):
+    started, read_end, write_end = [], *os.pipe()
+    cpu = os.times()
+    for _ in range(300):
+        start = time.perf_counter()
+        pid = ns.clone(flags)
+        if pid == 0:
+            os.write(write_end, str(time.perf_counter() - start).encode().ljust(32))
+            os._exit(0)
+        started.append(float(os.read(read_end, 32)))
+        os.waitpid(pid, 0)
+    end = os.times()
+    spent = sum(getattr(end, f) - getattr(cpu, f) for f in ("user", "system", "children_user", "children_system"))
+    figures[kind] = {"running_ms": 1e3 * sorted(started)[150], "cpu_ms": 1e3 * spent / 300}
+print(json.dumps(figures))
+"""
+
+
+def bench_floor() -> dict:
+    """(f): one fresh process's cost, in a subprocess that imported what a unit runner imports."""
+    done = subprocess.run([sys.executable, "-c", FLOOR], capture_output=True, text=True, check=True)
+    return json.loads(done.stdout)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
-        "--which", default="a,b,c", help="a: rayeval run per level; b: one runner's per-unit cost; c: inspect_ai"
+        "--which",
+        default="a,b,c",
+        help="a: rayeval run per level; b: one runner's per-unit cost; c: inspect_ai; f: a fresh process's floor",
     )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument(
@@ -570,6 +613,12 @@ def main() -> int:
                     f"{c['wall_s']:.2f} s = {c['ratio']:.2f}x ideal, load {q['load1_before']:.1f}",
                     flush=True,
                 )
+    if "f" in which:
+        for round_ in range(1, args.rounds + 1):
+            settle()
+            for kind, figure in bench_floor().items():
+                print(f"round {round_} floor, {kind} and exit: child running after {figure['running_ms']:.3f} ms, "
+                      f"{figure['cpu_ms']:.2f} ms CPU (parent and child)", flush=True)  # fmt: skip
     ended = loadavg()
     shape_summary = summarize_shape(shape, ideal) if shape else {}
     units_summary = summarize_units(units) if units else {}

@@ -66,22 +66,31 @@ def hostile_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def served(hostile_run: Path) -> Iterator[str]:
-    """``rayeval view ROOT --port 0``, as a user starts it; its secret address."""
-    server = subprocess.Popen(
-        [sys.executable, "-m", "rayeval.cli", "view", str(hostile_run), "--port", "0"],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
+def served(hostile_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``rayeval view ROOT --port 0``, as a user starts it; its secret address. Ctrl-C must
+    stop it: if it does not within 60 s, its threads' stacks (faulthandler, on SIGABRT) say
+    where it hangs."""
+    errors = tmp_path_factory.mktemp("view-stderr") / "stderr.txt"
+    with open(errors, "w") as stderr:
+        server = subprocess.Popen(
+            [sys.executable, "-X", "faulthandler", "-m", "rayeval.cli", "view", str(hostile_run), "--port", "0"],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
     try:
         line = server.stdout.readline() if server.stdout else ""
         assert " at http://127.0.0.1:" in line, line
         yield line.split(" at ")[1].split(" ")[0]
     finally:
         server.send_signal(signal.SIGINT)
-        server.wait(timeout=60)
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            server.send_signal(signal.SIGABRT)
+            server.wait(timeout=10)
+            pytest.fail(f"rayeval view did not stop on Ctrl-C within 60 s:\n{errors.read_text()[-6000:]}")
 
 
 def units_by_kind(base: str) -> dict[str, dict[str, Any]]:

@@ -171,7 +171,8 @@ class ClaudeCodeAgent(ProgramAgent):
 
     @classmethod
     def refusal_in(cls, events: list[dict[str, Any]]) -> RefusalVerdict | None:
-        """The model's refusal in its events: its stop reasons, then the refusal texts it was told."""
+        """Its stop reasons first (the refused replies come before Claude Code's own message), then
+        the providers' refusal texts in its replies and errors."""
         said: list[str] = []
         errors: list[str] = []
         for event in events:

@@ -65,6 +65,16 @@ def hostile_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+#: ``rayeval view`` with Ctrl-C as a user's shell leaves it: handled, not blocked. An earlier test
+#: of a full run leaves this process's SIGINT ignored or blocked, which a child inherits (the
+#: viewer then sat in its select loop, its stacks showed).
+VIEW_AS_FROM_A_SHELL = (
+    "import signal, sys; signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT}); "
+    "signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "from rayeval.cli import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
 @pytest.fixture(scope="module")
 def served(hostile_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``rayeval view ROOT --port 0``, as a user starts it; its secret address. Ctrl-C must
@@ -73,7 +83,7 @@ def served(hostile_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
     errors = tmp_path_factory.mktemp("view-stderr") / "stderr.txt"
     with open(errors, "w") as stderr:
         server = subprocess.Popen(
-            [sys.executable, "-X", "faulthandler", "-m", "rayeval.cli", "view", str(hostile_run), "--port", "0"],
+            [sys.executable, "-X", "faulthandler", "-c", VIEW_AS_FROM_A_SHELL, "view", str(hostile_run), "--port", "0"],
             cwd=REPO,
             stdout=subprocess.PIPE,
             stderr=stderr,

@@ -198,15 +198,31 @@ def test_every_program_resumes_its_session_after_a_storm_and_counts_each_turn_on
     assert any("HTTP 529 (overloaded); resume 1" in line for line in _harness_lines(work_dir))
 
 
-def test_pi_on_an_anthropic_model_moves_to_the_fallback_key_and_passes(
-    pi_available, model_server, tmp_path: Path
+#: the other programs that take Anthropic's fallback keys, on a model Anthropic serves: the
+#: fixture that finds the program, the agent on the scripted server's URL, the last turn
+ANTHROPIC_MODEL_PROGRAMS = {
+    "pi": ("pi_available", lambda url, **kw: HARNESSES["pi"].make(url, **kw), HARNESSES["pi"].finish),
+    # mini-swe-agent through litellm's Anthropic client, whose api_base is the messages URL
+    "mini-swe-agent": (
+        "mini_available",
+        lambda url, **kw: mini_swe_agent("anthropic/claude-sonnet-4-5", base_url=url + "/v1/messages", **kw),
+        {"command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"},
+    ),
+}
+
+
+@pytest.mark.parametrize("program", list(ANTHROPIC_MODEL_PROGRAMS))
+def test_a_program_on_an_anthropic_model_moves_to_the_fallback_key_and_passes(
+    program: str, request: pytest.FixtureRequest, model_server, tmp_path: Path
 ) -> None:
-    """The fallback keys are Anthropic keys: pi takes them for a model Anthropic serves."""
-    harness = HARNESSES["pi"]
-    server = model_server([{"command": answer_command("fallback")}, harness.finish], echo_credential=True)
+    """The fallback keys are Anthropic keys: pi and mini-swe-agent take them for a model
+    Anthropic serves; the program reports the 401, the session resumes with the next key."""
+    available, make, finish = ANTHROPIC_MODEL_PROGRAMS[program]
+    request.getfixturevalue(available)
+    server = model_server([{"command": answer_command("fallback")}, finish], echo_credential=True)
     server.rejected_credentials.add(FAKE_KEY)
     work_dir = tmp_path / "work"
-    out = harness.make(server.url, timeout=PROGRAM_TIMEOUT, provider_jitter_s=0)(PROMPT, work_dir)
+    out = make(server.url, timeout=PROGRAM_TIMEOUT, provider_jitter_s=0)(PROMPT, work_dir)
     md = out["metadata"]
     assert out["answer"] == {"answer": 42, "token": "fallback"}, md.get("error_details")
     assert md["key_fallback_count"] == 1 and md["provider_retry_count"] == 0
@@ -217,33 +233,7 @@ def test_pi_on_an_anthropic_model_moves_to_the_fallback_key_and_passes(
     assert_no_secrets(out, work_dir)
 
 
-def test_pi_on_another_provider_takes_no_anthropic_fallback_key(pi_available) -> None:
+def test_a_model_another_provider_serves_takes_no_anthropic_fallback_key(pi_available) -> None:
     assert pi("openrouter/some/model", base_url="http://127.0.0.1:9").fallback_variable() is None
     assert pi("anthropic/claude-sonnet-4-5").fallback_variable() == "ANTHROPIC_API_KEY"
-
-
-def test_mini_swe_agent_on_an_anthropic_model_moves_to_the_fallback_key_and_passes(
-    mini_available, model_server, tmp_path: Path
-) -> None:
-    """mini-swe-agent (litellm's Anthropic client) takes the fallback keys for an ``anthropic/``
-    model: the driver reports the 401, the session resumes with the next key."""
-    server = model_server(
-        [{"command": answer_command("fallback")}, {"command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"}],
-        echo_credential=True,
-    )
-    server.rejected_credentials.add(FAKE_KEY)
-    work_dir = tmp_path / "work"
-    agent = mini_swe_agent(
-        "anthropic/claude-sonnet-4-5", base_url=server.url + "/v1/messages", timeout=PROGRAM_TIMEOUT,
-        provider_jitter_s=0,
-    )  # fmt: skip
-    out = agent(PROMPT, work_dir)
-    md = out["metadata"]
-    assert out["answer"] == {"answer": 42, "token": "fallback"}, md.get("error_details")
-    assert md["key_fallback_count"] == 1 and md["provider_retry_count"] == 0
-    keys = [r.headers.get("x-api-key") for r in server.model_requests()]
-    assert keys[0] == FAKE_KEY and set(keys[1:]) == {FALLBACK_KEY}
-    assert [reply.turn for reply in server.scripted_replies("anthropic")] == [0, 1]
-    assert "fb=[unset]" in json.dumps(md["trajectory"])  # the list never reached the program
-    assert_no_secrets(out, work_dir)
     assert mini_swe_agent("openai/gpt-test").fallback_variable() is None

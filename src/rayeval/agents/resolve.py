@@ -17,6 +17,7 @@ from ..registry import Registry
 
 if TYPE_CHECKING:
     from ._base import ProgramAgent
+    from ._tools import Program
 
 
 def _reference() -> AgentFunction:
@@ -67,7 +68,7 @@ def program_class(name: str) -> type[ProgramAgent]:
     return getattr(importlib.import_module(f"{__package__}.{module}"), attribute)  # type: ignore[no-any-return]
 
 
-def npm_programs() -> list[Any]:
+def npm_programs() -> list[Program]:
     """The pinned npm programs of every spec, for the installer (``scripts/install_agent_clis.py``)."""
     return [cls.tool for cls in map(program_class, PROGRAM_AGENTS) if cls.tool is not None]
 
@@ -232,6 +233,7 @@ def built_in_agents() -> list[tuple[str, str, tuple[str, ...]]]:
     """``(name, what it does, the --agent-arg options it takes)`` of every built-in agent."""
     listed = []
     for name in BUILT_IN_AGENTS:
+        description = _DESCRIPTIONS.get(name, "")
         if name in _FUNCTION_OPTIONS:
             options = _FUNCTION_OPTIONS[name]
         elif name == "prompt":
@@ -241,9 +243,8 @@ def built_in_agents() -> list[tuple[str, str, tuple[str, ...]]]:
         else:
             spec = program_class(name)
             options = tuple(sorted(f.name for f in dataclasses.fields(spec) if f.name != "model"))
-            listed.append((name, spec.description, options))
-            continue
-        listed.append((name, _DESCRIPTIONS[name], options))
+            description = spec.description
+        listed.append((name, description, options))
     return listed
 
 

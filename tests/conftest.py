@@ -33,7 +33,7 @@ _OWNED_RAY: list[bool] = []  # holds True while a Ray that ``shared_ray`` starte
 
 def _stop_shared_ray() -> None:
     if _OWNED_RAY:
-        from rayeval.batch.engine import shut_down_embedded_ray
+        from rayeval.batch.cluster import shut_down_embedded_ray
 
         _OWNED_RAY.clear()
         shut_down_embedded_ray()
@@ -48,8 +48,8 @@ def shared_ray() -> None:
     tests whose agents read environment variables set after it started (its workers have the
     environment of its start), nor for tests of the embedded Ray itself."""
     if not _OWNED_RAY:
+        from rayeval.batch.cluster import connect
         from rayeval.batch.config import RayConfig
-        from rayeval.batch.engine import connect
 
         if connect(RayConfig()):
             _OWNED_RAY.append(True)

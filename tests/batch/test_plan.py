@@ -10,15 +10,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from rayeval.batch import BatchConfig, engine
+from rayeval.batch import BatchConfig, resume
 from rayeval.batch.plan import (
     Plan,
     compact_seeds,
     describe_seeds,
     parse_seeds,
-    plan_changes,
     unstored,
 )
+from rayeval.batch.resume import plan_changes
 from rayeval.evals import Eval, load_evals
 from rayeval.storage import ResultStore, RunManifest
 from tests.batch.conftest import write_mc_evals
@@ -160,10 +160,32 @@ def test_a_million_unit_manifest_records_inputs_not_units(tmp_path: Path) -> Non
     evals = load_evals(str(folder))
     plan = Plan(evals, config.models, config.seeds, config.agent)
     stored = ResultStore(config.storage.output).write_manifest(
-        engine.run_manifest(config, "r", evals, plan, previous=None)
+        resume.run_manifest(config, "r", evals, plan, previous=None)
     )
     raw = Path(ResultStore(config.storage.output).manifest_path("r")).read_bytes()
     assert len(raw) < 30_000, len(raw)  # 100 eval references make most of it
     assert stored.total_units == 1_000_000_000 and stored.plan_digest == plan.digest()
     assert json.loads(raw)["seeds"] == [[1, 1_000_000]] and "plan" not in json.loads(raw)
     assert b"sk-secret" not in raw
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        ({"resume": True}, "--resume needs --run-id"),
+        ({"retry_errors": True}, "--retry-errors goes with --resume"),
+    ],
+)
+def test_the_python_api_refuses_resume_options_that_cannot_go_together(
+    tmp_path: Path, options: dict, said: str
+) -> None:
+    """As the command line does, before any eval loads or Ray starts: a --resume without a run
+    id used to look for a run under a new id and say there was none."""
+    from rayeval.batch.engine import run_batch
+    from rayeval.batch.preview import preview_run
+
+    config = BatchConfig(evals=[str(tmp_path / "none")], agent="sleep", output=str(tmp_path / "out"), **options)
+    for call in (run_batch, preview_run):
+        with pytest.raises(resume.RunConflict, match=said):
+            call(config)
+    assert not (tmp_path / "out").exists()

@@ -12,8 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rayeval.batch import capacity, engine
+from rayeval.batch import BatchConfig, capacity, prepare
 from rayeval.batch import worker as worker_module
+from rayeval.batch.capacity import ray_options
 from rayeval.batch.config import ExecutionConfig
 from rayeval.batch.plan import Plan, Unit, plan_units, unit_id_for
 from rayeval.batch.queue import UnitQueue, retry_delay
@@ -23,7 +24,6 @@ from rayeval.batch.worker import (
     WorkerPool,
     WorkerProblem,
     WorkerReady,
-    ray_options,
     sweep_dead_workers,
 )
 from rayeval.evals import load_evals
@@ -166,22 +166,25 @@ def test_ray_is_asked_for_each_workers_units_resources() -> None:
     }  # fmt: skip
 
 
-def _config(tmp_path: Path, **fields) -> engine.BatchConfig:
-    return engine.BatchConfig(**{"evals": [], "agent": "sleep", "output": str(tmp_path / "out"), **fields})
+def _config(tmp_path: Path, **fields) -> BatchConfig:
+    return BatchConfig(**{"evals": [], "agent": "sleep", "output": str(tmp_path / "out"), **fields})
 
 
 def test_a_unit_asks_for_its_agents_declaration_with_the_runs_overrides(tmp_path: Path) -> None:
-    assert engine.unit_resources(_config(tmp_path), None) == UnitResources(cpus=0.01, memory=64 * MIB)
-    assert engine.unit_resources(_config(tmp_path, agent="claude-code"), None).cpus == 1
-    assert engine.unit_resources(_config(tmp_path, agent="tests.batch.agents:counting_sleep"), None) == UnitResources()
+    assert prepare.check_agent(_config(tmp_path), None, embedded=False) == UnitResources(cpus=0.01, memory=64 * MIB)
+    assert prepare.check_agent(_config(tmp_path, agent="claude-code"), None, embedded=False).cpus == 1
+    assert (
+        prepare.check_agent(_config(tmp_path, agent="tests.batch.agents:counting_sleep"), None, embedded=False)
+        == UnitResources()
+    )
     overridden = _config(tmp_path, unit_cpus=2, unit_memory=MIB, unit_resources={"GPU": 1})
-    assert engine.unit_resources(overridden, None) == UnitResources(cpus=2, memory=MIB, custom={"GPU": 1})
+    assert prepare.check_agent(overridden, None, embedded=False) == UnitResources(cpus=2, memory=MIB, custom={"GPU": 1})
 
     def in_memory(prompt: str, work_dir: Path) -> dict:
         return {}
 
     in_memory.resources = UnitResources(cpus=0.5)  # type: ignore[attr-defined]
-    assert engine.unit_resources(_config(tmp_path), in_memory).cpus == 0.5
+    assert prepare.check_agent(_config(tmp_path), in_memory, embedded=False).cpus == 0.5
 
 
 NODES = [

@@ -83,7 +83,7 @@ def test_an_agent_that_runs_in_the_worker_needs_no_sandbox(tmp_path: Path, monke
     """The prompt agent runs no agent code (it calls a model from the worker): a host where
     bubblewrap cannot start still runs it, under the default isolation."""
     from rayeval.batch import BatchConfig
-    from rayeval.batch.preview import check_agent_here
+    from rayeval.batch.preview import check_agent_loads_here
     from rayeval.evals import load_evals
 
     fake = tmp_path / "bwrap"
@@ -94,7 +94,7 @@ def test_an_agent_that_runs_in_the_worker_needs_no_sandbox(tmp_path: Path, monke
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     evals = _evals(tmp_path)
     config = BatchConfig(evals=[str(evals)], agent="prompt", models=["openai/gpt-4o"], output=str(tmp_path / "out"))
-    check_agent_here(config, load_evals(evals), embedded=True)  # no SandboxError
+    check_agent_loads_here(config, load_evals(evals), embedded=True)  # no SandboxError
 
 
 def test_a_runner_that_died_before_its_first_unit_is_named_with_bubblewraps_reason(

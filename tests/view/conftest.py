@@ -117,7 +117,7 @@ MINI_SWE_TRAJECTORY = [
 _RUNS_ON_ONE_RAY = """
 import json, sys
 from rayeval.batch.config import RayConfig
-from rayeval.batch.engine import connect
+from rayeval.batch.cluster import connect
 from rayeval.cli import main
 
 connect(RayConfig())

@@ -112,17 +112,6 @@ def blocks_text(content: Any, kinds: tuple[str, ...] = ("text", "output_text")) 
     ]
 
 
-def _refusal_parts(content: Any) -> list[str]:
-    """OpenAI's refusal content parts (``{"type": "refusal", "refusal": "..."}``)."""
-    if not isinstance(content, list):
-        return []
-    return [
-        str(block.get("refusal") or block.get("text") or "")
-        for block in content
-        if isinstance(block, dict) and block.get("type") == "refusal"
-    ]
-
-
 # ----------------------------------------------------------------------------- model replies
 def reply_refusal(
     provider: str | None, stop_reason: str | None, text: str, refusal_text: str | None = None

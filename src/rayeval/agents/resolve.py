@@ -184,15 +184,15 @@ def agent_ref(name: str, *, load: bool = False) -> AgentRef:
     never give it a built-in's traits: only being one of them does (by identity)."""
     if name in BUILT_IN_AGENTS:
         return _built_in_ref(name, BUILT_IN_AGENTS[name]())
-    if not load:
-        if not (AGENTS.knows(name) or _is_module_path(name)):
-            raise _unknown(name)
-        return AgentRef(name=name)
-    function = resolve_agent(name)
-    for built_in in BUILT_IN_AGENTS.keys() - set(PROGRAM_AGENTS):  # a program's function is made anew each time
-        if BUILT_IN_AGENTS[built_in]() is function:
-            return _built_in_ref(built_in, function)
-    return AgentRef(name=name, needs_data=getattr(function, "needs_data", True), function=function)
+    if load:
+        function = resolve_agent(name)
+        for built_in in BUILT_IN_AGENTS.keys() - set(PROGRAM_AGENTS):  # a program's function is made anew each time
+            if BUILT_IN_AGENTS[built_in]() is function:
+                return _built_in_ref(built_in, function)
+        return AgentRef(name=name, needs_data=getattr(function, "needs_data", True), function=function)
+    if not (AGENTS.knows(name) or _is_module_path(name)):
+        raise _unknown(name)
+    return AgentRef(name=name)
 
 
 def _built_in_ref(name: str, function: AgentFunction) -> AgentRef:

@@ -13,7 +13,9 @@ from .._lazy import lazy_exports
 if TYPE_CHECKING:  # the exports (see rayeval._lazy), with ``run`` below
     from .capacity import UnitsDoNotFit
     from .config import BatchConfig
-    from .engine import RunCancelled, RunConflict, run_batch
+    from .engine import run_batch
+    from .resume import RunConflict
+    from .stopping import RunCancelled
     from .summary import RunSummary
 
 __getattr__, __all__ = lazy_exports(__name__, "run")

@@ -9,10 +9,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import RayevalError
 from ..harness.context import MIB, UnitResources
-from .worker import ray_options
+from .config import RayConfig
 
 #: what a node has: Ray's resource name -> amount (``CPU``, ``GPU``, ``memory`` in bytes, custom ones)
 NodeResources = dict[str, float]
@@ -31,6 +32,27 @@ class PoolShape:
 
     slots: int
     count: int
+
+
+def unit_resources(config: RayConfig, declared: UnitResources) -> UnitResources:
+    """What one unit asks Ray for: its agent's declaration, with the run's overrides."""
+    overrides: dict[str, Any] = {"custom": {**declared.custom, **config.unit_resources}}
+    if config.unit_cpus is not None:
+        overrides["cpus"] = config.unit_cpus
+    if config.unit_memory is not None:
+        overrides["memory"] = config.unit_memory
+    return declared.model_copy(update=overrides)
+
+
+def ray_options(resources: UnitResources, slots: int) -> dict[str, Any]:
+    """Ray's options asking for ``slots`` units' resources (``GPU`` is Ray's ``num_gpus``)."""
+    custom = {name: amount * slots for name, amount in resources.custom.items() if name != "GPU"}
+    return {
+        "num_cpus": resources.cpus * slots,
+        "num_gpus": resources.custom.get("GPU", 0) * slots,
+        "memory": resources.memory * slots,
+        "resources": custom,
+    }
 
 
 def unit_demand(resources: UnitResources) -> NodeResources:

@@ -19,25 +19,12 @@ from ..harness.runner import check_agent_loads
 from ..harness.workspace import default_work_root
 from ..storage import ResultStore
 from .capacity import NodeResources, describe_capacity, local_node_resources, pool_shape
-from .config import RayConfig
-from .engine import (
-    BatchConfig,
-    RunConflict,
-    check_agent,
-    check_data,
-    check_judges,
-    check_same_inputs,
-    connect,
-    live_nodes,
-    previous_manifest,
-    run_evals,
-    run_manifest,
-    runs_embedded,
-    sandbox_config,
-    unit_resources,
-    units_to_run,
-)
-from .plan import Plan, describe_seeds
+from .cluster import connect, live_nodes
+from .config import BatchConfig, RayConfig
+from .plan import describe_seeds
+from .prepare import PreparedRun, prepare_run, run_evals
+from .resume import resumed_run_id, starting_manifest, units_to_run
+from .worker import sandbox_config
 
 
 class PlanPreview(BaseModel):
@@ -88,25 +75,16 @@ class PlanPreview(BaseModel):
 def preview_run(config: BatchConfig) -> PlanPreview:
     """What ``run_batch(config)`` would run, after the same checks (evals, selection, agent,
     resume inputs), reading but never writing the results root."""
+    run_id = resumed_run_id(config.storage)
     all_evals = run_evals(config.model_copy(update={"sample_ids": [], "filters": [], "limit": None}))
-    evals = run_evals(config, all_evals)
-    embedded = runs_embedded(config.ray.address)
-    check_agent_here(config, evals, embedded=embedded)
-    notes = check_judges(evals, embedded=embedded)
+    prepared = prepare_run(config, all_evals)
+    evals, plan, embedded = prepared.evals, prepared.plan, prepared.embedded
+    check_agent_loads_here(config, evals, embedded=embedded)
     storage = config.storage
-    if config.check_data:
-        check_data(evals, s3_endpoint_url=storage.s3_endpoint_url)
-    plan = Plan(evals, config.models, config.seeds, config.agent)
     store = ResultStore(storage.output, s3_endpoint_url=storage.s3_endpoint_url)
     todo, rerun = np.ones(len(plan), dtype=bool), 0
-    if storage.resume:
-        run_id = storage.run_id
-        previous, damaged = (None, False) if run_id is None else previous_manifest(store, run_id, storage)
-        if run_id is None or (previous is None and not damaged):
-            raise RunConflict(f"--resume: no run {run_id!r} under {storage.output}")
-        if previous is not None:
-            planned = run_manifest(config, run_id, evals, plan, previous)
-            check_same_inputs(previous, planned, config.agent_args, force=storage.force)
+    if run_id is not None:
+        starting_manifest(store, run_id, config, evals, plan)
         todo, earlier = units_to_run(storage, store, run_id, plan)
         rerun = 0 if earlier is None else int((earlier[todo] > 0).sum())
     # the plan's order is eval, model, seed: a position's model is (position // seeds) % models
@@ -129,16 +107,15 @@ def preview_run(config: BatchConfig) -> PlanPreview:
         estimated_cost_usd=cost,
         unpriced_units=unpriced,
         cost_basis=basis,
-        capacity=_capacity(config, int(todo.sum()), embedded=embedded),
-        notes=notes,
+        capacity=_capacity(config, prepared, int(todo.sum())),
+        notes=prepared.notes,
     )
 
 
-def check_agent_here(config: BatchConfig, evals: list[Eval], *, embedded: bool) -> None:
-    """The run's agent checks (see :func:`check_agent`), and for a sandboxed or ``process``
-    agent its look-up in a unit runner on this machine (its module is never imported here),
-    which tells whether the sandbox starts: what a run's workers check where units run."""
-    check_agent(config, None, embedded=embedded)
+def check_agent_loads_here(config: BatchConfig, evals: list[Eval], *, embedded: bool) -> None:
+    """A sandboxed or ``process`` agent's look-up in a unit runner on this machine (its module
+    is never imported here), which tells whether the sandbox starts: what a run's workers check
+    where units run."""
     execution = config.execution
     if execution.isolation == "inline":
         return
@@ -153,23 +130,22 @@ def check_agent_here(config: BatchConfig, evals: list[Eval], *, embedded: bool) 
     )  # fmt: skip
 
 
-def _capacity(config: BatchConfig, to_run: int, *, embedded: bool) -> str:
+def _capacity(config: BatchConfig, run: PreparedRun, to_run: int) -> str:
     """What the run would say at start of how many units run at once: from the resources Ray
     would find on this machine (embedded), or from the cluster's nodes now."""
     if not to_run:
         return "units at once: none, nothing to run"
     try:
-        nodes = [local_node_resources(config.ray.object_store_memory)] if embedded else _cluster_nodes(config.ray)
+        nodes = [local_node_resources(config.ray.object_store_memory)] if run.embedded else _cluster_nodes(config.ray)
     except (ImportError, AttributeError, TypeError) as exc:  # Ray's own reckoning, not a public API
         return f"units at once: said when the run starts (Ray does not tell it beforehand here: {exc})"
-    resources = unit_resources(config, None)
     max_concurrency = config.scheduling.max_concurrency
     shape = pool_shape(
-        resources, nodes, max_concurrency=max_concurrency, planned=to_run, workers=config.ray.workers,
-        embedded=embedded,
+        run.resources, nodes, max_concurrency=max_concurrency, planned=to_run, workers=config.ray.workers,
+        embedded=run.embedded,
     )  # fmt: skip
     return describe_capacity(
-        resources, nodes, shape, max_concurrency=max_concurrency, planned=to_run, embedded=embedded
+        run.resources, nodes, shape, max_concurrency=max_concurrency, planned=to_run, embedded=run.embedded
     )
 
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 
 from .._json import dumps
 from .._version import __version__
 from ..agents.labels import row_labels
 from ..evals import Eval
+from ..harness.execution import Execution, unanswered_result
 from ..harness.result import EvalResult
 from ..record import UnitRecord, carried
 from .plan import Unit
@@ -129,3 +132,44 @@ def _short(text: str | None, limit: int, *, keep_end: bool = False) -> str | Non
 
 def _text(value: Any) -> str | None:
     return None if value is None else str(value)
+
+
+@dataclass(frozen=True)
+class RunRows:
+    """What the rows the driver makes itself carry of the run (see :func:`row_from_result`)."""
+
+    evals: list[Eval]
+    run_id: str
+    agent: str
+    agent_args: dict[str, str]
+
+    def model_label(self, model: str) -> str:
+        """The model as the run's rows (and their partitions) name it."""
+        return row_labels(self.agent, model, self.agent_args)[0]
+
+    def system_error(self, unit: Unit, attempt: int, exc: BaseException) -> UnitRecord:
+        """The row of a unit Ray could not run even after its own retries (e.g. a node kept dying)."""
+        stamp = datetime.now(timezone.utc)
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        execution = Execution(
+            eval_id=unit.eval_id,
+            model=unit.model,
+            seed=unit.seed,
+            run_id=self.run_id,
+            outcome="error",
+            error_type=type(exc).__name__,
+            error_message=f"Ray could not run the unit: {reason}",
+            error_traceback=str(exc),
+            started_at=stamp,
+            finished_at=stamp,
+        )
+        return row_from_result(
+            unanswered_result(execution),
+            unit=unit,
+            eval_=self.evals[unit.eval_index],
+            run_id=self.run_id,
+            agent=self.agent,
+            agent_args=self.agent_args,
+            attempt=attempt,
+            node="unknown",
+        )

@@ -9,28 +9,36 @@ import socket
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import ray
 from pydantic import BaseModel
 
 from ..agents.resolve import agent_ref
 from ..evals import Eval
+from ..filesystem import is_s3
 from ..graders.judging import Judgments
 from ..grading.judges import JudgedGrade, has_judged_graders
 from ..grading.pool import prestart_grading
 from ..harness.cache import left_by_gone_processes, remove_tree
-from ..harness.context import AgentFunction, AgentRef, UnitResources
+from ..harness.context import AgentFunction, AgentRef
 from ..harness.execution import Execution, grade_execution, judge_requests
 from ..harness.result import EvalResult
 from ..harness.runner import EvalRunner, check_agent_loads
 from ..harness.unit_agent import AgentUnavailable
 from ..harness.workspace import default_work_root
 from ..record import UnitRecord
+from ..sandbox.config import SandboxConfig
 from ..sandbox.units import SandboxError
-from .config import ExecutionConfig
+from ..storage.layout import s3_wal_base
+from .capacity import describe_capacity, pool_shape, ray_options
+from .cluster import live_nodes
+from .config import BatchConfig, ExecutionConfig
 from .plan import Plan, Unit
 from .rows import stored_row
+
+if TYPE_CHECKING:  # the driver's: workers do not import its checks
+    from .prepare import PreparedRun
 
 log = logging.getLogger(__name__)
 
@@ -359,36 +367,62 @@ def prepared(ref: Any) -> WorkerReady | None:
         return None
 
 
-def ray_options(resources: UnitResources, slots: int) -> dict[str, Any]:
-    """Ray's options asking for ``slots`` units' resources (``GPU`` is Ray's ``num_gpus``)."""
-    custom = {name: amount * slots for name, amount in resources.custom.items() if name != "GPU"}
-    return {
-        "num_cpus": resources.cpus * slots,
-        "num_gpus": resources.custom.get("GPU", 0) * slots,
-        "memory": resources.memory * slots,
-        "resources": custom,
-    }
-
-
-def start_workers(
-    config: WorkerConfig,
+def start_pool(
+    config: BatchConfig,
+    run_id: str,
+    run: PreparedRun,
     *,
-    evals: list[Eval],
     agent: AgentFunction | None,
     grade: GradeFunction | None,
-    resources: UnitResources,
-    count: int,
-    slots: int,
-) -> WorkerPool:
-    """``count`` workers of ``slots`` units each, spread over the nodes.  Actors restart when
-    their process or node dies, and Ray retries their in-flight calls."""
+) -> tuple[WorkerPool, Callable[[int], str]]:
+    """Workers enough for the run's concurrency (see :func:`pool_shape`), spread over the
+    nodes, and what tells how many of ``n`` units to run can run at once, and why.  Actors
+    restart when their process or node dies, and Ray retries their in-flight calls."""
+    worker = worker_config(config, run_id, run.evals)
+    resources, embedded, nodes = run.resources, run.embedded, live_nodes()
+    max_concurrency = config.scheduling.max_concurrency
+    shape = pool_shape(
+        resources, nodes, max_concurrency=max_concurrency, planned=len(run.plan), workers=config.ray.workers,
+        embedded=embedded,
+    )  # fmt: skip
     groups: dict[str, Any] = {"concurrency_groups": {GRADING_GROUP: GRADING_THREADS}}  # not settable in options()
     actor_class = ray.remote(**groups)(UnitWorker).options(
-        **ray_options(resources, slots),
-        max_concurrency=slots,
+        **ray_options(resources, shape.slots),
+        max_concurrency=shape.slots,
         max_restarts=-1,
         max_task_retries=3,
         scheduling_strategy="SPREAD",  # a run's units over every node with room, not packed on the first
     )
-    actors = [actor_class.remote(config.model_copy(update={"slots": slots})) for _ in range(count)]
-    return WorkerPool(actors, slots, [ray.put(evals), ray.put(agent), ray.put(grade)])
+    actors = [actor_class.remote(worker.model_copy(update={"slots": shape.slots})) for _ in range(shape.count)]
+    pool = WorkerPool(actors, shape.slots, [ray.put(run.evals), ray.put(agent), ray.put(grade)])
+
+    def capacity(to_run: int) -> str:
+        return describe_capacity(
+            resources, nodes, shape, max_concurrency=max_concurrency, planned=to_run, embedded=embedded
+        )
+
+    return pool, capacity
+
+
+def worker_config(config: BatchConfig, run_id: str, evals: list[Eval]) -> WorkerConfig:
+    """The run's inputs and the concerns its workers need, with what only the driver knows:
+    the run id, and the folders the sandbox hides."""
+    sandbox = sandbox_config(config.execution.sandbox, config.storage.output, evals)
+    return WorkerConfig(
+        agent=config.agent,
+        agent_args=config.agent_args,
+        models=config.models,
+        seeds=config.seeds,
+        run_id=run_id,
+        execution=config.execution.model_copy(update={"sandbox": sandbox}),
+        s3_endpoint_url=config.storage.s3_endpoint_url,
+    )
+
+
+def sandbox_config(sandbox: SandboxConfig, output: str, evals: list[Eval]) -> SandboxConfig:
+    """The run's sandbox: the configured one, with the results root ``output`` and its
+    write-ahead log (for an S3 root, in this machine's cache folder: its rows name expected
+    values) and every eval's folders (answer keys) hidden from agents as well."""
+    hidden = [*sandbox.hide, *(str(root) for eval_ in evals for root in eval_.data_roots)]
+    hidden.append(str(s3_wal_base() if is_s3(output) else output))
+    return sandbox.model_copy(update={"hide": tuple(dict.fromkeys(hidden))})

@@ -420,7 +420,9 @@ def run(
     ``work_root``…) pass to the engine. Returns the run's EvaluationStats and a check per
     evaluator, with the delta against the previous run of the same ``name`` under ``output``.
     """
-    from ..batch.engine import BatchConfig, new_run_id, run_batch, runs_embedded
+    from ..batch.cluster import runs_embedded
+    from ..batch.config import BatchConfig
+    from ..batch.engine import new_run_id, run_batch
 
     store = ResultStore(output, s3_endpoint_url=s3_endpoint_url)
     if type is not None:

@@ -117,6 +117,16 @@ def judge_requests(eval_: Eval, execution: Execution, *, grade_timeout: float | 
         return {}
 
 
+def unanswered_result(execution: Execution) -> EvalResult:
+    """The result of an execution that ended in an error or a timeout: nothing to grade."""
+    metadata = with_run_summary(execution.metadata, execution.agent_s)
+    status: Status = "timeout" if execution.outcome == "timeout" else "error"
+    return carried(
+        EvalResult, execution, agent_answer=execution.answer, status=status, passed=False, metadata=metadata,
+        refusal=refusal_column(metadata),
+    )  # fmt: skip
+
+
 def grade_execution(
     eval_: Eval,
     execution: Execution,
@@ -131,12 +141,12 @@ def grade_execution(
     ``grade_timeout=None`` grades in this process, without a limit. ``judgments``: the
     outcomes of the LLM-judged graders' judge calls (else they call their judge themselves).
     """
+    if execution.outcome in ("error", "timeout"):
+        return unanswered_result(execution)
     metadata = with_run_summary(execution.metadata, execution.agent_s)
     reported = {"metadata": metadata, "refusal": refusal_column(metadata)}
-    if execution.outcome in ("error", "timeout"):
-        status: Status = execution.outcome
-        return carried(EvalResult, execution, agent_answer=execution.answer, status=status, passed=False, **reported)
     start = time.monotonic()
+    status: Status
     grader_result: GraderResult | None
     error: dict[str, str] = {}  # why the unit was not graded: the grading's error, not the agent's
     try:

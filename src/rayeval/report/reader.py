@@ -265,15 +265,6 @@ class ResultsReader:
             self.skipped.append(item)
             log.warning("skipping %s", item)
 
-    def part_files(self, runs: str | Iterable[str] | None = None) -> list[str]:
-        """Parquet part files (hidden/temporary ``.``/``_`` files skipped), pruned by run."""
-        wanted = _as_list(runs)
-        self._check_root()
-        try:
-            return self.store.part_paths(wanted)
-        except OSError as exc:
-            raise ReportError(f"cannot list results root {self.root!r}: {exc}") from None
-
     # -- reading -----------------------------------------------------------------------
     def parts(self, runs: str | Iterable[str] | None = None) -> Parts:
         """The selected runs' readable parts (checked from their footers; the others are left

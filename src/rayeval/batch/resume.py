@@ -1,0 +1,215 @@
+"""What a run starts from: the manifest it stores (the inputs its units derive from), checked
+against the one stored by the run it resumes, and the units left to run."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import numpy as np
+
+from .._messages import listed
+from ..errors import RayevalError
+from ..evals import Eval
+from ..storage import ResultStore, RunManifest
+from ..storage.store import ManifestError
+from .config import BatchConfig, StorageConfig
+from .plan import Plan, compact_seeds, describe_seeds, unstored
+
+log = logging.getLogger(__name__)
+
+
+class RunConflict(RayevalError, ValueError):
+    """The run id already holds results (without --resume), or --resume has nothing to resume."""
+
+
+def resumed_run_id(config: StorageConfig) -> str | None:
+    """The run ``--resume`` finishes (None: the run is a new one); RunConflict for options
+    that cannot go together, the Python API's as the command line's."""
+    if config.retry_errors and not config.resume:
+        raise RunConflict("--retry-errors goes with --resume: it reruns the errored units of an existing run")
+    if config.resume and config.run_id is None:
+        raise RunConflict("--resume needs --run-id: the run to finish")
+    return config.run_id if config.resume else None
+
+
+def starting_manifest(
+    store: ResultStore, run_id: str, config: BatchConfig, evals: list[Eval], plan: Plan
+) -> RunManifest:
+    """The manifest of run ``run_id`` as it starts: a new run id, or (``--resume``) a stored
+    run planned with the same inputs; else :class:`RunConflict` (or :class:`ManifestError`)
+    saying why and what to do instead."""
+    storage = config.storage
+    previous, damaged = previous_manifest(store, run_id, storage)
+    if storage.resume and previous is None and not damaged:
+        raise RunConflict(f"--resume: no run {run_id!r} under {storage.output}")
+    if not storage.resume and previous is not None:
+        raise RunConflict(_existing_run(run_id, storage.output, previous.status))
+    if previous is not None and previous.agent != config.agent:
+        raise RunConflict(f"run {run_id!r} was made with agent {previous.agent!r}, not {config.agent!r}")
+    planned = run_manifest(config, run_id, evals, plan, previous)
+    if previous is not None:
+        check_same_inputs(previous, planned, config.agent_args, force=storage.force)
+    return planned
+
+
+def previous_manifest(store: ResultStore, run_id: str, config: StorageConfig) -> tuple[RunManifest | None, bool]:
+    """The run's stored manifest, and whether it is damaged (not a run manifest).  A damaged
+    one leaves the run's inputs unknown: only ``--resume --force`` goes on, with the current
+    inputs (its stored units are not run again); anything else is refused saying so."""
+    try:
+        return store.read_manifest(run_id), False
+    except ManifestError as exc:
+        if not (config.resume and config.force):
+            raise ManifestError(
+                f"{exc}: the inputs run {run_id!r} was planned with are unknown; "
+                "--resume --force finishes it with the current inputs (its stored units are not run again)"
+            ) from None
+        log.warning("--resume --force: %s; replaced by the manifest of the current inputs", exc)
+        return None, True
+
+
+def _existing_run(run_id: str, output: str, status: str) -> str:
+    """Why a new run cannot take ``run_id``, and what to do instead: a finished run has
+    nothing left to resume (its errored units can run again)."""
+    where = f"run {run_id!r} already exists under {output}"
+    if status == "completed":
+        return (
+            f"{where} and is finished: choose another --run-id (or none, for a new one); "
+            f"--retry-errors --run-id {run_id} runs its errored units again"
+        )
+    left = "interrupted" if status == "running" else status  # this driver holds its lease: nobody runs it
+    return f"{where} ({left}): pass --resume to finish it"
+
+
+def run_manifest(
+    config: BatchConfig, run_id: str, evals: list[Eval], plan: Plan, previous: RunManifest | None
+) -> RunManifest:
+    """The run's manifest: the inputs its units are derived from, not the units."""
+    execution = config.execution
+    return RunManifest.model_validate(
+        {
+            "run_id": run_id,
+            "agent": config.agent,
+            "agent_args": config.agent_args,
+            "isolation": execution.isolation,
+            "network": execution.sandbox.network if execution.isolation == "sandbox" else None,
+            "timeout": execution.timeout,
+            "grade_timeout": execution.grade_timeout,
+            "answer_convention": execution.answer_convention,
+            "limits": execution.sandbox.limits.model_dump(),
+            "models": config.models,
+            "seeds": compact_seeds(config.seeds),
+            "eval_files": [
+                {"path": str(e.source_path or "<in-memory>"), "id": e.id, "eval_hash": e.content_hash()} for e in evals
+            ],
+            "plan_digest": plan.digest(),
+            "total_units": len(plan),
+            **({"created_at": previous.created_at} if previous else {}),
+        }
+    )
+
+
+def check_same_inputs(previous: RunManifest, manifest: RunManifest, agent_args: dict[str, str], *, force: bool) -> None:
+    """A resumed run finishes the plan it started with: with other inputs its stored rows and
+    the new ones would mix two experiments (``force`` takes the new inputs knowingly)."""
+    changes = plan_changes(previous, manifest, agent_args)
+    if not changes:
+        return
+    diff = "".join(f"\n  {change}" for change in changes)
+    if not force:
+        raise RunConflict(
+            f"--resume: run {previous.run_id!r} was planned with other inputs (before → after):{diff}\n"
+            "Its rows and new ones would mix two experiments. Restore those inputs, start a new run "
+            "(another --run-id), or pass --force to resume with the new inputs."
+        )
+    log.warning(
+        "--resume --force: run %s goes on with new inputs (units with new ids run, stored rows stay):%s",
+        previous.run_id,
+        diff,
+    )
+
+
+def plan_changes(previous: RunManifest, current: RunManifest, agent_args: dict[str, Any]) -> list[str]:
+    """What differs between the inputs a run was planned with and the current ones, one line
+    per field (``seeds: 1..2 → 1..3``); [] when they are the same.  ``agent_args`` are the
+    current arguments unmasked: a secret one compares by its fingerprint and is never shown.
+    Only what ``previous`` records is compared (manifests of earlier versions record less)."""
+    changes = _argument_changes(previous, current, agent_args)
+    if previous.models != current.models:
+        changes.append(f"models: {_names(previous.models)} → {_names(current.models)}")
+    if compact_seeds(previous.seeds) != compact_seeds(current.seeds):
+        changes.append(f"seeds: {describe_seeds(previous.seeds)} → {describe_seeds(current.seeds)}")
+    before = {ref.id: ref.eval_hash for ref in previous.eval_files}
+    now = {ref.id: ref.eval_hash for ref in current.eval_files}
+    for what, ids in (
+        ("changed since", sorted(i for i in before.keys() & now.keys() if before[i] != now[i])),
+        ("added", sorted(now.keys() - before.keys())),
+        ("removed", sorted(before.keys() - now.keys())),
+    ):
+        if ids:
+            changes.append(f"evals {what}: {listed(ids)}")
+    for option in UNIT_OPTIONS:
+        if option in previous.model_fields_set and getattr(previous, option) != getattr(current, option):
+            changes.append(f"{option}: {getattr(previous, option)} → {getattr(current, option)}")
+    changes += _limit_changes(previous.limits, current.limits)
+    if not changes and previous.plan_digest and previous.plan_digest != current.plan_digest:
+        changes.append(f"plan_digest: {previous.plan_digest} → {current.plan_digest}")
+    return changes
+
+
+# Options of a run that change how its units run (and so their rows), compared on --resume.
+UNIT_OPTIONS = ("isolation", "network", "timeout", "grade_timeout", "answer_convention")
+
+
+def _limit_changes(previous: dict[str, float | None] | None, current: dict[str, float | None] | None) -> list[str]:
+    """Unit limits that differ (none when ``previous`` predates their record)."""
+    if previous is None:
+        return []
+    current = current or {}
+    return [
+        f"limits.{name}: {previous.get(name)} → {current.get(name)}"
+        for name in sorted(previous.keys() | current.keys())
+        if previous.get(name) != current.get(name)
+    ]
+
+
+def _argument_changes(previous: RunManifest, current: RunManifest, agent_args: dict[str, Any]) -> list[str]:
+    changes = []
+    changed_secrets = set(previous.secret_args_changed(agent_args))
+    for name in sorted(previous.agent_args.keys() | current.agent_args.keys()):
+        old, new = previous.agent_args.get(name, _ABSENT), current.agent_args.get(name, _ABSENT)
+        if old != new:
+            changes.append(f"agent_args.{name}: {_shown(old)} → {_shown(new)}")
+        elif name in changed_secrets:
+            changes.append(f"agent_args.{name}: changed (a secret: its values are not shown)")
+    return changes
+
+
+_ABSENT = object()
+
+
+def _shown(value: object) -> str:
+    return "(absent)" if value is _ABSENT else json.dumps(value)
+
+
+def _names(names: list[str]) -> str:
+    return listed(names, most=10) or "none"
+
+
+def units_to_run(
+    config: StorageConfig, store: ResultStore, run_id: str, plan: Plan
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """A bool per plan position, the units to run (a resumed run's stored ones are not), and
+    with ``retry_errors`` the attempts already stored of each unit that runs again (else None)."""
+    stored = store.stored_unit_id_array(run_id) if config.resume else np.array([], dtype="S32")
+    if not config.retry_errors:
+        return unstored(plan, stored), None
+    errored = store.errored_units(run_id)
+    again = np.sort(np.array(list(errored), dtype="S32"))
+    todo = unstored(plan, stored[~np.isin(stored, again)])
+    earlier = np.zeros(len(plan), dtype=np.int32)
+    for position in np.flatnonzero(~unstored(plan, again)):
+        earlier[position] = errored[plan.unit(int(position)).unit_id]
+    return todo, earlier

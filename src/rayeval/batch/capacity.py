@@ -7,13 +7,13 @@ units' CPU share, while ``--max-concurrency`` says 250, is otherwise a mystery."
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import RayevalError
 from ..harness.context import MIB, UnitResources
-from .config import RayConfig
+from .config import BatchConfig, RayConfig
 
 #: what a node has: Ray's resource name -> amount (``CPU``, ``GPU``, ``memory`` in bytes, custom ones)
 NodeResources = dict[str, float]
@@ -95,6 +95,29 @@ def pool_shape(
         )
     slots = min(slots, largest or 1)
     return PoolShape(slots=slots, count=math.ceil(demand / slots))
+
+
+def run_capacity(
+    config: BatchConfig, resources: UnitResources, nodes: Sequence[NodeResources], *, planned: int, embedded: bool
+) -> tuple[PoolShape, Callable[[int], str]]:
+    """The pool a run of ``planned`` units gets on ``nodes`` (:func:`pool_shape`), and what
+    says how many of ``n`` units to run can run at once on it, and why (:func:`describe_capacity`)."""
+    max_concurrency = config.scheduling.max_concurrency
+    shape = pool_shape(
+        resources,
+        nodes,
+        max_concurrency=max_concurrency,
+        planned=planned,
+        workers=config.ray.workers,
+        embedded=embedded,
+    )
+
+    def capacity(to_run: int) -> str:
+        return describe_capacity(
+            resources, nodes, shape, max_concurrency=max_concurrency, planned=to_run, embedded=embedded
+        )
+
+    return shape, capacity
 
 
 def at_once(resources: UnitResources, nodes: Sequence[NodeResources], shape: PoolShape, demand: int) -> int:

@@ -18,7 +18,7 @@ from ..harness.cache import default_cache_dir
 from ..harness.runner import check_agent_loads
 from ..harness.workspace import default_work_root
 from ..storage import ResultStore
-from .capacity import NodeResources, describe_capacity, local_node_resources, pool_shape
+from .capacity import NodeResources, local_node_resources, run_capacity
 from .cluster import connect, live_nodes
 from .config import BatchConfig, RayConfig
 from .plan import describe_seeds
@@ -139,14 +139,8 @@ def _capacity(config: BatchConfig, run: PreparedRun, to_run: int) -> str:
         nodes = [local_node_resources(config.ray.object_store_memory)] if run.embedded else _cluster_nodes(config.ray)
     except (ImportError, AttributeError, TypeError) as exc:  # Ray's own reckoning, not a public API
         return f"units at once: said when the run starts (Ray does not tell it beforehand here: {exc})"
-    max_concurrency = config.scheduling.max_concurrency
-    shape = pool_shape(
-        run.resources, nodes, max_concurrency=max_concurrency, planned=to_run, workers=config.ray.workers,
-        embedded=run.embedded,
-    )  # fmt: skip
-    return describe_capacity(
-        run.resources, nodes, shape, max_concurrency=max_concurrency, planned=to_run, embedded=run.embedded
-    )
+    _, capacity = run_capacity(config, run.resources, nodes, planned=to_run, embedded=run.embedded)
+    return capacity(to_run)
 
 
 def _cluster_nodes(config: RayConfig) -> list[NodeResources]:

@@ -31,7 +31,7 @@ from ..record import UnitRecord
 from ..sandbox.config import SandboxConfig
 from ..sandbox.units import SandboxError
 from ..storage.layout import s3_wal_base
-from .capacity import describe_capacity, pool_shape, ray_options
+from .capacity import ray_options, run_capacity
 from .cluster import live_nodes
 from .config import BatchConfig, ExecutionConfig
 from .plan import Plan, Unit
@@ -379,15 +379,10 @@ def start_pool(
     nodes, and what tells how many of ``n`` units to run can run at once, and why.  Actors
     restart when their process or node dies, and Ray retries their in-flight calls."""
     worker = worker_config(config, run_id, run.evals)
-    resources, embedded, nodes = run.resources, run.embedded, live_nodes()
-    max_concurrency = config.scheduling.max_concurrency
-    shape = pool_shape(
-        resources, nodes, max_concurrency=max_concurrency, planned=len(run.plan), workers=config.ray.workers,
-        embedded=embedded,
-    )  # fmt: skip
+    shape, capacity = run_capacity(config, run.resources, live_nodes(), planned=len(run.plan), embedded=run.embedded)
     groups: dict[str, Any] = {"concurrency_groups": {GRADING_GROUP: GRADING_THREADS}}  # not settable in options()
     actor_class = ray.remote(**groups)(UnitWorker).options(
-        **ray_options(resources, shape.slots),
+        **ray_options(run.resources, shape.slots),
         max_concurrency=shape.slots,
         max_restarts=-1,
         max_task_retries=3,
@@ -395,12 +390,6 @@ def start_pool(
     )
     actors = [actor_class.remote(worker.model_copy(update={"slots": shape.slots})) for _ in range(shape.count)]
     pool = WorkerPool(actors, shape.slots, [ray.put(run.evals), ray.put(agent), ray.put(grade)])
-
-    def capacity(to_run: int) -> str:
-        return describe_capacity(
-            resources, nodes, shape, max_concurrency=max_concurrency, planned=to_run, embedded=embedded
-        )
-
     return pool, capacity
 
 

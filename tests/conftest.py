@@ -55,6 +55,15 @@ def shared_ray() -> None:
             _OWNED_RAY.append(True)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """In each module, the tests that ask for ``shared_ray`` run first (each part in its
+    written order), so that they share one Ray instead of one per stretch of them."""
+    first_of: dict[str, int] = {}
+    for index, item in enumerate(items):
+        first_of.setdefault(item.nodeid.split("::")[0], index)
+    items.sort(key=lambda item: (first_of[item.nodeid.split("::")[0]], "shared_ray" not in item.fixturenames))
+
+
 @pytest.fixture(autouse=True)
 def _shared_ray_only_where_asked_for(request: pytest.FixtureRequest) -> None:
     if "shared_ray" not in request.fixturenames:

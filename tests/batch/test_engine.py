@@ -371,6 +371,7 @@ def test_the_run_and_its_dry_run_say_how_many_units_run_at_once_and_why(
     assert _peak_concurrency(read_invocations(invocation_log)) <= cpus
 
 
+@pytest.mark.usefixtures("shared_ray")
 def test_a_unit_bigger_than_the_machine_is_refused_before_any_work(tmp_path: Path) -> None:
     evals = write_mc_evals(tmp_path / "evals", ["e1"])
     with pytest.raises(batch.UnitsDoNotFit, match=r"a unit asks for CPU 4096.*more than this machine's Ray has"):

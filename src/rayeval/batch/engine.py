@@ -28,7 +28,7 @@ from .cluster import connect, shut_down_embedded_ray
 from .config import BatchConfig, SchedulingConfig
 from .judging import JudgeCalls
 from .plan import Plan, Unit
-from .prepare import prepare_run
+from .prepare import PreparedRun, prepare_run
 from .progress import Progress
 from .queue import UnitQueue, unit_retry_delay
 from .resume import resumed_run_id, starting_manifest, units_to_run
@@ -65,108 +65,141 @@ def run_batch(
     log, the manifest says ``failed`` where it can be written, and :class:`ResultsRootUnwritable`
     is raised.
     """
-    storage = config.storage
-    resumed_run_id(storage)  # options that cannot go together fail before any work
-    prepared = prepare_run(config, evals, agent)
-    evals, plan = prepared.evals, prepared.plan
-    fresh_root = not is_s3(storage.output) and not os.path.exists(storage.output)
-    store = _LeasedStore(storage.output, s3_endpoint_url=storage.s3_endpoint_url)
-    run_id = storage.run_id or new_run_id()
-    # One driver at a time (LeaseHeld names the other one): taken before the run is read or
-    # written, renewed in the background, released at the end; the store writes only while it is held.
-    lease = store.lease = run_lease(store, run_id).take().start_renewing()
-    try:
-        planned = starting_manifest(store, run_id, config, evals, plan)
-        # opened before Ray starts: an unusable results root fails at once; recovers the WAL
-        writer = store.open_writer(
-            run_id,
-            flush_rows=storage.flush_rows,
-            flush_seconds=storage.flush_seconds,
-            give_up_after_s=storage.store_retry_s,
-        )
-    except BaseException:
-        lease.release()
-        raise
-    started = datetime.now(timezone.utc)
-    owns_ray = False
+    resumed_run_id(config.storage)  # options that cannot go together fail before any work
+    run = _DriverRun.open(config, prepare_run(config, evals, agent))
+    with StopSignals() as stop_signals:
+        try:
+            run.execute(stop_signals, agent=agent, grade=grade)
+            run.status = "completed"
+        except KeyboardInterrupt:
+            run.status, run.stopped_by = "cancelled", stop_signals.by
+        except ResultsRootUnwritable as exc:
+            run.unwritable = exc
+        finally:
+            run.close()
+    return run.outcome()
+
+
+@dataclass
+class _DriverRun:
+    """A run from its lease taken to its lease released: what its stages share, so that its
+    end stores and records whatever it got to, however it stopped."""
+
+    config: BatchConfig
+    prepared: PreparedRun
+    run_id: str
+    store: _LeasedStore
+    lease: RunLease
+    planned: RunManifest
+    writer: RowWriter
+    fresh_root: bool  # the results folder did not exist before this run
+    started: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    owns_ray: bool = False
+    workers: WorkerPool | None = None
     progress: Progress | None = None
     manifest: RunManifest | None = None  # once written
+    to_run: int = 0
     status: RunStatus = "failed"
     stopped_by: int | None = None
     unwritable: ResultsRootUnwritable | None = None
-    workers: WorkerPool | None = None
     summary: Future[RunSummary] | None = None
-    with StopSignals() as stop_signals:
+
+    @classmethod
+    def open(cls, config: BatchConfig, prepared: PreparedRun) -> _DriverRun:
+        """Take the run's lease, decide the manifest it starts or resumes from, open its writer."""
+        storage = config.storage
+        fresh_root = not is_s3(storage.output) and not os.path.exists(storage.output)
+        store = _LeasedStore(storage.output, s3_endpoint_url=storage.s3_endpoint_url)
+        run_id = storage.run_id or new_run_id()
+        # One driver at a time (LeaseHeld names the other one): taken before the run is read or
+        # written, renewed in the background, released at the end; the store writes only while it is held.
+        lease = store.lease = run_lease(store, run_id).take().start_renewing()
         try:
-            owns_ray = connect(config.ray)
-            stop_signals.claim()
-            # Workers start (asynchronously) first: their start-up overlaps planning and the
-            # manifest.  A resumed run may need fewer; idle ones cost nothing.
-            workers, capacity = (
-                start_pool(config, run_id, prepared, agent=agent, grade=grade) if len(plan) else (None, None)
+            planned = starting_manifest(store, run_id, config, prepared.evals, prepared.plan)
+            # opened before Ray starts: an unusable results root fails at once; recovers the WAL
+            writer = store.open_writer(
+                run_id,
+                flush_rows=storage.flush_rows,
+                flush_seconds=storage.flush_seconds,
+                give_up_after_s=storage.store_retry_s,
             )
-            # a bool per plan position: units without a stored row (a resumed run's are mostly stored)
-            todo, earlier_attempts = units_to_run(storage, store, run_id, plan)
-            to_run = int(todo.sum())
-            header = [
-                f"run {run_id}: {to_run} units to run ({len(plan) - to_run} already stored); results: {store.run_uri(run_id)}"
-            ]
-            if to_run and capacity is not None:
-                header.append(capacity(to_run))
-            progress = Progress(
-                to_run, enabled=config.display.show_progress, header="\n".join([*header, *prepared.notes])
-            )
-            if to_run and workers is not None:
-                workers.wait_until_up()
-            manifest = store.write_manifest(planned)
-            if to_run and workers is not None:
-                with lease.interrupts():  # a lost lease stops the run: another driver has it now
-                    _execute(
-                        config.scheduling,
-                        RunRows(evals, run_id, config.agent, config.agent_args),
-                        plan,
-                        todo,
-                        earlier_attempts,
-                        writer,
-                        progress,
-                        workers,
-                        lease,
-                        stop_signals,
-                    )
-            status = "completed"
-        except KeyboardInterrupt:
-            status = "cancelled"
-            stopped_by = stop_signals.by
-        except ResultsRootUnwritable as exc:
-            unwritable = exc
+        except BaseException:
+            lease.release()
+            raise
+        return cls(config, prepared, run_id, store, lease, planned, writer, fresh_root)
+
+    def execute(self, stop_signals: StopSignals, *, agent: AgentFunction | None, grade: GradeFunction | None) -> None:
+        """Start Ray and the workers, say what runs, write the manifest, run the units not stored."""
+        config, prepared, plan = self.config, self.prepared, self.prepared.plan
+        self.owns_ray = connect(config.ray)
+        stop_signals.claim()
+        # Workers start (asynchronously) first: their start-up overlaps planning and the
+        # manifest.  A resumed run may need fewer; idle ones cost nothing.
+        capacity = None
+        if len(plan):
+            self.workers, capacity = start_pool(config, self.run_id, prepared, agent=agent, grade=grade)
+        # a bool per plan position: units without a stored row (a resumed run's are mostly stored)
+        todo, earlier_attempts = units_to_run(config.storage, self.store, self.run_id, plan)
+        self.to_run = to_run = int(todo.sum())
+        results = self.store.run_uri(self.run_id)
+        header = [f"run {self.run_id}: {to_run} units to run ({len(plan) - to_run} already stored); results: {results}"]
+        if to_run and capacity is not None:
+            header.append(capacity(to_run))
+        self.progress = Progress(
+            to_run, enabled=config.display.show_progress, header="\n".join([*header, *prepared.notes])
+        )
+        if to_run and self.workers is not None:
+            self.workers.wait_until_up()
+        self.manifest = self.store.write_manifest(self.planned)
+        if to_run and self.workers is not None:
+            with self.lease.interrupts():  # a lost lease stops the run: another driver has it now
+                _execute(
+                    config.scheduling,
+                    RunRows(prepared.evals, self.run_id, config.agent, config.agent_args),
+                    plan,
+                    todo,
+                    earlier_attempts,
+                    self.writer,
+                    self.progress,
+                    self.workers,
+                    self.lease,
+                    stop_signals,
+                )
+
+    def close(self) -> None:
+        """Store what is buffered and record how the run ended (unless another driver has it
+        now), release the lease, and stop what the run started."""
+        try:
+            if self.lease.lost is None:
+                _close_run(self.store, self.writer, self.progress, self.manifest, self.status, self.unwritable)
+                if self.status == "completed":  # read back while Ray shuts down
+                    planned = len(self.prepared.plan)
+                    self.summary = _in_background(
+                        summarize, self.store, self.run_id, total_units=planned, skipped=planned - self.to_run,
+                        ran=self.to_run, started=self.started,
+                    )  # fmt: skip
+            else:
+                _abandon_run(self.writer, self.progress)
         finally:
-            try:
-                if lease.lost is None:
-                    _close_run(store, writer, progress, manifest, status, unwritable)
-                    if status == "completed":  # read back while Ray shuts down
-                        summary = _in_background(
-                            summarize, store, run_id, total_units=len(plan), skipped=len(plan) - to_run,
-                            ran=to_run, started=started,
-                        )  # fmt: skip
-                else:
-                    _abandon_run(writer, progress)
-            finally:
-                lease.release()
-                if manifest is None and fresh_root:  # stopped before it began (its agent cannot run)
-                    with contextlib.suppress(OSError):
-                        os.rmdir(storage.output)  # only if the run left it empty
-                if workers is not None and status != "completed":
-                    workers.end_all()  # calls in flight end now, not in Ray's shutdown (which logs each)
-                if owns_ray:
-                    shut_down_embedded_ray()
-    if lease.lost is not None:
-        raise lease.lost
-    if unwritable is not None:
-        raise unwritable
-    if stopped_by is not None:
-        raise RunCancelled(run_id, stopped_by)
-    assert summary is not None, "a completed run's summary is being read"
-    return summary.result()
+            self.lease.release()
+            if self.manifest is None and self.fresh_root:  # stopped before it began (its agent cannot run)
+                with contextlib.suppress(OSError):
+                    os.rmdir(self.config.storage.output)  # only if the run left it empty
+            if self.workers is not None and self.status != "completed":
+                self.workers.end_all()  # calls in flight end now, not in Ray's shutdown (which logs each)
+            if self.owns_ray:
+                shut_down_embedded_ray()
+
+    def outcome(self) -> RunSummary:
+        """The summary of a completed run, or the error that stopped it."""
+        if self.lease.lost is not None:
+            raise self.lease.lost
+        if self.unwritable is not None:
+            raise self.unwritable
+        if self.stopped_by is not None:
+            raise RunCancelled(self.run_id, self.stopped_by)
+        assert self.summary is not None, "a completed run's summary is being read"
+        return self.summary.result()
 
 
 def _in_background(function: Callable[..., RunSummary], *args: Any, **kwargs: Any) -> Future[RunSummary]:

@@ -38,10 +38,7 @@ def connect(config: RayConfig) -> bool:
     """
     if ray.is_initialized():
         return False
-    address = config.address
-    if address is None and os.environ.get("RAY_ADDRESS"):
-        address = "auto"
-    if address in (None, "local"):
+    if runs_embedded(config.address):
         _stay_on_loopback()
         # Ray turns token authentication on for a new local cluster and says so on stderr at every
         # start, adding how to turn it off: it stays on, unannounced (RAY_AUTH_MODE still decides)
@@ -57,6 +54,7 @@ def connect(config: RayConfig) -> bool:
             configure_logging=False,
         )
         return True
+    address = config.address or "auto"  # None: the job's cluster, named by RAY_ADDRESS
     try:
         ray.init(address=address, log_to_driver=False, configure_logging=False)
     except RuntimeError as exc:  # Ray's own check: "Version mismatch: The cluster was started with ..."

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -55,13 +56,68 @@ def shared_ray() -> None:
             _OWNED_RAY.append(True)
 
 
+# Test modules (or folders) whose tests take longest on a loaded machine: with several
+# workers (pytest-xdist) they start first, so that none of them is what the run waits for last.
+LONGEST_FIRST = (
+    "tests/view/",
+    "tests/security/test_attacks.py",
+    "tests/cluster/test_cluster_runs.py",
+    "tests/batch/test_engine.py",
+    "tests/agents/test_provider_recovery.py",
+    "tests/batch/test_judges.py",
+    "tests/agents/test_real_agents.py",
+    "tests/test_readme_commands.py",
+)
+# Folders whose modules share session fixtures (a results root built by real runs, a browser):
+# their tests run in one worker, which builds each fixture once.
+ONE_WORKER_FOLDERS = ("tests/view/", "tests/report/")
+
+
+def _group_of(nodeid: str) -> str:
+    """The tests that run in one worker, one after the other: a module's (its fixtures, its
+    ``shared_ray``), or a folder's that share session fixtures."""
+    module = nodeid.split("::")[0]
+    return next((folder for folder in ONE_WORKER_FOLDERS if module.startswith(folder)), module)
+
+
+def _rank(group: str) -> int:
+    return next((index for index, first in enumerate(LONGEST_FIRST) if group.startswith(first)), len(LONGEST_FIRST))
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """In each module, the tests that ask for ``shared_ray`` run first (each part in its
-    written order), so that they share one Ray instead of one per stretch of them."""
+    written order), so that they share one Ray instead of one per stretch of them; the
+    longest groups first."""
     first_of: dict[str, int] = {}
     for index, item in enumerate(items):
         first_of.setdefault(item.nodeid.split("::")[0], index)
-    items.sort(key=lambda item: (first_of[item.nodeid.split("::")[0]], "shared_ray" not in item.fixturenames))
+    items.sort(
+        key=lambda item: (
+            _rank(_group_of(item.nodeid)),
+            first_of[item.nodeid.split("::")[0]],
+            "shared_ray" not in item.fixturenames,
+        )
+    )
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """Workers take the groups of :func:`_group_of` whole, in the order collected (the
+    longest first, see ``pytest_collection_modifyitems``)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _group_of(nodeid)
+
+    config.option.loadscopereorder = False
+    return GroupScheduling(config, log)
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: two workers a core this process may use (most tests wait on Ray,
+    subprocesses and sandboxes), at least 2."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(2, 2 * cores)
 
 
 @pytest.fixture(autouse=True)
@@ -78,3 +134,20 @@ def _shared_ray_ends_with_its_module() -> Iterator[None]:
 
 # Shared fixtures (the local S3 server, small file systems) live in their own modules.
 pytest_plugins = ["tests.fixtures_s3", "tests.small_disk", "tests.plugins"]
+
+
+def _interrupt_state() -> tuple[object, bool]:
+    return signal.getsignal(signal.SIGINT), signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, ())
+
+
+@pytest.fixture(autouse=True)
+def _ctrl_c_as_it_was() -> Iterator[None]:
+    """A test leaves Ctrl-C as it found it (handled, not ignored or blocked): processes that
+    later tests start inherit what it leaves, and one that ignores Ctrl-C cannot be stopped."""
+    before = _interrupt_state()
+    yield
+    after = _interrupt_state()
+    if after != before:
+        signal.signal(signal.SIGINT, before[0])  # type: ignore[arg-type]
+        signal.pthread_sigmask(signal.SIG_BLOCK if before[1] else signal.SIG_UNBLOCK, {signal.SIGINT})
+        pytest.fail(f"the test left SIGINT changed: handler and blocked {before} before, {after} after")

@@ -17,6 +17,7 @@ import secrets
 import shutil
 import subprocess
 import sys
+import sysconfig
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -132,6 +133,17 @@ def solve(task_prompt, work_dir, context):
 """
 
 
+def _venv_over_this_environment(venv: Path) -> None:
+    """A virtual environment at ``venv`` that sees the packages of the one running the tests
+    (rayeval, Ray...), however that one was made: a venv's ``--system-site-packages`` would
+    show the base interpreter's instead, which has no rayeval when the tests run in a venv."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    here = dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    lines = "".join(f"import site; site.addsitedir({folder!r})\n" for folder in here)
+    (venv / "lib" / version / "site-packages" / "tested_environment.pth").write_text(lines)
+
+
 def test_a_project_and_its_environment_under_tmp_are_there_for_its_agent(tmp_path: Path) -> None:
     """A clone under /tmp (each unit's /tmp is its own) with a virtual environment inside it:
     the agent runs on that environment's python, imports its project's modules, reads the
@@ -141,7 +153,7 @@ def test_a_project_and_its_environment_under_tmp_are_there_for_its_agent(tmp_pat
     project = tmp_path / "clone"
     project.mkdir()
     venv = project / ".venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=120)
+    _venv_over_this_environment(venv)
     (project / "honest_agent.py").write_text(HONEST)
     (project / "helper_module.py").write_text("VALUE = 42\n")
     (project / "report.html").write_text("<html>a report</html>")

@@ -45,6 +45,10 @@ log = logging.getLogger(__name__)
 # A worker's folder under the work root: ``worker-<host>-<pid>``.
 WORKER_FOLDER_PREFIX = "worker-"
 
+# Grading subprocesses a worker starts ahead of its first gradings; more start when more units
+# end at once (a grading takes milliseconds, an agent seconds to minutes: few are needed).
+PRESTARTED_GRADINGS = 2
+
 # The concurrency group of ``UnitWorker.grade_judged``: a unit's second grading pass does not wait
 # behind the agents that hold the worker's threads.
 GRADING_GROUP = "grading"
@@ -211,7 +215,7 @@ class UnitWorker:
                 judged = list(range(len(self.evals))) if self.judged_grade is not None else []
             self.judged_evals = frozenset(judged)
             if grade is None:
-                prestart_grading(self.evals, at_once=self.config.slots)
+                prestart_grading(self.evals, at_once=min(self.config.slots, len(self.plan), PRESTARTED_GRADINGS))
             self._shared_key = key
 
     def _named_agent(self) -> AgentRef:

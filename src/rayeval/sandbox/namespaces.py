@@ -8,7 +8,6 @@ a process that must stay small and hold nothing but its own unit.  Every wrapper
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import fcntl
 import os
@@ -68,7 +67,9 @@ _SIOCGIFFLAGS = 0x8913
 _SIOCSIFFLAGS = 0x8914
 _IFF_UP = 0x1
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+# the C library as this process has it loaded (finding it by name would run ``ldconfig -p``
+# in every process that imports this module)
+_libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
 
 
@@ -81,7 +82,7 @@ def _check(result: int, call: str, target: str = "") -> int:
 
 # clone(2) numbers (the calls Python does not offer); the arguments are in the same order on both
 _SYS_CLONE = {"x86_64": 56, "aarch64": 220}.get(platform.machine())
-_pylibc = ctypes.PyDLL(ctypes.util.find_library("c") or None, use_errno=True)  # keeps the GIL
+_pylibc = ctypes.PyDLL(None, use_errno=True)  # keeps the GIL
 _pylibc.syscall.restype = ctypes.c_long
 
 

@@ -19,6 +19,8 @@ from pydantic import BaseModel, ConfigDict, field_serializer, field_validator
 
 Status = Literal["passed", "failed", "error", "timeout", "config_error"]
 STATUSES: tuple[Status, ...] = ("passed", "failed", "error", "timeout", "config_error")
+#: a unit's limit on its model calls (``--limit-tokens``, ``--limit-cost``, ``--limit-model-calls``)
+LimitName = Literal["tokens", "cost", "model_calls"]
 #: Statuses that are errors (no verdict): counted apart from failures by the engine and reports.
 ERROR_STATUSES: frozenset[Status] = frozenset({"error", "timeout", "config_error"})
 
@@ -82,9 +84,15 @@ class UnitRecord(BaseModel):
     cost_usd: float | None = None
     agent_cost_usd: float | None = None
     judge_cost_usd: float | None = None
+    #: tokens of the unit's model calls, as the model gateway counted them (a replayed run's: as
+    #: recorded); every prompt token, cached ones included
     input_tokens: int | None = None
     output_tokens: int | None = None
     n_turns: int | None = None
+    #: the model calls the gateway relayed for the unit (None: its agent ran in the worker)
+    n_model_calls: int | None = None
+    #: the limit of the unit its model calls reached, None: none
+    limit_reached: LimitName | None = None
     #: the model refused (the agent's harness reports it, as it does the cost): the row stays
     #: ``failed``; None where the run was not searched for a refusal, and in rows stored before
     refusal: bool | None = None

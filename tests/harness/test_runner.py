@@ -22,6 +22,7 @@ from rayeval import EvalRunner, load_evals
 from rayeval.batch.plan import plan_units
 from rayeval.batch.rows import row_from_result
 from rayeval.evals import Eval
+from rayeval.gateway.unit import unit_model_variables
 from rayeval.sandbox.config import SandboxConfig
 from rayeval.sandbox.units import BASE_ENV_NAMES
 from rayeval.storage import ResultStore
@@ -76,11 +77,25 @@ def test_returned_dict_answer_is_graded(runner: EvalRunner) -> None:
 
 
 def test_envelope_with_metadata_is_unwrapped(runner: EvalRunner) -> None:
-    result = runner.run(
-        lambda p, w: {"answer": {"n_cells": 700}, "metadata": {"harness": "mine", "cost_usd": 0.25, "n_turns": 3}}
-    )
+    """A sandboxed agent's metadata is kept; its cost and tokens are what the gateway counted
+    (it made no model call), its own claims stay in the metadata, flagged."""
+    claims = {"harness": "mine", "cost_usd": 0.25, "input_tokens": 900, "n_turns": 3}
+    result = runner.run(lambda p, w: {"answer": {"n_cells": 700}, "metadata": claims})
     assert result.passed and result.metadata["cost_usd"] == 0.25
-    assert (result.harness, result.cost_usd, result.n_turns) == ("mine", 0.25, 3)
+    assert (result.harness, result.n_turns) == ("mine", 3)
+    assert (result.cost_usd, result.input_tokens, result.n_model_calls) == (0.0, 0, 0)
+    assert result.metadata["claims_differ_from_gateway"] == {
+        "cost_usd": {"claimed": 0.25, "counted": 0.0},
+        "input_tokens": {"claimed": 900, "counted": 0},
+    }
+
+
+def test_an_agent_run_in_the_worker_reports_its_own_usage(runner: EvalRunner) -> None:
+    """Inline, no gateway stands between the agent and its models: its report is all there is."""
+    claims = {"harness": "mine", "cost_usd": 0.25, "input_tokens": 900, "n_turns": 3}
+    result = runner.run(lambda p, w: {"answer": {"n_cells": 700}, "metadata": claims}, isolation="inline")
+    assert (result.harness, result.cost_usd, result.input_tokens, result.n_turns) == ("mine", 0.25, 900, 3)
+    assert result.n_model_calls is None
 
 
 @pytest.mark.parametrize(
@@ -102,7 +117,7 @@ def test_garbage_usage_numbers_are_not_lifted_and_the_row_still_stores(
     in metadata only: the typed fields must fit the Parquet schema, or the part holding that
     row could never be written, and every report and page sums and shows them."""
     metadata = {"input_tokens": garbage, "output_tokens": 5, "n_turns": garbage, "cost_usd": garbage}
-    result = runner.run(lambda p, w: {"answer": {"n_cells": 700}, "metadata": metadata})
+    result = runner.run(lambda p, w: {"answer": {"n_cells": 700}, "metadata": metadata}, isolation="inline")
     assert result.passed and result.output_tokens == 5
     assert (result.input_tokens, result.n_turns, result.cost_usd) == (None, None, cost)
     unit = plan_units([runner.eval], ["m"], [1], "agent")[0]
@@ -231,7 +246,7 @@ def test_prompt_says_where_data_and_answer_go_and_reveals_no_answer_key(runner: 
     assert "700" not in prompt and "ground_truth" not in prompt and "tolerance" not in prompt
     assert seen["files"] == ["agent_stdout.log", "data", "data/cells.csv"]
     assert seen["eval_file"] is False and Path(eval_file).is_file()  # the answer key's file is out of sight
-    assert seen["env"] and set(seen["env"]) <= {*BASE_ENV_NAMES, "HOME", "TMPDIR"}, sorted(seen["env"])
+    assert seen["env"] and set(seen["env"]) <= {*BASE_ENV_NAMES, *unit_model_variables(), "HOME", "TMPDIR"}
     assert not any(
         "ground_truth" in v or "multiple_choice" in v or "numeric_tolerance" in v for v in seen["env"].values()
     )
@@ -489,6 +504,7 @@ def test_run_timeout_argument_overrides_the_eval(runner: EvalRunner) -> None:
 
 
 GETS_OPENAI_KEY = SandboxConfig(env_names=("OPENAI_API_KEY",))
+GETS_PLAIN = SandboxConfig(env_names=("RAYEVAL_TEST_PLAIN",))
 
 
 def test_secrets_never_reach_the_result(runner: EvalRunner, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -532,10 +548,29 @@ def test_an_agent_gets_only_the_variables_it_is_given(
         return {"answer": {"n_cells": 700}, "metadata": {"seen": {"names": sorted(os.environ)}}}
 
     default = seen_by(runner.run(agent, isolation=isolation))["names"]
-    assert "OPENAI_API_KEY" not in default and "RAYEVAL_TEST_PLAIN" not in default
-    assert set(default) <= {*BASE_ENV_NAMES, "HOME", "TMPDIR"} and "PATH" in default
-    given = seen_by(runner.run(agent, isolation=isolation, sandbox=GETS_OPENAI_KEY))["names"]
-    assert "OPENAI_API_KEY" in given and "RAYEVAL_TEST_PLAIN" not in given
+    assert "RAYEVAL_TEST_PLAIN" not in default and "PATH" in default
+    assert set(default) <= {*BASE_ENV_NAMES, *unit_model_variables(), "HOME", "TMPDIR"}
+    given = seen_by(runner.run(agent, isolation=isolation, sandbox=GETS_PLAIN))["names"]
+    assert "RAYEVAL_TEST_PLAIN" in given
+
+
+def test_a_named_key_variable_holds_the_units_token_not_the_key(
+    runner: EvalRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Naming a provider's key variable for the agent (``--agent-env``) gives it its unit's
+    gateway token there, as every unit has: never the key."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-SECRET-123456")
+    monkeypatch.setenv("ANTHROPIC_API_KEY_FALLBACKS", '["sk-ant-spare-123456789"]')
+
+    def agent(prompt: str, work_dir: Path) -> dict:
+        key = os.environ["OPENAI_API_KEY"]
+        return {"answer": {"n_cells": 700}, "metadata": {"seen": {
+            "token": key.startswith("rayeval-unit-"), "fallbacks": "ANTHROPIC_API_KEY_FALLBACKS" in os.environ,
+            "base": os.environ["OPENAI_BASE_URL"].startswith("http://127.0.0.1:"),
+        }}}  # fmt: skip
+
+    named = SandboxConfig(env_names=("OPENAI_API_KEY", "ANTHROPIC_API_KEY_FALLBACKS"))
+    assert seen_by(runner.run(agent, sandbox=named)) == {"token": True, "fallbacks": False, "base": True}
 
 
 def test_a_secret_set_or_changed_after_earlier_runs_is_masked_too(

@@ -9,7 +9,8 @@ from rayeval.storage.schema import FILE_SCHEMA
 
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
 
-# the schema as it was written by hand before it was derived from the record
+# the schema as it was written by hand before it was derived from the record (and the columns
+# added since: n_model_calls, limit_reached)
 HAND_WRITTEN = pa.schema(
     [
         ("unit_id", pa.string()),
@@ -42,6 +43,8 @@ HAND_WRITTEN = pa.schema(
         ("input_tokens", pa.int64()),
         ("output_tokens", pa.int64()),
         ("n_turns", pa.int64()),
+        ("n_model_calls", pa.int64()),
+        ("limit_reached", pa.string()),
         ("refusal", pa.bool_()),
         ("started_at", _TIMESTAMP),
         ("finished_at", _TIMESTAMP),

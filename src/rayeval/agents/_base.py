@@ -12,7 +12,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from ..errors import ConfigError
 from ..harness.context import AgentContext
@@ -92,6 +92,8 @@ class ProgramAgent:
     #: the npm program it runs, pinned (None: a Python program of rayeval's environment)
     tool: ClassVar[_tools.Program | None] = None
     key_names: ClassVar[tuple[str, ...]] = ()
+    #: the one model API the program speaks, whose endpoint ``base_url`` is (None: its model's)
+    model_api: ClassVar[Literal["openai", "anthropic"] | None] = None
     #: (the variable listing fallback keys, the key variable a fallback goes into): a key the
     #: provider rejects is replaced by the next one listed; the list never reaches the program
     key_fallbacks: ClassVar[tuple[str, str] | None] = None

@@ -78,6 +78,7 @@ class ClaudeCodeAgent(ProgramAgent):
     description: ClassVar[str] = "Anthropic's Claude Code program (ANTHROPIC_API_KEY), the unit's model"
     tool: ClassVar[_tools.Program | None] = CLAUDE
     key_names: ClassVar[tuple[str, ...]] = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
+    model_api = "anthropic"
     config_names: ClassVar[tuple[str, ...]] = (
         "ANTHROPIC_BASE_URL", "CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX", "CLAUDE_CODE_USE_FOUNDRY",
     )  # fmt: skip

@@ -150,6 +150,7 @@ class CodexAgent(ProgramAgent):
     description: ClassVar[str] = "OpenAI's Codex program (OPENAI_API_KEY or CODEX_API_KEY), the unit's model"
     tool: ClassVar[_tools.Program | None] = CODEX
     key_names: ClassVar[tuple[str, ...]] = ("OPENAI_API_KEY", "CODEX_API_KEY")
+    model_api = "openai"
     config_names: ClassVar[tuple[str, ...]] = ("OPENAI_BASE_URL",)
 
     @classmethod

@@ -109,6 +109,7 @@ def _program(name: str) -> Callable[[], AgentFunction]:
         program_agent.check_args = check_args  # type: ignore[attr-defined]
         program_agent.env_names = spec.env_names()  # type: ignore[attr-defined]
         program_agent.read_paths, program_agent.env = _program_install(spec)  # type: ignore[attr-defined]
+        program_agent.model_api = spec.model_api  # type: ignore[attr-defined]
         # a CLI agent (node or Python, its tools' subprocesses): about a CPU and a GiB
         program_agent.resources = UnitResources(cpus=1, memory=1024 * MIB)  # type: ignore[attr-defined]
         return program_agent
@@ -208,6 +209,7 @@ def _built_in_ref(name: str, function: AgentFunction) -> AgentRef:
         read_paths=tuple(getattr(function, "read_paths", ())),
         path_options=_PATH_OPTIONS.get(name, ()),
         env=tuple(getattr(function, "env", ())),
+        model_api=getattr(function, "model_api", None),
         function=function,
     )
 

@@ -21,6 +21,10 @@ from .plan import Plan, Unit
 
 Attempt = tuple[Unit, int]
 
+#: the longest a provider's retry hint holds back a unit's next attempt: a hint (seen by the
+#: gateway; an agent's own report of one is no hint) says when to try again, never "not today"
+MAX_RETRY_HINT_S = 600.0
+
 
 def retry_delay(attempt: int, backoff_s: float) -> float:
     """Seconds before attempt ``attempt + 1`` of a unit whose agent errored: doubling from
@@ -32,7 +36,7 @@ def retry_delay(attempt: int, backoff_s: float) -> float:
 def unit_retry_delay(row: UnitRecord, attempt: int, backoff_s: float) -> float | None:
     """Seconds before a run's own retry of errored ``row`` (:func:`retry_delay`), or None when
     no retry helps: a ``ProviderError`` of a status that is not retryable (a rejected key, a
-    bad request). A provider's retry hint is waited at least."""
+    bad request). A provider's retry hint is waited at least, up to ``MAX_RETRY_HINT_S``."""
     delay = retry_delay(attempt, backoff_s)
     if row.error_type != PROVIDER_ERROR:
         return delay
@@ -42,7 +46,7 @@ def unit_retry_delay(row: UnitRecord, attempt: int, backoff_s: float) -> float |
         return delay
     if details.get("status") not in RETRYABLE_STATUSES:
         return None
-    return max(delay, amount_in(details.get("retry_after_s")) or 0.0)
+    return max(delay, min(amount_in(details.get("retry_after_s")) or 0.0, MAX_RETRY_HINT_S))
 
 
 class _ModelQueue:

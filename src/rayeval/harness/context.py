@@ -6,7 +6,7 @@ import inspect
 import weakref
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -72,6 +72,9 @@ class AgentRef(BaseModel):
     path_options: tuple[str, ...] = ()
     #: variables set for it where it runs, as (name, value) (where its program is installed)
     env: tuple[tuple[str, str], ...] = ()
+    #: the one model API a built-in program speaks (Claude Code: Anthropic's, Codex: OpenAI's),
+    #: which its ``base_url`` option is the endpoint of; None: the unit's model's
+    model_api: Literal["openai", "anthropic"] | None = None
     #: the agent itself, where rayeval's agents layer loaded it in this process (a built-in, or
     #: an agent run inline): what a unit run in this process calls
     function: AgentFunction | None = Field(default=None, exclude=True, repr=False)

@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..evals import Eval
+from ..gateway.server import ModelUsage
 from ..graders.judging import Judgments, judgments_cost_usd
 from ..graders.result import GraderResult
 from ..grading.pool import DEFAULT_TIMEOUT_S, GradingError, GradingTimeout, grade_bounded, judge_requests_bounded
@@ -49,6 +50,15 @@ class Execution(BaseModel):
     started_at: datetime
     finished_at: datetime
     artifacts: dict[str, str] = Field(default_factory=dict)
+    #: what its model calls used, as the model gateway counted them (set by the runner, never
+    #: by the agent; None: the agent ran in this process, with no gateway in between)
+    model_usage: ModelUsage | None = None
+
+    @property
+    def counted(self) -> ModelUsage | None:
+        """What the gateway counted of its calls, unless it replays recorded runs (their usage,
+        cost and refusals are the recorded ones)."""
+        return None if self.replayed else self.model_usage
 
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -71,24 +81,64 @@ def _number(value: Any, kind: type) -> Any:
     return number
 
 
-def lift_metadata(metadata: dict, *, recorded_duration: bool = False, judgments: Judgments | None = None) -> dict:
-    """Cost, tokens, turns and harness reported by the agent, as typed result fields, with
-    the cost of the judge calls whose outcomes are ``judgments`` (see :func:`cost_fields`).
+def lift_metadata(
+    metadata: dict,
+    *,
+    recorded_duration: bool = False,
+    judgments: Judgments | None = None,
+    counted: ModelUsage | None = None,
+) -> dict:
+    """Cost, tokens, turns and harness as typed result fields, with the cost of the judge
+    calls whose outcomes are ``judgments`` (see :func:`cost_fields`). Tokens, cost and the
+    number of model calls are the gateway's ``counted`` ones where the unit's calls went
+    through it; only an agent run in this process (the replay of recorded runs among them)
+    has its own report of them taken. Turns and harness are the agent's word.
 
     ``recorded_duration``: the agent is rayeval's replay, whose ``duration_s`` is the recorded
     run's; any other agent's reported duration is ignored (the measured one is kept)."""
     lifted: dict[str, Any] = {}
     if isinstance(metadata.get("harness"), str):
         lifted["harness"] = metadata["harness"]
-    lifted.update(cost_fields(_number(metadata.get("cost_usd", metadata.get("total_cost")), float), judgments))
-    for key in _LIFTED_INT_FIELDS:
-        count = _number(metadata.get(key), int)
-        if count is not None:
-            lifted[key] = count
+    claimed = {key: _number(metadata.get(key), int) for key in _LIFTED_INT_FIELDS}
+    claimed_cost = _number(metadata.get("cost_usd", metadata.get("total_cost")), float)
+    if counted is None:
+        lifted.update(cost_fields(claimed_cost, judgments))
+        lifted.update({key: count for key, count in claimed.items() if count is not None})
+    else:
+        lifted.update(cost_fields(counted.cost_usd, judgments))
+        lifted.update(counted_fields(counted))
+        if claimed["n_turns"] is not None:
+            lifted["n_turns"] = claimed["n_turns"]
     recorded = _number(metadata.get("duration_s"), float)
     if recorded_duration and recorded is not None:
         lifted["duration_s"] = recorded
     return lifted
+
+
+def counted_fields(counted: ModelUsage) -> dict[str, Any]:
+    """A result's fields from what the gateway counted of its calls."""
+    return {
+        "input_tokens": counted.usage.input_tokens or 0,
+        "output_tokens": counted.usage.output_tokens or 0,
+        "n_model_calls": counted.n_model_calls,
+        "limit_reached": counted.limit_reached,
+    }
+
+
+def claims_against_counts(metadata: dict, counted: ModelUsage) -> dict[str, Any]:
+    """Where what the agent reported of its model calls differs from what the gateway counted
+    (its claims stay in the metadata; none is taken)."""
+    counts = {
+        "input_tokens": counted.usage.input_tokens or 0,
+        "output_tokens": counted.usage.output_tokens or 0,
+        "cost_usd": counted.cost_usd,
+    }
+    differs = {}
+    for key, count in counts.items():
+        claim = _number(metadata.get(key), float)
+        if claim is not None and count is not None and not math.isclose(claim, count, rel_tol=1e-6, abs_tol=1e-9):
+            differs[key] = {"claimed": metadata.get(key), "counted": count}
+    return differs
 
 
 def cost_fields(agent_cost_usd: float | None, judgments: Judgments | None) -> dict[str, float | None]:
@@ -102,6 +152,15 @@ def cost_fields(agent_cost_usd: float | None, judgments: Judgments | None) -> di
         "judge_cost_usd": judge_cost_usd,
         "cost_usd": sum(known) if known else None,
     }
+
+
+def refusal_of(execution: Execution, metadata: dict[str, Any]) -> bool | None:
+    """Whether the model refused: as the gateway read it off the provider's replies, where the
+    unit's calls went through it (the agent's own claim stays in its metadata); else as the
+    agent, run in this process, reports it."""
+    if execution.counted is not None:
+        return bool(execution.counted.refusals)
+    return refusal_column(metadata)
 
 
 def judge_requests(eval_: Eval, execution: Execution, *, grade_timeout: float | None = DEFAULT_TIMEOUT_S) -> Judgments:
@@ -118,12 +177,15 @@ def judge_requests(eval_: Eval, execution: Execution, *, grade_timeout: float | 
 
 
 def unanswered_result(execution: Execution) -> EvalResult:
-    """The result of an execution that ended in an error or a timeout: nothing to grade."""
+    """The result of an execution that ended in an error or a timeout: nothing to grade (what
+    its model calls used, as the gateway counted them, is kept)."""
     metadata = with_run_summary(execution.metadata, execution.agent_s)
     status: Status = "timeout" if execution.outcome == "timeout" else "error"
+    counted = execution.counted
+    costs = {} if counted is None else {**cost_fields(counted.cost_usd, None), **counted_fields(counted)}
     return carried(
         EvalResult, execution, agent_answer=execution.answer, status=status, passed=False, metadata=metadata,
-        refusal=refusal_column(metadata),
+        refusal=refusal_of(execution, metadata), **costs,
     )  # fmt: skip
 
 
@@ -144,7 +206,7 @@ def grade_execution(
     if execution.outcome in ("error", "timeout"):
         return unanswered_result(execution)
     metadata = with_run_summary(execution.metadata, execution.agent_s)
-    reported = {"metadata": metadata, "refusal": refusal_column(metadata)}
+    reported = {"metadata": metadata, "refusal": refusal_of(execution, metadata)}
     start = time.monotonic()
     status: Status
     grader_result: GraderResult | None
@@ -164,7 +226,9 @@ def grade_execution(
         else:
             status = "passed" if grader_result.passed else "failed"
     grade_s = time.monotonic() - start
-    lifted = lift_metadata(execution.metadata, recorded_duration=execution.replayed, judgments=judgments)
+    lifted = lift_metadata(
+        execution.metadata, recorded_duration=execution.replayed, judgments=judgments, counted=execution.counted
+    )
     duration_s = lifted.pop("duration_s", round(execution.duration_s + grade_s, 6))  # a replay's: the recorded
     return carried(
         EvalResult,

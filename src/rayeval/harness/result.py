@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..graders.result import GraderResult
-from ..record import STATUSES, Status
+from ..record import STATUSES, LimitName, Status
 
 __all__ = ["STATUSES", "EvalResult", "Status"]
 
@@ -48,6 +48,10 @@ class EvalResult(BaseModel):
     input_tokens: int | None = None
     output_tokens: int | None = None
     n_turns: int | None = None
+    #: the model calls the gateway relayed for it (None: its agent ran in this process)
+    n_model_calls: int | None = None
+    #: the limit its model calls reached, None: none
+    limit_reached: LimitName | None = None
     #: the model refused (as the agent's harness reports it; None: not searched for one)
     refusal: bool | None = None
     started_at: datetime | None = None

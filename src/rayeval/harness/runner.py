@@ -11,6 +11,9 @@ from .._json import amount_in, count_in
 from ..errors import ConfigError
 from ..evals import Eval, load_eval
 from ..evals.data_roots import resolve_roots
+from ..gateway.server import ModelUsage, SessionReport
+from ..gateway.transcript import MODEL_CALLS_ARTIFACT, transcript_text
+from ..gateway.unit import open_unit_access, shared_gateway
 from ..grading.pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
 from ..models.failures import MESSAGE_CHARS, PROVIDER_ERROR, failure_code
 from ..sandbox.config import MiB, SandboxConfig
@@ -20,7 +23,7 @@ from ..secrets import environment_secrets, redact
 from .answers import MAX_ANSWER_NESTING, find_answer, nested_deeper_than
 from .cache import default_cache_dir, remove_tree
 from .context import AgentContext, AgentFunction, AgentRef, call_agent
-from .execution import Execution, grade_execution, now
+from .execution import Execution, claims_against_counts, grade_execution, now
 from .prompt import AnswerConvention, build_prompt
 from .result import EvalResult
 from .staging import StagingError, stage_data
@@ -129,7 +132,7 @@ class EvalRunner:
         removed = False
         config = sandbox or SandboxConfig()
         try:
-            ran = self._run_agent(work_dir, agent, context, limit, isolation, config)
+            ran, calls = self._run_agent(work_dir, agent, context, limit, isolation, config)
             # what the agent left is listed once, for its answer files and its artifacts
             if self.keep_workspace:
                 listing = list_work_dir(work_dir)
@@ -140,8 +143,11 @@ class EvalRunner:
             if isinstance(ran, Exception):
                 fields = {"outcome": "error", "error_type": type(ran).__name__, "error_message": str(ran)}
             else:
-                fields = _find_answer(ran, work_dir, listing, int(config.limits.answer_file_mb * MiB))
+                counted = calls.counted if calls is not None else None
+                fields = _find_answer(ran, work_dir, listing, int(config.limits.answer_file_mb * MiB), counted)
             fields["artifacts"] = collect_artifacts(listing, int(config.limits.artifact_mb * MiB))
+            if calls is not None:
+                _count_calls(fields, calls, int(config.limits.artifact_mb * MiB))
         finally:
             if not self.keep_workspace and not removed:
                 remove_tree(work_dir)
@@ -150,6 +156,8 @@ class EvalRunner:
         pattern = environment_secrets()
         if pattern is not None:
             fields = redact(fields, pattern)
+        if calls is not None:
+            fields = redact(fields, [calls.token])
         return Execution(
             **fields,
             eval_id=self.eval.id,
@@ -171,8 +179,10 @@ class EvalRunner:
         limit: float | None,
         isolation: Isolation,
         sandbox: SandboxConfig,
-    ) -> Outcome | StagingError | SandboxError:
-        """Stage the data and run the agent in ``work_dir``: its outcome, or why it could not run."""
+    ) -> tuple[Outcome | StagingError | SandboxError, SessionReport | None]:
+        """Stage the data and run the agent in ``work_dir``: its outcome, or why it could not
+        run, and what its model calls used, as the gateway saw them (None: run in this process,
+        where no gateway stands between it and its models)."""
         base_dir = self.eval.source_path.parent if self.eval.source_path else None
         # Agents that never read inputs (replay, sleep) set ``needs_data = False``.
         nodes = self.eval.data_nodes if getattr(agent, "needs_data", True) else []
@@ -189,18 +199,29 @@ class EvalRunner:
                 mode="mount" if isolation == "sandbox" else "copy",
             )
         except StagingError as exc:
-            return exc
+            return exc, None
         prompt = build_prompt(self.eval.task, work_dir, [node.path for node in staged], context.convention)
         if isolation == "inline":
             function = _resolved(agent)
-            return run_inline(lambda: call_agent(function, prompt, work_dir, context), limit)
+            return run_inline(lambda: call_agent(function, prompt, work_dir, context), limit), None
         config = unit_sandbox(sandbox, agent, context.args, self.data_roots)
         runner = unit_runner(config, isolation, self.runner_root, cache_dir)
         inputs = [(node.view_source, str(work_dir / node.path)) for node in staged if node.view_source]
+        gateway = shared_gateway()
+        access = open_unit_access(
+            gateway,
+            context.args,
+            model=context.model,
+            api=agent.model_api if isinstance(agent, AgentRef) else None,
+            options=isinstance(agent, AgentRef) and agent.module is None,
+        )
+        unit_context = context.model_copy(update={"args": access.args})
         try:
-            return runner.run(unit_spec(runner, agent, prompt, work_dir, context, inputs), limit)
+            spec = unit_spec(runner, agent, prompt, work_dir, unit_context, inputs, model_env=access.env)
+            ran: Outcome | SandboxError = runner.run(spec, limit)
         except SandboxError as exc:
-            return exc
+            ran = exc
+        return ran, gateway.close(access.session)
 
 
 def unit_sandbox(
@@ -278,7 +299,12 @@ def _resolved(agent: AgentFunction | AgentRef) -> AgentFunction:
     return agent.function
 
 
-def _find_answer(outcome: Outcome, work_dir: Path, listing: Listing, file_limit: int) -> dict:
+def _find_answer(
+    outcome: Outcome, work_dir: Path, listing: Listing, file_limit: int, counted: ModelUsage | None = None
+) -> dict:
+    """The unit's answer and outcome. Left without an answer, it is a ``ProviderError`` when
+    its last model call ended in the provider's failure, as the gateway saw it (``counted``);
+    only an agent run in this process (no gateway) has its own report of one taken."""
     fields: dict = {"agent_s": round(outcome.seconds, 6)}
     if outcome.kind == "timeout":
         return {
@@ -314,13 +340,36 @@ def _find_answer(outcome: Outcome, work_dir: Path, listing: Listing, file_limit:
     if found.oversized:  # an answer no store takes is the unit's error, as a returned one is
         return {**fields, "outcome": "error", "error_type": "AnswerTooLarge", "error_message": found.problem}
     details = found.metadata.get("error_details")
-    failure = provider_failure_details(details)
+    failure = provider_failure_details(details) if counted is None else gateway_failure_details(counted)
     if failure is not None:  # no answer because the provider failed: the run's error, not a wrong answer
         found.metadata["error_details"] = {**(details or {}), **failure}
         return {**fields, "outcome": "error", "error_type": PROVIDER_ERROR, "error_message": _provider_message(failure)}
     detail = details.get("error") if isinstance(details, dict) else None
     message = "; ".join(text for text in (found.problem, detail) if text)
     return {**fields, "outcome": "no_answer", "error_type": "NoAnswer", "error_message": message}
+
+
+def _count_calls(fields: dict[str, Any], calls: SessionReport, artifact_bytes: int) -> None:
+    """What the gateway saw of the unit's model calls: its counts, their transcript (the
+    ``model_calls.json`` artifact, the newest calls that fit), and where the agent's own
+    report of them differs."""
+    fields["model_usage"] = calls.counted
+    fields["artifacts"][MODEL_CALLS_ARTIFACT] = transcript_text(calls.calls, artifact_bytes)
+    metadata = fields.setdefault("metadata", {})
+    if isinstance(metadata, dict):
+        metadata["gateway"] = calls.counted.model_dump(mode="json")
+        differs = claims_against_counts(metadata, calls.counted)
+        if differs:
+            metadata["claims_differ_from_gateway"] = differs
+
+
+def gateway_failure_details(counted: ModelUsage) -> dict[str, Any] | None:
+    """The provider failure the gateway saw end the unit's last model call, as a
+    ``ProviderError`` row's details (None: there was none)."""
+    failure = counted.last_failure
+    if failure is None:
+        return None
+    return {**failure.as_dict(), "seen_by": "gateway", "provider_retry_count": None, "provider_retry_wait_s": None}
 
 
 def provider_failure_details(details: Any) -> dict[str, Any] | None:

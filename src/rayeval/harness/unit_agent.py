@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RayevalError
+from ..gateway.unit import provider_variables
 from ..sandbox.config import SandboxConfig, SandboxIsolation
 from ..sandbox.units import SandboxError, UnitRunner, UnitSpec
 from .context import AgentContext, AgentFunction, AgentRef, call_agent
@@ -74,11 +75,16 @@ def unit_spec(
     inputs: list[tuple[str, str]],
     *,
     probe: bool = False,
+    model_env: dict[str, str] | None = None,
 ) -> UnitSpec:
-    """The spec of a unit of ``agent`` on ``task`` in ``runner``, with the variables it names."""
+    """The spec of a unit of ``agent`` on ``task`` in ``runner``, with the variables it names.
+    No provider key reaches it: ``model_env`` sets the variables of its model gateway session
+    (none for a probe, which calls no model)."""
     call = {"agent": _agent_ref(agent), "task": task, "context": context.model_dump(), "probe": probe}
-    env = agent.env if isinstance(agent, AgentRef) else ()
-    return runner.spec(ENTRY, call, work_dir, inputs, env_names=getattr(agent, "env_names", ()), env=env)
+    env = [*(agent.env if isinstance(agent, AgentRef) else ()), *(model_env or {}).items()]
+    return runner.spec(
+        ENTRY, call, work_dir, inputs, env_names=getattr(agent, "env_names", ()), env=env, withheld=provider_variables()
+    )
 
 
 def probe(

@@ -43,6 +43,7 @@ _AT_FDCWD = -100
 _MOVE_MOUNT_F_EMPTY_PATH = 0x4
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_DUMPABLE = 4
 _PR_CAPBSET_DROP = 24
 _PR_SET_NO_NEW_PRIVS = 38
 _CAP_LAST = 63
@@ -145,6 +146,13 @@ def remount_read_only(target: str) -> None:
 
 def set_parent_death_signal(signum: int) -> None:
     _check(_libc.prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0), "prctl", "PR_SET_PDEATHSIG")
+
+
+def forbid_dumping() -> None:
+    """No other process of the same user reads this one's memory, environment or open files
+    (``/proc/<pid>/mem``, ``environ``, ``fd``), nor traces it: the programs it runs (their
+    exec makes them dumpable again) and their tools cannot reach what it holds."""
+    _check(_libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0), "prctl", "PR_SET_DUMPABLE")
 
 
 class _CapHeader(ctypes.Structure):

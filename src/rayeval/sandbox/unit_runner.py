@@ -45,6 +45,9 @@ from . import namespaces as ns
 _FRAME = struct.Struct("!cQ")
 FRAME_HEADER_BYTES = _FRAME.size
 SPEC, RESULT, EXIT = b"S", b"R", b"X"
+#: The unit's process is set up and calls the agent next: only before this frame can the unit
+#: report that its sandbox failed (after it, the agent's code holds the socket too).
+READY = b"Y"
 #: Largest spec an agent process reads (the task and a pickled agent).
 MAX_SPEC_BYTES = 256 << 20
 #: The uid and gid an agent has inside its user namespace when the runner is root outside
@@ -254,6 +257,7 @@ def _agent_process(spec: dict[str, Any], sock: socket.socket) -> int:
     """pid 1 of the unit (sandboxed) or its process-group leader: set up, run, answer."""
     try:
         _enter(spec)
+        send_frame(sock, READY, b"")
     except BaseException as exc:  # noqa: BLE001 - reported as the unit's sandbox failure
         _send_result(sock, _encode({"kind": "setup_failed", "message": f"{type(exc).__name__}: {exc}"}))
         return SETUP_FAILED_EXIT
@@ -294,6 +298,8 @@ def _enter(spec: dict[str, Any]) -> None:
     os.environ.clear()
     os.environ.update(spec["env"])
     _redirect_streams(spec["log_path"])
+    if sys.platform == "linux":
+        ns.forbid_dumping()
 
 
 def _build_view(spec: dict[str, Any]) -> None:

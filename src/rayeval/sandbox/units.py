@@ -49,6 +49,7 @@ from .unit_runner import (
     EXIT,
     FRAME_HEADER_BYTES,
     PID_DIGITS,
+    READY,
     RESULT,
     SETUP_FAILED_EXIT,
     SPEC,
@@ -326,15 +327,17 @@ class UnitRunner:
         *,
         env_names: Iterable[str] = (),
         env: Iterable[tuple[str, str]] = (),
+        withheld: Iterable[str] = (),
     ) -> UnitSpec:
         """A unit whose process calls ``entry`` with ``call`` in ``work_dir``, its ``inputs``
         (source, target) shown read-only. Its environment: the variables of ``BASE_ENV_NAMES``,
-        the configuration's ``env_names`` and these, as this process has them, then ``env``."""
+        the configuration's ``env_names`` and these, as this process has them, less those
+        ``withheld`` (the providers' keys), then ``env``."""
         config = self.config
         sandboxed = self.isolation == "sandbox"
         # what the runner sees and the unit must not (the rest is hidden from the runner too)
         covered = [self.work_root, *([self.cache_dir] if self.cache_dir else [])]
-        names = {*BASE_ENV_NAMES, *config.env_names, *env_names}
+        names = {*BASE_ENV_NAMES, *config.env_names, *env_names} - set(withheld)
         unit_env = {name: os.environ[name] for name in sorted(names) if name in os.environ}
         home = "/tmp/home" if sandboxed else str(work_dir / ".home")
         unit_env.update({"HOME": home, "TMPDIR": "/tmp" if sandboxed else str(work_dir / ".tmp")})
@@ -486,6 +489,8 @@ class _Ended(BaseModel):
 
     result: bytes | None = None
     exit_code: int | None = None
+    #: the unit's process said it was set up (``READY``), before any agent code ran
+    ready: bool = False
     overflow: bool = False
     timed_out: bool = False
     problem: str | None = None
@@ -578,7 +583,9 @@ def _collect(sock: socket.socket, agent: _AgentProcess, max_output: int, deadlin
             ended.overflow = True
             agent.kill()
             return ended
-        if kind == RESULT and ended.result is None:
+        if kind == READY and ended.result is None:
+            ended.ready = True
+        elif kind == RESULT and ended.result is None:
             ended.result = data
         elif kind == EXIT:
             with contextlib.suppress(ValueError):
@@ -601,6 +608,8 @@ def _outcome(ended: _Ended, max_output: int, timeout: float | None, seconds: flo
             error_message=f"the agent's return value exceeded the {max_output / MiB:g} MB limit (max_output_mb)",
             seconds=seconds,
         )
+    if not ended.ready and (ended.exit_code == SETUP_FAILED_EXIT or _says_setup_failed(ended.result)):
+        raise SandboxError(f"the unit's sandbox could not be set up: {_setup_problem(ended.result)}")
     if not ended.result:
         code = ended.exit_code
         if code is None:  # no report of its exit: its channel ended, or the report was overdue
@@ -624,8 +633,13 @@ def _outcome(ended: _Ended, max_output: int, timeout: float | None, seconds: flo
             error_message=f"the agent's result is not usable JSON: {exc}",
             seconds=seconds,
         )
-    if kind == "setup_failed" or ended.exit_code == SETUP_FAILED_EXIT:
-        raise SandboxError(f"the unit's sandbox could not be set up: {message.get('message')}")
+    if kind == "setup_failed":  # after the unit was set up: the agent's code wrote it
+        return Outcome(
+            kind="raised",
+            error_type="BadAgentResult",
+            error_message="the agent's result claims its sandbox failed, after the sandbox was set up",
+            seconds=seconds,
+        )
     if kind == "returned":
         return Outcome(kind="returned", value=message.get("value"), seconds=seconds)
     error_type, error_message, trace = (message.get(name) for name in ("error_type", "error_message", "traceback"))
@@ -637,6 +651,20 @@ def _outcome(ended: _Ended, max_output: int, timeout: float | None, seconds: flo
             seconds=seconds,
         )
     return Outcome(kind="raised", error_type=error_type, error_message=error_message, traceback=trace, seconds=seconds)
+
+
+def _says_setup_failed(result: bytes | None) -> bool:
+    try:
+        return bool(result) and json.loads(result or b"").get("kind") == "setup_failed"
+    except (ValueError, AttributeError, RecursionError):
+        return False
+
+
+def _setup_problem(result: bytes | None) -> str:
+    try:
+        return str(json.loads(result or b"").get("message"))
+    except (ValueError, AttributeError, RecursionError):
+        return "its process ended before it was set up"
 
 
 _RUNNERS: dict[tuple[Any, ...], UnitRunner] = {}

@@ -1,0 +1,328 @@
+"""What a relayed model call cost and said, read off the provider's own response.
+
+The gateway feeds each response's bytes, as they pass, to a :class:`ResponseReader` of the
+call's wire protocol (Anthropic Messages, OpenAI Chat Completions, OpenAI Responses), plain
+JSON or server-sent events alike. The reader keeps the usage the provider reported, the stop
+reason, a refusal, and the reply itself (assembled from its stream) for the unit's transcript.
+Nothing here trusts the unit: it reads only what the provider sent.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from .._json import count_in, object_at
+
+Protocol = Literal["anthropic", "chat", "responses"]
+
+#: the most bytes of one plain-JSON response read for accounting (the client gets them all)
+MAX_JSON_BYTES = 64 * 1024 * 1024
+#: the most bytes of one server-sent event kept while it is incomplete
+MAX_EVENT_BYTES = 16 * 1024 * 1024
+
+
+def protocol_of(path: str) -> Protocol | None:
+    """The wire protocol of a request path (None: not a model call, e.g. a model listing or
+    Anthropic's token counting)."""
+    tail = path.rstrip("/")
+    if tail.endswith("/messages"):
+        return "anthropic"
+    if tail.endswith("/chat/completions"):
+        return "chat"
+    if tail.endswith("/responses"):
+        return "responses"
+    return None
+
+
+class Usage(BaseModel):
+    """Tokens of one call or of many. ``input_tokens`` counts every prompt token, cached ones
+    included (Anthropic reports cache reads and writes apart: they are added in)."""
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    reasoning_tokens: int | None = None
+
+    def add(self, other: Usage) -> None:
+        for name in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens"):
+            theirs = getattr(other, name)
+            if theirs is not None:
+                setattr(self, name, (getattr(self, name) or 0) + theirs)
+
+    def total_tokens(self) -> int:
+        return (self.input_tokens or 0) + (self.output_tokens or 0)
+
+    def as_dict(self) -> dict[str, int | None]:
+        return self.model_dump()
+
+
+def _anthropic_usage(usage: dict[str, Any], into: Usage) -> None:
+    """Anthropic's usage object (``message_start``'s, then ``message_delta``'s running totals)."""
+    fresh = count_in(usage.get("input_tokens"))
+    read = count_in(usage.get("cache_read_input_tokens"))
+    written = count_in(usage.get("cache_creation_input_tokens"))
+    if read is not None:
+        into.cache_read_tokens = read
+    if written is not None:
+        into.cache_write_tokens = written
+    if fresh is not None:
+        into.input_tokens = fresh + (into.cache_read_tokens or 0) + (into.cache_write_tokens or 0)
+    output = count_in(usage.get("output_tokens"))
+    if output is not None:
+        into.output_tokens = output
+
+
+def _openai_usage(usage: dict[str, Any], into: Usage, *, prompt: str, completion: str) -> None:
+    """OpenAI's usage object: Chat Completions (prompt/completion) or Responses (input/output)."""
+    into.input_tokens = count_in(usage.get(prompt))
+    into.output_tokens = count_in(usage.get(completion))
+    into.cache_read_tokens = count_in(object_at(usage, f"{prompt}_details").get("cached_tokens"))
+    into.reasoning_tokens = count_in(object_at(usage, f"{completion}_details").get("reasoning_tokens"))
+
+
+@dataclass
+class ResponseReader:
+    """Reads one response of ``protocol`` as its bytes pass (see :meth:`feed`)."""
+
+    protocol: Protocol
+    streamed: bool
+    usage: Usage = field(default_factory=Usage)
+    usage_seen: bool = False
+    stop_reason: str | None = None
+    refusal: str | None = None
+    model: str | None = None
+    #: the reply as the provider's non-streamed JSON would hold it (assembled from a stream)
+    reply: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    _buffer: bytearray = field(default_factory=bytearray)
+    _overflow: bool = False
+    _blocks: list[dict[str, Any]] = field(default_factory=list)
+    _choice: dict[str, Any] = field(default_factory=dict)
+
+    def feed(self, chunk: bytes) -> None:
+        if self._overflow:
+            return
+        self._buffer += chunk
+        if not self.streamed:
+            if len(self._buffer) > MAX_JSON_BYTES:
+                self._overflow = True
+                self._buffer.clear()
+            return
+        while True:
+            end = self._event_end()
+            if end is None:
+                if len(self._buffer) > MAX_EVENT_BYTES:
+                    self._overflow = True
+                    self._buffer.clear()
+                return
+            event, self._buffer[:] = bytes(self._buffer[: end[0]]), self._buffer[end[1] :]
+            self._event(event)
+
+    def _event_end(self) -> tuple[int, int] | None:
+        """Where the first complete event ends in the buffer, and where the next starts."""
+        for separator in (b"\n\n", b"\r\n\r\n"):
+            at = self._buffer.find(separator)
+            if at >= 0:
+                return at, at + len(separator)
+        return None
+
+    def finish(self) -> None:
+        """The response ended: read what is left (a last event without its blank line, or the
+        whole JSON body)."""
+        if self._overflow:
+            return
+        rest, self._buffer = bytes(self._buffer), bytearray()
+        if self.streamed:
+            if rest.strip():
+                self._event(rest)
+            self._assemble()
+            return
+        try:
+            body = json.loads(rest)
+        except ValueError:
+            return
+        if isinstance(body, dict):
+            self._message(body)
+            self.reply = body
+
+    # ------------------------------------------------------------------ one event of a stream
+    def _event(self, raw: bytes) -> None:
+        data_lines = []
+        for line in raw.decode("utf-8", "replace").splitlines():
+            if line.startswith("data:"):
+                data_lines.append(line[5:].lstrip(" "))
+        if not data_lines:
+            return
+        text = "\n".join(data_lines)
+        if text.strip() == "[DONE]":
+            return
+        try:
+            data = json.loads(text)
+        except ValueError:
+            return
+        if isinstance(data, dict):
+            {"anthropic": self._anthropic_event, "chat": self._chat_chunk, "responses": self._responses_event}[
+                self.protocol
+            ](data)
+
+    def _anthropic_event(self, data: dict[str, Any]) -> None:
+        kind = data.get("type")
+        if kind == "message_start":
+            message = object_at(data, "message")
+            self.model = message.get("model") if isinstance(message.get("model"), str) else self.model
+            self._note_usage(lambda: _anthropic_usage(object_at(message, "usage"), self.usage))
+            self.reply = {key: value for key, value in message.items() if key != "content"}
+        elif kind == "content_block_start":
+            self._blocks.append(dict(object_at(data, "content_block")))
+        elif kind == "content_block_delta" and self._blocks:
+            _apply_delta(self._blocks[-1], object_at(data, "delta"))
+        elif kind == "message_delta":
+            reason = object_at(data, "delta").get("stop_reason")
+            if isinstance(reason, str):
+                self.stop_reason = reason
+            if isinstance(data.get("usage"), dict):
+                self._note_usage(lambda: _anthropic_usage(data["usage"], self.usage))
+        elif kind == "error":
+            self.error = object_at(data, "error") or data
+
+    def _chat_chunk(self, data: dict[str, Any]) -> None:
+        if isinstance(data.get("model"), str):
+            self.model = data["model"]
+        if isinstance(data.get("usage"), dict):
+            self._note_usage(
+                lambda: _openai_usage(data["usage"], self.usage, prompt="prompt_tokens", completion="completion_tokens")
+            )
+        if isinstance(data.get("error"), dict):
+            self.error = data["error"]
+        choices = data.get("choices")
+        for choice in choices if isinstance(choices, list) else []:
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            delta = object_at(choice, "delta")
+            message = self._choice.setdefault("message", {"role": "assistant"})
+            for key in ("content", "refusal", "reasoning_content"):
+                if isinstance(delta.get(key), str):
+                    message[key] = message.get(key, "") + delta[key]
+            for call in delta.get("tool_calls") or []:
+                if isinstance(call, dict):
+                    _merge_tool_call(message.setdefault("tool_calls", []), call)
+            if isinstance(choice.get("finish_reason"), str):
+                self._choice["finish_reason"] = choice["finish_reason"]
+
+    def _responses_event(self, data: dict[str, Any]) -> None:
+        kind = data.get("type")
+        if kind in ("response.created", "response.completed", "response.incomplete", "response.failed"):
+            self._message(object_at(data, "response"))
+            self.reply = object_at(data, "response")
+        elif kind == "response.refusal.done" and isinstance(data.get("refusal"), str):
+            self.refusal = data["refusal"]
+        elif kind == "error":
+            self.error = data
+
+    def _assemble(self) -> None:
+        """The reply of a stream, as the non-streamed response would hold it."""
+        if self.protocol == "anthropic" and self.reply is not None:
+            self.reply = {**self.reply, "content": self._blocks, "stop_reason": self.stop_reason}
+            if self.stop_reason == "refusal":
+                self.refusal = _text_of(self._blocks) or "refusal"
+        elif self.protocol == "chat" and self._choice:
+            self.reply = {"model": self.model, "choices": [{"index": 0, **self._choice}]}
+            self._chat_outcome(self._choice)
+
+    # ------------------------------------------------------------------ a whole response object
+    def _message(self, body: dict[str, Any]) -> None:
+        if isinstance(body.get("model"), str):
+            self.model = body["model"]
+        if isinstance(body.get("error"), dict):
+            self.error = body["error"]
+        usage = body.get("usage")
+        if self.protocol == "anthropic":
+            if isinstance(usage, dict):
+                self._note_usage(lambda: _anthropic_usage(usage, self.usage))
+            if isinstance(body.get("stop_reason"), str):
+                self.stop_reason = body["stop_reason"]
+            if self.stop_reason == "refusal":
+                content = body.get("content")
+                self.refusal = _text_of(content if isinstance(content, list) else []) or "refusal"
+        elif self.protocol == "chat":
+            if isinstance(usage, dict):
+                self._note_usage(
+                    lambda: _openai_usage(usage, self.usage, prompt="prompt_tokens", completion="completion_tokens")
+                )
+            choices = body.get("choices")
+            if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+                self._chat_outcome(choices[0])
+        else:
+            if isinstance(usage, dict):
+                self._note_usage(
+                    lambda: _openai_usage(usage, self.usage, prompt="input_tokens", completion="output_tokens")
+                )
+            self._responses_outcome(body)
+
+    def _chat_outcome(self, choice: dict[str, Any]) -> None:
+        reason = choice.get("finish_reason")
+        if isinstance(reason, str):
+            self.stop_reason = reason
+        refusal = object_at(choice, "message").get("refusal")
+        if isinstance(refusal, str) and refusal:
+            self.refusal = refusal
+        elif reason == "content_filter":
+            self.refusal = "content_filter"
+
+    def _responses_outcome(self, body: dict[str, Any]) -> None:
+        status = body.get("status")
+        reason = object_at(body, "incomplete_details").get("reason")
+        if isinstance(status, str):
+            self.stop_reason = reason if status == "incomplete" and isinstance(reason, str) else status
+        output = body.get("output")
+        for item in output if isinstance(output, list) else []:
+            content = item.get("content") if isinstance(item, dict) else None
+            for part in content if isinstance(content, list) else []:
+                if isinstance(part, dict) and part.get("type") == "refusal":
+                    self.refusal = str(part.get("refusal") or "refusal")
+        if reason == "content_filter" and self.refusal is None:
+            self.refusal = "content_filter"
+
+    def _note_usage(self, read: Any) -> None:
+        read()
+        self.usage_seen = True
+
+
+def _apply_delta(block: dict[str, Any], delta: dict[str, Any]) -> None:
+    kind = delta.get("type")
+    if kind == "text_delta" and isinstance(delta.get("text"), str):
+        block["text"] = block.get("text", "") + delta["text"]
+    elif kind == "thinking_delta" and isinstance(delta.get("thinking"), str):
+        block["thinking"] = block.get("thinking", "") + delta["thinking"]
+    elif kind == "input_json_delta" and isinstance(delta.get("partial_json"), str):
+        block["partial_json"] = block.get("partial_json", "") + delta["partial_json"]
+        try:
+            block["input"] = json.loads(block["partial_json"])
+        except ValueError:
+            return
+        del block["partial_json"]
+
+
+def _merge_tool_call(calls: list[dict[str, Any]], delta: dict[str, Any]) -> None:
+    index = delta.get("index", len(calls))
+    while isinstance(index, int) and 0 <= index < 1024 and len(calls) <= index:
+        calls.append({"function": {"name": "", "arguments": ""}})
+    if not isinstance(index, int) or not 0 <= index < len(calls):
+        return
+    call = calls[index]
+    for key in ("id", "type"):
+        if isinstance(delta.get(key), str):
+            call[key] = delta[key]
+    function = object_at(delta, "function")
+    for key in ("name", "arguments"):
+        if isinstance(function.get(key), str):
+            call["function"][key] += function[key]
+
+
+def _text_of(blocks: list[Any]) -> str:
+    return "".join(block.get("text", "") for block in blocks if isinstance(block, dict) and block.get("type") == "text")

@@ -1,0 +1,547 @@
+"""The model gateway: the one way a unit reaches its models.
+
+A trusted process (a run's worker, ``rayeval run-one``) starts one :class:`Gateway`: an
+aiohttp server on 127.0.0.1 in a thread of its own. For each unit it opens a
+:class:`Session`: a random token, valid while the unit runs, and the provider endpoints and
+keys its calls go to. The unit gets the gateway's address and its token in the variables
+the providers' SDKs and the agent programs read (``OPENAI_BASE_URL``/``OPENAI_API_KEY``,
+``ANTHROPIC_BASE_URL``/``ANTHROPIC_API_KEY``), never a key. The gateway relays each call as
+it is (it does not translate between APIs), the response streamed back as it arrives, with
+the token replaced by the provider's key in the header that carried it. What the provider
+answered (usage, stop reason, refusal, failures) is read off the relayed bytes
+(:mod:`.accounting`) and kept per session, priced by the one price table: the unit's row is
+filled from there, whatever the unit says of itself.
+
+Routes: ``/<route>/<path>`` where ``route`` names one of the session's upstreams
+(``openai``, ``anthropic``), relayed to ``<upstream base URL>/<path>``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel
+
+from ..models.failures import (
+    KEY_REJECTED_STATUSES,
+    KEY_REJECTED_WORDS,
+    MESSAGE_CHARS,
+    ProviderFailure,
+    provider_failure,
+)
+from ..models.prices import PriceTable, cost_usd, find_price, shipped_prices
+from ..models.retry import retry_after_s
+from ..record import LimitName
+from .accounting import Protocol, ResponseReader, Usage, protocol_of
+from .transcript import bounded
+
+#: the largest request body relayed (a long conversation with images stays far below it)
+MAX_REQUEST_BYTES = 64 * 1024 * 1024
+#: request headers that belong to a hop, not to the call (and the unit's credentials)
+_REQUEST_HOP = frozenset(
+    {"host", "connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade",
+     "content-length", "accept-encoding", "x-api-key", "authorization", "api-key", "proxy-authorization"}
+)  # fmt: skip
+#: response headers the gateway sets itself (it streams the body decompressed)
+_RESPONSE_HOP = frozenset(
+    {"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding", "trailer", "upgrade"}
+)
+#: where a unit's SDK puts its key, in the order looked at
+_TOKEN_HEADERS = ("x-api-key", "authorization", "api-key")
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """A provider endpoint: its base URL (calls go to ``base_url + path``) and its keys, the
+    first one used until the provider rejects it, then the next."""
+
+    base_url: str
+    keys: tuple[str, ...] = ()
+
+    def __repr__(self) -> str:  # never a key
+        return f"Upstream(base_url={self.base_url!r}, keys={len(self.keys)})"
+
+
+@dataclass(frozen=True)
+class UnitLimits:
+    """What one unit may use; None: no limit."""
+
+    tokens: int | None = None
+    cost_usd: float | None = None
+    model_calls: int | None = None
+
+
+@dataclass
+class CallRecord:
+    """One call a unit made, as the gateway saw it."""
+
+    route: str
+    path: str
+    protocol: Protocol | None
+    model: str | None
+    streamed: bool
+    started_at: float
+    status: int | None = None
+    latency_s: float | None = None
+    first_byte_s: float | None = None
+    usage: Usage = field(default_factory=Usage)
+    usage_reported: bool = False
+    cost_usd: float | None = None
+    stop_reason: str | None = None
+    refusal: str | None = None
+    #: what went wrong: the provider's error message, a broken connection, a limit
+    error: str | None = None
+    #: the gateway answered it itself, without calling the provider (a limit was reached)
+    limit: LimitName | None = None
+    #: the provider's retry hint on a failed call (``retry-after``, ``retry-after-ms``)
+    retry_after_s: float | None = None
+    key_fallbacks: int = 0
+    request: Any = None
+    response: Any = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "route": self.route,
+            "path": self.path,
+            "protocol": self.protocol,
+            "model": self.model,
+            "streamed": self.streamed,
+            "started_at": self.started_at,
+            "status": self.status,
+            "latency_s": self.latency_s,
+            "first_byte_s": self.first_byte_s,
+            "usage": self.usage.as_dict(),
+            "usage_reported": self.usage_reported,
+            "cost_usd": self.cost_usd,
+            "stop_reason": self.stop_reason,
+            "refusal": self.refusal,
+            "error": self.error,
+            "limit": self.limit,
+            "retry_after_s": self.retry_after_s,
+            "key_fallbacks": self.key_fallbacks,
+            "request": self.request,
+            "response": self.response,
+        }
+
+
+@dataclass
+class Session:
+    """A unit's access to its models: its token, where its calls go, what they used."""
+
+    token: str
+    upstreams: dict[str, Upstream]
+    limits: UnitLimits
+    prices: PriceTable
+    calls: list[CallRecord] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    cost_usd: float = 0.0
+    unpriced_calls: int = 0
+    model_calls: int = 0
+    key_index: dict[str, int] = field(default_factory=dict)
+    limit_reached: LimitName | None = None
+    closed: bool = False
+    in_flight: int = 0
+
+    def over_limit(self) -> LimitName | None:
+        """The first of the unit's limits its usage has reached (None: none)."""
+        limits = self.limits
+        if limits.model_calls is not None and self.model_calls >= limits.model_calls:
+            return "model_calls"
+        if limits.tokens is not None and self.usage.total_tokens() >= limits.tokens:
+            return "tokens"
+        if limits.cost_usd is not None and self.cost_usd >= limits.cost_usd:
+            return "cost"
+        return None
+
+    def report(self) -> SessionReport:
+        counted = ModelUsage(
+            n_model_calls=self.model_calls,
+            usage=self.usage.model_copy(),
+            cost_usd=None if self.unpriced_calls else round(self.cost_usd, 10),
+            limit_reached=self.limit_reached,
+            key_fallbacks=sum(call.key_fallbacks for call in self.calls),
+            refusals=[call.refusal for call in self.calls if call.refusal],
+            failed_calls=sum(1 for call in self.calls if call.status is None or call.status >= 400),
+            last_failure=_last_failure(self.calls),
+        )
+        return SessionReport(counted, [call.as_dict() for call in self.calls], self.token)
+
+
+class ModelUsage(BaseModel):
+    """What a unit's model calls used, as the gateway counted them: the unit's row takes
+    these, whatever the unit says of itself."""
+
+    n_model_calls: int
+    usage: Usage
+    #: None when a call's model has no price
+    cost_usd: float | None
+    #: the limit the unit reached (its calls after it were refused), None: none
+    limit_reached: LimitName | None = None
+    #: the times the gateway moved to a fallback key because the provider rejected one
+    key_fallbacks: int = 0
+    #: the refusals the provider's replies held (Anthropic ``refusal``, OpenAI ``content_filter``)
+    refusals: list[str] = []
+    #: calls that failed (status >= 400 or no answer), as the provider or the gateway answered them
+    failed_calls: int = 0
+    #: the provider's failure that the unit's last model call ended in (None: it was answered,
+    #: or the unit made none): the one a unit without an answer is a ``ProviderError`` for
+    last_failure: ProviderFailure | None = None
+
+
+@dataclass
+class SessionReport:
+    """A unit's calls when its session closed: the counts, and each call for its transcript."""
+
+    counted: ModelUsage
+    calls: list[dict[str, Any]]
+    #: the unit's token, expired now (masked in what is kept of the unit, like any key)
+    token: str
+
+
+class Gateway:
+    """One server for the units of a process; thread-safe. Start it with :meth:`start` (or
+    use it as a context manager); :meth:`open` a session per unit, :meth:`close` it after."""
+
+    def __init__(self, *, prices: PriceTable | None = None, connect_timeout_s: float = 30.0):
+        self.prices = prices if prices is not None else shipped_prices()
+        self.connect_timeout_s = connect_timeout_s
+        self._sessions: dict[str, Session] = {}
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runner: Any = None
+        self._client: Any = None
+        self.port: int | None = None
+
+    # ------------------------------------------------------------------ life
+    def start(self) -> Gateway:
+        if self._thread is not None:
+            return self
+        ready = threading.Event()
+        failed: list[BaseException] = []
+
+        def serve() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            try:
+                loop.run_until_complete(self._serve())
+            except BaseException as exc:  # noqa: BLE001 - told to the starting thread
+                failed.append(exc)
+                ready.set()
+                return
+            ready.set()
+            loop.run_forever()
+            loop.run_until_complete(self._shutdown())
+            loop.close()
+
+        self._thread = threading.Thread(target=serve, name="rayeval-gateway", daemon=True)
+        self._thread.start()
+        ready.wait()
+        if failed:
+            self._thread = None
+            raise failed[0]
+        return self
+
+    async def _serve(self) -> None:
+        from aiohttp import ClientSession, ClientTimeout, TCPConnector, web
+
+        app = web.Application(client_max_size=MAX_REQUEST_BYTES)
+        app.router.add_route("*", "/{route}/{path:.*}", self._relay)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0, backlog=1024)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._client = ClientSession(
+            connector=TCPConnector(limit=0, ttl_dns_cache=300),
+            timeout=ClientTimeout(total=None, connect=self.connect_timeout_s, sock_read=None),
+            auto_decompress=True,
+            skip_auto_headers=("User-Agent",),
+        )
+
+    async def _shutdown(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    def stop(self) -> None:
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+        self._thread = self._loop = None
+
+    def __enter__(self) -> Gateway:  # noqa: PYI034 - typing.Self needs Python 3.11; we support 3.10
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def address(self) -> str:
+        if self.port is None:
+            raise RuntimeError("the gateway is not started")
+        return f"http://127.0.0.1:{self.port}"
+
+    def base_url(self, route: str) -> str:
+        """What a unit's SDK takes as the base URL of ``route``."""
+        return f"{self.address}/{route}"
+
+    # ------------------------------------------------------------------ sessions
+    def open(
+        self, upstreams: Mapping[str, Upstream], limits: UnitLimits | None = None, prices: PriceTable | None = None
+    ) -> Session:
+        session = Session(
+            token=f"rayeval-unit-{secrets.token_urlsafe(24)}",
+            upstreams=dict(upstreams),
+            limits=limits or UnitLimits(),
+            prices=prices if prices is not None else self.prices,
+        )
+        with self._lock:
+            self._sessions[session.token] = session
+        return session
+
+    def close(self, session: Session, wait_s: float = 2.0) -> SessionReport:
+        """End ``session``: its token is refused from now on. Calls still being relayed (the
+        unit is gone, so are their connections) get ``wait_s`` to be recorded."""
+        with self._lock:
+            session.closed = True
+            self._sessions.pop(session.token, None)
+        deadline = time.monotonic() + wait_s
+        while session.in_flight and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return session.report()
+
+    def _session_of(self, headers: Mapping[str, str]) -> Session | None:
+        for name in _TOKEN_HEADERS:
+            value = headers.get(name)
+            if not value:
+                continue
+            token = value[7:].strip() if value[:7].lower() == "bearer " else value.strip()
+            with self._lock:
+                session = self._sessions.get(token)
+            if session is not None and not session.closed:
+                return session
+        return None
+
+    # ------------------------------------------------------------------ one call
+    async def _relay(self, request: Any) -> Any:
+        from aiohttp import web
+
+        session = self._session_of(request.headers)
+        route = request.match_info["route"]
+        if session is None:
+            return _error(web, 401, "authentication_error", "rayeval gateway: this unit's token is unknown or expired")
+        upstream = session.upstreams.get(route)
+        if upstream is None:
+            return _error(web, 404, "not_found_error", f"rayeval gateway: no provider is configured at /{route}")
+        session.in_flight += 1
+        try:
+            return await self._call(request, session, route, upstream)
+        finally:
+            session.in_flight -= 1
+
+    async def _call(self, request: Any, session: Session, route: str, upstream: Upstream) -> Any:
+        from aiohttp import ClientError, web
+
+        path = request.match_info["path"]
+        body = await request.read()
+        payload = _json_body(body)
+        protocol = protocol_of("/" + path) if request.method == "POST" else None
+        streamed = bool(payload.get("stream")) if protocol is not None else False
+        record = CallRecord(
+            route=route,
+            path="/" + path,
+            protocol=protocol,
+            model=payload.get("model") if isinstance(payload.get("model"), str) else None,
+            streamed=streamed,
+            started_at=time.time(),
+            request=bounded(payload) if protocol is not None else None,
+        )
+        if protocol is not None:
+            session.calls.append(record)
+            limit = session.over_limit()
+            if limit is not None:
+                session.limit_reached = session.limit_reached or limit
+                record.limit, record.status = limit, 400
+                record.error = _limit_message(limit, session.limits)
+                return _error(web, 400, "invalid_request_error", record.error)
+        started = time.monotonic()
+        url = upstream.base_url.rstrip("/") + "/" + path + (f"?{request.query_string}" if request.query_string else "")
+        header = _token_header(request.headers)
+        while True:
+            index = session.key_index.get(route, 0)
+            headers = _forwarded(request.headers, header, upstream.keys[index] if index < len(upstream.keys) else None)
+            try:
+                upstream_response = await self._client.request(request.method, url, data=body, headers=headers)
+            except (ClientError, asyncio.TimeoutError, OSError) as exc:
+                record.error = f"{type(exc).__name__}: {exc}"[:MESSAGE_CHARS]
+                record.latency_s = round(time.monotonic() - started, 4)
+                return _error(web, 502, "api_error", f"rayeval gateway: the provider could not be reached: {exc}")
+            if upstream_response.status in KEY_REJECTED_STATUSES or upstream_response.status == 402:
+                text = await upstream_response.text(errors="replace")
+                upstream_response.release()
+                if index + 1 < len(upstream.keys) and _rejects_key(upstream_response.status, text):
+                    session.key_index[route] = index + 1
+                    record.key_fallbacks += 1
+                    continue
+                return self._answer_error(record, session, upstream_response, text, started)
+            break
+        if upstream_response.status >= 400:
+            text = await upstream_response.text(errors="replace")
+            upstream_response.release()
+            return self._answer_error(record, session, upstream_response, text, started)
+        return await self._stream(request, record, session, upstream_response, started)
+
+    def _answer_error(self, record: CallRecord, session: Session, response: Any, text: str, started: float) -> Any:
+        from aiohttp import web
+
+        record.status = response.status
+        record.latency_s = round(time.monotonic() - started, 4)
+        record.error = text[:MESSAGE_CHARS]
+        record.retry_after_s = retry_after_s(response.headers)
+        record.response = bounded(_json_body(text.encode()) or text)
+        headers = {k: v for k, v in response.headers.items() if k.lower() not in _RESPONSE_HOP}
+        return web.Response(status=response.status, headers=headers, body=text.encode())
+
+    async def _stream(self, request: Any, record: CallRecord, session: Session, response: Any, started: float) -> Any:
+        from aiohttp import web
+
+        record.status = response.status
+        reader = ResponseReader(record.protocol, record.streamed) if record.protocol is not None else None
+        out = web.StreamResponse(
+            status=response.status,
+            headers={k: v for k, v in response.headers.items() if k.lower() not in _RESPONSE_HOP},
+        )
+        try:
+            await out.prepare(request)
+            async for chunk in response.content.iter_any():
+                if record.first_byte_s is None:
+                    record.first_byte_s = round(time.monotonic() - started, 4)
+                if reader is not None:
+                    reader.feed(chunk)
+                await out.write(chunk)
+            await out.write_eof()
+        except (ConnectionError, asyncio.CancelledError) as exc:
+            record.error = f"the relay ended early: {type(exc).__name__}"
+            if isinstance(exc, asyncio.CancelledError):
+                self._settle(record, session, reader, started)
+                raise
+        finally:
+            response.release()
+        self._settle(record, session, reader, started)
+        return out
+
+    def _settle(self, record: CallRecord, session: Session, reader: ResponseReader | None, started: float) -> None:
+        """The call is over: its usage, cost and outcome into the record and the session."""
+        record.latency_s = round(time.monotonic() - started, 4)
+        if reader is None:
+            return
+        reader.finish()
+        record.usage = reader.usage
+        record.usage_reported = reader.usage_seen
+        record.stop_reason = reader.stop_reason
+        record.refusal = reader.refusal
+        record.model = reader.model or record.model
+        record.response = bounded(reader.reply)
+        if reader.error is not None and record.error is None:
+            record.error = str(reader.error.get("message", reader.error))[:MESSAGE_CHARS]
+        price = find_price(session.prices, f"{record.route}/{record.model}") if record.model else None
+        record.cost_usd = cost_usd(price, record.usage.input_tokens or 0, record.usage.output_tokens or 0)
+        session.model_calls += 1
+        session.usage.add(record.usage)
+        if record.cost_usd is None:
+            if record.usage.total_tokens():
+                session.unpriced_calls += 1
+        else:
+            session.cost_usd += record.cost_usd
+
+
+def _last_failure(calls: list[CallRecord]) -> ProviderFailure | None:
+    """The provider's failure the last model call ended in: a status it may pass on later
+    (429, 5xx, 529...), a rejected key (when no fallback was left), or no answer at all."""
+    made = [call for call in calls if call.protocol is not None and call.limit is None]
+    if not made or (made[-1].status is not None and made[-1].status < 400):
+        return None
+    last = made[-1]
+    failure = provider_failure(last.status, last.error or "", last.retry_after_s)
+    if last.status is not None and not (failure.retryable or failure.key_rejected or last.status == 402):
+        return None  # the provider refused the request itself (400, 404...): not its fault
+    return failure
+
+
+def _json_body(body: bytes) -> dict[str, Any]:
+    import json
+
+    try:
+        value = json.loads(body) if body else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _token_header(headers: Mapping[str, str]) -> str:
+    """The header the unit's SDK put its token in (the provider's key goes in the same one)."""
+    for name in _TOKEN_HEADERS:
+        if headers.get(name):
+            return name
+    return "authorization"
+
+
+def _forwarded(headers: Mapping[str, str], key_header: str, key: str | None) -> dict[str, str]:
+    out = {name: value for name, value in headers.items() if name.lower() not in _REQUEST_HOP}
+    out["Accept-Encoding"] = "identity"
+    if key:
+        out[key_header] = f"Bearer {key}" if key_header == "authorization" else key
+    return out
+
+
+def _rejects_key(status: int, text: str) -> bool:
+    lowered = text.lower()
+    return status in KEY_REJECTED_STATUSES or status == 402 or any(word in lowered for word in KEY_REJECTED_WORDS)
+
+
+def _limit_message(limit: LimitName, limits: UnitLimits) -> str:
+    value = {"tokens": limits.tokens, "cost": limits.cost_usd, "model_calls": limits.model_calls}.get(limit)
+    what = {"tokens": "tokens", "cost": "USD of model cost", "model_calls": "model calls"}.get(limit, limit)
+    return f"rayeval gateway: this unit reached its limit of {value} {what}; no further model calls are made"
+
+
+def _error(web: Any, status: int, kind: str, message: str) -> Any:
+    """An error both providers' SDKs read: Anthropic's shape, with OpenAI's ``message`` too."""
+    return web.json_response({"type": "error", "error": {"type": kind, "message": message}}, status=status)
+
+
+#: The providers a unit reaches through the gateway, by route: (the variable of their endpoint,
+#: its default, the variable of their key). OpenRouter and Fireworks speak OpenAI's API.
+PROVIDER_ROUTES: dict[str, tuple[str | None, str, str]] = {
+    "openai": ("OPENAI_BASE_URL", "https://api.openai.com/v1", "OPENAI_API_KEY"),
+    "anthropic": ("ANTHROPIC_BASE_URL", "https://api.anthropic.com", "ANTHROPIC_API_KEY"),
+    "openrouter": (None, "https://openrouter.ai/api/v1", "OPENROUTER_API_KEY"),
+    "fireworks": (None, "https://api.fireworks.ai/inference/v1", "FIREWORKS_API_KEY"),
+}
+
+
+def upstreams_from(environ: Mapping[str, str]) -> dict[str, Upstream]:
+    """The providers' endpoints and keys as this process's environment names them (Anthropic's
+    fallback keys after its key)."""
+    from ..models.failures import ANTHROPIC_KEY_FALLBACKS, fallback_keys
+
+    found: dict[str, Upstream] = {}
+    for route, (base_variable, default, key_variable) in PROVIDER_ROUTES.items():
+        keys = [environ[key_variable]] if environ.get(key_variable) else []
+        if route == "anthropic":
+            with contextlib.suppress(ValueError):  # checked, with its message, when the run starts
+                keys += fallback_keys(ANTHROPIC_KEY_FALLBACKS, environ.get(ANTHROPIC_KEY_FALLBACKS))
+        base = environ.get(base_variable) if base_variable else None
+        found[route] = Upstream(base or default, tuple(keys))
+    return found

@@ -1,0 +1,52 @@
+"""A unit's calls as its transcript: each request and reply kept, bounded in size."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+#: a text longer than this keeps its head and says how much was cut
+MAX_TEXT_CHARS = 20_000
+#: a list longer than this keeps its last items (a conversation's newest turns)
+MAX_ITEMS = 200
+MAX_DEPTH = 24
+
+
+def bounded(value: Any, depth: int = 0) -> Any:
+    """``value`` (JSON) with long texts and lists cut and deep nesting replaced, so that a
+    transcript of any call stays small enough to store and to show."""
+    if isinstance(value, str):
+        if len(value) <= MAX_TEXT_CHARS:
+            return value
+        return value[:MAX_TEXT_CHARS] + f"… [{len(value) - MAX_TEXT_CHARS:,} more characters]"
+    if depth >= MAX_DEPTH and isinstance(value, (dict, list)):
+        return "[nested too deep]"
+    if isinstance(value, dict):
+        return {str(key)[:200]: bounded(item, depth + 1) for key, item in list(value.items())[:MAX_ITEMS]}
+    if isinstance(value, list):
+        kept = value[-MAX_ITEMS:]
+        items = [bounded(item, depth + 1) for item in kept]
+        if len(value) > len(kept):
+            items.insert(0, f"[{len(value) - len(kept)} earlier items not kept]")
+        return items
+    return value
+
+
+#: the artifact that holds a unit's model calls, as the gateway relayed them
+MODEL_CALLS_ARTIFACT = "model_calls.json"
+
+
+def transcript_text(calls: list[dict[str, Any]], max_bytes: int) -> str:
+    """``calls`` as the JSON of the unit's transcript artifact, at most ``max_bytes``: the
+    newest calls that fit, and how many older ones were left out."""
+    kept: list[str] = []
+    size = 64
+    for call in reversed(calls):
+        text = json.dumps(call, ensure_ascii=False, default=str)
+        size += len(text.encode()) + 2
+        if size > max_bytes:
+            break
+        kept.append(text)
+    left_out = len(calls) - len(kept)
+    calls_json = ",\n".join(reversed(kept))
+    return f'{{"left_out": {left_out}, "calls": [{calls_json}]}}'

@@ -1,0 +1,125 @@
+"""A unit's access to its models: a gateway session, and the variables and options the unit
+gets instead of keys and provider endpoints."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..models.failures import ANTHROPIC_KEY_FALLBACKS
+from ..models.providers import PROVIDERS, inferred_provider
+from .server import PROVIDER_ROUTES, Gateway, Session, UnitLimits, Upstream, upstreams_from
+
+#: variables that carry a model provider's key besides those of the gateway's routes: none
+#: reaches a unit (providers the gateway does not relay are out of a unit's reach)
+_OTHER_KEY_VARIABLES = (
+    "ANTHROPIC_AUTH_TOKEN", ANTHROPIC_KEY_FALLBACKS, "OPENAI_ADMIN_KEY", "CODEX_API_KEY", "GEMINI_API_KEY",
+    "GOOGLE_API_KEY", "XAI_API_KEY", "MISTRAL_API_KEY", "GROQ_API_KEY", "TOGETHER_API_KEY", "DEEPSEEK_API_KEY",
+)  # fmt: skip
+
+
+def provider_variables() -> frozenset[str]:
+    """Every variable that names a provider's key, fallback keys or endpoint: a unit gets the
+    gateway's values for them, or nothing."""
+    names = set(_OTHER_KEY_VARIABLES)
+    for base_variable, _, key_variable in PROVIDER_ROUTES.values():
+        names |= {key_variable, *([base_variable] if base_variable else [])}
+    for name in PROVIDERS.names():
+        provider = PROVIDERS.get(name)
+        names |= {provider.key_env, provider.base_url_env}
+        if provider.key_fallbacks_env:
+            names.add(provider.key_fallbacks_env)
+    return frozenset(names)
+
+
+def unit_model_variables() -> frozenset[str]:
+    """The variables every unit run through the gateway gets: each provider's endpoint (the
+    gateway's) and key variable (the unit's token)."""
+    return frozenset(
+        name
+        for base_variable, _, key_variable in PROVIDER_ROUTES.values()
+        for name in (base_variable, key_variable)
+        if name
+    )
+
+
+def route_of(model: str | None) -> str | None:
+    """The API a model is served by: its provider's (``openai/...``, ``anthropic/...``, a
+    registered provider), or the one a bare name can only be (``claude-...``, ``gpt-...``)."""
+    if not model:
+        return None
+    provider_name, sep, _ = model.partition("/")
+    if sep and provider_name in PROVIDER_ROUTES:
+        return provider_name
+    provider = PROVIDERS.find(provider_name) if sep else None
+    if provider is not None:
+        return provider.sdk
+    inferred = inferred_provider(model)
+    return PROVIDERS.get(inferred).sdk if inferred else None
+
+
+@dataclass
+class UnitAccess:
+    """What one unit gets: its session (the trusted side keeps it), the variables set in its
+    environment, and its options with every provider endpoint replaced by the gateway's."""
+
+    session: Session
+    env: dict[str, str]
+    args: dict[str, str]
+
+
+def open_unit_access(
+    gateway: Gateway,
+    args: Mapping[str, str],
+    *,
+    model: str | None = None,
+    api: str | None = None,
+    options: bool = False,
+    limits: UnitLimits | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> UnitAccess:
+    """A session for one unit, its upstreams from ``environ`` (default: this process's) and,
+    where ``options`` (a built-in agent's, which take ``base_url`` and ``api_key_env``), from
+    ``args``: ``base_url`` is the endpoint of the model's API (``api``, else the model's) and
+    ``api_key_env`` the variable holding its key. The unit sees the gateway instead."""
+    environ = os.environ if environ is None else environ
+    upstreams = upstreams_from(environ)
+    unit_args = dict(args)
+    route = api or route_of(model)
+    env: dict[str, str] = {}
+    if options and route is not None:
+        base_url, key_variable = args.get("base_url"), args.get("api_key_env")
+        current = upstreams[route]
+        if base_url:
+            current = Upstream(base_url, current.keys)
+        if key_variable:
+            key = environ.get(key_variable)
+            current = Upstream(current.base_url, (key,) if key else ())
+        upstreams[route] = current
+    session = gateway.open(upstreams, limits)
+    for name, (base_variable, _, key_variable) in PROVIDER_ROUTES.items():
+        if base_variable:
+            env[base_variable] = gateway.base_url(name)
+        env[key_variable] = session.token
+    if options and route is not None:
+        if args.get("base_url"):
+            unit_args["base_url"] = gateway.base_url(route)
+        if args.get("api_key_env"):
+            env[args["api_key_env"]] = session.token
+    return UnitAccess(session, env, unit_args)
+
+
+_shared: Gateway | None = None
+_starting = threading.Lock()
+
+
+def shared_gateway() -> Gateway:
+    """This process's gateway, started on first use: the units of a worker (or of
+    ``rayeval run-one``) share it."""
+    global _shared
+    with _starting:
+        if _shared is None:
+            _shared = Gateway().start()
+        return _shared

@@ -1,0 +1,166 @@
+"""The model gateway on its own: the official SDKs call it as they would a provider, with a
+unit's token; it relays each call with the provider's key, and counts what the provider said."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import anthropic
+import httpx
+import openai
+import pytest
+
+from rayeval.gateway.server import Gateway, UnitLimits, Upstream
+from rayeval.gateway.unit import open_unit_access, provider_variables
+from tests.agents.fake_model_server import FakeModelServer
+
+KEY = "sk-provider-key-0123456789"
+SPARE = "sk-spare-key-9876543210"
+
+
+@pytest.fixture
+def server() -> Iterator[FakeModelServer]:
+    with FakeModelServer(script=[], answer=lambda body: "the answer") as fake:
+        yield fake
+
+
+@pytest.fixture
+def gateway() -> Iterator[Gateway]:
+    with Gateway() as running:
+        yield running
+
+
+def upstreams(server: FakeModelServer, *keys: str) -> dict[str, Upstream]:
+    return {
+        "anthropic": Upstream(server.url, keys or (KEY,)),
+        "openai": Upstream(server.url + "/v1", keys or (KEY,)),
+    }
+
+
+def credential(recorded: object) -> str | None:
+    headers = recorded.headers  # type: ignore[attr-defined]
+    value = headers.get("x-api-key") or headers.get("authorization") or ""
+    return value.removeprefix("Bearer ")
+
+
+def test_the_sdks_reach_the_provider_with_its_key_and_the_calls_are_counted(
+    server: FakeModelServer, gateway: Gateway
+) -> None:
+    session = gateway.open(upstreams(server))
+    claude = anthropic.Anthropic(base_url=gateway.base_url("anthropic"), api_key=session.token, max_retries=0)
+    gpt = openai.OpenAI(base_url=gateway.base_url("openai"), api_key=session.token, max_retries=0)
+    message = [{"role": "user", "content": "hi"}]
+    assert claude.messages.create(model="claude-sonnet-4-5", max_tokens=50, messages=message).content[0].text == (
+        "the answer"
+    )
+    with claude.messages.stream(model="claude-sonnet-4-5", max_tokens=50, messages=message) as stream:
+        assert stream.get_final_text() == "the answer"
+    assert gpt.chat.completions.create(model="gpt-4o", messages=message).choices[0].message.content == "the answer"
+    chunks = list(
+        gpt.chat.completions.create(
+            model="gpt-4o", messages=message, stream=True, stream_options={"include_usage": True}
+        )
+    )
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "the answer"
+    with gpt.responses.stream(model="gpt-4o", input="hi") as responses:
+        assert responses.get_final_response().output_text == "the answer"
+    report = gateway.close(session)
+    assert [credential(r) for r in server.model_requests()] == [KEY] * 5  # never the unit's token
+    served_in, served_out = server.total_usage()
+    assert report.counted.n_model_calls == 5
+    assert (report.counted.usage.input_tokens, report.counted.usage.output_tokens) == (served_in, served_out)
+    # claude-sonnet-4-5 at 3/15 USD and gpt-4o at 2.5/10 per million tokens (the shipped table)
+    assert report.counted.cost_usd == pytest.approx(2 * (1000 * 3 + 50 * 15) / 1e6 + 3 * (1000 * 2.5 + 50 * 10) / 1e6)
+    assert [call["streamed"] for call in report.calls] == [False, True, False, True, True]
+    assert report.calls[1]["response"]["content"] == [{"type": "text", "text": "the answer"}]
+    assert report.calls[0]["request"]["messages"] == message
+
+
+def test_an_unknown_or_ended_token_is_refused_without_reaching_the_provider(
+    server: FakeModelServer, gateway: Gateway
+) -> None:
+    session = gateway.open(upstreams(server))
+    gateway.close(session)
+    for token in (session.token, "made-up", KEY):
+        reply = httpx.post(
+            gateway.base_url("anthropic") + "/v1/messages", headers={"x-api-key": token}, json={"model": "m"}
+        )
+        assert reply.status_code == 401 and "unknown or expired" in reply.text
+    assert server.model_requests() == []
+
+
+def test_a_rejected_key_is_replaced_by_the_next_one_unseen_by_the_unit(
+    server: FakeModelServer, gateway: Gateway
+) -> None:
+    server.rejected_credentials.add(KEY)
+    session = gateway.open(upstreams(server, KEY, SPARE))
+    claude = anthropic.Anthropic(base_url=gateway.base_url("anthropic"), api_key=session.token, max_retries=0)
+    for _ in range(2):
+        claude.messages.create(model="claude-sonnet-4-5", max_tokens=50, messages=[{"role": "user", "content": "hi"}])
+    report = gateway.close(session)
+    assert [credential(r) for r in server.model_requests()] == [KEY, SPARE, SPARE]  # the switch is kept
+    assert report.counted.key_fallbacks == 1 and report.counted.n_model_calls == 2
+
+
+def test_a_unit_past_its_limit_gets_a_provider_style_refusal(server: FakeModelServer, gateway: Gateway) -> None:
+    session = gateway.open(upstreams(server), UnitLimits(model_calls=2))
+    gpt = openai.OpenAI(base_url=gateway.base_url("openai"), api_key=session.token, max_retries=0)
+    for _ in range(2):
+        gpt.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+    with pytest.raises(openai.BadRequestError, match="reached its limit of 2 model calls"):
+        gpt.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+    report = gateway.close(session)
+    assert len(server.model_requests()) == 2
+    assert report.counted.limit_reached == "model_calls" and report.counted.n_model_calls == 2
+
+
+@pytest.mark.parametrize(
+    ("route", "stop", "expected"),
+    [("anthropic", "refusal", "I can't help with that."), ("openai", "content_filter", "content_filter")],
+)
+def test_a_refusal_is_read_off_the_providers_reply(
+    server: FakeModelServer, gateway: Gateway, route: str, stop: str, expected: str
+) -> None:
+    server.answer = lambda body: ("I can't help with that.", stop)
+    session = gateway.open(upstreams(server))
+    if route == "anthropic":
+        client = anthropic.Anthropic(base_url=gateway.base_url("anthropic"), api_key=session.token)
+        with client.messages.stream(
+            model="claude-sonnet-4-5", max_tokens=50, messages=[{"role": "user", "content": "hi"}]
+        ) as stream:
+            stream.get_final_message()
+    else:
+        gpt = openai.OpenAI(base_url=gateway.base_url("openai"), api_key=session.token)
+        gpt.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+    assert gateway.close(session).counted.refusals == [expected]
+
+
+def test_a_failed_call_is_passed_on_as_the_provider_answered_it(server: FakeModelServer, gateway: Gateway) -> None:
+    server.fail(529, retry_after="7")
+    session = gateway.open(upstreams(server))
+    reply = httpx.post(
+        gateway.base_url("anthropic") + "/v1/messages",
+        headers={"x-api-key": session.token},
+        json={"model": "claude-sonnet-4-5", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]},
+    )
+    assert reply.status_code == 529 and reply.headers["retry-after"] == "7"
+    report = gateway.close(session)
+    assert report.counted.failed_calls == 1 and report.counted.n_model_calls == 0
+    assert report.calls[0]["status"] == 529
+
+
+def test_a_unit_gets_the_gateway_and_its_token_for_every_provider_variable(
+    server: FakeModelServer, gateway: Gateway
+) -> None:
+    environ = {"ANTHROPIC_API_KEY": KEY, "OPENAI_API_KEY": KEY, "ANTHROPIC_BASE_URL": server.url}
+    access = open_unit_access(
+        gateway, {"base_url": server.url + "/v1"}, model="openai/gpt-4o", options=True, environ=environ
+    )
+    assert access.args == {"base_url": gateway.base_url("openai")}
+    assert access.env["OPENAI_API_KEY"] == access.env["ANTHROPIC_API_KEY"] == access.session.token
+    assert access.env["ANTHROPIC_BASE_URL"] == gateway.base_url("anthropic")
+    assert KEY not in json.dumps(access.env) and server.url not in json.dumps(access.env)
+    assert access.session.upstreams["openai"].base_url == server.url + "/v1"
+    assert {"ANTHROPIC_API_KEY_FALLBACKS", "ANTHROPIC_AUTH_TOKEN", "GEMINI_API_KEY"} <= provider_variables()
+    gateway.close(access.session)

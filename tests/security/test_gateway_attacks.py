@@ -1,0 +1,134 @@
+"""Agents that lie about their model calls, hunt for keys or forge the runner's word, each run
+end to end through ``rayeval run`` on a real (embedded) Ray, its models a loopback scripted
+server reached through rayeval's gateway: what a unit says of itself never becomes a stored
+number. A control run with ``--isolation inline`` (no gateway: the agent's own report is all
+there is) shows each attack works where nothing stands in between, so that each test can fail.
+See tests/security/gateway_agents.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow.dataset as ds
+import pytest
+import ray
+
+from rayeval.cli import main as rayeval_main
+from tests.agents.fake_model_server import FakeModelServer
+
+AGENTS = "tests.security.gateway_agents"
+PROVIDER_KEY = "sk-ant-provider-0123456789abcdef"
+SPARE_KEY = "sk-ant-spare-0123456789abcdef"
+JUDGE_KEY = "sk-judge-0123456789abcdef"
+#: claude-sonnet-4-5 at 3 and 15 USD per million tokens (the shipped price table)
+CALL_COST = (1000 * 3 + 50 * 15) / 1e6
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """One embedded Ray whose workers hold the provider's key, a fallback key and a judge's
+    key, and reach the scripted server as the provider; one eval whose key is 7391.25."""
+    base = tmp_path_factory.mktemp("gateway-attacks")
+    evals = base / "evals"
+    evals.mkdir()
+    grader = {"type": "numeric_tolerance", "config": {"ground_truth": {"value": 7391.25},
+              "tolerances": {"value": {"type": "absolute", "value": 0.01}}}}  # fmt: skip
+    (evals / "one.json").write_text(json.dumps({"id": "one", "task": "Find the value.", "grader": grader}))
+    server = FakeModelServer(script=[], answer=lambda body: "7391.25").start()
+    variables = {
+        "ANTHROPIC_API_KEY": PROVIDER_KEY,
+        "ANTHROPIC_API_KEY_FALLBACKS": json.dumps([SPARE_KEY]),
+        "ANTHROPIC_BASE_URL": server.url,
+        "OPENAI_API_KEY": JUDGE_KEY,
+    }
+    saved = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
+    ray.init(address="local", include_dashboard=False, object_store_memory=128 << 20, log_to_driver=False)
+    try:
+        yield {"evals": evals, "server": server}
+    finally:
+        ray.shutdown()
+        server.stop()
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def run(site: dict[str, Any], out: Path, agent: str, *options: str) -> tuple[int, list[dict[str, Any]]]:
+    """``rayeval run`` in this process, on the module's Ray: its exit code and rows."""
+    code = rayeval_main(
+        ["run", str(site["evals"]), "--agent", f"{AGENTS}:{agent}", "--output", str(out), "--no-progress", *options]
+    )
+    rows = ds.dataset(out, format="parquet", partitioning="hive").to_table().to_pylist() if out.exists() else []
+    return code, rows
+
+
+def test_a_rows_usage_and_cost_are_what_the_gateway_relayed(site: dict[str, Any], tmp_path: Path) -> None:
+    server: FakeModelServer = site["server"]
+    before = len(server.replies)
+    _, (row,) = run(site, tmp_path / "s", "forge_usage")
+    served = server.replies[before:]
+    assert len(served) == 2
+    assert (row["input_tokens"], row["output_tokens"]) == (sum(r.input_tokens for r in served), 100)
+    assert row["n_model_calls"] == 2 and row["cost_usd"] == pytest.approx(2 * CALL_COST)
+    claims = json.loads(row["metadata_json"])
+    assert claims["cost_usd"] == 0.0  # its word stays in its metadata, marked as differing
+    assert claims["claims_differ_from_gateway"]["input_tokens"] == {"claimed": 1, "counted": 2000}
+    _, (inline,) = run(site, tmp_path / "i", "forge_usage", "--isolation", "inline")  # the control
+    assert (inline["input_tokens"], inline["cost_usd"], inline["n_model_calls"]) == (1, 0.0, None)
+
+
+def test_a_provider_failure_the_agent_reports_is_its_own_error(site: dict[str, Any], tmp_path: Path) -> None:
+    """No ProviderError, so no rerun with a fresh deadline, and no endless retry hint."""
+    started = time.monotonic()
+    code, rows = run(site, tmp_path / "s", "forge_provider_failure", "--retries", "2")
+    assert code == 0 and time.monotonic() - started < 120  # a failed unit: no error of the run
+    assert [(r["status"], r["error_type"], r["attempt"]) for r in rows] == [("failed", "NoAnswer", 1)]
+    _, inline = run(site, tmp_path / "i", "forge_provider_failure", "--isolation", "inline", "--retries", "0")
+    assert [r["error_type"] for r in inline] == ["ProviderError"]  # the control: its word taken
+
+
+def test_no_key_is_anywhere_a_unit_can_read(site: dict[str, Any], tmp_path: Path) -> None:
+    """Not in its environment, even where its options name the key variables, nor in any
+    process's environment, command line or memory, nor in its files."""
+    named = ["--agent-env", "ANTHROPIC_API_KEY", "--agent-env", "ANTHROPIC_API_KEY_FALLBACKS"]
+    _, (row,) = run(site, tmp_path / "s", "hunt_keys", *named, "--agent-env", "OPENAI_API_KEY")
+    seen = json.loads(row["metadata_json"])
+    assert seen["found"] == [] and seen["memory_read_of"], seen
+    _, (inline,) = run(site, tmp_path / "i", "hunt_keys", "--isolation", "inline", "--agent-arg", "only=environ")
+    assert "environ" in json.loads(inline["metadata_json"])["found"]
+
+
+def test_a_refusal_the_agent_claims_is_no_refusal(site: dict[str, Any], tmp_path: Path) -> None:
+    _, (row,) = run(site, tmp_path / "s", "forge_refusal")
+    assert (row["status"], row["refusal"]) == ("failed", False)
+    _, (inline,) = run(site, tmp_path / "i", "forge_refusal", "--isolation", "inline")  # the control
+    assert inline["refusal"] is True
+
+
+def test_a_unit_that_forges_a_sandbox_failure_ends_alone(site: dict[str, Any], tmp_path: Path) -> None:
+    """The frames the runner sends when a sandbox cannot be set up, written by the agent when
+    it is called: its unit's error, not the run's end with advice to turn the sandbox off."""
+    code, rows = run(site, tmp_path / "s", "forge_setup_failure", "--retries", "0")
+    assert code == 1 and [r["error_type"] for r in rows] == ["BadAgentResult"], rows
+
+
+def test_an_agent_module_that_forges_a_sandbox_failure_is_refused_as_itself(
+    site: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Written by its module's import, in the run's start-up check: the agent does not load."""
+    code = rayeval_main(
+        ["run", str(site["evals"]), "--agent", "tests.security.forge_at_import:solve", "--output",
+         str(tmp_path / "s"), "--no-progress"]
+    )  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and "cannot be loaded in its sandbox" in err, err
+    assert "--isolation process" not in err and "sandbox cannot start" not in err

@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
 
 from pydantic import BaseModel, ValidationError
 
@@ -22,7 +22,7 @@ from .evals.model import MAX_TIMEOUT_S
 from .grading.pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
 from .harness.prompt import ANSWER_CONVENTIONS
 from .report.cli import add_report_commands, add_s3_endpoint_option
-from .sandbox.config import SandboxConfig, UnitLimits
+from .sandbox.config import Network, SandboxConfig, UnitLimits
 from .view.cli import add_view_command
 
 if TYPE_CHECKING:  # imported when a run starts: `rayeval validate` needs no Ray
@@ -143,6 +143,9 @@ def _sandbox_config(args: argparse.Namespace) -> SandboxConfig:
             max_output_mb=args.limit_output_mb,
             answer_file_mb=args.limit_answer_file_mb,
             artifact_mb=args.limit_artifact_mb,
+            tokens=args.limit_tokens or None,
+            cost_usd=args.limit_cost or None,
+            model_calls=args.limit_model_calls or None,
         )
     except ValidationError as exc:
         raise BadInput(_option_problems(exc, prefix="--limit-")) from None
@@ -240,6 +243,7 @@ _OPTION_OF_FIELD = {
     "s3_endpoint_url": "--s3-endpoint",
     "data_roots": "--data-root",
     "max_output_mb": "--limit-output-mb",
+    "cost_usd": "--limit-cost",
     "unit_resources": "--unit-resource",
 }
 
@@ -444,9 +448,10 @@ def _add_sandbox_options(parser: argparse.ArgumentParser, *, isolation: bool = T
         )
     group.add_argument(
         "--network",
-        choices=["host", "none"],
+        choices=list(get_args(Network)),
         default=_default(SandboxConfig, "network"),
-        help="none: the agent gets loopback only",
+        help="what a sandboxed agent reaches: host (default) the machine's network; model its loopback and the "
+        "model gateway only; none its loopback only",
     )
     group.add_argument(
         "--agent-env",
@@ -510,6 +515,18 @@ def _add_sandbox_options(parser: argparse.ArgumentParser, *, isolation: bool = T
         default=defaults.artifact_mb,
         help="what is kept of each artifact (trajectory.json, logs): its last MB (default %(default)g)",
     )
+    for name, kind, what in (
+        ("tokens", int, "tokens (input and output) of its model calls"),
+        ("cost", float, "USD its model calls cost"),
+        ("model-calls", int, "model calls"),
+    ):
+        group.add_argument(
+            f"--limit-{name}",
+            type=kind,
+            default=None,
+            help=f"{what} per unit, as the gateway counts them: the call made once it is reached is refused and "
+            "the agent ends with the answer it left; the row's limit_reached names it (default: none)",
+        )
     if isolation:
         group.add_argument(
             "--grade-timeout",

@@ -11,7 +11,7 @@ import httpx
 import openai
 import pytest
 
-from rayeval.gateway.server import Gateway, UnitLimits, Upstream
+from rayeval.gateway.server import CallLimits, Gateway, Upstream
 from rayeval.gateway.unit import open_unit_access, provider_variables
 from tests.agents.fake_model_server import FakeModelServer
 
@@ -104,7 +104,7 @@ def test_a_rejected_key_is_replaced_by_the_next_one_unseen_by_the_unit(
 
 
 def test_a_unit_past_its_limit_gets_a_provider_style_refusal(server: FakeModelServer, gateway: Gateway) -> None:
-    session = gateway.open(upstreams(server), UnitLimits(model_calls=2))
+    session = gateway.open(upstreams(server), CallLimits(model_calls=2))
     gpt = openai.OpenAI(base_url=gateway.base_url("openai"), api_key=session.token, max_retries=0)
     for _ in range(2):
         gpt.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])

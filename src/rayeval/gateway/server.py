@@ -21,9 +21,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
+import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,7 +71,7 @@ class Upstream:
 
 
 @dataclass(frozen=True)
-class UnitLimits:
+class CallLimits:
     """What one unit may use; None: no limit."""
 
     tokens: int | None = None
@@ -137,7 +138,7 @@ class Session:
 
     token: str
     upstreams: dict[str, Upstream]
-    limits: UnitLimits
+    limits: CallLimits
     prices: PriceTable
     calls: list[CallRecord] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
@@ -292,18 +293,36 @@ class Gateway:
             raise RuntimeError("the gateway is not started")
         return f"http://127.0.0.1:{self.port}"
 
+    def serve(self, listener: socket.socket) -> Callable[[], None]:
+        """Answer on ``listener`` too (a socket a unit lends from its own network namespace,
+        listening on this gateway's port there); returns how to stop."""
+        from aiohttp import web
+
+        loop = self._loop
+        if loop is None:
+            raise RuntimeError("the gateway is not started")
+        site = web.SockSite(self._runner, listener)
+        asyncio.run_coroutine_threadsafe(site.start(), loop).result(timeout=30)
+
+        def stop() -> None:
+            with contextlib.suppress(Exception):  # the gateway stopped meanwhile: so did the site
+                asyncio.run_coroutine_threadsafe(site.stop(), loop).result(timeout=30)
+            listener.close()
+
+        return stop
+
     def base_url(self, route: str) -> str:
         """What a unit's SDK takes as the base URL of ``route``."""
         return f"{self.address}/{route}"
 
     # ------------------------------------------------------------------ sessions
     def open(
-        self, upstreams: Mapping[str, Upstream], limits: UnitLimits | None = None, prices: PriceTable | None = None
+        self, upstreams: Mapping[str, Upstream], limits: CallLimits | None = None, prices: PriceTable | None = None
     ) -> Session:
         session = Session(
             token=f"rayeval-unit-{secrets.token_urlsafe(24)}",
             upstreams=dict(upstreams),
-            limits=limits or UnitLimits(),
+            limits=limits or CallLimits(),
             prices=prices if prices is not None else self.prices,
         )
         with self._lock:
@@ -510,7 +529,7 @@ def _rejects_key(status: int, text: str) -> bool:
     return status in KEY_REJECTED_STATUSES or status == 402 or any(word in lowered for word in KEY_REJECTED_WORDS)
 
 
-def _limit_message(limit: LimitName, limits: UnitLimits) -> str:
+def _limit_message(limit: LimitName, limits: CallLimits) -> str:
     value = {"tokens": limits.tokens, "cost": limits.cost_usd, "model_calls": limits.model_calls}.get(limit)
     what = {"tokens": "tokens", "cost": "USD of model cost", "model_calls": "model calls"}.get(limit, limit)
     return f"rayeval gateway: this unit reached its limit of {value} {what}; no further model calls are made"

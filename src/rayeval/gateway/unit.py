@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from ..models.failures import ANTHROPIC_KEY_FALLBACKS
 from ..models.providers import PROVIDERS, inferred_provider
-from .server import PROVIDER_ROUTES, Gateway, Session, UnitLimits, Upstream, upstreams_from
+from .server import PROVIDER_ROUTES, CallLimits, Gateway, Session, Upstream, upstreams_from
 
 #: variables that carry a model provider's key besides those of the gateway's routes: none
 #: reaches a unit (providers the gateway does not relay are out of a unit's reach)
@@ -77,7 +77,7 @@ def open_unit_access(
     model: str | None = None,
     api: str | None = None,
     options: bool = False,
-    limits: UnitLimits | None = None,
+    limits: CallLimits | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> UnitAccess:
     """A session for one unit, its upstreams from ``environ`` (default: this process's) and,

@@ -183,6 +183,8 @@ def unanswered_result(execution: Execution) -> EvalResult:
     status: Status = "timeout" if execution.outcome == "timeout" else "error"
     counted = execution.counted
     costs = {} if counted is None else {**cost_fields(counted.cost_usd, None), **counted_fields(counted)}
+    if status == "timeout":
+        costs["limit_reached"] = "time"
     return carried(
         EvalResult, execution, agent_answer=execution.answer, status=status, passed=False, metadata=metadata,
         refusal=refusal_of(execution, metadata), **costs,

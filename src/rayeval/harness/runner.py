@@ -11,7 +11,7 @@ from .._json import amount_in, count_in
 from ..errors import ConfigError
 from ..evals import Eval, load_eval
 from ..evals.data_roots import resolve_roots
-from ..gateway.server import ModelUsage, SessionReport
+from ..gateway.server import CallLimits, ModelUsage, SessionReport
 from ..gateway.transcript import MODEL_CALLS_ARTIFACT, transcript_text
 from ..gateway.unit import open_unit_access, shared_gateway
 from ..grading.pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
@@ -214,11 +214,16 @@ class EvalRunner:
             model=context.model,
             api=agent.model_api if isinstance(agent, AgentRef) else None,
             options=isinstance(agent, AgentRef) and agent.module is None,
+            limits=CallLimits(
+                tokens=sandbox.limits.tokens, cost_usd=sandbox.limits.cost_usd, model_calls=sandbox.limits.model_calls
+            ),
         )
         unit_context = context.model_copy(update={"args": access.args})
         try:
-            spec = unit_spec(runner, agent, prompt, work_dir, unit_context, inputs, model_env=access.env)
-            ran: Outcome | SandboxError = runner.run(spec, limit)
+            spec = unit_spec(
+                runner, agent, prompt, work_dir, unit_context, inputs, model_env=access.env, gateway_port=gateway.port
+            )
+            ran: Outcome | SandboxError = runner.run(spec, limit, serve=gateway.serve)
         except SandboxError as exc:
             ran = exc
         return ran, gateway.close(access.session)

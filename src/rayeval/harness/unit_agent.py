@@ -76,6 +76,7 @@ def unit_spec(
     *,
     probe: bool = False,
     model_env: dict[str, str] | None = None,
+    gateway_port: int | None = None,
 ) -> UnitSpec:
     """The spec of a unit of ``agent`` on ``task`` in ``runner``, with the variables it names.
     No provider key reaches it: ``model_env`` sets the variables of its model gateway session
@@ -83,8 +84,9 @@ def unit_spec(
     call = {"agent": _agent_ref(agent), "task": task, "context": context.model_dump(), "probe": probe}
     env = [*(agent.env if isinstance(agent, AgentRef) else ()), *(model_env or {}).items()]
     return runner.spec(
-        ENTRY, call, work_dir, inputs, env_names=getattr(agent, "env_names", ()), env=env, withheld=provider_variables()
-    )
+        ENTRY, call, work_dir, inputs, env_names=getattr(agent, "env_names", ()), env=env,
+        withheld=provider_variables(), gateway_port=gateway_port,
+    )  # fmt: skip
 
 
 def probe(

@@ -10,7 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..errors import ConfigError
 
 SandboxIsolation = Literal["sandbox", "process"]
-Network = Literal["host", "none"]
+#: what a sandboxed unit reaches: ``host`` the machine's network, ``model`` its loopback and
+#: the model gateway (nothing else), ``none`` its loopback only
+Network = Literal["host", "model", "none"]
 
 MiB = 1 << 20
 #: Default of the largest answer file read from a unit's work folder (``UnitLimits.answer_file_mb``;
@@ -44,6 +46,11 @@ class UnitLimits(BaseModel):
     answer_file_mb: Annotated[float, Field(gt=0)] = MAX_ANSWER_FILE_BYTES / MiB
     #: what is kept of each artifact the agent leaves (trajectory.json, its logs): the last MB
     artifact_mb: Annotated[float, Field(gt=0)] = MAX_ARTIFACT_BYTES / MiB
+    #: its model calls, as the gateway counts them: the first call made once its tokens (input
+    #: and output), cost or calls reached the limit is refused, and the agent ends as it will
+    tokens: Annotated[int, Field(gt=0)] | None = None
+    cost_usd: Annotated[float, Field(gt=0)] | None = None
+    model_calls: Annotated[int, Field(gt=0)] | None = None
 
 
 class SandboxConfig(BaseModel):

@@ -55,8 +55,14 @@ MAX_SPEC_BYTES = 256 << 20
 INNER_ID = 1000
 SETUP_FAILED_EXIT = 111
 PID_DIGITS = 20  # a pid handed over as text: this many digits, space-padded
-#: Request modes: sandboxed with the network on or off, or a plain process.
-MODES = {b"S": "sandbox", b"N": "sandbox-no-network", b"P": "process"}
+#: Request modes: sandboxed with the network on, off, or off but for the model gateway (a
+#: network namespace of its own either way), or a plain process.
+MODES = {b"S": "sandbox", b"N": "sandbox-no-network", b"M": "sandbox-model-network", b"P": "process"}
+#: the network of each sandboxed mode
+NETWORK_OF_MODE = {b"S": "host", b"N": "none", b"M": "model"}
+#: In ``model`` mode, the unit's process lends the trusted side a socket listening on the
+#: gateway's port inside its network namespace (``LENT``), or says it has none (``NOT_LENT``).
+LENT, NOT_LENT = b"L", b"l"
 _NAMESPACES = ns.CLONE_NEWUSER | ns.CLONE_NEWNS | ns.CLONE_NEWPID | ns.CLONE_NEWIPC | ns.CLONE_NEWUTS
 
 
@@ -156,7 +162,7 @@ class _Runner:
                 os.close(fd)
             return
         (fd,) = fds
-        flags = 0 if mode == b"P" else _NAMESPACES | (ns.CLONE_NEWNET if mode == b"N" else 0)
+        flags = 0 if mode == b"P" else _NAMESPACES | (ns.CLONE_NEWNET if mode in (b"N", b"M") else 0)
         try:
             pid = ns.clone(flags)
         except OSError:  # the worker sees the socket close: the unit reports it
@@ -242,7 +248,7 @@ def _unit(sock: socket.socket, ids: tuple[int, int], mode: bytes) -> int:
         return SETUP_FAILED_EXIT
     spec = json.loads(data)
     spec["sandbox"] = mode != b"P"
-    spec["network"] = "none" if mode == b"N" else "host"
+    spec["network"] = NETWORK_OF_MODE.get(mode, "host")
     if spec["cgroups"]:  # join the unit's control groups: everything it starts counts there
         received = recv_fds(sock, spec["cgroups"])
         for group in received[1] if received else []:
@@ -255,10 +261,17 @@ def _unit(sock: socket.socket, ids: tuple[int, int], mode: bytes) -> int:
 # ------------------------------------------------------------------------------------ agent
 def _agent_process(spec: dict[str, Any], sock: socket.socket) -> int:
     """pid 1 of the unit (sandboxed) or its process-group leader: set up, run, answer."""
+    lending = spec["network"] == "model"
     try:
         _enter(spec)
+        if lending:
+            _lend_gateway_port(sock, spec["gateway_port"])
+            lending = False
         send_frame(sock, READY, b"")
     except BaseException as exc:  # noqa: BLE001 - reported as the unit's sandbox failure
+        if lending:  # the trusted side waits for the socket first
+            with contextlib.suppress(OSError):
+                sock.sendall(NOT_LENT)
         _send_result(sock, _encode({"kind": "setup_failed", "message": f"{type(exc).__name__}: {exc}"}))
         return SETUP_FAILED_EXIT
     try:
@@ -276,13 +289,26 @@ def _agent_process(spec: dict[str, Any], sock: socket.socket) -> int:
     return 0
 
 
+def _lend_gateway_port(sock: socket.socket, port: int | None) -> None:
+    """A socket listening on 127.0.0.1:``port`` in the unit's own network namespace, handed to
+    the trusted side, whose gateway answers on it: the unit reaches the gateway at the address
+    its variables name, and nothing else (no port: a unit that calls no model, a probe)."""
+    if port is None:
+        sock.sendall(NOT_LENT)
+        return
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+        listener.bind(("127.0.0.1", port))
+        listener.listen(128)
+        send_fds(sock, [listener.fileno()], LENT)
+
+
 def _enter(spec: dict[str, Any]) -> None:
     """The unit's view of the machine, its limits, its environment and its streams."""
     os.setsid()
     work_dir = spec["work_dir"]
     if spec["sandbox"]:
         _build_view(spec)
-        if spec["network"] == "none":
+        if spec["network"] in ("none", "model"):
             ns.bring_loopback_up()
         ns.drop_privileges()
         ns.forbid_keyrings()

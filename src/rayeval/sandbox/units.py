@@ -33,7 +33,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,8 @@ from .process_tree import end_process_tree, exited
 from .unit_runner import (
     EXIT,
     FRAME_HEADER_BYTES,
+    LENT,
+    NOT_LENT,
     PID_DIGITS,
     READY,
     RESULT,
@@ -102,6 +104,8 @@ class UnitSpec(BaseModel):
     log_path: str
     #: descriptors of the unit's control groups that follow the spec (see ``cgroups.py``)
     cgroups: int = 0
+    #: the model gateway's port, which a unit with the ``model`` network listens on for it
+    gateway_port: int | None = None
 
 
 def bwrap_path() -> str | None:
@@ -230,7 +234,7 @@ class UnitRunner:
         self.kept = _kept_folders(self.view.read_only)
         self.interpreter_bin = os.path.dirname(sys.executable)
         self._lock = threading.Lock()
-        self._mode = b"P" if isolation == "process" else (b"N" if config.network == "none" else b"S")
+        self._mode = b"P" if isolation == "process" else {"none": b"N", "model": b"M"}.get(config.network, b"S")
         self.groups = UnitGroups()
         self._process: subprocess.Popen[bytes] | None = None
         self._control: socket.socket | None = None
@@ -328,6 +332,7 @@ class UnitRunner:
         env_names: Iterable[str] = (),
         env: Iterable[tuple[str, str]] = (),
         withheld: Iterable[str] = (),
+        gateway_port: int | None = None,
     ) -> UnitSpec:
         """A unit whose process calls ``entry`` with ``call`` in ``work_dir``, its ``inputs``
         (source, target) shown read-only. Its environment: the variables of ``BASE_ENV_NAMES``,
@@ -368,15 +373,18 @@ class UnitRunner:
             },
             max_output=int(limits.max_output_mb * MiB),
             log_path=str(work_dir / "agent_stdout.log"),
+            gateway_port=gateway_port,
         )
 
-    def run(self, spec: UnitSpec, timeout: float | None) -> Outcome:
-        """Run the unit; its outcome. A hang past ``timeout`` ends the unit's namespace."""
+    def run(self, spec: UnitSpec, timeout: float | None, serve: ServeListener | None = None) -> Outcome:
+        """Run the unit; its outcome. A hang past ``timeout`` ends the unit's namespace.
+        ``serve``: with the ``model`` network, what answers on the socket the unit lends,
+        listening on the gateway's port inside its namespace (it returns how to stop)."""
         limits = self.config.limits
         wanted = {"pids": limits.processes, "memory": limits.memory_mb * MiB if limits.memory_mb else None}
         folders, fds = self.groups.create(wanted) if self.groups.controllers else ([], [])
         try:
-            outcome = self._run(spec.model_copy(update={"cgroups": len(fds)}), fds, timeout)
+            outcome = self._run(spec.model_copy(update={"cgroups": len(fds)}), fds, timeout, serve)
             if outcome.kind == "crashed" and self.groups.out_of_memory(folders):
                 outcome.error_type = "OutOfMemory"
                 outcome.error_message = f"{outcome.error_message}: the unit used its {limits.memory_mb} MB of memory"
@@ -384,7 +392,7 @@ class UnitRunner:
         finally:
             self.groups.remove(folders, fds)
 
-    def _run(self, spec: UnitSpec, group_fds: list[int], timeout: float | None) -> Outcome:
+    def _run(self, spec: UnitSpec, group_fds: list[int], timeout: float | None, serve: ServeListener | None) -> Outcome:
         start = time.monotonic()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         with ours:
@@ -398,19 +406,45 @@ class UnitRunner:
             except (OSError, EOFError, ValueError) as exc:
                 detail = self.failure()
                 raise SandboxError(f"the unit runner failed: {exc}{': ' + detail if detail else ''}") from exc
+            stop_serving: Callable[[], None] | None = None
             try:
                 send_frame(ours, SPEC, spec.model_dump_json().encode())
                 if group_fds:
                     send_fds(ours, group_fds)
+                if self._mode == b"M":
+                    stop_serving = _serve_lent(ours, serve)
                 ended = _collect(ours, agent, spec.max_output, None if timeout is None else start + timeout)
-            except OSError as exc:  # the agent's process died before it read its spec
+            except (OSError, EOFError) as exc:  # the agent's process died before it read its spec
                 ended = _Ended(exit_code=None, problem=f"{type(exc).__name__}: {exc}")
             finally:
                 try:
                     agent.end()
                 finally:
                     agent.close()
+                    if stop_serving is not None:
+                        stop_serving()
         return _outcome(ended, spec.max_output, timeout, time.monotonic() - start)
+
+
+#: what answers on a socket a unit lends (see ``UnitRunner.run``); returns how to stop
+ServeListener = Callable[[socket.socket], Callable[[], None]]
+
+
+def _serve_lent(sock: socket.socket, serve: ServeListener | None) -> Callable[[], None] | None:
+    """The socket a unit with the ``model`` network lends, served by ``serve`` (the unit says
+    it has none when its set-up failed: its report follows)."""
+    lent = recv_fds(sock, 1)
+    if lent is None:
+        raise EOFError("the unit ended before it was set up")
+    kind, fds = lent
+    listeners = [socket.socket(fileno=fd) for fd in fds]
+    if kind == LENT and len(listeners) == 1 and serve is not None:
+        return serve(listeners[0])
+    for listener in listeners:  # a unit that calls no model (a start-up probe) needs none
+        listener.close()
+    if kind in (LENT, NOT_LENT):
+        return None
+    raise EOFError("the unit lent no socket for the model gateway")
 
 
 class _AgentProcess:

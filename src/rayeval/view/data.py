@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from .._messages import field_problems
 from ..errors import RayevalError
 from ..evals import EvalFileError, load_eval
+from ..gateway.transcript import MODEL_CALLS_ARTIFACT
 from ..harness.workspace import REFUSAL_VERDICT_NAME
 from ..report.benchmark import (
     CI_METHOD,
@@ -231,9 +232,12 @@ def artifacts_view(artifacts_json: Any) -> tuple[list[dict[str, Any]], int, dict
     listed, trajectory = [], None
     for name, content in itertools.islice(artifacts.items(), MAX_ARTIFACTS):
         listed.append({"name": label(name), **json_field(content)})  # a null artifact shows as null
-        if name == TRAJECTORY_ARTIFACT:
-            fmt, steps, total = stored_conversation(content)
-            trajectory = {"format": fmt, "steps": [s._asdict() for s in steps], "total": total}
+    # the conversation: from the gateway's record of the calls where there is one with calls in it
+    for name in (MODEL_CALLS_ARTIFACT, TRAJECTORY_ARTIFACT):
+        if name in artifacts and trajectory is None:
+            fmt, steps, total = stored_conversation(artifacts[name])
+            if name == TRAJECTORY_ARTIFACT or (fmt == "model-calls" and total > 0):
+                trajectory = {"format": fmt, "steps": [s._asdict() for s in steps], "total": total}
     return listed, max(0, len(artifacts) - MAX_ARTIFACTS), trajectory
 
 

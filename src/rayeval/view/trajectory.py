@@ -1,6 +1,9 @@
 """A stored trajectory (``trajectory.json`` in a row's artifacts) as a conversation.
 
-The built-in harnesses store three shapes: Claude Code's stream-json events (``assistant`` /
+A unit whose calls went through the model gateway has them in ``model_calls.json``: its
+conversation is drawn from there, whatever its agent (requests and replies in the providers'
+own shapes: Anthropic Messages, OpenAI Chat Completions and Responses). Otherwise, the
+built-in harnesses store three shapes: Claude Code's stream-json events (``assistant`` /
 ``user`` messages whose content blocks are text, ``tool_use`` and ``tool_result``), Codex's
 ``--json`` events (``item.completed`` with agent messages, reasoning and command executions)
 and mini-swe-agent's message list (``role`` / ``content``; OpenAI-style ``tool_calls`` too).
@@ -20,7 +23,7 @@ from typing import Any, Literal, NamedTuple
 from .bounded import Unreadable, json_field, label, loads, text_field
 
 StepKind = Literal["text", "thinking", "tool_call", "tool_result", "event"]
-TrajectoryFormat = Literal["claude-code", "codex", "messages", "json"]
+TrajectoryFormat = Literal["model-calls", "claude-code", "codex", "messages", "json"]
 
 MAX_STEPS = 2000
 MAX_STEP_CHARS = 20_000
@@ -132,11 +135,89 @@ def _message_steps(messages: list[dict[str, Any]]) -> Iterator[_Found]:
                 yield _Found(role, "tool_call", call, "tool call")
 
 
+def _responses_items(role: Any, items: Any) -> Iterator[_Found]:
+    """OpenAI Responses API input or output items (messages, function calls and outputs)."""
+    if isinstance(items, str):
+        yield _Found(role, "text", items)
+        return
+    for item in items if isinstance(items, list) else [items]:
+        kind = _get(item, "type", "message")
+        if kind == "message":
+            content = _get(item, "content")
+            parts = content if isinstance(content, list) else [content]
+            for part in parts:
+                text = _get(part, "text", part) if _get(part, "type") != "refusal" else _get(part, "refusal")
+                yield _Found(_get(item, "role", role), "text", text)
+        elif kind in ("function_call", "custom_tool_call", "local_shell_call"):
+            yield _Found(role, "tool_call", _get(item, "arguments", _get(item, "input", item)), _get(item, "name"))
+        elif kind in ("function_call_output", "custom_tool_call_output", "local_shell_call_output"):
+            yield _Found("tool", "tool_result", _get(item, "output", item), "output")
+        elif kind == "reasoning":
+            summary = _get(item, "summary")
+            texts = [_get(part, "text", "") for part in summary] if isinstance(summary, list) else []
+            yield _Found(role, "thinking", "\n".join(label(text, MAX_STEP_CHARS) for text in texts))
+        else:
+            yield _Found(role, "event", item, kind)
+
+
+def _call_messages(protocol: Any, request: Any) -> list[Any]:
+    if protocol == "responses":
+        items = _get(request, "input")
+        return items if isinstance(items, list) else [] if items is None else [{"role": "user", "content": items}]
+    messages = _get(request, "messages")
+    return messages if isinstance(messages, list) else []
+
+
+def _message_of(protocol: Any, message: Any) -> Iterator[_Found]:
+    if protocol == "responses":
+        return _responses_items(_get(message, "role", "user"), [message])
+    if protocol == "chat":
+        return _message_steps([message] if isinstance(message, dict) else [])
+    return _block_steps(_get(message, "role", "?"), _get(message, "content"))
+
+
+def _reply_steps(protocol: Any, reply: Any) -> Iterator[_Found]:
+    if protocol == "responses":
+        return _responses_items("assistant", _get(reply, "output"))
+    if protocol == "chat":
+        choices = _get(reply, "choices")
+        message = _get(choices[0], "message") if isinstance(choices, list) and choices else None
+        return _message_steps([message] if isinstance(message, dict) else [])
+    return _block_steps("assistant", _get(reply, "content"))
+
+
+def _model_call_steps(transcript: dict[str, Any]) -> Iterator[_Found]:
+    """The gateway's record of a unit's model calls (``model_calls.json``): each call's new
+    messages (those its conversation did not hold at the call before) and its reply."""
+    calls = transcript.get("calls")
+    if transcript.get("left_out"):
+        yield _Found("gateway", "event", f"{label(transcript['left_out'])} earlier calls were not kept", "left out")
+    held = 0
+    for number, call in enumerate(calls if isinstance(calls, list) else [], 1):
+        protocol = _get(call, "protocol")
+        messages = _call_messages(protocol, _get(call, "request"))
+        if len(messages) < held:  # another conversation (a summary, a side request)
+            held = 0
+        usage = _get(call, "usage", {})
+        what = {key: _get(call, key) for key in ("status", "latency_s", "stop_reason", "refusal", "error")}
+        title = (
+            f"call {number}: {label(_get(call, 'model'))}, {label(_get(usage, 'input_tokens'))} in / "
+            f"{label(_get(usage, 'output_tokens'))} out"
+        )
+        yield _Found("gateway", "event", {**what, "usage": usage, "cost_usd": _get(call, "cost_usd")}, title)
+        for message in messages[held:]:
+            yield from _message_of(protocol, message)
+        held = len(messages) + 1  # the next call holds these, this reply, then what is new
+        yield from _reply_steps(protocol, _get(call, "response"))
+
+
 def _types(events: list[dict[str, Any]]) -> set[str]:
     return {kind for event in events if isinstance(kind := event.get("type"), str)}
 
 
 def _detect(data: Any) -> TrajectoryFormat:
+    if isinstance(data, dict) and isinstance(data.get("calls"), list) and "left_out" in data:
+        return "model-calls"
     if isinstance(data, dict) and isinstance(data.get("messages"), list):
         data = data["messages"]
     if not isinstance(data, list) or not data or not all(isinstance(e, dict) for e in data):
@@ -152,6 +233,8 @@ def _detect(data: Any) -> TrajectoryFormat:
 
 
 def _found(fmt: TrajectoryFormat, data: Any) -> Iterator[_Found]:
+    if fmt == "model-calls":
+        return _model_call_steps(data)
     if fmt == "claude-code":
         return _claude_steps(data)
     if fmt == "codex":

@@ -1,0 +1,75 @@
+"""The four real programs through ``rayeval run --network model`` (the default sandbox, real
+Ray): each reaches its model through the gateway and nothing else (a tool's own connection to
+the scripted server is refused), its row counts what the server served, and the viewer draws
+its conversation from the gateway's record of its calls."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from rayeval.cli import main
+from rayeval.view.data import artifacts_view
+
+from .conftest import PROGRAM_TIMEOUT
+
+#: each program: the fixture that finds it, its model, its --agent-arg options (the scripted
+#: server's URL filled in), and the protocol its calls speak
+PROGRAMS = {
+    "claude-code": ("claude_available", "claude-sonnet-4-5", ["base_url={url}"], "anthropic"),
+    "codex": ("codex_available", "gpt-5.1-codex", ["base_url={url}/v1"], "responses"),
+    "mini-swe-agent": ("mini_available", "openai/gpt-test", ["base_url={url}/v1", "step_limit=4"], "chat"),
+    "pi": ("pi_available", "anthropic/claude-sonnet-4-5", ["base_url={url}"], "anthropic"),
+}
+#: the tool's command: tries the scripted server itself, then writes the answer with what it found
+REACH = (
+    'python3 -c "import json, socket\n'
+    "try:\n    socket.create_connection(('127.0.0.1', {port}), timeout=3).close(); found = 'reached'\n"
+    "except OSError as error:\n    found = type(error).__name__\n"
+    "json.dump({{'answer': 42, 'direct': found}}, open('eval_answer.json', 'w'))\""
+)
+
+
+def test_each_program_reaches_its_model_only_through_the_gateway(
+    request: pytest.FixtureRequest, model_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    evals = tmp_path / "evals"
+    evals.mkdir()
+    grader = {"type": "numeric_tolerance", "config": {"ground_truth": {"answer": 42},
+              "tolerances": {"answer": {"type": "absolute", "value": 0}}}}  # fmt: skip
+    (evals / "e.json").write_text(json.dumps({"id": "reach", "task": "Write the answer.", "grader": grader}))
+    servers = {}
+    for name, (available, _, _, _) in PROGRAMS.items():
+        request.getfixturevalue(available)
+        finish = (
+            {"command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"} if name == "mini-swe-agent" else {"text": "Done."}
+        )
+        servers[name] = server = model_server([{"command": ""}, finish])
+        server.script[0]["command"] = REACH.format(port=server.url.rsplit(":", 1)[1])
+    for name, (_, model, options, protocol) in PROGRAMS.items():
+        server = servers[name]
+        out = tmp_path / name
+        args = [option.format(url=server.url) for option in options] + [f"timeout={PROGRAM_TIMEOUT}"]
+        code = main(
+            ["run", str(evals), "--agent", name, "--models", model, "--network", "model", "--output", str(out),
+             "--retries", "0", "--no-progress", *[x for arg in args for x in ("--agent-arg", arg)]]
+        )  # fmt: skip
+        (row,) = pd.read_parquet(out).to_dict("records")
+        assert code == 0 and row["status"] == "passed", (name, row["error_message"], row["metadata_json"][-2000:])
+        assert json.loads(row["answer_json"])["direct"] == "ConnectionRefusedError", name
+        served = [reply for reply in server.replies if reply.protocol == protocol]
+        assert row["n_model_calls"] == len(server.model_requests()) == len(served) >= 2, name
+        assert (row["input_tokens"], row["output_tokens"]) == (
+            sum(r.input_tokens for r in served),
+            sum(r.output_tokens for r in served),
+        ), name
+        # the viewer draws its conversation from the gateway's record, whatever the program
+        _, _, shown = artifacts_view(row["artifacts_json"])
+        assert shown is not None and shown["format"] == "model-calls", name
+        texts = [step["text"] for step in shown["steps"]]
+        assert sum(step["title"].startswith("call ") for step in shown["steps"]) == row["n_model_calls"], name
+        assert any("socket.create_connection" in text for text in texts), (name, texts)  # its tool call

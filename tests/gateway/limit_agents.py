@@ -1,0 +1,24 @@
+"""Agents that call their model until the gateway refuses (see test_limits.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anthropic
+
+
+def call_until_refused(task_prompt: str, work_dir: Path, context: Any) -> dict:
+    """Calls (at most 20 times) until a call is refused, then answers."""
+    client = anthropic.Anthropic(max_retries=0)
+    made, refusal = 0, None
+    for _ in range(20):
+        try:
+            client.messages.create(
+                model="claude-sonnet-4-5", max_tokens=5, messages=[{"role": "user", "content": "hi"}]
+            )
+        except anthropic.APIStatusError as exc:
+            refusal = f"{exc.status_code}: {exc.message}"
+            break
+        made += 1
+    return {"answer": {"value": 1}, "metadata": {"made": made, "refused_with": refusal}}

@@ -11,12 +11,17 @@ answering after D seconds, at --max-concurrency C.
   (d) judged: (a) with each eval graded by a one-criterion ``rubric`` whose judge is the same
       server (a call of --judge-delay seconds more per unit, default D), judge concurrency C:
       the judges' share of the wall time against (a) (goal: at most 10 % more).
+  (e) gateway: the bare SDK's N calls (C at once) made through rayeval's model gateway, run in
+      a process of its own as in a worker, against the same calls direct, two rounds each in
+      turn (goal: at most 1.05x the time); the time to the first streamed byte of 100 calls one
+      after the other, direct and through it (goal: at most 2 ms more at the median); and the
+      gateway's CPU per call.
 
 The server runs in its own process (tests/agents/fake_model_server.py), so its threads do not
 share the driver's interpreter lock.
 
 Usage: python scripts/bench_models.py [--units 1000] [--delay 0.2] [--judge-delay D] [--concurrency 100]
-                                     [--which cold,warm,limited,judged]
+                                     [--which cold,warm,limited,judged,gateway]
 
 Units of seconds with judges of about a second (the shape real runs have):
 ``--units 200 --delay 5 --judge-delay 1 --concurrency 50 --which cold,judged``.
@@ -101,11 +106,13 @@ def counts(pipe: Connection) -> tuple[int, int]:
     return pipe.recv()
 
 
-async def bare_sdk(base_url: str, tasks: list[str], units: int, concurrency: int) -> float:
+async def bare_sdk(
+    base_url: str, tasks: list[str], units: int, concurrency: int, api_key: str = "sk-bench-not-a-key"
+) -> float:
     """Seconds for the same calls made with the bare SDK: C at once, one asyncio loop."""
     import openai
 
-    client = openai.AsyncOpenAI(base_url=base_url, api_key="sk-bench-not-a-key", max_retries=0)
+    client = openai.AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0)
     limit = asyncio.Semaphore(concurrency)
 
     async def call(task: str, seed: int) -> None:
@@ -123,6 +130,67 @@ async def bare_sdk(base_url: str, tasks: list[str], units: int, concurrency: int
     elapsed = time.monotonic() - start
     await client.close()
     return elapsed
+
+
+def serve_gateway(upstream: str, pipe: Connection) -> None:
+    """rayeval's gateway in this child process (as in a worker), one unit's session open:
+    sends its OpenAI base URL, the unit's token and its pid, then stops when told."""
+    from rayeval.gateway.server import Gateway, Upstream
+
+    with Gateway() as gateway:
+        session = gateway.open({"openai": Upstream(upstream, ("sk-bench-not-a-key",))})
+        pipe.send((gateway.base_url("openai"), session.token, os.getpid()))
+        pipe.recv()
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def first_byte_ms(base_url: str, api_key: str, calls: int = 100) -> float:
+    """The median milliseconds to the first streamed chunk of ``calls`` calls made in turn."""
+    import statistics
+
+    import openai
+
+    client = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0)
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        stream = client.chat.completions.create(
+            model="gpt-4o", messages=[{"role": "user", "content": "Stream."}], stream=True
+        )
+        next(iter(stream))
+        times.append((time.perf_counter() - start) * 1000)
+        stream.close()
+    client.close()
+    return statistics.median(times)
+
+
+def bench_gateway(base_url: str, tasks: list[str], units: int, concurrency: int, ideal: float) -> None:
+    ours, theirs = multiprocessing.Pipe()
+    process = multiprocessing.get_context("spawn").Process(target=serve_gateway, args=(base_url, theirs), daemon=True)
+    process.start()
+    gateway_url, token, pid = ours.recv()
+    direct, through = [], []
+    cpu = 0.0
+    for _ in range(2):
+        settle()
+        direct.append(asyncio.run(bare_sdk(base_url, tasks, units, concurrency)))
+        settle()
+        before = cpu_seconds(pid)
+        through.append(asyncio.run(bare_sdk(gateway_url, tasks, units, concurrency, token)))
+        cpu += cpu_seconds(pid) - before
+    print(f"gateway: {units} calls, direct {min(direct):.2f}s / through the gateway {min(through):.2f}s (best of 2 "
+          f"each) = {min(through) / min(direct):.3f}x (goal <= 1.05x), {min(through) / ideal:.2f}x ideal; "
+          f"the gateway's CPU {cpu / (2 * units) * 1000:.2f} ms a call")  # fmt: skip
+    settle()
+    direct_ms, through_ms = first_byte_ms(base_url, "sk-bench-not-a-key"), first_byte_ms(gateway_url, token)
+    print(f"gateway: first streamed byte, median of 100 calls: direct {direct_ms:.2f} ms, through the gateway "
+          f"{through_ms:.2f} ms: {through_ms - direct_ms:+.2f} ms (goal <= +2 ms)")  # fmt: skip
+    ours.send("stop")
+    process.join(10)
 
 
 def run(
@@ -147,7 +215,7 @@ def main() -> None:
     parser.add_argument("--delay", type=float, default=0.2)
     parser.add_argument("--judge-delay", type=float, help="seconds a judge call takes (default: --delay)")
     parser.add_argument("--concurrency", type=int, default=100)
-    parser.add_argument("--which", default="cold,warm,limited,judged", help="which runs, in this order")
+    parser.add_argument("--which", default="cold,warm,limited,judged,gateway", help="which runs, in this order")
     args = parser.parse_args()
     judge_delay = args.delay if args.judge_delay is None else args.judge_delay
     which = [name for name in ("cold", "warm", "limited", "judged") if name in args.which.split(",")]
@@ -183,6 +251,8 @@ def main() -> None:
                   f"{wall / ideal:.2f}x ideal, {wall / sdk:.2f}x the bare SDK (Ray start-up {startup:.1f}s not included); "
                   f"worker start-up {to_first:.1f}s, then {span:.2f}s = {span / ideal:.2f}x ideal, {span / sdk:.2f}x the SDK")  # fmt: skip
             before = after
+        if "gateway" in args.which.split(","):
+            bench_gateway(base_url, tasks, args.units, args.concurrency, ideal)
         if {"cold", "judged"} <= walls.keys():
             print(f"judged: wall {walls['judged']:.2f}s = {walls['judged'] / walls['cold']:.2f}x the cold run's "
                   f"(goal <= 1.10x): the judges' share {walls['judged'] / walls['cold'] - 1:+.0%}")  # fmt: skip

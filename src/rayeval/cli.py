@@ -30,6 +30,8 @@ if TYPE_CHECKING:  # imported when a run starts: `rayeval validate` needs no Ray
     from .batch.summary import RunSummary
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+#: a run stopped by its --max-cost: resumable with a higher one
+EXIT_BUDGET_SPENT = 3
 
 DESCRIPTION = (
     "Run AI-agent evaluations at scale on Ray: eval files, graders, sandboxed agents, results in Parquet. "
@@ -244,6 +246,7 @@ _OPTION_OF_FIELD = {
     "data_roots": "--data-root",
     "max_output_mb": "--limit-output-mb",
     "cost_usd": "--limit-cost",
+    "max_cost_usd": "--max-cost",
     "unit_resources": "--unit-resource",
 }
 
@@ -331,6 +334,7 @@ def _batch_config(args: argparse.Namespace) -> BatchConfig:
             "judge_concurrency": args.judge_concurrency,
             "model_concurrency": _model_limits(args.model_concurrency),
             "retries": args.retries,
+            "max_cost_usd": args.max_cost,
             "isolation": args.isolation,
             "sandbox": _sandbox_config(args),
             "timeout": args.timeout,
@@ -349,6 +353,7 @@ def _batch_config(args: argparse.Namespace) -> BatchConfig:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from .batch import RunCancelled, run_batch
+    from .batch.budget import BudgetSpent
     from .storage import ResultsRootUnwritable, StorageError
 
     try:
@@ -375,6 +380,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         ) from None
     except StorageError as exc:  # an unusable results root, before or after the units
         raise BadInput(f"results root {args.output}: {exc}") from None
+    except BudgetSpent as exc:  # resumable with a higher --max-cost
+        print(f"rayeval: {exc}", file=sys.stderr)
+        return EXIT_BUDGET_SPENT
     except RayevalError:  # says what is wrong (a LeaseError names the other driver): main() prints it
         raise
     except OSError as exc:  # the results root cannot be read or written
@@ -692,6 +700,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="retries of a unit whose agent errors, with backoff (default %(default)s)",
     )
     run.add_argument("--timeout", type=float, help="per-unit agent timeout in seconds (overrides the evals')")
+    run.add_argument(
+        "--max-cost",
+        type=float,
+        metavar="USD",
+        help="the run's budget: what its units' model calls and judges cost, over the cluster, earlier attempts "
+        "included; once spent, no unit starts, running units' calls are refused and the run stops (exit 3), "
+        "resumable with a higher --max-cost (default: none)",
+    )
     run.add_argument(
         "--unit-cpus",
         type=float,

@@ -20,8 +20,9 @@ from pydantic import BaseModel, ConfigDict, field_serializer, field_validator
 Status = Literal["passed", "failed", "error", "timeout", "config_error"]
 STATUSES: tuple[Status, ...] = ("passed", "failed", "error", "timeout", "config_error")
 #: a unit's limit that ended it: on its model calls (``--limit-tokens``, ``--limit-cost``,
-#: ``--limit-model-calls``) or on its time (``--timeout``, the eval's ``agent_timeout``)
-LimitName = Literal["tokens", "cost", "model_calls", "time"]
+#: ``--limit-model-calls``), its run's (``--max-cost``: ``run_cost``) or its time (``--timeout``,
+#: the eval's ``agent_timeout``)
+LimitName = Literal["tokens", "cost", "model_calls", "run_cost", "time"]
 #: Statuses that are errors (no verdict): counted apart from failures by the engine and reports.
 ERROR_STATUSES: frozenset[Status] = frozenset({"error", "timeout", "config_error"})
 

@@ -22,3 +22,14 @@ def call_until_refused(task_prompt: str, work_dir: Path, context: Any) -> dict:
             break
         made += 1
     return {"answer": {"value": 1}, "metadata": {"made": made, "refused_with": refusal}}
+
+
+def one_call(task_prompt: str, work_dir: Path, context: Any) -> dict:
+    """One model call (refused or not), then the answer."""
+    try:
+        anthropic.Anthropic(max_retries=0).messages.create(
+            model="claude-sonnet-4-5", max_tokens=5, messages=[{"role": "user", "content": "hi"}]
+        )
+    except anthropic.APIStatusError:
+        pass
+    return {"answer": {"value": 1}}

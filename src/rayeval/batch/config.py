@@ -45,6 +45,10 @@ class SchedulingConfig(BaseModel):
     model_concurrency: dict[str, int] = Field(default_factory=dict)
     retries: int = Field(2, ge=0)
     retry_backoff_s: float = Field(2.0, ge=0)
+    #: the run's budget in USD (``--max-cost``): what its units' model calls (as the gateway
+    #: counts them) and their judges cost, its earlier attempts' included; once spent, no unit
+    #: starts and the running ones' calls are refused. None: no budget
+    max_cost_usd: float | None = Field(None, gt=0)
 
 
 class ExecutionConfig(BaseModel):

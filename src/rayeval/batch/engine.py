@@ -24,6 +24,7 @@ from ..record import UnitRecord
 from ..storage import ERROR_STATUSES, ResultStore, RowWriter, RunManifest, RunStatus
 from ..storage.lease import RunLease, run_lease
 from ..storage.store import ResultsRootUnwritable, StorageError, describe_write_error
+from .budget import BudgetSpent, BudgetView, open_budget, stored_spend
 from .cluster import connect, shut_down_embedded_ray
 from .config import BatchConfig, SchedulingConfig
 from .judging import JudgeCalls
@@ -71,6 +72,8 @@ def run_batch(
         try:
             run.execute(stop_signals, agent=agent, grade=grade)
             run.status = "completed"
+        except BudgetSpent as exc:  # resumable, as a cancelled run is
+            run.status, run.spent = "cancelled", exc
         except KeyboardInterrupt:
             run.status, run.stopped_by = "cancelled", stop_signals.by
         except ResultsRootUnwritable as exc:
@@ -101,6 +104,9 @@ class _DriverRun:
     to_run: int = 0
     status: RunStatus = "failed"
     stopped_by: int | None = None
+    budget_actor: Any = None
+    budget: BudgetView | None = None
+    spent: BudgetSpent | None = None
     unwritable: ResultsRootUnwritable | None = None
     summary: Future[RunSummary] | None = None
 
@@ -152,6 +158,7 @@ class _DriverRun:
             self.workers.wait_until_up()
         self.manifest = self.store.write_manifest(self.planned)
         if to_run and self.workers is not None:
+            budget = self._open_budget()
             with self.lease.interrupts():  # a lost lease stops the run: another driver has it now
                 _execute(
                     config.scheduling,
@@ -164,7 +171,17 @@ class _DriverRun:
                     self.workers,
                     self.lease,
                     stop_signals,
+                    budget,
                 )
+
+    def _open_budget(self) -> BudgetView | None:
+        """The run's budget (``--max-cost``), its earlier attempts' cost spent already."""
+        max_cost = self.config.scheduling.max_cost_usd
+        if max_cost is None:
+            return None
+        self.budget_actor = open_budget(self.run_id, stored_spend(self.store, self.run_id))
+        self.budget = BudgetView(self.run_id, max_cost)
+        return self.budget
 
     def close(self) -> None:
         """Store what is buffered and record how the run ended (unless another driver has it
@@ -187,6 +204,11 @@ class _DriverRun:
                     os.rmdir(self.config.storage.output)  # only if the run left it empty
             if self.workers is not None and self.status != "completed":
                 self.workers.end_all()  # calls in flight end now, not in Ray's shutdown (which logs each)
+            if self.budget is not None:
+                self.budget.close()
+            if self.budget_actor is not None:
+                with contextlib.suppress(Exception):  # Ray is going: so is the actor
+                    ray.kill(self.budget_actor)
             if self.owns_ray:
                 shut_down_embedded_ray()
 
@@ -198,6 +220,8 @@ class _DriverRun:
             raise self.unwritable
         if self.stopped_by is not None:
             raise RunCancelled(self.run_id, self.stopped_by)
+        if self.spent is not None:
+            raise self.spent
         assert self.summary is not None, "a completed run's summary is being read"
         return self.summary.result()
 
@@ -302,11 +326,13 @@ def _execute(
     workers: WorkerPool,
     lease: RunLease,
     stop_signals: StopSignals,
+    budget: BudgetView | None = None,
 ) -> None:
-    """Start units while the limits and the workers' slots allow, wait for the next to end,
-    store its row or run it again (a unit whose LLM-judged graders need judge calls frees its
-    slot and is graded once they are made).  Each pass waits at most 0.1 s for a unit, so a
-    lost lease stops the loop at once."""
+    """Start units while the limits and the workers' slots allow (and the run's ``budget`` is
+    not spent), wait for the next to end, store its row or run it again (a unit whose
+    LLM-judged graders need judge calls frees its slot and is graded once they are made).  Each
+    pass waits at most 0.1 s for a unit, so a lost lease stops the loop at once.
+    :class:`BudgetSpent` when the budget left units unstarted."""
     queue = UnitQueue(
         plan, todo, max_concurrency=config.max_concurrency, model_limits=config.model_concurrency,
         earlier_attempts=earlier_attempts,
@@ -314,10 +340,12 @@ def _execute(
     work = _InFlight(queue, workers, JudgeCalls(config.judge_concurrency))
     if any(has_judged_graders(eval_) for eval_ in run.evals):
         work.judges.start()
-    while queue.waiting or work.busy:
+    spent_out = False
+    while (queue.waiting and not spent_out) or work.busy:
         writer.check()  # a results root that cannot be written stops the run: no unit more
         lease.stop_if_lost()  # so does a lease another driver holds now
-        while workers.free() and (taken := queue.next()) is not None:
+        spent_out = budget is not None and budget.spent_out()
+        while not spent_out and workers.free() and (taken := queue.next()) is not None:
             work.running[workers.submit(*taken)] = taken
         work.judges.submit()
         refs = work.refs()
@@ -328,7 +356,9 @@ def _execute(
         if ready:  # and whatever else is done by now
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
         with stop_signals.deferred():  # a unit back is stored whole, even if the run stops now
-            _store_units_back(config, run, ready, work, earlier_attempts, writer, progress)
+            _store_units_back(config, run, ready, work, earlier_attempts, writer, progress, budget)
+    if budget is not None and queue.waiting:
+        raise BudgetSpent(run.run_id, budget.max_cost_usd, budget.spent(), queue.left())
 
 
 def _store_units_back(
@@ -339,13 +369,17 @@ def _store_units_back(
     earlier_attempts: np.ndarray | None,
     writer: RowWriter,
     progress: Progress,
+    budget: BudgetView | None = None,
 ) -> None:
-    """Settle the calls that are back: store the rows of finished units, queue retries."""
+    """Settle the calls that are back: store the rows of finished units, queue retries; their
+    judges' cost counts in the run's ``budget`` (the gateway counted their agents')."""
     kept: dict[str, list[UnitRecord]] = {}  # model -> rows to store, of every unit back by now
     for ref in ready:
         if (done := work.settle(ref, run)) is None:
             continue
         unit, attempt, row = done
+        if budget is not None and row.judge_cost_usd:
+            budget.charge(row.judge_cost_usd)
         earlier = 0 if earlier_attempts is None else int(earlier_attempts[unit.position])
         delay = unit_retry_delay(row, attempt, config.retry_backoff_s) if row.retryable else None
         if delay is not None and attempt - earlier <= config.retries:  # retries count from this run's first

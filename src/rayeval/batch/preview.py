@@ -18,6 +18,7 @@ from ..harness.cache import default_cache_dir
 from ..harness.runner import check_agent_loads
 from ..harness.workspace import default_work_root
 from ..storage import ResultStore
+from .budget import stored_spend
 from .capacity import NodeResources, local_node_resources, run_capacity
 from .cluster import connect, live_nodes
 from .config import BatchConfig, RayConfig
@@ -47,6 +48,9 @@ class PlanPreview(BaseModel):
     cost_basis: str
     #: how many units can run at once, and what limits it (as the run says at start)
     capacity: str
+    #: the run's budget (``--max-cost``), and what its stored rows spent of it already
+    max_cost_usd: float | None = None
+    spent_usd: float = 0.0
     #: what the start-up checks could not check from here (a cluster's judge keys)
     notes: list[str] = []
 
@@ -67,9 +71,22 @@ class PlanPreview(BaseModel):
             *chosen,
             f"units: {self.units} planned, {self.units - self.to_run} already stored, {self.to_run} to run{rerun}",
             f"estimated cost: {cost}",
+            *([self._budget()] if self.max_cost_usd is not None else []),
             self.capacity,
             *self.notes,
         ])  # fmt: skip
+
+    def _budget(self) -> str:
+        assert self.max_cost_usd is not None
+        spent = f", ${self.spent_usd:.2f} of it spent by the run's stored rows" if self.spent_usd else ""
+        left = self.max_cost_usd - self.spent_usd
+        if self.estimated_cost_usd is None:
+            verdict = "the estimate is unknown"
+        elif self.estimated_cost_usd <= left:
+            verdict = f"the estimate fits in the ${left:.2f} left"
+        else:
+            verdict = f"the estimate is over the ${left:.2f} left: the run would stop when it is spent"
+        return f"budget (--max-cost): ${self.max_cost_usd:.2f}{spent}; {verdict}"
 
 
 def preview_run(config: BatchConfig) -> PlanPreview:
@@ -94,6 +111,7 @@ def preview_run(config: BatchConfig) -> PlanPreview:
         label = row_labels(config.agent, model, config.agent_args)[0]
         to_run_of[label] = to_run_of.get(label, 0) + int(count)
     cost, unpriced, basis = _estimated_cost(store, to_run_of)
+    spent = stored_spend(store, run_id) if run_id is not None and config.scheduling.max_cost_usd else 0.0
     return PlanPreview(
         run_id=storage.run_id,
         evals=len(evals),
@@ -109,6 +127,8 @@ def preview_run(config: BatchConfig) -> PlanPreview:
         cost_basis=basis,
         capacity=_capacity(config, prepared, int(todo.sum())),
         notes=prepared.notes,
+        max_cost_usd=config.scheduling.max_cost_usd,
+        spent_usd=spent,
     )
 
 

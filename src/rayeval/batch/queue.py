@@ -129,3 +129,7 @@ class UnitQueue:
     def waiting(self) -> bool:
         """Units wait to start, now or after a retry's delay."""
         return bool(self.delayed) or any(self.queues.values())
+
+    def left(self) -> int:
+        """How many units wait to start."""
+        return len(self.delayed) + sum(map(len, self.queues.values()))

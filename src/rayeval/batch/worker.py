@@ -31,6 +31,7 @@ from ..record import UnitRecord
 from ..sandbox.config import SandboxConfig
 from ..sandbox.units import SandboxError
 from ..storage.layout import s3_wal_base
+from .budget import budget_view
 from .capacity import ray_options, run_capacity
 from .cluster import live_nodes
 from .config import BatchConfig, ExecutionConfig
@@ -79,6 +80,8 @@ class WorkerConfig(BaseModel):
     s3_endpoint_url: str | None = None
     #: units the worker runs at once
     slots: int = 1
+    #: the run's budget in USD (``--max-cost``), kept by the run's budget actor
+    max_cost_usd: float | None = None
 
 
 class WorkerProblem(BaseModel):
@@ -243,6 +246,9 @@ class UnitWorker:
             isolation=execution.isolation,
             sandbox=execution.sandbox,
             convention=execution.answer_convention,
+            budget=None
+            if self.config.max_cost_usd is None
+            else budget_view(self.config.run_id, self.config.max_cost_usd),
         )
 
 
@@ -409,6 +415,7 @@ def worker_config(config: BatchConfig, run_id: str, evals: list[Eval]) -> Worker
         run_id=run_id,
         execution=config.execution.model_copy(update={"sandbox": sandbox}),
         s3_endpoint_url=config.storage.s3_endpoint_url,
+        max_cost_usd=config.scheduling.max_cost_usd,
     )
 
 

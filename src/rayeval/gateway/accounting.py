@@ -17,7 +17,7 @@ from pydantic import BaseModel
 
 from .._json import count_in, object_at
 
-Protocol = Literal["anthropic", "chat", "responses"]
+Wire = Literal["anthropic", "chat", "responses"]
 
 #: the most bytes of one plain-JSON response read for accounting (the client gets them all)
 MAX_JSON_BYTES = 64 * 1024 * 1024
@@ -25,7 +25,7 @@ MAX_JSON_BYTES = 64 * 1024 * 1024
 MAX_EVENT_BYTES = 16 * 1024 * 1024
 
 
-def protocol_of(path: str) -> Protocol | None:
+def protocol_of(path: str) -> Wire | None:
     """The wire protocol of a request path (None: not a model call, e.g. a model listing or
     Anthropic's token counting)."""
     tail = path.rstrip("/")
@@ -89,7 +89,7 @@ def _openai_usage(usage: dict[str, Any], into: Usage, *, prompt: str, completion
 class ResponseReader:
     """Reads one response of ``protocol`` as its bytes pass (see :meth:`feed`)."""
 
-    protocol: Protocol
+    protocol: Wire
     streamed: bool
     usage: Usage = field(default_factory=Usage)
     usage_seen: bool = False

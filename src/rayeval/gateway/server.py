@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 
@@ -40,7 +40,7 @@ from ..models.failures import (
 from ..models.prices import PriceTable, cost_usd, find_price, shipped_prices
 from ..models.retry import retry_after_s
 from ..record import LimitName
-from .accounting import Protocol, ResponseReader, Usage, protocol_of
+from .accounting import ResponseReader, Usage, Wire, protocol_of
 from .transcript import bounded
 
 #: the largest request body relayed (a long conversation with images stays far below it)
@@ -70,6 +70,14 @@ class Upstream:
         return f"Upstream(base_url={self.base_url!r}, keys={len(self.keys)})"
 
 
+class RunBudget(Protocol):
+    """A run's budget (``--max-cost``), as a process's gateway sees it."""
+
+    def spent_out(self) -> bool: ...
+
+    def charge(self, usd: float) -> None: ...
+
+
 @dataclass(frozen=True)
 class CallLimits:
     """What one unit may use; None: no limit."""
@@ -85,7 +93,7 @@ class CallRecord:
 
     route: str
     path: str
-    protocol: Protocol | None
+    protocol: Wire | None
     model: str | None
     streamed: bool
     started_at: float
@@ -140,6 +148,7 @@ class Session:
     upstreams: dict[str, Upstream]
     limits: CallLimits
     prices: PriceTable
+    budget: RunBudget | None = None
     calls: list[CallRecord] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
     cost_usd: float = 0.0
@@ -159,6 +168,8 @@ class Session:
             return "tokens"
         if limits.cost_usd is not None and self.cost_usd >= limits.cost_usd:
             return "cost"
+        if self.budget is not None and self.budget.spent_out():
+            return "run_cost"
         return None
 
     def report(self) -> SessionReport:
@@ -317,13 +328,18 @@ class Gateway:
 
     # ------------------------------------------------------------------ sessions
     def open(
-        self, upstreams: Mapping[str, Upstream], limits: CallLimits | None = None, prices: PriceTable | None = None
+        self,
+        upstreams: Mapping[str, Upstream],
+        limits: CallLimits | None = None,
+        prices: PriceTable | None = None,
+        budget: RunBudget | None = None,
     ) -> Session:
         session = Session(
             token=f"rayeval-unit-{secrets.token_urlsafe(24)}",
             upstreams=dict(upstreams),
             limits=limits or CallLimits(),
             prices=prices if prices is not None else self.prices,
+            budget=budget,
         )
         with self._lock:
             self._sessions[session.token] = session
@@ -483,6 +499,8 @@ class Gateway:
                 session.unpriced_calls += 1
         else:
             session.cost_usd += record.cost_usd
+            if session.budget is not None:
+                session.budget.charge(record.cost_usd)
 
 
 def _last_failure(calls: list[CallRecord]) -> ProviderFailure | None:
@@ -530,6 +548,8 @@ def _rejects_key(status: int, text: str) -> bool:
 
 
 def _limit_message(limit: LimitName, limits: CallLimits) -> str:
+    if limit == "run_cost":
+        return "rayeval gateway: the run's budget (--max-cost) is spent; no further model calls are made"
     value = {"tokens": limits.tokens, "cost": limits.cost_usd, "model_calls": limits.model_calls}.get(limit)
     what = {"tokens": "tokens", "cost": "USD of model cost", "model_calls": "model calls"}.get(limit, limit)
     return f"rayeval gateway: this unit reached its limit of {value} {what}; no further model calls are made"

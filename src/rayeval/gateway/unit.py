@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from ..models.failures import ANTHROPIC_KEY_FALLBACKS
 from ..models.providers import PROVIDERS, inferred_provider
-from .server import PROVIDER_ROUTES, CallLimits, Gateway, Session, Upstream, upstreams_from
+from .server import PROVIDER_ROUTES, CallLimits, Gateway, RunBudget, Session, Upstream, upstreams_from
 
 #: variables that carry a model provider's key besides those of the gateway's routes: none
 #: reaches a unit (providers the gateway does not relay are out of a unit's reach)
@@ -78,6 +78,7 @@ def open_unit_access(
     api: str | None = None,
     options: bool = False,
     limits: CallLimits | None = None,
+    budget: RunBudget | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> UnitAccess:
     """A session for one unit, its upstreams from ``environ`` (default: this process's) and,
@@ -98,7 +99,7 @@ def open_unit_access(
             key = environ.get(key_variable)
             current = Upstream(current.base_url, (key,) if key else ())
         upstreams[route] = current
-    session = gateway.open(upstreams, limits)
+    session = gateway.open(upstreams, limits, budget=budget)
     for name, (base_variable, _, key_variable) in PROVIDER_ROUTES.items():
         if base_variable:
             env[base_variable] = gateway.base_url(name)

@@ -11,7 +11,7 @@ from .._json import amount_in, count_in
 from ..errors import ConfigError
 from ..evals import Eval, load_eval
 from ..evals.data_roots import resolve_roots
-from ..gateway.server import CallLimits, ModelUsage, SessionReport
+from ..gateway.server import CallLimits, ModelUsage, RunBudget, SessionReport
 from ..gateway.transcript import MODEL_CALLS_ARTIFACT, transcript_text
 from ..gateway.unit import open_unit_access, shared_gateway
 from ..grading.pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
@@ -102,6 +102,7 @@ class EvalRunner:
         isolation: Isolation = "sandbox",
         sandbox: SandboxConfig | None = None,
         convention: AnswerConvention = "legacy",
+        budget: RunBudget | None = None,
     ) -> Execution:
         """Everything but grading, so a batch engine can grade many executions in one task.
 
@@ -112,7 +113,8 @@ class EvalRunner:
         ``isolation``: see :mod:`rayeval.sandbox.isolation`;
         ``sandbox``: what a sandboxed (or ``process``) unit sees, gets and may use.
         ``convention``: the answer-file name and completion marker the agent is told
-        (:mod:`rayeval.harness.prompt`).
+        (:mod:`rayeval.harness.prompt`). ``budget``: its run's (``--max-cost``), which its gateway
+        session asks before each model call and charges after.
         """
         started_at = now()
         start = time.monotonic()
@@ -132,7 +134,7 @@ class EvalRunner:
         removed = False
         config = sandbox or SandboxConfig()
         try:
-            ran, calls = self._run_agent(work_dir, agent, context, limit, isolation, config)
+            ran, calls = self._run_agent(work_dir, agent, context, limit, isolation, config, budget)
             # what the agent left is listed once, for its answer files and its artifacts
             if self.keep_workspace:
                 listing = list_work_dir(work_dir)
@@ -179,6 +181,7 @@ class EvalRunner:
         limit: float | None,
         isolation: Isolation,
         sandbox: SandboxConfig,
+        budget: RunBudget | None = None,
     ) -> tuple[Outcome | StagingError | SandboxError, SessionReport | None]:
         """Stage the data and run the agent in ``work_dir``: its outcome, or why it could not
         run, and what its model calls used, as the gateway saw them (None: run in this process,
@@ -217,6 +220,7 @@ class EvalRunner:
             limits=CallLimits(
                 tokens=sandbox.limits.tokens, cost_usd=sandbox.limits.cost_usd, model_calls=sandbox.limits.model_calls
             ),
+            budget=budget,
         )
         unit_context = context.model_copy(update={"args": access.args})
         try:

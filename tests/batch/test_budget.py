@@ -1,0 +1,61 @@
+"""A run's budget (``--max-cost``) through ``rayeval run``, real Ray: what its units' model
+calls cost, as the gateways count them over the cluster; once spent, no unit starts, a unit
+still running has its calls refused, and the run stops (exit 3), resumable with a higher one."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from rayeval.cli import main
+from rayeval.storage import ResultStore
+from tests.agents.fake_model_server import FakeModelServer
+
+CALL_COST = (1000 * 3 + 50 * 15) / 1e6  # a call of the scripted server at claude-sonnet-4-5's price
+GRADER = {"type": "numeric_tolerance", "config": {"ground_truth": {"value": 1},
+          "tolerances": {"value": {"type": "absolute", "value": 0}}}}  # fmt: skip
+
+
+@pytest.fixture
+def evals(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    with FakeModelServer(script=[], answer=lambda body: "ok") as server:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-0123456789")
+        monkeypatch.delenv("RAY_ADDRESS", raising=False)
+        folder = tmp_path / "evals"
+        folder.mkdir()
+        (folder / "e.json").write_text(json.dumps({"id": "e", "task": "Answer.", "grader": GRADER}))
+        yield folder
+
+
+def run(evals: Path, out: Path, *options: str) -> int:
+    return main(
+        ["run", str(evals), "--agent", "tests.gateway.limit_agents:one_call", "--seeds", "6", "--output", str(out),
+         "--run-id", "budgeted", "--max-concurrency", "1", "--no-progress", *options]
+    )  # fmt: skip
+
+
+def test_a_spent_budget_stops_the_run_and_a_higher_one_finishes_it(
+    evals: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    assert run(evals, out, "--max-cost", "0.01") == 3
+    err = capsys.readouterr().err
+    assert "its budget of $0.01 is spent" in err and "--resume --run-id budgeted" in err, err
+    rows = pd.read_parquet(out)
+    assert 3 <= len(rows) < 6  # 0.01 USD is 2.7 calls; a unit started before the spend was seen is refused
+    paid = rows[rows["n_model_calls"] == 1]
+    assert len(paid) == 3 and paid["cost_usd"].sum() == pytest.approx(3 * CALL_COST)
+    refused = rows[rows["n_model_calls"] == 0]
+    assert (refused["limit_reached"] == "run_cost").all()
+    assert ResultStore(str(out)).read_manifest("budgeted").status == "cancelled"
+    # the dry run of the resume says what is spent and what is left
+    assert run(evals, out, "--max-cost", "1", "--resume", "--dry-run") == 0
+    assert "budget (--max-cost): $1.00, $0.01 of it spent by the run's stored rows" in capsys.readouterr().out
+    assert run(evals, out, "--max-cost", "1", "--resume") == 0
+    latest = pd.read_parquet(out).sort_values("attempt").groupby("unit_id").last()
+    assert len(latest) == 6 and latest["passed"].all()

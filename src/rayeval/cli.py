@@ -148,6 +148,7 @@ def _sandbox_config(args: argparse.Namespace) -> SandboxConfig:
             tokens=args.limit_tokens or None,
             cost_usd=args.limit_cost or None,
             model_calls=args.limit_model_calls or None,
+            gateway_retry_s=args.gateway_retry_s,
         )
     except ValidationError as exc:
         raise BadInput(_option_problems(exc, prefix="--limit-")) from None
@@ -247,6 +248,7 @@ _OPTION_OF_FIELD = {
     "max_output_mb": "--limit-output-mb",
     "cost_usd": "--limit-cost",
     "max_cost_usd": "--max-cost",
+    "gateway_retry_s": "--gateway-retry-s",
     "unit_resources": "--unit-resource",
 }
 
@@ -522,6 +524,15 @@ def _add_sandbox_options(parser: argparse.ArgumentParser, *, isolation: bool = T
         type=float,
         default=defaults.artifact_mb,
         help="what is kept of each artifact (trajectory.json, logs): its last MB (default %(default)g)",
+    )
+    group.add_argument(
+        "--gateway-retry-s",
+        type=float,
+        default=defaults.gateway_retry_s,
+        metavar="S",
+        help="seconds the model gateway holds a call the provider failed (429, 5xx, 529, no answer), trying it "
+        "again after the provider's hint or a backoff, before the agent sees the failure; never past the unit's "
+        "time (0: at once; default %(default)g)",
     )
     for name, kind, what in (
         ("tokens", int, "tokens (input and output) of its model calls"),

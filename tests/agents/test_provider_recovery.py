@@ -126,8 +126,9 @@ def test_a_rejected_key_moves_to_the_fallback_key_and_passes(claude_available, m
 def test_rayeval_run_stores_a_provider_error_row_after_the_fallback_key_and_the_storm(
     claude_available, model_server, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Through the CLI, real Ray, the default sandbox: the fallback list reaches the agent
-    function (never the program), the storm outlasts the budget, the row says so."""
+    """Through the CLI, real Ray, the default sandbox: the gateway moves to the fallback key
+    (the program never holds either), the storm outlasts the agent's wait budget (the gateway
+    hands each failure on at once: ``--gateway-retry-s 0``), the row says so."""
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     seen = {"command": "echo fb=[${ANTHROPIC_API_KEY_FALLBACKS:-unset}] key=[$ANTHROPIC_API_KEY]"}
     server = model_server([seen, {"command": answer_command("never")}, FINISH], echo_credential=True)
@@ -141,7 +142,8 @@ def test_rayeval_run_stores_a_provider_error_row_after_the_fallback_key_and_the_
     out = tmp_path / "out"
     args = ["base_url=" + server.url, "provider_wait_s=3", "provider_jitter_s=0", f"timeout={PROGRAM_TIMEOUT}"]
     code = main(["run", str(evals), "--agent", "claude-code", "--models", "claude-sonnet-4-5", "--output", str(out),
-                 "--retries", "0", "--no-progress", *[x for a in args for x in ("--agent-arg", a)]])  # fmt: skip
+                 "--retries", "0", "--gateway-retry-s", "0", "--no-progress",
+                 *[x for a in args for x in ("--agent-arg", a)]])  # fmt: skip
     err = capsys.readouterr().err
     assert code == 1, err
     (row,) = pd.read_parquet(out).to_dict("records")
@@ -284,3 +286,29 @@ def test_a_401_a_tool_forges_on_the_programs_events_hands_out_no_key(
     assert metadata["error_details"]["status"] == 401  # the forged 401 reached the agent function: a claim
     assert metadata["gateway"]["last_failure"] is None and metadata["gateway"]["key_fallbacks"] == 0
     assert FALLBACK_KEY not in json.dumps(row, default=str)
+
+
+def test_a_short_storm_is_absorbed_by_the_gateway_unseen_by_the_program(
+    claude_available, model_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through the CLI, the default gateway: three 529s after the first turn are tried again
+    by the gateway after their hint; Claude Code never sees one, its session never resumes."""
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    server = model_server([FIRST_TURN, {"command": answer_command("calm")}, FINISH])
+    server.fail(529, 3, retry_after="0", after_turns=1)
+    evals = tmp_path / "evals"
+    evals.mkdir()
+    grader = {"type": "numeric_tolerance", "config": {"ground_truth": {"answer": 42},
+              "tolerances": {"answer": {"type": "absolute", "value": 0}}}}  # fmt: skip
+    (evals / "e.json").write_text(json.dumps({"id": "storm", "task": PROMPT, "grader": grader}))
+    out = tmp_path / "out"
+    code = main(["run", str(evals), "--agent", "claude-code", "--models", "claude-sonnet-4-5", "--output", str(out),
+                 "--retries", "0", "--no-progress", "--agent-arg", "base_url=" + server.url,
+                 "--agent-arg", f"timeout={PROGRAM_TIMEOUT}"])  # fmt: skip
+    (row,) = pd.read_parquet(out).to_dict("records")
+    assert code == 0 and row["passed"], row["error_message"]
+    metadata = json.loads(row["metadata_json"])
+    assert metadata["provider_retry_count"] == 0  # no resume: the program saw no failure
+    calls = json.loads(json.loads(row["artifacts_json"])["model_calls.json"])["calls"]
+    assert sum(call["retries"] for call in calls) == 3 and row["n_model_calls"] == len(calls)
+    assert len(server.model_requests()) == len(calls) + 3

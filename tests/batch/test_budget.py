@@ -59,3 +59,21 @@ def test_a_spent_budget_stops_the_run_and_a_higher_one_finishes_it(
     assert run(evals, out, "--max-cost", "1", "--resume") == 0
     latest = pd.read_parquet(out).sort_values("attempt").groupby("unit_id").last()
     assert len(latest) == 6 and latest["passed"].all()
+
+
+def test_an_agent_run_in_the_worker_spends_the_budget_as_its_units_end(
+    evals: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The prompt agent calls its model from the worker, no gateway in between: its rows'
+    cost (3 tenths of a cent each, gpt-4o's price) counts when each unit ends."""
+    with FakeModelServer(script=[], answer=lambda body: '<EVAL_ANSWER>{"value": 1}</EVAL_ANSWER>') as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.url + "/v1")
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test-0123456789")
+        out = tmp_path / "out"
+        code = main(
+            ["run", str(evals), "--agent", "prompt", "--models", "openai/gpt-4o", "--seeds", "6", "--output", str(out),
+             "--max-concurrency", "1", "--max-cost", "0.007", "--no-progress"]
+        )  # fmt: skip
+    assert code == 3, capsys.readouterr().err
+    rows = pd.read_parquet(out)
+    assert len(rows) == 3 and rows["cost_usd"].sum() == pytest.approx(0.009)

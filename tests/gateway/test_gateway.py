@@ -4,6 +4,7 @@ unit's token; it relays each call with the provider's key, and counts what the p
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 
 import anthropic
@@ -164,3 +165,36 @@ def test_a_unit_gets_the_gateway_and_its_token_for_every_provider_variable(
     assert access.session.upstreams["openai"].base_url == server.url + "/v1"
     assert {"ANTHROPIC_API_KEY_FALLBACKS", "ANTHROPIC_AUTH_TOKEN", "GEMINI_API_KEY"} <= provider_variables()
     gateway.close(access.session)
+
+
+def test_a_failure_worth_another_try_is_tried_again_unseen_by_the_unit(
+    server: FakeModelServer, gateway: Gateway
+) -> None:
+    server.fail(529, 2, retry_after="0")
+    session = gateway.open(upstreams(server), retry_s=30)
+    gpt = openai.OpenAI(base_url=gateway.base_url("openai"), api_key=session.token, max_retries=0)
+    assert gpt.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}]).choices
+    report = gateway.close(session)
+    assert len(server.model_requests()) == 3 and report.calls[0]["retries"] == 2
+    assert report.counted.n_model_calls == 1 and report.counted.last_failure is None
+
+
+@pytest.mark.parametrize(
+    ("retry_s", "timeout_s", "hint"),
+    [(0.0, None, "0"), (30.0, None, "3600"), (30.0, 1.0, "5")],
+    ids=["no retries", "a hint past the retry time", "a hint past the unit's time"],
+)
+def test_a_failure_is_passed_on_at_once_where_waiting_cannot_help(
+    server: FakeModelServer, gateway: Gateway, retry_s: float, timeout_s: float | None, hint: str
+) -> None:
+    server.fail(429, 5, retry_after=hint)
+    session = gateway.open(upstreams(server), retry_s=retry_s, timeout_s=timeout_s)
+    started = time.monotonic()
+    reply = httpx.post(
+        gateway.base_url("openai") + "/chat/completions",
+        headers={"authorization": f"Bearer {session.token}"},
+        json={"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]},
+    )
+    assert reply.status_code == 429 and time.monotonic() - started < 2
+    report = gateway.close(session)
+    assert report.counted.last_failure is not None and report.counted.last_failure.status == 429

@@ -46,8 +46,9 @@ class SchedulingConfig(BaseModel):
     retries: int = Field(2, ge=0)
     retry_backoff_s: float = Field(2.0, ge=0)
     #: the run's budget in USD (``--max-cost``): what its units' model calls (as the gateway
-    #: counts them) and their judges cost, its earlier attempts' included; once spent, no unit
-    #: starts and the running ones' calls are refused. None: no budget
+    #: counts them; an agent run in the worker: as it reports them, when it ends) and their
+    #: judges cost, its earlier attempts' included; once spent, no unit starts and the running
+    #: ones' calls are refused. None: no budget
     max_cost_usd: float | None = Field(None, gt=0)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import secrets
 import time
@@ -371,15 +372,15 @@ def _store_units_back(
     progress: Progress,
     budget: BudgetView | None = None,
 ) -> None:
-    """Settle the calls that are back: store the rows of finished units, queue retries; their
-    judges' cost counts in the run's ``budget`` (the gateway counted their agents')."""
+    """Settle the calls that are back: store the rows of finished units, queue retries; what
+    they cost that no gateway counted counts in the run's ``budget`` as they come back."""
     kept: dict[str, list[UnitRecord]] = {}  # model -> rows to store, of every unit back by now
     for ref in ready:
         if (done := work.settle(ref, run)) is None:
             continue
         unit, attempt, row = done
-        if budget is not None and row.judge_cost_usd:
-            budget.charge(row.judge_cost_usd)
+        if budget is not None:
+            budget.charge(_cost_the_gateway_did_not_count(row))
         earlier = 0 if earlier_attempts is None else int(earlier_attempts[unit.position])
         delay = unit_retry_delay(row, attempt, config.retry_backoff_s) if row.retryable else None
         if delay is not None and attempt - earlier <= config.retries:  # retries count from this run's first
@@ -390,6 +391,13 @@ def _store_units_back(
         writer.add_lines(run.model_label(model), [row.to_line() for row in rows])
         for row in rows:  # done once on disk, in the write-ahead log
             progress.update(passed=row.passed, error=row.status in ERROR_STATUSES)
+
+
+def _cost_the_gateway_did_not_count(row: UnitRecord) -> float:
+    """A row's judges' cost, and its agent's where the agent ran in the worker (the prompt
+    agent, ``--isolation inline``: no gateway counted its calls as they were made)."""
+    costs = [row.judge_cost_usd, row.agent_cost_usd if row.n_model_calls is None else None]
+    return sum(cost for cost in costs if cost is not None and math.isfinite(cost) and cost > 0)
 
 
 @dataclass

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import secrets
 import socket
 import threading
@@ -34,6 +35,7 @@ from ..models.failures import (
     KEY_REJECTED_STATUSES,
     KEY_REJECTED_WORDS,
     MESSAGE_CHARS,
+    RETRYABLE_STATUSES,
     ProviderFailure,
     provider_failure,
 )
@@ -54,6 +56,8 @@ _REQUEST_HOP = frozenset(
 _RESPONSE_HOP = frozenset(
     {"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding", "trailer", "upgrade"}
 )
+#: the shortest wait before a call is tried again (a hint of 0 included): no tight loop
+RETRY_FLOOR_S = 0.25
 #: where a unit's SDK puts its key, in the order looked at
 _TOKEN_HEADERS = ("x-api-key", "authorization", "api-key")
 
@@ -111,6 +115,9 @@ class CallRecord:
     limit: LimitName | None = None
     #: the provider's retry hint on a failed call (``retry-after``, ``retry-after-ms``)
     retry_after_s: float | None = None
+    #: the tries the gateway made again after the provider failed them, and the seconds waited
+    retries: int = 0
+    retried_s: float = 0.0
     key_fallbacks: int = 0
     request: Any = None
     response: Any = None
@@ -134,6 +141,8 @@ class CallRecord:
             "error": self.error,
             "limit": self.limit,
             "retry_after_s": self.retry_after_s,
+            "retries": self.retries,
+            "retried_s": self.retried_s,
             "key_fallbacks": self.key_fallbacks,
             "request": self.request,
             "response": self.response,
@@ -149,6 +158,10 @@ class Session:
     limits: CallLimits
     prices: PriceTable
     budget: RunBudget | None = None
+    #: the most seconds one call is held, tried again, after the provider fails it
+    retry_s: float = 0.0
+    #: when its unit ends (monotonic clock): no call is held past it
+    deadline: float | None = None
     calls: list[CallRecord] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
     cost_usd: float = 0.0
@@ -333,13 +346,20 @@ class Gateway:
         limits: CallLimits | None = None,
         prices: PriceTable | None = None,
         budget: RunBudget | None = None,
+        retry_s: float = 0.0,
+        timeout_s: float | None = None,
     ) -> Session:
+        """A unit's session: its calls go to ``upstreams``; one the provider fails with a status
+        worth another try is tried again for up to ``retry_s`` seconds, within ``timeout_s``
+        from now (the unit's own time)."""
         session = Session(
             token=f"rayeval-unit-{secrets.token_urlsafe(24)}",
             upstreams=dict(upstreams),
             limits=limits or CallLimits(),
             prices=prices if prices is not None else self.prices,
             budget=budget,
+            retry_s=retry_s,
+            deadline=None if timeout_s is None else time.monotonic() + timeout_s,
         )
         with self._lock:
             self._sessions[session.token] = session
@@ -420,22 +440,24 @@ class Gateway:
                 upstream_response = await self._client.request(request.method, url, data=body, headers=headers)
             except (ClientError, asyncio.TimeoutError, OSError) as exc:
                 record.error = f"{type(exc).__name__}: {exc}"[:MESSAGE_CHARS]
+                if await _waited_to_retry(record, session, started, None):
+                    continue
                 record.latency_s = round(time.monotonic() - started, 4)
                 return _error(web, 502, "api_error", f"rayeval gateway: the provider could not be reached: {exc}")
-            if upstream_response.status in KEY_REJECTED_STATUSES or upstream_response.status == 402:
-                text = await upstream_response.text(errors="replace")
-                upstream_response.release()
-                if index + 1 < len(upstream.keys) and _rejects_key(upstream_response.status, text):
-                    session.key_index[route] = index + 1
-                    record.key_fallbacks += 1
-                    continue
-                return self._answer_error(record, session, upstream_response, text, started)
-            break
-        if upstream_response.status >= 400:
+            status = upstream_response.status
+            if status < 400:
+                return await self._stream(request, record, session, upstream_response, started)
             text = await upstream_response.text(errors="replace")
             upstream_response.release()
+            if index + 1 < len(upstream.keys) and _rejects_key(status, text):
+                session.key_index[route] = index + 1
+                record.key_fallbacks += 1
+                continue
+            if status in RETRYABLE_STATUSES:
+                record.status, record.error = status, text[:MESSAGE_CHARS]  # as it stands if the unit goes
+                if await _waited_to_retry(record, session, started, retry_after_s(upstream_response.headers)):
+                    continue
             return self._answer_error(record, session, upstream_response, text, started)
-        return await self._stream(request, record, session, upstream_response, started)
 
     def _answer_error(self, record: CallRecord, session: Session, response: Any, text: str, started: float) -> Any:
         from aiohttp import web
@@ -501,6 +523,21 @@ class Gateway:
             session.cost_usd += record.cost_usd
             if session.budget is not None:
                 session.budget.charge(record.cost_usd)
+
+
+async def _waited_to_retry(record: CallRecord, session: Session, started: float, hint: float | None) -> bool:
+    """After a failure worth another try (a rate limit, an overload, a server error, no
+    answer): whether the call goes to the provider again, after the wait this says (the
+    provider's hint, else a doubling backoff), which must end within the session's retry
+    time for one call and before its deadline. The agent never sees the failures it absorbs."""
+    wait = max(RETRY_FLOOR_S, hint if hint is not None else min(30.0, 2.0**record.retries) * random.uniform(0.5, 1.0))
+    until = time.monotonic() + wait
+    if until - started > session.retry_s or (session.deadline is not None and until > session.deadline):
+        return False
+    record.retries += 1
+    record.retried_s = round(record.retried_s + wait, 3)
+    await asyncio.sleep(wait)
+    return True
 
 
 def _last_failure(calls: list[CallRecord]) -> ProviderFailure | None:

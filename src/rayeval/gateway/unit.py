@@ -79,6 +79,8 @@ def open_unit_access(
     options: bool = False,
     limits: CallLimits | None = None,
     budget: RunBudget | None = None,
+    retry_s: float = 0.0,
+    timeout_s: float | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> UnitAccess:
     """A session for one unit, its upstreams from ``environ`` (default: this process's) and,
@@ -99,7 +101,7 @@ def open_unit_access(
             key = environ.get(key_variable)
             current = Upstream(current.base_url, (key,) if key else ())
         upstreams[route] = current
-    session = gateway.open(upstreams, limits, budget=budget)
+    session = gateway.open(upstreams, limits, budget=budget, retry_s=retry_s, timeout_s=timeout_s)
     for name, (base_variable, _, key_variable) in PROVIDER_ROUTES.items():
         if base_variable:
             env[base_variable] = gateway.base_url(name)

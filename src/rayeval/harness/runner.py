@@ -221,6 +221,8 @@ class EvalRunner:
                 tokens=sandbox.limits.tokens, cost_usd=sandbox.limits.cost_usd, model_calls=sandbox.limits.model_calls
             ),
             budget=budget,
+            retry_s=sandbox.limits.gateway_retry_s,
+            timeout_s=limit,
         )
         unit_context = context.model_copy(update={"args": access.args})
         try:

@@ -51,6 +51,10 @@ class UnitLimits(BaseModel):
     tokens: Annotated[int, Field(gt=0)] | None = None
     cost_usd: Annotated[float, Field(gt=0)] | None = None
     model_calls: Annotated[int, Field(gt=0)] | None = None
+    #: the most seconds the gateway holds one model call that the provider failed (429, 5xx,
+    #: 529, no answer), trying it again after the provider's hint or a doubling backoff, before
+    #: it hands the failure on (0: at once); never past the unit's own time
+    gateway_retry_s: Annotated[float, Field(ge=0, le=3600)] = 60.0
 
 
 class SandboxConfig(BaseModel):

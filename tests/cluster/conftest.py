@@ -252,7 +252,10 @@ class RayTestCluster:
                     return raylet["nodeId"]
             return None
 
-        return wait_until(find, START_TIMEOUT_S, 0.5, f"{node.name} ALIVE")
+        try:
+            return wait_until(find, START_TIMEOUT_S, 0.5, f"{node.name} ALIVE")
+        except TimeoutError as exc:  # a port taken by another Ray between choosing and binding it, say
+            raise RayStartFailed(f"{exc}; its log ends:\n{node.log_tail()}") from None
 
     # --- processes of this cluster ---------------------------------------------------
 
@@ -328,11 +331,13 @@ def _wait_head_ready(cluster: RayTestCluster) -> str:
 
 
 class RayStartFailed(RuntimeError):
-    """A `ray start` exited during startup (e.g. a port taken between choosing and binding it)."""
+    """A `ray start` exited during startup, or its node never came alive (e.g. a port another
+    Ray of the machine took between choosing and binding it: the tests run Rays side by side)."""
 
 
 def start_cluster(temp_root: Path, attempts: int = 2) -> RayTestCluster:
-    """Start head + node 2 under ``temp_root``; a `ray start` that exits early is retried once."""
+    """Start head + node 2 under ``temp_root``; a `ray start` that exits early or whose node
+    does not come alive is retried once, with other ports."""
     for attempt in range(1, attempts + 1):
         root = temp_root / f"c{attempt}"
         root.mkdir()

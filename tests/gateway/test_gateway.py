@@ -198,3 +198,29 @@ def test_a_failure_is_passed_on_at_once_where_waiting_cannot_help(
     assert reply.status_code == 429 and time.monotonic() - started < 2
     report = gateway.close(session)
     assert report.counted.last_failure is not None and report.counted.last_failure.status == 429
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("POST", "/files"),
+        ("POST", "/batches"),
+        ("GET", "/files"),
+        ("DELETE", "/models/gpt-4o"),
+        ("POST", "/fine_tuning/jobs"),
+    ],
+)
+def test_only_model_calls_are_relayed_with_the_providers_key(
+    server: FakeModelServer, gateway: Gateway, method: str, path: str
+) -> None:
+    """The provider's other APIs (files, batches, fine-tuning) would spend, or change, what no
+    gateway counts: a unit's token opens only its model's replies and the list of models."""
+    session = gateway.open(upstreams(server))
+    reply = httpx.request(
+        method, gateway.base_url("openai") + path, headers={"authorization": f"Bearer {session.token}"}
+    )
+    assert reply.status_code == 403 and "only model calls are relayed" in reply.text
+    listed = httpx.get(gateway.base_url("openai") + "/models", headers={"authorization": f"Bearer {session.token}"})
+    assert listed.status_code == 200
+    gateway.close(session)
+    assert [r.method for r in server.requests] == ["GET"]

@@ -399,6 +399,11 @@ class Gateway:
         upstream = session.upstreams.get(route)
         if upstream is None:
             return _error(web, 404, "not_found_error", f"rayeval gateway: no provider is configured at /{route}")
+        if not relayed(request.method, "/" + request.match_info["path"]):
+            message = (
+                f"rayeval gateway: only model calls are relayed, not {request.method} /{request.match_info['path']}"
+            )
+            return _error(web, 403, "permission_error", message)
         session.in_flight += 1
         try:
             return await self._call(request, session, route, upstream)
@@ -551,6 +556,20 @@ def _last_failure(calls: list[CallRecord]) -> ProviderFailure | None:
     if last.status is not None and not (failure.retryable or failure.key_rejected or last.status == 402):
         return None  # the provider refused the request itself (400, 404...): not its fault
     return failure
+
+
+#: the calls a unit may make with the provider's key: its model's replies (and counting a
+#: prompt's tokens, which costs nothing), the list of models; never the provider's other APIs
+#: (files, batches, fine-tuning, keys...), whose spend and effects no gateway would count
+_RELAYED_POSTS = ("/chat/completions", "/completions", "/responses", "/messages", "/messages/count_tokens")
+
+
+def relayed(method: str, path: str) -> bool:
+    """Whether the gateway sends this call on to the provider."""
+    tail = path.rstrip("/")
+    if method == "POST":
+        return tail.endswith(_RELAYED_POSTS)
+    return method == "GET" and (tail.endswith("/models") or "/models/" in tail)
 
 
 def _json_body(body: bytes) -> dict[str, Any]:

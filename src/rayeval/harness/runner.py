@@ -369,6 +369,7 @@ def _count_calls(fields: dict[str, Any], calls: SessionReport, artifact_bytes: i
     metadata = fields.setdefault("metadata", {})
     if isinstance(metadata, dict):
         metadata["gateway"] = calls.counted.model_dump(mode="json")
+        metadata.pop("claims_differ_from_gateway", None)  # the gateway's word, never the agent's
         differs = claims_against_counts(metadata, calls.counted)
         if differs:
             metadata["claims_differ_from_gateway"] = differs

@@ -13,8 +13,10 @@ import pytest
 
 from rayeval.cli import main
 from rayeval.view.data import artifacts_view
+from tests.embedded import one_ray
 
 from .conftest import PROGRAM_TIMEOUT
+from .fake_model_server import FakeModelServer
 
 #: each program: the fixture that finds it, its model, its --agent-arg options (the scripted
 #: server's URL filled in), and the protocol its calls speak
@@ -50,26 +52,32 @@ def test_each_program_reaches_its_model_only_through_the_gateway(
         )
         servers[name] = server = model_server([{"command": ""}, finish])
         server.script[0]["command"] = REACH.format(port=server.url.rsplit(":", 1)[1])
-    for name, (_, model, options, protocol) in PROGRAMS.items():
-        server = servers[name]
-        out = tmp_path / name
-        args = [option.format(url=server.url) for option in options] + [f"timeout={PROGRAM_TIMEOUT}"]
-        code = main(
-            ["run", str(evals), "--agent", name, "--models", model, "--network", "model", "--output", str(out),
-             "--retries", "0", "--no-progress", *[x for arg in args for x in ("--agent-arg", arg)]]
-        )  # fmt: skip
-        (row,) = pd.read_parquet(out).to_dict("records")
-        assert code == 0 and row["status"] == "passed", (name, row["error_message"], row["metadata_json"][-2000:])
-        assert json.loads(row["answer_json"])["direct"] == "ConnectionRefusedError", name
-        served = [reply for reply in server.replies if reply.protocol == protocol]
-        assert row["n_model_calls"] == len(server.model_requests()) == len(served) >= 2, name
-        assert (row["input_tokens"], row["output_tokens"]) == (
-            sum(r.input_tokens for r in served),
-            sum(r.output_tokens for r in served),
-        ), name
-        # the viewer draws its conversation from the gateway's record, whatever the program
-        _, _, shown = artifacts_view(row["artifacts_json"])
-        assert shown is not None and shown["format"] == "model-calls", name
-        texts = [step["text"] for step in shown["steps"]]
-        assert sum(step["title"].startswith("call ") for step in shown["steps"]) == row["n_model_calls"], name
-        assert any("socket.create_connection" in text for text in texts), (name, texts)  # its tool call
+    with one_ray():
+        for name, (_, model, options, protocol) in PROGRAMS.items():
+            check_program(name, servers[name], model, options, protocol, evals, tmp_path / name)
+
+
+def check_program(
+    name: str, server: FakeModelServer, model: str, options: list[str], protocol: str, evals: Path, out: Path
+) -> None:
+    """``rayeval run --network model`` of program ``name``: its row, and what the viewer shows."""
+    args = [option.format(url=server.url) for option in options] + [f"timeout={PROGRAM_TIMEOUT}"]
+    code = main(
+        ["run", str(evals), "--agent", name, "--models", model, "--network", "model", "--output", str(out),
+         "--retries", "0", "--no-progress", *[x for arg in args for x in ("--agent-arg", arg)]]
+    )  # fmt: skip
+    (row,) = pd.read_parquet(out).to_dict("records")
+    assert code == 0 and row["status"] == "passed", (name, row["error_message"], row["metadata_json"][-2000:])
+    assert json.loads(row["answer_json"])["direct"] == "ConnectionRefusedError", name
+    served = [reply for reply in server.replies if reply.protocol == protocol]
+    assert row["n_model_calls"] == len(server.model_requests()) == len(served) >= 2, name
+    assert (row["input_tokens"], row["output_tokens"]) == (
+        sum(r.input_tokens for r in served),
+        sum(r.output_tokens for r in served),
+    ), name
+    # the viewer draws its conversation from the gateway's record, whatever the program
+    _, _, shown = artifacts_view(row["artifacts_json"])
+    assert shown is not None and shown["format"] == "model-calls", name
+    texts = [step["text"] for step in shown["steps"]]
+    assert sum(step["title"].startswith("call ") for step in shown["steps"]) == row["n_model_calls"], name
+    assert any("socket.create_connection" in text for text in texts), (name, texts)  # its tool call

@@ -14,6 +14,7 @@ import pytest
 from rayeval.cli import main
 from rayeval.storage import ResultStore
 from tests.agents.fake_model_server import FakeModelServer
+from tests.embedded import one_ray
 
 CALL_COST = (1000 * 3 + 50 * 15) / 1e6  # a call of the scripted server at claude-sonnet-4-5's price
 GRADER = {"type": "numeric_tolerance", "config": {"ground_truth": {"value": 1},
@@ -43,6 +44,11 @@ def test_a_spent_budget_stops_the_run_and_a_higher_one_finishes_it(
     evals: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "out"
+    with one_ray():  # the run, its dry run and its resume
+        check_budget_and_resume(evals, out, capsys)
+
+
+def check_budget_and_resume(evals: Path, out: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert run(evals, out, "--max-cost", "0.01") == 3
     err = capsys.readouterr().err
     assert "its budget of $0.01 is spent" in err and "--resume --run-id budgeted" in err, err

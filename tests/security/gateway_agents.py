@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import stat
 import struct
@@ -13,8 +14,10 @@ from typing import Any
 
 import anthropic
 
-#: prefixes of the keys the test's worker environment holds (provider, fallback, judge)
-HUNTED = (b"sk-ant-provider-", b"sk-ant-spare-", b"sk-judge-")
+#: the keys the test's worker environment holds (provider, fallback, judge): a prefix and 16
+#: hex digits drawn when the tests start, so that no file holds one (a source naming a prefix
+#: does not match)
+HUNTED = re.compile(rb"(?:sk-ant-provider-|sk-ant-spare-|sk-judge-)[0-9a-f]{16}")
 
 
 def _call(n: int) -> None:
@@ -104,7 +107,7 @@ def hunt_keys(task_prompt: str, work_dir: Path, context: Any) -> dict:
                 except OSError:
                     continue
     own = f"/proc/{os.getpid()}/mem"  # its own memory holds the prefixes it looks for, nothing else
-    found = sorted(where for where, data in places.items() if where != own and any(p in data for p in HUNTED))
+    found = sorted(where for where, data in places.items() if where != own and HUNTED.search(data))
     processes = sorted(where.split("/")[2] for where, data in places.items() if where.endswith("/mem") and data)
     return {"answer": {"value": 1.0}, "metadata": {"found": found, "memory_read_of": processes}}
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,9 +24,9 @@ from rayeval.cli import main as rayeval_main
 from tests.agents.fake_model_server import FakeModelServer
 
 AGENTS = "tests.security.gateway_agents"
-PROVIDER_KEY = "sk-ant-provider-0123456789abcdef"
-SPARE_KEY = "sk-ant-spare-0123456789abcdef"
-JUDGE_KEY = "sk-judge-0123456789abcdef"
+PROVIDER_KEY = f"sk-ant-provider-{secrets.token_hex(8)}"  # drawn now: no file a unit sees holds one
+SPARE_KEY = f"sk-ant-spare-{secrets.token_hex(8)}"
+JUDGE_KEY = f"sk-judge-{secrets.token_hex(8)}"
 #: claude-sonnet-4-5 at 3 and 15 USD per million tokens (the shipped price table)
 CALL_COST = (1000 * 3 + 50 * 15) / 1e6
 

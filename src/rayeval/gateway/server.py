@@ -489,9 +489,9 @@ class Gateway:
             async for chunk in response.content.iter_any():
                 if record.first_byte_s is None:
                     record.first_byte_s = round(time.monotonic() - started, 4)
+                await out.write(chunk)  # on to the unit first: reading it adds no latency
                 if reader is not None:
                     reader.feed(chunk)
-                await out.write(chunk)
             await out.write_eof()
         except (ConnectionError, asyncio.CancelledError) as exc:
             record.error = f"the relay ended early: {type(exc).__name__}"

@@ -281,6 +281,6 @@ def test_codex_runs_natively_without_node(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(_tools, "node_executable", lambda: None)
     argv = _tools.find_program(CODEX)
     assert len(argv) == 1 and argv[0].endswith("/bin/codex") and "vendor" in argv[0]
-    monkeypatch.setattr(_tools, "_native_binary", lambda entry, name: None)
+    monkeypatch.setattr(_tools, "native_binary", lambda entry, name: None)
     with pytest.raises(AgentNotInstalledError, match="node"):
         _tools.find_program(CODEX)

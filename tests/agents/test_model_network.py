@@ -1,7 +1,8 @@
 """The four real programs through ``rayeval run --network model`` (the default sandbox, real
 Ray): each reaches its model through the gateway and nothing else (a tool's own connection to
-the scripted server is refused), its row counts what the server served, and the viewer draws
-its conversation from the gateway's record of its calls."""
+the scripted server is refused), its tools cannot read the program's environment nor open its
+event pipe (its process is not dumpable), its row counts what the server served, and the
+viewer draws its conversation from the gateway's record of its calls."""
 
 from __future__ import annotations
 
@@ -26,13 +27,27 @@ PROGRAMS = {
     "mini-swe-agent": ("mini_available", "openai/gpt-test", ["base_url={url}/v1", "step_limit=4"], "chat"),
     "pi": ("pi_available", "anthropic/claude-sonnet-4-5", ["base_url={url}"], "anthropic"),
 }
-#: the tool's command: tries the scripted server itself, then writes the answer with what it found
+#: the tool's command: tries the scripted server itself, and each process above it (up to the
+#: unit's first): its environment and its stdout (a program's event pipe), for reading and for
+#: writing; then writes the answer with what it found
 REACH = (
-    'python3 -c "import json, socket\n'
+    'python3 -c "import json, os, socket\n'
     "try:\n    socket.create_connection(('127.0.0.1', {port}), timeout=3).close(); found = 'reached'\n"
     "except OSError as error:\n    found = type(error).__name__\n"
-    "json.dump({{'answer': 42, 'direct': found}}, open('eval_answer.json', 'w'))\""
+    "def opens(path, flags):\n    try:\n        os.close(os.open(path, flags)); return True\n"
+    "    except OSError:\n        return False\n"
+    "above, pid = [], os.getppid()\n"
+    "while pid > 1:\n"
+    "    comm = open(f'/proc/{{pid}}/comm').read().strip()\n"
+    "    above.append([comm, opens(f'/proc/{{pid}}/environ', os.O_RDONLY), opens(f'/proc/{{pid}}/fd/1', os.O_WRONLY)])\n"
+    "    pid = int(open(f'/proc/{{pid}}/stat').read().rsplit(')', 1)[1].split()[1])\n"
+    "above.append(['first', opens('/proc/1/environ', os.O_RDONLY), opens('/proc/1/fd/1', os.O_WRONLY)])\n"
+    "import subprocess\nchild = subprocess.Popen(['sleep', '5'])\n"
+    "control = opens(f'/proc/{{child.pid}}/environ', os.O_RDONLY)\nchild.kill()\n"
+    "json.dump({{'answer': 42, 'direct': found, 'above': above, 'control': control}}, open('eval_answer.json', 'w'))\""
 )
+#: the shells a program runs its tools' commands in: the tool's own, open to it
+SHELLS = {"sh", "bash", "dash"}
 
 
 def test_each_program_reaches_its_model_only_through_the_gateway(
@@ -68,7 +83,14 @@ def check_program(
     )  # fmt: skip
     (row,) = pd.read_parquet(out).to_dict("records")
     assert code == 0 and row["status"] == "passed", (name, row["error_message"], row["metadata_json"][-2000:])
-    assert json.loads(row["answer_json"])["direct"] == "ConnectionRefusedError", name
+    answer = json.loads(row["answer_json"])
+    assert answer["direct"] == "ConnectionRefusedError", name
+    # above the tool: its shell (its own), the program, the unit's first process; none of
+    # the last two readable, nor their event pipe (stdout) open to it
+    programs = [comm for comm, _, _ in answer["above"] if comm not in SHELLS]
+    assert len(programs) >= 2 and programs[-1] == "first", (name, answer["above"])
+    reached = [comm for comm, environ, pipe in answer["above"] if (environ or pipe) and comm not in SHELLS]
+    assert reached == [] and answer["control"] is True, (name, answer)  # a process it started: readable
     served = [reply for reply in server.replies if reply.protocol == protocol]
     assert row["n_model_calls"] == len(server.model_requests()) == len(served) >= 2, name
     assert (row["input_tokens"], row["output_tokens"]) == (

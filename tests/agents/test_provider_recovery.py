@@ -258,9 +258,11 @@ FORGED_401 = (
 def test_a_401_a_tool_forges_on_the_programs_events_hands_out_no_key(
     claude_available, model_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isolation: str
 ) -> None:
-    """Through the gateway the unit holds no fallback key to be handed: the forged rejection
-    changes nothing but its own row (no answer, its own NoAnswer). The control (inline, no
-    gateway: the agent function holds the list) hands the fallback key to the program."""
+    """In the sandbox the tool cannot write into the program's event pipe (Claude Code's
+    process is not dumpable: its binary is shown execute-only), and the unit holds no fallback
+    key to be handed anyway: the attempt changes nothing but its own row (no answer, its own
+    NoAnswer). The control (inline, no gateway, no sandbox: the agent function holds the list)
+    reads the forged 401 and hands the fallback key to the program."""
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     server = model_server([{"command": FORGED_401}, FINISH])
     evals = tmp_path / "evals"
@@ -283,7 +285,7 @@ def test_a_401_a_tool_forges_on_the_programs_events_hands_out_no_key(
         return
     assert set(keys) == {FAKE_KEY} and metadata["key_fallback_count"] == 0, keys
     assert (row["status"], row["error_type"]) == ("failed", "NoAnswer")  # its own: the provider failed nothing
-    assert metadata["error_details"]["status"] == 401  # the forged 401 reached the agent function: a claim
+    assert (metadata.get("error_details") or {}).get("status") is None  # the forged event never reached the pipe
     assert metadata["gateway"]["last_failure"] is None and metadata["gateway"]["key_fallbacks"] == 0
     assert FALLBACK_KEY not in json.dumps(row, default=str)
 

@@ -318,4 +318,8 @@ def _version() -> str | None:
 
 
 if __name__ == "__main__":
+    if sys.platform == "linux":  # before any tool runs: its tools cannot read this process's
+        from rayeval.sandbox.namespaces import forbid_dumping  # environment, nor write into its events
+
+        forbid_dumping()
     raise SystemExit(main())

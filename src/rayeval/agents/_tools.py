@@ -121,7 +121,7 @@ def command_for(path: str | os.PathLike[str]) -> list[str]:
     return [str(p)]
 
 
-def _native_binary(entry: Path, name: str) -> list[str] | None:
+def native_binary(entry: Path, name: str) -> list[str] | None:
     """A native binary ``name`` that an npm entry point only execs (Codex's), found directly."""
     import platform
 
@@ -142,7 +142,7 @@ def _command(program: Program, path: Path) -> list[str]:
     try:
         return command_for(path)
     except AgentNotInstalledError:
-        if program.native_binary and (native := _native_binary(Path(path), program.native_binary)):
+        if program.native_binary and (native := native_binary(Path(path), program.native_binary)):
             return native
         raise
 

@@ -88,6 +88,25 @@ def _program_install(spec: type[ProgramAgent]) -> tuple[tuple[str, ...], tuple[t
     return tuple(folders), (("RAYEVAL_AGENT_TOOLS_DIR", folders[0]),)
 
 
+def _program_binaries(spec: type[ProgramAgent]) -> tuple[str, ...]:
+    """The binaries an npm program's process runs as (its own, the node that runs its script,
+    the native binary its script execs): shown execute-only in its sandbox. A Python program
+    (mini-swe-agent) makes its process not dumpable itself; one not installed has none."""
+    from . import _tools
+
+    if spec.tool is None:
+        return ()
+    try:
+        command = _tools.find_program(spec.tool)
+    except _tools.AgentNotInstalledError:
+        return ()
+    binaries = [command[0]]
+    if spec.tool.native_binary and len(command) > 1:
+        native = _tools.native_binary(Path(command[1]), spec.tool.native_binary)
+        binaries += native or []
+    return tuple(binaries)
+
+
 def _program(name: str) -> Callable[[], AgentFunction]:
     """A real agent program configured per unit: the unit's model, ``--agent-arg`` options."""
 
@@ -109,6 +128,7 @@ def _program(name: str) -> Callable[[], AgentFunction]:
         program_agent.check_args = check_args  # type: ignore[attr-defined]
         program_agent.env_names = spec.env_names()  # type: ignore[attr-defined]
         program_agent.read_paths, program_agent.env = _program_install(spec)  # type: ignore[attr-defined]
+        program_agent.exec_only = _program_binaries(spec)  # type: ignore[attr-defined]
         program_agent.model_api = spec.model_api  # type: ignore[attr-defined]
         # a CLI agent (node or Python, its tools' subprocesses): about a CPU and a GiB
         program_agent.resources = UnitResources(cpus=1, memory=1024 * MIB)  # type: ignore[attr-defined]
@@ -207,6 +227,7 @@ def _built_in_ref(name: str, function: AgentFunction) -> AgentRef:
         resources=getattr(function, "resources", UnitResources()),
         preload=(function.__module__, *getattr(function, "preload", ())),
         read_paths=tuple(getattr(function, "read_paths", ())),
+        exec_only=tuple(getattr(function, "exec_only", ())),
         path_options=_PATH_OPTIONS.get(name, ()),
         env=tuple(getattr(function, "env", ())),
         model_api=getattr(function, "model_api", None),

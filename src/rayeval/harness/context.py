@@ -68,6 +68,9 @@ class AgentRef(BaseModel):
     #: host folders and files a built-in agent reads where it runs (a program's install folder),
     #: shown read-only in its sandbox
     read_paths: tuple[str, ...] = ()
+    #: a built-in program's binaries, shown execute-only in its sandbox: the program's own
+    #: process is out of its tools' reach (see ``rayeval.sandbox.exec_only``)
+    exec_only: tuple[str, ...] = ()
     #: its ``--agent-arg`` options that name a host file (the replay agent's trials), shown too
     path_options: tuple[str, ...] = ()
     #: variables set for it where it runs, as (name, value) (where its program is installed)

@@ -251,6 +251,7 @@ def unit_sandbox(
             "hide": hide,
             "preload": tuple(dict.fromkeys((*preload, *agent.preload))),
             "bind": tuple(dict.fromkeys((*sandbox.bind, *agent.shown_paths(args)))),
+            "exec_only": tuple(dict.fromkeys((*sandbox.exec_only, *agent.exec_only))),
             "modules": tuple(dict.fromkeys((*sandbox.modules, *([agent.module] if agent.module else [])))),
         }
     )

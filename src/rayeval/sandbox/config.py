@@ -75,6 +75,9 @@ class SandboxConfig(BaseModel):
     modules: tuple[str, ...] = ()
     #: Variables passed from the worker's environment besides ``units.BASE_ENV_NAMES``.
     env_names: tuple[str, ...] = ()
+    #: Program binaries shown execute-only at their own path (a real agent program's): the
+    #: processes started from them are not dumpable, out of their tools' reach (``exec_only.py``).
+    exec_only: tuple[str, ...] = ()
     #: Modules the runner imports once for every unit: rayeval's own, never an agent's (the
     #: harness adds those that call its agents).
     preload: tuple[str, ...] = ()

@@ -339,6 +339,8 @@ def _build_view(spec: dict[str, Any]) -> None:
     input_trees = [(ns.clone_tree(source), target) for source, target in spec["inputs"]]
     # what must stay readable under a covered folder: the agent's modules on sys.path
     kept_trees = [(ns.clone_tree(path), path, os.path.isdir(path)) for path in spec["keep"] if os.path.exists(path)]
+    # the program binaries shown execute-only, copies from the runner's cache (covered next)
+    exec_only_trees = [(ns.clone_tree(copy), path) for copy, path in spec["exec_only"] if os.path.exists(path)]
     tmp_options = f"size={spec['limits']['tmp_bytes']},mode=1777"
     covers = [(path, "size=1m,mode=755") for path in spec["hide"]]
     covers += [("/tmp", tmp_options), ("/dev/shm", tmp_options)]
@@ -349,6 +351,9 @@ def _build_view(spec: dict[str, Any]) -> None:
         ns.remount_read_only(path)
     # what a kept folder brought back of the covered ones is covered again
     _cover([(path, options) for path, options in covers if any(_inside(path, kept) for _, kept, _ in kept_trees)])
+    for tree, path in exec_only_trees:
+        ns.attach_tree(tree, path)
+        ns.remount_read_only(path)
     os.makedirs(work_dir, exist_ok=True)
     ns.attach_tree(work_tree, work_dir)
     data_dir = os.path.join(work_dir, "data")

@@ -43,6 +43,8 @@ from ..errors import RayevalError
 from .allowlist import bwrap_mounts, file_system_view, inside
 from .cgroups import UnitGroups
 from .config import MiB, Network, SandboxConfig, SandboxIsolation
+from .exec_only import FOLDER as EXEC_ONLY_FOLDER
+from .exec_only import exec_only_views
 from .isolation import Outcome
 from .process_tree import end_process_tree, exited
 from .unit_runner import (
@@ -106,6 +108,8 @@ class UnitSpec(BaseModel):
     cgroups: int = 0
     #: the model gateway's port, which a unit with the ``model`` network listens on for it
     gateway_port: int | None = None
+    #: (execute-only copy, path) of each program binary shown execute-only
+    exec_only: list[tuple[str, str]] = []
 
 
 def bwrap_path() -> str | None:
@@ -232,12 +236,24 @@ class UnitRunner:
             sys_path=self.sys_path, modules=("rayeval", *config.modules), bound=config.bind, trusted=trusted
         )
         self.kept = _kept_folders(self.view.read_only)
+        self.exec_only = self._exec_only_copies()
         self.interpreter_bin = os.path.dirname(sys.executable)
         self._lock = threading.Lock()
         self._mode = b"P" if isolation == "process" else {"none": b"N", "model": b"M"}.get(config.network, b"S")
         self.groups = UnitGroups()
         self._process: subprocess.Popen[bytes] | None = None
         self._control: socket.socket | None = None
+
+    def _exec_only_copies(self) -> list[tuple[str, str]]:
+        """The configuration's execute-only binaries, copied once into the cache (or the work
+        root), which the runner sees and its units do not."""
+        if self.isolation != "sandbox" or not self.config.exec_only:
+            return []
+        folder = Path(self.cache_dir or self.work_root) / EXEC_ONLY_FOLDER
+        try:
+            return exec_only_views(self.config.exec_only, folder)
+        except OSError as exc:
+            raise SandboxError(f"cannot make the execute-only copy of a program in {folder}: {exc}") from exc
 
     # ------------------------------------------------------------------------ the process
     def _argv(self) -> list[str]:
@@ -374,6 +390,7 @@ class UnitRunner:
             max_output=int(limits.max_output_mb * MiB),
             log_path=str(work_dir / "agent_stdout.log"),
             gateway_port=gateway_port,
+            exec_only=self.exec_only if sandboxed else [],
         )
 
     def run(self, spec: UnitSpec, timeout: float | None, serve: ServeListener | None = None) -> Outcome:

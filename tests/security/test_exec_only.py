@@ -1,0 +1,63 @@
+"""A program's process is out of its tools' reach where its binary is shown execute-only
+(``rayeval.sandbox.exec_only``): a tool cannot read its environment nor open its stdout, the
+event pipe its agent reads; without it (the control), the same tool can."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from rayeval import EvalRunner
+from rayeval.agents.resolve import agent_ref
+from rayeval.sandbox import SandboxConfig, units
+from rayeval.sandbox.exec_only import exec_only_copy
+
+INTERPRETER = os.path.realpath(sys.executable)
+
+
+def test_an_execute_only_copy_is_made_once_per_version(tmp_path: Path) -> None:
+    binary = tmp_path / "program"
+    binary.write_bytes(b"\x7fELF one")
+    first = exec_only_copy(str(binary), tmp_path / "copies")
+    assert stat.S_IMODE(os.stat(first).st_mode) == 0o111 and Path(first).read_bytes() == b"\x7fELF one"
+    assert exec_only_copy(str(binary), tmp_path / "copies") == first  # the same file: the same copy
+    binary.write_bytes(b"\x7fELF two, longer")
+    second = exec_only_copy(str(binary), tmp_path / "copies")
+    assert second != first and Path(second).read_bytes() == b"\x7fELF two, longer"
+    assert sorted(p.name for p in (tmp_path / "copies").iterdir()) == sorted([Path(first).name, Path(second).name])
+
+
+@pytest.mark.parametrize("exec_only", [True, False], ids=["execute-only", "control"])
+def test_a_tool_cannot_reach_a_program_shown_execute_only(tmp_path: Path, exec_only: bool) -> None:
+    evals = tmp_path / "evals"
+    evals.mkdir()
+    body = {"id": "e", "task": "Run.", "grader": {"type": "multiple_choice", "config": {"correct_answer": "B"}}}
+    (evals / "e.json").write_text(json.dumps(body))
+    config = SandboxConfig(exec_only=(INTERPRETER,) if exec_only else ())
+    runner = EvalRunner(evals / "e.json", work_root=tmp_path / "work", cache_dir=tmp_path / "cache")
+    try:
+        result = runner.run(agent_ref("tests.security.exec_only_agents:program_and_tool"), sandbox=config)
+    finally:
+        units.close_runners()
+    found = result.agent_answer
+    assert isinstance(found, dict), (result.error_type, result.error_message, result.metadata)
+    assert found["control"] is True  # a process the tool started itself: readable
+    assert (found["environ"], found["pipe"]) == ((False, False) if exec_only else (True, True)), found
+
+
+def test_a_copy_left_half_made_is_removed_once_abandoned(tmp_path: Path) -> None:
+    copies = tmp_path / "copies"
+    copies.mkdir()
+    old, fresh = copies / ".partial-old", copies / ".partial-fresh"
+    old.write_bytes(b"half")
+    fresh.write_bytes(b"being made")
+    os.utime(old, (0, 0))
+    binary = tmp_path / "program"
+    binary.write_bytes(b"\x7fELF")
+    exec_only_copy(str(binary), copies)
+    assert not old.exists() and fresh.exists()

@@ -153,7 +153,10 @@ def test_retry_errors_reruns_only_the_errored_units_as_new_attempts(tmp_path: Pa
     flag.unlink()  # the endpoint is back
     capsys.readouterr()
     assert main([*base, "--retry-errors", "--dry-run"]) == 0
-    assert "units: 4 planned, 0 already stored, 4 to run, 4 of them errored before" in capsys.readouterr().out
+    assert (
+        "units: 4 planned, 0 already stored, 4 to run, 4 of them again (errored, or cut short by the budget)"
+        in capsys.readouterr().out
+    )
     assert main([*base, "--retry-errors"]) == 0
     rows = pd.read_parquet(out / "run_id=r1")
     assert sorted(rows["attempt"]) == [1, 1, 1, 1, 2, 2, 2, 2]  # the errors stay, as earlier attempts

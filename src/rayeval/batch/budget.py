@@ -23,15 +23,18 @@ SYNC_S = 0.25
 
 
 class BudgetSpent(RayevalError):
-    """The run's ``--max-cost`` is spent: no unit started after; the run is resumable."""
+    """The run's ``--max-cost`` is spent: no unit started after, and the units that ran had
+    their calls refused from then on; the run is resumable, and its resume runs both again."""
 
-    def __init__(self, run_id: str, max_cost_usd: float, spent_usd: float, left: int):
+    def __init__(self, run_id: str, max_cost_usd: float, spent_usd: float, left: int, refused: int = 0):
+        cut = f" and {refused} had model calls refused (limit_reached: run_cost)" if refused else ""
         super().__init__(
             f"run {run_id} stopped: its budget of ${max_cost_usd:g} is spent (${spent_usd:.4f}); {left} units did not "
-            f"run. The same command with --resume --run-id {run_id} and a higher --max-cost runs the rest."
+            f"run{cut}. The same command with --resume --run-id {run_id} and a higher --max-cost runs them."
         )
         self.run_id = run_id
         self.left = left
+        self.refused = refused
 
 
 @ray.remote(num_cpus=0)

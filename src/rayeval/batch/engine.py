@@ -358,8 +358,8 @@ def _execute(
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
         with stop_signals.deferred():  # a unit back is stored whole, even if the run stops now
             _store_units_back(config, run, ready, work, earlier_attempts, writer, progress, budget)
-    if budget is not None and queue.waiting:
-        raise BudgetSpent(run.run_id, budget.max_cost_usd, budget.spent(), queue.left())
+    if budget is not None and (queue.waiting or work.refused_by_budget):
+        raise BudgetSpent(run.run_id, budget.max_cost_usd, budget.spent(), queue.left(), work.refused_by_budget)
 
 
 def _store_units_back(
@@ -381,6 +381,7 @@ def _store_units_back(
         unit, attempt, row = done
         if budget is not None:
             budget.charge(_cost_the_gateway_did_not_count(row))
+            work.refused_by_budget += row.limit_reached == "run_cost"
         earlier = 0 if earlier_attempts is None else int(earlier_attempts[unit.position])
         delay = unit_retry_delay(row, attempt, config.retry_backoff_s) if row.retryable else None
         if delay is not None and attempt - earlier <= config.retries:  # retries count from this run's first
@@ -410,6 +411,8 @@ class _InFlight:
     judges: JudgeCalls
     running: dict[Any, tuple[Unit, int]] = field(default_factory=dict)
     grading: dict[Any, tuple[Unit, int]] = field(default_factory=dict)
+    #: units stored whose model calls the run's spent budget refused (a resume runs them again)
+    refused_by_budget: int = 0
 
     @property
     def busy(self) -> bool:

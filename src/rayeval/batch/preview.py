@@ -38,8 +38,9 @@ class PlanPreview(BaseModel):
     seeds: str
     units: int
     to_run: int
-    #: of ``to_run``, units stored with an error that run again (``--retry-errors``)
-    rerun_errors: int
+    #: of ``to_run``, units stored before that run again: cut short by the run's budget, or
+    #: (``--retry-errors``) stored with an error
+    rerun: int
     #: per model, the mean cost per unit of its rows already under the results root times its
     #: units to run, summed over the models with such rows; None when none has one
     estimated_cost_usd: float | None
@@ -56,7 +57,7 @@ class PlanPreview(BaseModel):
 
     def text(self) -> str:
         selected = f" (selected from {self.evals_loaded})" if self.evals != self.evals_loaded else ""
-        rerun = f", {self.rerun_errors} of them errored before" if self.rerun_errors else ""
+        rerun = f", {self.rerun} of them again (errored, or cut short by the budget)" if self.rerun else ""
         if self.estimated_cost_usd is None:
             cost = f"unknown ({self.cost_basis})"
         elif self.unpriced_units:
@@ -121,7 +122,7 @@ def preview_run(config: BatchConfig) -> PlanPreview:
         seeds=describe_seeds(config.seeds),
         units=len(plan),
         to_run=int(todo.sum()),
-        rerun_errors=rerun,
+        rerun=rerun,
         estimated_cost_usd=cost,
         unpriced_units=unpriced,
         cost_basis=basis,

@@ -201,15 +201,18 @@ def _names(names: list[str]) -> str:
 def units_to_run(
     config: StorageConfig, store: ResultStore, run_id: str, plan: Plan
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    """A bool per plan position, the units to run (a resumed run's stored ones are not), and
-    with ``retry_errors`` the attempts already stored of each unit that runs again (else None)."""
-    stored = store.stored_unit_id_array(run_id) if config.resume else np.array([], dtype="S32")
-    if not config.retry_errors:
+    """A bool per plan position, the units to run (a resumed run's stored ones are not, but
+    those its budget cut short are, and with ``retry_errors`` its errored ones), and the
+    attempts already stored of each unit that runs again (None: none does)."""
+    if not config.resume:
+        return unstored(plan, np.array([], dtype="S32")), None
+    stored = store.stored_unit_id_array(run_id)
+    rerun = store.units_to_run_again(run_id, errors=config.retry_errors)
+    if not rerun:
         return unstored(plan, stored), None
-    errored = store.errored_units(run_id)
-    again = np.sort(np.array(list(errored), dtype="S32"))
+    again = np.sort(np.array(list(rerun), dtype="S32"))
     todo = unstored(plan, stored[~np.isin(stored, again)])
     earlier = np.zeros(len(plan), dtype=np.int32)
     for position in np.flatnonzero(~unstored(plan, again)):
-        earlier[position] = errored[plan.unit(int(position)).unit_id]
+        earlier[position] = rerun[plan.unit(int(position)).unit_id]
     return todo, earlier

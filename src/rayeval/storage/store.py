@@ -687,13 +687,15 @@ class ResultStore:
         ids.sort()
         return ids
 
-    def errored_units(self, run_id: str) -> dict[str, int]:
-        """The units whose latest attempt (:mod:`.attempts`) is an ``error`` or a ``timeout``,
-        with that attempt: what ``--retry-errors`` runs again.  A ``config_error`` is the eval's
-        grader configuration, which running the agent again does not change."""
-        table = self.read_table(run_id, columns=[*ATTEMPT_COLUMNS, "status"])
+    def units_to_run_again(self, run_id: str, *, errors: bool = True) -> dict[str, int]:
+        """The units a resume runs again, with their latest attempt (:mod:`.attempts`): those
+        whose model calls the run's spent budget refused (``limit_reached: run_cost``) and,
+        with ``errors`` (``--retry-errors``), those that ended in an ``error`` or a
+        ``timeout``.  A ``config_error`` is the eval's grader configuration, which running
+        the agent again does not change."""
+        table = self.read_table(run_id, columns=[*ATTEMPT_COLUMNS, "status", "limit_reached"])
         units = latest_attempts(table.to_pandas())
-        again = units[units["status"].isin(["error", "timeout"])]
+        again = units[(units["limit_reached"] == "run_cost") | (errors & units["status"].isin(["error", "timeout"]))]
         return dict(zip(again["unit_id"].tolist(), again["attempt"].tolist()))
 
     def root_kind(self) -> Literal["folder", "file", "missing"]:

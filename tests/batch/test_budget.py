@@ -67,19 +67,36 @@ def check_budget_and_resume(evals: Path, out: Path, capsys: pytest.CaptureFixtur
     assert len(latest) == 6 and latest["passed"].all()
 
 
-def test_an_agent_run_in_the_worker_spends_the_budget_as_its_units_end(
+def test_the_prompt_agent_spends_the_budget_through_the_gateway(
     evals: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The prompt agent calls its model from the worker, no gateway in between: its rows'
-    cost (3 tenths of a cent each, gpt-4o's price) counts when each unit ends."""
+    """The prompt agent runs in the worker, its calls through the gateway as a sandboxed
+    unit's: each (3 tenths of a cent, gpt-4o's price) counts as it is made. Its units are
+    quick: those started before the driver saw the spend have their call refused, and the run
+    stops all the same (exit 3); its resume with a higher budget runs them again."""
+    out = tmp_path / "out"
     with FakeModelServer(script=[], answer=lambda body: '<EVAL_ANSWER>{"value": 1}</EVAL_ANSWER>') as server:
         monkeypatch.setenv("OPENAI_BASE_URL", server.url + "/v1")
         monkeypatch.setenv("OPENAI_API_KEY", "sk-test-0123456789")
-        out = tmp_path / "out"
-        code = main(
-            ["run", str(evals), "--agent", "prompt", "--models", "openai/gpt-4o", "--seeds", "6", "--output", str(out),
-             "--max-concurrency", "1", "--max-cost", "0.007", "--no-progress"]
-        )  # fmt: skip
-    assert code == 3, capsys.readouterr().err
-    rows = pd.read_parquet(out)
-    assert len(rows) == 3 and rows["cost_usd"].sum() == pytest.approx(0.009)
+        check_quick_units_and_resume(evals, out, server, capsys)
+    latest = pd.read_parquet(out).sort_values("attempt").groupby("unit_id").last()
+    assert len(latest) == 6 and latest["passed"].all() and (latest["n_model_calls"] == 1).all()
+
+
+def check_quick_units_and_resume(
+    evals: Path, out: Path, server: FakeModelServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with one_ray():  # the run and its resume, the workers with the keys set above
+        options = ["--agent", "prompt", "--models", "openai/gpt-4o", "--seeds", "6", "--output", str(out),
+                   "--run-id", "quick", "--max-concurrency", "1", "--no-progress"]  # fmt: skip
+        code = main(["run", str(evals), *options, "--max-cost", "0.007"])
+        err = capsys.readouterr().err
+        served = len(server.model_requests())
+        rows = pd.read_parquet(out)
+        paid, refused = rows[rows["n_model_calls"] == 1], rows[rows["n_model_calls"] == 0]
+        assert code == 3 and "its budget of $0.007 is spent" in err, err
+        assert served == len(paid) == 3 and paid["cost_usd"].sum() == pytest.approx(0.009)
+        assert (refused["limit_reached"] == "run_cost").all()
+        if len(refused):
+            assert f"{len(refused)} had model calls refused (limit_reached: run_cost)" in err
+        assert main(["run", str(evals), *options, "--max-cost", "1", "--resume"]) == 0

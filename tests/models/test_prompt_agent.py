@@ -118,6 +118,11 @@ def test_rayeval_run_with_the_prompt_agent(tmp_path: Path, server: FakeModelServ
     assert {row["isolation"] for row in rows} == {"inline"}  # it ran in the worker, and says so
     assert all(row["input_tokens"] == 1200 and row["output_tokens"] == 300 and row["n_turns"] == 1 for row in rows)
     assert all(row["cost_usd"] == pytest.approx((1200 * 2.5 + 300 * 10.0) / 1e6) for row in rows)
+    # its call went through the gateway, with the unit's token: counted there, and kept
+    assert {row["n_model_calls"] for row in rows} == {1}
+    assert {r.headers["authorization"] for r in requests} == {f"Bearer {OPENAI_KEY}"}
+    transcript = json.loads(json.loads(rows[0]["artifacts_json"])["model_calls.json"])["calls"]
+    assert transcript[0]["status"] == 200 and "<EVAL_ANSWER>{...}</EVAL_ANSWER>" in json.dumps(transcript[0])
     mc = table.filter(pc.equal(table["eval_id"], MC_EVAL)).to_pylist()
     assert [row["passed"] for row in mc] == [True, True]
     others = [row for row in rows if row["eval_id"] != MC_EVAL]
@@ -129,29 +134,34 @@ def test_rayeval_run_with_the_prompt_agent(tmp_path: Path, server: FakeModelServ
     assert _run(tmp_path, server, "again", "--seeds", "2") == 0
     assert len(server.model_requests()) == 2 * evals
     again = ResultStore(tmp_path / "out").read_table("again").to_pylist()
-    assert len(again) == 2 * evals and all(row["cost_usd"] == 0.0 for row in again)
+    assert len(again) == 2 * evals and all(row["cost_usd"] == 0.0 and row["n_model_calls"] == 0 for row in again)
     assert [row["passed"] for row in again if row["eval_id"] == MC_EVAL] == [True, True]
 
 
-@pytest.mark.parametrize(("status", "count", "code"), [(401, 1, "http_401"), (503, 100, "server_error")])
+@pytest.mark.parametrize(("status", "count", "code", "calls"), [(401, 1, "http_401", 1), (503, 100, "server_error", 3)])
 def test_a_call_the_provider_fails_is_a_provider_error(
-    tmp_path: Path, server: FakeModelServer, status: int, count: int, code: str
+    tmp_path: Path, server: FakeModelServer, status: int, count: int, code: str, calls: int
 ) -> None:
-    """After the model layer's own retries (none for a 401), the unit is an error of the
-    provider's, with its status, not an answer that failed."""
+    """After the gateway's own retries (none for a 401; a 503 for 2 s of the gateway's wait
+    budget), the unit is an error of the provider's, as the gateway saw it, not an answer that
+    failed."""
     from rayeval.harness import EvalRunner
+    from rayeval.sandbox.config import SandboxConfig, UnitLimits
 
-    server.fail(status, count, retry_after="0")
+    server.fail(status, count, retry_after="1")
     runner = EvalRunner(
         REPO / "evals" / "pbmc" / f"{MC_EVAL}.json", work_root=tmp_path / "work", data_roots=[REPO / "evals"]
     )
     args = {"base_url": f"{server.url}/v1", "max_connections": "1"}
-    result = runner.run(agent_ref("prompt", load=True), model="openai/gpt-4o", agent_args=args, isolation="inline")
+    sandbox = SandboxConfig(limits=UnitLimits(gateway_retry_s=2.5))
+    result = runner.run(
+        agent_ref("prompt", load=True), model="openai/gpt-4o", agent_args=args, isolation="inline", sandbox=sandbox
+    )
     assert (result.status, result.error_type) == ("error", "ProviderError")
     details = result.metadata["error_details"]
-    assert (details["status"], details["code"]) == (status, code)
+    assert (details["status"], details["code"], details["seen_by"]) == (status, code, "gateway")
     assert f"scripted failure {status}" in details["message"] and OPENAI_KEY not in str(result.model_dump())
-    assert details["provider_retry_count"] == len(server.model_requests()) - 1
+    assert len(server.model_requests()) == calls and result.metadata["gateway"]["failed_calls"] == 1
 
 
 FALLBACK_KEYS = ["sk-ant-test-FALLBACK-ONE-0123456789", "sk-ant-test-FALLBACK-TWO-0123456789"]
@@ -180,7 +190,7 @@ def test_a_rejected_key_moves_to_the_fallback_key(
     assert keys == [ANTHROPIC_KEY, *FALLBACK_KEYS]
     (row,) = ResultStore(tmp_path / "out").read_table("fallback").to_pylist()
     assert (row["status"], row["passed"]) == ("passed", True), row["error_message"]
-    assert json.loads(row["metadata_json"])["key_fallback_count"] == 2
+    assert json.loads(row["metadata_json"])["gateway"]["key_fallbacks"] == 2  # the gateway switched, not the agent
     assert not any(key in str(row) for key in (ANTHROPIC_KEY, *FALLBACK_KEYS))
 
 
@@ -201,7 +211,7 @@ def test_without_a_fallback_left_a_rejected_key_is_a_provider_error(
         isolation="inline",
     )
     assert (result.status, result.error_type) == ("error", "ProviderError")
-    assert result.metadata["error_details"]["status"] == 401 and result.metadata["key_fallback_count"] == 1
+    assert result.metadata["error_details"]["status"] == 401 and result.metadata["gateway"]["key_fallbacks"] == 1
     assert len(server.model_requests()) == 2
     assert not any(key in str(result.model_dump()) for key in (ANTHROPIC_KEY, *FALLBACK_KEYS))
 

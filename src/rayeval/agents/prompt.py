@@ -11,8 +11,10 @@ distinct cache entries, and independent samples where the provider honours seeds
 Where it runs: in the worker's own process (rows say ``isolation = inline``), whatever the
 run's ``--isolation``. It executes nothing the model writes (the reply is text, searched for
 ``<EVAL_ANSWER>`` by the harness's own parser), and it needs what a sandboxed unit must not
-have: the worker's Ray connection (the request limit shared by the run's workers), the API
-key and the response cache's storage.
+have: the worker's Ray connection (the request limit shared by the run's workers) and the
+response cache's storage. Its call goes through the model gateway as any unit's does (the
+unit's token, not the provider's key): the row's tokens, cost and call count are the
+gateway's, the unit's limits and the run's budget apply, and its transcript is kept.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ ANSWER_INSTRUCTION = f"\n\nEnd your reply with {OPEN_TAG}{{...}}{CLOSE_TAG} hold
 
 def prompt_agent(task_prompt: str, work_dir: Path, context: AgentContext) -> dict[str, Any]:
     model, options = prompt_model(context.model, context.args)
+    if context.relay is not None:  # its calls counted, limited and recorded by the run's gateway
+        model = model.through(context.relay.base_url, context.relay.token)
     # the task alone (the same for every unit of the eval, so cached replies serve any run)
     messages = [ChatMessage(role="user", content=task_of(task_prompt) + ANSWER_INSTRUCTION)]
     started = time.monotonic()

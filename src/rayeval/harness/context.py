@@ -15,6 +15,17 @@ from .prompt import AnswerConvention
 AgentFunction = Callable[..., Any]
 
 
+class ModelRelay(BaseModel):
+    """Where an agent run in the worker (the prompt agent) sends its model calls: the model
+    gateway's endpoint for its model's API, with the unit's token as the key (never a
+    provider's), so that the gateway counts, limits and records them as any unit's."""
+
+    model_config = ConfigDict(frozen=True)
+
+    base_url: str
+    token: str = Field(repr=False)
+
+
 class AgentContext(BaseModel):
     """Passed to agents that declare a ``context`` parameter (the replay agent needs it)."""
 
@@ -28,6 +39,8 @@ class AgentContext(BaseModel):
     args: dict[str, str] = Field(default_factory=dict)
     #: the names the agent is told for its answer file and completion marker (see harness.prompt)
     convention: AnswerConvention = "legacy"
+    #: the gateway session of an agent run in the worker; never sent into a unit's process
+    relay: ModelRelay | None = Field(default=None, exclude=True, repr=False)
 
 
 MIB = 1024 * 1024

@@ -11,9 +11,9 @@ from .._json import amount_in, count_in
 from ..errors import ConfigError
 from ..evals import Eval, load_eval
 from ..evals.data_roots import resolve_roots
-from ..gateway.server import CallLimits, ModelUsage, RunBudget, SessionReport
+from ..gateway.server import CallLimits, Gateway, ModelUsage, RunBudget, SessionReport
 from ..gateway.transcript import MODEL_CALLS_ARTIFACT, transcript_text
-from ..gateway.unit import open_unit_access, shared_gateway
+from ..gateway.unit import UnitAccess, open_unit_access, route_of, shared_gateway
 from ..grading.pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
 from ..models.failures import MESSAGE_CHARS, PROVIDER_ERROR, failure_code
 from ..sandbox.config import MiB, SandboxConfig
@@ -22,7 +22,7 @@ from ..sandbox.units import SandboxError, unit_runner
 from ..secrets import environment_secrets, redact
 from .answers import MAX_ANSWER_NESTING, find_answer, nested_deeper_than
 from .cache import default_cache_dir, remove_tree
-from .context import AgentContext, AgentFunction, AgentRef, call_agent
+from .context import AgentContext, AgentFunction, AgentRef, ModelRelay, call_agent
 from .execution import Execution, claims_against_counts, grade_execution, now
 from .prompt import AnswerConvention, build_prompt
 from .result import EvalResult
@@ -184,8 +184,9 @@ class EvalRunner:
         budget: RunBudget | None = None,
     ) -> tuple[Outcome | StagingError | SandboxError, SessionReport | None]:
         """Stage the data and run the agent in ``work_dir``: its outcome, or why it could not
-        run, and what its model calls used, as the gateway saw them (None: run in this process,
-        where no gateway stands between it and its models)."""
+        run, and what its model calls used, as the gateway saw them (None: a user's agent run
+        in this process, ``--isolation inline``, where no gateway stands between it and its
+        models)."""
         base_dir = self.eval.source_path.parent if self.eval.source_path else None
         # Agents that never read inputs (replay, sleep) set ``needs_data = False``.
         nodes = self.eval.data_nodes if getattr(agent, "needs_data", True) else []
@@ -204,12 +205,9 @@ class EvalRunner:
         except StagingError as exc:
             return exc, None
         prompt = build_prompt(self.eval.task, work_dir, [node.path for node in staged], context.convention)
-        if isolation == "inline":
+        if isolation == "inline" and not _runs_in_worker(agent):  # the user's choice: no gateway
             function = _resolved(agent)
             return run_inline(lambda: call_agent(function, prompt, work_dir, context), limit), None
-        config = unit_sandbox(sandbox, agent, context.args, self.data_roots)
-        runner = unit_runner(config, isolation, self.runner_root, cache_dir)
-        inputs = [(node.view_source, str(work_dir / node.path)) for node in staged if node.view_source]
         gateway = shared_gateway()
         access = open_unit_access(
             gateway,
@@ -224,8 +222,14 @@ class EvalRunner:
             retry_s=sandbox.limits.gateway_retry_s,
             timeout_s=limit,
         )
+        if isolation == "inline":  # the prompt agent, in this process: its calls relayed as a unit's
+            return self._run_in_worker(agent, prompt, work_dir, context, limit, gateway, access)
+        inputs = [(node.view_source, str(work_dir / node.path)) for node in staged if node.view_source]
         unit_context = context.model_copy(update={"args": access.args})
         try:
+            runner = unit_runner(
+                unit_sandbox(sandbox, agent, context.args, self.data_roots), isolation, self.runner_root, cache_dir
+            )
             spec = unit_spec(
                 runner, agent, prompt, work_dir, unit_context, inputs, model_env=access.env, gateway_port=gateway.port
             )
@@ -233,6 +237,29 @@ class EvalRunner:
         except SandboxError as exc:
             ran = exc
         return ran, gateway.close(access.session)
+
+    @staticmethod
+    def _run_in_worker(
+        agent: AgentFunction | AgentRef,
+        prompt: str,
+        work_dir: Path,
+        context: AgentContext,
+        limit: float | None,
+        gateway: Gateway,
+        access: UnitAccess,
+    ) -> tuple[Outcome, SessionReport]:
+        """Run rayeval's prompt agent in this process, its model calls sent through the
+        gateway with the unit's token (:class:`ModelRelay`). Its options stay as given: its
+        response cache is keyed by the provider's endpoint, not the gateway's."""
+        function = _resolved(agent)
+        route = route_of(context.model)
+        relay = ModelRelay(base_url=gateway.base_url(route), token=access.session.token) if route else None
+        unit_context = context.model_copy(update={"relay": relay})
+        try:
+            ran = run_inline(lambda: call_agent(function, prompt, work_dir, unit_context), limit)
+        finally:  # a call still in flight past the unit's time is refused from now on
+            report = gateway.close(access.session)
+        return ran, report
 
 
 def unit_sandbox(

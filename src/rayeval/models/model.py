@@ -4,6 +4,7 @@ provider, an optional response cache and the cost of every call."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import os
 import threading
@@ -74,6 +75,7 @@ class Model:
         self._secrets = [k for k in self._keys if k]
         self._key_index = 0  # the key in use: the first, until the provider rejects it
         self._key_lock = threading.Lock()
+        self._relayed = False  # see through()
         self._base_url = base_url or _env(self.provider.base_url_env)
         self.base_url = public_base_url(providers.base_url_of(self._client(0)))
         self.config = generate_config(settings)
@@ -84,6 +86,21 @@ class Model:
 
     def __repr__(self) -> str:
         return f"Model({self.name!r}, base_url={self.base_url!r})"
+
+    def through(self, base_url: str, token: str) -> Model:
+        """This model with its calls sent to a model gateway at ``base_url``, ``token`` as
+        their key: the gateway holds the provider's keys, moves to a fallback key and retries
+        failures within its own bounds, so each call is sent once. The cache, the prices and
+        the cache's keys (the provider's endpoint, not the gateway's) stay this model's."""
+        relayed = copy.copy(self)
+        relayed._base_url = base_url
+        relayed._keys = [token]
+        relayed._secrets = [*self._secrets, token]
+        relayed._key_index = 0
+        relayed._key_lock = threading.Lock()
+        relayed._relayed = True
+        relayed.retry_policy = RetryPolicy(max_attempts=1)
+        return relayed
 
     def generate(self, input: Input, **settings: Any) -> ModelOutput:
         """The model's reply to ``input`` (a prompt, or messages), with the model's settings
@@ -166,7 +183,10 @@ class Model:
             )
 
     def _client(self, key_index: int) -> Any:
-        return providers.client(self.provider.sdk, self._base_url, self._keys[key_index], self.timeout_s)
+        key = self._keys[key_index]
+        if self._relayed:  # each unit's token on one pooled client: a copy that shares its connections
+            return providers.client(self.provider.sdk, self._base_url, None, self.timeout_s).with_options(api_key=key)
+        return providers.client(self.provider.sdk, self._base_url, key, self.timeout_s)
 
     def _next_key(self, rejected: int) -> bool:
         """After key ``rejected`` was refused: whether there is a next key to try (calls that

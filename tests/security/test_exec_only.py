@@ -9,13 +9,14 @@ import os
 import stat
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from rayeval import EvalRunner
 from rayeval.agents.resolve import agent_ref
 from rayeval.sandbox import SandboxConfig, units
-from rayeval.sandbox.exec_only import exec_only_copy
+from rayeval.sandbox.exec_only import exec_only_copy, exec_only_views
 
 INTERPRETER = os.path.realpath(sys.executable)
 
@@ -61,3 +62,15 @@ def test_a_copy_left_half_made_is_removed_once_abandoned(tmp_path: Path) -> None
     binary.write_bytes(b"\x7fELF")
     exec_only_copy(str(binary), copies)
     assert not old.exists() and fresh.exists()
+
+
+def test_on_a_noexec_file_system_no_copy_is_made_and_the_log_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A copy there could not run: the units would all fail to start. (The mount itself needs
+    privileges a test run may not have: the file system's flag is what the code reads.)"""
+    monkeypatch.setattr(os, "statvfs", lambda path: SimpleNamespace(f_flag=os.ST_NOEXEC))
+    binary = tmp_path / "program"
+    binary.write_bytes(b"\x7fELF")
+    assert exec_only_views((str(binary),), tmp_path / "copies") == []
+    assert "mounted noexec" in caplog.text and not any((tmp_path / "copies").iterdir())

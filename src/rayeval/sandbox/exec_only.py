@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import shutil
 import tempfile
 import time
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 #: where the copies are kept, under the unit runner's cache folder (hidden from units)
 FOLDER = ".exec-only"
@@ -61,5 +64,10 @@ def _remove_abandoned(folder: Path) -> None:
 
 def exec_only_views(paths: tuple[str, ...], folder: Path) -> list[tuple[str, str]]:
     """``(copy, real path)`` for each of ``paths`` that is a file: what a unit's view mounts
-    over the real path."""
+    over the real path. None where ``folder`` lies on a file system mounted ``noexec``: no
+    copy there could run (the programs are then shown as they are)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if os.statvfs(folder).f_flag & os.ST_NOEXEC:
+        log.warning("%s is on a file system mounted noexec: programs are shown to units as they are", folder)
+        return []
     return [(exec_only_copy(path, folder), os.path.realpath(path)) for path in paths if os.path.isfile(path)]

@@ -148,6 +148,35 @@ def test_compare(corpus_root: Path, cli) -> None:
     assert "mean difference A − B" in text.stdout
 
 
+def test_compare_refuses_a_side_that_pools_runs_or_harnesses_of_the_same_evals(
+    tmp_path: Path, corpus_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two runs of model A in one root, one at 100 %, one at 0 %: pooled they read as 50 %.
+    ``rayeval compare`` refuses, naming the runs and how to pick one; picked, it compares."""
+    from rayeval.cli import main as rayeval_main
+
+    rows = [
+        *(base_row(run_id="good", model="A", eval_id=f"e{i}") for i in range(4)),
+        *(
+            base_row(run_id="bad", model="A", eval_id=f"e{i}", status="failed", passed=False, score=0.0)
+            for i in range(4)
+        ),
+        *(base_row(run_id="good", model="B", eval_id=f"e{i}") for i in range(4)),
+    ]
+    root = write_root(tmp_path, rows)
+    assert rayeval_main(["compare", str(root), "--a", "A", "--b", "B"]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert "'A' would pool 4 evals' units from 2 runs or harnesses (run bad, harness h1; run good, harness h1)" in err
+    assert "pick one with --run ID or a selector such as run=bad,model=A" in err
+    assert rayeval_main(["compare", str(root), "--a", "A", "--b", "B", "--run", "good"]) == EXIT_OK
+    assert "accuracy A: 100.00%" in capsys.readouterr().out
+    assert rayeval_main(["compare", str(root), "--a", "run=bad,model=A", "--b", "B"]) == EXIT_OK
+    assert "accuracy A: 0.00%" in capsys.readouterr().out
+    # one run, one model under two harnesses (the corpus's claude-opus-4-7): refused the same way
+    assert rayeval_main(["compare", str(corpus_root), "--a", "claude-opus-4-7", "--b", "gpt-5.1"]) == EXIT_BAD_INPUT
+    assert "harness claude-code; run " in capsys.readouterr().err
+
+
 def test_wires_into_another_parser(corpus_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
     parser = argparse.ArgumentParser(prog="rayeval")
     sub = parser.add_subparsers(dest="command", required=True)

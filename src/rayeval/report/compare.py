@@ -136,7 +136,35 @@ def select(units: pd.DataFrame, selector: str) -> tuple[pd.DataFrame, str]:
             )
     if chosen.empty:
         raise ReportError(f"selector {selector!r} matches no results")
+    _check_one_source_per_eval(chosen, text)
     return chosen, text
+
+
+def _check_one_source_per_eval(chosen: pd.DataFrame, selector: str) -> None:
+    """A side must not pool an eval's units from several runs or harnesses (two runs of one
+    model, one at 100 %, one at 0 %, would read as 50 %): it is refused, with the runs and
+    harnesses named and how to pick one. Runs of distinct evals (one per benchmark) pool."""
+    keys = [column for column in ("run_id", "harness") if column in chosen.columns]
+    if not keys or "eval_id" not in chosen.columns:
+        return
+    sources = chosen[["eval_id", *keys]].astype(str).drop_duplicates()
+    shared = sources["eval_id"].duplicated(keep=False)
+    if not shared.any():
+        return
+    clashing = sources[shared].drop_duplicates(keys).sort_values(keys)
+    named = "; ".join(
+        ", ".join(f"{key.removesuffix('_id')} {value}" for key, value in zip(keys, row))
+        for row in clashing[keys].values
+    )
+    first = clashing.iloc[0]
+    pick = [f"{key.removesuffix('_id')}={first[key]}" for key in keys if clashing[key].nunique() > 1]
+    if "model" in chosen.columns and chosen["model"].nunique() == 1:
+        pick.append(f"model={chosen['model'].iloc[0]}")
+    evals = sources.loc[shared, "eval_id"].nunique()
+    raise ReportError(
+        f"{selector!r} would pool {evals} evals' units from {len(clashing)} runs or harnesses ({named}); "
+        f"pick one with --run ID or a selector such as {','.join(pick)}"
+    )
 
 
 def _per_eval(units: pd.DataFrame, errors: str) -> pd.Series:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._files import write_atomic
 from ..harness.answers import ANSWER_FILE_NAMES, read_answer_file
 from ..harness.run_summary import refusal_status, run_summary
 from ..sandbox.process_tree import end_process_tree
@@ -109,10 +110,7 @@ class CliResult:
 
 
 def _atomic_write_json(path: Path, obj: Any) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(obj, fh, ensure_ascii=False, indent=1, default=str)
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(obj, ensure_ascii=False, indent=1, default=str))
 
 
 @dataclass

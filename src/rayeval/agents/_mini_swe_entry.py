@@ -34,6 +34,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from rayeval._files import write_atomic
 from rayeval.errors import RayevalError
 from rayeval.sandbox.process_tree import end_process_tree
 
@@ -115,9 +116,7 @@ def provider_error(exc: BaseException) -> dict[str, Any] | None:
 
 def _write_json(path: Path, obj: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(obj, default=str, ensure_ascii=False))
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(obj, default=str, ensure_ascii=False))
 
 
 class SessionError(RayevalError, ValueError):

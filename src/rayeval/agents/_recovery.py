@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .._backoff import doubled_s
 from .._json import amount_in
 from ..models.failures import ProviderFailure
 
@@ -46,7 +47,7 @@ def resume_wait_s(
     else:
         fixed, jitter = CAPACITY_WAIT_S if failure.status in CAPACITY_STATUSES else OTHER_WAIT_S
         base = fixed + uniform(0.0, jitter)
-    delay = min(max(base, MIN_WAIT_S) * 2.0 ** min(max(consecutive, 1) - 1, 10), MAX_WAIT_S)
+    delay = doubled_s(max(base, MIN_WAIT_S), min(max(consecutive, 1) - 1, 10), MAX_WAIT_S)
     return max(delay, failure.retry_after_s or 0.0)
 
 

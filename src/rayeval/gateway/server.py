@@ -31,6 +31,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
+from .._backoff import doubled_s
 from ..models.failures import (
     KEY_REJECTED_STATUSES,
     KEY_REJECTED_WORDS,
@@ -535,7 +536,9 @@ async def _waited_to_retry(record: CallRecord, session: Session, started: float,
     answer): whether the call goes to the provider again, after the wait this says (the
     provider's hint, else a doubling backoff), which must end within the session's retry
     time for one call and before its deadline. The agent never sees the failures it absorbs."""
-    wait = max(RETRY_FLOOR_S, hint if hint is not None else min(30.0, 2.0**record.retries) * random.uniform(0.5, 1.0))
+    wait = max(
+        RETRY_FLOOR_S, hint if hint is not None else doubled_s(1.0, record.retries, 30.0) * random.uniform(0.5, 1.0)
+    )
     until = time.monotonic() + wait
     if until - started > session.retry_s or (session.deadline is not None and until > session.deadline):
         return False

@@ -39,6 +39,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ValidationError, computed_field
 
+from .._files import fsync_dir, write_atomic
 from .._walk import walk_once
 from ..errors import RayevalError
 
@@ -256,12 +257,7 @@ def _verified(payload: Path, meta: EntryMeta, *, rehash: bool) -> list[StoredFil
 
 def _write_meta(entry_dir: Path, meta: EntryMeta) -> None:
     """Write ``meta.json`` durably, replacing any old one in a single rename."""
-    tmp = entry_dir / f".meta.{secrets.token_hex(6)}"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(meta.model_dump_json(indent=1))
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, entry_dir / "meta.json")
+    write_atomic(entry_dir / "meta.json", meta.model_dump_json(indent=1), durable=True)
 
 
 def _reusable(
@@ -305,14 +301,6 @@ def _flock(fd: int, op: int, deadline: float | None) -> None:
         if time.monotonic() >= deadline:
             raise LockTimeout("timed out waiting for another process building the same cache entry")
         time.sleep(0.02)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def remove_tree(path: Path) -> None:
@@ -430,15 +418,15 @@ def _commit(root: Path, h: str, key: str, uri: str, name: str, build: Callable[[
         _write_meta(scratch, meta)
         if meta.kind == "directory":
             for dirpath, _, _ in os.walk(scratch / "payload"):
-                _fsync_dir(Path(dirpath))
-        _fsync_dir(scratch)
+                fsync_dir(Path(dirpath))
+        fsync_dir(scratch)
         entry = root / "entries" / h
         if entry.exists() or entry.is_symlink():
             old = tmp_root / f"{h}.old.{secrets.token_hex(6)}"
             os.rename(entry, old)
             remove_tree(old)
         os.rename(scratch, entry)
-        _fsync_dir(entry.parent)
+        fsync_dir(entry.parent)
         return meta
     except BaseException:
         with contextlib.suppress(OSError):

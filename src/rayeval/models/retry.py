@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 from typing import Any
 
+from .._backoff import doubled_s
 from .._json import amount_in
 from .types import RetryPolicy
 
@@ -60,7 +61,7 @@ def delay_s(policy: RetryPolicy, retry: int, asked_s: float | None) -> float:
     so many clients hit by one outage do not come back together)."""
     if asked_s is not None:
         return min(asked_s, policy.max_retry_after_s)
-    ceiling = min(policy.max_backoff_s, policy.backoff_s * 2**retry)
+    ceiling = doubled_s(policy.backoff_s, retry, policy.max_backoff_s)
     return ceiling / 2 + random.uniform(0, ceiling / 2)
 
 

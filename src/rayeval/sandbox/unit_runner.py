@@ -16,8 +16,8 @@ JSON.
 
 On the unit socket: the runner's pidfd message, then frames of one kind byte and a length:
 ``S`` the spec (worker to agent), ``R`` the result (agent to worker), ``X`` the exit status
-(runner to worker). Standard library only (plus ``namespaces``): the runner stays small, and
-starting a unit from it is cheap.
+(runner to worker). Standard library only (plus ``namespaces`` and ``rayeval._json``): the
+runner stays small, and starting a unit from it is cheap.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .._json import json_fallback
 from ..errors import RayevalError
 from . import namespaces as ns
 
@@ -415,22 +416,9 @@ def _call_entry(spec: dict[str, Any]) -> Any:
     return getattr(importlib.import_module(module), name)(spec["call"], Path(spec["work_dir"]))
 
 
-def _fallback(value: Any) -> Any:
-    """Numpy values as Python ones, sets as sorted lists, anything else as its text."""
-    item = getattr(value, "item", None)
-    if callable(item) and getattr(value, "shape", None) == ():
-        return item()
-    tolist = getattr(value, "tolist", None)
-    if callable(tolist):
-        return tolist()
-    if isinstance(value, (set, frozenset)):
-        return sorted(value, key=repr)
-    return str(value)
-
-
 def _encode(payload: dict[str, Any]) -> bytes:
     try:
-        return json.dumps(payload, default=_fallback).encode("ascii")
+        return json.dumps(payload, default=json_fallback).encode("ascii")
     except (TypeError, ValueError, RecursionError) as exc:  # e.g. a cycle
         message = f"the agent's return value cannot be sent back as JSON: {type(exc).__name__}: {exc}"
         return json.dumps({"kind": "raised", "error_type": "UnsendableResult", "error_message": message}).encode(

@@ -45,9 +45,10 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .._files import write_atomic
 from ..errors import RayevalError
 from .layout import LEASE_NAME, LOCK_NAME
-from .wal import fsync_dir, try_lock
+from .wal import try_lock
 
 if TYPE_CHECKING:
     from .store import ResultStore
@@ -510,17 +511,7 @@ class LocalLease(RunLease):
         return LeaseRecord.from_bytes(data, modified=modified, ttl_s=self.ttl_s)
 
     def _write(self, record: LeaseRecord) -> None:
-        tmp = self.run_dir / f".{LEASE_NAME}.{secrets.token_hex(4)}.tmp"
-        try:
-            with open(tmp, "wb") as handle:
-                handle.write(record.to_bytes())
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        fsync_dir(self.run_dir)
+        write_atomic(self.path, record.to_bytes(), durable=True)
 
     def _lock(self) -> int | None:
         """An fd holding the flock of the lock file now at ``lock_path``; None if held elsewhere."""

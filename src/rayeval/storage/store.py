@@ -55,6 +55,8 @@ import pyarrow.parquet as pq
 import pydantic_core
 from pydantic import ValidationError
 
+from .._backoff import doubled_s
+from .._files import write_atomic
 from .._messages import field_problems
 from ..errors import RayevalError
 from ..filesystem import is_s3, resolve_root, s3_endpoint
@@ -81,7 +83,6 @@ from .wal import (
     OrphanLog,
     WriteAheadLog,
     claim_orphans,
-    fsync_dir,
     remove_dir_if_empty,
     valid_writer_id,
 )
@@ -445,22 +446,8 @@ class ResultStore:
             with self.fs.open_output_stream(path) as out:  # one PutObject (delayed open)
                 out.write(data)
             return
-        directory, name = os.path.split(path)
-        os.makedirs(directory, exist_ok=True)
-        tmp = os.path.join(directory, f".{name}.{uuid.uuid4().hex[:8]}.tmp")
-        try:
-            with open(tmp, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
-        fsync_dir(directory)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        write_atomic(path, data, durable=True)
 
     def move(self, source: str, target: str) -> None:
         """Move one file (local: a rename; S3: a copy, then a delete), making folders as needed."""
@@ -1226,7 +1213,7 @@ class RowWriter:
             lasting = isinstance(exc, OSError) and exc.errno in _LASTING_ERRNOS
             if lasting or now - failing_since >= self.give_up_after_s:
                 self._give_up("results root", exc if lasting else first)
-            delay = min(BACKOFF_CAP_S, BACKOFF_START_S * 2 ** (self._failures - 1))
+            delay = doubled_s(BACKOFF_START_S, self._failures - 1, BACKOFF_CAP_S)
             self._next_attempt = now + delay
             pending = self._pending_locked()
             failures = self._failures
@@ -1270,7 +1257,7 @@ class RowWriter:
             if ok or remaining <= 0 or self.broken is not None:
                 break
             attempt += 1
-            time.sleep(min(BACKOFF_CAP_S, BACKOFF_START_S * 2 ** (attempt - 1), remaining))
+            time.sleep(min(doubled_s(BACKOFF_START_S, attempt - 1, BACKOFF_CAP_S), remaining))
         self._closed = True
         pending = self.pending
         if ok and not pending:

@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .._files import fsync_dir
 from ..errors import RayevalError
 
 log = logging.getLogger(__name__)
@@ -75,20 +76,6 @@ def try_lock(path: Path) -> int | None:
             return None
         raise
     return fd
-
-
-def fsync_dir(directory: str | Path) -> None:
-    """Make a rename or creation in ``directory`` durable (best effort)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 class WriteAheadLog:

@@ -10,12 +10,12 @@ from ``file://`` may load scripts but not fetch files; the JSON is ASCII with ``
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .._files import write_atomic
 from ..filesystem import inside_root
 from ..report.reader import ReportError
 from .assets import ASSETS, asset_bytes, index_html
@@ -54,9 +54,7 @@ def _write_data(folder: Path, key: str, value: Any = None, *, text: str | None =
     ``rayevalData`` call."""
     path = folder / "data" / f"{key}.js"
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(f"rayevalData({json_text(key)},{json_text(value) if text is None else text});\n", encoding="ascii")
-    os.replace(tmp, path)
+    write_atomic(path, f"rayevalData({json_text(key)},{json_text(value) if text is None else text});\n")
 
 
 def _write_details(data: ViewData, index: RunIndex, folder: Path, run_dir: str) -> dict[str, str]:

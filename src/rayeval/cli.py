@@ -18,7 +18,7 @@ from ._version import __version__
 from .batch.config import ExecutionConfig, SchedulingConfig, option_field
 from .errors import RayevalError
 from .evals import EvalFileError, check_evals, load_eval
-from .evals.model import MAX_TIMEOUT_S
+from .evals.model import DEFAULT_AGENT_TIMEOUT_S, MAX_TIMEOUT_S
 from .grading.pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
 from .harness.prompt import ANSWER_CONVENTIONS
 from .report.cli import add_report_commands, add_s3_endpoint_option
@@ -417,7 +417,7 @@ def _error_gate(summary: RunSummary, max_error_rate: float | None) -> int:
     errored units (the gate of ``rayeval report --max-error-rate``); else EXIT_OK."""
     if summary.stored_rows and summary.errors == summary.stored_rows:
         print(f"rayeval: every unit of run {summary.run_id} errored ({summary.errors} units): nothing was evaluated; "
-              "see error_type and error_message in its rows", file=sys.stderr)  # fmt: skip
+              f"most common ({summary.common_error_units} units): {summary.common_error}", file=sys.stderr)  # fmt: skip
         return EXIT_FAILED
     over = [m for m in summary.models if max_error_rate is not None and 100.0 * m.errors / m.units > max_error_rate]
     for m in over:
@@ -708,9 +708,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--retries",
         type=int,
         default=_default(SchedulingConfig, "retries"),
-        help="retries of a unit whose agent errors, with backoff (default %(default)s)",
+        help="retries, with backoff, of a unit that failed for what may pass on a second try: a lost worker or "
+        "node, its data or sandbox, a provider's failure the gateway saw (an agent's own error is not retried; "
+        "default %(default)s)",
     )
-    run.add_argument("--timeout", type=float, help="per-unit agent timeout in seconds (overrides the evals')")
+    run.add_argument(
+        "--timeout",
+        type=float,
+        metavar="S",
+        help="seconds each unit's agent may run, over the evals' own agent_timeout (default: the eval's, else "
+        f"{DEFAULT_AGENT_TIMEOUT_S:g}, the reference runner's, 1.8x the longest recorded real-agent run)",
+    )
     run.add_argument(
         "--max-cost",
         type=float,

@@ -164,8 +164,8 @@ def test_the_trusted_side_checks_what_an_agent_reports_of_its_provider() -> None
 
 
 class _Row:
-    def __init__(self, details: dict) -> None:
-        self.error_type = PROVIDER_ERROR
+    def __init__(self, details: dict, error_type: str = PROVIDER_ERROR) -> None:
+        self.error_type = error_type
         self.metadata_json = json.dumps({"error_details": details})
 
 
@@ -176,3 +176,14 @@ def test_retries_rerun_a_provider_error_only_when_its_status_is_retryable_and_no
     assert delay == 40.0
     short = unit_retry_delay(_Row({"status": 503, "code": "server_error"}), 1, 1.0)  # type: ignore[arg-type]
     assert short is not None and 0.5 <= short <= 1.5
+
+
+def test_retries_rerun_what_the_trusted_side_saw_fail_and_never_an_agents_own_error() -> None:
+    """A unit Ray or the runner could not run may pass on a second try; an agent's own error
+    (a raised exception, an answer too large: no ``seen_by``, which the harness drops from
+    what an agent writes) would not."""
+    for who in ("ray", "runner"):
+        delay = unit_retry_delay(_Row({"seen_by": who}, "WorkerCrashedError"), 2, 1.0)  # type: ignore[arg-type]
+        assert delay is not None and 1.0 <= delay <= 3.0
+    for error_type, details in (("RuntimeError", {}), ("AnswerTooLarge", {"error": "x"}), ("X", {"seen_by": "agent"})):
+        assert unit_retry_delay(_Row(details, error_type), 1, 1.0) is None  # type: ignore[arg-type]

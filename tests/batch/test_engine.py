@@ -75,12 +75,12 @@ def test_units_that_raise_hang_or_return_garbage_get_their_own_rows(tmp_path: Pa
     assert (
         raised["error_type"] == "RuntimeError"
         and "agent exploded" in raised["error_message"]
-        and raised["attempt"] == 2
+        and raised["attempt"] == 1
     )
     # A sandboxed agent cannot report to the test (no side channel out of the unit): the row
-    # says which attempt it is. Only errors are retried, each once (retries=1).
-    attempts = {(r.eval_id, r.model): r.attempt for r in frame.itertuples()}
-    assert {unit: n for unit, n in attempts.items() if n != 1} == {("raise_1", "m1"): 2, ("raise_1", "m2"): 2}
+    # says which attempt it is. The agent's own exception is not run again (retries=1 is for
+    # what may pass on a second try), nor is a hang or a wrong answer.
+    assert set(frame["attempt"]) == {1}
     assert set(frame["isolation"]) == {"sandbox"}
     assert {m.model: m.errors for m in summary.models} == {"m1": 2, "m2": 2}
 

@@ -27,7 +27,7 @@ from rayeval.batch.worker import (
     sweep_dead_workers,
 )
 from rayeval.evals import load_evals
-from rayeval.harness.context import MIB, UnitResources
+from rayeval.harness.context import MIB, AgentContext, UnitResources
 from rayeval.sandbox.units import SandboxError
 from tests.batch.conftest import write_mc_evals
 
@@ -264,25 +264,27 @@ def test_each_thread_of_a_worker_has_its_own_parent_folder(tmp_path: Path) -> No
     """Threads creating and removing work folders in one parent wait on its lock: two threads
     then run units no faster than one."""
     evals = load_evals(write_mc_evals(tmp_path / "evals", ["a"]))
-    parents: dict[int, set[Path]] = {}
+    parent_of: dict[int, Path] = {}  # by the unit's seed (each inline unit runs on a thread of its own)
 
-    def record(prompt: str, work_dir: Path) -> dict:
-        parents.setdefault(threading.get_native_id(), set()).add(work_dir.parent)
+    def record(prompt: str, work_dir: Path, context: AgentContext) -> dict:
+        parent_of[context.seed] = work_dir.parent
         return {"answer": "B"}
 
     worker = _worker_on(evals, record)
     worker.work_root = tmp_path / "work"
     rows: list = []
+    groups = ([0, 1, 2, 3, 4], [5, 6, 7, 8, 9])
     threads = [
         threading.Thread(target=lambda ps: rows.extend(worker.run_unit(p, 1, []) for p in ps), args=(positions,))
-        for positions in ([0, 1, 2, 3, 4], [5, 6, 7, 8, 9])
+        for positions in groups
     ]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    assert len(parents) == 2 and all(len(folders) == 1 for folders in parents.values())
-    first, second = (folders.pop() for folders in parents.values())
+    parents = [{parent_of[worker.plan.unit(p).seed] for p in positions} for positions in groups]
+    assert all(len(folders) == 1 for folders in parents)
+    first, second = (folders.pop() for folders in parents)
     assert first != second and first.is_relative_to(worker.work_root) and second.is_relative_to(worker.work_root)
     assert sorted(row.unit_id for row in rows) == sorted(u.unit_id for u in worker.plan.units())
     assert all(row.status == "passed" for row in rows)

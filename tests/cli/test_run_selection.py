@@ -85,7 +85,24 @@ def test_dry_run_prints_the_plan_and_its_cost_and_starts_nothing(
     assert main(["run", str(folder), "--agent", "reference", "--output", str(out), "--limit", "1", "--dry-run"]) == 0
     assert "evals: 1 (selected from 3)" in (text := capsys.readouterr().out) and "selected evals: e1\n" in text
     assert main(["run", str(folder), "--agent", "reference", "--output", str(out), "--dry-run"]) == 0
-    assert "selected evals" not in capsys.readouterr().out  # no selection: every eval, not listed again
+    text = capsys.readouterr().out
+    assert "selected evals" not in text  # no selection: every eval, not listed again
+    # no eval sets a time limit: the default bounds each unit, and the dry run says it
+    assert "time limit per unit: 6000 s (the default: no eval sets one; --timeout S changes it)" in text
+    options = ["--agent", "reference", "--output", str(out), "--dry-run", "--timeout", "30"]
+    assert (
+        main(["run", str(folder), *options]) == 0 and "time limit per unit: 30 s (--timeout)" in capsys.readouterr().out
+    )
+    body = json.loads((folder / "e1.json").read_text())
+    (folder / "e1.json").write_text(json.dumps({**body, "agent_timeout": 120}))
+    assert main(["run", str(folder), "--agent", "reference", "--output", str(out), "--dry-run"]) == 0
+    assert (
+        "time limit per unit: 120 s for 1 eval, 6000 s for 2 evals (1 of 3 evals set their own, "
+        "the others 6000 s, the default)" in capsys.readouterr().out
+    )
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    assert "else 6000, the reference runner's" in " ".join(capsys.readouterr().out.split())
 
 
 @pytest.mark.parametrize(

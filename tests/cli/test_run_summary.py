@@ -65,3 +65,27 @@ def test_the_summary_prints_whole_model_and_harness_names() -> None:
     assert [row.split()[:2] for row in rows] == [[name, harness] for name in names]
     assert len({len(line) for line in lines[:2] + rows}) == 1  # header, rule and rows line up
     assert [row.split()[3] for row in rows] == ["0", "1"]  # each model's own counts
+
+
+def test_a_run_whose_every_unit_raises_says_why_and_runs_none_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three units whose agent raises, the default --retries: the agent's own error is not run
+    again (a second try would raise the same), and both the summary and the error line say
+    which error it was, with its count."""
+    import pandas as pd
+
+    from rayeval.cli import EXIT_FAILED
+    from tests.batch.conftest import write_mc_evals
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    evals = write_mc_evals(tmp_path / "evals", ["raise_1", "raise_2", "raise_3"])
+    out = tmp_path / "out"
+    code = main(["run", str(evals), "--agent", "tests.batch.agents:misbehaving", "--output", str(out), "--no-progress"])
+    captured = capsys.readouterr()
+    assert code == EXIT_FAILED, captured.err
+    assert "most common error (3 of 3 errored units): RuntimeError: agent exploded" in captured.out
+    assert "nothing was evaluated; most common (3 units): RuntimeError: agent exploded" in captured.err
+    assert "time limit per unit: 6000 s (the default" in captured.err  # the start lines say each unit's bound
+    rows = pd.read_parquet(out)
+    assert len(rows) == 3 and set(rows["attempt"]) == {1} and set(rows["status"]) == {"error"}

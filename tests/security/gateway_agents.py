@@ -142,3 +142,10 @@ def _forge_setup_failure() -> None:
 def forge_setup_failure(task_prompt: str, work_dir: Path, context: Any) -> dict:
     _forge_setup_failure()
     return {}
+
+
+def forge_runner_failure(task_prompt: str, work_dir: Path, context: Any) -> dict:
+    """An answer file too large to read (its own error) with metadata saying the runner saw
+    the failure, which would buy it a rerun (a fresh sample) per retry."""
+    (work_dir / "eval_answer.json").write_text(json.dumps({"value": 1.0, "pad": "x" * 4096}))
+    return {"answer": None, "metadata": {"error_details": {"seen_by": "runner", "error": "the runner failed"}}}

@@ -97,6 +97,14 @@ def test_a_provider_failure_the_agent_reports_is_its_own_error(site: dict[str, A
     assert [r["error_type"] for r in inline] == ["ProviderError"]  # the control: its word taken
 
 
+def test_a_runner_failure_the_agent_claims_buys_no_rerun(site: dict[str, Any], tmp_path: Path) -> None:
+    """Its own error (an answer file past the limit) with ``seen_by: runner`` in its metadata:
+    the claim is dropped, and the unit is not run again."""
+    _, rows = run(site, tmp_path / "s", "forge_runner_failure", "--retries", "2", "--limit-answer-file-mb", "0.001")
+    assert [(r["status"], r["error_type"], r["attempt"]) for r in rows] == [("error", "AnswerTooLarge", 1)]
+    assert json.loads(rows[0]["metadata_json"])["error_details"] == {"error": "the runner failed"}
+
+
 def test_no_key_is_anywhere_a_unit_can_read(site: dict[str, Any], tmp_path: Path) -> None:
     """Not in its environment, even where its options name the key variables, nor in any
     process's environment, command line or memory, nor in its files."""

@@ -4,11 +4,13 @@ here, before a run's rows are touched, not as thousands of error rows."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from ..agents.resolve import agent_ref, check_agent_args
 from ..evals import Eval, EvalFileError, load_evals, select_evals
 from ..evals.loader import EvalProblem
+from ..evals.model import DEFAULT_AGENT_TIMEOUT_S
 from ..graders.rubric import check_judge_key, judge_models
 from ..harness.context import AgentFunction, UnitResources
 from ..harness.remote_data import remote_data_problems
@@ -29,7 +31,8 @@ class PreparedRun:
     resources: UnitResources
     #: its units and judges run on an embedded Ray, with this process's environment
     embedded: bool
-    #: what the checks could not check from here (a cluster's judge keys)
+    #: lines the run's start and its dry run print: each unit's time limit, and what the checks
+    #: could not check from here (a cluster's judge keys)
     notes: list[str]
 
 
@@ -43,10 +46,25 @@ def prepare_run(
     evals = run_evals(config, evals)
     embedded = runs_embedded(config.ray.address)
     resources = check_agent(config, agent, embedded=embedded)
-    notes = check_judges(evals, embedded=embedded)
+    notes = [describe_time_limits(evals, config.execution.timeout), *check_judges(evals, embedded=embedded)]
     if config.check_data:
         check_data(evals, s3_endpoint_url=config.storage.s3_endpoint_url)
     return PreparedRun(evals, Plan(evals, config.models, config.seeds, config.agent), resources, embedded, notes)
+
+
+def describe_time_limits(evals: list[Eval], timeout: float | None) -> str:
+    """The time each unit may run, as the run's start line and dry run say it: the run's
+    ``--timeout``, else each eval's own, else the default."""
+    if timeout is not None:
+        return f"time limit per unit: {timeout:g} s (--timeout)"
+    limits = Counter(eval_.effective_timeout for eval_ in evals)
+    own = sum(1 for eval_ in evals if eval_.agent_timeout or eval_.timeout)
+    if not own:
+        return f"time limit per unit: {DEFAULT_AGENT_TIMEOUT_S:g} s (the default: no eval sets one; --timeout S changes it)"
+    shown = ", ".join(
+        f"{seconds:g} s for {count} eval{'s' if count != 1 else ''}" for seconds, count in sorted(limits.items())
+    )
+    return f"time limit per unit: {shown} ({own} of {len(evals)} evals set their own, the others {DEFAULT_AGENT_TIMEOUT_S:g} s, the default)"
 
 
 def run_evals(config: BatchConfig, evals: list[Eval] | None = None) -> list[Eval]:

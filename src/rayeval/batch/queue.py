@@ -14,9 +14,10 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from .._backoff import doubled_s
 from .._json import amount_in
 from ..models.failures import PROVIDER_ERROR, RETRYABLE_STATUSES
-from ..record import UnitRecord
+from ..record import SeenBy, UnitRecord
 from .plan import Plan, Unit
 
 Attempt = tuple[Unit, int]
@@ -25,28 +26,36 @@ Attempt = tuple[Unit, int]
 #: gateway; an agent's own report of one is no hint) says when to try again, never "not today"
 MAX_RETRY_HINT_S = 600.0
 
+#: the failures a run's own retries run again, by who saw them (besides provider failures)
+RETRIED: frozenset[SeenBy] = frozenset({"ray", "runner"})
+
 
 def retry_delay(attempt: int, backoff_s: float) -> float:
-    """Seconds before attempt ``attempt + 1`` of a unit whose agent errored: doubling from
+    """Seconds before attempt ``attempt + 1`` of an errored unit: doubling from
     ``backoff_s``, each drawn between half and one and a half times that, so that units that
     failed together (an API outage, a rate limit) do not all come back at the same instant."""
-    return backoff_s * 2 ** (attempt - 1) * random.uniform(0.5, 1.5)
+    return doubled_s(backoff_s, attempt - 1) * random.uniform(0.5, 1.5)
 
 
 def unit_retry_delay(row: UnitRecord, attempt: int, backoff_s: float) -> float | None:
     """Seconds before a run's own retry of errored ``row`` (:func:`retry_delay`), or None when
-    no retry helps: a ``ProviderError`` of a status that is not retryable (a rejected key, a
-    bad request). A provider's retry hint is waited at least, up to ``MAX_RETRY_HINT_S``."""
-    delay = retry_delay(attempt, backoff_s)
-    if row.error_type != PROVIDER_ERROR:
-        return delay
+    no retry helps. Retries are for what may pass on a second try: a unit Ray or the runner
+    could not run (``error_details.seen_by``: a lost worker or node, its data, its sandbox) and
+    a ``ProviderError`` of a status worth another try (not a rejected key or a bad request),
+    whose hint is waited at least, up to ``MAX_RETRY_HINT_S``. An agent's own error (its code
+    raised, its process died, its answer cannot be stored) is not run again."""
     try:
         details = json.loads(row.metadata_json).get("error_details") or {}
     except (ValueError, AttributeError):
-        return delay
-    if details.get("status") not in RETRYABLE_STATUSES:
+        details = {}
+    if not isinstance(details, dict):
         return None
-    return max(delay, min(amount_in(details.get("retry_after_s")) or 0.0, MAX_RETRY_HINT_S))
+    delay = retry_delay(attempt, backoff_s)
+    if row.error_type == PROVIDER_ERROR:
+        if details.get("status") not in RETRYABLE_STATUSES:
+            return None
+        return max(delay, min(amount_in(details.get("retry_after_s")) or 0.0, MAX_RETRY_HINT_S))
+    return delay if details.get("seen_by") in RETRIED else None
 
 
 class _ModelQueue:

@@ -12,7 +12,7 @@ from ..agents.labels import row_labels
 from ..evals import Eval
 from ..harness.execution import Execution, unanswered_result
 from ..harness.result import EvalResult
-from ..record import UnitRecord, carried
+from ..record import SeenBy, UnitRecord, carried
 from .plan import Unit
 
 _METADATA_DROPPED = ("trajectory",)  # kept in artifacts_json, not twice
@@ -21,6 +21,9 @@ ERROR_MESSAGE_CHARS = 1_000
 #: an error's kind is a name (the agent's exception class: any text it chose), shown in tables
 ERROR_TYPE_CHARS = 200
 ERROR_TRACEBACK_CHARS = 64_000
+
+#: a unit Ray could not run: its worker or node was lost (``error_details.seen_by``)
+RAY: SeenBy = "ray"
 
 
 def stored_row(result: EvalResult, **fields: Any) -> UnitRecord:
@@ -160,6 +163,7 @@ class RunRows:
             error_type=type(exc).__name__,
             error_message=f"Ray could not run the unit: {reason}",
             error_traceback=str(exc),
+            metadata={"error_details": {"seen_by": RAY}},
             started_at=stamp,
             finished_at=stamp,
         )

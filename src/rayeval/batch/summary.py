@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
+from ..record import ERROR_STATUSES
 from ..storage import ResultStore
 from ..storage.attempts import ATTEMPT_COLUMNS, count_outcomes, latest_attempts
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 class ModelSummary(BaseModel):
@@ -38,6 +44,10 @@ class RunSummary(BaseModel):
     stored_rows: int
     models: list[ModelSummary]
     duration_s: float
+    #: the most common ``error_type: message`` (its first line) of the errored units, and how
+    #: many units ended in it
+    common_error: str | None = None
+    common_error_units: int = 0
 
     @property
     def errors(self) -> int:
@@ -69,6 +79,10 @@ class RunSummary(BaseModel):
             f"({self.ran} run now, {self.skipped} already done) in {self.duration_s:.1f}s{total}"
         )
         lines.append(f"accuracy counts errored units as failures; results: {self.results_path}")
+        if self.common_error is not None:
+            lines.append(
+                f"most common error ({self.common_error_units} of {self.errors} errored units): {self.common_error}"
+            )
         return "\n".join(lines)
 
 
@@ -82,6 +96,7 @@ def summarize(
 ) -> RunSummary:
     # only the columns it needs: a run's answers and artifacts can be most of its bytes
     columns = [*ATTEMPT_COLUMNS, "model", "harness", "status", "passed", "cost_usd", "judge_cost_usd"]
+    columns += ["error_type", "error_message"]
     frame = latest_attempts(store.read_table(run_id, columns=columns).to_pandas())
     frame["harness"] = frame["harness"].astype(object).fillna("")
     models = []
@@ -102,7 +117,10 @@ def summarize(
                 judge_cost_usd=float(judge_cost.sum()) if len(judge_cost) else None,
             )
         )
+    common, common_units = _most_common_error(frame)
     return RunSummary(
+        common_error=common,
+        common_error_units=common_units,
         run_id=run_id,
         results_path=store.run_uri(run_id),
         total_units=total_units,
@@ -112,3 +130,20 @@ def summarize(
         models=models,
         duration_s=(datetime.now(timezone.utc) - started).total_seconds(),
     )
+
+
+def _most_common_error(frame: pd.DataFrame) -> tuple[str | None, int]:
+    """The errored units' most common ``error_type: message`` (the message's first line, cut
+    to 200 characters), and how many units ended in it; (None, 0) without errors."""
+    errored = frame[frame["status"].isin(list(ERROR_STATUSES))]
+    if errored.empty:
+        return None, 0
+    said = [
+        f"{kind}: {line}" if line else str(kind)
+        for kind, line in zip(
+            errored["error_type"].fillna(errored["status"]),
+            errored["error_message"].fillna("").astype(str).map(lambda text: text.strip().split("\n", 1)[0][:200]),
+        )
+    ]
+    (common, units), *_ = Counter(said).most_common(1)
+    return common, units

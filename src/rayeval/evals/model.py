@@ -26,6 +26,13 @@ MAX_ID_BYTES = 200
 MAX_TIMEOUT_S = 30 * 24 * 3600
 
 
+#: Seconds a unit may run when neither the run (``--timeout``) nor its eval (``agent_timeout``,
+#: ``timeout``) says: the reference runner's ``eval_timeout`` default (latch-eval-tools), and
+#: 1.8 times the longest real-agent run recorded in the scbench and spatialbench corpus
+#: (3,263 s; 99 % end within 2,947 s). No unit runs unbounded: a hung agent ends as a timeout row.
+DEFAULT_AGENT_TIMEOUT_S = 6000.0
+
+
 class GraderSpec(BaseModel):
     """One ``{type, config}`` grader entry; unknown extra keys (e.g. ``name``) are kept."""
 
@@ -150,8 +157,10 @@ class Eval(BaseModel):
         return self._data_roots
 
     @property
-    def effective_timeout(self) -> float | None:
-        return self.agent_timeout or self.timeout
+    def effective_timeout(self) -> float:
+        """Seconds a unit of this eval may run: its ``agent_timeout``, else its ``timeout``,
+        else :data:`DEFAULT_AGENT_TIMEOUT_S` (a run's ``--timeout`` overrides all three)."""
+        return float(self.agent_timeout or self.timeout or DEFAULT_AGENT_TIMEOUT_S)
 
     def content_hash(self) -> str:
         """sha256 of the eval's canonical JSON: stable across key order and whitespace.

@@ -16,6 +16,7 @@ from ..gateway.transcript import MODEL_CALLS_ARTIFACT, transcript_text
 from ..gateway.unit import UnitAccess, open_unit_access, route_of, shared_gateway
 from ..grading.pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
 from ..models.failures import MESSAGE_CHARS, PROVIDER_ERROR, failure_code
+from ..record import SeenBy
 from ..sandbox.config import MiB, SandboxConfig
 from ..sandbox.isolation import Isolation, Outcome, run_inline
 from ..sandbox.units import SandboxError, unit_runner
@@ -36,6 +37,10 @@ from .workspace import (
     list_work_dir,
     make_work_dir,
 )
+
+#: a row's ``error_details.seen_by`` (see :data:`rayeval.record.SeenBy`)
+RUNNER: SeenBy = "runner"
+GATEWAY: SeenBy = "gateway"
 
 
 class EvalRunner:
@@ -142,8 +147,9 @@ class EvalRunner:
                 left = list_or_remove(work_dir)
                 removed, listing = left is None, left or []
             fields: dict[str, Any]
-            if isinstance(ran, Exception):
+            if isinstance(ran, Exception):  # the unit could not run here (its data, its sandbox): worth a retry
                 fields = {"outcome": "error", "error_type": type(ran).__name__, "error_message": str(ran)}
+                fields["metadata"] = {"error_details": {"seen_by": RUNNER}}
             else:
                 counted = calls.counted if calls is not None else None
                 fields = _find_answer(ran, work_dir, listing, int(config.limits.answer_file_mb * MiB), counted)
@@ -373,6 +379,8 @@ def _find_answer(
             "error_message": f"the agent's answer or metadata nests lists or objects more than "
             f"{MAX_ANSWER_NESTING} levels deep",
         }
+    if isinstance(found.metadata.get("error_details"), dict):  # who saw a failure is the trusted side's word
+        found.metadata["error_details"].pop("seen_by", None)
     fields.update(answer=found.answer, answer_source=found.source, metadata=found.metadata)
     if found.found:
         return {**fields, "outcome": "answered"}
@@ -409,7 +417,7 @@ def gateway_failure_details(counted: ModelUsage) -> dict[str, Any] | None:
     failure = counted.last_failure
     if failure is None:
         return None
-    return {**failure.as_dict(), "seen_by": "gateway", "provider_retry_count": None, "provider_retry_wait_s": None}
+    return {**failure.as_dict(), "seen_by": GATEWAY, "provider_retry_count": None, "provider_retry_wait_s": None}
 
 
 def provider_failure_details(details: Any) -> dict[str, Any] | None:

@@ -286,3 +286,28 @@ def test_an_output_that_cannot_be_written_is_said_plainly(
         assert f"results root {output} cannot be written (" in err and why in err, err
         assert "give --output a folder (or bucket) this user may write to" in err
         assert "lease" not in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("agent", "said"),
+    [
+        ("tests.batch.agentz:misbehaving", "package 'tests.batch' has no module 'agentz'; did you mean 'tests.batch.agents'?"),
+        ("tests.batch.agents:misbehavin", "defines no 'misbehavin'; did you mean 'misbehaving'?"),
+        ("no_such_agent_module_xyz:run", "no module 'no_such_agent_module_xyz' on this machine's import path"),
+    ],
+)  # fmt: skip
+def test_a_misspelled_module_agent_is_refused_at_once_on_an_embedded_run(
+    agent: str, said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before Ray starts, once, with the nearest name; nothing of the agent's module runs."""
+    import ray
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    evals = tmp_path / "evals"
+    evals.mkdir()
+    body = {"id": "e", "task": "A or B?", "grader": {"type": "multiple_choice", "config": {"correct_answer": "B"}}}
+    (evals / "e.json").write_text(json.dumps(body))
+    code = main(["run", str(evals), "--agent", agent, "--output", str(tmp_path / "out"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count(said) == 1 and "--sandbox-bind" not in err, err
+    assert not ray.is_initialized() and not (tmp_path / "out").exists()

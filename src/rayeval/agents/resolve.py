@@ -14,6 +14,7 @@ from .._messages import field_problems
 from ..errors import ConfigError
 from ..harness.context import MIB, AgentContext, AgentFunction, AgentRef, UnitResources
 from ..registry import Registry
+from .locate import AgentNotFound
 
 if TYPE_CHECKING:
     from ._base import ProgramAgent
@@ -160,16 +161,12 @@ AGENTS: Registry[Callable[[], AgentFunction]] = Registry("agents", _agent_loader
 INLINE_AGENTS = frozenset({"replay", "sleep"})
 
 
-class AgentNotFound(ConfigError):
-    """The agent name is neither known (built in, a plug-in) nor an importable ``module:function``."""
-
-
 def _unknown(name: str) -> AgentNotFound:
     known = ", ".join(sorted(AGENTS.names()))
     return AgentNotFound(f"unknown agent {name!r}: use a known agent ({known}) or module:function")
 
 
-def _is_module_path(name: str) -> bool:
+def is_module_path(name: str) -> bool:
     module_name, sep, attribute = name.partition(":")
     return bool(sep and module_name and attribute)
 
@@ -180,7 +177,7 @@ def resolve_agent(name: str) -> AgentFunction:
         if loader is None:
             raise _unknown(name)
         return loader()
-    if not _is_module_path(name):
+    if not is_module_path(name):
         raise _unknown(name)
     module_name, _, attribute = name.partition(":")
     try:
@@ -211,7 +208,7 @@ def agent_ref(name: str, *, load: bool = False) -> AgentRef:
             if BUILT_IN_AGENTS[built_in]() is function:
                 return _built_in_ref(built_in, function)
         return AgentRef(name=name, needs_data=getattr(function, "needs_data", True), function=function)
-    if not (AGENTS.knows(name) or _is_module_path(name)):
+    if not (AGENTS.knows(name) or is_module_path(name)):
         raise _unknown(name)
     return AgentRef(name=name)
 

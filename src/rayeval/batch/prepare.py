@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from ..agents.resolve import agent_ref, check_agent_args
+from ..agents.locate import check_module_agent
+from ..agents.resolve import agent_ref, check_agent_args, is_module_path
 from ..evals import Eval, EvalFileError, load_evals, select_evals
 from ..evals.loader import EvalProblem
 from ..evals.model import DEFAULT_AGENT_TIMEOUT_S
@@ -80,8 +81,10 @@ def check_agent(config: BatchConfig, agent: AgentFunction | None, *, embedded: b
     where units share this environment, its key); a named agent is known (an inline one
     resolves).  Returns what one unit asks Ray for: the agent's declaration (an in-memory
     agent's ``resources`` attribute), with the run's overrides."""
-    if embedded:  # a cluster's nodes have their own files
+    if embedded:  # a cluster's nodes have their own files (there, the workers check)
         config.execution.sandbox.check_binds()
+        if agent is None and is_module_path(config.agent):
+            check_module_agent(config.agent)
     if agent is None:
         check_agent_args(config.agent, config.agent_args, config.models, environment=embedded)
         declared = agent_ref(config.agent, load=config.execution.isolation == "inline").resources

@@ -547,7 +547,7 @@ def _add_sandbox_options(parser: argparse.ArgumentParser, *, isolation: bool = T
             "the agent ends with the answer it left; the row's limit_reached names it (default: none)",
         )
     if isolation:
-        group.add_argument(
+        parser.add_argument(  # grading runs on the trusted side: not the agent's isolation
             "--grade-timeout",
             type=float,
             default=_default(ExecutionConfig, "grade_timeout"),
@@ -650,7 +650,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--agent", required=True, help="built-in name (see `rayeval agents`) or module:function")
     run.add_argument("--agent-arg", action="append", default=[], metavar="KEY=VALUE", help="agent option (repeatable)")
     run.add_argument("--models", default="default", help="model names separated by commas: m1,m2 (default: 'default')")
-    run.add_argument("--seeds", default="1", help="N (meaning 1..N) or a comma-separated list")
+    run.add_argument(
+        "--seeds",
+        default="1",
+        help="N (meaning 1..N) or a comma-separated list of seeds (default %(default)s: one trial)",
+    )
     run.add_argument("--output", required=True, help="results root: a folder or s3://bucket/prefix")
     run.add_argument(
         "--run-id", help="the run's id (default: a new one from the time); with --resume, the run to finish"

@@ -591,7 +591,7 @@ def test_progress_says_which_run_it_is_and_where_its_results_go(
     progress = [line for line in lines if line.startswith("[rayeval]")]
     assert (
         progress[0]
-        == f"[rayeval] run {summary.run_id}: 4 units to run (0 already stored); results: {tmp_path / 'out'}/run_id={summary.run_id}"
+        == f"[rayeval] run {summary.run_id}: 4 units to run (0 already done); results: {tmp_path / 'out'}/run_id={summary.run_id}"
     )
     assert progress[-1].startswith("[rayeval] 4/4 units done (100.0%), pass rate 100.0%, 0 errors")
 

@@ -108,3 +108,14 @@ def test_the_readme_synopsis_of_run_shows_its_real_defaults() -> None:
     for option, value in shown:
         if defaults[option] is not None:
             assert float(value) == float(defaults[option]), (option, value, defaults[option])
+
+
+def test_run_help_says_the_defaults_and_puts_grading_apart_from_the_agents_isolation() -> None:
+    """``--seeds`` says its default; ``--grade-timeout`` (trusted grading) is not listed with
+    the agent's isolation options."""
+    run = _subcommands(build_parser())["run"]
+    text = " ".join(_help(run).split())
+    assert "(default 1: one trial)" in text
+    isolation = next(g for g in run._action_groups if g.title and g.title.startswith("isolation of the agent"))
+    assert "--grade-timeout" not in {s for a in isolation._group_actions for s in a.option_strings}
+    assert "--network" in {s for a in isolation._group_actions for s in a.option_strings}

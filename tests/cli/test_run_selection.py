@@ -79,7 +79,7 @@ def test_dry_run_prints_the_plan_and_its_cost_and_starts_nothing(
     assert code == 0
     assert "evals: 2 (selected from 3); models: default; seeds: 1..4" in text
     assert "selected evals: e1, e2\n" in text  # which ones, not only how many
-    assert "units: 8 planned, 0 already stored, 8 to run" in text and "estimated cost: unknown" in text
+    assert "units: 8 planned, 0 already done, 8 to run" in text and "estimated cost: unknown" in text
     assert not out.exists()  # nothing written, no lease taken
 
     assert main(["run", str(folder), "--agent", "reference", "--output", str(out), "--limit", "1", "--dry-run"]) == 0
@@ -149,7 +149,7 @@ def test_dry_run_estimates_each_models_cost_from_its_own_earlier_units(
     ResultStore(out).write_rows("earlier", rows)
     code = main(["run", str(folder), "--agent", "reference", "--output", str(out), "--models", "a,b,c", "--dry-run"])
     text = capsys.readouterr().out
-    assert code == 0 and "units: 6 planned, 0 already stored, 6 to run" in text
+    assert code == 0 and "units: 6 planned, 0 already done, 6 to run" in text
     assert "estimated cost: $4.02 for 4 of the 6 units, the others unknown" in text  # 2 x $2 + 2 x $0.01
     assert "a: $2.0000 per unit, the mean of 2 earlier units" in text and "c: no earlier unit recorded a cost" in text
 
@@ -171,16 +171,20 @@ def test_retry_errors_reruns_only_the_errored_units_as_new_attempts(tmp_path: Pa
     capsys.readouterr()
     assert main([*base, "--retry-errors", "--dry-run"]) == 0
     assert (
-        "units: 4 planned, 0 already stored, 4 to run, 4 of them again (errored, or cut short by the budget)"
+        "units: 4 planned, 0 already done, 4 to run, 4 of them again: errored, or cut short by the budget"
         in capsys.readouterr().out
     )
     assert main([*base, "--retry-errors"]) == 0
+    assert "run r1: 4 units to run (0 already done, 4 of them again: errored" in capsys.readouterr().err
     rows = pd.read_parquet(out / "run_id=r1")
     assert sorted(rows["attempt"]) == [1, 1, 1, 1, 2, 2, 2, 2]  # the errors stay, as earlier attempts
     latest = rows[rows["attempt"] == 2]
     assert latest["passed"].all() and latest["unit_id"].is_unique
     capsys.readouterr()
-    assert main([*base, "--retry-errors"]) == 0  # nothing errored any more: nothing runs
+    from rayeval.batch import engine
+
+    monkeypatch.setattr(engine, "connect", lambda *args: pytest.fail("Ray started to run no unit"))
+    assert main([*base, "--retry-errors"]) == 0  # nothing errored any more: nothing runs, no Ray starts
     assert "(0 run now, 4 already done)" in capsys.readouterr().out
     manifest = json.loads((out / "run_id=r1" / "_manifest.json").read_text())
     assert manifest["status"] == "completed"

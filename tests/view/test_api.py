@@ -397,3 +397,30 @@ def test_cli_serves_and_refuses_cleanly(view_root: Path, tmp_path: Path) -> None
         )
         assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr, done.stderr
     assert not (view_root / "site").exists()
+
+
+def test_a_static_view_that_fails_leaves_nothing_and_the_same_command_works_again(
+    view_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its pages are made beside the folder and take its place once whole: a failure (a full
+    disk, Ctrl-C) leaves no half-made folder for the retry to refuse, and an earlier view
+    stays whole."""
+    from rayeval.cli import main as rayeval_main
+    from rayeval.view import static
+
+    site = tmp_path / "site"
+    written = static._write_run
+
+    def fails(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(static, "_write_run", fails)
+    assert rayeval_main(["view", str(view_root), "--static", str(site)]) == 2
+    assert "No space left on device" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # neither the folder nor its half-made pages
+    monkeypatch.setattr(static, "_write_run", written)
+    assert rayeval_main(["view", str(view_root), "--static", str(site)]) == 0
+    index = (site / "index.html").read_bytes()
+    monkeypatch.setattr(static, "_write_run", fails)
+    assert rayeval_main(["view", str(view_root), "--static", str(site)]) == 2  # a rebuild that fails
+    assert (site / "index.html").read_bytes() == index and sorted(p.name for p in tmp_path.iterdir()) == ["site"]

@@ -33,7 +33,7 @@ from .plan import Plan, Unit
 from .prepare import PreparedRun, prepare_run
 from .progress import Progress
 from .queue import UnitQueue, unit_retry_delay
-from .resume import resumed_run_id, starting_manifest, units_to_run
+from .resume import rerun_text, resumed_run_id, starting_manifest, units_to_run
 from .rows import RunRows
 from .stopping import RunCancelled, StopSignals
 from .summary import RunSummary, summarize
@@ -138,18 +138,22 @@ class _DriverRun:
     def execute(self, stop_signals: StopSignals, *, agent: AgentFunction | None, grade: GradeFunction | None) -> None:
         """Start Ray and the workers, say what runs, write the manifest, run the units not stored."""
         config, prepared, plan = self.config, self.prepared, self.prepared.plan
-        self.owns_ray = connect(config.ray)
         stop_signals.claim()
-        # Workers start (asynchronously) first: their start-up overlaps planning and the
-        # manifest.  A resumed run may need fewer; idle ones cost nothing.
+        # a bool per plan position: units without a stored row, or stored ones to run again. A
+        # resumed run reads it first (with nothing left, no Ray starts); a new one after its
+        # workers start (asynchronously: their start-up overlaps planning and the manifest)
+        left = units_to_run(config.storage, self.store, self.run_id, plan) if config.storage.resume else None
         capacity = None
-        if len(plan):
-            self.workers, capacity = start_pool(config, self.run_id, prepared, agent=agent, grade=grade)
-        # a bool per plan position: units without a stored row (a resumed run's are mostly stored)
-        todo, earlier_attempts = units_to_run(config.storage, self.store, self.run_id, plan)
+        if left is None or left[0].any():
+            self.owns_ray = connect(config.ray)
+            if len(plan):
+                self.workers, capacity = start_pool(config, self.run_id, prepared, agent=agent, grade=grade)
+        todo, earlier_attempts = left or units_to_run(config.storage, self.store, self.run_id, plan)
         self.to_run = to_run = int(todo.sum())
+        again = int((earlier_attempts[todo] > 0).sum()) if earlier_attempts is not None else 0
         results = self.store.run_uri(self.run_id)
-        header = [f"run {self.run_id}: {to_run} units to run ({len(plan) - to_run} already stored); results: {results}"]
+        done = f"{len(plan) - to_run} already done{rerun_text(again)}"
+        header = [f"run {self.run_id}: {to_run} units to run ({done}); results: {results}"]
         if to_run and capacity is not None:
             header.append(capacity(to_run))
         self.progress = Progress(

@@ -24,7 +24,7 @@ from .cluster import connect, live_nodes
 from .config import BatchConfig, RayConfig
 from .plan import describe_seeds
 from .prepare import PreparedRun, prepare_run, run_evals
-from .resume import resumed_run_id, starting_manifest, units_to_run
+from .resume import rerun_text, resumed_run_id, starting_manifest, units_to_run
 from .worker import sandbox_config
 
 
@@ -57,7 +57,7 @@ class PlanPreview(BaseModel):
 
     def text(self) -> str:
         selected = f" (selected from {self.evals_loaded})" if self.evals != self.evals_loaded else ""
-        rerun = f", {self.rerun} of them again (errored, or cut short by the budget)" if self.rerun else ""
+        rerun = rerun_text(self.rerun)
         if self.estimated_cost_usd is None:
             cost = f"unknown ({self.cost_basis})"
         elif self.unpriced_units:
@@ -70,7 +70,7 @@ class PlanPreview(BaseModel):
             f"dry run: nothing started. run: {self.run_id or 'a new run id'}",
             f"evals: {self.evals}{selected}; models: {', '.join(self.models)}; seeds: {self.seeds}",
             *chosen,
-            f"units: {self.units} planned, {self.units - self.to_run} already stored, {self.to_run} to run{rerun}",
+            f"units: {self.units} planned, {self.units - self.to_run} already done, {self.to_run} to run{rerun}",
             f"estimated cost: {cost}",
             *([self._budget()] if self.max_cost_usd is not None else []),
             self.capacity,

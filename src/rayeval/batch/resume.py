@@ -216,3 +216,8 @@ def units_to_run(
     for position in np.flatnonzero(~unstored(plan, again)):
         earlier[position] = rerun[plan.unit(int(position)).unit_id]
     return todo, earlier
+
+
+def rerun_text(again: int) -> str:
+    """How the run's start and its dry run say that units stored before run again."""
+    return f", {again} of them again: errored, or cut short by the budget" if again else ""

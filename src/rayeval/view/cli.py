@@ -29,11 +29,14 @@ def cmd_view(args: argparse.Namespace) -> int:
         from .static import check_out_dir, write_static
 
         check_out_dir(args.static, reader.root)  # before any reading
-        out = write_static(
-            data,
-            args.static,
-            progress=lambda text: print(f"rayeval view: {text}", file=sys.stderr),
-        )
+        try:
+            out = write_static(
+                data,
+                args.static,
+                progress=lambda text: print(f"rayeval view: {text}", file=sys.stderr),
+            )
+        except OSError as exc:  # a full disk, a folder it may not write: nothing was left behind
+            raise ReportError(f"--static {args.static}: cannot write the view: {exc}; nothing was written") from None
         print(f"wrote {out / 'index.html'}")
         return 0
     return _serve(data, args.host, args.port)

@@ -10,7 +10,10 @@ from ``file://`` may load scripts but not fetch files; the JSON is ASCII with ``
 
 from __future__ import annotations
 
+import os
+import secrets
 import shutil
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -110,10 +113,36 @@ def _write_run(data: ViewData, index: RunIndex, folder: Path, run_dir: str) -> d
 
 
 def write_static(data: ViewData, out_dir: str | Path, progress: Callable[[str], None] | None = None) -> Path:
-    """Write the static viewer of ``data``'s runs into ``out_dir`` (see the module's doc)."""
+    """Write the static viewer of ``data``'s runs into ``out_dir`` (see the module's doc): made
+    in a folder beside it, which takes its place once whole. A build that fails leaves nothing
+    (an earlier view stays as it was), so the same command can be run again."""
     out = check_out_dir(out_dir, data.reader.root)
-    if (out / "data").is_dir():  # an earlier static view: replaced as a whole
-        shutil.rmtree(out / "data")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    building = Path(tempfile.mkdtemp(prefix=f".{out.name}.building-", dir=out.parent))
+    try:
+        os.chmod(building, 0o755)  # shared as a folder of pages, not kept private as mkdtemp makes it
+        _write_view(data, building, progress)
+        _put_in_place(building, out)
+    except BaseException:
+        shutil.rmtree(building, ignore_errors=True)
+        raise
+    return out
+
+
+def _put_in_place(built: Path, out: Path) -> None:
+    """``built`` becomes ``out``; an earlier view there is removed once it is replaced."""
+    earlier = None
+    if out.is_dir() and any(out.iterdir()):
+        earlier = out.with_name(f".{out.name}.replaced-{secrets.token_hex(4)}")
+        os.rename(out, earlier)
+    elif out.is_dir():
+        out.rmdir()
+    os.rename(built, out)
+    if earlier is not None:
+        shutil.rmtree(earlier, ignore_errors=True)
+
+
+def _write_view(data: ViewData, out: Path, progress: Callable[[str], None] | None) -> None:
     (out / "assets").mkdir(parents=True, exist_ok=True)
     for name in ASSETS:
         (out / "assets" / name).write_bytes(asset_bytes(name))
@@ -125,7 +154,6 @@ def write_static(data: ViewData, out_dir: str | Path, progress: Callable[[str], 
     runs.sort(key=lambda s: (str(s.get("created_at") or ""), s["run_id"]), reverse=True)
     _write_data(out, "runs", {"root": data.reader.root, "runs": runs})
     (out / "index.html").write_bytes(index_html(static=True))
-    return out
 
 
 __all__ = ["DETAIL_CHUNK", "DETAIL_CHUNK_CHARS", "INDEX_CHUNK", "check_out_dir", "write_static"]

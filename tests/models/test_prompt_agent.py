@@ -14,7 +14,7 @@ from rayeval.cli import main
 from rayeval.storage import ResultStore
 from tests.agents.fake_model_server import FakeModelServer
 
-from .conftest import ANTHROPIC_KEY, OPENAI_KEY
+from .conftest import ANTHROPIC_KEY, OPENAI_KEY, mc_answer
 
 REPO = Path(__file__).resolve().parents[2]
 MC_EVAL = "pbmc_fcgr3a_top_population"
@@ -225,3 +225,28 @@ def test_a_bad_fallback_list_is_refused_before_any_unit(
         check_agent_args("prompt", {}, ["anthropic/claude-haiku-4-5"])
     assert value not in str(raised.value)
     check_agent_args("prompt", {}, ["openai/gpt-4o"])  # Anthropic's keys: nothing to do with OpenAI
+
+
+def test_a_local_openai_compatible_server_needs_no_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The README's example: a model served on this machine, no key in the environment. The
+    prompt agent's call reaches it through the gateway with no key (never the unit's token);
+    a program agent with base_url is not refused at start for want of one (without base_url
+    it is)."""
+    for name in ("OPENAI_API_KEY", "CODEX_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    with FakeModelServer(script=[], answer=mc_answer) as local:
+        code = main(
+            ["run", str(REPO / "evals" / "pbmc" / f"{MC_EVAL}.json"), "--data-root", str(REPO / "evals"),
+             "--agent", "prompt", "--models", "openai-compatible/Qwen2.5-7B-Instruct",
+             "--agent-arg", f"base_url={local.url}/v1", "--output", str(tmp_path / "out"), "--no-progress"]
+        )  # fmt: skip
+        (request,) = local.model_requests()
+    assert code == 0, capsys.readouterr().err
+    assert "authorization" not in {name.lower() for name in request.headers}
+    (row,) = ResultStore(tmp_path / "out").read_table().to_pylist()
+    assert row["passed"] and row["n_model_calls"] == 1
+    dry = ["run", str(REPO / "evals"), "--agent", "codex", "--models", "gpt-5.1-codex", "--output", str(tmp_path / "o")]
+    assert main([*dry, "--agent-arg", "base_url=http://127.0.0.1:8000/v1", "--dry-run"]) == 0
+    assert main([*dry, "--dry-run"]) == 2 and "codex needs OPENAI_API_KEY" in capsys.readouterr().err

@@ -370,7 +370,9 @@ def _check_program(name: str, args: dict[str, str], model: str | None, *, enviro
         ) from None
     except (AgentConfigError, ValueError) as exc:
         raise AgentArgsError(f"agent {name!r} with model {model!r}: {exc}") from None
-    if environment:
+    # a server of its own (base_url: vLLM, llama.cpp, Ollama on this machine) may take no key:
+    # the gateway then sends its calls with none (the unit still gets its token)
+    if environment and not args.get("base_url"):
         try:
             agent.check_env(dict(os.environ))
             agent.spare_keys(os.environ)

@@ -90,7 +90,10 @@ def test_selectors() -> None:
 
 
 def test_mcnemar_skipped_when_a_side_has_several_units_per_seed(corpus_units: pd.DataFrame) -> None:
-    result = paired_comparison(corpus_units, "gpt-5.5", "claude-opus-4-5")  # gpt-5.5 ran under two harnesses
+    with pytest.raises(ReportError, match="'gpt-5.5' would pool 5 evals' units from 2 runs or harnesses"):
+        paired_comparison(corpus_units, "gpt-5.5", "claude-opus-4-5")  # gpt-5.5 ran under two harnesses
+    # a side of every model of one harness (pooled on purpose): several units per (eval, seed)
+    result = paired_comparison(corpus_units, "harness=openai-codex", "harness=mini-swe-agent")
     assert result.mcnemar_p is None and "McNemar skipped" in result.note
     one = paired_comparison(corpus_units, "gpt-5.5/openai-codex", "claude-opus-4-5/mini-swe-agent")
     assert one.mcnemar_p is not None and one.n_evals == 6

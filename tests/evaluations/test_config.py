@@ -293,3 +293,14 @@ def test_a_target_required_evaluator_without_targets_refused_in_code_or_judged_n
         assert local.judge({"output": "x"}, {"target": None}) == {"not_applicable": "no target"}
         assert local.judge({"output": "x"}, {"target": "x"}) is True
         assert log_checks([local], {local.path: {"not_applicable": "no target"}}) == {}  # neither passes nor fails
+
+
+def test_a_built_in_evaluators_name_and_a_prompt_beside_the_file_get_a_pointer() -> None:
+    """``{"path": "Exact match"}`` names a built-in by its last part; ``"prompt"`` in ``file``
+    is the prompt defined in code, which goes in ``version``."""
+    message = problems([{"path": "Exact match"}, {"path": "Example Evaluators/Code/Contain"}])
+    assert "no evaluator has the path 'Exact match'; did you mean 'Example Evaluators/Code/Exact match'?" in message
+    assert "did you mean 'Example Evaluators/Code/Contains'?" in message
+    prompt = {"model": "openai/gpt-4o", "template": "Answer {{question}}"}
+    message = problems(file={"path": "geo/answerer", "prompt": prompt})
+    assert "file 'geo/answerer': prompt: not a field of file: a prompt defined in code is its version" in message

@@ -1,7 +1,7 @@
 """Datasets and prompt versions stored by path under the results root, so a later run can name them.
 
 A version is one JSON file ``<root>/_datasets/<path>/<version_id>.json`` (or ``_prompts``; the
-paths are :class:`rayeval.storage.layout.Layout`'s) whose ``version_id`` is a hash of its
+path URL-encoded into one folder name, ``geo%2Fcapitals``, as :class:`rayeval.storage.layout.Layout` makes it) whose ``version_id`` is a hash of its
 content: the same content is the same version. Storing a version again only renews its
 ``stored_at``; naming a path alone picks the version stored last. Local and S3 roots alike.
 """

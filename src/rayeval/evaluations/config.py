@@ -116,6 +116,11 @@ class FileConfig(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _prompt_type(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "prompt" in data and "version" not in data:
+            raise ValueError(
+                "prompt: not a field of file: a prompt defined in code is its version, "
+                "file={'path': ..., 'version': {'model': ..., 'template': ...}}"
+            )
         if isinstance(data, dict) and "type" not in data and is_prompt_version(data.get("version")):
             return {**data, "type": "prompt"}
         return data

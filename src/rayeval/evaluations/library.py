@@ -18,6 +18,7 @@ value, else the target itself when it is a string (:func:`target_text`).
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -202,7 +203,10 @@ def _resolve(raw: Mapping[str, Any], where: str, problems: list[str]) -> dict[st
     path = raw.get("path")
     found = EVALUATORS.find(path) if isinstance(path, str) else None
     if found is None:
-        problems.append(f"{where}: no evaluator has the path {path!r} (known: {listed(known_paths())})")
+        known = known_paths()
+        problems.append(
+            f"{where}: no evaluator has the path {path!r}{_nearest_path(path, known)} (known: {listed(known)})"
+        )
         return None
     resolved = {**found, "path": path, **({"threshold": raw["threshold"]} if "threshold" in raw else {})}
     if "model" in raw:
@@ -278,3 +282,17 @@ def expand_evaluators(evaluators: Any, connection: Mapping[str, Any], problems: 
 
 #: In an expanded list, in place of an evaluator whose problems are already reported.
 REPORTED = object()
+
+
+def _nearest_path(path: object, known: list[str]) -> str:
+    """``; did you mean ...?`` for a path whose last part is, or is close to, a known one's
+    (the built-ins are ``Example Evaluators/<kind>/<name>``: ``Exact match`` names one)."""
+    if not isinstance(path, str):
+        return ""
+    full_path: dict[str, list[str]] = {}
+    for known_path in known:
+        full_path.setdefault(known_path.rsplit("/", 1)[-1].casefold(), []).append(known_path)
+    name = path.strip().rsplit("/", 1)[-1].casefold()
+    close = difflib.get_close_matches(name, list(full_path), n=3, cutoff=0.75)
+    found = [known_path for match in close for known_path in full_path[match]]
+    return f"; did you mean {' or '.join(repr(k) for k in found)}?" if found else ""

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 
 from ._messages import field_problems
 from ._version import __version__
-from .batch.config import ExecutionConfig, SchedulingConfig, option_field
+from .batch.config import DEFAULT_OUTPUT, ExecutionConfig, SchedulingConfig, option_field
 from .errors import RayevalError
 from .evals import EvalFileError, check_evals, load_eval
 from .evals.model import DEFAULT_AGENT_TIMEOUT_S, MAX_TIMEOUT_S
@@ -655,7 +655,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="1",
         help="N (meaning 1..N) or a comma-separated list of seeds (default %(default)s: one trial)",
     )
-    run.add_argument("--output", required=True, help="results root: a folder or s3://bucket/prefix")
+    run.add_argument(
+        "--output",
+        default=DEFAULT_OUTPUT,
+        help="results root: a folder or s3://bucket/prefix (default %(default)s, in the working folder, as "
+        "evaluations.run writes)",
+    )
     run.add_argument(
         "--run-id", help="the run's id (default: a new one from the time); with --resume, the run to finish"
     )

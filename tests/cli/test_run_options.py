@@ -311,3 +311,27 @@ def test_a_misspelled_module_agent_is_refused_at_once_on_an_embedded_run(
     err = capsys.readouterr().err
     assert code == 2 and err.count(said) == 1 and "--sandbox-bind" not in err, err
     assert not ray.is_initialized() and not (tmp_path / "out").exists()
+
+
+def test_a_run_without_output_writes_where_evaluations_run_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``rayeval run`` and ``evaluations.run`` share one default results root: rayeval-results
+    in the working folder (``--help`` says so)."""
+    import inspect
+
+    from rayeval import evaluations
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.chdir(tmp_path)
+    evals = tmp_path / "evals"
+    evals.mkdir()
+    body = {"id": "e", "task": "A or B?", "grader": {"type": "multiple_choice", "config": {"correct_answer": "B"}}}
+    (evals / "e.json").write_text(json.dumps(body))
+    (tmp_path / "answers_b.py").write_text("def agent(task_prompt, work_dir):\n    return {'answer': 'B'}\n")
+    assert main(["run", str(evals), "--agent", "answers_b:agent", "--no-progress"]) == 0
+    assert len(ds.dataset(tmp_path / "rayeval-results", format="parquet", partitioning="hive").to_table()) == 1
+    assert inspect.signature(evaluations.run).parameters["output"].default == "rayeval-results"
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    assert "(default rayeval-results, in the working folder" in " ".join(capsys.readouterr().out.split())

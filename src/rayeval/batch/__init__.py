@@ -21,10 +21,11 @@ if TYPE_CHECKING:  # the exports (see rayeval._lazy), with ``run`` below
 __getattr__, __all__ = lazy_exports(__name__, "run")
 
 
-def run(evals: list[str] | str, *, agent: str, output: str, **options: Any) -> RunSummary:
-    """Python API of ``rayeval run``: ``rayeval.batch.run("evals", agent="reference", output="results")``."""
-    from .config import BatchConfig
+def run(evals: list[str] | str, *, agent: str, output: str | None = None, **options: Any) -> RunSummary:
+    """Python API of ``rayeval run``: ``rayeval.batch.run("evals", agent="reference", output="results")``
+    (``output``: the results root, by default ``rayeval-results`` in the working folder)."""
+    from .config import DEFAULT_OUTPUT, BatchConfig
     from .engine import run_batch
 
     paths = [evals] if isinstance(evals, str) else list(evals)
-    return run_batch(BatchConfig(evals=paths, agent=agent, output=output, **options))
+    return run_batch(BatchConfig(evals=paths, agent=agent, output=output or DEFAULT_OUTPUT, **options))

@@ -84,10 +84,15 @@ def _store_retry_s() -> float:
     return STORE_RETRY_S
 
 
+#: the results root a run writes to when none is given (``rayeval run``, ``batch.run``,
+#: ``evaluations.run`` alike): a folder of the working folder
+DEFAULT_OUTPUT = "rayeval-results"
+
+
 class StorageConfig(BaseModel):
     """Where the run's rows go, under which run id, and whether an earlier run is resumed."""
 
-    output: Annotated[str, AfterValidator(_results_root)]
+    output: Annotated[str, AfterValidator(_results_root)] = DEFAULT_OUTPUT
     run_id: str | None = None
     resume: bool = False
     #: resume even though the inputs changed (agent arguments, models, seeds, evals, options)

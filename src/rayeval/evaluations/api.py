@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from ..batch.config import DEFAULT_OUTPUT
 from ..report import (
     REPORT_COLUMNS,
     EvaluationStats,
@@ -368,7 +369,7 @@ def run(
     dataset: Mapping[str, Any],
     workers: int = 4,
     *,
-    output: str = "rayeval-results",
+    output: str = DEFAULT_OUTPUT,
     address: str | None = None,
     s3_endpoint_url: str | None = None,
     show_progress: bool = True,

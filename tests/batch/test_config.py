@@ -48,3 +48,18 @@ def test_the_command_lines_defaults_are_the_configurations() -> None:
     args = build_parser().parse_args(["run", "e", "--agent", "a", "--output", "o"])
     assert _batch_config(args) == BatchConfig(evals=["e"], agent="a", output="o")
     assert BatchConfig(evals=["e"], agent="a", output="o").execution.sandbox == SandboxConfig()
+
+
+def test_the_eta_counts_from_the_units_start_not_the_runs_start_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run whose Ray and workers took 20 s to come up, then a unit every 2 s: the first ETA
+    is the 18 s left, not the 3 minutes the start-up would make of it."""
+    from rayeval.batch import progress as progress_module
+
+    now = [0.0]
+    monkeypatch.setattr(progress_module.time, "monotonic", lambda: now[0])
+    shown = progress_module.Progress(10, enabled=False)
+    now[0] = 20.0
+    shown.units_start()
+    now[0] = 22.0
+    shown.update(passed=True, error=False)
+    assert shown.line().endswith("ETA 18s"), shown.line()

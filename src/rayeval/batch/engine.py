@@ -161,6 +161,7 @@ class _DriverRun:
         )
         if to_run and self.workers is not None:
             self.workers.wait_until_up()
+            self.progress.units_start()
         self.manifest = self.store.write_manifest(self.planned)
         if to_run and self.workers is not None:
             budget = self._open_budget()

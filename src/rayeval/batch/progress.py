@@ -46,6 +46,13 @@ class Progress:
             self._task = self._live.add_task("run", total=total, detail="")
             self._live.start()
 
+    def units_start(self) -> None:
+        """The units start now (Ray and the workers are up): the rate, and so the ETA, counts
+        from here, not from the run's start-up, which would make the first ETA far too long."""
+        self.start = time.monotonic()
+        if self._live is not None:
+            self._live.reset(self._task, total=self.total, completed=self.done)
+
     def line(self) -> str:
         elapsed = time.monotonic() - self.start
         rate = self.done / elapsed if elapsed > 0 else 0.0

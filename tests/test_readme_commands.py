@@ -131,3 +131,18 @@ def test_the_models_example_runs_against_loopback_servers(
     evals = len(list((REPO / "evals").rglob("*.json")))
     assert len(requests) == 2 * 3 * evals and cached == len(requests)  # 2 models x 3 seeds, each reply cached
     assert "openai/gpt-4o" in done.stdout and "anthropic/claude-sonnet-4-5" in done.stdout
+
+
+def test_the_local_server_example_runs_with_no_key(tmp_path: Path) -> None:
+    """The README's model on a local OpenAI-compatible server: the prompt agent's command as
+    written (the server at its own port), no key in the environment; the server sees none."""
+    prompt, mini = _block("rayeval run evals --agent prompt --models openai-compatible/")
+    assert "--agent mini-swe-agent" in mini and "base_url=http://127.0.0.1:8000/v1" in mini
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "RAY_ADDRESS")}
+    with FakeModelServer(script=[], answer=mc_answer) as server:
+        (tmp_path / "evals").symlink_to(REPO / "evals")
+        done = _shell(prompt.replace("http://127.0.0.1:8000", server.url), tmp_path, env)
+        requests = server.model_requests()
+    assert len(requests) == len(list((REPO / "evals").rglob("*.json")))
+    assert not any("authorization" in {name.lower() for name in r.headers} for r in requests)
+    assert "openai-compatible/Qwen2.5-7B-Instruct" in done.stdout and (tmp_path / "rayeval-results").is_dir()

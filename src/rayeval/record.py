@@ -106,7 +106,10 @@ class UnitRecord(BaseModel):
     refusal: bool | None = None
     started_at: datetime
     finished_at: datetime
+    #: the Ray node the unit ran on (its node id: two nodes of one host are two nodes), and that
+    #: node's host name (None: rows stored before it was recorded)
     node: str
+    host: str | None = None
     #: how the agent ran: sandbox, process or inline (None: rows written before it was recorded)
     isolation: str | None = None
     task: str | None = None

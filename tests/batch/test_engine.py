@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -45,6 +46,8 @@ def test_reference_agent_on_the_example_evals(tmp_path: Path) -> None:
     assert manifest["status"] == "completed" and manifest["total_units"] == 10 and "plan" not in manifest
     row = frame.iloc[0]
     assert row["rayeval_version"] and row["node"] and row["task"] and row["kit"] == "10x_chromium" or row["kit"]
+    # where it ran: Ray's node id (two nodes of one host apart), the host beside it
+    assert len(row["node"]) == 56 and int(row["node"], 16) and row["host"] == socket.gethostname()
     assert json.loads(row["metrics_json"])
 
 

@@ -12,6 +12,7 @@ import base64
 import hashlib
 import json
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -261,6 +262,8 @@ def _user_agent_rows(output: Path) -> pd.DataFrame:
     rows = pd.read_parquet(output)
     assert len(rows) == 6 and (rows["isolation"] == "sandbox").all()
     assert rows["passed"].all(), rows[["eval_id", "status", "error_type", "error_message"]].to_string()
+    # the cluster's two nodes share this host: a row names its Ray node by id, the host beside it
+    assert set(rows["host"]) == {socket.gethostname()} and rows["node"].str.fullmatch("[0-9a-f]{56}").all()
     return rows
 
 

@@ -49,6 +49,7 @@ HAND_WRITTEN = pa.schema(
         ("started_at", _TIMESTAMP),
         ("finished_at", _TIMESTAMP),
         ("node", pa.string()),
+        ("host", pa.string()),
         ("isolation", pa.string()),
         ("task", pa.string()),
         ("kit", pa.string()),

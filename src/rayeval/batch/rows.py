@@ -64,6 +64,7 @@ def row_from_result(
     agent_args: dict[str, str],
     attempt: int,
     node: str,
+    host: str | None = None,
 ) -> UnitRecord:
     """The stored record: the result's fields it shares (times, costs, status...), the unit's and
     run's, and the grader's and the eval's columns.  Its model and harness come from the run's
@@ -100,6 +101,7 @@ def row_from_result(
         error_message=_short(result.error_message, ERROR_MESSAGE_CHARS),
         error_traceback=_short(result.error_traceback, ERROR_TRACEBACK_CHARS, keep_end=True),
         node=node,
+        host=host,
         task=_text(meta.get("task")),
         kit=_text(meta.get("kit")),
         time_horizon=_text(meta.get("time_horizon")),

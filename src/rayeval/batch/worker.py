@@ -112,7 +112,8 @@ class UnitWorker:
 
     def __init__(self, config: WorkerConfig):
         self.config = config
-        self.node = socket.gethostname()
+        self.host = socket.gethostname()
+        self.node_id = ray.get_runtime_context().get_node_id() if ray.is_initialized() else self.host
         self._shared_key: tuple[str, ...] = ()
         self._loading = threading.Lock()
         self.evals: list[Eval] = []
@@ -126,8 +127,8 @@ class UnitWorker:
         # A folder per worker process (named by host and process, see ``sweep_dead_workers``),
         # and in it one per thread (see ``run_unit``).
         root = Path(config.execution.work_root or default_work_root())
-        self.work_root = root / f"{WORKER_FOLDER_PREFIX}{self.node}-{os.getpid()}"
-        threading.Thread(target=sweep_dead_workers, args=(root, self.node), daemon=True).start()
+        self.work_root = root / f"{WORKER_FOLDER_PREFIX}{self.host}-{os.getpid()}"
+        threading.Thread(target=sweep_dead_workers, args=(root, self.host), daemon=True).start()
 
     def run_unit(self, position: int, attempt: int, shared: list[Any]) -> UnitRecord | JudgeWork:
         """Run, grade and turn into a row the unit at this plan position.  Grading happens
@@ -173,7 +174,8 @@ class UnitWorker:
             agent=self.config.agent,
             agent_args=self.config.agent_args,
             attempt=attempt,
-            node=self.node,
+            node=self.node_id,
+            host=self.host,
         )
 
     def prepare(self, shared: list[Any]) -> WorkerReady:
@@ -190,7 +192,7 @@ class UnitWorker:
             )  # fmt: skip
         except (SandboxError, AgentUnavailable) as exc:
             problem = WorkerProblem(kind=type(exc).__name__, message=str(exc))
-        return WorkerReady(node_id=ray.get_runtime_context().get_node_id(), host=self.node, problem=problem)
+        return WorkerReady(node_id=self.node_id, host=self.host, problem=problem)
 
     def _load(self, shared: list[Any]) -> None:
         """The run's evals, plan and in-memory agent/grade callables, fetched once per process.

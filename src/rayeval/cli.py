@@ -9,11 +9,13 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, get_args
+from types import UnionType
+from typing import TYPE_CHECKING, Annotated, Any, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
 from ._messages import field_problems
+from ._s3 import s3_hint
 from ._version import __version__
 from .batch.config import DEFAULT_OUTPUT, ExecutionConfig, SchedulingConfig, option_field
 from .errors import RayevalError
@@ -22,7 +24,7 @@ from .evals.model import DEFAULT_AGENT_TIMEOUT_S, MAX_TIMEOUT_S
 from .grading.pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
 from .harness.prompt import ANSWER_CONVENTIONS
 from .report.cli import add_report_commands, add_s3_endpoint_option
-from .sandbox.config import Network, SandboxConfig, UnitLimits
+from .sandbox.config import Network, SandboxConfig, UnitLimits, limit_option
 from .view.cli import add_view_command
 
 if TYPE_CHECKING:  # imported when a run starts: `rayeval validate` needs no Ray
@@ -135,23 +137,28 @@ def _cmd_run_one(args: argparse.Namespace) -> int:
     return EXIT_OK if result.passed else EXIT_FAILED
 
 
+#: a limit's metavar, by its field's last word
+_LIMIT_UNITS = {"s": "S", "mb": "MB", "usd": "USD"}
+
+
+def _limit_type(annotation: Any) -> tuple[type, bool]:
+    """A limit field's number type, and whether the limit may be none (given as 0)."""
+    members = get_args(annotation) if get_origin(annotation) in (Union, UnionType) else (annotation,)
+    numbers = [get_args(m)[0] if get_origin(m) is Annotated else m for m in members if m is not type(None)]
+    return numbers[0], len(numbers) < len(members)
+
+
+def _limit_value(args: argparse.Namespace, name: str) -> Any:
+    value = getattr(args, f"limit__{name}")
+    _, optional = _limit_type(UnitLimits.model_fields[name].annotation)
+    return None if optional and not value else value
+
+
 def _sandbox_config(args: argparse.Namespace) -> SandboxConfig:
     try:
-        limits = UnitLimits(
-            memory_mb=args.limit_memory_mb or None,
-            processes=args.limit_processes or None,
-            file_size_mb=args.limit_file_size_mb or None,
-            tmp_mb=args.limit_tmp_mb,
-            max_output_mb=args.limit_output_mb,
-            answer_file_mb=args.limit_answer_file_mb,
-            artifact_mb=args.limit_artifact_mb,
-            tokens=args.limit_tokens or None,
-            cost_usd=args.limit_cost or None,
-            model_calls=args.limit_model_calls or None,
-            gateway_retry_s=args.gateway_retry_s,
-        )
+        limits = UnitLimits(**{name: _limit_value(args, name) for name in UnitLimits.model_fields})
     except ValidationError as exc:
-        raise BadInput(_option_problems(exc, prefix="--limit-")) from None
+        raise BadInput(_option_problems(exc)) from None
     return SandboxConfig(
         network=args.network,
         limits=limits,
@@ -245,10 +252,7 @@ _OPTION_OF_FIELD = {
     "agent_args": "--agent-arg",
     "s3_endpoint_url": "--s3-endpoint",
     "data_roots": "--data-root",
-    "max_output_mb": "--limit-output-mb",
-    "cost_usd": "--limit-cost",
     "max_cost_usd": "--max-cost",
-    "gateway_retry_s": "--gateway-retry-s",
     "unit_resources": "--unit-resource",
 }
 
@@ -262,13 +266,16 @@ _BOUND_WORDS = {
 }
 
 
-def _option_problems(exc: ValidationError, prefix: str = "--") -> str:
+def _option_problems(exc: ValidationError) -> str:
     """``--max-concurrency: must be at least 1 (got 0)``, per problem: the option as typed,
     not the configuration field behind it, and the bound in words."""
     problems = []
     for _, message, error in field_problems(exc, {"finite_number": "must be a finite number"}):
         field = option_field(error["loc"])
-        option = _OPTION_OF_FIELD.get(field, f"{prefix}{field.replace('_', '-')}")
+        if field in UnitLimits.model_fields:
+            option = limit_option(field)
+        else:
+            option = _OPTION_OF_FIELD.get(field, f"--{field.replace('_', '-')}")
         if error["type"] in _BOUND_WORDS:
             key, words = _BOUND_WORDS[error["type"]]
             bound = error.get("ctx", {}).get(key)
@@ -357,6 +364,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from .batch import RunCancelled, run_batch
     from .batch.budget import BudgetSpent
     from .storage import ResultsRootUnwritable, StorageError
+    from .storage.lease import LeaseError, LeaseHeld
 
     try:
         config = _batch_config(args)
@@ -381,14 +389,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
             f"{exc}. Once it can be written again, the same command with --resume --run-id {exc.run_id} finishes the run."
         ) from None
     except StorageError as exc:  # an unusable results root, before or after the units
-        raise BadInput(f"results root {args.output}: {exc}") from None
+        raise BadInput(_root_problem(args, exc)) from None
     except BudgetSpent as exc:  # resumable with a higher --max-cost
         print(f"rayeval: {exc}", file=sys.stderr)
         return EXIT_BUDGET_SPENT
-    except RayevalError:  # says what is wrong (a LeaseError names the other driver): main() prints it
+    except LeaseError as exc:  # the run's lease could not be taken: another driver (named), or the root
+        if isinstance(exc, LeaseHeld) or not s3_hint(args.output, exc, args.s3_endpoint):
+            raise
+        raise BadInput(_with_s3_hint(args, str(exc), exc)) from None
+    except RayevalError:  # says what is wrong: main() prints it
         raise
     except OSError as exc:  # the results root cannot be read or written
-        raise BadInput(f"results root {args.output}: {exc}") from None
+        raise BadInput(_root_problem(args, exc)) from None
     except RunCancelled as exc:
         print(
             f"rayeval: {exc}; the units finished by then are stored under {args.output}. "
@@ -398,6 +410,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return 128 + exc.signal_number  # as the shell reports a process ended by that signal
     print(summary.text())
     return _error_gate(summary, args.max_error_rate)
+
+
+def _root_problem(args: argparse.Namespace, exc: BaseException) -> str:
+    return _with_s3_hint(args, f"results root {args.output}: {exc}", exc)
+
+
+def _with_s3_hint(args: argparse.Namespace, said: str, exc: BaseException) -> str:
+    """``said`` of the results root's failure, and for an S3 root what to check (endpoint,
+    credentials, bucket), as the error points to it."""
+    hint = s3_hint(args.output, exc, args.s3_endpoint)
+    return said + (f". {hint[0].upper()}{hint[1:]}" if hint else "")
 
 
 def _percent(text: str) -> float:
@@ -485,67 +508,13 @@ def _add_sandbox_options(parser: argparse.ArgumentParser, *, isolation: bool = T
         metavar="PATH",
         help="a path agents must not see even inside what they are shown (repeatable)",
     )
-    defaults = UnitLimits()
-    group.add_argument(
-        "--limit-memory-mb",
-        type=int,
-        default=defaults.memory_mb,
-        help="memory per agent process, MB (0: none; default %(default)g)",
-    )
-    group.add_argument(
-        "--limit-processes",
-        type=int,
-        default=defaults.processes,
-        help="processes and threads per unit (0: none; default %(default)g)",
-    )
-    group.add_argument(
-        "--limit-file-size-mb",
-        type=int,
-        default=defaults.file_size_mb,
-        help="largest file an agent may write, MB (0: none; default %(default)g)",
-    )
-    group.add_argument(
-        "--limit-tmp-mb", type=int, default=defaults.tmp_mb, help="size of the private /tmp, MB (default %(default)g)"
-    )
-    group.add_argument(
-        "--limit-output-mb",
-        type=float,
-        default=defaults.max_output_mb,
-        help="largest return value, MB (default %(default)g)",
-    )
-    group.add_argument(
-        "--limit-answer-file-mb",
-        type=float,
-        default=defaults.answer_file_mb,
-        help="largest answer file read, MB (default %(default)g)",
-    )
-    group.add_argument(
-        "--limit-artifact-mb",
-        type=float,
-        default=defaults.artifact_mb,
-        help="what is kept of each artifact (trajectory.json, logs): its last MB (default %(default)g)",
-    )
-    group.add_argument(
-        "--gateway-retry-s",
-        type=float,
-        default=defaults.gateway_retry_s,
-        metavar="S",
-        help="seconds the model gateway holds a call the provider failed (429, 5xx, 529, no answer), trying it "
-        "again after the provider's hint or a backoff, before the agent sees the failure; never past the unit's "
-        "time (0: at once; default %(default)g)",
-    )
-    for name, kind, what in (
-        ("tokens", int, "tokens (input and output) of its model calls"),
-        ("cost", float, "USD its model calls cost"),
-        ("model-calls", int, "model calls"),
-    ):
+    for name, field in UnitLimits.model_fields.items():  # generated from the limits' own fields
+        kind, optional = _limit_type(field.annotation)
+        default = "none" if field.default is None else "%(default)g" + (", 0: none" if optional else "")
         group.add_argument(
-            f"--limit-{name}",
-            type=kind,
-            default=None,
-            help=f"{what} per unit, as the gateway counts them: the call made once it is reached is refused and "
-            "the agent ends with the answer it left; the row's limit_reached names it (default: none)",
-        )
+            limit_option(name), dest=f"limit__{name}", type=kind, default=field.default,
+            metavar=_LIMIT_UNITS.get(name.rpartition("_")[2], "N"), help=f"{field.description} (default {default})",
+        )  # fmt: skip
     if isolation:
         parser.add_argument(  # grading runs on the trusted side: not the agent's isolation
             "--grade-timeout",

@@ -335,3 +335,27 @@ def test_a_run_without_output_writes_where_evaluations_run_does(
     with pytest.raises(SystemExit):
         main(["run", "--help"])
     assert "(default rayeval-results, in the working folder" in " ".join(capsys.readouterr().out.split())
+
+
+def test_an_s3_root_that_cannot_be_used_says_what_to_check(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, s3_server, aws_credentials
+) -> None:
+    """No server at the endpoint: the message names --s3-endpoint and AWS_ENDPOINT_URL; a
+    bucket that does not exist (on moto's server): the bucket. Not the raw AWS error alone."""
+    from rayeval._s3 import s3_hint
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    evals = tmp_path / "evals"
+    evals.mkdir()
+    body = {"id": "e", "task": "A or B?", "grader": {"type": "multiple_choice", "config": {"correct_answer": "B"}}}
+    (evals / "e.json").write_text(json.dumps(body))
+    base = ["run", str(evals), "--agent", "tests.batch.agents:instant", "--no-progress", "--output"]
+    assert main([*base, "s3://nowhere/results", "--s3-endpoint", "http://127.0.0.1:9"]) == 2
+    said = capsys.readouterr().err
+    assert "The S3 endpoint http://127.0.0.1:9 cannot be reached: name an S3-compatible server" in said, said
+    assert main([*base, "s3://no-such-bucket-here/results", "--s3-endpoint", s3_server.endpoint_url]) == 2
+    said = capsys.readouterr().err
+    assert f"No such bucket at {s3_server.endpoint_url}: create it" in said, said
+    refused = "An error occurred (InvalidAccessKeyId) when calling the PutObject operation"
+    assert s3_hint("s3://b/r", refused).startswith("the credentials were refused or are missing: set AWS_ACCESS_KEY_ID")
+    assert s3_hint("/local/root", refused) == ""

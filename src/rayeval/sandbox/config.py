@@ -26,35 +26,54 @@ class SandboxUnusable(ConfigError):
     """The sandbox's configuration names what is not there."""
 
 
+#: how the limits on a unit's model calls work, in their help
+_CALLS_LIMIT = (
+    "per unit, as the gateway counts them: the call made once it is reached is refused and the agent ends "
+    "with the answer it left; the row's limit_reached names it"
+)
+
+
 class UnitLimits(BaseModel):
-    """What one unit may use. ``None``: no limit of that kind."""
+    """What one unit may use. ``None``: no limit of that kind. Each field's description is its
+    command-line option's help, the option ``--limit-<field>`` unless ``option`` names another."""
 
     model_config = ConfigDict(frozen=True)
 
-    #: memory of the unit's processes together (a control group), else per process (RLIMIT_DATA)
-    memory_mb: Annotated[int, Field(gt=0)] | None = 4096
-    #: processes and threads of the unit (a control group, and RLIMIT_NPROC)
-    processes: Annotated[int, Field(gt=0)] | None = 512
-    #: largest file the agent may write (RLIMIT_FSIZE)
-    file_size_mb: Annotated[int, Field(gt=0)] | None = 2048
-    #: size of the private /tmp (and /dev/shm), in memory
-    tmp_mb: Annotated[int, Field(gt=0)] = 1024
-    #: largest return value the agent may send back, as JSON
-    max_output_mb: Annotated[float, Field(gt=0)] = 10.0
-    #: largest answer file (eval_answer.json, ...) read from the work folder: a larger one is
-    #: the unit's AnswerTooLarge error
-    answer_file_mb: Annotated[float, Field(gt=0)] = MAX_ANSWER_FILE_BYTES / MiB
-    #: what is kept of each artifact the agent leaves (trajectory.json, its logs): the last MB
-    artifact_mb: Annotated[float, Field(gt=0)] = MAX_ARTIFACT_BYTES / MiB
-    #: its model calls, as the gateway counts them: the first call made once its tokens (input
-    #: and output), cost or calls reached the limit is refused, and the agent ends as it will
-    tokens: Annotated[int, Field(gt=0)] | None = None
-    cost_usd: Annotated[float, Field(gt=0)] | None = None
-    model_calls: Annotated[int, Field(gt=0)] | None = None
-    #: the most seconds the gateway holds one model call that the provider failed (429, 5xx,
-    #: 529, no answer), trying it again after the provider's hint or a doubling backoff, before
-    #: it hands the failure on (0: at once); never past the unit's own time
-    gateway_retry_s: Annotated[float, Field(ge=0, le=3600)] = 60.0
+    memory_mb: Annotated[int, Field(gt=0)] | None = Field(
+        4096, description="memory of the unit's processes together (a control group), else per process, MB"
+    )
+    processes: Annotated[int, Field(gt=0)] | None = Field(512, description="processes and threads per unit")
+    file_size_mb: Annotated[int, Field(gt=0)] | None = Field(2048, description="largest file an agent may write, MB")
+    tmp_mb: Annotated[int, Field(gt=0)] = Field(1024, description="size of the private /tmp (and /dev/shm), MB")
+    max_output_mb: Annotated[float, Field(gt=0)] = Field(
+        10.0, description="largest return value, as JSON, MB", json_schema_extra={"option": "--limit-output-mb"}
+    )
+    answer_file_mb: Annotated[float, Field(gt=0)] = Field(
+        MAX_ANSWER_FILE_BYTES / MiB,
+        description="largest answer file read (eval_answer.json, ...): a larger one is the unit's AnswerTooLarge error, MB",
+    )
+    artifact_mb: Annotated[float, Field(gt=0)] = Field(
+        MAX_ARTIFACT_BYTES / MiB, description="what is kept of each artifact (trajectory.json, logs): its last MB"
+    )
+    tokens: Annotated[int, Field(gt=0)] | None = Field(None, description=f"tokens (input and output) {_CALLS_LIMIT}")
+    cost_usd: Annotated[float, Field(gt=0)] | None = Field(
+        None, description=f"USD its model calls cost {_CALLS_LIMIT}", json_schema_extra={"option": "--limit-cost"}
+    )
+    model_calls: Annotated[int, Field(gt=0)] | None = Field(None, description=f"model calls {_CALLS_LIMIT}")
+    gateway_retry_s: Annotated[float, Field(ge=0, le=3600)] = Field(
+        60.0,
+        description="seconds the model gateway holds a call the provider failed (429, 5xx, 529, no answer), trying "
+        "it again after the provider's hint or a backoff, before the agent sees the failure; never past the unit's "
+        "time (0: at once)",
+        json_schema_extra={"option": "--gateway-retry-s"},
+    )
+
+
+def limit_option(name: str) -> str:
+    """The command-line option of :class:`UnitLimits` field ``name``."""
+    extra = UnitLimits.model_fields[name].json_schema_extra
+    option = extra.get("option") if isinstance(extra, dict) else None
+    return str(option) if option else f"--limit-{name.replace('_', '-')}"
 
 
 class SandboxConfig(BaseModel):

@@ -51,17 +51,22 @@ def test_a_tool_cannot_reach_a_program_shown_execute_only(tmp_path: Path, exec_o
     assert (found["environ"], found["pipe"]) == ((False, False) if exec_only else (True, True)), found
 
 
-def test_a_copy_left_half_made_is_removed_once_abandoned(tmp_path: Path) -> None:
+def test_copies_left_half_made_or_unused_for_a_week_are_removed(tmp_path: Path) -> None:
     copies = tmp_path / "copies"
     copies.mkdir()
-    old, fresh = copies / ".partial-old", copies / ".partial-fresh"
-    old.write_bytes(b"half")
-    fresh.write_bytes(b"being made")
-    os.utime(old, (0, 0))
+    kept = tmp_path / "kept"
+    kept.write_bytes(b"\x7fELF kept")
+    in_use = Path(exec_only_copy(str(kept), copies))
+    old, fresh, unused = copies / ".partial-old", copies / ".partial-fresh", copies / "0123-old-program"
+    for path in (old, fresh, unused):
+        path.write_bytes(b"x")
+    for path in (old, unused, in_use):
+        os.utime(path, (0, 0))
+    assert exec_only_copy(str(kept), copies) == str(in_use)  # asked for again: in use
     binary = tmp_path / "program"
     binary.write_bytes(b"\x7fELF")
     exec_only_copy(str(binary), copies)
-    assert not old.exists() and fresh.exists()
+    assert not old.exists() and not unused.exists() and fresh.exists() and in_use.exists()
 
 
 def test_on_a_noexec_file_system_no_copy_is_made_and_the_log_says_so(

@@ -28,6 +28,8 @@ MODE = 0o111
 PARTIAL = ".partial-"
 #: a copy still being made after this long was abandoned
 ABANDONED_AFTER_S = 3600.0
+#: a copy no unit runner asked for in this long is removed when another is made
+UNUSED_AFTER_S = 7 * 24 * 3600.0
 
 
 def exec_only_copy(path: str, folder: Path) -> str:
@@ -38,6 +40,7 @@ def exec_only_copy(path: str, folder: Path) -> str:
     digest = hashlib.sha256(f"{real}\0{info.st_size}\0{info.st_mtime_ns}".encode()).hexdigest()[:16]
     copy = folder / f"{digest}-{os.path.basename(real)}"
     if copy.exists():
+        mark_in_use([(str(copy), real)])
         return str(copy)
     folder.mkdir(parents=True, exist_ok=True)
     _remove_abandoned(folder)
@@ -55,11 +58,22 @@ def exec_only_copy(path: str, folder: Path) -> str:
 
 
 def _remove_abandoned(folder: Path) -> None:
-    """Copies a killed worker left half made (a program's binary is hundreds of MB)."""
-    for partial in folder.glob(PARTIAL + "*"):
+    """Copies a killed worker left half made, and copies no runner used for a week (of a
+    program since updated or moved: a program's binary is hundreds of MB). A copy a unit still
+    shows stays readable to it: its mount holds the file."""
+    for entry in folder.iterdir():
+        unused_for = ABANDONED_AFTER_S if entry.name.startswith(PARTIAL) else UNUSED_AFTER_S
         with contextlib.suppress(OSError):
-            if time.time() - partial.stat().st_mtime > ABANDONED_AFTER_S:
-                partial.unlink()
+            if time.time() - entry.stat().st_mtime > unused_for:
+                entry.unlink()
+
+
+def mark_in_use(views: list[tuple[str, str]]) -> None:
+    """The copies a unit is about to show are in use (a long-lived runner's too): the clean-up
+    of unused copies leaves them."""
+    for copy, _ in views:
+        with contextlib.suppress(OSError):
+            os.utime(copy)
 
 
 def exec_only_views(paths: tuple[str, ...], folder: Path) -> list[tuple[str, str]]:

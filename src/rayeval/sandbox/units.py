@@ -44,7 +44,7 @@ from .allowlist import bwrap_mounts, file_system_view, inside
 from .cgroups import UnitGroups
 from .config import MiB, Network, SandboxConfig, SandboxIsolation
 from .exec_only import FOLDER as EXEC_ONLY_FOLDER
-from .exec_only import exec_only_views
+from .exec_only import exec_only_views, mark_in_use
 from .isolation import Outcome
 from .process_tree import end_process_tree, exited
 from .unit_runner import (
@@ -368,6 +368,8 @@ class UnitRunner:
                 dict.fromkeys([self.interpreter_bin, *unit_env.get("PATH", os.defpath).split(os.pathsep)])
             )
         limits = config.limits
+        if sandboxed:
+            mark_in_use(self.exec_only)
         return UnitSpec(
             entry=entry,
             call=call,

@@ -40,6 +40,8 @@ def test_version_and_the_list_of_built_in_agents() -> None:
     for name in BUILT_IN_AGENTS:
         assert any(line.startswith(f"{name} ") for line in listed.splitlines()), name
     assert "options: trials" in listed and "module:function" in listed
+    # a program's options with the defaults they have
+    assert "provider_wait_s=1800" in listed and "command_timeout=300" in listed and "wire_api=responses" in listed
 
 
 def _help(parser: argparse.ArgumentParser) -> str:

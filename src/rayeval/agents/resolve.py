@@ -249,6 +249,12 @@ _DESCRIPTIONS = {
 }
 
 
+def _with_default(name: str, default: Any) -> str:
+    """``name=default`` where the option has one to show (a number, a word, a flag), else ``name``."""
+    shown = default not in (None, (), "") and isinstance(default, (bool, int, float, str))
+    return f"{name}={default:g}" if shown and isinstance(default, float) else f"{name}={default}" if shown else name
+
+
 def built_in_agents() -> list[tuple[str, str, tuple[str, ...]]]:
     """``(name, what it does, the --agent-arg options it takes)`` of every built-in agent."""
     listed = []
@@ -262,7 +268,8 @@ def built_in_agents() -> list[tuple[str, str, tuple[str, ...]]]:
             options = tuple(PromptOptions.model_fields)
         else:
             spec = program_class(name)
-            options = tuple(sorted(f.name for f in dataclasses.fields(spec) if f.name != "model"))
+            fields = sorted((f for f in dataclasses.fields(spec) if f.name != "model"), key=lambda f: f.name)
+            options = tuple(_with_default(f.name, f.default) for f in fields)
             description = spec.description
         listed.append((name, description, options))
     return listed

@@ -138,16 +138,17 @@ class _DriverRun:
     def execute(self, stop_signals: StopSignals, *, agent: AgentFunction | None, grade: GradeFunction | None) -> None:
         """Start Ray and the workers, say what runs, write the manifest, run the units not stored."""
         config, prepared, plan = self.config, self.prepared, self.prepared.plan
-        stop_signals.claim()
         # a bool per plan position: units without a stored row, or stored ones to run again. A
         # resumed run reads it first (with nothing left, no Ray starts); a new one after its
         # workers start (asynchronously: their start-up overlaps planning and the manifest)
         left = units_to_run(config.storage, self.store, self.run_id, plan) if config.storage.resume else None
         capacity = None
-        if left is None or left[0].any():
+        runs_units = left is None or bool(left[0].any())
+        if runs_units:
             self.owns_ray = connect(config.ray)
-            if len(plan):
-                self.workers, capacity = start_pool(config, self.run_id, prepared, agent=agent, grade=grade)
+        stop_signals.claim()  # after Ray's start, which sets handlers of its own
+        if runs_units and len(plan):
+            self.workers, capacity = start_pool(config, self.run_id, prepared, agent=agent, grade=grade)
         todo, earlier_attempts = left or units_to_run(config.storage, self.store, self.run_id, plan)
         self.to_run = to_run = int(todo.sum())
         again = int((earlier_attempts[todo] > 0).sum()) if earlier_attempts is not None else 0

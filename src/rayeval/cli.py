@@ -94,7 +94,12 @@ def _cmd_agents(args: argparse.Namespace) -> int:
 
     for name, description, options in built_in_agents():
         print(f"{name:16} {description}")
-        print(f"{'':16} options: {', '.join(options) if options else 'none'}")
+        if any(meaning for _, meaning in options):  # a program's: one a line, with what it does
+            print(f"{'':16} options:")
+            for option, meaning in options:
+                print(f"{'':18}{option:26} {meaning}")
+        else:
+            print(f"{'':16} options: {', '.join(option for option, _ in options) if options else 'none'}")
     print("\nor module:function: your own agent function, with your own options (context.args)")
     return EXIT_OK
 

@@ -40,8 +40,14 @@ def test_version_and_the_list_of_built_in_agents() -> None:
     for name in BUILT_IN_AGENTS:
         assert any(line.startswith(f"{name} ") for line in listed.splitlines()), name
     assert "options: trials" in listed and "module:function" in listed
-    # a program's options with the defaults they have
+    # a program's options with the defaults they have, and what each does
     assert "provider_wait_s=1800" in listed and "command_timeout=300" in listed and "wire_api=responses" in listed
+    assert "the most model calls (0: no limit)" in listed
+    from rayeval.agents.resolve import PROGRAM_AGENTS, built_in_agents
+
+    for name, _, options in built_in_agents():
+        if name in PROGRAM_AGENTS:
+            assert all(meaning for _, meaning in options), (name, [o for o, m in options if not m])
 
 
 def _help(parser: argparse.ArgumentParser) -> str:

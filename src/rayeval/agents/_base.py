@@ -85,6 +85,17 @@ class ProgramAgent:
     provider_wait_s: float = DEFAULT_WAIT_BUDGET_S
     provider_jitter_s: float = DEFAULT_HINT_JITTER_S
 
+    #: what each ``--agent-arg`` option does, as ``rayeval agents`` says it (a spec adds its own)
+    option_help: ClassVar[dict[str, str]] = {
+        "timeout": "seconds the program may run (a safety net under the unit's own time limit)",
+        "base_url": "the model's endpoint (an Anthropic- or OpenAI-compatible server), behind the gateway",
+        "extra_args": "more arguments for the program's command line",
+        "env": "variables added to the program's environment (null removes one)",
+        "pass_env": "names of further secret variables the program may see",
+        "state_dir": "keep the program's own state (config, sessions) in this folder",
+        "provider_wait_s": "the most seconds, in all, a unit waits on its provider's failures before resuming (0: never)",
+        "provider_jitter_s": "at most this many random seconds added to the provider's retry hint",
+    }
     #: the program's name, as ``--agent`` and the rows' ``harness`` give it
     harness: ClassVar[str] = "program"
     #: what ``rayeval agents`` says of it

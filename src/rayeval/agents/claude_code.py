@@ -74,6 +74,16 @@ class ClaudeCodeAgent(ProgramAgent):
     settings: dict[str, Any] | None = None
     include_partial_messages: bool = False
 
+    option_help: ClassVar[dict[str, str]] = {
+        **ProgramAgent.option_help,
+        "max_turns": "the most turns of the session (Claude Code's --max-turns)",
+        "system_prompt": "replaces Claude Code's system prompt",
+        "append_system_prompt": "appended to Claude Code's system prompt",
+        "effort": "the model's effort: low, medium, high or max",
+        "settings": "Claude Code's --settings, as a JSON object",
+        "include_partial_messages": "stream partial messages into the events (the log grows)",
+    }
+
     harness: ClassVar[str] = "claude-code"
     description: ClassVar[str] = "Anthropic's Claude Code program (ANTHROPIC_API_KEY), the unit's model"
     tool: ClassVar[_tools.Program | None] = CLAUDE

@@ -146,6 +146,14 @@ class CodexAgent(ProgramAgent):
     prices: tuple[float, float, float] | None = None
     wire_api: str = "responses"
 
+    option_help: ClassVar[dict[str, str]] = {
+        **ProgramAgent.option_help,
+        "reasoning_effort": "the model's reasoning effort (minimal, low, medium, high)",
+        "config": "more of Codex's config.toml, as a JSON object",
+        "prices": "USD per million input, cached input and output tokens, for a model not in the table",
+        "wire_api": "the protocol its calls speak: responses or chat",
+    }
+
     harness: ClassVar[str] = "codex"
     description: ClassVar[str] = "OpenAI's Codex program (OPENAI_API_KEY or CODEX_API_KEY), the unit's model"
     tool: ClassVar[_tools.Program | None] = CODEX

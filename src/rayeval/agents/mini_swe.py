@@ -128,6 +128,19 @@ class MiniSweAgent(ProgramAgent):
     instance_template: str | None = None
     python: str | None = None
 
+    option_help: ClassVar[dict[str, str]] = {
+        **ProgramAgent.option_help,
+        "step_limit": "the most model calls (0: no limit)",
+        "cost_limit": "the most USD of model calls, as mini-swe-agent counts them (0: no limit)",
+        "command_timeout": "seconds each shell command may run",
+        "api_key_env": "the variable holding the key, when not the provider's own",
+        "model_kwargs": "more arguments of litellm's call, as a JSON object",
+        "model_class": "mini-swe-agent's model class",
+        "system_template": "the system prompt (Jinja)",
+        "instance_template": "the task's prompt (Jinja: {{task}} is the task)",
+        "python": "the interpreter that runs mini-swe-agent",
+    }
+
     harness: ClassVar[str] = "mini-swe-agent"
     description: ClassVar[str] = (
         "mini-swe-agent through litellm (the provider's key), the unit's model as provider/model"

@@ -87,6 +87,16 @@ class PiAgent(ProgramAgent):
     model_config: dict[str, Any] | None = None
     settings: dict[str, Any] | None = None
 
+    option_help: ClassVar[dict[str, str]] = {
+        **ProgramAgent.option_help,
+        "thinking": "the model's thinking: off, minimal, low, medium, high or xhigh",
+        "system_prompt": "replaces pi's system prompt",
+        "append_system_prompt": "appended to pi's system prompt",
+        "api": "the custom model's protocol: anthropic-messages, openai-completions or openai-responses",
+        "model_config": "fields of the custom model's entry in pi's models.json (contextWindow, maxTokens, cost...)",
+        "settings": "pi's settings.json, as a JSON object",
+    }
+
     harness: ClassVar[str] = "pi"
     description: ClassVar[str] = "the pi coding agent (the provider's key), the unit's model as provider/model"
     tool: ClassVar[_tools.Program | None] = PI

@@ -255,21 +255,23 @@ def _with_default(name: str, default: Any) -> str:
     return f"{name}={default:g}" if shown and isinstance(default, float) else f"{name}={default}" if shown else name
 
 
-def built_in_agents() -> list[tuple[str, str, tuple[str, ...]]]:
-    """``(name, what it does, the --agent-arg options it takes)`` of every built-in agent."""
+def built_in_agents() -> list[tuple[str, str, tuple[tuple[str, str], ...]]]:
+    """``(name, what it does, its --agent-arg options)`` of every built-in agent; an option is
+    ``(name or name=default, what it does)`` (a program's say what they do; others: "")."""
     listed = []
     for name in BUILT_IN_AGENTS:
         description = _DESCRIPTIONS.get(name, "")
+        options: tuple[tuple[str, str], ...]
         if name in _FUNCTION_OPTIONS:
-            options = _FUNCTION_OPTIONS[name]
+            options = tuple((option, "") for option in _FUNCTION_OPTIONS[name])
         elif name == "prompt":
             from ..models.calls import PromptOptions
 
-            options = tuple(PromptOptions.model_fields)
+            options = tuple((option, "") for option in PromptOptions.model_fields)
         else:
             spec = program_class(name)
             fields = sorted((f for f in dataclasses.fields(spec) if f.name != "model"), key=lambda f: f.name)
-            options = tuple(_with_default(f.name, f.default) for f in fields)
+            options = tuple((_with_default(f.name, f.default), spec.option_help.get(f.name, "")) for f in fields)
             description = spec.description
         listed.append((name, description, options))
     return listed

@@ -124,3 +124,12 @@ def files_text(work_dir: Path) -> dict[str, str]:
         if path.is_file():
             out[str(path.relative_to(work_dir))] = path.read_bytes().decode("utf-8", "replace")
     return out
+
+
+def answer_42_evals(folder: Path, eval_id: str, task: str) -> Path:
+    """A folder of one eval whose answer is ``{"answer": 42}`` (the tests' tool commands write it)."""
+    folder.mkdir()
+    grader = {"type": "numeric_tolerance", "config": {"ground_truth": {"answer": 42},
+              "tolerances": {"answer": {"type": "absolute", "value": 0}}}}  # fmt: skip
+    (folder / "e.json").write_text(json.dumps({"id": eval_id, "task": task, "grader": grader}))
+    return folder

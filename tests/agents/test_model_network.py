@@ -16,7 +16,7 @@ from rayeval.cli import main
 from rayeval.view.data import artifacts_view
 from tests.embedded import one_ray
 
-from .conftest import PROGRAM_TIMEOUT
+from .conftest import PROGRAM_TIMEOUT, answer_42_evals
 from .fake_model_server import FakeModelServer
 
 #: each program: the fixture that finds it, its model, its --agent-arg options (the scripted
@@ -54,11 +54,7 @@ def test_each_program_reaches_its_model_only_through_the_gateway(
     request: pytest.FixtureRequest, model_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    evals = tmp_path / "evals"
-    evals.mkdir()
-    grader = {"type": "numeric_tolerance", "config": {"ground_truth": {"answer": 42},
-              "tolerances": {"answer": {"type": "absolute", "value": 0}}}}  # fmt: skip
-    (evals / "e.json").write_text(json.dumps({"id": "reach", "task": "Write the answer.", "grader": grader}))
+    evals = answer_42_evals(tmp_path / "evals", "reach", "Write the answer.")
     servers = {}
     for name, (available, _, _, _) in PROGRAMS.items():
         request.getfixturevalue(available)

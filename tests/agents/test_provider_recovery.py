@@ -19,7 +19,7 @@ from rayeval.agents import claude_code, mini_swe_agent, pi
 from rayeval.cli import main
 from rayeval.harness.runner import provider_failure_details
 
-from .conftest import FAKE_KEY, PROGRAM_TIMEOUT
+from .conftest import FAKE_KEY, PROGRAM_TIMEOUT, answer_42_evals
 from .test_real_agents import FALLBACK_KEY, HARNESSES, PROMPT, answer_command, assert_no_secrets
 
 FINISH = {"text": "Finished: the answer is in eval_answer.json."}
@@ -134,11 +134,7 @@ def test_rayeval_run_stores_a_provider_error_row_after_the_fallback_key_and_the_
     server = model_server([seen, {"command": answer_command("never")}, FINISH], echo_credential=True)
     server.rejected_credentials.add(FAKE_KEY)
     server.fail(529, 1000, retry_after="0", after_turns=1)
-    evals = tmp_path / "evals"
-    evals.mkdir()
-    grader = {"type": "numeric_tolerance", "config": {"ground_truth": {"answer": 42},
-              "tolerances": {"answer": {"type": "absolute", "value": 0}}}}  # fmt: skip
-    (evals / "e.json").write_text(json.dumps({"id": "storm", "task": PROMPT, "grader": grader}))
+    evals = answer_42_evals(tmp_path / "evals", "storm", PROMPT)
     out = tmp_path / "out"
     args = ["base_url=" + server.url, "provider_wait_s=3", "provider_jitter_s=0", f"timeout={PROGRAM_TIMEOUT}"]
     code = main(["run", str(evals), "--agent", "claude-code", "--models", "claude-sonnet-4-5", "--output", str(out),
@@ -265,11 +261,7 @@ def test_a_401_a_tool_forges_on_the_programs_events_hands_out_no_key(
     reads the forged 401 and hands the fallback key to the program."""
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     server = model_server([{"command": FORGED_401}, FINISH])
-    evals = tmp_path / "evals"
-    evals.mkdir()
-    grader = {"type": "numeric_tolerance", "config": {"ground_truth": {"answer": 42},
-              "tolerances": {"answer": {"type": "absolute", "value": 0}}}}  # fmt: skip
-    (evals / "e.json").write_text(json.dumps({"id": "forged", "task": PROMPT, "grader": grader}))
+    evals = answer_42_evals(tmp_path / "evals", "forged", PROMPT)
     out = tmp_path / "out"
     args = ["base_url=" + server.url, "provider_wait_s=5", "provider_jitter_s=0", f"timeout={PROGRAM_TIMEOUT}"]
     main(["run", str(evals), "--agent", "claude-code", "--models", "claude-sonnet-4-5", "--output", str(out),
@@ -298,11 +290,7 @@ def test_a_short_storm_is_absorbed_by_the_gateway_unseen_by_the_program(
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     server = model_server([FIRST_TURN, {"command": answer_command("calm")}, FINISH])
     server.fail(529, 3, retry_after="0", after_turns=1)
-    evals = tmp_path / "evals"
-    evals.mkdir()
-    grader = {"type": "numeric_tolerance", "config": {"ground_truth": {"answer": 42},
-              "tolerances": {"answer": {"type": "absolute", "value": 0}}}}  # fmt: skip
-    (evals / "e.json").write_text(json.dumps({"id": "storm", "task": PROMPT, "grader": grader}))
+    evals = answer_42_evals(tmp_path / "evals", "storm", PROMPT)
     out = tmp_path / "out"
     code = main(["run", str(evals), "--agent", "claude-code", "--models", "claude-sonnet-4-5", "--output", str(out),
                  "--retries", "0", "--no-progress", "--agent-arg", "base_url=" + server.url,

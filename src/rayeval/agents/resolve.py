@@ -251,8 +251,9 @@ _DESCRIPTIONS = {
 
 def _with_default(name: str, default: Any) -> str:
     """``name=default`` where the option has one to show (a number, a word, a flag), else ``name``."""
-    shown = default not in (None, (), "") and isinstance(default, (bool, int, float, str))
-    return f"{name}={default:g}" if shown and isinstance(default, float) else f"{name}={default}" if shown else name
+    if default in (None, "") or not isinstance(default, (bool, int, float, str)):
+        return name
+    return f"{name}={default:g}" if isinstance(default, float) else f"{name}={default}"
 
 
 def built_in_agents() -> list[tuple[str, str, tuple[tuple[str, str], ...]]]:

@@ -100,3 +100,40 @@ def check_quick_units_and_resume(
         if len(refused):
             assert f"{len(refused)} had model calls refused (limit_reached: run_cost)" in err
         assert main(["run", str(evals), *options, "--max-cost", "1", "--resume"]) == 0
+
+
+def test_a_spend_on_its_way_to_the_run_counts_as_spent(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker's spend counts while its report to the run is under way: the gateway of a
+    quick unit asking then is refused (the reply is slow here), not told the run's old spend."""
+    import threading
+    import time
+
+    import ray
+
+    from rayeval.batch.budget import BudgetView
+
+    @ray.remote(num_cpus=0)
+    class SlowSpend:
+        def __init__(self) -> None:
+            self.spent = 0.0
+
+        def add(self, usd: float) -> float:
+            time.sleep(2)
+            self.spent += usd
+            return self.spent
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    with one_ray():
+        actor = SlowSpend.options(name="rayeval-budget-slow").remote()  # type: ignore[attr-defined]
+        view = BudgetView("slow", max_cost_usd=0.007)
+        try:
+            view.charge(3 * 0.003)
+            sending = threading.Thread(target=view.spent)
+            sending.start()
+            time.sleep(0.5)  # the send is under way (the reply takes 2 s)
+            assert sending.is_alive() and view.spent_out()
+            sending.join()
+            assert view.spent_out() and view.spent() == pytest.approx(0.009)
+        finally:
+            view.close()
+            ray.kill(actor)

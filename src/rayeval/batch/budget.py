@@ -65,7 +65,10 @@ class BudgetView:
         self.max_cost_usd = max_cost_usd
         self._spend = ray.get_actor(_name(run_id))
         self._lock = threading.Lock()
+        self._one_send = threading.Lock()  # the sync thread's and spent()'s sends, one at a time
         self._unsent = 0.0
+        #: what a send under way carries: counted as spent until the run's reply includes it
+        self._sending = 0.0
         self._seen = 0.0
         self._closed = threading.Event()
         threading.Thread(target=self._sync, name="rayeval-budget", daemon=True).start()
@@ -76,7 +79,7 @@ class BudgetView:
 
     def spent_out(self) -> bool:
         with self._lock:
-            return self._seen + self._unsent >= self.max_cost_usd
+            return self._seen + self._sending + self._unsent >= self.max_cost_usd
 
     def charge(self, usd: float) -> None:
         with self._lock:
@@ -90,16 +93,21 @@ class BudgetView:
     def _send(self) -> None:
         if self._closed.is_set() or not ray.is_initialized():
             return
+        with self._one_send:
+            self._send_unsent()
+
+    def _send_unsent(self) -> None:
         with self._lock:
-            unsent, self._unsent = self._unsent, 0.0
+            self._sending, self._unsent = self._unsent, 0.0
         try:
-            seen = ray.get(self._spend.add.remote(unsent), timeout=30)
+            seen = ray.get(self._spend.add.remote(self._sending), timeout=30)
         except Exception:  # noqa: BLE001 - the run is ending (its actor gone): keep the count here
             with self._lock:
-                self._unsent += unsent
+                self._unsent += self._sending
+                self._sending = 0.0
             return
         with self._lock:
-            self._seen = max(self._seen, seen)
+            self._seen, self._sending = max(self._seen, seen), 0.0
 
     def _sync(self) -> None:
         while not self._closed.wait(SYNC_S):

@@ -8,7 +8,8 @@
   (s) start-up: `rayeval run` of one unit per example eval (`sleep` at 0 s) on an embedded
                Ray, from the command's start to the first unit's started_at, per round; with
                --baseline-src, another checkout's rayeval in turn (e.g. `git worktree add
-               /tmp/old <commit>` and --baseline-src /tmp/old/src).
+               /tmp/old <commit>` and --baseline-src /tmp/old/src); with --inspect-python,
+               inspect_ai's first sample at the same shape in turn.
   (b) engine:  N units (`sleep` at 0 s, inline), graded and written to Parquet, on the
                Ray engine (run_batch in this process) against a plain single-process loop over
                the same harness, graders and writer: the engine's own cost per unit.
@@ -95,17 +96,23 @@ def bench_shape(work: Path, args: argparse.Namespace) -> None:
             )
 
 
-def bench_startup(work: Path, rounds: int, baseline: str | None) -> None:
+def bench_startup(work: Path, rounds: int, baseline: str | None, inspect_python: str | None) -> None:
     """(s): `rayeval run` of one unit (`sleep` at 0 s) per example eval, from the command's start to the
     first unit's start; a fresh embedded Ray each round. ``baseline``: the `src` folder of another
-    checkout (e.g. the commit before a change), run in turn with this one, round by round."""
+    checkout (e.g. the commit before a change), run in turn with this one, round by round;
+    ``inspect_python``: inspect_ai's `inspect eval` of as many samples (`asyncio.sleep(0)`), in turn too."""
     sources: dict[str, str | None] = {"this": None, **({"baseline": baseline} if baseline else {})}
-    figures: dict[str, list[float]] = {name: [] for name in sources}
+    figures: dict[str, list[float]] = {name: [] for name in [*sources, *(["inspect_ai"] if inspect_python else [])]}
+    units = len(load_evals(EXAMPLE_EVALS))
     for round_ in range(1, rounds + 1):
-        for name, source in sources.items():
+        for name, values in figures.items():
             settle()
-            record = bench_rayeval_run(work, EXAMPLE_EVALS, "sandbox", 1, 0.0, 10, f"s{round_}-{name}", source)
-            figures[name].append(record["startup_s"])
+            tag = f"s{round_}-{name}"
+            if name == "inspect_ai":
+                record = bench_inspect(work, str(inspect_python), "asyncio", units, 0.0, units, tag)
+            else:
+                record = bench_rayeval_run(work, EXAMPLE_EVALS, "sandbox", 1, 0.0, units, tag, sources[name])
+            values.append(record["startup_s"])
             print(
                 f"(s) round {round_} {name}: start-up {record['startup_s']:.2f} s (wall {record['wall_s']:.2f} s), "
                 f"load {record['load1_before']:.1f}",
@@ -113,9 +120,10 @@ def bench_startup(work: Path, rounds: int, baseline: str | None) -> None:
             )
     for name, values in figures.items():
         print(f"(s) {name}: start-up median of {rounds}: {statistics.median(values):.2f} s (min {min(values):.2f} s)")
-    if baseline:
-        ratio = statistics.median(figures["this"]) / statistics.median(figures["baseline"])
-        print(f"(s) this / baseline (medians): {ratio:.2f}")
+    for other in ("baseline", "inspect_ai"):
+        if other in figures:
+            ratio = statistics.median(figures["this"]) / statistics.median(figures[other])
+            print(f"(s) this / {other} (medians): {ratio:.2f}")
 
 
 def run_loop(work: Path, evals_dir: Path, seeds: list[int], name: str) -> float:
@@ -210,7 +218,9 @@ def main() -> int:
     parser.add_argument("--concurrency-a", type=int, default=100)
     parser.add_argument("--rounds-a", type=int, default=1)
     parser.add_argument("--isolation", default="sandbox", help="isolation of (a)'s rayeval run")
-    parser.add_argument("--inspect-python", help="python of a virtual environment with inspect-ai: (a) runs it too")
+    parser.add_argument(
+        "--inspect-python", help="python of a virtual environment with inspect-ai: (a) and (s) run it too"
+    )
     parser.add_argument("--rounds-s", type=int, default=5)
     parser.add_argument(
         "--baseline-src", help="(s): also time the rayeval of this src folder (another checkout), in turn with this one"
@@ -226,7 +236,7 @@ def main() -> int:
         if "a" in which:
             bench_shape(work, args)
         if "s" in which:
-            bench_startup(work, args.rounds_s, args.baseline_src)
+            bench_startup(work, args.rounds_s, args.baseline_src, args.inspect_python)
         if "b" in which:
             bench_engine(work, args.units_b, args.rounds_b)
     print(f"load average at end: {' '.join(f'{x:.2f}' for x in loadavg())}")

@@ -12,16 +12,13 @@ from typing import Any
 
 import pytest
 
-from rayeval.graders import GRADER_REGISTRY, GraderResult, get_grader, rubric
+from rayeval.graders import GRADER_REGISTRY, GraderResult, get_grader, judging
+from rayeval.graders.judging import JudgeFailure, JudgeReply, JudgeRequest, JudgeUsage
 from rayeval.graders.rubric import (
     DEFAULT_JUDGE_MODEL,
     DEFAULT_MODEL_PARAMS,
     DEFAULT_TRUNCATION_LENGTH,
     SYSTEM_PROMPT,
-    JudgeFailure,
-    JudgeReply,
-    JudgeRequest,
-    JudgeUsage,
     RubricConfig,
     RubricGrader,
     RubricLengthPenalty,
@@ -75,7 +72,7 @@ def judge(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[ScriptedJudge, Fake
         monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
         monkeypatch.setenv("OPENAI_API_KEY", "sk-test-key")
         monkeypatch.setenv("OPENAI_BASE_URL", f"{server.url}/v1")
-        monkeypatch.setattr(rubric, "parse_retry_delay_s", lambda retry: 0.0)
+        monkeypatch.setattr(judging, "parse_retry_delay_s", lambda retry: 0.0)
         yield scripted, server
 
 
@@ -365,7 +362,7 @@ def test_rate_limits_and_server_errors_are_retried(judge) -> None:
 
 def test_a_judge_still_unavailable_after_the_retries_is_a_transient_grader_error(judge, monkeypatch) -> None:
     _, server = judge
-    monkeypatch.setattr(rubric, "JUDGE_RETRY_POLICY", RetryPolicy(max_attempts=3, backoff_s=0))
+    monkeypatch.setattr(judging, "JUDGE_RETRY_POLICY", RetryPolicy(max_attempts=3, backoff_s=0))
     server.fail(529, count=3, retry_after="0")
     result = grade({"rationale": "hi"}, rubric_config((HERG, 1)))
     assert not result.passed and result.metrics["judge_error"] == "transient"
@@ -416,7 +413,7 @@ def test_the_judge_call_runs_from_json_requests_to_json_outcomes(judge) -> None:
     assert isinstance(plan, RubricPlan)
     sent = [request.model_dump_json() for request in reversed(plan.requests)]
     outcomes = [judge_criterion(JudgeRequest.model_validate_json(line)).model_dump_json() for line in sent]
-    received = [rubric.CriterionVerdict.model_validate_json(line) for line in outcomes]
+    received = [judging.CriterionVerdict.model_validate_json(line) for line in outcomes]
     result = score_rubric(plan, received)
     assert result.passed and result.score == 0.5
     assert result.metrics["judge_input_tokens"] == 1000

@@ -28,7 +28,7 @@ from ..errors import RayevalError
 from ..graders.judging import Deferred, judge_outcomes
 from ..harness.prompt import task_of
 from ..models import ChatMessage
-from ..models.calls import PromptOptions, generate_reply, prompt_model, prompt_request, run_prompt_request
+from ..models.calls import PromptOptions, generate_reply, prompt_model, prompt_request
 from ..models.providers import inferred_provider
 
 log = logging.getLogger(__name__)
@@ -270,7 +270,7 @@ class LLMJudge(BoundPrompt):
     def __call__(self, log: dict[str, Any], datapoint: dict[str, Any] | None = None) -> Any:
         """The judgment; its call is made here, or by the run's judge actor (a batch run's
         evaluators run twice: first their requests are collected, then they read the outcomes)."""
-        outcomes = judge_outcomes([self.request(log, datapoint)], _run_prompt_requests)
+        outcomes = judge_outcomes([self.request(log, datapoint)])
         if isinstance(outcomes, Deferred):
             return None  # collecting: this pass's judgments are discarded
         outcome = outcomes[0]
@@ -281,7 +281,3 @@ class LLMJudge(BoundPrompt):
 
 class JudgeCallError(RayevalError, RuntimeError):
     """The judge model could not be called (after the model layer's retries)."""
-
-
-def _run_prompt_requests(requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [run_prompt_request(request) for request in requests]

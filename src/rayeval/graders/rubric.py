@@ -9,36 +9,38 @@ request limit); the README's grader section lists where this differs from the re
 Grading is three steps, so that the model calls can run somewhere else (another process, a
 Ray task) while the grader itself knows nothing of where: :func:`prepare_rubric` (config and
 answer to judge requests, no network), :func:`judge_criterion` (one request to one outcome:
-the model call, JSON in and out, never raises) and :func:`score_rubric` (outcomes to the
+the model call, JSON in and out, never raises; it lives in :mod:`.judging`, the judge path the
+AI evaluators of ``evaluations.run`` share) and :func:`score_rubric` (outcomes to the
 GraderResult).
 """
 
 from __future__ import annotations
 
 import copy
-import functools
 import math
-import os
-import random
-import time
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
-from .._messages import field_problems
 from ..models.providers import ModelError, api_key, split_name
-from ..models.types import ChatMessage, ModelOutput, RetryPolicy
 from ._common import agent_failure, config_error, echo_answer, lookup_dotted
 from .base import Grader
-from .judging import Deferred, judge_outcomes
+from .judging import (
+    CriterionVerdict,
+    Deferred,
+    FailureKind,
+    JudgeFailure,
+    JudgeOutcome,
+    JudgeReply,
+    JudgeRequest,
+    describe_errors,
+    judge_criterion,  # noqa: F401 - the second step, as the README names it
+    judge_outcomes,
+)
 from .registry import register_grader
 from .result import GraderResult
-
-if TYPE_CHECKING:  # the SDKs load with the first judge call
-    from ..models.model import Model
 
 DEFAULT_JUDGE_MODEL = "anthropic/claude-sonnet-5"
 DEFAULT_MODEL_PARAMS: dict[str, Any] = {"thinking": {"type": "adaptive", "display": "omitted"}}
@@ -49,21 +51,7 @@ BARE_MODEL_PROVIDER = "anthropic"
 REQUEST_TIMEOUT_S = 40.0
 MAX_TOKENS_WITH_THINKING = 16_000
 MAX_TOKENS = 4_096
-#: judge replies read per criterion before an unreadable or refused reply fails the grading
-JUDGE_MAX_REPLIES = 4
-PARSE_RETRY_BASE_S = 0.5
-PARSE_RETRY_MAX_S = 8.0
-PARSE_RETRY_JITTER_S = 0.5
-#: rate limits, overloads, 5xx and connection errors: full backoff up to 20 s, or retry-after
-JUDGE_RETRY_POLICY = RetryPolicy(
-    max_attempts=8, backoff_s=2.0, max_backoff_s=20.0, max_retry_after_s=30.0, max_total_s=120.0
-)
-MAX_PARALLEL_CRITERIA = 16
-#: stop reasons that carry no verdict (Anthropic, then OpenAI's names)
-NO_VERDICT_STOPS = frozenset({"refusal", "max_tokens", "length", "content_filter"})
-RAW_REPLY_LIMIT = 20_000
 
-FailureKind = Literal["transient", "fatal", "unparseable"]
 #: which failure a grading reports when criteria fail differently: a transient one first, so
 #: a caller retries the grading later instead of recording it as broken for good
 FAILURE_PRIORITY: tuple[FailureKind, ...] = ("transient", "fatal", "unparseable")
@@ -162,76 +150,6 @@ class RubricConfig(BaseModel):
         return params
 
 
-# What the judge must answer, as JSON; its schema is sent as the reference sends it, so the
-# class has no docstring (pydantic would send it as the schema's description).
-class JudgeReply(BaseModel):
-    model_config = ConfigDict(extra="forbid", title="RubricCriterionGraderOutput")
-
-    met: bool
-    rationale: str = ""
-
-
-class JudgeRequest(BaseModel):
-    """One criterion's judge call, all of it plain JSON so it can be sent to another process."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    criterion_index: int
-    model: str
-    system: str
-    prompt: str
-    max_tokens: int
-    extra_body: dict[str, Any]
-    timeout_s: float
-
-
-class JudgeUsage(BaseModel):
-    """What the judge calls of one criterion took: replies read, HTTP requests sent, tokens, cost."""
-
-    model_config = ConfigDict(frozen=True)
-
-    replies: int = 0
-    requests: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    #: None once a reply's cost is unknown (a model missing from the price table)
-    cost_usd: float | None = 0.0
-
-    def plus(self, output: ModelOutput) -> JudgeUsage:
-        cost = None if self.cost_usd is None or output.cost_usd is None else self.cost_usd + output.cost_usd
-        return JudgeUsage(
-            replies=self.replies + 1,
-            requests=self.requests + output.attempts,
-            input_tokens=self.input_tokens + (output.input_tokens or 0),
-            output_tokens=self.output_tokens + (output.output_tokens or 0),
-            cost_usd=cost,
-        )
-
-
-class CriterionVerdict(BaseModel):
-    kind: Literal["verdict"] = "verdict"
-    index: int
-    met: bool
-    rationale: str
-    stop_reason: str | None
-    usage: JudgeUsage
-
-
-class JudgeFailure(BaseModel):
-    """No verdict: the judge was unreachable (``transient``: worth a later retry), refused the
-    request (``fatal``: a bad request, key or model), or never gave a readable verdict."""
-
-    kind: FailureKind
-    index: int
-    message: str
-    stop_reason: str | None = None
-    raw_reply: str | None = None
-    usage: JudgeUsage
-
-
-JudgeOutcome = CriterionVerdict | JudgeFailure
-
-
 @dataclass(frozen=True)
 class RubricPlan:
     """A valid config and an answer that has the field: the judge calls still to make."""
@@ -263,11 +181,6 @@ def prepare_rubric(answer: Any, config: dict) -> RubricPlan | GraderResult:
     response = full_response[: parsed.truncation_length]
     requests = [judge_request(parsed, response, criterion, index) for index, criterion in enumerate(parsed.criteria)]
     return RubricPlan(parsed, answer, len(full_response), requests)
-
-
-def describe_errors(exc: ValidationError) -> str:
-    """Every problem as ``field: message`` (``criteria[0].score_delta: ...``), joined by ``; ``."""
-    return "; ".join(map(str, field_problems(exc)))
 
 
 def criterion_prompt(response: str, criterion: RubricCriterion, index: int) -> str:
@@ -311,80 +224,6 @@ def structured_output_fields(sdk: str, params: dict[str, Any]) -> dict[str, Any]
     if "thinking" in params:
         fields["thinking"] = params["thinking"]
     return fields
-
-
-# ------------------------------------------------------------------ step 2: the judge calls
-
-
-def judge_criterion(request: JudgeRequest) -> JudgeOutcome:
-    """Ask the judge about one criterion until it gives a readable verdict (at most
-    :data:`JUDGE_MAX_REPLIES` replies); transient HTTP errors are retried by the model layer
-    under :data:`JUDGE_RETRY_POLICY`. Never raises."""
-    index = request.criterion_index
-    usage = JudgeUsage()
-    try:
-        model = _judge_model(request.model, request.timeout_s, _client_environment())
-    except ModelError as exc:
-        return JudgeFailure(kind="fatal", index=index, message=f"criterion {index}: {exc}", usage=usage)
-    messages = [ChatMessage(role="system", content=request.system), ChatMessage(role="user", content=request.prompt)]
-    while True:
-        try:
-            output = model.generate(messages, max_tokens=request.max_tokens, extra_body=request.extra_body)
-        except ModelError as exc:
-            kind: FailureKind = "transient" if exc.transient else "fatal"
-            return JudgeFailure(kind=kind, index=index, message=f"criterion {index}: {exc}", usage=usage)
-        usage = usage.plus(output)
-        reply = read_reply(output)
-        if isinstance(reply, JudgeReply):
-            return CriterionVerdict(
-                index=index, met=reply.met, rationale=reply.rationale, stop_reason=output.stop_reason, usage=usage
-            )
-        if usage.replies >= JUDGE_MAX_REPLIES:
-            return JudgeFailure(
-                kind="unparseable",
-                index=index,
-                message=f"criterion {index}: no readable verdict in {usage.replies} judge replies: {reply}",
-                stop_reason=output.stop_reason,
-                raw_reply=output.text[:RAW_REPLY_LIMIT],
-                usage=usage,
-            )
-        time.sleep(parse_retry_delay_s(usage.replies - 1))
-
-
-def _client_environment() -> tuple[tuple[str, str], ...]:
-    """The variables a model client reads its key and endpoint from, as they are now."""
-    return tuple(sorted((k, v) for k, v in os.environ.items() if k.endswith(("_API_KEY", "_BASE_URL"))))
-
-
-@functools.lru_cache(maxsize=32)
-def _judge_model(name: str, timeout_s: float, environment: tuple[tuple[str, str], ...]) -> Model:
-    """One client per judge model, timeout and key/endpoint variables in a process: an SDK
-    client is costly to make, and a judge task makes many calls."""
-    from ..models.model import Model
-
-    return Model(name, timeout_s=timeout_s, retry_policy=JUDGE_RETRY_POLICY)
-
-
-def read_reply(output: ModelOutput) -> JudgeReply | str:
-    """The judge's verdict, or what is wrong with its reply."""
-    if output.stop_reason in NO_VERDICT_STOPS:
-        return f"the judge stopped with stop_reason={output.stop_reason!r}"
-    try:
-        return JudgeReply.model_validate_json(output.text)
-    except ValidationError as exc:
-        return f"not a {{met, rationale}} object: {describe_errors(exc)}"
-
-
-def parse_retry_delay_s(retry: int) -> float:
-    """The wait before asking again after an unreadable reply: a bad reply is not a busy
-    server, so the waits are short."""
-    return min(PARSE_RETRY_BASE_S * 2**retry, PARSE_RETRY_MAX_S) + random.uniform(0, PARSE_RETRY_JITTER_S)
-
-
-def judge_all(requests: Sequence[JudgeRequest]) -> list[JudgeOutcome]:
-    """Every criterion's outcome, the criteria judged in parallel threads."""
-    with ThreadPoolExecutor(max_workers=max(1, min(len(requests), MAX_PARALLEL_CRITERIA))) as pool:
-        return list(pool.map(judge_criterion, requests))
 
 
 # ------------------------------------------------------------------ step 3: the score
@@ -533,6 +372,9 @@ def judge_failed(plan: RubricPlan, failures: list[JudgeFailure], usage: dict[str
     )
 
 
+_OUTCOME: TypeAdapter[JudgeOutcome] = TypeAdapter(JudgeOutcome)
+
+
 @register_grader("rubric")
 class RubricGrader(Grader):
     """An LLM judge checks each criterion; passed when the reward reaches the threshold."""
@@ -543,15 +385,7 @@ class RubricGrader(Grader):
         plan = prepare_rubric(answer, config)
         if isinstance(plan, GraderResult):
             return plan
-        outcomes = judge_outcomes([request.model_dump(mode="json") for request in plan.requests], _judge_all_json)
+        outcomes = judge_outcomes([request.model_dump(mode="json") for request in plan.requests])
         if isinstance(outcomes, Deferred):
             return agent_failure("Rubric: the judge's verdicts are still to come", answer)
         return score_rubric(plan, [_OUTCOME.validate_python(outcome) for outcome in outcomes])
-
-
-_OUTCOME: TypeAdapter[JudgeOutcome] = TypeAdapter(JudgeOutcome)
-
-
-def _judge_all_json(requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    outcomes = judge_all([JudgeRequest.model_validate(request) for request in requests])
-    return [outcome.model_dump(mode="json") for outcome in outcomes]

@@ -15,7 +15,6 @@ class Grader:
     unexpected exception becomes a failed result with a ``grader_error`` metric.
     """
 
-    type_name: str = ""
     #: Every reference grader rejects a non-object config before looking at anything else.
     requires_object_config: bool = True
 

@@ -323,7 +323,6 @@ def _misconfigured_message(tally: _Tally) -> str:
 class AllOfGrader(_ChildrenGrader):
     """Strict AND: every required child passes and no veto fires. Child scores never matter."""
 
-    type_name = "all_of"
     SCORING_ROLES = (GATE,)
 
     def _conclude(self, config: dict, children: list[GradedChild], answer: Any) -> GraderResult:
@@ -364,7 +363,6 @@ class AverageOfGrader(_ChildrenGrader):
     Any veto (direct or nested), misconfiguration or system error zeroes the score.
     """
 
-    type_name = "average_of"
     SCORING_ROLES = (GATE, ADDITIVE)
     SCORING_NEEDS_CAPACITY = True
 

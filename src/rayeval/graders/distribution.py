@@ -83,8 +83,6 @@ def read_config(config: Any) -> DistributionSpec | str:
 class DistributionComparisonGrader(Grader):
     """Every ground-truth cell type (and total_cells, when given) within tolerance; 0/1 score."""
 
-    type_name = "distribution_comparison"
-
     def _evaluate(self, answer: Any, config: Any) -> GraderResult:
         spec = read_config(config)
         if isinstance(spec, str):

@@ -22,8 +22,6 @@ NO_CONTENTS = f"agent_answer missing {ANSWER_FIELD!r}"  # the reference's words
 class FinishedFileGrader(Grader):
     """Passes when the trimmed contents equal ``expected`` exactly, case included."""
 
-    type_name = "finished_file"
-
     def _evaluate(self, answer: Any, config: Any) -> GraderResult:
         expected = config.get("expected", DEFAULT_EXPECTED)
         if not (isinstance(expected, str) and expected.strip()):

@@ -39,8 +39,6 @@ def _is_label(item: Any) -> bool:
 class LabelSetJaccardGrader(Grader):
     """Passes when the Jaccard index reaches the threshold and any count contract holds."""
 
-    type_name = "label_set_jaccard"
-
     def _evaluate(self, answer: Any, config: Any) -> GraderResult:
         truth = config.get("ground_truth_labels")
         if not isinstance(truth, list) or not truth:

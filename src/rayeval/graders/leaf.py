@@ -195,8 +195,6 @@ def grade_composite_leaf(config: dict, answer: Any) -> LeafResult:
 class PredicateLeafGrader(Grader):
     """One predicate as the whole grade; score_max is always the predicate's capacity."""
 
-    type_name = "predicate_leaf"
-
     def _evaluate(self, answer: Any, config: Any) -> GraderResult:
         capacity = score_capacity(config.get("predicate"))
         role = config.get("role")

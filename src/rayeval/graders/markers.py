@@ -113,8 +113,6 @@ def _overlap(submitted: list[str], canonical: list[str], expected_count: int | N
 class MarkerGenePrecisionRecallGrader(Grader):
     """Precision@k and recall against canonical markers, flat or per cell type."""
 
-    type_name = "marker_gene_precision_recall"
-
     def _evaluate(self, answer: Any, config: Any) -> GraderResult:
         if "canonical_markers" in config:
             canonical = config["canonical_markers"]
@@ -277,8 +275,6 @@ def _grade_per_celltype(
 @register_grader("marker_gene_separation")
 class MarkerGeneSeparationGrader(Grader):
     """Judges the agent's own AUROC report; the verdict trusts the *reported* mean."""
-
-    type_name = "marker_gene_separation"
 
     def _evaluate(self, answer: Any, config: Any) -> GraderResult:
         values = read_thresholds_at(config, ("scoring", "pass_thresholds"), SEPARATION_THRESHOLDS)

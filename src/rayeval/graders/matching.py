@@ -223,8 +223,6 @@ def _answer_member(answer: Any, field: str, kind: type, kind_name: str) -> tuple
 class ListMatchGrader(Grader):
     """Match answer tuples to ground-truth rows by key; additive leaves earn the score."""
 
-    type_name = "list_match"
-
     def _evaluate(self, answer: Any, config: Any) -> GraderResult:
         try:
             spec = _parse_list_match(config)
@@ -358,8 +356,6 @@ def _parse_entries(ground_truth: dict) -> list[_Entry]:
 @register_grader("dict_match")
 class DictMatchGrader(Grader):
     """Grade an answer object key by key; gate and additive capacity both count."""
-
-    type_name = "dict_match"
 
     def _evaluate(self, answer: Any, config: Any) -> GraderResult:
         spec = _parse_dict_match(config)

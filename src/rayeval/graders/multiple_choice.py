@@ -71,8 +71,6 @@ def _kind(value: Any) -> str:
 class MultipleChoiceGrader(Grader):
     """Passes when the agent's ``answer`` token is one of the correct tokens."""
 
-    type_name = "multiple_choice"
-
     def _evaluate(self, answer: Any, config: Any) -> GraderResult:
         correct = _correct_tokens(config)
         if isinstance(correct, str):

@@ -199,8 +199,6 @@ def compare(tol: Tolerance, actual: Any, expected: Any) -> tuple[bool, Any]:
 class NumericToleranceGrader(Grader):
     """Each ground-truth field within its tolerance; score is the fraction that are."""
 
-    type_name = "numeric_tolerance"
-
     def _evaluate(self, answer: Any, config: Any) -> GraderResult:
         ground_truth = validate_ground_truth(config)
         if isinstance(ground_truth, str):
@@ -270,8 +268,6 @@ def range_error(ranges: Any, ground_truth: dict) -> str | None:
 @register_grader("numeric_range")
 class NumericRangeGrader(Grader):
     """Each field strictly inside its open interval; score is the fraction that are."""
-
-    type_name = "numeric_range"
 
     def _evaluate(self, answer: Any, config: Any) -> GraderResult:
         ground_truth = validate_ground_truth(config)

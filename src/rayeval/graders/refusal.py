@@ -181,8 +181,6 @@ def check_rationale(spec: RefusalSpec, answer: dict) -> RationaleCheck | None:
 class RefusalVocabGrader(Grader):
     """Decision label must equal the expected one; rationale tokens checked when configured."""
 
-    type_name = "refusal_vocab"
-
     def _evaluate(self, answer: Any, config: Any) -> GraderResult:
         spec = read_config(config)
         if isinstance(spec, str):

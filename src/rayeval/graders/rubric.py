@@ -379,8 +379,6 @@ _OUTCOME: TypeAdapter[JudgeOutcome] = TypeAdapter(JudgeOutcome)
 class RubricGrader(Grader):
     """An LLM judge checks each criterion; passed when the reward reaches the threshold."""
 
-    type_name = "rubric"
-
     def _evaluate(self, answer: Any, config: Any) -> GraderResult:
         plan = prepare_rubric(answer, config)
         if isinstance(plan, GraderResult):

@@ -52,8 +52,6 @@ def _failure(reason: str, answer: Any) -> GraderResult:
 class LongestSubsequenceGrader(Grader):
     """Score = LCS / max(len(truth), len(answer), 1); passes at or above the threshold."""
 
-    type_name = "longest_subsequence"
-
     def _evaluate(self, answer: Any, config: Any) -> GraderResult:
         if not isinstance(config, dict):
             return config_error(f"config must be an object, got {type(config).__name__}", answer)

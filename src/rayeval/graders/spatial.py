@@ -57,8 +57,6 @@ def _answer_error(answer: Any) -> str | None:
 class SpatialAdjacencyGrader(Grader):
     """Every statistic within its inclusive bound AND the agent's own adjacency_pass is true."""
 
-    type_name = "spatial_adjacency"
-
     def _evaluate(self, answer: Any, config: Any) -> GraderResult:
         values = read_thresholds_at(config, ("scoring", "pass_thresholds"), THRESHOLDS)
         if isinstance(values, str):

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from .._messages import field_problems
 from ..agents.prompt import prompt_agent
 from ..errors import RayevalError
+from ..graders._common import lookup_dotted
 from ..graders.judging import Deferred, judge_outcomes
 from ..harness.prompt import task_of
 from ..models import ChatMessage
@@ -102,34 +103,20 @@ def is_prompt_version(version: Any) -> bool:
     return isinstance(version, Mapping) and "model" in version and "template" in version
 
 
-def lookup(variables: Mapping[str, Any], name: str) -> Any:
-    """``name``'s value in ``variables``; dots go into dicts (``target.answer``). KeyError when
-    it is not there."""
-    value: Any = variables
-    for part in name.split("."):
-        if not isinstance(value, Mapping) or part not in value:
-            raise KeyError(name)
-        value = value[part]
-    return value
-
-
 def missing_placeholders(names: Sequence[str], variables: Mapping[str, Any]) -> list[str]:
-    missing = []
-    for name in names:
-        try:
-            lookup(variables, name)
-        except KeyError:
-            missing.append(name)
-    return missing
+    """The placeholders without a value in ``variables``; dots go into dicts (``target.answer``)."""
+    return [name for name in names if not lookup_dotted(variables, name)[0]]
 
 
 def render(text: str, variables: Mapping[str, Any]) -> str:
     """``text`` with each ``{{name}}`` replaced by its value (strings as they are, anything else
-    as JSON); KeyError naming a placeholder without a value."""
+    as JSON; dots go into dicts); KeyError naming a placeholder without a value."""
 
     def value(match: re.Match[str]) -> str:
-        found = lookup(variables, match.group(1))
-        return found if isinstance(found, str) else json.dumps(found, ensure_ascii=False)
+        found, value = lookup_dotted(variables, match.group(1))
+        if not found:
+            raise KeyError(match.group(1))
+        return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
     return PLACEHOLDER.sub(value, text)
 

@@ -36,6 +36,7 @@ import math
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -102,24 +103,16 @@ class DatapointCaller:
         return {"answer": {"output": output_text(self.fn(**kwargs))}, "metadata": {}}
 
 
+@dataclass(eq=False)  # evaluators are told apart by identity, as any callable
 class LocalEvaluator:
     """One evaluator as the worker needs it (the validated config, minus pydantic)."""
 
-    def __init__(
-        self,
-        path: str,
-        args_type: str,
-        return_type: str,
-        threshold: float | None,
-        fn: Callable[..., Any],
-        without_target: WithoutTarget = "refuse",
-    ):
-        self.path = path
-        self.args_type = args_type
-        self.return_type = return_type
-        self.threshold = threshold
-        self.fn = fn
-        self.without_target = without_target
+    path: str
+    args_type: str
+    return_type: str
+    threshold: float | None
+    fn: Callable[..., Any]
+    without_target: WithoutTarget = "refuse"
 
     def judge(self, log: dict[str, Any], datapoint: dict[str, Any]) -> Any:
         """The judgment (None is a null), ``{"error": ...}`` when the evaluator raised or

@@ -6,9 +6,11 @@ A prompt file (``{"model": "openai/gpt-4o", "template": [{"role": "system", "con
 model's reply is the log's output. An LLM-as-judge evaluator (:class:`LLMJudge`) is a prompt
 too, filled from the log and the datapoint, whose reply is read as its return type.
 
-Both call the model as the prompt agent does (:func:`~rayeval.models.calls.generate_reply`),
-in the Ray worker's own process (as the prompt agent runs): they run nothing the model writes,
-and they need the worker's key and response cache. This module stays light for the workers.
+A prompt file calls the model as the prompt agent does (:func:`~rayeval.models.calls.generate_reply`),
+in the Ray worker's own process (as the prompt agent runs): it runs nothing the model writes,
+and it needs the worker's key and response cache. A judge's call is a judge request on the
+rubric grader's path (:mod:`rayeval.graders.judging`): made by the run's judge actor, or here
+when nothing collects it. This module stays light for the workers.
 """
 
 from __future__ import annotations
@@ -152,13 +154,6 @@ class BoundPrompt:
         self.template = version.messages()
         self.options = version.options(connection)
 
-    def ask(self, variables: Mapping[str, Any], after: Sequence[ChatMessage] = ()) -> tuple[str, dict[str, Any]]:
-        """The model's reply to the template filled from ``variables``, then ``after``, with the
-        call's row metadata: the one place a prompt file or a judge calls its model."""
-        messages = [*rendered(self.template, variables), *after]
-        model, options = prompt_model(self.model_name, self.options.model_dump(exclude_none=True))
-        return generate_reply(model, options, messages, None)
-
 
 class PromptCaller(BoundPrompt):
     """The engine's agent for a prompt file: the datapoint's inputs fill the template, its
@@ -171,7 +166,8 @@ class PromptCaller(BoundPrompt):
     def __call__(self, task_prompt: str, work_dir: Path) -> dict[str, Any]:
         point = json.loads(task_of(task_prompt))
         after = [ChatMessage.model_validate(m) for m in point.get("messages") or []]
-        text, metadata = self.ask(point["inputs"], after)
+        model, options = prompt_model(self.model_name, self.options.model_dump(exclude_none=True))
+        text, metadata = generate_reply(model, options, [*rendered(self.template, point["inputs"]), *after], None)
         return {"answer": {"output": text}, "metadata": metadata}
 
 

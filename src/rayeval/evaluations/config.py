@@ -13,9 +13,10 @@ import json
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -83,9 +84,15 @@ def _real(value: Any) -> float:
 
 
 def _non_empty(value: str) -> str:
-    if not value.strip():
+    """``value`` stripped; a blank one is an error."""
+    stripped = value.strip()
+    if not stripped:
         raise ValueError("must be a non-empty string")
-    return value
+    return stripped
+
+
+#: a file's, an evaluator's or a dataset's path: not blank, kept stripped
+NonBlankPath = Annotated[str, AfterValidator(_non_empty)]
 
 
 def _cannot_bind(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> str | None:
@@ -108,7 +115,7 @@ class FileConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
 
-    path: str
+    path: NonBlankPath
     type: FileType = "flow"
     version: str | dict[str, Any] | None = None
     callable: Callable[..., Any] | None = None
@@ -125,16 +132,11 @@ class FileConfig(BaseModel):
             return {**data, "type": "prompt"}
         return data
 
-    @field_validator("path")
-    @classmethod
-    def _path(cls, value: str) -> str:
-        return _non_empty(value).strip()
-
     @field_validator("version")
     @classmethod
     def _version(cls, value: Any) -> Any:
         if isinstance(value, str):
-            return _non_empty(value).strip()
+            return _non_empty(value)
         if isinstance(value, dict):
             problem = _json_problem(value)
             if problem:
@@ -178,7 +180,7 @@ class EvaluatorConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
 
-    path: str
+    path: NonBlankPath
     args_type: ArgsType = "target_free"
     return_type: ReturnType
     callable: Callable[..., Any]
@@ -187,11 +189,6 @@ class EvaluatorConfig(BaseModel):
     #: (an evaluator defined in code), or judged not applicable (one named by path, as
     #: Humanloop's hosted evaluators judge what they can)
     without_target: WithoutTarget = "refuse"
-
-    @field_validator("path")
-    @classmethod
-    def _path(cls, value: str) -> str:
-        return _non_empty(value).strip()
 
     @field_validator("threshold", mode="before")
     @classmethod
@@ -263,13 +260,8 @@ class DatapointConfig(BaseModel):
 class DatasetConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    path: str
+    path: NonBlankPath
     datapoints: list[DatapointConfig]
-
-    @field_validator("path")
-    @classmethod
-    def _path(cls, value: str) -> str:
-        return _non_empty(value).strip()
 
     def stored_body(self) -> list[dict[str, Any]]:
         """The datapoints as stored under the dataset's path (their hash is the version id)."""

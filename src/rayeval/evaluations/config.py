@@ -40,14 +40,6 @@ FileType = Literal["prompt", "tool", "flow", "agent", "evaluator"]
 ArgsType = Literal["target_free", "target_required"]
 ReturnType = Literal["boolean", "number", "select", "multi_select", "text"]
 
-# The EvaluationStats kind of each return type (a multi-select is counted per option).
-STATS_KIND: dict[str, str] = {
-    "boolean": "boolean",
-    "number": "number",
-    "select": "select",
-    "multi_select": "select",
-    "text": "text",
-}
 # Return types whose aggregate is a share of logs: their thresholds are shares in [0, 1].
 SHARE_TYPES = frozenset({"boolean", "select", "multi_select"})
 # A file given by these alone names a stored prompt version.
@@ -214,8 +206,9 @@ class EvaluatorConfig(BaseModel):
 
     @property
     def kind(self) -> str:
-        """The EvaluatorStats kind (``multi_select`` is counted as ``select``)."""
-        return STATS_KIND[self.return_type]
+        """The EvaluatorStats kind: the return type's, but ``multi_select`` is counted as
+        ``select`` (per option)."""
+        return "select" if self.return_type == "multi_select" else self.return_type
 
 
 class DatapointConfig(BaseModel):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from datetime import datetime, timezone
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import pyarrow.fs as pafs
 from pydantic import BaseModel, ValidationError
@@ -20,6 +20,7 @@ from ..storage.layout import CATALOG_FOLDERS, decode_partition
 from ..storage.store import ResultStore
 
 Kind = Literal["dataset", "prompt"]
+Model = TypeVar("Model", bound=BaseModel)
 
 
 class StoredVersion(BaseModel):
@@ -32,10 +33,15 @@ class StoredVersion(BaseModel):
     stored_at: datetime
 
 
+def content_hash(body: Any) -> str:
+    """A short hash of JSON ``body``'s content (key order and spacing do not count)."""
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
 def version_id(body: Any) -> str:
     """The content hash that names a version."""
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return "v-" + hashlib.sha256(canonical.encode()).hexdigest()[:16]
+    return "v-" + content_hash(body)
 
 
 def store_version(store: ResultStore, kind: Kind, path: str, body: Any) -> StoredVersion:
@@ -49,17 +55,22 @@ def store_version(store: ResultStore, kind: Kind, path: str, body: Any) -> Store
 
 def stored_versions(store: ResultStore, kind: Kind, path: str) -> list[StoredVersion]:
     """Every readable version of ``path``, oldest first (unreadable files are skipped)."""
-    versions = []
-    for file in store.files_in(store.layout.catalog_folder(kind, path), suffix=".json"):
-        try:
-            with store.fs.open_input_stream(file) as stream:
-                entry = StoredVersion.model_validate_json(stream.read())
-        except (OSError, ValidationError, ValueError):
-            continue
-        if entry.kind == kind and entry.path == path:
-            versions.append(entry)
+    entries = read_json_files(store, store.layout.catalog_folder(kind, path), StoredVersion)
+    versions = [entry for entry in entries if entry.kind == kind and entry.path == path]
     versions.sort(key=lambda v: (v.stored_at, v.version_id))
     return versions
+
+
+def read_json_files(store: ResultStore, folder: str, model: type[Model]) -> list[Model]:
+    """Every ``.json`` file of ``folder`` that reads as ``model`` (unreadable files are skipped)."""
+    found = []
+    for file in store.files_in(folder, suffix=".json"):
+        try:
+            with store.fs.open_input_stream(file) as stream:
+                found.append(model.model_validate_json(stream.read()))
+        except (OSError, ValidationError, ValueError):
+            continue
+    return found
 
 
 def stored_paths(store: ResultStore, kind: Kind) -> list[str]:

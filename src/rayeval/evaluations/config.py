@@ -7,7 +7,6 @@ datapoint (by position) and the field at fault.
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import json
 import logging
@@ -29,7 +28,7 @@ from .._messages import listed, pydantic_problems
 from ..errors import ConfigError
 from ..evals.model import id_problem
 from ..storage.store import ResultStore
-from .catalog import Kind, find_version, version_id
+from .catalog import Kind, content_hash, find_version, version_id
 from .library import REPORTED, expand_evaluators, is_reference, remember_evaluator
 from .prompts import CONNECTION_OPTIONS, PromptVersion, is_prompt_version, missing_placeholders, model_problem
 from .runtime import WithoutTarget, has_target
@@ -61,10 +60,6 @@ def _json_problem(value: Any) -> str | None:
     except (TypeError, ValueError) as exc:
         return f"is not JSON-serialisable ({exc})"
     return None
-
-
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def _real(value: Any) -> float:
@@ -247,7 +242,7 @@ class DatapointConfig(BaseModel):
     def content_id(self) -> str:
         """Stable id from the content: the same inputs, messages and target give the same id."""
         body = {"inputs": self.inputs, "messages": self.messages, "target": self.target}
-        return "dp-" + hashlib.sha256(_canonical(body).encode()).hexdigest()[:16]
+        return "dp-" + content_hash(body)
 
 
 class DatasetConfig(BaseModel):

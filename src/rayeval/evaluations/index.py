@@ -11,9 +11,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from ..storage.store import ResultStore
+from .catalog import read_json_files
 
 
 class EvaluatorRecord(BaseModel):
@@ -46,15 +47,8 @@ def write_record(store: ResultStore, record: EvaluationRunRecord) -> str:
 
 def read_records(store: ResultStore, name: str) -> list[EvaluationRunRecord]:
     """Every readable record of ``name``, oldest first (unreadable ones are skipped)."""
-    records = []
-    for path in store.files_in(store.layout.evaluation_index(name), suffix=".json"):
-        try:
-            with store.fs.open_input_stream(path) as stream:
-                record = EvaluationRunRecord.model_validate_json(stream.read())
-        except (OSError, ValidationError, ValueError):
-            continue
-        if record.name == name:
-            records.append(record)
+    found = read_json_files(store, store.layout.evaluation_index(name), EvaluationRunRecord)
+    records = [record for record in found if record.name == name]
     records.sort(key=lambda r: (r.created_at, r.run_id))
     return records
 

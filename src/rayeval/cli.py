@@ -10,25 +10,30 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import UnionType
-from typing import TYPE_CHECKING, Annotated, Any, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
 from ._messages import field_problems
 from ._s3 import s3_hint
 from ._version import __version__
-from .batch.config import DEFAULT_OUTPUT, ExecutionConfig, SchedulingConfig, option_field
+from .batch.config import (
+    CONCERNS,
+    BatchConfig,
+    ExecutionConfig,
+    RayConfig,
+    SchedulingConfig,
+    StorageConfig,
+    option_field,
+)
 from .errors import RayevalError
 from .evals import EvalFileError, check_evals, load_eval
-from .evals.model import DEFAULT_AGENT_TIMEOUT_S, MAX_TIMEOUT_S
-from .grading.pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
-from .harness.prompt import ANSWER_CONVENTIONS
-from .report.cli import add_report_commands, add_s3_endpoint_option
-from .sandbox.config import Network, SandboxConfig, UnitLimits, limit_option
+from .evals.model import MAX_TIMEOUT_S
+from .report.cli import add_command, add_report_commands, add_s3_endpoint_option
+from .sandbox.config import SandboxConfig, UnitLimits
 from .view.cli import add_view_command
 
 if TYPE_CHECKING:  # imported when a run starts: `rayeval validate` needs no Ray
-    from .batch import BatchConfig
     from .batch.summary import RunSummary
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
@@ -48,7 +53,7 @@ class BadInput(RayevalError):
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    evals, problems = check_evals(*args.paths, data_roots=args.data_root)
+    evals, problems = check_evals(*args.paths, data_roots=args.data_roots)
     if not args.no_check_data:
         from .harness.remote_data import remote_data_problems
 
@@ -111,11 +116,11 @@ def _cmd_run_one(args: argparse.Namespace) -> int:
     from .harness.context import AgentFunction, AgentRef
     from .harness.runner import check_agent_loads
 
-    eval_ = load_eval(args.eval_file, data_roots=args.data_root)
+    eval_ = load_eval(args.eval_file, data_roots=args.data_roots)
     sandbox = _sandbox_config(args)
     runner = EvalRunner(eval_, work_root=args.work_root, keep_workspace=args.keep_workspace)
     try:
-        agent_args = parse_agent_args(args.agent_arg, args.agent)
+        agent_args = parse_agent_args(args.agent_args, args.agent)
         check_agent_args(args.agent, agent_args, [args.model])
         # loaded here only to run inline; otherwise only in the unit's own process
         agent: AgentFunction | AgentRef = agent_ref(args.agent, load=args.isolation == "inline")
@@ -146,16 +151,65 @@ def _cmd_run_one(args: argparse.Namespace) -> int:
 _LIMIT_UNITS = {"s": "S", "mb": "MB", "usd": "USD"}
 
 
-def _limit_type(annotation: Any) -> tuple[type, bool]:
-    """A limit field's number type, and whether the limit may be none (given as 0)."""
+def _field_type(annotation: Any) -> tuple[Any, bool]:
+    """A configuration field's type, None and its constraints left out, and whether it may be None."""
     members = get_args(annotation) if get_origin(annotation) in (Union, UnionType) else (annotation,)
-    numbers = [get_args(m)[0] if get_origin(m) is Annotated else m for m in members if m is not type(None)]
-    return numbers[0], len(numbers) < len(members)
+    kinds = [get_args(m)[0] if get_origin(m) is Annotated else m for m in members if m is not type(None)]
+    return kinds[0], len(kinds) < len(members)
+
+
+#: the configuration models whose fields are options, by the flag's prefix when the field names none
+_FLAG_PREFIXES: dict[type[BaseModel], str] = {
+    UnitLimits: "--limit-",
+    BatchConfig: "--",
+    **dict.fromkeys(CONCERNS.values(), "--"),
+}
+
+
+def _field_extra(model: type[BaseModel], name: str) -> dict[str, Any]:
+    extra = model.model_fields[name].json_schema_extra
+    return extra if isinstance(extra, dict) else {}
+
+
+def _flag(model: type[BaseModel], name: str) -> str:
+    """The command-line option of ``model``'s field ``name``: the ``option`` its field's
+    ``json_schema_extra`` names, else ``--field-name`` (``--limit-field-name`` for UnitLimits)."""
+    option = _field_extra(model, name).get("option")
+    return str(option) if option else _FLAG_PREFIXES[model] + name.replace("_", "-")
+
+
+def _config_option(parser: argparse._ActionsContainer, model: type[BaseModel], name: str, **given: Any) -> None:
+    """Add the option of ``model``'s field ``name``, made from the field: its flag (:func:`_flag`),
+    its destination (the field's name), its type (a flag for a bool, choices for a Literal,
+    repeatable for a list or dict: parsed by the run's configuration), its default, and its help:
+    the field's description, with the default unless it has none. ``given`` adds argparse's other
+    arguments (a metavar, a parsing type) or replaces these."""
+    field = model.model_fields[name]
+    kind, _ = _field_type(field.annotation)
+    options: dict[str, Any] = {"dest": name}
+    if field.is_required():
+        options["required"] = True
+    else:
+        options["default"] = field.get_default(call_default_factory=True)
+    if kind is bool:
+        options["action"] = "store_true"
+    elif get_origin(kind) is Literal:
+        options["choices"] = get_args(kind)
+    elif get_origin(kind) in (list, dict):
+        options.update(action="append", default=[])
+    else:
+        options["type"] = kind
+    options.update(given)
+    default = options.get("default")
+    shown = f"{default:g}" if isinstance(default, float) else default
+    said = "" if default is None or default is False or default == [] else f" (default {shown}"
+    note = f"{said}{_field_extra(model, name).get('default_note', '')})" if said else ""
+    parser.add_argument(_flag(model, name), help=(field.description or "").replace("%", "%%") + note, **options)
 
 
 def _limit_value(args: argparse.Namespace, name: str) -> Any:
     value = getattr(args, f"limit__{name}")
-    _, optional = _limit_type(UnitLimits.model_fields[name].annotation)
+    _, optional = _field_type(UnitLimits.model_fields[name].annotation)
     return None if optional and not value else value
 
 
@@ -246,22 +300,6 @@ def _memory_size(text: str) -> int:
     return int(value)
 
 
-def _default(model: type[BaseModel], name: str) -> Any:
-    """A configuration field's default, stated once in its model (see rayeval.batch.config)."""
-    return model.model_fields[name].default
-
-
-# BatchConfig fields whose command-line spelling is not ``--field-name``
-_OPTION_OF_FIELD = {
-    "evals": "EVALS",
-    "agent_args": "--agent-arg",
-    "s3_endpoint_url": "--s3-endpoint",
-    "data_roots": "--data-root",
-    "max_cost_usd": "--max-cost",
-    "unit_resources": "--unit-resource",
-}
-
-
 # pydantic's bounds, said as the options' help says them
 _BOUND_WORDS = {
     "greater_than_equal": ("ge", "must be at least {}"),
@@ -277,10 +315,8 @@ def _option_problems(exc: ValidationError) -> str:
     problems = []
     for _, message, error in field_problems(exc, {"finite_number": "must be a finite number"}):
         field = option_field(error["loc"])
-        if field in UnitLimits.model_fields:
-            option = limit_option(field)
-        else:
-            option = _OPTION_OF_FIELD.get(field, f"--{field.replace('_', '-')}")
+        model = next((model for model in _FLAG_PREFIXES if field in model.model_fields), None)
+        option = _flag(model, field) if model else f"--{field.replace('_', '-')}"
         if error["type"] in _BOUND_WORDS:
             key, words = _BOUND_WORDS[error["type"]]
             bound = error.get("ctx", {}).get(key)
@@ -321,44 +357,25 @@ def _unfinished_runs_hint(config: BatchConfig) -> str:
 
 
 def _batch_config(args: argparse.Namespace) -> BatchConfig:
-    """The run's configuration: each ``rayeval run`` option into the field of its name, which
-    BatchConfig places in its concern (every problem of the options is then said at once)."""
+    """The run's configuration: each ``rayeval run`` option into the field of its name (the
+    options made from the fields are named so), which BatchConfig places in its concern (every
+    problem of the options is then said at once); the options given as text parsed here."""
     from .agents.resolve import parse_agent_args
-    from .batch import BatchConfig
     from .batch.plan import parse_models, parse_seeds
 
+    fields = BatchConfig.option_names()
     return BatchConfig.model_validate(
         {
-            "evals": args.evals,
-            "data_roots": args.data_root,
-            "agent": args.agent,
-            "agent_args": parse_agent_args(args.agent_arg, args.agent),
+            **{name: value for name, value in vars(args).items() if name in fields},
+            "agent_args": parse_agent_args(args.agent_args, args.agent),
             "models": parse_models(args.models),
             "seeds": parse_seeds(args.seeds),
-            "sample_ids": [name.strip() for text in args.sample_id for name in text.split(",") if name.strip()],
-            "filters": args.filter,
-            "limit": args.limit,
+            "sample_ids": [name.strip() for text in args.sample_ids for name in text.split(",") if name.strip()],
             "check_data": not args.no_check_data,
-            "address": args.address,
-            "workers": args.workers,
-            "unit_cpus": args.unit_cpus,
-            "unit_memory": args.unit_memory,
-            "unit_resources": _unit_resources(args.unit_resource),
-            "max_concurrency": args.max_concurrency,
-            "judge_concurrency": args.judge_concurrency,
+            "unit_resources": _unit_resources(args.unit_resources),
             "model_concurrency": _model_limits(args.model_concurrency),
-            "retries": args.retries,
-            "max_cost_usd": args.max_cost,
-            "isolation": args.isolation,
             "sandbox": _sandbox_config(args),
-            "timeout": args.timeout,
-            "grade_timeout": args.grade_timeout,
-            "answer_convention": args.answer_convention,
-            "output": args.output,
-            "run_id": args.run_id,
             "resume": args.resume or args.retry_errors,
-            "force": args.force,
-            "retry_errors": args.retry_errors,
             "s3_endpoint_url": args.s3_endpoint,
             "show_progress": not args.no_progress,
         }
@@ -454,16 +471,6 @@ def _error_gate(summary: RunSummary, max_error_rate: float | None) -> int:
     return EXIT_FAILED if over else EXIT_OK
 
 
-def _add_data_root_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--data-root",
-        action="append",
-        default=[],
-        metavar="DIR",
-        help="a folder local data_node paths may also come from, besides the evals folder given (repeatable)",
-    )
-
-
 def _add_data_check_options(parser: argparse.ArgumentParser) -> None:
     add_s3_endpoint_option(parser)
     parser.add_argument(
@@ -477,17 +484,11 @@ def _add_sandbox_options(parser: argparse.ArgumentParser, *, isolation: bool = T
     """How agents run: the isolation level, and what a sandboxed unit sees, gets and may use."""
     group = parser.add_argument_group("isolation of the agent (see the README's Security section)")
     if isolation:
-        group.add_argument(
-            "--isolation",
-            choices=["sandbox", "process", "inline"],
-            default=_default(ExecutionConfig, "isolation"),
-            help="sandbox (default): namespaces via bubblewrap; process: a fresh process without a sandbox "
-            "(where the sandbox cannot start); inline: in the worker, for trusted agents only",
-        )
+        _config_option(group, ExecutionConfig, "isolation")
     group.add_argument(
         "--network",
-        choices=list(get_args(Network)),
-        default=_default(SandboxConfig, "network"),
+        choices=get_args(SandboxConfig.model_fields["network"].annotation),
+        default=SandboxConfig.model_fields["network"].default,
         help="what a sandboxed agent reaches: host (default) the machine's network; model its loopback and the "
         "model gateway only; none its loopback only",
     )
@@ -513,27 +514,23 @@ def _add_sandbox_options(parser: argparse.ArgumentParser, *, isolation: bool = T
         metavar="PATH",
         help="a path agents must not see even inside what they are shown (repeatable)",
     )
-    for name, field in UnitLimits.model_fields.items():  # generated from the limits' own fields
-        kind, optional = _limit_type(field.annotation)
+    for name, field in UnitLimits.model_fields.items():  # given as 0: no limit, where it may be none
+        kind, optional = _field_type(field.annotation)
         default = "none" if field.default is None else "%(default)g" + (", 0: none" if optional else "")
         group.add_argument(
-            limit_option(name), dest=f"limit__{name}", type=kind, default=field.default,
+            _flag(UnitLimits, name), dest=f"limit__{name}", type=kind, default=field.default,
             metavar=_LIMIT_UNITS.get(name.rpartition("_")[2], "N"), help=f"{field.description} (default {default})",
         )  # fmt: skip
-    if isolation:
-        parser.add_argument(  # grading runs on the trusted side: not the agent's isolation
-            "--grade-timeout",
-            type=float,
-            default=_default(ExecutionConfig, "grade_timeout"),
-            help="seconds a unit's grading may take (default %(default)g)",
-        )
-        parser.add_argument(
-            "--answer-convention",
-            choices=ANSWER_CONVENTIONS,
-            default=_default(ExecutionConfig, "answer_convention"),
-            help="names the agent is told: legacy (eval_answer.json, COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT) or "
-            "benchmark (analysis_output.json, RUN_COMPLETE: latch-eval-tools' benchmark=True); both are read",
-        )
+    if isolation:  # grading runs on the trusted side: not the agent's isolation
+        _config_option(parser, ExecutionConfig, "grade_timeout")
+        _config_option(parser, ExecutionConfig, "answer_convention")
+
+
+def _add_agent_options(parser: argparse.ArgumentParser) -> None:
+    """The agent a unit runs (``rayeval run``, ``run-one``), with its options and the time it has."""
+    _config_option(parser, BatchConfig, "agent")
+    _config_option(parser, BatchConfig, "agent_args", metavar="KEY=VALUE")
+    _config_option(parser, ExecutionConfig, "timeout", metavar="S")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -541,199 +538,104 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"rayeval {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    agents = sub.add_parser(
-        "agents",
+    add_command(
+        sub, "agents", _cmd_agents,
         help="list the built-in agents and their options",
         description="The built-in agents --agent takes by name, with the --agent-arg options each accepts; "
         "--agent module:function names your own agent function instead.",
-    )
-    agents.set_defaults(handler=_cmd_agents)
+    )  # fmt: skip
 
-    validate = sub.add_parser(
-        "validate",
+    validate = add_command(
+        sub, "validate", _cmd_validate,
         help="check eval files, their data nodes and their grader configs",
         description="Load eval files (or every *.json under folders), check that their data nodes are there (local "
         "ones readable, s3:// and http(s):// ones answering) and dry-run every grader config. Prints each problem as "
         "file: field: message and exits 2, or a count and exits 0.",
-    )
+    )  # fmt: skip
     validate.add_argument("paths", nargs="+", help="eval files or folders (searched recursively)")
-    _add_data_root_option(validate)
+    _config_option(validate, BatchConfig, "data_roots", metavar="DIR")
     _add_data_check_options(validate)
-    validate.set_defaults(handler=_cmd_validate)
 
-    grade_cmd = sub.add_parser(
-        "grade",
+    grade_cmd = add_command(
+        sub, "grade", _cmd_grade,
         help="grade one answer file against one eval file",
         description="Grade an answer (JSON) with an eval's graders, in a grading subprocess without credentials, "
         "and print the verdict as JSON. Exit 0 passed, 1 failed or no verdict, 2 bad input.",
-    )
+    )  # fmt: skip
     grade_cmd.add_argument("eval_file", help="the eval file (JSON)")
     grade_cmd.add_argument("answer_file", help="JSON answer file, or - for standard input")
-    grade_cmd.add_argument(
-        "--grade-timeout",
-        type=float,
-        default=DEFAULT_GRADE_TIMEOUT_S,
-        help="seconds the grading may take (default %(default)g)",
-    )
-    grade_cmd.set_defaults(handler=_cmd_grade)
+    _config_option(grade_cmd, ExecutionConfig, "grade_timeout")
 
-    run_one = sub.add_parser(
-        "run-one",
+    run_one = add_command(
+        sub, "run-one", _cmd_run_one,
         help="run one agent on one eval locally and grade it",
         description="Run an agent once on one eval on this machine, in its sandbox (see --isolation), without Ray, "
         "and print the graded result as JSON. Exit 0 passed, 1 failed, 2 bad input.",
-    )
+    )  # fmt: skip
     run_one.add_argument("eval_file", help="the eval file (JSON)")
-    run_one.add_argument(
-        "--agent", required=True, help="built-in name (reference, replay, sleep, ...) or module:function"
-    )
-    run_one.add_argument(
-        "--agent-arg", action="append", default=[], metavar="KEY=VALUE", help="agent option (repeatable)"
-    )
+    _add_agent_options(run_one)
     run_one.add_argument("--model", help="model name handed to the agent (the replay agent: MODEL or MODEL@HARNESS)")
     run_one.add_argument("--seed", type=int, help="seed handed to the agent (the replay agent: the recorded trial)")
-    run_one.add_argument("--timeout", type=float, help="seconds; overrides the eval's agent_timeout/timeout")
-    run_one.add_argument(
-        "--work-root", help="where work folders are created (default: $RAYEVAL_WORK_ROOT or the temp dir)"
-    )
+    _config_option(run_one, ExecutionConfig, "work_root")
     run_one.add_argument(
         "--keep-workspace", action="store_true", help="keep the unit's work folder (printed) instead of removing it"
     )
-    _add_data_root_option(run_one)
+    _config_option(run_one, BatchConfig, "data_roots", metavar="DIR")
     _add_sandbox_options(run_one)
-    run_one.set_defaults(handler=_cmd_run_one)
 
-    check = sub.add_parser(
-        "check-sandbox",
+    check = add_command(
+        sub, "check-sandbox", _cmd_check_sandbox,
         help="start one sandboxed unit on this machine, as a run would (exit 2: it cannot)",
         description="Start one sandboxed unit here, with the given isolation options, as a run's workers would: "
         "for node set-up scripts and images. Exit 0 with what the sandbox has, or 2 saying why it cannot start.",
-    )
+    )  # fmt: skip
     _add_sandbox_options(check, isolation=False)
-    check.set_defaults(handler=_cmd_check_sandbox)
 
-    run = sub.add_parser(
-        "run",
+    _add_run_command(sub)
+    add_report_commands(sub)
+    add_view_command(sub)
+    return parser
+
+
+def _add_run_command(sub: argparse._SubParsersAction) -> None:
+    """``rayeval run``: its options are BatchConfig's fields (rayeval.batch.config), but for the
+    models, seeds and switches given as text."""
+    run = add_command(
+        sub, "run", _cmd_run,
         help="run evals x models x seeds on Ray, streaming results to Parquet",
         description="Run an agent on every eval x model x seed on Ray (embedded, or the cluster of --address or of "
         "ray job submit), each unit sandboxed, and store one row per unit under --output "
         "(ROOT/run_id=<id>/model=<m>/part-*.parquet). Everything is checked before any unit starts; "
         "--dry-run stops there. Prints a summary per model at the end.",
-    )
+    )  # fmt: skip
     run.add_argument("evals", nargs="+", help="eval files or folders")
-    run.add_argument("--agent", required=True, help="built-in name (see `rayeval agents`) or module:function")
-    run.add_argument("--agent-arg", action="append", default=[], metavar="KEY=VALUE", help="agent option (repeatable)")
+    _add_agent_options(run)
     run.add_argument("--models", default="default", help="model names separated by commas: m1,m2 (default: 'default')")
     run.add_argument(
         "--seeds",
         default="1",
         help="N (meaning 1..N) or a comma-separated list of seeds (default %(default)s: one trial)",
     )
-    run.add_argument(
-        "--output",
-        default=DEFAULT_OUTPUT,
-        help="results root: a folder or s3://bucket/prefix (default %(default)s, in the working folder, as "
-        "evaluations.run writes)",
-    )
-    run.add_argument(
-        "--run-id", help="the run's id (default: a new one from the time); with --resume, the run to finish"
-    )
-    run.add_argument("--resume", action="store_true", help="finish run --run-id: only units without a stored row run")
-    run.add_argument(
-        "--force",
-        action="store_true",
-        help="with --resume: go on although agent arguments, models, seeds, eval files or unit options changed "
-        "(units with new ids run, stored rows stay, the manifest records the new inputs)",
-    )
-    run.add_argument(
-        "--retry-errors",
-        action="store_true",
-        help="with --run-id: resume the run, and run again, as new attempts, its units whose latest row is an error or a timeout",
-    )
+    for name in ("output", "run_id", "resume", "force", "retry_errors"):
+        _config_option(run, StorageConfig, name)
     run.add_argument(
         "--dry-run",
         action="store_true",
         help="check everything and print the plan (units, seeds, estimated cost), start nothing",
     )
-    run.add_argument(
-        "--sample-id", action="append", default=[], metavar="ID[,ID]", help="only the evals with these ids (repeatable)"
-    )
-    run.add_argument(
-        "--filter",
-        action="append",
-        default=[],
-        metavar="GLOB|KEY=VALUE",
-        help="only evals whose id matches the glob (pbmc_*) or whose metadata KEY is VALUE (task=qc); repeatable, all must match",
-    )
-    run.add_argument("--limit", type=int, metavar="N", help="only the first N evals (after --sample-id and --filter)")
-    run.add_argument(
-        "--max-concurrency",
-        type=int,
-        default=_default(SchedulingConfig, "max_concurrency"),
-        help="units running at once, over the whole cluster (default %(default)s)",
-    )
-    run.add_argument(
-        "--judge-concurrency",
-        type=int,
-        default=_default(SchedulingConfig, "judge_concurrency"),
-        help="judge calls of LLM-judged graders (rubric) in flight at once, apart from the units' slots "
-        "(default %(default)s)",
-    )
-    run.add_argument(
-        "--model-concurrency",
-        action="append",
-        default=[],
-        metavar="MODEL=N",
-        help="at most N units of MODEL at once (repeatable)",
-    )
-    run.add_argument("--address", help="auto, HOST:PORT or local (default: embedded Ray, or the job's cluster)")
-    run.add_argument(
-        "--retries",
-        type=int,
-        default=_default(SchedulingConfig, "retries"),
-        help="retries, with backoff, of a unit that failed for what may pass on a second try: a lost worker or "
-        "node, its data or sandbox, a provider's failure the gateway saw (an agent's own error is not retried; "
-        "default %(default)s)",
-    )
-    run.add_argument(
-        "--timeout",
-        type=float,
-        metavar="S",
-        help="seconds each unit's agent may run, over the evals' own agent_timeout (default: the eval's, else "
-        f"{DEFAULT_AGENT_TIMEOUT_S:g}, the reference runner's, 1.8x the longest recorded real-agent run)",
-    )
-    run.add_argument(
-        "--max-cost",
-        type=float,
-        metavar="USD",
-        help="the run's budget: what its units' model calls and judges cost, over the cluster, earlier attempts "
-        "included; once spent, no unit starts, running units' calls are refused and the run stops (exit 3), "
-        "resumable with a higher --max-cost (default: none)",
-    )
-    run.add_argument(
-        "--unit-cpus",
-        type=float,
-        metavar="N",
-        help="CPUs a unit asks Ray for (default: the agent's own: 1 for the agent programs, 0.01 for sleep/replay/prompt, 0.25 for module:function)",
-    )
-    run.add_argument(
-        "--unit-memory",
-        type=_memory_size,
-        metavar="SIZE",
-        help="memory a unit asks Ray for, e.g. 512M or 2G (default: the agent's own: 1G for the agent programs, 512M for module:function)",
-    )
-    run.add_argument(
-        "--unit-resource",
-        action="append",
-        default=[],
-        metavar="NAME=AMOUNT",
-        help="another resource a unit asks Ray for: GPU, or a custom resource of the cluster's nodes (repeatable)",
-    )
-    run.add_argument(
-        "--workers",
-        type=int,
-        help="worker processes the units running at once are spread over (default: a CPU's worth of units each)",
-    )
+    _config_option(run, BatchConfig, "sample_ids", metavar="ID[,ID]")
+    _config_option(run, BatchConfig, "filters", metavar="GLOB|KEY=VALUE")
+    _config_option(run, BatchConfig, "limit", metavar="N")
+    for name in ("max_concurrency", "judge_concurrency"):
+        _config_option(run, SchedulingConfig, name)
+    _config_option(run, SchedulingConfig, "model_concurrency", metavar="MODEL=N")
+    _config_option(run, RayConfig, "address")
+    _config_option(run, SchedulingConfig, "retries")
+    _config_option(run, SchedulingConfig, "max_cost_usd", metavar="USD")
+    _config_option(run, RayConfig, "unit_cpus", metavar="N")
+    _config_option(run, RayConfig, "unit_memory", type=_memory_size, metavar="SIZE")
+    _config_option(run, RayConfig, "unit_resources", metavar="NAME=AMOUNT")
+    _config_option(run, RayConfig, "workers")
     _add_data_check_options(run)
     run.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     run.add_argument(
@@ -742,13 +644,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PCT",
         help="exit 1 when any model × harness has more than PCT%% errored units (a run whose every unit errored always exits 1)",
     )
-    _add_data_root_option(run)
+    _config_option(run, BatchConfig, "data_roots", metavar="DIR")
     _add_sandbox_options(run)
-    run.set_defaults(handler=_cmd_run)
-
-    add_report_commands(sub)
-    add_view_command(sub)
-    return parser
 
 
 def _import_from_working_folder() -> None:

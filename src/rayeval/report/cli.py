@@ -289,7 +289,23 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
+def add_command(
+    subparsers: argparse._SubParsersAction,
+    name: str,
+    handler: Callable[[argparse.Namespace], int],
+    *,
+    help: str,
+    description: str,
+) -> argparse.ArgumentParser:
+    """Subcommand ``name`` of the main CLI, run by ``handler``."""
+    command: argparse.ArgumentParser = subparsers.add_parser(name, help=help, description=description)
+    command.set_defaults(handler=handler)
+    return command
+
+
+def add_results_options(parser: argparse.ArgumentParser) -> None:
+    """The results a command reads, said the same by ``report``, ``compare`` and ``view``: the
+    results root, the runs (``args.run``: as given; ``_split`` makes it a list) and its S3 endpoint."""
     parser.add_argument("root", help="results root: a folder or s3://bucket/prefix")
     parser.add_argument(
         "--run",
@@ -297,6 +313,12 @@ def _common(parser: argparse.ArgumentParser) -> None:
         metavar="ID",
         help="only these run ids (repeatable, comma-separated; 'latest' = the newest run)",
     )
+    add_s3_endpoint_option(parser)
+
+
+def _add_selection_options(parser: argparse.ArgumentParser) -> None:
+    """The results ``report`` and ``compare`` read, the units among them, and where they write."""
+    add_results_options(parser)
     parser.add_argument(
         "--model", action="append", metavar="MODEL", help="only these models (repeatable, comma-separated)"
     )
@@ -310,7 +332,6 @@ def _common(parser: argparse.ArgumentParser) -> None:
         help="errored runs (error/timeout/config_error) count as failures (default, as the references) or are left out",
     )
     parser.add_argument("--out", metavar="FILE", help="write the output here instead of standard output")
-    add_s3_endpoint_option(parser)
 
 
 def add_s3_endpoint_option(parser: argparse.ArgumentParser) -> None:
@@ -326,13 +347,13 @@ def add_s3_endpoint_option(parser: argparse.ArgumentParser) -> None:
 
 def add_report_commands(subparsers: argparse._SubParsersAction) -> None:
     """Register ``report`` and ``compare`` on the main CLI's subparsers."""
-    report = subparsers.add_parser(
-        "report",
+    report = add_command(
+        subparsers, "report", cmd_report,
         help="benchmark table, stats and HTML report over stored results",
         description="Accuracy (mean over evals of per-eval pass rates) with t-distribution 95% CIs, "
         "mean cost and duration per run, per model × harness (or by task/kit). Exit 1 when a gate fails.",
-    )
-    _common(report)
+    )  # fmt: skip
+    _add_selection_options(report)
     report.add_argument(
         "--by", default="model,harness", help="model,harness (default) | model | task | kit | a comma list of columns"
     )
@@ -363,21 +384,19 @@ def add_report_commands(subparsers: argparse._SubParsersAction) -> None:
     report.add_argument(
         "--pass-k-table", action="store_true", help="also print the pass@k / pass^k table (table format)"
     )
-    report.set_defaults(handler=cmd_report)
 
-    compare = subparsers.add_parser(
-        "compare",
+    compare = add_command(
+        subparsers, "compare", cmd_compare,
         help="paired comparison of two runs or models on their common evals",
         description="Mean difference of per-eval pass rates (A − B) with a paired-bootstrap CI, exact sign test and "
         "exact McNemar test. A/B: a run id, a model, model/harness, or key=value[,key=value] (run, model, harness, task, kit).",
-    )
-    _common(compare)
+    )  # fmt: skip
+    _add_selection_options(compare)
     compare.add_argument("--a", required=True, metavar="RUN_OR_MODEL", help="the first side: a run id or a model name")
     compare.add_argument("--b", required=True, metavar="RUN_OR_MODEL", help="the second side: a run id or a model name")
     compare.add_argument("--n-boot", type=int, default=10000, help="bootstrap resamples (default 10000)")
     compare.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     compare.add_argument("--format", choices=("text", "json"), default="text", help="text (default) or json")
-    compare.set_defaults(handler=cmd_compare)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -69,13 +69,6 @@ class UnitLimits(BaseModel):
     )
 
 
-def limit_option(name: str) -> str:
-    """The command-line option of :class:`UnitLimits` field ``name``."""
-    extra = UnitLimits.model_fields[name].json_schema_extra
-    option = extra.get("option") if isinstance(extra, dict) else None
-    return str(option) if option else f"--limit-{name.replace('_', '-')}"
-
-
 class SandboxConfig(BaseModel):
     """What sandboxed units see, get and may use (``process`` isolation: the environment and
     limits only)."""

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from ..report.cli import _guarded, add_s3_endpoint_option
+from ..report.cli import _guarded, _split, add_command, add_results_options
 
 if TYPE_CHECKING:
     from .data import ViewData
@@ -21,7 +21,7 @@ def cmd_view(args: argparse.Namespace) -> int:
     from .data import ViewData
 
     reader = ResultsReader(args.root, args.s3_endpoint)
-    runs = reader.resolve_runs(args.run)
+    runs = reader.resolve_runs(_split(args.run))
     data = ViewData(reader, runs)
     if not data.run_ids():
         raise ReportError(f"no runs under {args.root}")
@@ -70,14 +70,13 @@ def _serve(data: ViewData, host: str, port: int) -> int:
 
 def add_view_command(subparsers: argparse._SubParsersAction) -> None:
     """Register ``view`` on the main CLI's subparsers."""
-    view = subparsers.add_parser(
-        "view",
+    view = add_command(
+        subparsers, "view", cmd_view,
         help="browse results per unit in a local web page (or write it as a static folder)",
         description="Runs, a units table with filters and sorting, each unit's task, answer, verdict, reasoning, "
         "metrics, trajectory, artifacts and error, two models side by side, and the leaderboard.",
-    )
-    view.add_argument("root", help="results root: a folder or s3://bucket/prefix")
-    view.add_argument("--run", metavar="ID", help="show only this run (a run id, or 'latest')")
+    )  # fmt: skip
+    add_results_options(view)
     view.add_argument(
         "--host",
         default="127.0.0.1",
@@ -94,8 +93,6 @@ def add_view_command(subparsers: argparse._SubParsersAction) -> None:
         metavar="OUT_DIR",
         help="write a self-contained folder (index.html, assets, data) instead of serving",
     )
-    add_s3_endpoint_option(view)
-    view.set_defaults(handler=cmd_view)
 
 
 __all__ = ["add_view_command", "cmd_view"]

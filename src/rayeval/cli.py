@@ -53,6 +53,11 @@ class BadInput(RayevalError):
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
+    """check eval files, their data nodes and their grader configs
+
+    Load eval files (or every *.json under folders), check that their data nodes are there (local
+    ones readable, s3:// and http(s):// ones answering) and dry-run every grader config. Prints
+    each problem as file: field: message and exits 2, or a count and exits 0."""
     evals, problems = check_evals(*args.paths, data_roots=args.data_roots)
     if not args.no_check_data:
         from .harness.remote_data import remote_data_problems
@@ -81,6 +86,10 @@ def _read_answer(path: str) -> object:
 
 
 def _cmd_grade(args: argparse.Namespace) -> int:
+    """grade one answer file against one eval file
+
+    Grade an answer (JSON) with an eval's graders, in a grading subprocess without credentials,
+    and print the verdict as JSON. Exit 0 passed, 1 failed or no verdict, 2 bad input."""
     from .grading.pool import GradingError, grade_bounded
 
     _check_seconds(args, "grade_timeout")
@@ -95,6 +104,10 @@ def _cmd_grade(args: argparse.Namespace) -> int:
 
 
 def _cmd_agents(args: argparse.Namespace) -> int:
+    """list the built-in agents and their options
+
+    The built-in agents --agent takes by name, with the --agent-arg options each accepts;
+    --agent module:function names your own agent function instead."""
     from .agents.resolve import built_in_agents
 
     for name, description, options in built_in_agents():
@@ -110,6 +123,10 @@ def _cmd_agents(args: argparse.Namespace) -> int:
 
 
 def _cmd_run_one(args: argparse.Namespace) -> int:
+    """run one agent on one eval locally and grade it
+
+    Run an agent once on one eval on this machine, in its sandbox (see --isolation), without Ray,
+    and print the graded result as JSON. Exit 0 passed, 1 failed, 2 bad input."""
     _check_seconds(args, "timeout", "grade_timeout")
     from .agents.resolve import agent_ref, check_agent_args, parse_agent_args
     from .harness import EvalRunner
@@ -228,7 +245,11 @@ def _sandbox_config(args: argparse.Namespace) -> SandboxConfig:
 
 
 def _cmd_check_sandbox(args: argparse.Namespace) -> int:
-    """Start one sandboxed unit here, as a run would: for node set-up scripts and images."""
+    """start one sandboxed unit on this machine, as a run would (exit 2: it cannot)
+
+    Start one sandboxed unit here, with the given isolation options, as a run's workers would:
+    for node set-up scripts and images. Exit 0 with what the sandbox has, or 2 saying why it
+    cannot start."""
     from .agents.resolve import agent_ref
     from .harness.runner import check_agent_loads
     from .harness.workspace import default_work_root
@@ -383,6 +404,12 @@ def _batch_config(args: argparse.Namespace) -> BatchConfig:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    """run evals x models x seeds on Ray, streaming results to Parquet
+
+    Run an agent on every eval x model x seed on Ray (embedded, or the cluster of --address or of
+    ray job submit), each unit sandboxed, and store one row per unit under --output
+    (ROOT/run_id=<id>/model=<m>/part-*.parquet). Everything is checked before any unit starts;
+    --dry-run stops there. Prints a summary per model at the end."""
     from .batch import RunCancelled, run_batch
     from .batch.budget import BudgetSpent
     from .storage import ResultsRootUnwritable, StorageError
@@ -538,40 +565,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"rayeval {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    add_command(
-        sub, "agents", _cmd_agents,
-        help="list the built-in agents and their options",
-        description="The built-in agents --agent takes by name, with the --agent-arg options each accepts; "
-        "--agent module:function names your own agent function instead.",
-    )  # fmt: skip
+    add_command(sub, "agents", _cmd_agents)
 
-    validate = add_command(
-        sub, "validate", _cmd_validate,
-        help="check eval files, their data nodes and their grader configs",
-        description="Load eval files (or every *.json under folders), check that their data nodes are there (local "
-        "ones readable, s3:// and http(s):// ones answering) and dry-run every grader config. Prints each problem as "
-        "file: field: message and exits 2, or a count and exits 0.",
-    )  # fmt: skip
+    validate = add_command(sub, "validate", _cmd_validate)
     validate.add_argument("paths", nargs="+", help="eval files or folders (searched recursively)")
     _config_option(validate, BatchConfig, "data_roots", metavar="DIR")
     _add_data_check_options(validate)
 
-    grade_cmd = add_command(
-        sub, "grade", _cmd_grade,
-        help="grade one answer file against one eval file",
-        description="Grade an answer (JSON) with an eval's graders, in a grading subprocess without credentials, "
-        "and print the verdict as JSON. Exit 0 passed, 1 failed or no verdict, 2 bad input.",
-    )  # fmt: skip
+    grade_cmd = add_command(sub, "grade", _cmd_grade)
     grade_cmd.add_argument("eval_file", help="the eval file (JSON)")
     grade_cmd.add_argument("answer_file", help="JSON answer file, or - for standard input")
     _config_option(grade_cmd, ExecutionConfig, "grade_timeout")
 
-    run_one = add_command(
-        sub, "run-one", _cmd_run_one,
-        help="run one agent on one eval locally and grade it",
-        description="Run an agent once on one eval on this machine, in its sandbox (see --isolation), without Ray, "
-        "and print the graded result as JSON. Exit 0 passed, 1 failed, 2 bad input.",
-    )  # fmt: skip
+    run_one = add_command(sub, "run-one", _cmd_run_one)
     run_one.add_argument("eval_file", help="the eval file (JSON)")
     _add_agent_options(run_one)
     run_one.add_argument("--model", help="model name handed to the agent (the replay agent: MODEL or MODEL@HARNESS)")
@@ -583,13 +589,7 @@ def build_parser() -> argparse.ArgumentParser:
     _config_option(run_one, BatchConfig, "data_roots", metavar="DIR")
     _add_sandbox_options(run_one)
 
-    check = add_command(
-        sub, "check-sandbox", _cmd_check_sandbox,
-        help="start one sandboxed unit on this machine, as a run would (exit 2: it cannot)",
-        description="Start one sandboxed unit here, with the given isolation options, as a run's workers would: "
-        "for node set-up scripts and images. Exit 0 with what the sandbox has, or 2 saying why it cannot start.",
-    )  # fmt: skip
-    _add_sandbox_options(check, isolation=False)
+    _add_sandbox_options(add_command(sub, "check-sandbox", _cmd_check_sandbox), isolation=False)
 
     _add_run_command(sub)
     add_report_commands(sub)
@@ -600,14 +600,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_run_command(sub: argparse._SubParsersAction) -> None:
     """``rayeval run``: its options are BatchConfig's fields (rayeval.batch.config), but for the
     models, seeds and switches given as text."""
-    run = add_command(
-        sub, "run", _cmd_run,
-        help="run evals x models x seeds on Ray, streaming results to Parquet",
-        description="Run an agent on every eval x model x seed on Ray (embedded, or the cluster of --address or of "
-        "ray job submit), each unit sandboxed, and store one row per unit under --output "
-        "(ROOT/run_id=<id>/model=<m>/part-*.parquet). Everything is checked before any unit starts; "
-        "--dry-run stops there. Prints a summary per model at the end.",
-    )  # fmt: skip
+    run = add_command(sub, "run", _cmd_run)
     run.add_argument("evals", nargs="+", help="eval files or folders")
     _add_agent_options(run)
     run.add_argument("--models", default="default", help="model names separated by commas: m1,m2 (default: 'default')")

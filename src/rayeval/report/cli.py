@@ -9,6 +9,7 @@ standalone.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import logging
 import sys
@@ -180,6 +181,10 @@ def _table_output(args: argparse.Namespace, table: Any, unsandboxed: str | None,
 
 @_guarded
 def cmd_report(args: argparse.Namespace) -> int:
+    """benchmark table, stats and HTML report over stored results
+
+    Accuracy (mean over evals of per-eval pass rates) with t-distribution 95% CIs, mean cost and
+    duration per run, per model × harness (or by task/kit). Exit 1 when a gate fails."""
     from .reader import ResultsReader
 
     by = parse_by(args.by)
@@ -271,6 +276,11 @@ def _report_units(
 
 @_guarded
 def cmd_compare(args: argparse.Namespace) -> int:
+    """paired comparison of two runs or models on their common evals
+
+    Mean difference of per-eval pass rates (A − B) with a paired-bootstrap CI, exact sign test and
+    exact McNemar test. A/B: a run id, a model, model/harness, or key=value[,key=value] (run,
+    model, harness, task, kit)."""
     from .compare import paired_comparison
     from .reader import ReportError, ResultsReader
 
@@ -290,15 +300,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def add_command(
-    subparsers: argparse._SubParsersAction,
-    name: str,
-    handler: Callable[[argparse.Namespace], int],
-    *,
-    help: str,
-    description: str,
+    subparsers: argparse._SubParsersAction, name: str, handler: Callable[[argparse.Namespace], int]
 ) -> argparse.ArgumentParser:
-    """Subcommand ``name`` of the main CLI, run by ``handler``."""
-    command: argparse.ArgumentParser = subparsers.add_parser(name, help=help, description=description)
+    """Subcommand ``name`` of the main CLI, run by ``handler``, whose docstring says what it does:
+    its first line in ``rayeval --help``, the rest in ``rayeval NAME --help``."""
+    summary, _, description = inspect.cleandoc(handler.__doc__ or "").partition("\n\n")
+    command: argparse.ArgumentParser = subparsers.add_parser(name, help=summary, description=description)
     command.set_defaults(handler=handler)
     return command
 
@@ -347,12 +354,7 @@ def add_s3_endpoint_option(parser: argparse.ArgumentParser) -> None:
 
 def add_report_commands(subparsers: argparse._SubParsersAction) -> None:
     """Register ``report`` and ``compare`` on the main CLI's subparsers."""
-    report = add_command(
-        subparsers, "report", cmd_report,
-        help="benchmark table, stats and HTML report over stored results",
-        description="Accuracy (mean over evals of per-eval pass rates) with t-distribution 95% CIs, "
-        "mean cost and duration per run, per model × harness (or by task/kit). Exit 1 when a gate fails.",
-    )  # fmt: skip
+    report = add_command(subparsers, "report", cmd_report)
     _add_selection_options(report)
     report.add_argument(
         "--by", default="model,harness", help="model,harness (default) | model | task | kit | a comma list of columns"
@@ -385,12 +387,7 @@ def add_report_commands(subparsers: argparse._SubParsersAction) -> None:
         "--pass-k-table", action="store_true", help="also print the pass@k / pass^k table (table format)"
     )
 
-    compare = add_command(
-        subparsers, "compare", cmd_compare,
-        help="paired comparison of two runs or models on their common evals",
-        description="Mean difference of per-eval pass rates (A − B) with a paired-bootstrap CI, exact sign test and "
-        "exact McNemar test. A/B: a run id, a model, model/harness, or key=value[,key=value] (run, model, harness, task, kit).",
-    )  # fmt: skip
+    compare = add_command(subparsers, "compare", cmd_compare)
     _add_selection_options(compare)
     compare.add_argument("--a", required=True, metavar="RUN_OR_MODEL", help="the first side: a run id or a model name")
     compare.add_argument("--b", required=True, metavar="RUN_OR_MODEL", help="the second side: a run id or a model name")

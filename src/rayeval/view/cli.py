@@ -17,6 +17,10 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 @_guarded
 def cmd_view(args: argparse.Namespace) -> int:
+    """browse results per unit in a local web page (or write it as a static folder)
+
+    Runs, a units table with filters and sorting, each unit's task, answer, verdict, reasoning,
+    metrics, trajectory, artifacts and error, two models side by side, and the leaderboard."""
     from ..report.reader import ReportError, ResultsReader
     from .data import ViewData
 
@@ -70,12 +74,7 @@ def _serve(data: ViewData, host: str, port: int) -> int:
 
 def add_view_command(subparsers: argparse._SubParsersAction) -> None:
     """Register ``view`` on the main CLI's subparsers."""
-    view = add_command(
-        subparsers, "view", cmd_view,
-        help="browse results per unit in a local web page (or write it as a static folder)",
-        description="Runs, a units table with filters and sorting, each unit's task, answer, verdict, reasoning, "
-        "metrics, trajectory, artifacts and error, two models side by side, and the leaderboard.",
-    )  # fmt: skip
+    view = add_command(subparsers, "view", cmd_view)
     add_results_options(view)
     view.add_argument(
         "--host",

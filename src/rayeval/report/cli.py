@@ -9,6 +9,7 @@ standalone.
 from __future__ import annotations
 
 import argparse
+import functools
 import inspect
 import json
 import logging
@@ -105,7 +106,10 @@ def _emit(text: str, out: str | None) -> None:
     print(f"wrote {out}", file=sys.stderr)
 
 
-def _guarded(handler):  # type: ignore[no-untyped-def]
+def _guarded(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """``handler`` with its errors as one ``rayeval: ...`` line (exit 2) and its warnings shown."""
+
+    @functools.wraps(handler)  # its docstring is the command's help (add_command)
     def run(args: argparse.Namespace) -> int:
         # Warnings (a part left out because it cannot be read, naming it) are one
         # "rayeval: warning: ..." line each on stderr; the report goes on with the other parts.
@@ -122,8 +126,6 @@ def _guarded(handler):  # type: ignore[no-untyped-def]
         finally:
             logger.removeHandler(warnings)
 
-    run.__name__ = handler.__name__
-    run.__doc__ = handler.__doc__
     return run
 
 

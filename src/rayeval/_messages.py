@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
@@ -14,6 +15,48 @@ MAX_LISTED = 5  # items named in a message before "... and N more"
 
 #: rayeval's words for some pydantic errors, said of the field named before them (``path: is required``)
 _FIELD_WORDS = {"missing": "is required", "extra_forbidden": "is not a known field"}
+
+
+#: a run's options as its messages name them: ``rayeval run``'s flags while the command line
+#: runs (:func:`options_as_flags`), else the keywords of ``batch.run`` (a Python caller's)
+_as_flags = False
+#: the keyword of a flag not spelled as its keyword (``--max-cost``: ``max_cost_usd``), filled
+#: by the configuration that names the flags (``rayeval.batch.config``)
+KEYWORD_OF_FLAG: dict[str, str] = {}
+
+
+@contextmanager
+def options_as_flags() -> Iterator[None]:
+    """Messages made meanwhile name the options as ``rayeval run``'s flags (the command line's)."""
+    global _as_flags
+    before, _as_flags = _as_flags, True
+    try:
+        yield
+    finally:
+        _as_flags = before
+
+
+def option(flag: str, value: object = None) -> str:
+    """Option ``flag`` as the caller writes it: ``--max-concurrency 8`` on the command line and
+    ``max_concurrency=8`` from Python; ``value`` True is a switch (``--resume``: ``resume=True``),
+    a list the values of a repeatable option (``--filter a, --filter b``: ``filters=['a', 'b']``),
+    a dict the entries of a repeatable ``KEY=VALUE`` option (``--unit-resource GPU=1``:
+    ``unit_resources={'GPU': 1}``), None names the option alone (``--timeout``: ``timeout``)."""
+    if _as_flags:
+        if isinstance(value, list):
+            return ", ".join(f"{flag} {item}" for item in value)
+        if isinstance(value, dict):
+            return ", ".join(f"{flag} {key}={item}" for key, item in value.items())
+        return flag if value is None or value is True else f"{flag} {value}"
+    keyword = KEYWORD_OF_FLAG.get(flag, flag.removeprefix("--").replace("-", "_"))
+    if isinstance(value, dict):
+        return f"{keyword}={{{', '.join(f'{key!r}: {item}' for key, item in value.items())}}}"
+    return keyword if value is None else f"{keyword}={value!r}" if isinstance(value, list) else f"{keyword}={value}"
+
+
+def options(*given: tuple[str, object]) -> str:
+    """Several options given together: ``--resume --run-id r1``, ``resume=True, run_id='r1'``."""
+    return (" " if _as_flags else ", ").join(option(flag, value) for flag, value in given)
 
 
 def listed(items: Sequence[str], most: int = MAX_LISTED) -> str:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args, get_
 
 from pydantic import BaseModel, ValidationError
 
-from ._messages import field_problems
+from ._messages import field_problems, options_as_flags
 from ._s3 import s3_hint
 from ._version import __version__
 from .batch.config import (
@@ -653,7 +653,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     _import_from_working_folder()
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:
-        return handler(args)
+        with options_as_flags():
+            return handler(args)
     except EvalFileError as exc:
         for problem in exc.problems:
             print(problem, file=sys.stderr)

@@ -355,8 +355,8 @@ def test_the_run_and_its_dry_run_say_how_many_units_run_at_once_and_why(
     tmp_path: Path, invocation_log: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """Units of a whole CPU with --max-concurrency 16: as many run at once as the embedded Ray
-    has CPUs, and the run says so at start, with the option that changes it; --dry-run, which
-    starts no Ray, says the same from what Ray would find here."""
+    has CPUs, and the run says so at start, with the option that changes it (by its keyword: a
+    Python caller's run); --dry-run, which starts no Ray, says the same from what Ray would find here."""
     cpus = int(ray._private.utils.get_num_cpus())
     evals = write_mc_evals(tmp_path / "evals", [f"q{i}" for i in range(8)])
     options = {
@@ -364,8 +364,8 @@ def test_the_run_and_its_dry_run_say_how_many_units_run_at_once_and_why(
         "max_concurrency": 16, "isolation": "inline", "unit_cpus": 1, "seeds": [1, 2], **FAST,
     }  # fmt: skip
     said = (
-        f"units at once: {cpus}, not the 16 of --max-concurrency: each unit asks for CPU 1 and this machine's Ray "
-        f"has CPU {cpus} in all (--unit-cpus changes what a unit asks for)"
+        f"units at once: {cpus}, not the 16 of max_concurrency: each unit asks for CPU 1 and this machine's Ray "
+        f"has CPU {cpus} in all (unit_cpus changes what a unit asks for)"
     )
     assert preview_run(batch.BatchConfig(evals=[str(evals)], **options)).capacity == said
     batch.run(str(evals), run_id="held", **{**options, "show_progress": True})
@@ -564,7 +564,7 @@ def test_resume_refuses_inputs_that_changed_the_plan(tmp_path: Path) -> None:
     (evals / "e2.json").write_text(original.replace("A or B?", "A or B, really?"))
     with pytest.raises(batch.RunConflict, match=r"\n  evals changed since: e2\n") as raised:
         batch.run_batch(batch.BatchConfig(**options, resume=True))
-    assert "--run-id" in str(raised.value) and "--force" in str(raised.value)
+    assert "(another run_id)" in str(raised.value) and "force=True" in str(raised.value)  # a Python caller's names
     (evals / "e2.json").write_text(original)
     with pytest.raises(batch.RunConflict, match=r"\n  seeds: 1, 2 → 1..3\n"):
         batch.run_batch(batch.BatchConfig(**{**options, "seeds": [1, 2, 3]}, resume=True))
@@ -663,7 +663,9 @@ def test_a_damaged_manifest_is_resumed_only_with_force(tmp_path: Path) -> None:
     manifest = tmp_path / "out" / "run_id=r" / "_manifest.json"
     manifest.write_text('{"run_id": "r", "status": ')
     for resume in (batch.run_batch, preview_run):  # --dry-run says the same
-        with pytest.raises(ManifestError, match=r"_manifest.json is not a valid run manifest .*--resume --force"):
+        with pytest.raises(
+            ManifestError, match=r"_manifest.json is not a valid run manifest .*resume=True, force=True"
+        ):
             resume(batch.BatchConfig(**options, resume=True))
     with pytest.raises(ManifestError):
         batch.run_batch(batch.BatchConfig(**options))  # nor started afresh over it

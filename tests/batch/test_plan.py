@@ -172,15 +172,16 @@ def test_a_million_unit_manifest_records_inputs_not_units(tmp_path: Path) -> Non
 @pytest.mark.parametrize(
     ("options", "said"),
     [
-        ({"resume": True}, "--resume needs --run-id"),
-        ({"retry_errors": True}, "--retry-errors goes with --resume"),
+        ({"resume": True}, "resume=True needs run_id"),
+        ({"retry_errors": True}, "retry_errors=True goes with resume=True"),
     ],
 )
 def test_the_python_api_refuses_resume_options_that_cannot_go_together(
     tmp_path: Path, options: dict, said: str
 ) -> None:
-    """As the command line does, before any eval loads or Ray starts: a --resume without a run
-    id used to look for a run under a new id and say there was none."""
+    """As the command line does, before any eval loads or Ray starts, naming the options by the
+    caller's keywords (the command line names its flags): a --resume without a run id used to
+    look for a run under a new id and say there was none."""
     from rayeval.batch.engine import run_batch
     from rayeval.batch.preview import preview_run
 

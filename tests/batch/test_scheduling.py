@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rayeval._messages import options_as_flags
 from rayeval.batch import BatchConfig, capacity, prepare
 from rayeval.batch import worker as worker_module
 from rayeval.batch.capacity import ray_options
@@ -204,7 +205,7 @@ def test_a_worker_holds_no_more_units_than_the_largest_node_has_room_for() -> No
     assert _shape(UnitResources(cpus=3, memory=0), workers=1) == capacity.PoolShape(slots=2, count=500)
     assert _shape(UnitResources(cpus=0.1, memory=0, custom={"GPU": 0.5})).slots == 2
     assert _shape(UnitResources(cpus=0.25), workers=50) == capacity.PoolShape(slots=8, count=125)
-    with pytest.raises(capacity.UnitsDoNotFit, match="CPU 16.*--unit-cpus.*more than this machine's Ray has .CPU 10, "):
+    with pytest.raises(capacity.UnitsDoNotFit, match="CPU 16.*unit_cpus.*more than this machine's Ray has .CPU 10, "):
         _shape(UnitResources(cpus=16))
     assert _shape(UnitResources(cpus=16), embedded=False).slots == 1  # a cluster's autoscaler may add a node that fits
 
@@ -244,7 +245,21 @@ def test_the_run_says_how_many_units_run_at_once_and_what_holds_them(
     embedded = "licence" not in resources.custom and resources.cpus != 0.3
     shape = _shape(resources, embedded=embedded, **options)
     options.pop("workers", None)
-    assert capacity.describe_capacity(resources, NODES, shape, embedded=embedded, **options) == said
+    with options_as_flags():  # as `rayeval run` says it
+        assert capacity.describe_capacity(resources, NODES, shape, embedded=embedded, **options) == said
+
+
+def test_a_python_callers_run_names_the_options_by_their_keywords() -> None:
+    """``batch.run``'s caller reads the keywords it passes, not the command line's flags."""
+    gpu = UnitResources(cpus=0.01, memory=0, custom={"GPU": 0.5})
+    said = capacity.describe_capacity(gpu, NODES, _shape(gpu), embedded=True, max_concurrency=8, planned=20)
+    assert (
+        said.endswith("(unit_resources={'GPU': AMOUNT} changes what a unit asks for)")
+        and "8 of max_concurrency" in said
+    )
+    held = UnitResources(cpus=0.01, memory=512 * MIB)
+    said = capacity.describe_capacity(held, NODES, _shape(held), embedded=True, max_concurrency=250, planned=20)
+    assert "(workers=N: more, smaller workers pack" in said and "--" not in said
 
 
 def _worker_on(evals: list, agent) -> UnitWorker:

@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from rayeval._messages import options_as_flags
 from rayeval.cli import main
 from rayeval.evals import Eval, EvalSelectionError, select_evals
 from rayeval.record import UnitRecord
@@ -50,8 +52,10 @@ def test_selection_by_id_glob_metadata_and_limit() -> None:
     assert ids(select_evals(evals, filters=["task=qc"], limit=2)) == ["pbmc_a", "spatial_c"]
     with pytest.raises(EvalSelectionError, match="no eval with id 'nope' among the 4 loaded"):
         select_evals(evals, sample_ids=["nope"])
-    with pytest.raises(EvalSelectionError, match="--filter task=qa: no eval of the 4 loaded is selected"):
-        select_evals(evals, filters=["task=qa"])
+    with pytest.raises(EvalSelectionError, match=re.escape("filters=['task=qa']: no eval of the 4 loaded is selected")):
+        select_evals(evals, filters=["task=qa"])  # a Python caller's keywords; the command line's flags:
+    with options_as_flags(), pytest.raises(EvalSelectionError, match="--sample-id pbmc_a, --filter task=qa: no eval"):
+        select_evals(evals, sample_ids=["pbmc_a"], filters=["task=qa"])
 
 
 @pytest.mark.usefixtures("shared_ray")  # a dry run asks Ray what the machine holds

@@ -87,7 +87,7 @@ def test_second_taker_is_refused_with_the_holder_named(local_store: ResultStore)
         run_lease(local_store, "r1").take()
     message = str(held.value)
     assert f"pid {os.getpid()}" in message and f"host {lease.record.host}" in message
-    assert "since" in message and "expires" in message and "--resume --run-id r1" in message
+    assert "since" in message and "expires" in message and "resume=True, run_id=r1" in message
     assert held.value.holder.token == lease.token
     assert json.loads(path.read_text())["token"] == lease.token  # the refused taker changed nothing
     lease.release()

@@ -15,6 +15,7 @@ import threading
 
 import ray
 
+from .._messages import option, options
 from ..errors import RayevalError
 from ..storage import ResultStore
 
@@ -30,7 +31,8 @@ class BudgetSpent(RayevalError):
         cut = f" and {refused} had model calls refused (limit_reached: run_cost)" if refused else ""
         super().__init__(
             f"run {run_id} stopped: its budget of ${max_cost_usd:g} is spent (${spent_usd:.4f}); {left} units did not "
-            f"run{cut}. The same command with --resume --run-id {run_id} and a higher --max-cost runs them."
+            f"run{cut}. The same run with {options(('--resume', True), ('--run-id', run_id))} and a higher "
+            f"{option('--max-cost')} runs them."
         )
         self.run_id = run_id
         self.left = left

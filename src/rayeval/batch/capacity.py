@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .._messages import option
 from ..errors import RayevalError
 from ..harness.context import MIB, UnitResources
 from .config import BatchConfig, RayConfig
@@ -20,6 +21,7 @@ NodeResources = dict[str, float]
 
 #: the option that changes what a unit asks for, by resource (custom ones: ``--unit-resource``)
 _OPTION_OF = {"CPU": "--unit-cpus", "memory": "--unit-memory"}
+_UNIT_OPTIONS = ("--unit-cpus", "--unit-memory", "--unit-resource")
 
 
 class UnitsDoNotFit(RayevalError, ValueError):
@@ -89,9 +91,9 @@ def pool_shape(
         raise UnitsDoNotFit(
             "a unit asks for "
             + ", ".join(f"{name} {_amount(name, amount)}" for name, amount in wanted.items())
-            + " (the agent's declaration with --unit-cpus/--unit-memory/--unit-resource), more than this machine's Ray has "
+            + f" (the agent's declaration with {'/'.join(map(option, _UNIT_OPTIONS))}), more than this machine's Ray has "
             + f"({', '.join(f'{name} {_amount(name, totals[name])}' for name in ('CPU', 'GPU', 'memory') if name in totals)})"
-            + ": lower them, or run on a cluster (--address)"
+            + f": lower them, or run on a cluster ({option('--address')})"
         )
     slots = min(slots, largest or 1)
     return PoolShape(slots=slots, count=math.ceil(demand / slots))
@@ -145,31 +147,32 @@ def describe_capacity(
     grows = "" if embedded else "; a cluster's autoscaler, where it has one, may add nodes for more"
     if running == demand:
         if planned <= max_concurrency:
-            return f"units at once: all {planned} of the run (--max-concurrency {max_concurrency})"
-        return f"units at once: {running}, as --max-concurrency {max_concurrency} says"
+            return f"units at once: all {planned} of the run ({option('--max-concurrency', max_concurrency)})"
+        return f"units at once: {running}, as {option('--max-concurrency', max_concurrency)} says"
     wanted = unit_demand(resources)
     if not running:  # only on a cluster: the embedded Ray refuses such a unit (UnitsDoNotFit)
         asked = ", ".join(f"{name} {_amount(name, amount)}" for name, amount in wanted.items())
         return (
             f"units at once: none yet: no node of the cluster now has room for a unit, which asks for {asked} "
-            "(--unit-cpus, --unit-memory, --unit-resource); units wait for a node that has, such as an autoscaler's"
+            f"({', '.join(map(option, _UNIT_OPTIONS))}); units wait for a node that has, such as an autoscaler's"
         )
     held = {name: sum(units_on(node, {name: wanted[name]})[name] for node in nodes) for name in wanted}
     name = min(held, key=lambda resource: held[resource])
     if demand == max_concurrency:
-        head = f"units at once: {running}, not the {max_concurrency} of --max-concurrency"
+        head = f"units at once: {running}, not the {max_concurrency} of {option('--max-concurrency')}"
     else:
         head = f"units at once: {running} of the run's {planned}"
     if held[name] <= running or shape.slots == 1:  # the resource itself, summed over the nodes
         totals = _totals(nodes)
-        option = _OPTION_OF.get(name, f"--unit-resource {name}=AMOUNT")
+        changes = option(_OPTION_OF[name]) if name in _OPTION_OF else option("--unit-resource", {name: "AMOUNT"})
         return (
             f"{head}: each unit asks for {name} {_amount(name, wanted[name])} and {where} "
-            f"{name} {_amount(name, totals.get(name, 0))} in all ({option} changes what a unit asks for){grows}"
+            f"{name} {_amount(name, totals.get(name, 0))} in all ({changes} changes what a unit asks for){grows}"
         )
     return (  # what is left on each node after its whole workers is too small for another
         f"{head}: each worker runs {shape.slots} units and asks for their resources on one node, and the "
-        f"nodes' room holds {_count(running // shape.slots, 'such worker')} (--workers N: more, smaller workers pack "
+        f"nodes' room holds {_count(running // shape.slots, 'such worker')} ({option('--workers', 'N')}: more, smaller "
+        "workers pack "
         f"more units onto the nodes){grows}"
     )
 

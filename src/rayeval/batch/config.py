@@ -15,6 +15,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, Field, model_validator
 
+from .._messages import KEYWORD_OF_FLAG
 from ..evals.model import DEFAULT_AGENT_TIMEOUT_S, MAX_TIMEOUT_S
 from ..grading.pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
 from ..harness.execution import INT64_MAX, INT64_MIN
@@ -250,3 +251,19 @@ def option_field(loc: Sequence[int | str]) -> str:
     """The option a validation error's location is about, the concern it sits in left out."""
     names = [str(part) for part in loc if part not in CONCERNS]
     return names[0] if names else ""
+
+
+def _keywords_of_flags() -> dict[str, str]:
+    """``--max-cost``: ``max_cost_usd``: each option whose flag is not its field's own name."""
+    named: dict[str, str] = {}
+    models: list[type[BaseModel]] = [BatchConfig, *CONCERNS.values()]
+    for model in models:
+        for name, field in model.model_fields.items():
+            extra = field.json_schema_extra
+            flag = extra.get("option") if isinstance(extra, dict) else None
+            if isinstance(flag, str) and flag.startswith("--"):
+                named[flag] = name
+    return named
+
+
+KEYWORD_OF_FLAG.update(_keywords_of_flags())

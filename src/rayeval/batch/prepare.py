@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from .._messages import option
 from ..agents.locate import check_module_agent
 from ..agents.resolve import agent_ref, check_agent_args, is_module_path
 from ..evals import Eval, EvalFileError, load_evals, select_evals
@@ -57,11 +58,11 @@ def describe_time_limits(evals: list[Eval], timeout: float | None) -> str:
     """The time each unit may run, as the run's start line and dry run say it: the run's
     ``--timeout``, else each eval's own, else the default."""
     if timeout is not None:
-        return f"time limit per unit: {timeout:g} s (--timeout)"
+        return f"time limit per unit: {timeout:g} s ({option('--timeout')})"
     limits = Counter(eval_.effective_timeout for eval_ in evals)
     own = sum(1 for eval_ in evals if eval_.agent_timeout or eval_.timeout)
     if not own:
-        return f"time limit per unit: {DEFAULT_AGENT_TIMEOUT_S:g} s (the default: no eval sets one; --timeout S changes it)"
+        return f"time limit per unit: {DEFAULT_AGENT_TIMEOUT_S:g} s (the default: no eval sets one; {option('--timeout', 'S')} changes it)"
     shown = ", ".join(
         f"{seconds:g} s for {count} eval{'s' if count != 1 else ''}" for seconds, count in sorted(limits.items())
     )

@@ -11,6 +11,7 @@ import numpy as np
 import ray
 from pydantic import BaseModel
 
+from .._messages import option
 from ..agents.labels import row_labels
 from ..agents.resolve import agent_ref
 from ..evals import Eval
@@ -87,7 +88,7 @@ class PlanPreview(BaseModel):
             verdict = f"the estimate fits in the ${left:.2f} left"
         else:
             verdict = f"the estimate is over the ${left:.2f} left: the run would stop when it is spent"
-        return f"budget (--max-cost): ${self.max_cost_usd:.2f}{spent}; {verdict}"
+        return f"budget ({option('--max-cost')}): ${self.max_cost_usd:.2f}{spent}; {verdict}"
 
 
 def preview_run(config: BatchConfig) -> PlanPreview:

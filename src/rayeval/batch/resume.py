@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .._messages import listed
+from .._messages import listed, option, options
 from ..errors import RayevalError
 from ..evals import Eval
 from ..storage import ResultStore, RunManifest
@@ -28,9 +28,12 @@ def resumed_run_id(config: StorageConfig) -> str | None:
     """The run ``--resume`` finishes (None: the run is a new one); RunConflict for options
     that cannot go together, the Python API's as the command line's."""
     if config.retry_errors and not config.resume:
-        raise RunConflict("--retry-errors goes with --resume: it reruns the errored units of an existing run")
+        raise RunConflict(
+            f"{option('--retry-errors', True)} goes with {option('--resume', True)}: it reruns the errored units of "
+            "an existing run"
+        )
     if config.resume and config.run_id is None:
-        raise RunConflict("--resume needs --run-id: the run to finish")
+        raise RunConflict(f"{option('--resume', True)} needs {option('--run-id')}: the run to finish")
     return config.run_id if config.resume else None
 
 
@@ -43,7 +46,7 @@ def starting_manifest(
     storage = config.storage
     previous, damaged = previous_manifest(store, run_id, storage)
     if storage.resume and previous is None and not damaged:
-        raise RunConflict(f"--resume: no run {run_id!r} under {storage.output}")
+        raise RunConflict(f"{option('--resume', True)}: no run {run_id!r} under {storage.output}")
     if not storage.resume and previous is not None:
         raise RunConflict(_existing_run(run_id, storage.output, previous.status))
     if previous is not None and previous.agent != config.agent:
@@ -64,7 +67,8 @@ def previous_manifest(store: ResultStore, run_id: str, config: StorageConfig) ->
         if not (config.resume and config.force):
             raise ManifestError(
                 f"{exc}: the inputs run {run_id!r} was planned with are unknown; "
-                "--resume --force finishes it with the current inputs (its stored units are not run again)"
+                f"{options(('--resume', True), ('--force', True))} finishes it with the current inputs (its stored "
+                "units are not run again)"
             ) from None
         log.warning("--resume --force: %s; replaced by the manifest of the current inputs", exc)
         return None, True
@@ -76,11 +80,11 @@ def _existing_run(run_id: str, output: str, status: str) -> str:
     where = f"run {run_id!r} already exists under {output}"
     if status == "completed":
         return (
-            f"{where} and is finished: choose another --run-id (or none, for a new one); "
-            f"--retry-errors --run-id {run_id} runs its errored units again"
+            f"{where} and is finished: choose another {option('--run-id')} (or none, for a new one); "
+            f"{options(('--retry-errors', True), ('--run-id', run_id))} runs its errored units again"
         )
     left = "interrupted" if status == "running" else status  # this driver holds its lease: nobody runs it
-    return f"{where} ({left}): pass --resume to finish it"
+    return f"{where} ({left}): pass {option('--resume', True)} to finish it"
 
 
 def run_manifest(
@@ -120,9 +124,9 @@ def check_same_inputs(previous: RunManifest, manifest: RunManifest, agent_args: 
     diff = "".join(f"\n  {change}" for change in changes)
     if not force:
         raise RunConflict(
-            f"--resume: run {previous.run_id!r} was planned with other inputs (before → after):{diff}\n"
+            f"{option('--resume', True)}: run {previous.run_id!r} was planned with other inputs (before → after):{diff}\n"
             "Its rows and new ones would mix two experiments. Restore those inputs, start a new run "
-            "(another --run-id), or pass --force to resume with the new inputs."
+            f"(another {option('--run-id')}), or pass {option('--force', True)} to resume with the new inputs."
         )
     log.warning(
         "--resume --force: run %s goes on with new inputs (units with new ids run, stored rows stay):%s",
@@ -150,9 +154,9 @@ def plan_changes(previous: RunManifest, current: RunManifest, agent_args: dict[s
     ):
         if ids:
             changes.append(f"evals {what}: {listed(ids)}")
-    for option in UNIT_OPTIONS:
-        if option in previous.model_fields_set and getattr(previous, option) != getattr(current, option):
-            changes.append(f"{option}: {getattr(previous, option)} → {getattr(current, option)}")
+    for name in UNIT_OPTIONS:
+        if name in previous.model_fields_set and getattr(previous, name) != getattr(current, name):
+            changes.append(f"{name}: {getattr(previous, name)} → {getattr(current, name)}")
     changes += _limit_changes(previous.limits, current.limits)
     if not changes and previous.plan_digest and previous.plan_digest != current.plan_digest:
         changes.append(f"plan_digest: {previous.plan_digest} → {current.plan_digest}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Sequence
 
+from .._messages import option
 from ..errors import ConfigError
 from .model import Eval
 
@@ -35,7 +36,7 @@ def select_evals(
         unknown = [name for name in sample_ids if name not in known]
         if unknown:
             raise EvalSelectionError(
-                f"--sample-id: no eval with id {', '.join(map(repr, unknown))} among the {len(evals)} loaded"
+                f"{option('--sample-id')}: no eval with id {', '.join(map(repr, unknown))} among the {len(evals)} loaded"
             )
         wanted = set(sample_ids)
         chosen = [eval_ for eval_ in chosen if eval_.id in wanted]
@@ -44,6 +45,7 @@ def select_evals(
     if limit is not None:
         chosen = chosen[:limit]
     if not chosen:
-        described = ", ".join([*(f"--sample-id {s}" for s in sample_ids), *(f"--filter {f}" for f in filters)])
+        chosen_by = [("--sample-id", list(sample_ids)), ("--filter", list(filters))]
+        described = ", ".join(option(flag, values) for flag, values in chosen_by if values)
         raise EvalSelectionError(f"{described}: no eval of the {len(evals)} loaded is selected")
     return chosen

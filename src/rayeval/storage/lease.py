@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._files import write_atomic
+from .._messages import option, options
 from ..errors import RayevalError
 from .layout import LEASE_NAME, LOCK_NAME
 from .wal import try_lock
@@ -455,7 +456,7 @@ class RunLease:
     def _held(self, holder: LeaseRecord | None, *, locked: bool = False) -> LeaseHeld:
         """``locked``: the holder's process holds the run's lock (a local root), so it is alive."""
         run = f"run {self.run_id!r} under {self.root}"
-        resume = f"the same command with --resume --run-id {self.run_id} finishes the run"
+        resume = f"the same run with {options(('--resume', True), ('--run-id', self.run_id))} finishes it"
         if holder is None:
             return LeaseHeld(
                 f"{run} is being taken by another driver right now ({self.where}). "
@@ -470,7 +471,9 @@ class RunLease:
                 f"Two drivers would run every unit twice: wait for that driver to finish, or stop it; then {resume}."
             )
             if not locked:
-                advice += " If that driver died, --resume takes the run over once its lease has expired."
+                advice += (
+                    f" If that driver died, {option('--resume', True)} takes the run over once its lease has expired."
+                )
         return LeaseHeld(
             f"{run} is held by another driver: {holder.describe(note=note)}. {advice} Lease: {self.where}", holder
         )
@@ -482,7 +485,7 @@ class RunLease:
             f"run {self.run_id!r}: this driver lost its lease ({self.where}): {why}{holder}. This driver's lease was "
             f"last renewed at {_when(self.record.renewed_at)} (it stalled, or could not reach the storage). It stops "
             "and stores nothing more; rows it had not stored stay in its write-ahead log. The run belongs to the "
-            "other driver now: let it finish, or --resume once it has stopped.",
+            f"other driver now: let it finish, or {option('--resume', True)} once it has stopped.",
             current,
         )
 

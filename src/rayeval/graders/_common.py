@@ -6,7 +6,26 @@ import math
 from collections.abc import Iterable
 from typing import Any, TypeGuard
 
+from ..errors import ConfigError, RayevalError
 from .result import GraderResult, is_finite_number
+
+
+class InvalidConfig(ConfigError):
+    """A configuration problem, raised where it is found; ``Grader.evaluate_answer`` turns it into
+    the failed result whose ``configuration_error`` metric is the message (see :func:`config_error`)."""
+
+    def __init__(self, reason: str, *, score_max: float = 1.0) -> None:
+        super().__init__(reason)
+        self.score_max = score_max
+
+
+class RejectedAnswer(RayevalError):
+    """A wrong, missing or malformed answer under a valid config, raised where it is found;
+    ``Grader.evaluate_answer`` turns it into the failed result :func:`agent_failure` builds."""
+
+    def __init__(self, reason: str, *, metrics: dict | None = None) -> None:
+        super().__init__(reason)
+        self.metrics = metrics
 
 
 class _Missing:

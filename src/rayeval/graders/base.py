@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._common import config_error
+from ._common import InvalidConfig, RejectedAnswer, agent_failure, config_error
 from .result import GraderResult
 
 
 class Grader:
     """Subclasses implement ``_evaluate``; callers use ``evaluate_answer``.
 
-    Whatever JSON a caller passes, ``evaluate_answer`` returns a GraderResult: an
-    unexpected exception becomes a failed result with a ``grader_error`` metric.
+    Whatever JSON a caller passes, ``evaluate_answer`` returns a GraderResult: ``_evaluate``
+    raises InvalidConfig or RejectedAnswer where it finds a problem, which becomes the failed
+    result for it, and an unexpected exception a failed result with a ``grader_error`` metric.
     """
 
     #: Every reference grader rejects a non-object config before looking at anything else.
@@ -26,6 +27,10 @@ class Grader:
             return config_error(f"config must be an object, got {type(config).__name__}", answer)
         try:
             return self._evaluate(answer, config)
+        except InvalidConfig as exc:
+            return config_error(str(exc), answer, score_max=exc.score_max)
+        except RejectedAnswer as exc:
+            return agent_failure(str(exc), answer, metrics=exc.metrics)
         except Exception as exc:  # noqa: BLE001 - a grader fails closed, never raises (RecursionError included)
             error = f"{type(exc).__name__}: {exc}"
             return GraderResult(

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from ..errors import ConfigError
-from ._common import MISSING, config_error, is_finite_number
+from ._common import MISSING, InvalidConfig, config_error, is_finite_number
 from .base import Grader
 from .predicate import (
     SCALAR_OPS,
@@ -30,10 +29,6 @@ GATE, ADDITIVE, HARD_FAIL = "gate", "additive", "hard_fail"
 COMPOSITE_ROLES = (GATE, ADDITIVE, HARD_FAIL)
 ROOT_ROLES = (GATE, HARD_FAIL)
 # Tuples, not sets: a role read from JSON may be an unhashable array or object.
-
-
-class InvalidConfig(ConfigError):
-    """A configuration problem; its message becomes the ``configuration_error`` metric."""
 
 
 class LeafResult(NamedTuple):

@@ -70,31 +70,30 @@ def is_number_in(value: Any, low: float, high: float) -> bool:
     return is_finite_number(value) and low <= value <= high
 
 
-def read_object(config: dict, *path: str) -> dict | str:
-    """The optional nested object at ``path`` (absent means ``{}``), or the error message (null is an error)."""
+def read_object(config: dict, *path: str) -> dict:
+    """The optional nested object at ``path`` (absent means ``{}``); null or any non-object is InvalidConfig."""
     node: Any = config
     for key in path:
         if key not in node:
             return {}
         node = node[key]
         if node.__class__ is not dict and not isinstance(node, dict):
-            return f"{'.'.join(path[: path.index(key) + 1])} must be an object, got {node!r}"
+            raise InvalidConfig(f"{'.'.join(path[: path.index(key) + 1])} must be an object, got {node!r}")
     return node
 
 
 _RANGE_TEXT: dict[tuple[float, float], str] = {}  # "[low, high]" per range, formatted once
 
 
-def _range_error(key: str, low: float, high: float, value: Any) -> str:
+def _range_error(key: str, low: float, high: float, value: Any) -> InvalidConfig:
     text = _RANGE_TEXT.get((low, high))
     if text is None:
         text = _RANGE_TEXT[low, high] = f"[{low}, {high}]"
-    return f"{key} must be a finite number in {text}, got {value!r}"
+    return InvalidConfig(f"{key} must be a finite number in {text}, got {value!r}")
 
 
-def read_thresholds(mapping: dict, specs: Iterable[tuple[str, Any, float, float]]) -> list | str:
-    """Values for (key, default, low, high) specs, or the error message; a present key (even null) must be in
-    range."""
+def read_thresholds(mapping: dict, specs: Iterable[tuple[str, Any, float, float]]) -> list:
+    """Values for (key, default, low, high) specs; a present key (even null) out of range is InvalidConfig."""
     values = []
     for key, default, low, high in specs:
         if key not in mapping:
@@ -102,19 +101,24 @@ def read_thresholds(mapping: dict, specs: Iterable[tuple[str, Any, float, float]
             continue
         value = mapping[key]
         if not is_number_in(value, low, high):
-            return _range_error(key, low, high, value)
+            raise _range_error(key, low, high, value)
         values.append(value)
     return values
 
 
-def read_thresholds_at(
-    config: dict, path: tuple[str, ...], specs: Iterable[tuple[str, Any, float, float]]
-) -> list | str:
-    """Thresholds from an optional nested object such as ``scoring.pass_thresholds``, or the error message."""
-    mapping = read_object(config, *path) if path[0] in config else None  # mostly absent: the defaults
-    if isinstance(mapping, str):
-        return mapping
-    return read_thresholds(mapping, specs) if mapping else [default for _, default, _, _ in specs]
+def read_thresholds_at(config: dict, path: tuple[str, ...], specs: Iterable[tuple[str, Any, float, float]]) -> list:
+    """Thresholds from an optional nested object such as ``scoring.pass_thresholds``."""
+    if path[0] not in config:  # mostly absent: the defaults
+        return [default for _, default, _, _ in specs]
+    return read_thresholds(read_object(config, *path), specs)
+
+
+def read_answer_field(config: dict, default: str | None = None) -> str:
+    """The config's ``answer_field`` (``default`` when absent); InvalidConfig unless a non-blank string."""
+    answer_field = config.get("answer_field", default)
+    if not is_nonblank_str(answer_field):
+        raise InvalidConfig(f"answer_field must be a non-blank string, got {answer_field!r}")
+    return answer_field
 
 
 def lookup_dotted(answer: Any, key: str) -> tuple[bool, Any]:
@@ -133,14 +137,12 @@ def lookup_dotted(answer: Any, key: str) -> tuple[bool, Any]:
     return True, node
 
 
-def check_expected_count(config: dict) -> tuple[int | None, str | None]:
-    """(expected_count, error): absent/null means no contract; else a non-bool int >= 0."""
+def read_expected_count(config: dict) -> int | None:
+    """Absent/null means no count contract; else a non-bool int >= 0 (InvalidConfig otherwise)."""
     value = config.get("expected_count")
-    if value is None:
-        return None, None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        return None, f"expected_count must be a non-negative integer, got {value!r}"
-    return value, None
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise InvalidConfig(f"expected_count must be a non-negative integer, got {value!r}")
+    return value
 
 
 def cardinality_holds(expected_count: int | None, submitted: int, unique: int) -> bool:
@@ -174,6 +176,15 @@ def config_error(reason: str, answer: Any = None, *, score_max: float = 1.0) -> 
 def missing_field(name: str) -> str:
     """The reference's reasoning for an answer without a required field."""
     return f"Agent answer missing required field: {name}"
+
+
+def required_member(answer: Any, field: str, not_an_object: str = "Answer is not a JSON object") -> Any:
+    """``answer[field]``; RejectedAnswer when the answer is no object or lacks the field."""
+    if not isinstance(answer, dict):
+        raise RejectedAnswer(not_an_object)
+    if field not in answer:
+        raise RejectedAnswer(missing_field(field))
+    return answer[field]
 
 
 def agent_failure(

@@ -10,14 +10,14 @@ import math
 from typing import Any
 
 from ._common import (
-    agent_failure,
+    InvalidConfig,
+    RejectedAnswer,
     binary_result,
     cardinality_holds,
-    check_expected_count,
-    config_error,
-    is_nonblank_str,
-    missing_field,
+    read_answer_field,
+    read_expected_count,
     read_thresholds_at,
+    required_member,
 )
 from .base import Grader
 from .registry import register_grader
@@ -42,29 +42,20 @@ class LabelSetJaccardGrader(Grader):
     def _evaluate(self, answer: Any, config: Any) -> GraderResult:
         truth = config.get("ground_truth_labels")
         if not isinstance(truth, list) or not truth:
-            return config_error("ground_truth_labels must be a non-empty list", answer)
+            raise InvalidConfig("ground_truth_labels must be a non-empty list")
         if not all(_is_label(item) for item in truth):
-            return config_error("ground_truth_labels items must be strings, finite numbers or bools", answer)
-        thresholds = read_thresholds_at(config, ("scoring",), (("pass_threshold", DEFAULT_PASS_THRESHOLD, 0.0, 1.0),))
-        if isinstance(thresholds, str):
-            return config_error(thresholds, answer)
-        (pass_threshold,) = thresholds
-        answer_field = config.get("answer_field", DEFAULT_ANSWER_FIELD)
-        if not is_nonblank_str(answer_field):
-            return config_error(f"answer_field must be a non-blank string, got {answer_field!r}", answer)
-        expected_count, error = check_expected_count(config)
-        if error is not None:
-            return config_error(error, answer)
+            raise InvalidConfig("ground_truth_labels items must be strings, finite numbers or bools")
+        (pass_threshold,) = read_thresholds_at(
+            config, ("scoring",), (("pass_threshold", DEFAULT_PASS_THRESHOLD, 0.0, 1.0),)
+        )
+        answer_field = read_answer_field(config, DEFAULT_ANSWER_FIELD)
+        expected_count = read_expected_count(config)
 
-        if not isinstance(answer, dict):
-            return agent_failure("Answer is not a JSON object", answer)
-        if answer_field not in answer:
-            return agent_failure(missing_field(answer_field), answer)
-        items = answer[answer_field]
+        items = required_member(answer, answer_field)
         if not isinstance(items, list):
-            return agent_failure(f"{answer_field!r} must be a list, got {type(items).__name__}", answer)
+            raise RejectedAnswer(f"{answer_field!r} must be a list, got {type(items).__name__}")
         if not all(_is_label(item) for item in items):
-            return agent_failure(f"{answer_field!r} items must be strings, finite numbers or bools", answer)
+            raise RejectedAnswer(f"{answer_field!r} items must be strings, finite numbers or bools")
 
         submitted = [str(item) for item in items]
         predicted = set(submitted)

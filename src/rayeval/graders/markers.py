@@ -9,17 +9,19 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from ._common import (
-    agent_failure,
+    InvalidConfig,
+    RejectedAnswer,
     binary_result,
     cardinality_holds,
-    check_expected_count,
-    config_error,
     is_nonblank_str,
     is_number_in,
     missing_field,
+    read_answer_field,
+    read_expected_count,
     read_object,
     read_thresholds,
     read_thresholds_at,
+    required_member,
 )
 from .base import Grader
 from .registry import register_grader
@@ -42,22 +44,21 @@ def _are_gene_names(items: list) -> bool:
     return all(is_nonblank_str(gene) for gene in items)
 
 
-def _canonical_error(canonical: Any) -> str | None:
-    """Why the canonical markers (flat list or per-cell-type object) are unusable, if they are."""
+def _check_canonical(canonical: Any) -> None:
+    """InvalidConfig when the canonical markers (flat list or per-cell-type object) are unusable."""
     if isinstance(canonical, list):
         if canonical and _are_gene_names(canonical):
-            return None
-        return "canonical_markers must be a non-empty list of non-blank gene names"
-    if isinstance(canonical, dict):
-        if not canonical:
-            return "canonical_markers must not be an empty object"
-        for cell_type, genes in canonical.items():
-            if not is_nonblank_str(cell_type):
-                return f"canonical_markers cell type {cell_type!r} is not a non-blank string"
-            if not isinstance(genes, list) or not genes or not _are_gene_names(genes):
-                return f"canonical_markers[{cell_type!r}] must be a non-empty list of non-blank gene names"
-        return None
-    return f"canonical_markers must be a list or an object, got {type(canonical).__name__}"
+            return
+        raise InvalidConfig("canonical_markers must be a non-empty list of non-blank gene names")
+    if not isinstance(canonical, dict):
+        raise InvalidConfig(f"canonical_markers must be a list or an object, got {type(canonical).__name__}")
+    if not canonical:
+        raise InvalidConfig("canonical_markers must not be an empty object")
+    for cell_type, genes in canonical.items():
+        if not is_nonblank_str(cell_type):
+            raise InvalidConfig(f"canonical_markers cell type {cell_type!r} is not a non-blank string")
+        if not isinstance(genes, list) or not genes or not _are_gene_names(genes):
+            raise InvalidConfig(f"canonical_markers[{cell_type!r}] must be a non-empty list of non-blank gene names")
 
 
 def _by_lowercase(genes: list[str]) -> dict[str, str]:
@@ -68,16 +69,16 @@ def _by_lowercase(genes: list[str]) -> dict[str, str]:
     return spelling
 
 
-def _required_celltypes(thresholds: dict, canonical: list | dict) -> tuple[int | None, str | None]:
-    """(min_celltypes_passing or None, error): only meaningful for per-cell-type canonical markers."""
+def _required_celltypes(thresholds: dict, canonical: list | dict) -> int | None:
+    """min_celltypes_passing, None when absent: only meaningful for per-cell-type canonical markers."""
     if "min_celltypes_passing" not in thresholds:
-        return None, None
+        return None
     required = thresholds["min_celltypes_passing"]
     if not isinstance(canonical, dict):
-        return None, "min_celltypes_passing needs per-cell-type (object) canonical_markers"
+        raise InvalidConfig("min_celltypes_passing needs per-cell-type (object) canonical_markers")
     if isinstance(required, bool) or not isinstance(required, int) or not 1 <= required <= len(canonical):
-        return None, f"min_celltypes_passing must be an integer in [1, {len(canonical)}], got {required!r}"
-    return required, None
+        raise InvalidConfig(f"min_celltypes_passing must be an integer in [1, {len(canonical)}], got {required!r}")
+    return required
 
 
 class _Overlap(NamedTuple):
@@ -118,31 +119,14 @@ class MarkerGenePrecisionRecallGrader(Grader):
             canonical = config["canonical_markers"]
         else:  # only an absent key falls back; an explicit null is an error
             canonical = config.get("ground_truth_labels")
-        error = _canonical_error(canonical)
-        if error is not None:
-            return config_error(error, answer)
+        _check_canonical(canonical)
         thresholds = read_object(config, "scoring", "pass_thresholds")
-        if isinstance(thresholds, str):
-            return config_error(thresholds, answer)
-        values = read_thresholds(thresholds, PRECISION_RECALL_THRESHOLDS)
-        if isinstance(values, str):
-            return config_error(values, answer)
-        precision_threshold, recall_threshold, min_recall = values
-        required, error = _required_celltypes(thresholds, canonical)
-        if error is not None:
-            return config_error(error, answer)
-        expected_count, error = check_expected_count(config)
-        if error is not None:
-            return config_error(error, answer)
-        answer_field = config.get("answer_field", DEFAULT_ANSWER_FIELD)
-        if not is_nonblank_str(answer_field):
-            return config_error(f"answer_field must be a non-blank string, got {answer_field!r}", answer)
+        precision_threshold, recall_threshold, min_recall = read_thresholds(thresholds, PRECISION_RECALL_THRESHOLDS)
+        required = _required_celltypes(thresholds, canonical)
+        expected_count = read_expected_count(config)
+        answer_field = read_answer_field(config, DEFAULT_ANSWER_FIELD)
 
-        if not isinstance(answer, dict):
-            return agent_failure("Answer is not a JSON object", answer)
-        if answer_field not in answer:
-            return agent_failure(missing_field(answer_field), answer)
-        predicted = answer[answer_field]
+        predicted = required_member(answer, answer_field)
         if isinstance(canonical, dict):
             if isinstance(predicted, dict):
                 return _grade_per_celltype(
@@ -157,12 +141,11 @@ class MarkerGenePrecisionRecallGrader(Grader):
             if answer_field in canonical:
                 canonical = canonical[answer_field]
         if not isinstance(predicted, list):
-            return agent_failure(f"{answer_field!r} must be a list, got {type(predicted).__name__}", answer)
+            raise RejectedAnswer(f"{answer_field!r} must be a list, got {type(predicted).__name__}")
         if isinstance(canonical, dict):
-            reason = f"Canonical markers are per cell type but {answer_field!r} is a flat list"
-            return agent_failure(reason, answer)
+            raise RejectedAnswer(f"Canonical markers are per cell type but {answer_field!r} is a flat list")
         if not _are_gene_names(predicted):
-            return agent_failure(f"{answer_field!r} items must be non-blank strings", answer)
+            raise RejectedAnswer(f"{answer_field!r} items must be non-blank strings")
         return _grade_flat(
             answer, predicted, canonical, precision_threshold, recall_threshold, expected_count, answer_field
         )
@@ -277,14 +260,10 @@ class MarkerGeneSeparationGrader(Grader):
     """Judges the agent's own AUROC report; the verdict trusts the *reported* mean."""
 
     def _evaluate(self, answer: Any, config: Any) -> GraderResult:
-        values = read_thresholds_at(config, ("scoring", "pass_thresholds"), SEPARATION_THRESHOLDS)
-        if isinstance(values, str):
-            return config_error(values, answer)
-        mean_threshold, fraction_threshold, cutoff = values
-
+        mean_threshold, fraction_threshold, cutoff = read_thresholds_at(
+            config, ("scoring", "pass_thresholds"), SEPARATION_THRESHOLDS
+        )
         aurocs = _reported_aurocs(answer)
-        if isinstance(aurocs, str):
-            return agent_failure(aurocs, answer)
         reported_mean = answer["mean_auroc"]
         high: list[str] = []
         low: list[str] = []
@@ -320,31 +299,31 @@ class MarkerGeneSeparationGrader(Grader):
         return binary_result(passed, metrics, reasoning, answer)
 
 
-def _reported_aurocs(answer: Any) -> dict[str, float] | str:
-    """Gene -> AUROC, or the error message: checks the answer in the reference's order, first problem wins."""
+def _reported_aurocs(answer: Any) -> dict[str, float]:
+    """Gene -> AUROC; RejectedAnswer for the first problem, checked in the reference's order."""
     if not isinstance(answer, dict):
-        return "Answer is not a JSON object"
+        raise RejectedAnswer("Answer is not a JSON object")
     for key in ("per_gene_stats", "mean_auroc"):
         if key not in answer:
-            return missing_field(key)
+            raise RejectedAnswer(missing_field(key))
     stats = answer["per_gene_stats"]
     if not isinstance(stats, list):
-        return f"per_gene_stats must be a list, got {type(stats).__name__}"
+        raise RejectedAnswer(f"per_gene_stats must be a list, got {type(stats).__name__}")
     if not stats:
-        return "per_gene_stats is empty"
+        raise RejectedAnswer("per_gene_stats is empty")
     if not is_number_in(answer["mean_auroc"], 0.0, 1.0):
-        return f"mean_auroc must be a finite number in [0, 1], got {answer['mean_auroc']!r}"
+        raise RejectedAnswer(f"mean_auroc must be a finite number in [0, 1], got {answer['mean_auroc']!r}")
     aurocs: dict[str, float] = {}
     for position, stat in enumerate(stats):
         if not isinstance(stat, dict) or "gene" not in stat or "auroc" not in stat:
-            return f"per_gene_stats[{position}] must be an object with 'gene' and 'auroc'"
+            raise RejectedAnswer(f"per_gene_stats[{position}] must be an object with 'gene' and 'auroc'")
         gene, auroc = stat["gene"], stat["auroc"]
         if not (isinstance(gene, str) and gene.strip()):
-            return f"per_gene_stats[{position}].gene must be a non-blank string, got {gene!r}"
+            raise RejectedAnswer(f"per_gene_stats[{position}].gene must be a non-blank string, got {gene!r}")
         if gene in aurocs:
-            return f"gene {gene!r} appears more than once in per_gene_stats"
+            raise RejectedAnswer(f"gene {gene!r} appears more than once in per_gene_stats")
         # a float in range (NaN never is) needs no further check
         if not (auroc.__class__ is float and 0.0 <= auroc <= 1.0) and not is_number_in(auroc, 0.0, 1.0):
-            return f"per_gene_stats[{position}].auroc must be a finite number in [0, 1], got {auroc!r}"
+            raise RejectedAnswer(f"per_gene_stats[{position}].auroc must be a finite number in [0, 1], got {auroc!r}")
         aurocs[gene] = float(auroc)
     return aurocs

@@ -8,13 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._common import (
-    agent_failure,
-    config_error,
-    echo_answer,
-    is_nonblank_str,
-    read_thresholds_at,
-)
+from ._common import InvalidConfig, RejectedAnswer, echo_answer, read_answer_field, read_thresholds_at
 from .base import Grader
 from .registry import register_grader
 from .result import GraderResult
@@ -43,9 +37,9 @@ def lcs_length(left: list, right: list) -> int:
     return previous[-1]
 
 
-def _failure(reason: str, answer: Any) -> GraderResult:
+def _rejected(reason: str) -> RejectedAnswer:
     """This grader's agent failures carry the reason as an ``error`` metric."""
-    return agent_failure(reason, answer, metrics={"error": reason})
+    return RejectedAnswer(reason, metrics={"error": reason})
 
 
 @register_grader("longest_subsequence")
@@ -53,30 +47,24 @@ class LongestSubsequenceGrader(Grader):
     """Score = LCS / max(len(truth), len(answer), 1); passes at or above the threshold."""
 
     def _evaluate(self, answer: Any, config: Any) -> GraderResult:
-        if not isinstance(config, dict):
-            return config_error(f"config must be an object, got {type(config).__name__}", answer)
-        answer_field = config.get("answer_field")
-        if not is_nonblank_str(answer_field):
-            return config_error(f"answer_field must be a non-blank string, got {answer_field!r}", answer)
+        answer_field = read_answer_field(config)
         truth = config.get("ground_truth")
         if not isinstance(truth, list) or not truth:
-            return config_error("ground_truth must be a non-empty list of steps", answer)
+            raise InvalidConfig("ground_truth must be a non-empty list of steps")
         if not all(isinstance(step, list) and step for step in truth):
-            return config_error("every ground_truth step must be a non-empty list", answer)
+            raise InvalidConfig("every ground_truth step must be a non-empty list")
         thresholds = read_thresholds_at(config, ("scoring",), (("pass_threshold", DEFAULT_PASS_THRESHOLD, 0.0, 1.0),))
-        if isinstance(thresholds, str):
-            return config_error(thresholds, answer)
         pass_threshold = float(thresholds[0])
 
         if not isinstance(answer, dict):
-            return _failure("Answer is not a JSON object", answer)
+            raise _rejected("Answer is not a JSON object")
         if answer_field not in answer:
-            return _failure(f"Answer has no {answer_field!r} field", answer)
+            raise _rejected(f"Answer has no {answer_field!r} field")
         steps = answer[answer_field]
         if not isinstance(steps, list):
-            return _failure(f"{answer_field!r} must be a list of steps, got {type(steps).__name__}", answer)
+            raise _rejected(f"{answer_field!r} must be a list of steps, got {type(steps).__name__}")
         if not all(isinstance(step, list) for step in steps):
-            return _failure(f"every step in {answer_field!r} must be a list", answer)
+            raise _rejected(f"every step in {answer_field!r} must be a list")
 
         expected = [_normalise_step(step) for step in truth]
         submitted = [_normalise_step(step) for step in steps]

@@ -9,13 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ._common import (
-    agent_failure,
-    binary_result,
-    config_error,
-    is_finite_number,
-    read_thresholds_at,
-)
+from ._common import RejectedAnswer, binary_result, is_finite_number, read_thresholds_at
 from .base import Grader
 from .registry import register_grader
 from .result import GraderResult
@@ -32,25 +26,24 @@ NUMERIC_KEYS = (*DISTANCE_KEYS, *PERCENT_KEYS)
 ANSWER_KEYS = (*NUMERIC_KEYS, "adjacency_pass")
 
 
-def _answer_error(answer: Any) -> str | None:
-    """Why the reported statistics are unusable, checked in the reference's order."""
+def _check_answer(answer: Any) -> None:
+    """RejectedAnswer when the reported statistics are unusable, checked in the reference's order."""
     if not isinstance(answer, dict):
-        return "Answer is not a JSON object"
+        raise RejectedAnswer("Answer is not a JSON object")
     missing = [key for key in ANSWER_KEYS if key not in answer]
     if missing:
-        return f"Agent answer missing required fields: {missing}"
+        raise RejectedAnswer(f"Agent answer missing required fields: {missing}")
     non_numeric = [key for key in NUMERIC_KEYS if not is_finite_number(answer[key])]
     if non_numeric:
-        return f"{', '.join(non_numeric)} must be finite numbers"
+        raise RejectedAnswer(f"{', '.join(non_numeric)} must be finite numbers")
     negative = [key for key in DISTANCE_KEYS if answer[key] < 0]
     if negative:
-        return f"{', '.join(negative)} must be >= 0"
+        raise RejectedAnswer(f"{', '.join(negative)} must be >= 0")
     out_of_range = [key for key in PERCENT_KEYS if not 0 <= answer[key] <= 100]
     if out_of_range:
-        return f"{', '.join(out_of_range)} must be percentages in [0, 100]"
+        raise RejectedAnswer(f"{', '.join(out_of_range)} must be percentages in [0, 100]")
     if not isinstance(answer["adjacency_pass"], bool):
-        return f"adjacency_pass must be true or false, got {answer['adjacency_pass']!r}"
-    return None
+        raise RejectedAnswer(f"adjacency_pass must be true or false, got {answer['adjacency_pass']!r}")
 
 
 @register_grader("spatial_adjacency")
@@ -58,14 +51,10 @@ class SpatialAdjacencyGrader(Grader):
     """Every statistic within its inclusive bound AND the agent's own adjacency_pass is true."""
 
     def _evaluate(self, answer: Any, config: Any) -> GraderResult:
-        values = read_thresholds_at(config, ("scoring", "pass_thresholds"), THRESHOLDS)
-        if isinstance(values, str):
-            return config_error(values, answer)
-        max_median, max_p90, min_pct15, min_pct55 = values
-
-        error = _answer_error(answer)
-        if error is not None:
-            return agent_failure(error, answer)
+        max_median, max_p90, min_pct15, min_pct55 = read_thresholds_at(
+            config, ("scoring", "pass_thresholds"), THRESHOLDS
+        )
+        _check_answer(answer)
         median_pass = answer["median_ic_to_pc_um"] <= max_median
         p90_pass = answer["p90_ic_to_pc_um"] <= max_p90
         within_15um_pass = answer["pct_ic_within_15um"] >= min_pct15

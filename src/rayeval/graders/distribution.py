@@ -9,12 +9,12 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from ._common import (
-    agent_failure,
-    config_error,
+    InvalidConfig,
+    RejectedAnswer,
     echo_answer,
     is_finite_number,
     is_nonblank_str,
-    missing_field,
+    required_member,
 )
 from .base import Grader
 from .registry import register_grader
@@ -37,46 +37,45 @@ def all_keys_nonblank(mapping: dict) -> bool:
     return all(is_nonblank_str(key) for key in mapping)
 
 
-def tolerance_value(tolerances: dict, key: str, default: Any) -> tuple[Any, str | None]:
-    """(value, error) for ``tolerances[key].value``: absent entry or value means the default."""
+def tolerance_value(tolerances: dict, key: str, default: Any) -> Any:
+    """``tolerances[key].value``: absent entry or value means the default."""
     if key not in tolerances:
-        return default, None
+        return default
     entry = tolerances[key]
     if not isinstance(entry, dict):
-        return None, f"tolerances.{key} must be an object, got {entry!r}"
+        raise InvalidConfig(f"tolerances.{key} must be an object, got {entry!r}")
     value = entry.get("value", default)
     if not is_finite_number(value) or value < 0:
-        return None, f"tolerances.{key}.value must be a finite number >= 0, got {value!r}"
-    return value, None
+        raise InvalidConfig(f"tolerances.{key}.value must be a finite number >= 0, got {value!r}")
+    return value
 
 
-def read_config(config: Any) -> DistributionSpec | str:
-    """The spec, or the first problem found; the whole config is judged before the answer, so config errors
-    always win."""
+def read_config(config: Any) -> DistributionSpec:
+    """The spec; InvalidConfig for the first problem found. The whole config is judged before the
+    answer, so config errors always win."""
     ground_truth = config.get("ground_truth")
     if not isinstance(ground_truth, dict):
-        return "ground_truth must be an object"
+        raise InvalidConfig("ground_truth must be an object")
     distribution = ground_truth.get("cell_type_distribution")
     if not isinstance(distribution, dict) or not distribution:
-        return "ground_truth.cell_type_distribution must be a non-empty object"
+        raise InvalidConfig("ground_truth.cell_type_distribution must be a non-empty object")
     if not all_keys_nonblank(distribution):
-        return "cell type names must be non-blank strings"
+        raise InvalidConfig("cell type names must be non-blank strings")
     for cell_type, pct in distribution.items():
         if not is_finite_number(pct):
-            return f"ground-truth percentage for {cell_type!r} must be a finite number, got {pct!r}"
+            raise InvalidConfig(f"ground-truth percentage for {cell_type!r} must be a finite number, got {pct!r}")
     total_cells = ground_truth.get("total_cells")
     if total_cells is not None and not is_finite_number(total_cells):
-        return f"ground_truth.total_cells must be a finite number, got {total_cells!r}"
+        raise InvalidConfig(f"ground_truth.total_cells must be a finite number, got {total_cells!r}")
     tolerances = config.get("tolerances", {})
     if not isinstance(tolerances, dict):
-        return f"tolerances must be an object, got {tolerances!r}"
-    pct_tol, error = tolerance_value(tolerances, "cell_type_percentages", DEFAULT_PERCENT_TOLERANCE)
-    if error:
-        return error
-    total_tol, error = tolerance_value(tolerances, "total_cells", DEFAULT_TOTAL_CELLS_TOLERANCE)
-    if error:
-        return error
-    return DistributionSpec(distribution, total_cells, pct_tol, total_tol)
+        raise InvalidConfig(f"tolerances must be an object, got {tolerances!r}")
+    return DistributionSpec(
+        distribution,
+        total_cells,
+        tolerance_value(tolerances, "cell_type_percentages", DEFAULT_PERCENT_TOLERANCE),
+        tolerance_value(tolerances, "total_cells", DEFAULT_TOTAL_CELLS_TOLERANCE),
+    )
 
 
 @register_grader("distribution_comparison")
@@ -85,22 +84,16 @@ class DistributionComparisonGrader(Grader):
 
     def _evaluate(self, answer: Any, config: Any) -> GraderResult:
         spec = read_config(config)
-        if isinstance(spec, str):
-            return config_error(spec, answer)
-        if not isinstance(answer, dict):
-            return agent_failure("Answer is not an object", answer)
-        if "cell_type_distribution" not in answer:
-            return agent_failure(missing_field("cell_type_distribution"), answer)
-        reported = answer["cell_type_distribution"]
+        reported = required_member(answer, "cell_type_distribution", "Answer is not an object")
         if not isinstance(reported, dict) or not all_keys_nonblank(reported):
-            return agent_failure("cell_type_distribution must be an object keyed by non-blank cell type names", answer)
+            raise RejectedAnswer("cell_type_distribution must be an object keyed by non-blank cell type names")
 
         metrics: dict[str, Any] = {}
         failures: list[str] = []
         if spec.total_cells is not None:
             actual = answer.get("total_cells")
             if actual is not None and not is_finite_number(actual):
-                return agent_failure(f"total_cells must be a number, got {actual!r}", answer)
+                raise RejectedAnswer(f"total_cells must be a number, got {actual!r}")
             diff = None if actual is None else abs(actual - spec.total_cells)
             ok = diff is not None and diff <= spec.total_cells_tolerance
             metrics["total_cells_actual"] = actual

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ._common import agent_failure, config_error, missing_field
+from ._common import InvalidConfig, RejectedAnswer, required_member
 from .base import Grader
 from .registry import register_grader
 from .result import GraderResult
@@ -34,26 +34,30 @@ def choice_token(value: Any) -> str | None:
     return None
 
 
-def _correct_tokens(config: Any) -> list[str] | str:
-    """The correct tokens, or the error message: exactly one of correct_answer / correct_answers, every entry a
-    token."""
+def _correct_tokens(config: Any) -> list[str]:
+    """The correct tokens: exactly one of correct_answer / correct_answers, every entry a token
+    (InvalidConfig otherwise)."""
     has_one, has_many = "correct_answer" in config, "correct_answers" in config
     if has_one == has_many:
-        return "config needs exactly one of correct_answer or correct_answers"
+        raise InvalidConfig("config needs exactly one of correct_answer or correct_answers")
     if has_one:
         choice = config["correct_answer"]
         token = choice_token(choice)
         if token is None:
-            return f"correct_answer must be a non-blank string, finite number or bool, got {_kind(choice)}"
+            raise InvalidConfig(
+                f"correct_answer must be a non-blank string, finite number or bool, got {_kind(choice)}"
+            )
         return [token]
     choices = config["correct_answers"]
     if not isinstance(choices, list) or not choices:
-        return f"correct_answers must be a non-empty list, got {choices!r}"
+        raise InvalidConfig(f"correct_answers must be a non-empty list, got {choices!r}")
     tokens = []
     for choice in choices:
         token = choice_token(choice)
         if token is None:
-            return f"correct_answers: each must be a non-blank string, finite number or bool, got {_kind(choice)}"
+            raise InvalidConfig(
+                f"correct_answers: each must be a non-blank string, finite number or bool, got {_kind(choice)}"
+            )
         tokens.append(token)
     return tokens
 
@@ -73,18 +77,11 @@ class MultipleChoiceGrader(Grader):
 
     def _evaluate(self, answer: Any, config: Any) -> GraderResult:
         correct = _correct_tokens(config)
-        if isinstance(correct, str):
-            return config_error(correct, answer)
-        if not isinstance(answer, dict):
-            return agent_failure("Answer is not a JSON object", answer)
-        if ANSWER_FIELD not in answer:
-            return agent_failure(missing_field(ANSWER_FIELD), answer)
-        raw = answer[ANSWER_FIELD]
+        raw = required_member(answer, ANSWER_FIELD)
         token = choice_token(raw)
         if token is None:
-            return agent_failure(
+            raise RejectedAnswer(
                 f"Answer {ANSWER_FIELD!r} must be a non-blank string, finite number or bool, got {_kind(raw)}",
-                answer,
                 metrics={"correct_answers": correct, "agent_answer": raw},
             )
         passed = token in correct

@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from ._common import (
-    agent_failure,
-    config_error,
+    InvalidConfig,
+    RejectedAnswer,
     echo_answer,
     finite_or_none,
     is_finite_number,
@@ -28,17 +28,24 @@ TOLERANCE_TYPES = frozenset({"absolute", "relative", "min", "max"})
 # --------------------------------------------------------------------------- shared
 
 
-def validate_ground_truth(config: dict) -> dict | str:
-    """The ground truth (a non-empty object of nonblank field names to finite numbers), or the error message."""
+def validate_ground_truth(config: dict) -> dict:
+    """The ground truth: a non-empty object of nonblank field names to finite numbers (InvalidConfig otherwise)."""
     ground_truth = config.get("ground_truth")
     if not isinstance(ground_truth, dict) or not ground_truth:
-        return "ground_truth must be a non-empty object"
+        raise InvalidConfig("ground_truth must be a non-empty object")
     for field, expected in ground_truth.items():
         if not is_nonblank_str(field):
-            return f"ground_truth field names must be non-blank strings, got {field!r}"
+            raise InvalidConfig(f"ground_truth field names must be non-blank strings, got {field!r}")
         if not is_finite_number(expected):
-            return f"ground_truth[{field!r}] must be a finite number, got {expected!r}"
+            raise InvalidConfig(f"ground_truth[{field!r}] must be a finite number, got {expected!r}")
     return ground_truth
+
+
+def answer_object(answer: Any) -> dict:
+    """The answer, which both graders look fields up in; RejectedAnswer unless it is an object."""
+    if not isinstance(answer, dict):
+        raise RejectedAnswer("Answer is not an object")
+    return answer
 
 
 def coerce_answer_number(raw: Any) -> tuple[bool, Any]:
@@ -131,25 +138,25 @@ class TolerancePlan(NamedTuple):
     table: dict
 
 
-def plan_tolerances(config: dict) -> TolerancePlan | str:
-    """The validated ``tolerances`` (or, when absent, the singular ``tolerance``), or the error message."""
+def plan_tolerances(config: dict) -> TolerancePlan:
+    """The validated ``tolerances`` (or, when absent, the singular ``tolerance``); InvalidConfig otherwise."""
     if "tolerances" in config:
         tolerances = config["tolerances"]
     else:
         tolerances = config.get("tolerance", {})
     if not isinstance(tolerances, dict):
-        return f"tolerances must be an object, got {tolerances!r}"
+        raise InvalidConfig(f"tolerances must be an object, got {tolerances!r}")
     if "type" in tolerances:
         error = tolerance_entry_error(tolerances)
         if error:
-            return f"global tolerance: {error}"
+            raise InvalidConfig(f"global tolerance: {error}")
         return TolerancePlan(read_tolerance(tolerances), tolerances)
     for field, entry in tolerances.items():
         if not is_nonblank_str(field):
-            return f"tolerance field names must be non-blank strings, got {field!r}"
+            raise InvalidConfig(f"tolerance field names must be non-blank strings, got {field!r}")
         error = tolerance_entry_error(entry)
         if error:
-            return f"tolerances[{field!r}]: {error}"
+            raise InvalidConfig(f"tolerances[{field!r}]: {error}")
     return TolerancePlan(None, tolerances)
 
 
@@ -201,13 +208,8 @@ class NumericToleranceGrader(Grader):
 
     def _evaluate(self, answer: Any, config: Any) -> GraderResult:
         ground_truth = validate_ground_truth(config)
-        if isinstance(ground_truth, str):
-            return config_error(ground_truth, answer)
         plan = plan_tolerances(config)
-        if isinstance(plan, str):
-            return config_error(plan, answer)
-        if not isinstance(answer, dict):
-            return agent_failure("Answer is not an object", answer)
+        answer = answer_object(answer)
 
         passes: dict[str, bool] = {}
         metrics: dict[str, Any] = {}
@@ -247,22 +249,23 @@ class NumericToleranceGrader(Grader):
 # --------------------------------------------------------------------------- numeric_range
 
 
-def range_error(ranges: Any, ground_truth: dict) -> str | None:
-    """Why ``ranges`` is unusable: every ground-truth value must sit strictly inside its range."""
+def read_ranges(config: dict, ground_truth: dict) -> dict:
+    """The ``ranges``: every ground-truth value must sit strictly inside its range (InvalidConfig otherwise)."""
+    ranges = config.get("ranges")
     if not isinstance(ranges, dict) or not ranges:
-        return "ranges must be a non-empty object"
+        raise InvalidConfig("ranges must be a non-empty object")
     for field, expected in ground_truth.items():
         entry = ranges.get(field)
         if not isinstance(entry, dict):
-            return f"ranges[{field!r}] must be an object with min and max, got {entry!r}"
+            raise InvalidConfig(f"ranges[{field!r}] must be an object with min and max, got {entry!r}")
         low, high = entry.get("min"), entry.get("max")
         if not (is_finite_number(low) and is_finite_number(high)):
-            return f"ranges[{field!r}] min and max must be finite numbers"
+            raise InvalidConfig(f"ranges[{field!r}] min and max must be finite numbers")
         if not low < high:
-            return f"ranges[{field!r}] needs min < max, got {low!r} >= {high!r}"
+            raise InvalidConfig(f"ranges[{field!r}] needs min < max, got {low!r} >= {high!r}")
         if not low < expected < high:
-            return f"ground truth {expected!r} for {field!r} is not strictly inside ({low!r}, {high!r})"
-    return None
+            raise InvalidConfig(f"ground truth {expected!r} for {field!r} is not strictly inside ({low!r}, {high!r})")
+    return ranges
 
 
 @register_grader("numeric_range")
@@ -271,14 +274,8 @@ class NumericRangeGrader(Grader):
 
     def _evaluate(self, answer: Any, config: Any) -> GraderResult:
         ground_truth = validate_ground_truth(config)
-        if isinstance(ground_truth, str):
-            return config_error(ground_truth, answer)
-        ranges = config.get("ranges")
-        error = range_error(ranges, ground_truth)
-        if error:
-            return config_error(error, answer)
-        if not isinstance(answer, dict):
-            return agent_failure("Answer is not an object", answer)
+        ranges = read_ranges(config, ground_truth)
+        answer = answer_object(answer)
 
         passes: dict[str, bool] = {}
         metrics: dict[str, Any] = {}

@@ -13,9 +13,9 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
-from ._common import MISSING, agent_failure, config_error, echo_answer, is_finite_number
+from ._common import MISSING, InvalidConfig, RejectedAnswer, echo_answer, is_finite_number
 from .base import Grader
-from .leaf import ADDITIVE, HARD_FAIL, InvalidConfig, Leaf, parse_composite_leaf
+from .leaf import ADDITIVE, HARD_FAIL, Leaf, parse_composite_leaf
 from .registry import register_grader
 from .result import GraderResult, normalize_score
 
@@ -25,18 +25,11 @@ GATES_ALL_PASS = "gates_all_pass"
 # --------------------------------------------------------------------------- shared
 
 
-def _text_error(value: Any, key: str) -> str | None:
-    if isinstance(value, str) and value:
-        return None
-    return f"{key} must be a non-empty string, got {value!r}"
-
-
 def _nonempty_text(config: dict, key: str, default: str | None = None) -> str:
     value = config.get(key, default)
-    error = _text_error(value, key)
-    if error is not None:
-        raise InvalidConfig(error)
-    return str(value)  # a str: _text_error said so
+    if not (isinstance(value, str) and value):
+        raise InvalidConfig(f"{key} must be a non-empty string, got {value!r}")
+    return value
 
 
 def _where(entry: Any, field: str | None = None) -> str:
@@ -208,15 +201,15 @@ def _first_per_value(items: list, member: str) -> list:
     return kept
 
 
-def _answer_member(answer: Any, field: str, kind: type, kind_name: str) -> tuple[Any, GraderResult | None]:
-    """(value, None), or (None, plain failure) when the literal top-level key is absent or of
-    the wrong shape: a malformed answer, never a configuration error."""
+def _answer_member(answer: Any, field: str, kind: type, kind_name: str) -> Any:
+    """The literal top-level key's value; RejectedAnswer (a malformed answer, never a configuration
+    error) when it is absent or of the wrong shape."""
     value = answer.get(field, MISSING) if isinstance(answer, dict) else MISSING
     if isinstance(value, kind):
-        return value, None
+        return value
     problem = "missing" if value is MISSING else f"not {kind_name} ({type(value).__name__})"
     message = f"answer field {field!r} is {problem}"
-    return None, agent_failure(message, answer, metrics={"error": message})
+    raise RejectedAnswer(message, metrics={"error": message})
 
 
 @register_grader("list_match")
@@ -224,13 +217,8 @@ class ListMatchGrader(Grader):
     """Match answer tuples to ground-truth rows by key; additive leaves earn the score."""
 
     def _evaluate(self, answer: Any, config: Any) -> GraderResult:
-        try:
-            spec = _parse_list_match(config)
-        except InvalidConfig as exc:
-            return config_error(str(exc), answer)
-        items, failure = _answer_member(answer, spec.answer_field, list, "an array")
-        if failure is not None:
-            return failure
+        spec = _parse_list_match(config)
+        items = _answer_member(answer, spec.answer_field, list, "an array")
         if spec.deduplicate_by is not None:
             items = _first_per_value(items, spec.deduplicate_by)
         if spec.k is not None:
@@ -314,26 +302,19 @@ class _DictMatchConfig(NamedTuple):
     entries: list[_Entry]
 
 
-def _parse_dict_match(config: Any) -> _DictMatchConfig | str:
-    """The spec, or the first problem found. The settings are checked without exceptions
-    (many configuration errors are found there); a ground-truth entry's leaves raise."""
-    answer_field = config.get("answer_field")
-    rule = config.get("per_entry_rule", GATES_ALL_PASS)
+def _parse_dict_match(config: Any) -> _DictMatchConfig:
+    """The spec; InvalidConfig for the first problem found."""
+    answer_field = _nonempty_text(config, "answer_field")
+    rule = _nonempty_text(config, "per_entry_rule", GATES_ALL_PASS)
     all_keys_required = config.get("all_keys_required", True)
-    ground_truth = config.get("ground_truth")
-    error = _text_error(answer_field, "answer_field") or _text_error(rule, "per_entry_rule")
-    if error is not None:
-        return error
     if not isinstance(all_keys_required, bool):
-        return f"all_keys_required must be a boolean, got {all_keys_required!r}"
+        raise InvalidConfig(f"all_keys_required must be a boolean, got {all_keys_required!r}")
+    ground_truth = config.get("ground_truth")
     if not isinstance(ground_truth, dict) or not ground_truth:
-        return "ground_truth must be a non-empty object"
-    try:
-        entries = _parse_entries(ground_truth)
-    except InvalidConfig as exc:
-        return str(exc)
+        raise InvalidConfig("ground_truth must be a non-empty object")
+    entries = _parse_entries(ground_truth)
     if not _has_scoring_leaf(entry.leaves for entry in entries):
-        return NO_SCORING_LEAF
+        raise InvalidConfig(NO_SCORING_LEAF)
     return _DictMatchConfig(answer_field, rule, all_keys_required, entries)
 
 
@@ -359,11 +340,7 @@ class DictMatchGrader(Grader):
 
     def _evaluate(self, answer: Any, config: Any) -> GraderResult:
         spec = _parse_dict_match(config)
-        if isinstance(spec, str):
-            return config_error(spec, answer)
-        member, failure = _answer_member(answer, spec.answer_field, dict, "an object")
-        if failure is not None:
-            return failure
+        member = _answer_member(answer, spec.answer_field, dict, "an object")
 
         field_scores: dict[str, float] = {}
         triggered: list[str] = []

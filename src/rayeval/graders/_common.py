@@ -14,18 +14,20 @@ class InvalidConfig(ConfigError):
     """A configuration problem, raised where it is found; ``Grader.evaluate_answer`` turns it into
     the failed result whose ``configuration_error`` metric is the message (see :func:`config_error`)."""
 
-    def __init__(self, reason: str, *, score_max: float = 1.0) -> None:
-        super().__init__(reason)
-        self.score_max = score_max
-
 
 class RejectedAnswer(RayevalError):
-    """A wrong, missing or malformed answer under a valid config, raised where it is found;
-    ``Grader.evaluate_answer`` turns it into the failed result :func:`agent_failure` builds."""
+    """A wrong, missing or malformed answer under a valid config, raised where it is found as
+    ``RejectedAnswer(reason)`` or ``RejectedAnswer(reason, metrics)``; ``Grader.evaluate_answer``
+    turns it into the failed result :func:`agent_failure` builds. No ``__init__`` of its own: one
+    would double the cost of raising, paid on every failed grading."""
 
-    def __init__(self, reason: str, *, metrics: dict | None = None) -> None:
-        super().__init__(reason)
-        self.metrics = metrics
+    @property
+    def reason(self) -> str:
+        return self.args[0]
+
+    @property
+    def metrics(self) -> dict | None:
+        return self.args[1] if len(self.args) > 1 else None
 
 
 class _Missing:

@@ -28,9 +28,9 @@ class Grader:
         try:
             return self._evaluate(answer, config)
         except InvalidConfig as exc:
-            return config_error(str(exc), answer, score_max=exc.score_max)
+            return config_error(str(exc), answer)
         except RejectedAnswer as exc:
-            return agent_failure(str(exc), answer, metrics=exc.metrics)
+            return agent_failure(exc.reason, answer, metrics=exc.metrics)
         except Exception as exc:  # noqa: BLE001 - a grader fails closed, never raises (RecursionError included)
             error = f"{type(exc).__name__}: {exc}"
             return GraderResult(

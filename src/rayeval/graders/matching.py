@@ -209,7 +209,7 @@ def _answer_member(answer: Any, field: str, kind: type, kind_name: str) -> Any:
         return value
     problem = "missing" if value is MISSING else f"not {kind_name} ({type(value).__name__})"
     message = f"answer field {field!r} is {problem}"
-    raise RejectedAnswer(message, metrics={"error": message})
+    raise RejectedAnswer(message, {"error": message})
 
 
 @register_grader("list_match")

@@ -82,7 +82,7 @@ class MultipleChoiceGrader(Grader):
         if token is None:
             raise RejectedAnswer(
                 f"Answer {ANSWER_FIELD!r} must be a non-blank string, finite number or bool, got {_kind(raw)}",
-                metrics={"correct_answers": correct, "agent_answer": raw},
+                {"correct_answers": correct, "agent_answer": raw},
             )
         passed = token in correct
         return GraderResult(

@@ -39,7 +39,7 @@ def lcs_length(left: list, right: list) -> int:
 
 def _rejected(reason: str) -> RejectedAnswer:
     """This grader's agent failures carry the reason as an ``error`` metric."""
-    return RejectedAnswer(reason, metrics={"error": reason})
+    return RejectedAnswer(reason, {"error": reason})
 
 
 @register_grader("longest_subsequence")

@@ -189,18 +189,10 @@ def required_member(answer: Any, field: str, not_an_object: str = "Answer is not
     return answer[field]
 
 
-def agent_failure(
-    reason: str, answer: Any = None, *, metrics: dict | None = None, score_max: float = 1.0
-) -> GraderResult:
+def agent_failure(reason: str, answer: Any = None, *, metrics: dict | None = None) -> GraderResult:
     """A wrong, missing or malformed answer under a valid config (never a config error)."""
-    return GraderResult(
-        False,
-        {} if metrics is None else metrics,
-        reason,
-        answer if isinstance(answer, dict) else None,
-        score=0.0,
-        score_max=score_max,
-    )
+    metrics = {} if metrics is None else metrics
+    return GraderResult(False, metrics, reason, answer if isinstance(answer, dict) else None, score=0.0)
 
 
 def binary_result(passed: bool, metrics: dict, reasoning: str, answer: Any) -> GraderResult:

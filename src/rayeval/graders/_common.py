@@ -1,4 +1,5 @@
-"""Conventions shared by the graders: number rules, field lookup, result builders."""
+"""Conventions shared by the graders: the config and answer errors they raise, number rules, field lookup,
+config readers, result builders."""
 
 from __future__ import annotations
 

@@ -470,10 +470,11 @@ def print_units(
 # ------------------------------------------------------------------------------ (f) the floor
 FLOOR = """
 import gc, importlib, json, os, sys, time
+from rayeval.agents.resolve import agent_ref
 from rayeval.harness.unit_agent import UNIT_PRELOAD
 from rayeval.sandbox import namespaces as ns
 from rayeval.sandbox.unit_runner import _NAMESPACES
-for module in UNIT_PRELOAD:
+for module in (*UNIT_PRELOAD, *agent_ref("sleep").preload):
     importlib.import_module(module)
 gc.freeze()
 figures = {}

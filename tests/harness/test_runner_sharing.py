@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from rayeval import EvalRunner, load_evals
-from rayeval.harness.context import AgentRef
+from rayeval.agents.resolve import agent_ref
 from rayeval.sandbox import SandboxConfig, units
 
 
@@ -29,7 +29,7 @@ def test_units_of_several_evals_folders_and_threads_share_one_runner(tmp_path: P
                 runner_root=tmp_path / "work",
                 cache_dir=tmp_path / "cache",
             )
-            result = runner.run(AgentRef(name="sleep"), agent_args={"seconds": "0"}, sandbox=config)
+            result = runner.run(agent_ref("sleep"), agent_args={"seconds": "0"}, sandbox=config)
             assert result.isolation == "sandbox" and result.error_type == "NoAnswer", result.error_message
         assert len(units._RUNNERS) == 1
     finally:

@@ -194,6 +194,18 @@ def resolve_agent(name: str) -> AgentFunction:
     return target
 
 
+def call_named(call: dict[str, Any], work_dir: Path) -> Any:
+    """What a unit's process calls (its ref's ``entry``): the agent found by its name there
+    (a ``module:function``'s module imported there only), then called on the task."""
+    from ..harness.unit_agent import answer_call  # preloaded in every unit runner
+
+    return answer_call(resolve_agent(call["agent"]), call, work_dir)
+
+
+#: The entry of every named agent's units, and what their runner imports once to call it.
+UNIT_ENTRY = f"{__name__}:{call_named.__name__}"
+
+
 def agent_ref(name: str, *, load: bool = False) -> AgentRef:
     """``name`` for a runner. A built-in is rayeval's own code: asked for its traits here, and
     its ref carries its function. A plug-in or ``module:function`` is loaded here only with
@@ -207,22 +219,26 @@ def agent_ref(name: str, *, load: bool = False) -> AgentRef:
         for built_in in BUILT_IN_AGENTS.keys() - set(PROGRAM_AGENTS):  # a program's function is made anew each time
             if BUILT_IN_AGENTS[built_in]() is function:
                 return _built_in_ref(built_in, function)
-        return AgentRef(name=name, needs_data=getattr(function, "needs_data", True), function=function)
+        return AgentRef(
+            name=name, entry=UNIT_ENTRY, needs_data=getattr(function, "needs_data", True), preload=(__name__,),
+            function=function,
+        )  # fmt: skip
     if not (AGENTS.knows(name) or is_module_path(name)):
         raise _unknown(name)
-    return AgentRef(name=name)
+    return AgentRef(name=name, entry=UNIT_ENTRY, preload=(__name__,))
 
 
 def _built_in_ref(name: str, function: AgentFunction) -> AgentRef:
     """The ref of built-in ``name``, whose ``function`` states its traits."""
     return AgentRef(
         name=name,
+        entry=UNIT_ENTRY,
         needs_data=getattr(function, "needs_data", True),
         replays_recorded_runs=getattr(function, "replays_recorded_runs", False),
         runs_in_worker=getattr(function, "runs_in_worker", False),
         env_names=tuple(getattr(function, "env_names", ())),
         resources=getattr(function, "resources", UnitResources()),
-        preload=(function.__module__, *getattr(function, "preload", ())),
+        preload=(__name__, function.__module__, *getattr(function, "preload", ())),
         read_paths=tuple(getattr(function, "read_paths", ())),
         exec_only=tuple(getattr(function, "exec_only", ())),
         path_options=_PATH_OPTIONS.get(name, ()),

@@ -67,6 +67,8 @@ class AgentRef(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     name: str
+    #: what the unit's process calls to find the agent by its name and run it (``module:function``)
+    entry: str
     needs_data: bool = True
     #: rayeval's replay agent: the durations it reports are the recorded runs'
     replays_recorded_runs: bool = False

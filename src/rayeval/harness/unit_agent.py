@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import importlib
 import os
 import pickle
 import shutil
@@ -25,14 +24,9 @@ class AgentUnavailable(RayevalError, ValueError):
     """The agent cannot be imported or unpickled where it runs."""
 
 
-def call_in_unit(call: dict[str, Any], work_dir: Path) -> Any:
-    """In the unit's process (what its spec's ``entry`` names): the agent, imported there by
-    name or unpickled, called on the task. A probe only finds it and checks its options."""
-    agent = call["agent"]
-    if "pickle" in agent:
-        function = pickle.loads(base64.b64decode(agent["pickle"]))  # the caller's own agent object
-    else:  # by name: the agents layer stands above the harness
-        function = importlib.import_module("rayeval.agents.resolve").resolve_agent(agent["ref"])
+def answer_call(function: AgentFunction, call: dict[str, Any], work_dir: Path) -> Any:
+    """In the unit's process, once its entry has found the agent (``function``): the agent
+    called on the task. A probe only checks that it is callable and takes its options."""
     if call["probe"]:  # the run's start-up check: the sandbox starts, the agent is found, takes its options
         check_args = getattr(function, "check_args", None)
         if callable(check_args):
@@ -42,28 +36,31 @@ def call_in_unit(call: dict[str, Any], work_dir: Path) -> Any:
     return call_agent(function, call["task"], work_dir, context)
 
 
-#: What a unit's process calls.
-ENTRY = f"{__name__}:{call_in_unit.__name__}"
-#: Modules every unit runner imports once: what calls the agents, and rayeval's own agents.
-UNIT_PRELOAD = (__name__, "rayeval.agents.resolve", "rayeval.agents.sleep", "rayeval.agents.replay")
+def call_pickled(call: dict[str, Any], work_dir: Path) -> Any:
+    """The entry of a unit of the caller's own agent object: unpickled in the unit's process,
+    then called. An agent named by its ref has the entry its ref names (the agents layer's)."""
+    return answer_call(pickle.loads(base64.b64decode(call["agent"])), call, work_dir)
+
+
+#: What a unit's process calls for an agent object.
+PICKLED_ENTRY = f"{__name__}:{call_pickled.__name__}"
+#: Modules every unit runner imports once: what calls the agents (a ref's own add to them).
+UNIT_PRELOAD = (__name__,)
 
 # An agent object is pickled once, not for every unit.
 _PICKLED: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 
 
-def _agent_ref(agent: AgentFunction | AgentRef) -> dict[str, str]:
-    """How the unit's process finds the agent: by name (built-in or ``module:function``,
-    imported in the sandbox only), or the caller's own object, pickled by value where it must be."""
-    if isinstance(agent, AgentRef):
-        return {"ref": agent.name}
+def _pickled(agent: AgentFunction) -> str:
+    """The caller's own agent object, pickled by value where it must be (once per object)."""
     with contextlib.suppress(KeyError, TypeError):
-        return {"pickle": _PICKLED[agent]}
+        return _PICKLED[agent]
     import cloudpickle
 
     data = base64.b64encode(cloudpickle.dumps(agent, protocol=pickle.HIGHEST_PROTOCOL)).decode("ascii")
     with contextlib.suppress(TypeError):
         _PICKLED[agent] = data
-    return {"pickle": data}
+    return data
 
 
 def unit_spec(
@@ -81,10 +78,12 @@ def unit_spec(
     """The spec of a unit of ``agent`` on ``task`` in ``runner``, with the variables it names.
     No provider key reaches it: ``model_env`` sets the variables of its model gateway session
     (none for a probe, which calls no model)."""
-    call = {"agent": _agent_ref(agent), "task": task, "context": context.model_dump(), "probe": probe}
+    # by name (built-in or ``module:function``, imported in the sandbox only), or pickled
+    entry, found_by = (agent.entry, agent.name) if isinstance(agent, AgentRef) else (PICKLED_ENTRY, _pickled(agent))
+    call = {"agent": found_by, "task": task, "context": context.model_dump(), "probe": probe}
     env = [*(agent.env if isinstance(agent, AgentRef) else ()), *(model_env or {}).items()]
     return runner.spec(
-        ENTRY, call, work_dir, inputs, env_names=getattr(agent, "env_names", ()), env=env,
+        entry, call, work_dir, inputs, env_names=getattr(agent, "env_names", ()), env=env,
         withheld=provider_variables(), gateway_port=gateway_port,
     )  # fmt: skip
 

@@ -5,18 +5,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from .resolve import BUILT_IN_AGENTS
+
 
 def row_labels(agent: str, model: str, agent_args: Mapping[str, str]) -> tuple[str, str]:
-    """``(model, harness)`` of the rows of ``agent`` run with ``model``.
-
-    The replay agent's ``model@harness`` names a recorded model and harness (a model recorded
-    with one harness may omit it); every other agent's rows carry the model as given (a
-    ``@`` in it, as in Vertex AI's ``claude-sonnet-4@20250514``, is part of the name) and the
-    agent's name as their harness.
+    """``(model, harness)`` of the rows of ``agent`` run with ``model``: as its entry in
+    :data:`~rayeval.agents.resolve.BUILT_IN_AGENTS` labels them (the replay agent's
+    ``model@harness`` names a recorded model and harness); every other agent's rows carry the
+    model as given (a ``@`` in it, as in Vertex AI's ``claude-sonnet-4@20250514``, is part of
+    the name) and the agent's name as their harness.
     """
-    if agent == "replay":
-        from .replay import recorded_harness
-
-        name, _, harness = model.partition("@")
-        return name, harness or recorded_harness(agent_args.get("trials"), name) or agent
+    built_in = BUILT_IN_AGENTS.get(agent)
+    if built_in is not None and built_in.labels is not None:
+        return built_in.labels(model, agent_args)
     return model, agent

@@ -45,6 +45,39 @@ def _sleep() -> AgentFunction:
     return sleep_agent
 
 
+def _claude_code() -> type[ProgramAgent]:
+    from .claude_code import ClaudeCodeAgent
+
+    return ClaudeCodeAgent
+
+
+def _codex() -> type[ProgramAgent]:
+    from .codex import CodexAgent
+
+    return CodexAgent
+
+
+def _mini_swe_agent() -> type[ProgramAgent]:
+    from .mini_swe import MiniSweAgent
+
+    return MiniSweAgent
+
+
+def _pi() -> type[ProgramAgent]:
+    from .pi import PiAgent
+
+    return PiAgent
+
+
+def _replay_labels(model: str, agent_args: Mapping[str, str]) -> tuple[str, str]:
+    """The replay agent's ``model@harness`` names a recorded model and harness (a model
+    recorded with one harness may omit it)."""
+    from .replay import recorded_harness
+
+    name, _, harness = model.partition("@")
+    return name, harness or recorded_harness(agent_args.get("trials"), name) or "replay"
+
+
 def _option_value(text: str) -> Any:
     """``--agent-arg`` values are text; numbers, booleans and JSON objects become typed."""
     try:
@@ -53,20 +86,63 @@ def _option_value(text: str) -> Any:
         return text
 
 
-#: The real agent programs, each a spec of its own (``module:class`` in this package, a
-#: :class:`~rayeval.agents._base.ProgramAgent`): a new program is its file and its line here.
-PROGRAM_AGENTS: dict[str, str] = {
-    "claude-code": "claude_code:ClaudeCodeAgent",
-    "codex": "codex:CodexAgent",
-    "mini-swe-agent": "mini_swe:MiniSweAgent",
-    "pi": "pi:PiAgent",
+@dataclasses.dataclass(frozen=True)
+class BuiltIn:
+    """One of rayeval's own agents, as :data:`BUILT_IN_AGENTS` lists it."""
+
+    #: its function (its module imported when called)
+    load: Callable[[], AgentFunction]
+    #: what ``rayeval agents`` says it does (a program's spec says its own)
+    description: str = ""
+    #: its ``--agent-arg`` options (a program takes its spec's fields, the prompt agent its
+    #: :class:`~rayeval.models.calls.PromptOptions`)
+    options: tuple[str, ...] = ()
+    #: of its options, those naming a local file: given relative to the folder the command runs
+    #: in, made absolute (units run in work folders of their own)
+    path_options: tuple[str, ...] = ()
+    #: a real agent program's spec, a :class:`~rayeval.agents._base.ProgramAgent` (its module
+    #: imported when called)
+    spec: Callable[[], type[ProgramAgent]] | None = None
+    #: ``(model, harness)`` of its rows, from the run's model and options (None: the model as
+    #: given, a ``@`` in it part of the name, and the agent's name)
+    labels: Callable[[str, Mapping[str, str]], tuple[str, str]] | None = None
+
+
+def _program(spec: Callable[[], type[ProgramAgent]]) -> BuiltIn:
+    """A real agent program, configured per unit: the unit's model, ``--agent-arg`` options."""
+    return BuiltIn(lambda: _program_function(spec()), spec=spec)
+
+
+#: rayeval's own agents: a new program is its spec's file and its line here.
+BUILT_IN_AGENTS: dict[str, BuiltIn] = {
+    "reference": BuiltIn(_reference, "solves the example evals in evals/ by computing the answer from their data"),
+    "replay": BuiltIn(
+        _replay,
+        "answers as a recorded run did (--models MODEL or MODEL@HARNESS, seed = recorded trial)",
+        options=("trials",),
+        path_options=("trials",),
+        labels=_replay_labels,
+    ),
+    "sleep": BuiltIn(_sleep, "waits, then answers nothing (benchmarks of the engine)", options=("seconds",)),
+    "prompt": BuiltIn(
+        _prompt,
+        "sends the task to the unit's model (provider/model: openai, anthropic, openai-compatible) and answers with its reply",
+    ),
+    "claude-code": _program(_claude_code),
+    "codex": _program(_codex),
+    "mini-swe-agent": _program(_mini_swe_agent),
+    "pi": _program(_pi),
 }
+#: The real agent programs, each a spec of its own.
+PROGRAM_AGENTS = tuple(name for name, built_in in BUILT_IN_AGENTS.items() if built_in.spec is not None)
 
 
 def program_class(name: str) -> type[ProgramAgent]:
     """The spec of real agent program ``name`` (imported now)."""
-    module, _, attribute = PROGRAM_AGENTS[name].partition(":")
-    return getattr(importlib.import_module(f"{__package__}.{module}"), attribute)  # type: ignore[no-any-return]
+    spec = BUILT_IN_AGENTS[name].spec
+    if spec is None:
+        raise KeyError(f"{name!r} is no agent program")
+    return spec()
 
 
 def npm_programs() -> list[Program]:
@@ -108,43 +184,30 @@ def _program_binaries(spec: type[ProgramAgent]) -> tuple[str, ...]:
     return tuple(binaries)
 
 
-def _program(name: str) -> Callable[[], AgentFunction]:
-    """A real agent program configured per unit: the unit's model, ``--agent-arg`` options."""
+def _program_function(spec: type[ProgramAgent]) -> AgentFunction:
+    """The function of a real agent program: its agent made for each unit's model and options."""
+    name = spec.harness
 
-    def load() -> AgentFunction:
-        spec = program_class(name)
+    def program_agent(task_prompt: str, work_dir: Path, context: AgentContext) -> Any:
+        options = {key: _option_value(value) for key, value in context.args.items()}
+        return spec.make(context.model, **options)(task_prompt, work_dir, context)
 
-        def program_agent(task_prompt: str, work_dir: Path, context: AgentContext) -> Any:
-            options = {key: _option_value(value) for key, value in context.args.items()}
-            return spec.make(context.model, **options)(task_prompt, work_dir, context)
+    def check_args(args: dict[str, str]) -> None:
+        """Where its units run (a run's start-up probe): the fallback keys of the units'
+        environment (its options were checked with each of the run's models at start)."""
+        try:
+            spec.spare_keys(os.environ)
+        except ValueError as exc:
+            raise AgentArgsError(f"agent {name!r}: {exc}") from None
 
-        def check_args(args: dict[str, str]) -> None:
-            """Where its units run (a run's start-up probe): the fallback keys of the units'
-            environment (its options were checked with each of the run's models at start)."""
-            try:
-                spec.spare_keys(os.environ)
-            except ValueError as exc:
-                raise AgentArgsError(f"agent {name!r}: {exc}") from None
-
-        program_agent.check_args = check_args  # type: ignore[attr-defined]
-        program_agent.env_names = spec.env_names()  # type: ignore[attr-defined]
-        program_agent.read_paths, program_agent.env = _program_install(spec)  # type: ignore[attr-defined]
-        program_agent.exec_only = _program_binaries(spec)  # type: ignore[attr-defined]
-        program_agent.model_api = spec.model_api  # type: ignore[attr-defined]
-        # a CLI agent (node or Python, its tools' subprocesses): about a CPU and a GiB
-        program_agent.resources = UnitResources(cpus=1, memory=1024 * MIB)  # type: ignore[attr-defined]
-        return program_agent
-
-    return load
-
-
-BUILT_IN_AGENTS: dict[str, Callable[[], AgentFunction]] = {
-    "reference": _reference,
-    "replay": _replay,
-    "sleep": _sleep,
-    "prompt": _prompt,
-    **{name: _program(name) for name in PROGRAM_AGENTS},
-}
+    program_agent.check_args = check_args  # type: ignore[attr-defined]
+    program_agent.env_names = spec.env_names()  # type: ignore[attr-defined]
+    program_agent.read_paths, program_agent.env = _program_install(spec)  # type: ignore[attr-defined]
+    program_agent.exec_only = _program_binaries(spec)  # type: ignore[attr-defined]
+    program_agent.model_api = spec.model_api  # type: ignore[attr-defined]
+    # a CLI agent (node or Python, its tools' subprocesses): about a CPU and a GiB
+    program_agent.resources = UnitResources(cpus=1, memory=1024 * MIB)  # type: ignore[attr-defined]
+    return program_agent
 
 
 def _agent_loader(value: object) -> Callable[[], AgentFunction]:
@@ -155,10 +218,9 @@ def _agent_loader(value: object) -> Callable[[], AgentFunction]:
 
 #: Agents by name, as loaders (a built-in's module is imported when it runs); installed packages
 #: offer their agent functions under the ``rayeval.agents`` entry-point group.
-AGENTS: Registry[Callable[[], AgentFunction]] = Registry("agents", _agent_loader, BUILT_IN_AGENTS)
-
-# Built-ins cheap and safe enough to run inside the worker without a forked child.
-INLINE_AGENTS = frozenset({"replay", "sleep"})
+AGENTS: Registry[Callable[[], AgentFunction]] = Registry(
+    "agents", _agent_loader, {name: built_in.load for name, built_in in BUILT_IN_AGENTS.items()}
+)
 
 
 def _unknown(name: str) -> AgentNotFound:
@@ -213,11 +275,11 @@ def agent_ref(name: str, *, load: bool = False) -> AgentRef:
     in this process): it gets the defaults, and is checked where it runs. Its own attributes
     never give it a built-in's traits: only being one of them does (by identity)."""
     if name in BUILT_IN_AGENTS:
-        return _built_in_ref(name, BUILT_IN_AGENTS[name]())
+        return _built_in_ref(name, BUILT_IN_AGENTS[name].load())
     if load:
         function = resolve_agent(name)
         for built_in in BUILT_IN_AGENTS.keys() - set(PROGRAM_AGENTS):  # a program's function is made anew each time
-            if BUILT_IN_AGENTS[built_in]() is function:
+            if BUILT_IN_AGENTS[built_in].load() is function:
                 return _built_in_ref(built_in, function)
         return AgentRef(
             name=name, entry=UNIT_ENTRY, needs_data=getattr(function, "needs_data", True), preload=(__name__,),
@@ -241,7 +303,7 @@ def _built_in_ref(name: str, function: AgentFunction) -> AgentRef:
         preload=(__name__, function.__module__, *getattr(function, "preload", ())),
         read_paths=tuple(getattr(function, "read_paths", ())),
         exec_only=tuple(getattr(function, "exec_only", ())),
-        path_options=_PATH_OPTIONS.get(name, ()),
+        path_options=BUILT_IN_AGENTS[name].path_options,
         env=tuple(getattr(function, "env", ())),
         model_api=getattr(function, "model_api", None),
         function=function,
@@ -251,18 +313,6 @@ def _built_in_ref(name: str, function: AgentFunction) -> AgentRef:
 class AgentArgsError(ConfigError):
     """A built-in agent's ``--agent-arg`` options or credentials cannot work: found before any
     unit starts, instead of as one error row per unit."""
-
-
-# The options of the built-ins that are plain functions (the programs take their factory's).
-_FUNCTION_OPTIONS: dict[str, tuple[str, ...]] = {"reference": (), "replay": ("trials",), "sleep": ("seconds",)}
-
-
-_DESCRIPTIONS = {
-    "reference": "solves the example evals in evals/ by computing the answer from their data",
-    "replay": "answers as a recorded run did (--models MODEL or MODEL@HARNESS, seed = recorded trial)",
-    "sleep": "waits, then answers nothing (benchmarks of the engine)",
-    "prompt": "sends the task to the unit's model (provider/model: openai, anthropic, openai-compatible) and answers with its reply",
-}
 
 
 def _with_default(name: str, default: Any) -> str:
@@ -276,21 +326,19 @@ def built_in_agents() -> list[tuple[str, str, tuple[tuple[str, str], ...]]]:
     """``(name, what it does, its --agent-arg options)`` of every built-in agent; an option is
     ``(name or name=default, what it does)`` (a program's say what they do; others: "")."""
     listed = []
-    for name in BUILT_IN_AGENTS:
-        description = _DESCRIPTIONS.get(name, "")
-        options: tuple[tuple[str, str], ...]
-        if name in _FUNCTION_OPTIONS:
-            options = tuple((option, "") for option in _FUNCTION_OPTIONS[name])
-        elif name == "prompt":
-            from ..models.calls import PromptOptions
-
-            options = tuple((option, "") for option in PromptOptions.model_fields)
-        else:
-            spec = program_class(name)
+    for name, built_in in BUILT_IN_AGENTS.items():
+        if built_in.spec is not None:
+            spec = built_in.spec()
             fields = sorted((f for f in dataclasses.fields(spec) if f.name != "model"), key=lambda f: f.name)
             options = tuple((_with_default(f.name, f.default), spec.option_help.get(f.name, "")) for f in fields)
-            description = spec.description
-        listed.append((name, description, options))
+            listed.append((name, spec.description, options))
+            continue
+        names = built_in.options
+        if name == "prompt":
+            from ..models.calls import PromptOptions
+
+            names = tuple(PromptOptions.model_fields)
+        listed.append((name, built_in.description, tuple((option, "") for option in names)))
     return listed
 
 
@@ -302,18 +350,21 @@ def check_agent_args(
     unreadable, and (``environment``: where units run with this process's environment, as on
     an embedded Ray) a program's API key absent.  A ``module:function`` agent is not imported
     here, so its options are its own business."""
-    if name in _FUNCTION_OPTIONS:
-        unknown = sorted(set(args) - set(_FUNCTION_OPTIONS[name]))
-        if unknown:
-            takes = ", ".join(_FUNCTION_OPTIONS[name]) or "no options"
-            raise AgentArgsError(f"agent {name!r}: unknown --agent-arg {', '.join(unknown)} (it takes {takes})")
-        _check_function_args(name, args, models, environment=environment)
-    elif name in PROGRAM_AGENTS:
+    built_in = BUILT_IN_AGENTS.get(name)
+    if built_in is None:
+        return
+    if built_in.spec is not None:
         for model in models:
             _check_program(name, args, model, environment=environment)
     elif name == "prompt":
         for model in models:
             _check_prompt(args, model, environment=environment)
+    else:
+        unknown = sorted(set(args) - set(built_in.options))
+        if unknown:
+            takes = ", ".join(built_in.options) or "no options"
+            raise AgentArgsError(f"agent {name!r}: unknown --agent-arg {', '.join(unknown)} (it takes {takes})")
+        _check_function_args(name, args, models, environment=environment)
 
 
 def _check_prompt(args: dict[str, str], model: str | None, *, environment: bool) -> None:
@@ -406,11 +457,6 @@ def _check_program(name: str, args: dict[str, str], model: str | None, *, enviro
             raise AgentArgsError(f"agent {name!r}: {exc}") from None
 
 
-# Built-in agents' options that name a local file: given on the command line, relative to the
-# folder the command runs in; units run in work folders of their own, so they get it absolute.
-_PATH_OPTIONS: dict[str, tuple[str, ...]] = {"replay": ("trials",)}
-
-
 def parse_agent_args(pairs: list[str], agent: str = "") -> dict[str, str]:
     """``["k=v", ...]`` from repeated ``--agent-arg`` options; the options of built-in ``agent``
     that name a file made absolute."""
@@ -420,7 +466,7 @@ def parse_agent_args(pairs: list[str], agent: str = "") -> dict[str, str]:
         if not sep or not key.strip():
             raise ValueError(f"--agent-arg expects key=value, got {pair!r}")
         args[key.strip()] = value
-    for key in _PATH_OPTIONS.get(agent, ()):
+    for key in BUILT_IN_AGENTS[agent].path_options if agent in BUILT_IN_AGENTS else ():
         if args.get(key):
             args[key] = str(Path(args[key]).expanduser().absolute())
     return args

@@ -111,6 +111,8 @@ class ProgramAgent:
     #: Further variables the program reads (endpoints, provider switches): a sandboxed unit
     #: gets them, with ``key_names``, from the worker's environment.
     config_names: ClassVar[tuple[str, ...]] = ()
+    #: flags whose value the recorded command line shows as its length only (a system prompt)
+    hidden_values: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self) -> None:
         self.extra_args = tuple(str(a) for a in (self.extra_args or ()))
@@ -339,8 +341,14 @@ class ProgramAgent:
         return result, self._summary(result, state, work_dir)
 
     def display_argv(self, argv: list[str]) -> list[str]:
-        """The command line as recorded in metadata (it never holds the prompt or a key)."""
-        return list(argv)
+        """The command line as recorded in metadata (it never holds the prompt or a key): the
+        value of a ``hidden_values`` flag shown as its length only."""
+        shown = list(argv)
+        for flag in self.hidden_values:
+            if flag in shown and shown.index(flag) + 1 < len(shown):
+                i = shown.index(flag) + 1
+                shown[i] = f"<{len(shown[i])} chars>"
+        return shown
 
 
 def strip_provider(model: str | None, prefixes: tuple[str, ...]) -> str | None:

@@ -93,6 +93,7 @@ class ClaudeCodeAgent(ProgramAgent):
         "ANTHROPIC_BASE_URL", "CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX", "CLAUDE_CODE_USE_FOUNDRY",
     )  # fmt: skip
     key_fallbacks: ClassVar[tuple[str, str] | None] = ("ANTHROPIC_API_KEY_FALLBACKS", "ANTHROPIC_API_KEY")
+    hidden_values: ClassVar[tuple[str, ...]] = ("--system-prompt", "--append-system-prompt")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -156,15 +157,6 @@ class ClaudeCodeAgent(ProgramAgent):
         if model:
             argv += ["--model", model]
         return argv
-
-    def display_argv(self, argv: list[str]) -> list[str]:
-        shown = list(argv)
-        for flag in ("--system-prompt", "--append-system-prompt"):
-            if flag in shown:
-                i = shown.index(flag)
-                if i + 1 < len(shown):
-                    shown[i + 1] = f"<{len(shown[i + 1])} chars>"
-        return shown
 
     def keep_event(self, event: dict[str, Any]) -> bool:
         # Partial-message chunks (--include-partial-messages) stay in the log only.

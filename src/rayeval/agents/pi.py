@@ -104,6 +104,7 @@ class PiAgent(ProgramAgent):
         *(style.key_name for style in PROVIDER_STYLES.values()), *BUILT_IN_KEYS.values(),
     )  # fmt: skip
     key_fallbacks: ClassVar[tuple[str, str] | None] = ("ANTHROPIC_API_KEY_FALLBACKS", "ANTHROPIC_API_KEY")
+    hidden_values: ClassVar[tuple[str, ...]] = ("--system-prompt", "--append-system-prompt")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -203,14 +204,6 @@ class PiAgent(ProgramAgent):
 
     def resume_argv(self, program: list[str], state: Path, work_dir: Path, session_id: str) -> list[str] | None:
         return [*self._options(program), "--session", session_id]
-
-    def display_argv(self, argv: list[str]) -> list[str]:
-        shown = list(argv)
-        for flag in ("--system-prompt", "--append-system-prompt"):
-            if flag in shown and shown.index(flag) + 1 < len(shown):
-                i = shown.index(flag) + 1
-                shown[i] = f"<{len(shown[i])} chars>"
-        return shown
 
     def keep_event(self, event: dict[str, Any]) -> bool:
         return event.get("type") not in STREAM_EVENTS

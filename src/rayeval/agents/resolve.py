@@ -1,4 +1,6 @@
-"""Naming an agent on the command line: a built-in name or a ``module:function`` path."""
+"""Naming an agent on the command line: a built-in name (rayeval's own agents, one table:
+:data:`BUILT_IN_AGENTS`) or a ``module:function`` path; the ref a runner gets for it, and what
+its units' processes call to find it by that name (:func:`call_named`)."""
 
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .. import agents
 from .._messages import field_problems
 from ..errors import ConfigError
 from ..harness.context import MIB, AgentContext, AgentFunction, AgentRef, UnitResources
@@ -45,30 +46,6 @@ def _sleep() -> AgentFunction:
     from .sleep import sleep_agent
 
     return sleep_agent
-
-
-def _claude_code() -> type[ProgramAgent]:
-    from .claude_code import ClaudeCodeAgent
-
-    return ClaudeCodeAgent
-
-
-def _codex() -> type[ProgramAgent]:
-    from .codex import CodexAgent
-
-    return CodexAgent
-
-
-def _mini_swe_agent() -> type[ProgramAgent]:
-    from .mini_swe import MiniSweAgent
-
-    return MiniSweAgent
-
-
-def _pi() -> type[ProgramAgent]:
-    from .pi import PiAgent
-
-    return PiAgent
 
 
 def _replay_labels(model: str, agent_args: Mapping[str, str]) -> tuple[str, str]:
@@ -130,10 +107,11 @@ BUILT_IN_AGENTS: dict[str, BuiltIn] = {
         _prompt,
         "sends the task to the unit's model (provider/model: openai, anthropic, openai-compatible) and answers with its reply",
     ),
-    "claude-code": _program(_claude_code),
-    "codex": _program(_codex),
-    "mini-swe-agent": _program(_mini_swe_agent),
-    "pi": _program(_pi),
+    # the package's exports: each spec's module imported when first used (see rayeval._lazy)
+    "claude-code": _program(lambda: agents.ClaudeCodeAgent),
+    "codex": _program(lambda: agents.CodexAgent),
+    "mini-swe-agent": _program(lambda: agents.MiniSweAgent),
+    "pi": _program(lambda: agents.PiAgent),
 }
 #: The real agent programs, each a spec of its own.
 PROGRAM_AGENTS = tuple(name for name, built_in in BUILT_IN_AGENTS.items() if built_in.spec is not None)

@@ -3,8 +3,9 @@
 The plan names the unit (run, model, unit, eval, seed, attempt), the agent's run and its
 grading give an :class:`~rayeval.harness.result.EvalResult`, whose fields the record shares are
 carried over (:func:`carried`), and the store adds where it ran: that is the record, stored as
-it is. Its JSON line goes to the write-ahead log, and the Parquet schema is derived from its
-fields (:mod:`rayeval.storage.schema`).
+it is. Its JSON line goes to the write-ahead log, the Parquet schema is derived from its
+fields (:mod:`rayeval.storage.schema`), and the reports' and viewer's column lists from their
+marks (:func:`columns_marked`).
 
 The bottom layer: it imports no other part of rayeval, nor pyarrow (a Ray worker building
 records does not load it).
@@ -13,7 +14,7 @@ records does not load it).
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, field_serializer, field_validator
 
@@ -39,6 +40,15 @@ JUDGE_ERROR = "JudgeError"
 # Hive partition keys: encoded in the path (run_id=<id>/model=<m>/), never stored in the files.
 PARTITION_COLUMNS = ("run_id", "model")
 
+# What the readers make of a column, marked on its record field (``Annotated[type, mark]``): the
+# reports' and the viewer's column lists are derived from these marks (:func:`columns_marked`).
+#: a name with few distinct values, read as a pandas category
+LABEL = "label"
+#: text or JSON of one unit (or its eval's hash): left out of reports, read for a unit's detail
+DETAIL = "detail"
+#: left out of reports too, and no part of a unit's detail
+UNREPORTED = "unreported"
+
 Model = TypeVar("Model", bound=BaseModel)
 
 
@@ -58,32 +68,32 @@ class UnitRecord(BaseModel):
 
     model_config = ConfigDict(frozen=True, ser_json_inf_nan="constants")
 
-    run_id: str
-    model: str
-    unit_id: str
-    eval_id: str
-    eval_hash: str
-    agent: str
-    harness: str | None = None
+    run_id: Annotated[str, LABEL]
+    model: Annotated[str, LABEL]
+    unit_id: Annotated[str, LABEL]
+    eval_id: Annotated[str, LABEL]
+    eval_hash: Annotated[str, DETAIL, LABEL]
+    agent: Annotated[str, LABEL]
+    harness: Annotated[str | None, LABEL] = None
     seed: int
     attempt: int
-    status: Status
+    status: Annotated[Status, LABEL]
     passed: bool
     score: float
     score_max: float
     normalized_score: float
-    grader_type: str
-    metrics_json: str
+    grader_type: Annotated[str, LABEL]
+    metrics_json: Annotated[str, DETAIL]
     #: the grader's numeric and yes/no metrics (yes = 1.0) by name, typed: a Parquet map
     #: (``metric.<name>`` columns through rayeval's readers); every metric is in ``metrics_json``
-    metrics: dict[str, float] = {}
-    reasoning: str
-    answer_json: str | None = None
-    answer_source: str | None = None
-    error_type: str | None = None
+    metrics: Annotated[dict[str, float], UNREPORTED] = {}
+    reasoning: Annotated[str, DETAIL]
+    answer_json: Annotated[str | None, DETAIL] = None
+    answer_source: Annotated[str | None, DETAIL, LABEL] = None
+    error_type: Annotated[str | None, LABEL] = None
     #: what went wrong, short (at most ERROR_MESSAGE_CHARS); the traceback is apart
-    error_message: str | None = None
-    error_traceback: str | None = None
+    error_message: Annotated[str | None, DETAIL] = None
+    error_traceback: Annotated[str | None, DETAIL] = None
     duration_s: float
     agent_s: float
     grade_s: float
@@ -98,9 +108,9 @@ class UnitRecord(BaseModel):
     output_tokens: int | None = None
     n_turns: int | None = None
     #: the model calls the gateway relayed for the unit (None: its agent ran in the worker)
-    n_model_calls: int | None = None
+    n_model_calls: Annotated[int | None, UNREPORTED] = None
     #: the limit of the unit its model calls reached, None: none
-    limit_reached: LimitName | None = None
+    limit_reached: Annotated[LimitName | None, UNREPORTED] = None
     #: the model refused (the agent's harness reports it, as it does the cost): the row stays
     #: ``failed``; None where the run was not searched for a refusal, and in rows stored before
     refusal: bool | None = None
@@ -108,17 +118,17 @@ class UnitRecord(BaseModel):
     finished_at: datetime
     #: the Ray node the unit ran on (its node id: two nodes of one host are two nodes), and that
     #: node's host name (None: rows stored before it was recorded)
-    node: str
-    host: str | None = None
+    node: Annotated[str, LABEL]
+    host: Annotated[str | None, LABEL] = None
     #: how the agent ran: sandbox, process or inline (None: rows written before it was recorded)
-    isolation: str | None = None
-    task: str | None = None
-    kit: str | None = None
-    time_horizon: str | None = None
-    eval_type: str | None = None
-    metadata_json: str
-    artifacts_json: str | None = None
-    rayeval_version: str
+    isolation: Annotated[str | None, LABEL] = None
+    task: Annotated[str | None, LABEL] = None
+    kit: Annotated[str | None, LABEL] = None
+    time_horizon: Annotated[str | None, LABEL] = None
+    eval_type: Annotated[str | None, LABEL] = None
+    metadata_json: Annotated[str, DETAIL]
+    artifacts_json: Annotated[str | None, DETAIL] = None
+    rayeval_version: Annotated[str, UNREPORTED, LABEL]
 
     @field_validator("metrics", mode="before")
     @classmethod
@@ -145,3 +155,14 @@ class UnitRecord(BaseModel):
         """An error a run's own retries run again: the agent's or Ray's, not a judge's
         (:data:`JUDGE_ERROR`: the judge calls were retried already; ``--retry-errors`` reruns them)."""
         return self.status == "error" and self.error_type != JUDGE_ERROR
+
+
+def columns_marked(mark: str) -> tuple[str, ...]:
+    """The record's columns (partition keys included) marked ``mark``, in their order."""
+    return tuple(name for name, field in UnitRecord.model_fields.items() if mark in field.metadata)
+
+
+#: the columns the reports read unless asked for others: all but the heavy and unreported ones
+REPORT_COLUMNS: tuple[str, ...] = tuple(
+    name for name in UnitRecord.model_fields if name not in {*columns_marked(DETAIL), *columns_marked(UNREPORTED)}
+)

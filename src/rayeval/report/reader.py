@@ -31,78 +31,19 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from ..errors import RayevalError
+from ..record import LABEL, REPORT_COLUMNS, columns_marked
 from ..storage.attempts import ATTEMPT_COLUMNS, latest_attempts
 from ..storage.lease import driver_gone
 from ..storage.store import MANIFEST_NAME, TABLE_SCHEMA, Parts, ResultStore, SkippedFile
 
 log = logging.getLogger(__name__)
 
-# Columns the reports need: the heavy free-text/JSON columns are left out unless asked for.
-REPORT_COLUMNS: tuple[str, ...] = (
-    "run_id",
-    "model",
-    "unit_id",
-    "eval_id",
-    "agent",
-    "harness",
-    "seed",
-    "attempt",
-    "status",
-    "passed",
-    "score",
-    "score_max",
-    "normalized_score",
-    "grader_type",
-    "error_type",
-    "duration_s",
-    "agent_s",
-    "grade_s",
-    "cost_usd",
-    "agent_cost_usd",
-    "judge_cost_usd",
-    "input_tokens",
-    "output_tokens",
-    "n_turns",
-    "refusal",
-    "started_at",
-    "finished_at",
-    "node",
-    "host",
-    "isolation",
-    "task",
-    "kit",
-    "time_horizon",
-    "eval_type",
-)
 ALL_COLUMNS: tuple[str, ...] = tuple(TABLE_SCHEMA.names)
 # Read whenever a writer stored them (not in the canonical schema).
 OPTIONAL_COLUMNS: tuple[str, ...] = ("batch_id",)
 
 # Low-cardinality (or key) string columns turned into pandas categoricals: fast groupbys.
-CATEGORY_COLUMNS: frozenset[str] = frozenset(
-    {
-        "run_id",
-        "model",
-        "unit_id",
-        "eval_id",
-        "eval_hash",
-        "agent",
-        "harness",
-        "status",
-        "grader_type",
-        "error_type",
-        "node",
-        "host",
-        "isolation",
-        "task",
-        "kit",
-        "time_horizon",
-        "eval_type",
-        "answer_source",
-        "rayeval_version",
-        "batch_id",
-    }
-)
+CATEGORY_COLUMNS: frozenset[str] = frozenset({*columns_marked(LABEL), *OPTIONAL_COLUMNS})
 
 
 #: a run name standing for the newest run under a results root

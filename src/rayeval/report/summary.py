@@ -43,6 +43,10 @@ class Summary:
         return sum(self.run_totals.values())
 
 
+#: what the counts read of each selected unit, beside the group keys
+_COUNTED_COLUMNS = ("eval_id", "run_id", "isolation", "passed", "status", "refusal", "cost_usd", "duration_s")
+
+
 def _latest(source: str, columns: Sequence[str], filters: dict[str, list[str]]) -> str:
     """Common table expressions ending in ``units``: the selected units (latest attempt each)
     with these columns."""
@@ -54,11 +58,7 @@ def _counts_query(source: str, by: Sequence[str], filters: dict[str, list[str]])
     """Counts per group × eval (``kind`` pair), per run (run) and per isolation level
     (isolation), from the selected units deduplicated once."""
     pair_keys = ", ".join(sql_name(k) for k in dict.fromkeys([*by, "eval_id"]))
-    latest = _latest(
-        source,
-        [*by, "eval_id", "run_id", "isolation", "passed", "status", "refusal", "cost_usd", "duration_s"],
-        filters,
-    )
+    latest = _latest(source, [*by, *_COUNTED_COLUMNS], filters)
     return f"""
 WITH {latest}, pairs AS (
     SELECT {pair_keys}, 'pair' AS kind, count(*) AS n_runs,
@@ -118,17 +118,7 @@ class _Rows:
                     self.source = source
                     return table
             self.params = {}
-            needed = [
-                *self.by,
-                "eval_id",
-                "isolation",
-                "passed",
-                "status",
-                "refusal",
-                "cost_usd",
-                "duration_s",
-                "started_at",
-            ]
+            needed = [*self.by, *_COUNTED_COLUMNS, "started_at"]
             self.connection.register("selected_rows", self.reader.table(self.runs, columns=list(dict.fromkeys(needed))))
             self.source = "selected_rows"
         try:

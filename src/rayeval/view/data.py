@@ -33,6 +33,7 @@ from ..errors import RayevalError
 from ..evals import EvalFileError, load_eval
 from ..gateway.transcript import MODEL_CALLS_ARTIFACT
 from ..harness.workspace import REFUSAL_VERDICT_NAME
+from ..record import DETAIL, columns_marked
 from ..report.benchmark import (
     CI_METHOD,
     ERRORS,
@@ -98,18 +99,8 @@ TABLE_COLUMNS: tuple[str, ...] = (
     "error_type",
     "attempt",
 )
-DETAIL_COLUMNS: tuple[str, ...] = (
-    "unit_id",
-    "eval_hash",
-    "metrics_json",
-    "reasoning",
-    "answer_json",
-    "answer_source",
-    "error_message",
-    "error_traceback",
-    "metadata_json",
-    "artifacts_json",
-)
+#: what a unit's detail reads: its text and JSON columns, by its id
+DETAIL_COLUMNS: tuple[str, ...] = ("unit_id", *columns_marked(DETAIL))
 TRAJECTORY_ARTIFACT = "trajectory.json"
 
 

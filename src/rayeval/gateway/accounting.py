@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
 
 from .._json import count_in, object_at
 
@@ -38,18 +38,24 @@ def protocol_of(path: str) -> Wire | None:
     return None
 
 
-class Usage(BaseModel):
-    """Tokens of one call or of many. ``input_tokens`` counts every prompt token, cached ones
-    included (Anthropic reports cache reads and writes apart: they are added in)."""
+Count = Annotated[int, Field(ge=0)] | None
 
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    cache_read_tokens: int | None = None
-    cache_write_tokens: int | None = None
-    reasoning_tokens: int | None = None
+
+class Usage(BaseModel):
+    """Tokens of one call or of many, as the gateway counts them and as a harness's run summary
+    reports them (``rayeval.harness.run_summary``). ``input_tokens`` counts every prompt token,
+    cached ones included (Anthropic reports cache reads and writes apart: they are added in)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input_tokens: Count = None
+    output_tokens: Count = None
+    cache_read_tokens: Count = None
+    cache_write_tokens: Count = None
+    reasoning_tokens: Count = None
 
     def add(self, other: Usage) -> None:
-        for name in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens"):
+        for name in type(self).model_fields:
             theirs = getattr(other, name)
             if theirs is not None:
                 setattr(self, name, (getattr(self, name) or 0) + theirs)

@@ -26,7 +26,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
 from pydantic import BaseModel
@@ -124,30 +124,8 @@ class CallRecord:
     response: Any = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "route": self.route,
-            "path": self.path,
-            "protocol": self.protocol,
-            "model": self.model,
-            "streamed": self.streamed,
-            "started_at": self.started_at,
-            "status": self.status,
-            "latency_s": self.latency_s,
-            "first_byte_s": self.first_byte_s,
-            "usage": self.usage.as_dict(),
-            "usage_reported": self.usage_reported,
-            "cost_usd": self.cost_usd,
-            "stop_reason": self.stop_reason,
-            "refusal": self.refusal,
-            "error": self.error,
-            "limit": self.limit,
-            "retry_after_s": self.retry_after_s,
-            "retries": self.retries,
-            "retried_s": self.retried_s,
-            "key_fallbacks": self.key_fallbacks,
-            "request": self.request,
-            "response": self.response,
-        }
+        """Its fields by name, in their order, the usage as a dict too (the transcript's entry)."""
+        return {**{column.name: getattr(self, column.name) for column in fields(self)}, "usage": self.usage.as_dict()}
 
 
 @dataclass

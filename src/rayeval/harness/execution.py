@@ -105,8 +105,7 @@ def lift_metadata(
         lifted.update(cost_fields(claimed_cost, judgments))
         lifted.update({key: count for key, count in claimed.items() if count is not None})
     else:
-        lifted.update(cost_fields(counted.cost_usd, judgments))
-        lifted.update(counted_fields(counted))
+        lifted.update(counted_fields(counted, judgments))
         if claimed["n_turns"] is not None:
             lifted["n_turns"] = claimed["n_turns"]
     recorded = _number(metadata.get("duration_s"), float)
@@ -115,24 +114,25 @@ def lift_metadata(
     return lifted
 
 
-def counted_fields(counted: ModelUsage) -> dict[str, Any]:
-    """A result's fields from what the gateway counted of its calls."""
+def counted_fields(counted: ModelUsage, judgments: Judgments | None = None) -> dict[str, Any]:
+    """A result's fields from what the gateway counted of its calls: their costs (with those of
+    the judge calls whose outcomes are ``judgments``, see :func:`cost_fields`), tokens and counts."""
     return {
-        "input_tokens": counted.usage.input_tokens or 0,
-        "output_tokens": counted.usage.output_tokens or 0,
+        **cost_fields(counted.cost_usd, judgments),
+        **_counted_tokens(counted),
         "n_model_calls": counted.n_model_calls,
         "limit_reached": counted.limit_reached,
     }
 
 
+def _counted_tokens(counted: ModelUsage) -> dict[str, int]:
+    return {"input_tokens": counted.usage.input_tokens or 0, "output_tokens": counted.usage.output_tokens or 0}
+
+
 def claims_against_counts(metadata: dict, counted: ModelUsage) -> dict[str, Any]:
     """Where what the agent reported of its model calls differs from what the gateway counted
     (its claims stay in the metadata; none is taken)."""
-    counts = {
-        "input_tokens": counted.usage.input_tokens or 0,
-        "output_tokens": counted.usage.output_tokens or 0,
-        "cost_usd": counted.cost_usd,
-    }
+    counts: dict[str, float | None] = {**_counted_tokens(counted), "cost_usd": counted.cost_usd}
     differs = {}
     for key, count in counts.items():
         claim = _number(metadata.get(key), float)
@@ -182,7 +182,7 @@ def unanswered_result(execution: Execution) -> EvalResult:
     metadata = with_run_summary(execution.metadata, execution.agent_s)
     status: Status = "timeout" if execution.outcome == "timeout" else "error"
     counted = execution.counted
-    costs = {} if counted is None else {**cost_fields(counted.cost_usd, None), **counted_fields(counted)}
+    costs = {} if counted is None else counted_fields(counted)
     if status == "timeout":
         costs["limit_reached"] = "time"
     return carried(

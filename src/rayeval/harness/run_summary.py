@@ -17,23 +17,10 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .._json import amount_in, count_in
+from ..gateway.accounting import Count, Usage
 
 RUN_SUMMARY_VERSION: Literal[1] = 1
 RefusalStatus = Literal["detected", "not_detected", "not_evaluated"]
-
-Count = Annotated[int, Field(ge=0)] | None
-
-
-class RunUsage(BaseModel):
-    """Tokens of the whole run; ``input_tokens`` counts cached ones too (read and written)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    input_tokens: Count = None
-    output_tokens: Count = None
-    cache_read_tokens: Count = None
-    cache_write_tokens: Count = None
-    reasoning_tokens: Count = None
 
 
 class RunSummary(BaseModel):
@@ -48,7 +35,7 @@ class RunSummary(BaseModel):
     duration_s: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
     n_turns: Count = None
     n_steps: Count = None
-    usage: RunUsage = Field(default_factory=RunUsage)
+    usage: Usage = Field(default_factory=Usage)
     cost_usd: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
     cost_source: str | None = None
     pricing_version: str | None = None
@@ -73,7 +60,7 @@ def run_summary(
         duration_s=amount_in(duration_s),
         n_turns=count_in(n_turns),
         n_steps=count_in(n_steps),
-        usage=RunUsage(**{name: count_in((usage or {}).get(name)) for name in RunUsage.model_fields}),
+        usage=Usage(**{name: count_in((usage or {}).get(name)) for name in Usage.model_fields}),
         cost_usd=cost,
         cost_source=cost_source if cost is not None and isinstance(cost_source, str) else None,
         pricing_version=pricing_version if cost is not None and isinstance(pricing_version, str) else None,

@@ -141,12 +141,20 @@ def _text(value: Any) -> str | None:
 
 @dataclass(frozen=True)
 class RunRows:
-    """What the rows the driver makes itself carry of the run (see :func:`row_from_result`)."""
+    """What every row carries of the run (see :func:`row_from_result`): the rows the workers
+    make of their units, and those the driver makes itself."""
 
     evals: list[Eval]
     run_id: str
     agent: str
     agent_args: dict[str, str]
+
+    def row(self, result: EvalResult, unit: Unit, attempt: int, node: str, host: str | None = None) -> UnitRecord:
+        """The unit's stored record (see :func:`stored_row`), ``node`` and ``host`` where it ran."""
+        return stored_row(
+            result, unit=unit, eval_=self.evals[unit.eval_index], run_id=self.run_id, agent=self.agent,
+            agent_args=self.agent_args, attempt=attempt, node=node, host=host,
+        )  # fmt: skip
 
     def model_label(self, model: str) -> str:
         """The model as the run's rows (and their partitions) name it."""
@@ -169,13 +177,4 @@ class RunRows:
             started_at=stamp,
             finished_at=stamp,
         )
-        return row_from_result(
-            unanswered_result(execution),
-            unit=unit,
-            eval_=self.evals[unit.eval_index],
-            run_id=self.run_id,
-            agent=self.agent,
-            agent_args=self.agent_args,
-            attempt=attempt,
-            node="unknown",
-        )
+        return self.row(unanswered_result(execution), unit, attempt, node="unknown")

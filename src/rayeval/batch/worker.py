@@ -36,7 +36,7 @@ from .capacity import ray_options, run_capacity
 from .cluster import live_nodes
 from .config import BatchConfig, ExecutionConfig
 from .plan import Plan, Unit
-from .rows import stored_row
+from .rows import RunRows
 
 if TYPE_CHECKING:  # the driver's: workers do not import its checks
     from .prepare import PreparedRun
@@ -166,17 +166,8 @@ class UnitWorker:
         return self._row(unit, attempt, result)
 
     def _row(self, unit: Unit, attempt: int, result: EvalResult) -> UnitRecord:
-        return stored_row(
-            result,
-            unit=unit,
-            eval_=self.evals[unit.eval_index],
-            run_id=self.config.run_id,
-            agent=self.config.agent,
-            agent_args=self.config.agent_args,
-            attempt=attempt,
-            node=self.node_id,
-            host=self.host,
-        )
+        rows = RunRows(self.evals, self.config.run_id, self.config.agent, self.config.agent_args)
+        return rows.row(result, unit, attempt, self.node_id, self.host)
 
     def prepare(self, shared: list[Any]) -> WorkerReady:
         """Once the worker holds the run's data and has checked, as its units will run, that

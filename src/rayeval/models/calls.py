@@ -12,7 +12,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .model import Model, get_model
-from .providers import api_key, spare_keys, split_name
+from .providers import provider_keys
 from .types import ChatMessage, ModelOutput
 
 #: the ``kind`` of a JSON model call made elsewhere (see :func:`prompt_request`)
@@ -80,11 +80,10 @@ def prompt_model(name: str | None, args: dict[str, str]) -> tuple[Model, PromptO
     """The unit's model as the agent's options configure it (raises ``ModelError`` or
     ``ValidationError``)."""
     options = PromptOptions.model_validate(args)
-    provider, _ = split_name(name or "")
-    api_key(provider, options.api_key_env)  # now: a model made earlier kept the keys it had then
-    spare_keys(provider)
     with _making:  # a worker's first units arrive together: one of them makes the model
-        return _model(name or "", options), options
+        model = _model(name or "", options)
+    provider_keys(model.provider, options.api_key_env)  # now: a model made earlier kept the keys it had then
+    return model, options
 
 
 def generate_reply(

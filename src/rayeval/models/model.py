@@ -70,8 +70,7 @@ class Model:
         if max_connections is not None and max_connections < 1:
             raise ModelError(f"model {name!r}: max_connections must be >= 1, got {max_connections}")
         self.timeout_s = timeout_s
-        key = providers.api_key(self.provider, api_key_env)
-        self._keys = [key, *providers.spare_keys(self.provider)]
+        self._keys = providers.provider_keys(self.provider, api_key_env)
         self._secrets = [k for k in self._keys if k]
         self._key_index = 0  # the key in use: the first, until the provider rejects it
         self._key_lock = threading.Lock()

@@ -154,6 +154,12 @@ def spare_keys(provider: Provider) -> list[str]:
         raise ModelError(str(exc)) from None
 
 
+def provider_keys(provider: Provider, key_env: str | None) -> list[str | None]:
+    """The key a model of ``provider`` calls with, then its fallback keys, as the environment
+    holds them now (see :func:`api_key` and :func:`spare_keys`)."""
+    return [api_key(provider, key_env), *spare_keys(provider)]
+
+
 @lru_cache(maxsize=32)
 def client(sdk: SDK, base_url: str | None, key: str | None, timeout_s: float) -> Any:
     """One SDK client per process and settings: clients are thread-safe and pool connections."""

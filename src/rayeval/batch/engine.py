@@ -138,18 +138,17 @@ class _DriverRun:
     def execute(self, stop_signals: StopSignals, *, agent: AgentFunction | None, grade: GradeFunction | None) -> None:
         """Start Ray and the workers, say what runs, write the manifest, run the units not stored."""
         config, prepared, plan = self.config, self.prepared, self.prepared.plan
-        # a bool per plan position: units without a stored row, or stored ones to run again. A
-        # resumed run reads it first (with nothing left, no Ray starts); a new one after its
-        # workers start (asynchronously: their start-up overlaps planning and the manifest)
-        left = units_to_run(config.storage, self.store, self.run_id, plan) if config.storage.resume else None
+        # a bool per plan position: units without a stored row, or stored ones to run again
+        # (read before Ray starts: a resumed run with nothing left starts none; a new run reads
+        # no stored rows); the workers start asynchronously, overlapping the manifest
+        todo, earlier_attempts = units_to_run(config.storage, self.store, self.run_id, plan)
         capacity = None
-        runs_units = left is None or bool(left[0].any())
+        runs_units = not config.storage.resume or bool(todo.any())
         if runs_units:
             self.owns_ray = connect(config.ray)
         stop_signals.claim()  # after Ray's start, which sets handlers of its own
         if runs_units and len(plan):
             self.workers, capacity = start_pool(config, self.run_id, prepared, agent=agent, grade=grade)
-        todo, earlier_attempts = left or units_to_run(config.storage, self.store, self.run_id, plan)
         self.to_run = to_run = int(todo.sum())
         again = int((earlier_attempts[todo] > 0).sum()) if earlier_attempts is not None else 0
         results = self.store.run_uri(self.run_id)
@@ -289,11 +288,8 @@ def _close_run(
     ended: RunStatus = "failed" if status == "completed" else status
     try:
         writer.close()
-    except ResultsRootUnwritable as exc:
-        _record_stop(store, manifest, ended, exc)
-        raise
-    except BaseException:
-        _record_stop(store, manifest, ended, unwritable)
+    except BaseException as exc:
+        _record_stop(store, manifest, ended, exc if isinstance(exc, ResultsRootUnwritable) else unwritable)
         raise
     if unwritable is not None:
         _record_stop(store, manifest, ended, unwritable)

@@ -14,7 +14,7 @@ from typing import Any
 from .._messages import option
 from ..errors import RayevalError
 from ..harness.context import MIB, UnitResources
-from .config import BatchConfig, RayConfig
+from .config import BatchConfig
 
 #: what a node has: Ray's resource name -> amount (``CPU``, ``GPU``, ``memory`` in bytes, custom ones)
 NodeResources = dict[str, float]
@@ -34,16 +34,6 @@ class PoolShape:
 
     slots: int
     count: int
-
-
-def unit_resources(config: RayConfig, declared: UnitResources) -> UnitResources:
-    """What one unit asks Ray for: its agent's declaration, with the run's overrides."""
-    overrides: dict[str, Any] = {"custom": {**declared.custom, **config.unit_resources}}
-    if config.unit_cpus is not None:
-        overrides["cpus"] = config.unit_cpus
-    if config.unit_memory is not None:
-        overrides["memory"] = config.unit_memory
-    return declared.model_copy(update=overrides)
 
 
 def ray_options(resources: UnitResources, slots: int) -> dict[str, Any]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 from .._messages import option
 from ..agents.locate import check_module_agent
@@ -17,7 +18,6 @@ from ..graders.rubric import check_judge_key, judge_models
 from ..harness.context import AgentFunction, UnitResources
 from ..harness.remote_data import remote_data_problems
 from ..models.providers import ModelError
-from .capacity import unit_resources
 from .cluster import runs_embedded
 from .config import BatchConfig
 from .plan import Plan
@@ -91,7 +91,12 @@ def check_agent(config: BatchConfig, agent: AgentFunction | None, *, embedded: b
         declared = agent_ref(config.agent, load=config.execution.isolation == "inline").resources
     else:
         declared = getattr(agent, "resources", UnitResources())
-    return unit_resources(config.ray, declared)
+    overrides: dict[str, Any] = {"custom": {**declared.custom, **config.ray.unit_resources}}
+    if config.ray.unit_cpus is not None:
+        overrides["cpus"] = config.ray.unit_cpus
+    if config.ray.unit_memory is not None:
+        overrides["memory"] = config.ray.unit_memory
+    return declared.model_copy(update=overrides)
 
 
 def check_judges(evals: list[Eval], *, embedded: bool) -> list[str]:

@@ -16,9 +16,9 @@ from rayeval.batch.plan import (
     compact_seeds,
     describe_seeds,
     parse_seeds,
+    plan_changes,
     unstored,
 )
-from rayeval.batch.resume import plan_changes
 from rayeval.evals import Eval, load_evals
 from rayeval.storage import ResultStore, RunManifest
 from tests.batch.conftest import write_mc_evals

@@ -1,4 +1,5 @@
-"""The plan of a batch run: evals × models × seeds, each unit with a stable content id."""
+"""The plan of a batch run: evals × models × seeds, each unit with a stable content id; and
+what differs between the inputs of a stored run's plan and the current ones."""
 
 from __future__ import annotations
 
@@ -6,11 +7,13 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable, Iterator
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
+from .._messages import listed
 from ..evals import Eval
+from ..storage import RunManifest
 
 
 class Unit(NamedTuple):
@@ -177,6 +180,73 @@ def describe_seeds(seeds: Iterable[int | tuple[int, int]]) -> str:
     """``1..1000, 1005``."""
     items = compact_seeds(seeds)
     return ", ".join(str(item) if isinstance(item, int) else f"{item[0]}..{item[1]}" for item in items) or "none"
+
+
+def plan_changes(previous: RunManifest, current: RunManifest, agent_args: dict[str, Any]) -> list[str]:
+    """What differs between the inputs a run was planned with and the current ones, one line
+    per field (``seeds: 1..2 → 1..3``); [] when they are the same.  ``agent_args`` are the
+    current arguments unmasked: a secret one compares by its fingerprint and is never shown.
+    Only what ``previous`` records is compared (manifests of earlier versions record less)."""
+    changes = _argument_changes(previous, current, agent_args)
+    if previous.models != current.models:
+        changes.append(f"models: {_names(previous.models)} → {_names(current.models)}")
+    if compact_seeds(previous.seeds) != compact_seeds(current.seeds):
+        changes.append(f"seeds: {describe_seeds(previous.seeds)} → {describe_seeds(current.seeds)}")
+    before = {ref.id: ref.eval_hash for ref in previous.eval_files}
+    now = {ref.id: ref.eval_hash for ref in current.eval_files}
+    for what, ids in (
+        ("changed since", sorted(i for i in before.keys() & now.keys() if before[i] != now[i])),
+        ("added", sorted(now.keys() - before.keys())),
+        ("removed", sorted(before.keys() - now.keys())),
+    ):
+        if ids:
+            changes.append(f"evals {what}: {listed(ids)}")
+    for name in UNIT_OPTIONS:
+        if name in previous.model_fields_set and getattr(previous, name) != getattr(current, name):
+            changes.append(f"{name}: {getattr(previous, name)} → {getattr(current, name)}")
+    changes += _limit_changes(previous.limits, current.limits)
+    if not changes and previous.plan_digest and previous.plan_digest != current.plan_digest:
+        changes.append(f"plan_digest: {previous.plan_digest} → {current.plan_digest}")
+    return changes
+
+
+# Options of a run that change how its units run (and so their rows), compared on --resume.
+UNIT_OPTIONS = ("isolation", "network", "timeout", "grade_timeout", "answer_convention")
+
+
+def _limit_changes(previous: dict[str, float | None] | None, current: dict[str, float | None] | None) -> list[str]:
+    """Unit limits that differ (none when ``previous`` predates their record)."""
+    if previous is None:
+        return []
+    current = current or {}
+    return [
+        f"limits.{name}: {previous.get(name)} → {current.get(name)}"
+        for name in sorted(previous.keys() | current.keys())
+        if previous.get(name) != current.get(name)
+    ]
+
+
+def _argument_changes(previous: RunManifest, current: RunManifest, agent_args: dict[str, Any]) -> list[str]:
+    changes = []
+    changed_secrets = set(previous.secret_args_changed(agent_args))
+    for name in sorted(previous.agent_args.keys() | current.agent_args.keys()):
+        old, new = previous.agent_args.get(name, _ABSENT), current.agent_args.get(name, _ABSENT)
+        if old != new:
+            changes.append(f"agent_args.{name}: {_shown(old)} → {_shown(new)}")
+        elif name in changed_secrets:
+            changes.append(f"agent_args.{name}: changed (a secret: its values are not shown)")
+    return changes
+
+
+_ABSENT = object()
+
+
+def _shown(value: object) -> str:
+    return "(absent)" if value is _ABSENT else json.dumps(value)
+
+
+def _names(names: list[str]) -> str:
+    return listed(names, most=10) or "none"
 
 
 # ``--seeds N`` plans N runs of every eval and model: beyond this it is a typo, not a plan.

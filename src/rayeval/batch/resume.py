@@ -3,19 +3,17 @@ against the one stored by the run it resumes, and the units left to run."""
 
 from __future__ import annotations
 
-import json
 import logging
-from typing import Any
 
 import numpy as np
 
-from .._messages import listed, option, options
+from .._messages import option, options
 from ..errors import RayevalError
 from ..evals import Eval
 from ..storage import ResultStore, RunManifest
 from ..storage.store import ManifestError
 from .config import BatchConfig, StorageConfig
-from .plan import Plan, compact_seeds, describe_seeds, unstored
+from .plan import Plan, compact_seeds, plan_changes, unstored
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +50,21 @@ def starting_manifest(
     if previous is not None and previous.agent != config.agent:
         raise RunConflict(f"run {run_id!r} was made with agent {previous.agent!r}, not {config.agent!r}")
     planned = run_manifest(config, run_id, evals, plan, previous)
-    if previous is not None:
-        check_same_inputs(previous, planned, config.agent_args, force=storage.force)
+    # a resumed run finishes the plan it started with: with other inputs its stored rows and
+    # the new ones would mix two experiments (--force takes the new inputs knowingly)
+    if previous is not None and (changes := plan_changes(previous, planned, config.agent_args)):
+        diff = "".join(f"\n  {change}" for change in changes)
+        if not storage.force:
+            raise RunConflict(
+                f"{option('--resume', True)}: run {previous.run_id!r} was planned with other inputs (before → after):{diff}\n"
+                "Its rows and new ones would mix two experiments. Restore those inputs, start a new run "
+                f"(another {option('--run-id')}), or pass {option('--force', True)} to resume with the new inputs."
+            )
+        log.warning(
+            "--resume --force: run %s goes on with new inputs (units with new ids run, stored rows stay):%s",
+            previous.run_id,
+            diff,
+        )
     return planned
 
 
@@ -113,93 +124,6 @@ def run_manifest(
             **({"created_at": previous.created_at} if previous else {}),
         }
     )
-
-
-def check_same_inputs(previous: RunManifest, manifest: RunManifest, agent_args: dict[str, str], *, force: bool) -> None:
-    """A resumed run finishes the plan it started with: with other inputs its stored rows and
-    the new ones would mix two experiments (``force`` takes the new inputs knowingly)."""
-    changes = plan_changes(previous, manifest, agent_args)
-    if not changes:
-        return
-    diff = "".join(f"\n  {change}" for change in changes)
-    if not force:
-        raise RunConflict(
-            f"{option('--resume', True)}: run {previous.run_id!r} was planned with other inputs (before → after):{diff}\n"
-            "Its rows and new ones would mix two experiments. Restore those inputs, start a new run "
-            f"(another {option('--run-id')}), or pass {option('--force', True)} to resume with the new inputs."
-        )
-    log.warning(
-        "--resume --force: run %s goes on with new inputs (units with new ids run, stored rows stay):%s",
-        previous.run_id,
-        diff,
-    )
-
-
-def plan_changes(previous: RunManifest, current: RunManifest, agent_args: dict[str, Any]) -> list[str]:
-    """What differs between the inputs a run was planned with and the current ones, one line
-    per field (``seeds: 1..2 → 1..3``); [] when they are the same.  ``agent_args`` are the
-    current arguments unmasked: a secret one compares by its fingerprint and is never shown.
-    Only what ``previous`` records is compared (manifests of earlier versions record less)."""
-    changes = _argument_changes(previous, current, agent_args)
-    if previous.models != current.models:
-        changes.append(f"models: {_names(previous.models)} → {_names(current.models)}")
-    if compact_seeds(previous.seeds) != compact_seeds(current.seeds):
-        changes.append(f"seeds: {describe_seeds(previous.seeds)} → {describe_seeds(current.seeds)}")
-    before = {ref.id: ref.eval_hash for ref in previous.eval_files}
-    now = {ref.id: ref.eval_hash for ref in current.eval_files}
-    for what, ids in (
-        ("changed since", sorted(i for i in before.keys() & now.keys() if before[i] != now[i])),
-        ("added", sorted(now.keys() - before.keys())),
-        ("removed", sorted(before.keys() - now.keys())),
-    ):
-        if ids:
-            changes.append(f"evals {what}: {listed(ids)}")
-    for name in UNIT_OPTIONS:
-        if name in previous.model_fields_set and getattr(previous, name) != getattr(current, name):
-            changes.append(f"{name}: {getattr(previous, name)} → {getattr(current, name)}")
-    changes += _limit_changes(previous.limits, current.limits)
-    if not changes and previous.plan_digest and previous.plan_digest != current.plan_digest:
-        changes.append(f"plan_digest: {previous.plan_digest} → {current.plan_digest}")
-    return changes
-
-
-# Options of a run that change how its units run (and so their rows), compared on --resume.
-UNIT_OPTIONS = ("isolation", "network", "timeout", "grade_timeout", "answer_convention")
-
-
-def _limit_changes(previous: dict[str, float | None] | None, current: dict[str, float | None] | None) -> list[str]:
-    """Unit limits that differ (none when ``previous`` predates their record)."""
-    if previous is None:
-        return []
-    current = current or {}
-    return [
-        f"limits.{name}: {previous.get(name)} → {current.get(name)}"
-        for name in sorted(previous.keys() | current.keys())
-        if previous.get(name) != current.get(name)
-    ]
-
-
-def _argument_changes(previous: RunManifest, current: RunManifest, agent_args: dict[str, Any]) -> list[str]:
-    changes = []
-    changed_secrets = set(previous.secret_args_changed(agent_args))
-    for name in sorted(previous.agent_args.keys() | current.agent_args.keys()):
-        old, new = previous.agent_args.get(name, _ABSENT), current.agent_args.get(name, _ABSENT)
-        if old != new:
-            changes.append(f"agent_args.{name}: {_shown(old)} → {_shown(new)}")
-        elif name in changed_secrets:
-            changes.append(f"agent_args.{name}: changed (a secret: its values are not shown)")
-    return changes
-
-
-_ABSENT = object()
-
-
-def _shown(value: object) -> str:
-    return "(absent)" if value is _ABSENT else json.dumps(value)
-
-
-def _names(names: list[str]) -> str:
-    return listed(names, most=10) or "none"
 
 
 def units_to_run(

@@ -28,13 +28,12 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 
 from ..errors import RayevalError
 from ..record import LABEL, REPORT_COLUMNS, columns_marked
 from ..storage.attempts import ATTEMPT_COLUMNS, latest_attempts
 from ..storage.lease import driver_gone
-from ..storage.store import MANIFEST_NAME, TABLE_SCHEMA, Parts, ResultStore, SkippedFile
+from ..storage.store import MANIFEST_NAME, TABLE_SCHEMA, Parts, ResultStore, SkippedFile, isin_filter
 
 log = logging.getLogger(__name__)
 
@@ -131,9 +130,12 @@ class ResultsReader:
         except ValueError as exc:
             raise ReportError(str(exc)) from None
 
-    def _note(self, skipped: Iterable[SkippedFile]) -> None:
+    def _note(self, skipped: Iterable[SkippedFile]) -> list[SkippedFile]:
+        """Add the files not listed in :attr:`skipped` yet to it; returns those."""
         known = {item.path for item in self.skipped}
-        self.skipped += [item for item in skipped if item.path not in known]
+        added = [item for item in skipped if item.path not in known]
+        self.skipped += added
+        return added
 
     # -- listing -----------------------------------------------------------------------
     def _check_root(self) -> None:
@@ -203,9 +205,7 @@ class ResultsReader:
         """Leave out a run's damaged manifest with a warning naming it: its rows are still
         reported (without the run's status and planned units), and other runs are not touched."""
         problem = f"unusable {MANIFEST_NAME} ({why}): run {run!r} is reported without its status and planned units"
-        item = SkippedFile(f"{self.store.run_uri(run)}/{MANIFEST_NAME}", problem, part=False)
-        if item.path not in {known.path for known in self.skipped}:
-            self.skipped.append(item)
+        for item in self._note([SkippedFile(f"{self.store.run_uri(run)}/{MANIFEST_NAME}", problem, part=False)]):
             log.warning("skipping %s", item)
 
     # -- reading -----------------------------------------------------------------------
@@ -221,12 +221,6 @@ class ResultsReader:
             raise ReportError(f"cannot read results under {self.root!r}: {exc}") from None
         self._note(parts.skipped)
         return parts
-
-    def dataset(self, runs: str | Iterable[str] | None = None) -> ds.Dataset | None:
-        """The selected runs' rows (readable parts only, see :meth:`parts`); None when there
-        are no readable part files."""
-        parts = self.parts(runs)
-        return parts.dataset() if parts.fragments else None
 
     def table(
         self,
@@ -247,11 +241,7 @@ class ResultsReader:
         unknown = [c for c in wanted if c not in parts.schema.names]
         if unknown:
             raise ReportError(f"unknown column(s) {', '.join(unknown)}; known: {', '.join(parts.schema.names)}")
-        expr = None
-        for name, values in (("run_id", run_list), ("model", model_list), ("eval_id", eval_list)):
-            if values is not None:
-                term = ds.field(name).isin(values)
-                expr = term if expr is None else expr & term
+        expr = isin_filter({"run_id": run_list, "model": model_list, "eval_id": eval_list})
         try:
             # a part whose data cannot be decoded is left out there, with a warning
             return parts.to_table(columns=wanted, filter=expr)

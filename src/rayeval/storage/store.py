@@ -36,6 +36,7 @@ import functools
 import hashlib
 import json
 import logging
+import operator
 import os
 import threading
 import time
@@ -129,7 +130,7 @@ MANIFEST_RESERVE_SLACK = 64 * 1024
 _LASTING_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG})
 
 _PARTITION_SCHEMA = pa.schema([(name, pa.string()) for name in PARTITION_COLUMNS])
-#: Schema of :meth:`ResultStore.read_table` and :meth:`ResultStore.dataset`: the partition keys
+#: Schema of :meth:`ResultStore.read_table` and :meth:`Parts.dataset`: the partition keys
 #: first, then the file columns.
 TABLE_SCHEMA = pa.schema([*_PARTITION_SCHEMA, *FILE_SCHEMA])
 
@@ -309,6 +310,15 @@ class SkippedFile:
         return f"{self.path}: {self.problem}"
 
 
+def isin_filter(wanted: Mapping[str, Iterable[str] | None]) -> ds.Expression | None:
+    """The rows whose columns hold one of the values wanted of each (None: a column not
+    filtered), pushed down to the parts' row groups; None when no column is filtered."""
+    import pyarrow.dataset as ds
+
+    terms = [ds.field(name).isin(list(values)) for name, values in wanted.items() if values is not None]
+    return functools.reduce(operator.and_, terms) if terms else None
+
+
 def _as_bytes(strings: pa.Array) -> np.ndarray:
     """A string array as a numpy array of fixed-width bytes: a view of its data when all have
     one length (unit ids do), without a Python object per item."""
@@ -418,9 +428,7 @@ class ResultStore:
 
     def run_uri(self, run_id: str) -> str:
         """What to hand to ``pandas.read_parquet`` for one run."""
-        if self.is_s3:
-            return f"s3://{self.run_path(run_id)}"
-        return self.run_path(run_id)
+        return self._display(self.run_path(run_id))
 
     def model_path(self, run_id: str, model: str) -> str:
         return self.layout.model(run_id, model)
@@ -455,26 +463,20 @@ class ResultStore:
             self.fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
         self.fs.move(source, target)
 
-    def _list_files(self, path: str) -> list[pafs.FileInfo]:
-        selector = pafs.FileSelector(path, recursive=True, allow_not_found=True)
+    def _list_files(self, path: str, *, recursive: bool = True) -> list[pafs.FileInfo]:
+        """What is under ``path`` (``recursive=False``: directly in it); [] for a missing folder."""
+        selector = pafs.FileSelector(path, recursive=recursive, allow_not_found=True)
         try:
             return self.fs.get_file_info(selector)
-        except FileNotFoundError:
-            return []
-        except NotADirectoryError:
+        except (FileNotFoundError, NotADirectoryError):
             return []
 
     def files_in(self, folder: str, *, suffix: str = "") -> list[str]:
         """Paths of the files directly in ``folder`` whose names end with ``suffix`` (temporary
         ``.`` files left out), sorted; [] for a missing folder."""
-        selector = pafs.FileSelector(folder, recursive=False, allow_not_found=True)
-        try:
-            infos = self.fs.get_file_info(selector)
-        except (FileNotFoundError, NotADirectoryError):
-            return []
         return sorted(
             info.path
-            for info in infos
+            for info in self._list_files(folder, recursive=False)
             if info.type == pafs.FileType.File
             and info.base_name.endswith(suffix)
             and not info.base_name.startswith(".")
@@ -529,12 +531,9 @@ class ResultStore:
         left out, as one that cannot be read.  An error of the storage itself (see the module
         doc) propagates as ``OSError``.
         """
-        return self._check(self._visible_files(runs), extra_columns=extra_columns, warn=warn)
-
-    def _check(self, files: Sequence[pafs.FileInfo], *, extra_columns: bool, warn: bool) -> Parts:
         skipped: list[SkippedFile] = []
         fragments = []
-        for info in files:
+        for info in self._visible_files(runs):
             relative = self.layout.relative(info.path)
             problem = part_problem(relative)
             if problem is not None:
@@ -590,14 +589,6 @@ class ResultStore:
         with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="rayeval-footers") as pool:
             return list(pool.map(footer, fragments))
 
-    def dataset(self, paths: Sequence[str], *, extra_columns: bool = False) -> ds.Dataset:
-        """A pyarrow dataset over the readable ones of these part files (from :meth:`part_paths`;
-        the others are left out with a warning, as by :meth:`parts`) with the ``run_id`` and
-        ``model`` columns decoded from their folders and the canonical :data:`TABLE_SCHEMA`
-        (``extra_columns``: see :meth:`parts`)."""
-        files = self.fs.get_file_info(list(paths)) if paths else []
-        return self._check(files, extra_columns=extra_columns, warn=True).dataset()
-
     def quarantine(self, run_id: str) -> list[SkippedFile]:
         """Move the parts of a run that cannot be read (empty, truncated, not Parquet, columns of
         other types: see :meth:`parts`) to ``run_id=<id>/_quarantine/``, where no reader looks, and
@@ -632,15 +623,8 @@ class ResultStore:
     ) -> pa.Table:
         """Stored rows (all runs, or one) with ``run_id`` and ``model`` columns from the path;
         parts that cannot be read are left out with a warning (see :meth:`parts`)."""
-        import pyarrow.dataset as ds
-
         schema = TABLE_SCHEMA if columns is None else pa.schema([TABLE_SCHEMA.field(c) for c in columns])
-        expression = None
-        if models is not None:
-            expression = ds.field("model").isin(list(models))
-        if eval_ids is not None:
-            clause = ds.field("eval_id").isin(list(eval_ids))
-            expression = clause if expression is None else expression & clause
+        expression = isin_filter({"model": models, "eval_id": eval_ids})
         return self.parts(run_id).to_table(columns=schema.names, filter=expression)
 
     def stored_keys(self, run_id: str) -> set[tuple[str, int]]:
@@ -697,11 +681,7 @@ class ResultStore:
 
     def list_runs(self) -> list[str]:
         """Every run under the root (decoded ``run_id=`` folder names), sorted; [] for a missing root."""
-        selector = pafs.FileSelector(self.base, recursive=False, allow_not_found=True)
-        try:
-            infos = self.fs.get_file_info(selector)
-        except (FileNotFoundError, NotADirectoryError):
-            return []
+        infos = self._list_files(self.base, recursive=False)
         runs = {run_of_folder(info.base_name) for info in infos if info.type == pafs.FileType.Directory}
         return sorted(run for run in runs if run is not None)
 

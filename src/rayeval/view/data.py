@@ -43,7 +43,7 @@ from ..report.benchmark import (
     rounded,
 )
 from ..report.reader import ReportError, ResultsReader
-from ..storage.attempts import error_mask, latest_attempts, passed_array
+from ..storage.attempts import error_mask, passed_array
 from .bounded import (
     MAX_LABEL_CHARS,
     MAX_TEXT_CHARS,
@@ -529,9 +529,7 @@ class ViewData:
     ) -> dict[str, dict[str, Any]]:
         """The heavy columns of the latest attempt of each unit (pruned to one model and, when
         given, some evals), by unit id."""
-        frame = latest_attempts(
-            self.reader.all_attempts(runs=[run_id], models=[model], evals=evals, columns=list(DETAIL_COLUMNS))
-        )
+        frame = self.reader.units(runs=[run_id], models=[model], evals=evals, columns=list(DETAIL_COLUMNS))
         if unit_ids is not None:
             frame = frame[frame["unit_id"].astype("object").isin(unit_ids)]
         return {str(row["unit_id"]): row for row in frame.to_dict("records")}

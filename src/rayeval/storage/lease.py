@@ -478,6 +478,11 @@ class RunLease:
             f"{run} is held by another driver: {holder.describe(note=note)}. {advice} Lease: {self.where}", holder
         )
 
+    def _taking_over(self, previous: LeaseRecord) -> None:
+        """Say that this driver takes over a lease whose holder let it expire or is gone."""
+        why = "expired" if previous.expired() else "its driver is gone from this machine"
+        log.warning("run %s: taking over the lease of %s (%s)", self.run_id, previous.describe(), why)
+
     def _lost(self, current: LeaseRecord | None, why: str) -> LeaseLost:
         assert self.record is not None
         holder = f"; it is held now by {current.describe()}" if current is not None else ""
@@ -553,8 +558,7 @@ class LocalLease(RunLease):
             if current is not None and not current.expired() and current.machine != record.machine:
                 raise self._held(current)  # a driver on another machine, whose lock we may not see
             if current is not None:
-                why = "expired" if current.expired() else "its driver is gone from this machine"
-                log.warning("run %s: taking over the lease of %s (%s)", self.run_id, current.describe(), why)
+                self._taking_over(current)
             self._write(record)
         except BaseException:
             os.close(fd)
@@ -661,8 +665,7 @@ class S3Lease(RunLease):
                     continue
                 raise
             if current is not None:
-                why = "expired" if current.expired() else "its driver is gone from this machine"
-                log.warning("run %s: taking over the lease of %s (%s)", self.run_id, current.describe(), why)
+                self._taking_over(current)
             return
         raise self._held(self.read())
 

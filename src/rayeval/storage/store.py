@@ -34,6 +34,7 @@ from __future__ import annotations
 import errno
 import functools
 import hashlib
+import itertools
 import json
 import logging
 import operator
@@ -41,7 +42,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -836,20 +837,16 @@ class ResultStore:
         Raises :class:`StorageError` on failure.  Used by recovery and for small one-off writes.
         """
         writer_id = writer_id or f"direct-{_default_writer_id()}"
-        groups: dict[str, list[bytes]] = {}
+        entries = []
         for row in rows:
             if row.run_id != run_id:
                 raise ValueError(f"row {row.unit_id} belongs to run {row.run_id!r}, not {run_id!r}")
-            groups.setdefault(row.model, []).append(row.to_line())
+            entries.append((row.model, row.to_line()))
         written = []
-        seq = 0
         try:
-            for model, group in groups.items():
-                for data, _count in _split_encode(group):
-                    path = self.layout.part(run_id, model, f"part-{writer_id}-{seq:06d}.parquet")
-                    seq += 1
-                    self.put_atomic(path, data)
-                    written.append(path)
+            for part in _encode_parts(self.layout, run_id, writer_id, entries, itertools.count()):
+                self.put_atomic(part.path, part.data)
+                written.append(part.path)
         except Exception as exc:
             raise StorageError(f"could not store rows of run {run_id} under {self.root}: {exc}") from exc
         return written
@@ -904,6 +901,21 @@ class _Part:
     attempts: int = 0
 
 
+def _encode_parts(
+    layout: Layout, run_id: str, writer_id: str, entries: Iterable[tuple[str, bytes]], numbers: Iterator[int]
+) -> Iterator[_Part]:
+    """Rows given as ``(model, JSON line)`` as Parquet parts, one or more per model (each at
+    most :data:`MAX_PART_BYTES` unless one row is larger), named ``part-<writer_id>-<n>.parquet``
+    with ``n`` the next of ``numbers``: a writer never reuses a part's name."""
+    groups: dict[str, list[bytes]] = {}
+    for model, line in entries:
+        groups.setdefault(model, []).append(line)
+    for model, group in groups.items():
+        for data, count in _split_encode(group):
+            name = f"part-{writer_id}-{next(numbers):06d}.parquet"
+            yield _Part(path=layout.part(run_id, model, name), data=data, rows=count)
+
+
 class RowWriter:
     """Buffered, WAL-backed writer of one run's rows; thread-safe, for one driver process.
 
@@ -952,7 +964,7 @@ class RowWriter:
         self._returned_rows = False  # buffer holds rows of a closed WAL segment (encode failed)
         self._pending: dict[str, _Part] = {}  # sealed parts not stored yet
         self._sealing = 0  # rows taken from the buffer, being encoded into parts
-        self._seq = start_seq
+        self._numbers = itertools.count(start_seq)  # of the writer's next parts
         self._failures = 0
         # the first failure of the current run of failures, and when (monotonic): what the writer
         # gives up with (later ones may only be its consequences, such as a lapsed lease)
@@ -1109,19 +1121,6 @@ class RowWriter:
             self._give_up("write-ahead log", exc)
         return entries
 
-    def _make_parts(self, entries: list[tuple[str, bytes]]) -> list[_Part]:
-        groups: dict[str, list[bytes]] = {}
-        for model, line in entries:
-            groups.setdefault(model, []).append(line)
-        parts = []
-        for model, group in groups.items():
-            for chunk in _split_encode(group):
-                data, count = chunk
-                name = f"part-{self.writer_id}-{self._seq:06d}.parquet"
-                self._seq += 1
-                parts.append(_Part(path=self.store.layout.part(self.run_id, model, name), data=data, rows=count))
-        return parts
-
     def _flush_once(self, *, force: bool, io_timeout: float | None = None) -> bool:
         """Seal what is due and try to store every pending part.  True when nothing is pending."""
         if not self._io_lock.acquire(timeout=-1 if io_timeout is None else max(0.0, io_timeout)):
@@ -1131,7 +1130,7 @@ class RowWriter:
                 entries = self._seal(force)
             if entries:
                 try:
-                    parts = self._make_parts(entries)
+                    parts = list(_encode_parts(self.store.layout, self.run_id, self.writer_id, entries, self._numbers))
                 except Exception as exc:  # noqa: BLE001 - an unencodable row: keep everything, report
                     with self._lock:
                         self._sealing = 0

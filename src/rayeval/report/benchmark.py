@@ -298,6 +298,10 @@ def table_from_pairs(
     return table
 
 
+#: the columns accuracy is broken down by, when rows carry them, and what each names
+BREAKDOWNS: tuple[tuple[str, str], ...] = (("task", "task category"), ("kit", "platform"))
+
+
 def breakdown_table(
     units: pd.DataFrame, column: str = "task", *, errors: str = "fail", confidence: float = 0.95
 ) -> pd.DataFrame:
@@ -423,6 +427,7 @@ def to_text(table: pd.DataFrame) -> str:
 
 __all__ = [
     "ACCURACY",
+    "BREAKDOWNS",
     "CI_LOWER",
     "CI_UPPER",
     "COST",

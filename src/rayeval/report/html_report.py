@@ -23,6 +23,7 @@ import pandas as pd
 from ..storage.attempts import latest_attempts
 from .benchmark import (
     ACCURACY,
+    BREAKDOWNS,
     CI_LOWER,
     CI_METHOD,
     CI_UPPER,
@@ -62,12 +63,6 @@ def figure_bytes(fig: Any, fmt: Literal["png", "svg"] = "png") -> bytes:
     buffer = io.BytesIO()
     fig.savefig(buffer, format=fmt, dpi=100, bbox_inches="tight")
     return buffer.getvalue()
-
-
-def _png_data_uri(fig: Any) -> str | None:
-    if fig is None:
-        return None
-    return "data:image/png;base64," + base64.b64encode(figure_bytes(fig)).decode("ascii")
 
 
 def plot_labels(table: pd.DataFrame) -> list[str]:
@@ -144,21 +139,6 @@ def heatmap_figure(table: pd.DataFrame, column: str, title: str, order: Sequence
     return fig
 
 
-def accuracy_plot(table: pd.DataFrame) -> str | None:
-    """The accuracy figure as a PNG data URI."""
-    return _png_data_uri(accuracy_figure(table))
-
-
-def cost_plot(table: pd.DataFrame) -> str | None:
-    """The cost vs accuracy figure as a PNG data URI; None when no row has a cost."""
-    return _png_data_uri(cost_figure(table))
-
-
-def heatmap_plot(table: pd.DataFrame, column: str, title: str, order: Sequence[str] | None = None) -> str | None:
-    """The accuracy heatmap as a PNG data URI; None for an empty table."""
-    return _png_data_uri(heatmap_figure(table, column, title, order))
-
-
 def _cell(value: Any, column: str) -> tuple[str, bool]:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-", False
@@ -184,9 +164,11 @@ def html_table(frame: pd.DataFrame, columns: Sequence[str] | None = None) -> str
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
-def _img(uri: str | None, alt: str) -> str:
-    if uri is None:
+def _img(fig: Any, alt: str) -> str:
+    """A figure as an image inlined as a PNG data URI (None: a note that there is no data)."""
+    if fig is None:
         return f'<p class="note">{html.escape(alt)}: no data to plot.</p>'
+    uri = "data:image/png;base64," + base64.b64encode(figure_bytes(fig)).decode("ascii")
     return f'<img src="{uri}" alt="{html.escape(alt)}">'
 
 
@@ -246,18 +228,18 @@ def render_html(
             f"Confidence intervals: 95%, {CI_METHOD} (none with a single eval).</p>"
         ),
         "<h2>Accuracy by model</h2>",
-        _img(accuracy_plot(main), "Accuracy with 95% CI per model and harness"),
+        _img(accuracy_figure(main), "Accuracy with 95% CI per model and harness"),
         html_table(rounded(main)),
         "<h2>Cost vs accuracy</h2>",
-        _img(cost_plot(main), "Cost per run vs accuracy"),
+        _img(cost_figure(main), "Cost per run vs accuracy"),
     ]
-    for column, label in (("task", "task category"), ("kit", "platform")):
+    for column, label in BREAKDOWNS:
         if column in units.columns and units[column].notna().any():
             table = breakdown_table(units, column, errors=errors)
             parts += [
                 f"<h2>Accuracy by {label}</h2>",
                 _img(
-                    heatmap_plot(table, column, f"Accuracy (%) by {label}", order=plot_labels(main)),
+                    heatmap_figure(table, column, f"Accuracy (%) by {label}", order=plot_labels(main)),
                     f"Accuracy heatmap by {label}",
                 ),
                 html_table(rounded(table)),
@@ -293,12 +275,9 @@ def write_html(path: str | Path, units: pd.DataFrame, **kwargs: Any) -> Path:
 
 __all__ = [
     "accuracy_figure",
-    "accuracy_plot",
     "cost_figure",
-    "cost_plot",
     "figure_bytes",
     "heatmap_figure",
-    "heatmap_plot",
     "html_table",
     "plot_labels",
     "render_html",

@@ -35,6 +35,7 @@ from ..gateway.transcript import MODEL_CALLS_ARTIFACT
 from ..harness.workspace import REFUSAL_VERDICT_NAME
 from ..record import DETAIL, columns_marked
 from ..report.benchmark import (
+    BREAKDOWNS,
     CI_METHOD,
     ERRORS,
     benchmark_table,
@@ -159,6 +160,16 @@ def json_value(value: Any) -> Any:
     if isinstance(value, pd.Timestamp):
         return value.isoformat()
     return value if isinstance(value, (str, int)) else str(value)
+
+
+def json_rows(frame: pd.DataFrame) -> list[list[Any]]:
+    """A frame's rows as lists of JSON values (see :func:`json_value`)."""
+    return [[json_value(v) for v in record] for record in frame.itertuples(index=False)]
+
+
+def newest_first(summaries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Run summaries sorted by creation time, newest first (then by run id)."""
+    return sorted(summaries, key=lambda s: (str(s.get("created_at") or ""), s["run_id"]), reverse=True)
 
 
 def _text(value: Any) -> TextField | None:
@@ -294,11 +305,7 @@ def _labels(column: pd.Series) -> pd.Series:
 
 def _leaderboard_table(title: str, table: pd.DataFrame) -> dict[str, Any]:
     shown = rounded(table)
-    rows = [[json_value(v) for v in record] for record in shown.itertuples(index=False)]
-    return {"title": title, "columns": [str(c) for c in shown.columns], "rows": rows}
-
-
-BREAKDOWNS = (("task", "task category"), ("kit", "platform"))
+    return {"title": title, "columns": [str(c) for c in shown.columns], "rows": json_rows(shown)}
 
 
 def leaderboard(units: pd.DataFrame) -> dict[str, Any]:
@@ -390,17 +397,14 @@ class RunIndex:
     def facets(self) -> dict[str, list[Any]]:
         """The values each filter can take (computed once)."""
         if self._facets is None:
-            self._facets = self._distinct_values()
+            units = self.units
+            self._facets = {
+                "eval": sorted(map(str, units["eval_id"].dropna().unique())),
+                "model": sorted(map(str, units["model"].dropna().unique())),
+                "seed": sorted(int(s) for s in units["seed"].dropna().unique()),
+                "error": sorted(map(str, units["error_type"].dropna().unique())),
+            }
         return self._facets
-
-    def _distinct_values(self) -> dict[str, list[Any]]:
-        units = self.units
-        return {
-            "eval": sorted(map(str, units["eval_id"].dropna().unique())),
-            "model": sorted(map(str, units["model"].dropna().unique())),
-            "seed": sorted(int(s) for s in units["seed"].dropna().unique()),
-            "error": sorted(map(str, units["error_type"].dropna().unique())),
-        }
 
     def position(self, unit_id: str) -> int:
         if self._positions is None:
@@ -455,7 +459,7 @@ class RunIndex:
             "pages": max(1, -(-int(mask.sum()) // query.size)),
             "size": query.size,
             "columns": list(TABLE_COLUMNS),
-            "rows": [[json_value(v) for v in record] for record in page[list(TABLE_COLUMNS)].itertuples(index=False)],
+            "rows": json_rows(page[list(TABLE_COLUMNS)]),
             "facets": self.facets(),
         }
 
@@ -500,12 +504,7 @@ class ViewData:
 
     def runs(self) -> list[dict[str, Any]]:
         """Every run's summary, newest first."""
-        summaries = [self.run(run).summary() for run in self.run_ids()]
-        return sorted(
-            summaries,
-            key=lambda s: (str(s.get("created_at") or ""), s["run_id"]),
-            reverse=True,
-        )
+        return newest_first([self.run(run).summary() for run in self.run_ids()])
 
     def units(self, run_id: str, query: UnitQuery) -> dict[str, Any]:
         return self.run(run_id).query(query)

@@ -27,8 +27,9 @@ from .data import (
     NotFound,
     RunIndex,
     ViewData,
+    json_rows,
     json_text,
-    json_value,
+    newest_first,
     unit_detail,
 )
 
@@ -71,19 +72,16 @@ def _write_details(data: ViewData, index: RunIndex, folder: Path, run_dir: str) 
         heavy = data.heavy_rows(index.run_id, str(model), None)
         members: list[str] = []
         size = 0
-        for _, light in group.iterrows():
+        for position, (_, light) in enumerate(group.iterrows(), 1):
             unit_id = str(light["unit_id"])
             row = heavy.get(unit_id, {})
             detail = json_text(unit_detail(light.to_dict(), row, data.task(index, str(light["eval_id"]), row)))
             members.append(f"{json_text(unit_id)}:{detail}")
             chunk_of[unit_id] = str(written)
             size += len(detail)
-            if len(members) >= DETAIL_CHUNK or size >= DETAIL_CHUNK_CHARS:
+            if len(members) >= DETAIL_CHUNK or size >= DETAIL_CHUNK_CHARS or position == len(group):
                 _write_data(folder, f"{run_dir}/units-{written}", text="{" + ",".join(members) + "}")
                 members, size, written = [], 0, written + 1
-        if members:
-            _write_data(folder, f"{run_dir}/units-{written}", text="{" + ",".join(members) + "}")
-            written += 1
     return chunk_of
 
 
@@ -94,8 +92,7 @@ def _write_run(data: ViewData, index: RunIndex, folder: Path, run_dir: str) -> d
     chunks = 0
     for start in range(0, len(units), INDEX_CHUNK):
         part = units.iloc[start : start + INDEX_CHUNK][columns]
-        rows = [[json_value(v) for v in record] for record in part.itertuples(index=False)]
-        _write_data(folder, f"{run_dir}/index-{chunks}", {"columns": columns, "rows": rows})
+        _write_data(folder, f"{run_dir}/index-{chunks}", {"columns": columns, "rows": json_rows(part)})
         chunks += 1
     board = data.leaderboard(index.run_id)
     _write_data(folder, f"{run_dir}/leaderboard", board)
@@ -151,8 +148,7 @@ def _write_view(data: ViewData, out: Path, progress: Callable[[str], None] | Non
         if progress is not None:
             progress(f"run {run_id}")
         runs.append(_write_run(data, data.run(run_id), out, f"r{number}"))
-    runs.sort(key=lambda s: (str(s.get("created_at") or ""), s["run_id"]), reverse=True)
-    _write_data(out, "runs", {"root": data.reader.root, "runs": runs})
+    _write_data(out, "runs", {"root": data.reader.root, "runs": newest_first(runs)})
     (out / "index.html").write_bytes(index_html(static=True))
 
 

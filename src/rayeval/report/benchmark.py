@@ -48,7 +48,8 @@ PUBLISHED_COLUMNS = ("model_name", "harness", ACCURACY, CI_LOWER, CI_UPPER, COST
 ROUNDING = {ACCURACY: 2, CI_LOWER: 2, CI_UPPER: 2, COST: 4, DURATION: 2}
 MODEL_KEYS = ("model", "harness", "agent", "run_id")
 BREAKDOWN_KEYS = {"task": "tasks", "kit": "platforms"}
-BREAKDOWN_DESCRIPTIONS = {"task": "task category", "kit": "platform"}
+#: the columns accuracy is broken down by, when rows carry them, and what each names
+BREAKDOWNS = {"task": "task category", "kit": "platform"}
 CI_METHOD = (
     "ci_lower and ci_upper in percent, as Accuracy (%); t-distribution over per-evaluation means, clipped to [0, 100]"
 )
@@ -298,10 +299,6 @@ def table_from_pairs(
     return table
 
 
-#: the columns accuracy is broken down by, when rows carry them, and what each names
-BREAKDOWNS: tuple[tuple[str, str], ...] = (("task", "task category"), ("kit", "platform"))
-
-
 def breakdown_table(
     units: pd.DataFrame, column: str = "task", *, errors: str = "fail", confidence: float = 0.95
 ) -> pd.DataFrame:
@@ -366,7 +363,7 @@ def to_json_data(table: pd.DataFrame) -> Any:
     breakdown = table.attrs.get("breakdown")
     if not breakdown:
         return [{k: _json_number(v) for k, v in rec.items()} for rec in out.to_dict(orient="records")]
-    label = BREAKDOWN_DESCRIPTIONS.get(breakdown, breakdown)
+    label = BREAKDOWNS.get(breakdown, breakdown)
     groups: dict[str, Any] = {}
     for value, part in out.groupby(breakdown, sort=True):
         models = {

@@ -233,7 +233,7 @@ def render_html(
         "<h2>Cost vs accuracy</h2>",
         _img(cost_figure(main), "Cost per run vs accuracy"),
     ]
-    for column, label in BREAKDOWNS:
+    for column, label in BREAKDOWNS.items():
         if column in units.columns and units[column].notna().any():
             table = breakdown_table(units, column, errors=errors)
             parts += [

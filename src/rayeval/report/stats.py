@@ -487,12 +487,6 @@ def eta_from_span(done: int, remaining: int, span: tuple[int, int] | None) -> fl
     return remaining / (done / span_s)
 
 
-def estimate_eta(units: pd.DataFrame, remaining: int) -> float | None:
-    """Seconds left at the observed throughput: units done / (last finished_at − first
-    started_at, or first finished_at when there are no start times)."""
-    return eta_from_span(len(units), remaining, time_span(units) if remaining > 0 else None)
-
-
 @dataclass(frozen=True)
 class Progress:
     """A report's status line: overall status, progress text, planned total and ETA."""
@@ -736,7 +730,6 @@ __all__ = [
     "SelectEvaluatorStats",
     "TextEvaluatorStats",
     "compute_evaluator_stats",
-    "estimate_eta",
     "evaluation_stats",
     "evaluator_stats",
     "evaluator_stats_table",

@@ -121,15 +121,6 @@ def _rayeval_version() -> str:
         return _version("rayeval") or "unknown"
 
 
-def _pyarrow_version() -> str | None:
-    try:
-        import pyarrow
-
-        return pyarrow.__version__
-    except ImportError:  # pragma: no cover
-        return None
-
-
 def git_revision(cwd: str | None = None) -> str | None:
     """``git rev-parse HEAD`` in ``cwd`` (default: the current directory), None if not a repo."""
     try:
@@ -228,7 +219,7 @@ class RunManifest(BaseModel):
     total_units: int = 0
     rayeval_version: str = Field(default_factory=_rayeval_version)
     ray_version: str | None = Field(default_factory=lambda: _version("ray"))
-    pyarrow_version: str | None = Field(default_factory=_pyarrow_version)
+    pyarrow_version: str | None = Field(default_factory=lambda: _version("pyarrow"))
     python_version: str = Field(default_factory=platform.python_version)
     git_revision: str | None = Field(default_factory=git_revision)
     command_line: list[str] = Field(default_factory=lambda: list(sys.argv))

@@ -321,7 +321,7 @@ def leaderboard(units: pd.DataFrame) -> dict[str, Any]:
     plots = ["accuracy"]
     if units["cost_usd"].notna().any():
         plots.append("cost")
-    for column, what in BREAKDOWNS:
+    for column, what in BREAKDOWNS.items():
         if column in units.columns and units[column].notna().any():
             tables.append(_leaderboard_table(f"Accuracy by {what}", breakdown_table(units, column)))
             plots.append(column)
@@ -340,17 +340,16 @@ def plot_svg(units: pd.DataFrame, name: str) -> bytes:
     from ..report import html_report
 
     main = benchmark_table(units)
-    labels = dict(BREAKDOWNS)
     if name == "accuracy":
         figure = html_report.accuracy_figure(main)
     elif name == "cost":
         figure = html_report.cost_figure(main)
-    elif name in labels:
+    elif name in BREAKDOWNS:
         table = breakdown_table(units, name)
         figure = html_report.heatmap_figure(
             table,
             name,
-            f"Accuracy (%) by {labels[name]}",
+            f"Accuracy (%) by {BREAKDOWNS[name]}",
             order=html_report.plot_labels(main),
         )
     else:

@@ -49,7 +49,7 @@ from .._files import write_atomic
 from .._messages import option, options
 from ..errors import RayevalError
 from .layout import LEASE_NAME, LOCK_NAME
-from .wal import try_lock
+from .wal import remove_dir_if_empty, try_lock
 
 if TYPE_CHECKING:
     from .store import ResultStore
@@ -585,10 +585,7 @@ class LocalLease(RunLease):
                         self.lock_path.unlink()
                 except FileNotFoundError:
                     pass
-                try:  # a run that stopped before writing anything leaves no folder behind
-                    self.run_dir.rmdir()
-                except OSError:
-                    pass
+                remove_dir_if_empty(self.run_dir)  # a run that stopped before writing anything leaves none
         finally:
             os.close(fd)
 

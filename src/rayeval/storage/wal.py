@@ -166,17 +166,11 @@ class WriteAheadLog:
         if fd is not None:
             os.close(fd)
 
-    def drop_closed(self) -> int:
-        """Delete the closed segments (their rows are stored).  Returns how many were deleted."""
-        dropped = 0
+    def drop_closed(self) -> None:
+        """Delete the closed segments (their rows are stored)."""
         for path in self.closed_segments:
-            try:
-                path.unlink()
-                dropped += 1
-            except FileNotFoundError:
-                pass
+            path.unlink(missing_ok=True)
         self.closed_segments = []
-        return dropped
 
     @property
     def files(self) -> list[Path]:
@@ -199,14 +193,8 @@ class WriteAheadLog:
                 self._close_fd()
                 self.drop_closed()
                 for path in (self.active_path, self.lock_path):
-                    try:
-                        path.unlink()
-                    except FileNotFoundError:
-                        pass
-                try:
-                    self.directory.rmdir()
-                except OSError:
-                    pass
+                    path.unlink(missing_ok=True)
+                remove_dir_if_empty(self.directory)
             else:  # every append is fsynced already
                 self._close_fd()
                 fsync_dir(self.directory)
@@ -233,14 +221,8 @@ class OrphanLog:
     def remove(self) -> None:
         """Delete the segments and the lock file (rows are stored)."""
         for path in self.segments:
-            try:
-                path.unlink()
-            except FileNotFoundError:
-                pass
-        try:
-            (self.directory / f"{self.writer_id}.lock").unlink()
-        except FileNotFoundError:
-            pass
+            path.unlink(missing_ok=True)
+        (self.directory / f"{self.writer_id}.lock").unlink(missing_ok=True)
 
     def release(self) -> None:
         if self._lock_fd is not None:

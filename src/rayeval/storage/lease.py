@@ -531,14 +531,17 @@ class LocalLease(RunLease):
                 continue
             if fd is None:
                 return None
-            try:
-                current = os.path.samestat(os.fstat(fd), os.stat(self.lock_path))
-            except FileNotFoundError:
-                current = False
-            if current:
+            if self._at_lock_path(fd):
                 return fd
             os.close(fd)  # a releasing holder unlinked this one: lock the file at the path now
         raise LeaseError(f"cannot lock {self.lock_path}: it keeps being replaced")
+
+    def _at_lock_path(self, fd: int) -> bool:
+        """Whether ``fd`` is the lock file now at ``lock_path`` (not one a releasing holder unlinked)."""
+        try:
+            return os.path.samestat(os.fstat(fd), os.stat(self.lock_path))
+        except FileNotFoundError:
+            return False
 
     def _settled_holder(self) -> LeaseRecord | None:
         """The holder's record; a driver that has just taken the lock may not have written it yet."""
@@ -580,11 +583,8 @@ class LocalLease(RunLease):
             current = self.read()
             if current is not None and current.token == self.token:
                 self.path.unlink(missing_ok=True)
-                try:  # a driver waiting on this lock file notices it is unlinked, and locks a new one
-                    if os.path.samestat(os.fstat(fd), os.stat(self.lock_path)):
-                        self.lock_path.unlink()
-                except FileNotFoundError:
-                    pass
+                if self._at_lock_path(fd):  # a driver waiting on it notices it is unlinked, and locks a new one
+                    self.lock_path.unlink(missing_ok=True)
                 remove_dir_if_empty(self.run_dir)  # a run that stopped before writing anything leaves none
         finally:
             os.close(fd)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from .._json import amount_in, count_in
 from ..errors import ConfigError
@@ -38,9 +38,25 @@ from .workspace import (
     make_work_dir,
 )
 
+if TYPE_CHECKING:  # typing's own is Python 3.11's; only mypy reads the annotation
+    from typing_extensions import Unpack
+
 #: a row's ``error_details.seen_by`` (see :data:`rayeval.record.SeenBy`)
 RUNNER: SeenBy = "runner"
 GATEWAY: SeenBy = "gateway"
+
+
+class ExecuteOptions(TypedDict, total=False):
+    """The keywords of :meth:`EvalRunner.execute`, which :meth:`EvalRunner.run` passes on."""
+
+    model: str | None
+    seed: int | None
+    timeout: float | None
+    agent_args: dict[str, str] | None
+    isolation: Isolation
+    sandbox: SandboxConfig | None
+    convention: AnswerConvention
+    budget: RunBudget | None
 
 
 class EvalRunner:
@@ -73,28 +89,12 @@ class EvalRunner:
         self,
         agent: AgentFunction | AgentRef,
         *,
-        model: str | None = None,
-        seed: int | None = None,
-        timeout: float | None = None,
-        agent_args: dict[str, str] | None = None,
-        isolation: Isolation = "sandbox",
-        sandbox: SandboxConfig | None = None,
         grade_timeout: float = DEFAULT_GRADE_TIMEOUT_S,
-        convention: AnswerConvention = "legacy",
+        **options: Unpack[ExecuteOptions],
     ) -> EvalResult:
-        """Stage, run, find the answer, grade (in a grading subprocess, at most ``grade_timeout``
-        seconds). Never raises for anything the agent does."""
-        execution = self.execute(
-            agent,
-            model=model,
-            seed=seed,
-            timeout=timeout,
-            agent_args=agent_args,
-            isolation=isolation,
-            sandbox=sandbox,
-            convention=convention,
-        )
-        return grade_execution(self.eval, execution, grade_timeout=grade_timeout)
+        """Stage, run, find the answer (:meth:`execute`, given ``options``), grade (in a grading
+        subprocess, at most ``grade_timeout`` seconds). Never raises for anything the agent does."""
+        return grade_execution(self.eval, self.execute(agent, **options), grade_timeout=grade_timeout)
 
     def execute(
         self,

@@ -26,15 +26,20 @@ class ModelRelay(BaseModel):
     token: str = Field(repr=False)
 
 
-class AgentContext(BaseModel):
-    """Passed to agents that declare a ``context`` parameter (the replay agent needs it)."""
-
-    model_config = ConfigDict(frozen=True)
+class UnitKey(BaseModel):
+    """Which unit: its eval, model and seed, and the run it is one of (None: none given)."""
 
     eval_id: str
     model: str | None = None
     seed: int | None = None
     run_id: str | None = None
+
+
+class AgentContext(UnitKey):
+    """Passed to agents that declare a ``context`` parameter (the replay agent needs it)."""
+
+    model_config = ConfigDict(frozen=True)
+
     timeout: float | None = None
     args: dict[str, str] = Field(default_factory=dict)
     #: the names the agent is told for its answer file and completion marker (see harness.prompt)

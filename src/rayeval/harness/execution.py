@@ -7,7 +7,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from ..evals import Eval
 from ..gateway.server import ModelUsage
@@ -15,6 +15,7 @@ from ..graders.judging import Judgments, judgments_cost_usd
 from ..graders.result import GraderResult
 from ..grading.pool import DEFAULT_TIMEOUT_S, GradingError, GradingTimeout, grade_bounded, judge_requests_bounded
 from ..record import JUDGE_ERROR, Status, carried
+from .context import UnitKey
 from .result import EvalResult
 from .run_summary import refusal_column, with_run_summary
 
@@ -24,15 +25,11 @@ ExecutionOutcome = Literal["answered", "no_answer", "error", "timeout"]
 _LIFTED_INT_FIELDS = ("input_tokens", "output_tokens", "n_turns")
 
 
-class Execution(BaseModel):
+class Execution(UnitKey):
     """An agent run with its answer found and its secrets masked; grading comes after."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    eval_id: str
-    model: str | None = None
-    seed: int | None = None
-    run_id: str | None = None
     #: how the agent ran: sandbox, process or inline (see ``isolation.py``)
     isolation: str | None = None
     #: the agent is rayeval's replay agent (set by the runner, never by the agent): its

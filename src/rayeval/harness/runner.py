@@ -23,7 +23,7 @@ from ..sandbox.units import SandboxError, unit_runner
 from ..secrets import environment_secrets, redact
 from .answers import MAX_ANSWER_NESTING, find_answer, nested_deeper_than
 from .cache import default_cache_dir, remove_tree
-from .context import AgentContext, AgentFunction, AgentRef, ModelRelay, call_agent
+from .context import AgentContext, AgentFunction, AgentRef, ModelRelay, UnitKey, call_agent
 from .execution import Execution, claims_against_counts, grade_execution, now
 from .prompt import AnswerConvention, build_prompt
 from .result import EvalResult
@@ -168,10 +168,7 @@ class EvalRunner:
             fields = redact(fields, [calls.token])
         return Execution(
             **fields,
-            eval_id=self.eval.id,
-            model=model,
-            seed=seed,
-            run_id=self.run_id,
+            **context.model_dump(include=set(UnitKey.model_fields)),  # the unit its agent was told
             isolation=isolation,
             replayed=_replays(agent),
             started_at=started_at,

@@ -93,13 +93,8 @@ def download_http(url: str, dest: Path, socket_timeout: float, abort: threading.
             expected = response.headers.get("Content-Length")
             # read1: return whatever arrived, so a trickling server still lets us see ``abort``
             record = write_file(dest, _chunks(response.read1, abort))
-    except urllib.error.HTTPError as exc:
-        exc.close()
-        raise FetchError(f"HTTP {exc.code} {exc.reason} from {_redact(url)}") from None
     except urllib.error.URLError as exc:
-        if isinstance(exc.reason, TimeoutError):
-            raise FetchTimeout(f"no response from {_redact(url)} within {socket_timeout:g}s") from None
-        raise FetchError(f"cannot reach {_redact(url)}: {exc.reason}") from None
+        raise _request_error(url, exc, socket_timeout) from None
     except TimeoutError:
         raise FetchTimeout(f"{_redact(url)} stalled: no data for {socket_timeout:g}s") from None
     except http.client.IncompleteRead as exc:
@@ -123,17 +118,24 @@ def check_http(url: str, socket_timeout: float) -> None:
                 urllib.request.Request(url, headers=headers, method=method), timeout=socket_timeout
             ):
                 return
-        except urllib.error.HTTPError as exc:
-            exc.close()
-            if method == "HEAD" and exc.code in (403, 405, 501):
-                continue
-            raise FetchError(f"HTTP {exc.code} {exc.reason} from {_redact(url)}") from None
         except urllib.error.URLError as exc:
-            if isinstance(exc.reason, TimeoutError):
-                raise FetchTimeout(f"no response from {_redact(url)} within {socket_timeout:g}s") from None
-            raise FetchError(f"cannot reach {_redact(url)}: {exc.reason}") from None
+            if method == "HEAD" and isinstance(exc, urllib.error.HTTPError) and exc.code in (403, 405, 501):
+                exc.close()
+                continue
+            raise _request_error(url, exc, socket_timeout) from None
         except (TimeoutError, http.client.HTTPException, ConnectionError) as exc:
             raise FetchError(f"no answer from {_redact(url)}: {type(exc).__name__}: {exc}") from None
+
+
+def _request_error(url: str, exc: urllib.error.URLError, socket_timeout: float) -> FetchError:
+    """What a request of ``url`` that failed before its body is reported as: the server's
+    HTTP error status (its response closed), no response in time, or no connection."""
+    if isinstance(exc, urllib.error.HTTPError):
+        exc.close()
+        return FetchError(f"HTTP {exc.code} {exc.reason} from {_redact(url)}")
+    if isinstance(exc.reason, TimeoutError):
+        return FetchTimeout(f"no response from {_redact(url)} within {socket_timeout:g}s")
+    return FetchError(f"cannot reach {_redact(url)}: {exc.reason}")
 
 
 def _redact(url: str) -> str:

@@ -180,11 +180,6 @@ def list_tree(root: Path) -> tuple[list[str], list[tuple[str, Path, os.stat_resu
     return sorted(dirs), sorted(files, key=lambda item: item[0])
 
 
-def walk_files(root: Path) -> list[tuple[str, Path, os.stat_result]]:
-    """Regular files under ``root`` as (relative path, absolute path, stat), in path order."""
-    return list_tree(root)[1]
-
-
 def _stamp(st: os.stat_result) -> dict[str, int]:
     return {"ino": st.st_ino, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns}
 

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 from .._s3 import s3_client as _s3_client
 from ..errors import RayevalError
-from .cache import CHUNK, FileRecord, Payload, list_tree, walk_files, write_file
+from .cache import CHUNK, FileRecord, Payload, list_tree, write_file
 
 #: Longest silence tolerated on a socket; also capped by the time left before the deadline.
 DEFAULT_SOCKET_TIMEOUT = 60.0
@@ -57,7 +57,7 @@ def _chunks(read: Callable[[int], bytes], abort: threading.Event) -> Iterator[by
 def local_fingerprint(path: Path) -> list[tuple[str, int, int]]:
     """(relative path, size, mtime_ns) of a local file or every file under a directory."""
     if path.is_dir():
-        return [(rel, st.st_size, st.st_mtime_ns) for rel, _, st in walk_files(path)]
+        return [(rel, st.st_size, st.st_mtime_ns) for rel, _, st in list_tree(path)[1]]
     st = path.stat()
     return [("", st.st_size, st.st_mtime_ns)]
 

@@ -78,10 +78,6 @@ def list_work_dir(work_dir: Path) -> Listing:
         names = set(os.listdir(work_dir))
     except OSError:
         return []
-    return _listing(work_dir, names)
-
-
-def _listing(work_dir: Path, names: set[str]) -> Listing:
     listing = [(work_dir, names)]
     legacy = work_dir / LEGACY_SUBDIR
     if LEGACY_SUBDIR in names and not legacy.is_symlink():  # a link would lead out of the work folder

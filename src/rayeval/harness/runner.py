@@ -348,17 +348,10 @@ def _find_answer(
     its last model call ended in the provider's failure, as the gateway saw it (``counted``);
     only an agent run in this process (no gateway) has its own report of one taken."""
     fields: dict = {"agent_s": round(outcome.seconds, 6)}
-    if outcome.kind == "timeout":
+    if outcome.kind != "returned":  # out of time (no traceback), raised or died
         return {
             **fields,
-            "outcome": "timeout",
-            "error_type": outcome.error_type,
-            "error_message": outcome.error_message,
-        }
-    if outcome.kind in ("raised", "crashed"):
-        return {
-            **fields,
-            "outcome": "error",
+            "outcome": "timeout" if outcome.kind == "timeout" else "error",
             "error_type": outcome.error_type,
             "error_message": outcome.error_message,
             "error_traceback": outcome.traceback,

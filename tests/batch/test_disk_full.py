@@ -14,7 +14,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from rayeval.batch.engine import _record_stop
 from rayeval.storage import ResultsRootUnwritable, ResultStore, RunManifest
 from tests.batch.conftest import completed_units, read_invocations, write_mc_evals
 
@@ -78,6 +77,13 @@ def _rayeval(command: list[str]) -> subprocess.CompletedProcess[str]:
     )
 
 
+class _StoredWriter:
+    """A writer whose rows are all stored: the run stops for its results root alone."""
+
+    def close(self) -> None:
+        pass
+
+
 def test_a_manifest_that_cannot_be_marked_is_said_once_in_the_runs_message(
     tmp_path: Path, small_disk, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -92,7 +98,7 @@ def test_a_manifest_that_cannot_be_marked_is_said_once_in_the_runs_message(
         "r", str(disk.path), "results root", OSError(28, "No space left on device"), disk.path
     )
     with caplog.at_level(logging.WARNING):
-        _record_stop(store, manifest, "failed", stopped)
+        store.end_run(_StoredWriter(), manifest, "completed", stopped)
     assert not caplog.records
     assert "its manifest could not be marked failed either (No space left on device (ENOSPC))" in str(stopped)
     assert store.read_manifest("r").status == "running"

@@ -20,7 +20,6 @@ import pytest
 import ray
 
 from rayeval import batch
-from rayeval.batch.engine import _close_run
 from rayeval.batch.plan import plan_units, unit_id_for
 from rayeval.batch.preview import preview_run
 from rayeval.evals import Eval, load_evals
@@ -532,7 +531,7 @@ def test_rows_that_cannot_be_stored_at_the_end_fail_the_run_and_say_so(
     cannot be written either."""
     store = ResultStore(str(tmp_path / "out"))
     with pytest.raises(StorageError, match="remain in the WAL"):
-        _close_run(store, _FailingWriter(), None, _manifest("r1"), "completed")
+        store.end_run(_FailingWriter(), _manifest("r1"), "completed")
     assert store.read_manifest("r1").status == "failed"
 
     def storage_down(manifest: RunManifest) -> None:
@@ -540,7 +539,7 @@ def test_rows_that_cannot_be_stored_at_the_end_fail_the_run_and_say_so(
 
     monkeypatch.setattr(store, "write_manifest", storage_down)
     with pytest.raises(StorageError, match="remain in the WAL"):
-        _close_run(store, _FailingWriter(), None, _manifest("r2"), "cancelled")
+        store.end_run(_FailingWriter(), _manifest("r2"), "cancelled")
 
 
 @pytest.mark.usefixtures("shared_ray")

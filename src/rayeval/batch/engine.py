@@ -24,7 +24,7 @@ from ..harness.context import AgentFunction
 from ..record import UnitRecord
 from ..storage import ERROR_STATUSES, ResultStore, RowWriter, RunManifest, RunStatus
 from ..storage.lease import RunLease, run_lease
-from ..storage.store import ResultsRootUnwritable, StorageError, describe_write_error
+from ..storage.store import ResultsRootUnwritable, StorageError
 from .budget import BudgetSpent, BudgetView, open_budget, stored_spend
 from .cluster import connect, shut_down_embedded_ray
 from .config import BatchConfig, SchedulingConfig
@@ -193,16 +193,24 @@ class _DriverRun:
         """Store what is buffered and record how the run ended (unless another driver has it
         now), release the lease, and stop what the run started."""
         try:
-            if self.lease.lost is None:
-                _close_run(self.store, self.writer, self.progress, self.manifest, self.status, self.unwritable)
+            if self.progress is not None:
+                self.progress.close()
+            if self.lease.lost is not None:
+                # another driver has the run now: store nothing more (the leased store refuses; rows
+                # not stored stay in the WAL, where a later --resume finds those still missing) and
+                # leave the manifest to that driver
+                try:
+                    self.writer.close(timeout=0)
+                except StorageError as exc:
+                    log.warning("%s", exc)
+            else:
+                self.store.end_run(self.writer, self.manifest, self.status, self.unwritable)
                 if self.status == "completed":  # read back while Ray shuts down
                     planned = len(self.prepared.plan)
                     self.summary = _in_background(
                         summarize, self.store, self.run_id, total_units=planned, skipped=planned - self.to_run,
                         ran=self.to_run, started=self.started,
                     )  # fmt: skip
-            else:
-                _abandon_run(self.writer, self.progress)
         finally:
             self.lease.release()
             if self.manifest is None and self.fresh_root:  # stopped before it began (its agent cannot run)
@@ -256,66 +264,6 @@ class _LeasedStore(ResultStore):
         if self.lease is not None:
             self.lease.check_writable()
         super().move(source, target)
-
-
-def _abandon_run(writer: RowWriter, progress: Progress | None) -> None:
-    """End a run whose lease another driver holds now: store nothing more (the leased store
-    refuses; rows not stored stay in the WAL, where a later --resume finds those still missing)
-    and leave the manifest to that driver."""
-    if progress is not None:
-        progress.close()
-    try:
-        writer.close(timeout=0)
-    except StorageError as exc:
-        log.warning("%s", exc)
-
-
-def _close_run(
-    store: ResultStore,
-    writer: RowWriter,
-    progress: Progress | None,
-    manifest: RunManifest | None,
-    status: RunStatus,
-    unwritable: ResultsRootUnwritable | None = None,
-) -> None:
-    """Store the buffered rows, then record how the run ended: failed if rows could not be
-    stored (they stay in the WAL for the next ``--resume``; the writer's error, which says so,
-    is what propagates, even when the manifest cannot be written either), or if the run stopped
-    because its results root cannot be written (``unwritable``: it is told what became of the
-    manifest)."""
-    if progress is not None:
-        progress.close()
-    ended: RunStatus = "failed" if status == "completed" else status
-    try:
-        writer.close()
-    except BaseException as exc:
-        _record_stop(store, manifest, ended, exc if isinstance(exc, ResultsRootUnwritable) else unwritable)
-        raise
-    if unwritable is not None:
-        _record_stop(store, manifest, ended, unwritable)
-    elif manifest is not None:
-        store.write_manifest(manifest.with_status(status))
-
-
-def _record_stop(
-    store: ResultStore, manifest: RunManifest | None, status: RunStatus, unwritable: ResultsRootUnwritable | None
-) -> None:
-    """Record in the manifest how a run that could not store everything ended, if the manifest
-    can be written (it is replaced whole or not at all); ``unwritable`` is told which."""
-    if manifest is None:
-        return
-    try:
-        store.write_manifest(manifest.with_status(status))
-    except Exception as exc:  # noqa: BLE001 - the run's own error says why it stopped
-        if unwritable is None:
-            log.warning("run %s: cannot record its status in the manifest: %s", manifest.run_id, exc)
-        else:  # said in the run's one message
-            unwritable.manifest_note = (
-                f"its manifest could not be marked {status} either ({describe_write_error(exc)}) and still says running"
-            )
-        return
-    if unwritable is not None:
-        unwritable.manifest_note = f"its manifest says {status}"
 
 
 def _execute(

@@ -75,7 +75,7 @@ from .layout import (
     run_of_folder,
     s3_wal_base,
 )
-from .manifest import RunManifest
+from .manifest import RunManifest, RunStatus
 from .schema import FILE_SCHEMA, lines_to_table
 
 if TYPE_CHECKING:
@@ -708,6 +708,44 @@ class ResultStore:
         elif not self.is_s3:
             self._hold_manifest_reserve(stored.run_id, len(data) + MANIFEST_RESERVE_SLACK)
         return stored
+
+    def end_run(
+        self,
+        writer: RowWriter,
+        manifest: RunManifest | None,
+        status: RunStatus,
+        unwritable: ResultsRootUnwritable | None = None,
+    ) -> None:
+        """Store the run's buffered rows, then record how it ended: failed if rows could not be
+        stored (they stay in the WAL for the next ``--resume``; the writer's error, which says so,
+        is what propagates, even when the manifest cannot be written either), or if the run stopped
+        because its results root cannot be written (``unwritable``: it is told what became of the
+        manifest)."""
+        failure: BaseException | None = None
+        try:
+            writer.close()
+        except BaseException as exc:  # noqa: BLE001 - raised again once the manifest says how the run ended
+            failure = exc
+            if isinstance(exc, ResultsRootUnwritable):
+                unwritable = exc
+        stopped = failure is not None or unwritable is not None  # it could not store everything
+        if stopped and status == "completed":
+            status = "failed"
+        if manifest is not None:
+            try:
+                self.write_manifest(manifest.with_status(status))  # replaced whole or not at all
+            except Exception as exc:  # a stopped run's own error says why it stopped
+                if not stopped:
+                    raise
+                if unwritable is None:
+                    log.warning("run %s: cannot record its status in the manifest: %s", manifest.run_id, exc)
+                else:  # said in the run's one message
+                    unwritable.manifest_note = f"its manifest could not be marked {status} either ({describe_write_error(exc)}) and still says running"
+            else:
+                if unwritable is not None:
+                    unwritable.manifest_note = f"its manifest says {status}"
+        if failure is not None:
+            raise failure
 
     def _hold_manifest_reserve(self, run_id: str, size: int) -> None:
         """Hold ``size`` bytes of a local root's disk for the run's manifest (best effort: a

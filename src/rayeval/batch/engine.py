@@ -160,10 +160,10 @@ class _DriverRun:
             to_run, enabled=config.display.show_progress, header="\n".join([*header, *prepared.notes])
         )
         if to_run and self.workers is not None:
-            self.workers.wait_until_up()
-            self.progress.units_start()
+            self.workers.wait_until_up()  # before the manifest: a run whose agent cannot run stops with none written
         self.manifest = self.store.write_manifest(self.planned)
         if to_run and self.workers is not None:
+            self.progress.units_start()
             budget = self._open_budget()
             with self.lease.interrupts():  # a lost lease stops the run: another driver has it now
                 _execute(

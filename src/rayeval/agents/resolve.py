@@ -353,15 +353,10 @@ def _check_prompt(args: dict[str, str], model: str | None, *, environment: bool)
     from pydantic import ValidationError
 
     from ..models import ModelError
-    from ..models.calls import PromptOptions, prompt_model
-    from ..models.providers import split_name
+    from ..models.calls import PromptOptions, check_model
 
     try:
-        if environment:
-            prompt_model(model, args)
-        else:
-            PromptOptions.model_validate(args)
-            split_name(model or "")
+        check_model(model, args, environment=environment)
     except ValidationError as exc:
         option, _, first = field_problems(exc)[0]
         if first["type"] == "extra_forbidden":

@@ -31,7 +31,7 @@ from ..graders._common import lookup_dotted
 from ..graders.judging import Deferred, judge_outcomes
 from ..harness.prompt import task_of
 from ..models import ChatMessage
-from ..models.calls import PromptOptions, generate_reply, prompt_model, prompt_request
+from ..models.calls import PromptOptions, check_model, generate_reply, prompt_model, prompt_request
 from ..models.providers import inferred_provider
 
 log = logging.getLogger(__name__)
@@ -131,14 +131,9 @@ def model_problem(name: str, options: Mapping[str, Any], *, environment: bool) -
     """Why the model cannot be called with these options (None: it can). ``environment``: the
     calls are made with this process's environment (embedded Ray), so the key is checked too."""
     from ..models import ModelError
-    from ..models.providers import split_name
 
     try:
-        if environment:
-            prompt_model(name, dict(options))
-        else:
-            PromptOptions.model_validate(dict(options))
-            split_name(name)
+        check_model(name, options, environment=environment)
     except ValidationError as exc:
         return str(field_problems(exc)[0])
     except ModelError as exc:

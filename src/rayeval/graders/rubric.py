@@ -24,7 +24,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
-from ..models.providers import ModelError, api_key, split_name
+from ..models.calls import check_model
+from ..models.providers import ModelError, split_name
 from ._common import agent_failure, config_error, echo_answer, lookup_dotted
 from .base import Grader
 from .judging import (
@@ -94,7 +95,7 @@ def judge_models(specs: Any, field: str) -> Iterator[tuple[str, str]]:
 def check_judge_key(model: str) -> None:
     """:class:`ModelError` naming the variable when the judge ``model``'s API key is not in this
     process's environment (where its calls read it): what calling it would find, found before."""
-    api_key(split_name(model)[0], None)
+    check_model(model, {}, environment=True, make=False)
 
 
 def _known_model(model_id: str) -> str:

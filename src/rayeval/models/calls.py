@@ -5,15 +5,18 @@ JSON (a ``prompt`` request) to be made elsewhere, by a run's judge actor."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .model import Model, get_model
-from .providers import provider_keys
+from .providers import api_key, provider_keys, split_name
 from .types import ChatMessage, ModelOutput
+
+if TYPE_CHECKING:  # the model, its cache (pyarrow) and SDKs load with the first model made
+    from .model import Model
 
 #: the ``kind`` of a JSON model call made elsewhere (see :func:`prompt_request`)
 PROMPT_REQUEST = "prompt"
@@ -64,6 +67,8 @@ _making = threading.Lock()
 def _model(name: str, options: PromptOptions) -> Model:
     """One model per process and configuration: its SDK client, cache and prices are shared
     by every unit."""
+    from .model import get_model
+
     settings = options.model_dump(include={"temperature", "max_tokens", "top_p"}, exclude_none=True)
     return get_model(
         name,
@@ -84,6 +89,20 @@ def prompt_model(name: str | None, args: dict[str, str]) -> tuple[Model, PromptO
         model = _model(name or "", options)
     provider_keys(model.provider, options.api_key_env)  # now: a model made earlier kept the keys it had then
     return model, options
+
+
+def check_model(name: str | None, args: Mapping[str, Any], *, environment: bool, make: bool = True) -> None:
+    """Raise ``ValidationError`` (an option) or ``ModelError`` (the name, the key) when the model
+    ``name`` cannot be called with these options; nothing is sent. ``environment``: the calls
+    read this process's environment, so the key is checked too: by making the model (its key,
+    fallback keys and price file), or without ``make`` by reading the key alone (no SDK loaded)."""
+    if environment and make:
+        prompt_model(name, dict(args))
+        return
+    options = PromptOptions.model_validate(dict(args))
+    provider, _ = split_name(name or "")
+    if environment:
+        api_key(provider, options.api_key_env)
 
 
 def generate_reply(

@@ -32,7 +32,7 @@ from ..graders.judging import Deferred, judge_outcomes
 from ..harness.prompt import task_of
 from ..models import ChatMessage
 from ..models.calls import PromptOptions, check_model, generate_reply, prompt_model, prompt_request
-from ..models.providers import inferred_provider
+from ..models.providers import ModelError, inferred_provider
 
 log = logging.getLogger(__name__)
 PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][\w-]*(?:\.[\w-]+)*)\s*\}\}")
@@ -130,8 +130,6 @@ def rendered(template: Sequence[TemplateMessage], variables: Mapping[str, Any]) 
 def model_problem(name: str, options: Mapping[str, Any], *, environment: bool) -> str | None:
     """Why the model cannot be called with these options (None: it can). ``environment``: the
     calls are made with this process's environment (embedded Ray), so the key is checked too."""
-    from ..models import ModelError
-
     try:
         check_model(name, options, environment=environment)
     except ValidationError as exc:

@@ -24,6 +24,7 @@ from .batch.config import (
     RayConfig,
     SchedulingConfig,
     StorageConfig,
+    field_extra,
     option_field,
 )
 from .errors import RayevalError
@@ -183,15 +184,10 @@ _FLAG_PREFIXES: dict[type[BaseModel], str] = {
 }
 
 
-def _field_extra(model: type[BaseModel], name: str) -> dict[str, Any]:
-    extra = model.model_fields[name].json_schema_extra
-    return extra if isinstance(extra, dict) else {}
-
-
 def _flag(model: type[BaseModel], name: str) -> str:
     """The command-line option of ``model``'s field ``name``: the ``option`` its field's
     ``json_schema_extra`` names, else ``--field-name`` (``--limit-field-name`` for UnitLimits)."""
-    option = _field_extra(model, name).get("option")
+    option = field_extra(model, name).get("option")
     return str(option) if option else _FLAG_PREFIXES[model] + name.replace("_", "-")
 
 
@@ -220,7 +216,7 @@ def _config_option(parser: argparse._ActionsContainer, model: type[BaseModel], n
     default = options.get("default")
     shown = f"{default:g}" if isinstance(default, float) else default
     said = "" if default is None or default is False or default == [] else f" (default {shown}"
-    note = f"{said}{_field_extra(model, name).get('default_note', '')})" if said else ""
+    note = f"{said}{field_extra(model, name).get('default_note', '')})" if said else ""
     parser.add_argument(_flag(model, name), help=(field.description or "").replace("%", "%%") + note, **options)
 
 

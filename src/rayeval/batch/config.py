@@ -253,14 +253,20 @@ def option_field(loc: Sequence[int | str]) -> str:
     return names[0] if names else ""
 
 
+def field_extra(model: type[BaseModel], name: str) -> dict[str, Any]:
+    """What field ``name`` of ``model`` says of its option: its ``option`` (the flag, where it is
+    not ``--field-name``) and a ``default_note``."""
+    extra = model.model_fields[name].json_schema_extra
+    return extra if isinstance(extra, dict) else {}
+
+
 def _keywords_of_flags() -> dict[str, str]:
     """``--max-cost``: ``max_cost_usd``: each option whose flag is not its field's own name."""
     named: dict[str, str] = {}
     models: list[type[BaseModel]] = [BatchConfig, *CONCERNS.values()]
     for model in models:
-        for name, field in model.model_fields.items():
-            extra = field.json_schema_extra
-            flag = extra.get("option") if isinstance(extra, dict) else None
+        for name in model.model_fields:
+            flag = field_extra(model, name).get("option")
             if isinstance(flag, str) and flag.startswith("--"):
                 named[flag] = name
     return named

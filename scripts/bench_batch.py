@@ -41,8 +41,8 @@ from rayeval.agents.sleep import sleep_agent
 from rayeval.batch import BatchConfig, run_batch
 from rayeval.batch.plan import plan_units
 from rayeval.batch.rows import row_from_result
-from rayeval.harness import EvalRunner, grade_execution
 from rayeval.storage.schema import rows_to_table
+from rayeval.unit import EvalRunner, grade_execution
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE_EVALS = REPO / "evals"

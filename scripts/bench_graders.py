@@ -111,8 +111,8 @@ def bounded_overhead(repeat: int, rounds: int) -> None:
     from pydantic import ValidationError
 
     from rayeval.evals import Eval
-    from rayeval.grading import grade
-    from rayeval.grading.pool import grade_bounded
+    from rayeval.unit import grade
+    from rayeval.unit.grading_pool import grade_bounded
 
     cases = []
     for line in VECTORS.read_text().splitlines():

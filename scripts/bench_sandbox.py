@@ -305,12 +305,12 @@ def bench_unit_cost(
     """Units on one UnitRunner (or inline threads), driven directly from this process."""
     from rayeval import load_evals
     from rayeval.agents.resolve import agent_ref, resolve_agent
-    from rayeval.harness.cache import default_cache_dir
-    from rayeval.harness.context import AgentContext, call_agent
-    from rayeval.harness.runner import unit_sandbox
-    from rayeval.harness.unit_agent import unit_spec
+    from rayeval.data.cache import default_cache_dir
     from rayeval.sandbox import SandboxConfig, UnitRunner, unit_runner
     from rayeval.sandbox.isolation import run_inline
+    from rayeval.unit.context import AgentContext, call_agent
+    from rayeval.unit.runner import unit_sandbox
+    from rayeval.unit.unit_agent import unit_spec
 
     eval_ = load_evals(REPO / "evals")[0]
     root = work / f"units-{isolation}-{tag}"
@@ -471,7 +471,7 @@ def print_units(
 FLOOR = """
 import gc, importlib, json, os, sys, time
 from rayeval.agents.resolve import agent_ref
-from rayeval.harness.unit_agent import UNIT_PRELOAD
+from rayeval.unit.unit_agent import UNIT_PRELOAD
 from rayeval.sandbox import namespaces as ns
 from rayeval.sandbox.unit_runner import _NAMESPACES
 for module in (*UNIT_PRELOAD, *agent_ref("sleep").preload):

@@ -11,7 +11,7 @@ import pytest
 import rayeval
 from rayeval import ConfigError, RayevalError, cli
 from rayeval.batch.stopping import RunCancelled
-from rayeval.harness.cache import LockTimeout
+from rayeval.data.cache import LockTimeout
 from rayeval.storage.lease import LeaseError, LeaseHeld, LeaseLostInterrupt
 
 # KeyboardInterrupts on purpose, so that no ``except Exception`` on their way swallows them.

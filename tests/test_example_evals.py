@@ -14,7 +14,7 @@ import pytest
 from rayeval import load_evals
 from rayeval.agents.reference import ANSWER_FILE, answer_template_keys, reference_agent
 from rayeval.graders import get_grader
-from rayeval.harness.prompt import build_prompt
+from rayeval.unit.prompt import build_prompt
 
 REPO = Path(__file__).resolve().parents[1]
 EVALS = REPO / "evals"

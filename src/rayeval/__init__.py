@@ -14,8 +14,7 @@ if TYPE_CHECKING:  # the exports (see _lazy)
     from .errors import ConfigError, RayevalError
     from .evals import Eval, EvalFileError, EvalProblem, GraderSpec, load_eval, load_evals
     from .graders import GraderResult, get_grader, register_grader
-    from .grading import grade
-    from .harness import EvalResult, EvalRunner
     from .report.reader import read_results
+    from .unit import EvalResult, EvalRunner, grade
 
 __getattr__, __all__ = lazy_exports(__name__)

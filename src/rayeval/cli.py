@@ -61,7 +61,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     each problem as file: field: message and exits 2, or a count and exits 0."""
     evals, problems = check_evals(*args.paths, data_roots=args.data_roots)
     if not args.no_check_data:
-        from .harness.remote_data import remote_data_problems
+        from .data.remote_data import remote_data_problems
 
         missing = remote_data_problems(evals, s3_endpoint_url=args.s3_endpoint)
         problems += missing
@@ -91,7 +91,7 @@ def _cmd_grade(args: argparse.Namespace) -> int:
 
     Grade an answer (JSON) with an eval's graders, in a grading subprocess without credentials,
     and print the verdict as JSON. Exit 0 passed, 1 failed or no verdict, 2 bad input."""
-    from .grading.pool import GradingError, grade_bounded
+    from .unit.grading_pool import GradingError, grade_bounded
 
     _check_seconds(args, "grade_timeout")
     eval_ = load_eval(args.eval_file, check_data_nodes=False)  # grading stages no data
@@ -130,9 +130,9 @@ def _cmd_run_one(args: argparse.Namespace) -> int:
     and print the graded result as JSON. Exit 0 passed, 1 failed, 2 bad input."""
     _check_seconds(args, "timeout", "grade_timeout")
     from .agents.resolve import agent_ref, check_agent_args, parse_agent_args
-    from .harness import EvalRunner
-    from .harness.context import AgentFunction, AgentRef
-    from .harness.runner import check_agent_loads
+    from .unit import EvalRunner
+    from .unit.context import AgentFunction, AgentRef
+    from .unit.runner import check_agent_loads
 
     eval_ = load_eval(args.eval_file, data_roots=args.data_roots)
     sandbox = _sandbox_config(args)
@@ -247,10 +247,10 @@ def _cmd_check_sandbox(args: argparse.Namespace) -> int:
     for node set-up scripts and images. Exit 0 with what the sandbox has, or 2 saying why it
     cannot start."""
     from .agents.resolve import agent_ref
-    from .harness.runner import check_agent_loads
-    from .harness.workspace import default_work_root
     from .sandbox.cgroups import UnitGroups
     from .sandbox.units import bwrap_path
+    from .unit.runner import check_agent_loads
+    from .unit.workspace import default_work_root
 
     # A SandboxError or AgentUnavailable says why it cannot: main() prints it, exit code 2.
     check_agent_loads(

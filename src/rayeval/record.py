@@ -1,7 +1,7 @@
 """One unit's record: every column rayeval stores of a unit, declared once, with its type.
 
 The plan names the unit (run, model, unit, eval, seed, attempt), the agent's run and its
-grading give an :class:`~rayeval.harness.result.EvalResult`, whose fields the record shares are
+grading give an :class:`~rayeval.unit.result.EvalResult`, whose fields the record shares are
 carried over (:func:`carried`), and the store adds where it ran: that is the record, stored as
 it is. Its JSON line goes to the write-ahead log, the Parquet schema is derived from its
 fields (:mod:`rayeval.storage.schema`), and the reports' and viewer's column lists from their

@@ -17,7 +17,7 @@ import pytest
 
 from rayeval.agents import claude_code, mini_swe_agent, pi
 from rayeval.cli import main
-from rayeval.harness.runner import provider_failure_details
+from rayeval.unit.runner import provider_failure_details
 
 from .conftest import FAKE_KEY, PROGRAM_TIMEOUT, answer_42_evals
 from .test_real_agents import FALLBACK_KEY, HARNESSES, PROMPT, answer_command, assert_no_secrets

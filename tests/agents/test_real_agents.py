@@ -239,7 +239,7 @@ def test_mini_swe_speaks_the_benchmark_convention(mini_available, model_server, 
     """Under latch-eval-tools' benchmark names the packaged templates tell the model about
     analysis_output.json and RUN_COMPLETE (never the legacy names); the session ends on
     RUN_COMPLETE and the answer is read from analysis_output.json."""
-    from rayeval.harness.context import AgentContext
+    from rayeval.unit.context import AgentContext
 
     server = model_server(
         [{"command": "printf '{\"answer\": 42}' > analysis_output.json"}, {"command": "echo RUN_COMPLETE"}]
@@ -261,7 +261,7 @@ def test_mini_swe_speaks_the_benchmark_convention(mini_available, model_server, 
 def test_mini_swe_keeps_user_templates_as_given(mini_available, model_server, tmp_path: Path) -> None:
     """A template the user gave is not rewritten (as latch-eval-tools merges the caller's agent
     config over its rewritten one); only the completion marker placeholder takes the convention."""
-    from rayeval.harness.context import AgentContext
+    from rayeval.unit.context import AgentContext
 
     server = model_server(
         [{"command": "printf '{\"answer\": 1}' > eval_answer.json"}, {"command": "echo RUN_COMPLETE"}]

@@ -13,8 +13,8 @@ import pytest
 from rayeval.agents import claude_code, codex, mini_swe_agent, pi
 from rayeval.agents._refusal import EXCERPT_CHARS, MESSAGE_CHARS, VERDICT_NAME, reply_refusal
 from rayeval.agents.resolve import program_class
-from rayeval.harness.run_summary import RunSummary
-from rayeval.harness.runner import provider_failure_details
+from rayeval.unit.run_summary import RunSummary
+from rayeval.unit.runner import provider_failure_details
 
 from .conftest import PROGRAM_TIMEOUT
 

@@ -9,7 +9,7 @@ from rayeval.agents.labels import row_labels
 from rayeval.batch.plan import plan_units
 from rayeval.batch.rows import row_from_result
 from rayeval.evals import Eval
-from rayeval.harness.result import EvalResult
+from rayeval.unit.result import EvalResult
 
 
 def _trials(path: Path, pairs: list[tuple[str, str]]) -> str:

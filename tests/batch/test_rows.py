@@ -10,7 +10,7 @@ from rayeval.batch.rows import (
     row_from_result,
 )
 from rayeval.evals import Eval
-from rayeval.harness.result import EvalResult
+from rayeval.unit.result import EvalResult
 
 
 def test_long_messages_tracebacks_and_error_kinds_are_cut_saying_so() -> None:

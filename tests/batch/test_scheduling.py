@@ -28,8 +28,8 @@ from rayeval.batch.worker import (
     sweep_dead_workers,
 )
 from rayeval.evals import load_evals
-from rayeval.harness.context import MIB, AgentContext, UnitResources
 from rayeval.sandbox.units import SandboxError
+from rayeval.unit.context import MIB, AgentContext, UnitResources
 from tests.batch.conftest import write_mc_evals
 
 

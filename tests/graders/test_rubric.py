@@ -439,7 +439,7 @@ def test_an_eval_whose_judge_gives_no_verdict_is_an_error_not_a_failed_answer(ju
     """The grading could not be done: the unit's status is error (JudgeError, the judge's
     reason), also when the rubric is one entry of a graders list beside one that passed."""
     from rayeval.evals import Eval
-    from rayeval.harness.execution import Execution, grade_execution, now
+    from rayeval.unit.execution import Execution, grade_execution, now
 
     _, server = judge
     server.fail(400)

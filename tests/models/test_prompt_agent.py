@@ -145,8 +145,8 @@ def test_a_call_the_provider_fails_is_a_provider_error(
     """After the gateway's own retries (none for a 401; a 503 for 2 s of the gateway's wait
     budget), the unit is an error of the provider's, as the gateway saw it, not an answer that
     failed."""
-    from rayeval.harness import EvalRunner
     from rayeval.sandbox.config import SandboxConfig, UnitLimits
+    from rayeval.unit import EvalRunner
 
     server.fail(status, count, retry_after="1")
     runner = EvalRunner(
@@ -197,7 +197,7 @@ def test_a_rejected_key_moves_to_the_fallback_key(
 def test_without_a_fallback_left_a_rejected_key_is_a_provider_error(
     tmp_path: Path, server: FakeModelServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from rayeval.harness import EvalRunner
+    from rayeval.unit import EvalRunner
 
     monkeypatch.setenv("ANTHROPIC_API_KEY_FALLBACKS", json.dumps(FALLBACK_KEYS[:1]))
     server.rejected_credentials |= {ANTHROPIC_KEY, FALLBACK_KEYS[0]}

@@ -11,9 +11,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from rayeval.cli import main
-from rayeval.harness.run_summary import RunSummary
 from rayeval.report import read_units
 from rayeval.storage import ResultStore
+from rayeval.unit.run_summary import RunSummary
 from tests.agents.fake_model_server import FakeModelServer
 
 from .conftest import mc_answer

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from ..errors import ConfigError
-from ..harness.context import AgentContext
-from ..harness.prompt import AnswerConvention
 from ..models.failures import ProviderFailure, fallback_keys
+from ..unit.context import AgentContext
+from ..unit.prompt import AnswerConvention
 from . import _cli, _tools
 from ._recovery import (
     DEFAULT_HINT_JITTER_S,

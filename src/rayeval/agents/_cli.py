@@ -25,8 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from .._files import write_atomic
-from ..harness.answers import ANSWER_FILE_NAMES, read_answer_file
-from ..harness.run_summary import refusal_status, run_summary
 from ..sandbox.process_tree import end_process_tree
 from ..secrets import (
     compile_secrets,
@@ -35,6 +33,8 @@ from ..secrets import (
     redact_text,
     secret_values,
 )
+from ..unit.answers import ANSWER_FILE_NAMES, read_answer_file
+from ..unit.run_summary import refusal_status, run_summary
 from ._refusal import RefusalVerdict, write_verdict
 
 LOG_NAME = "agent_output.log"
@@ -342,7 +342,7 @@ def read_answer(
     work_dir: Path, answer_files: Iterable[str] = ANSWER_FILE_NAMES
 ) -> tuple[dict | None, dict | None, str | None]:
     """``(answer, error_details, file_name)`` from the first answer file present in ``work_dir``
-    (read as the trusted side reads it: see :func:`rayeval.harness.answers.read_answer_file`)."""
+    (read as the trusted side reads it: see :func:`rayeval.unit.answers.read_answer_file`)."""
     for name in answer_files:
         read = read_answer_file(Path(work_dir) / name, name)
         if read is None:

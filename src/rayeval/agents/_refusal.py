@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..harness.workspace import REFUSAL_VERDICT_NAME as VERDICT_NAME
+from ..unit.workspace import REFUSAL_VERDICT_NAME as VERDICT_NAME
 
 EXCERPT_CHARS = 2000
 MESSAGE_CHARS = 500

@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..harness.prompt import AnswerConvention
 from ..models.failures import ProviderFailure, provider_failure
+from ..unit.prompt import AnswerConvention
 from . import _cli, _tools
 from ._base import AgentConfigError, ProgramAgent, Summary, strip_provider
 from ._refusal import ANTHROPIC_REFUSAL_STOPS, RefusalVerdict, blocks_text, first_text_refusal, mapping, verdict

@@ -44,8 +44,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from .._json import object_at
-from ..harness.prompt import AnswerConvention
 from ..models.failures import ProviderFailure, provider_failure
+from ..unit.prompt import AnswerConvention
 from . import _cli, _tools
 from ._base import AgentConfigError, ProgramAgent, Summary, strip_provider
 from ._provider_hints import retry_after_from_body

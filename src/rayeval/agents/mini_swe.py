@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from .._json import object_at
-from ..harness.answers import ANSWER_FILE_NAMES
-from ..harness.prompt import BENCHMARK_COMPLETION_MARKER, COMPLETION_MARKER, AnswerConvention, in_convention
 from ..models.failures import ANTHROPIC_KEY_FALLBACKS, ProviderFailure, provider_failure
+from ..unit.answers import ANSWER_FILE_NAMES
+from ..unit.prompt import BENCHMARK_COMPLETION_MARKER, COMPLETION_MARKER, AnswerConvention, in_convention
 from . import _cli
 from ._base import AgentConfigError, ProgramAgent, Summary
 from ._mini_swe_entry import SESSION_ID

@@ -23,16 +23,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..harness.answers import CLOSE_TAG, OPEN_TAG, answer_envelope, extract_tagged
-from ..harness.context import MIB, AgentContext, UnitResources
-from ..harness.prompt import task_of
-from ..harness.run_summary import refusal_status, run_summary
 from ..models import ModelError
 from ..models.calls import PromptOptions, generate_output, prompt_model, reply_metadata
 from ..models.failures import provider_failure
 from ..models.providers import CallFailed
 from ..models.retry import retry_after_s
 from ..models.types import ChatMessage, ModelOutput
+from ..unit.answers import CLOSE_TAG, OPEN_TAG, answer_envelope, extract_tagged
+from ..unit.context import MIB, AgentContext, UnitResources
+from ..unit.prompt import task_of
+from ..unit.run_summary import refusal_status, run_summary
 from ._refusal import reply_refusal, write_verdict
 
 #: After the task, in place of the file-based conventions of agents that have a work folder.
@@ -66,7 +66,7 @@ def prompt_agent(task_prompt: str, work_dir: Path, context: AgentContext) -> dic
 
 def _failed_call(model: str, error: ModelError, call: CallFailed) -> dict[str, Any]:
     """The metadata of a call the provider failed after the model layer's retries: a
-    ``ProviderError`` row's (see :func:`rayeval.harness.runner.provider_failure_details`)."""
+    ``ProviderError`` row's (see :func:`rayeval.unit.runner.provider_failure_details`)."""
     failure = provider_failure(call.status, call.message, retry_after_s(call.headers))
     retries = max(error.attempts - 1, 0)
     details = {"error": str(error), **failure.as_dict(), "provider_retry_count": retries, "provider_retry_wait_s": None}

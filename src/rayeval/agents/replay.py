@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RayevalError
-from ..harness.answers import answer_envelope
-from ..harness.context import MIB, AgentContext, UnitResources
-from ..harness.run_summary import refusal_status, run_summary
+from ..unit.answers import answer_envelope
+from ..unit.context import MIB, AgentContext, UnitResources
+from ..unit.run_summary import refusal_status, run_summary
 
 RowKey = tuple[str, str, int]
 

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 from .. import agents
 from .._messages import field_problems
 from ..errors import ConfigError
-from ..harness.context import MIB, AgentContext, AgentFunction, AgentRef, UnitResources
 from ..registry import Registry
+from ..unit.context import MIB, AgentContext, AgentFunction, AgentRef, UnitResources
 from .locate import AgentNotFound
 
 if TYPE_CHECKING:
@@ -239,7 +239,7 @@ def resolve_agent(name: str) -> AgentFunction:
 def call_named(call: dict[str, Any], work_dir: Path) -> Any:
     """What a unit's process calls (its ref's ``entry``): the agent found by its name there
     (a ``module:function``'s module imported there only), then called on the task."""
-    from ..harness.unit_agent import answer_call  # preloaded in every unit runner
+    from ..unit.unit_agent import answer_call  # preloaded in every unit runner
 
     return answer_call(resolve_agent(call["agent"]), call, work_dir)
 

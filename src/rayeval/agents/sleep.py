@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ..harness.context import MIB, AgentContext, UnitResources
+from ..unit.context import MIB, AgentContext, UnitResources
 
 
 def sleep_agent(task_prompt: str, work_dir: Path, context: AgentContext) -> dict:

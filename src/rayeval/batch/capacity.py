@@ -13,7 +13,7 @@ from typing import Any
 
 from .._messages import option
 from ..errors import RayevalError
-from ..harness.context import MIB, UnitResources
+from ..unit.context import MIB, UnitResources
 from .config import BatchConfig
 
 #: what a node has: Ray's resource name -> amount (``CPU``, ``GPU``, ``memory`` in bytes, custom ones)

@@ -17,11 +17,11 @@ from pydantic import AfterValidator, BaseModel, Field, model_validator
 
 from .._messages import KEYWORD_OF_FLAG
 from ..evals.model import DEFAULT_AGENT_TIMEOUT_S, MAX_TIMEOUT_S
-from ..grading.pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
-from ..harness.execution import INT64_MAX, INT64_MIN
-from ..harness.prompt import AnswerConvention
 from ..sandbox.config import SandboxConfig
 from ..sandbox.isolation import Isolation
+from ..unit.execution import INT64_MAX, INT64_MIN
+from ..unit.grading_pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
+from ..unit.prompt import AnswerConvention
 
 
 class RayConfig(BaseModel):
@@ -112,7 +112,7 @@ class ExecutionConfig(BaseModel):
         le=MAX_TIMEOUT_S,
         description="seconds a unit's grading may take, in a grading subprocess, before it is a timeout row",
     )
-    #: see rayeval.harness.prompt
+    #: see rayeval.unit.prompt
     answer_convention: AnswerConvention = Field(
         "legacy",
         description="names the agent is told: legacy (eval_answer.json, COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT) or "

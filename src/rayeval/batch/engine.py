@@ -19,12 +19,12 @@ import ray
 
 from ..evals import Eval
 from ..filesystem import is_s3
-from ..grading.judges import has_judged_graders
-from ..harness.context import AgentFunction
 from ..record import UnitRecord
 from ..storage import ERROR_STATUSES, ResultStore, RowWriter, RunManifest, RunStatus
 from ..storage.lease import RunLease, run_lease
 from ..storage.store import ResultsRootUnwritable, StorageError
+from ..unit.context import AgentFunction
+from ..unit.judges import has_judged_graders
 from .budget import BudgetSpent, BudgetView, open_budget, stored_spend
 from .cluster import connect, shut_down_embedded_ray
 from .config import BatchConfig, SchedulingConfig

@@ -13,7 +13,7 @@ from typing import Any
 import ray
 
 from ..graders.judging import Judgments, judge_call, unmade_judge_call
-from ..harness.execution import Execution
+from ..unit.execution import Execution
 from .plan import Unit
 from .worker import JudgeWork
 

@@ -11,13 +11,13 @@ from typing import Any
 from .._messages import option
 from ..agents.locate import check_module_agent
 from ..agents.resolve import agent_ref, check_agent_args, is_module_path
+from ..data.remote_data import remote_data_problems
 from ..evals import Eval, EvalFileError, load_evals, select_evals
 from ..evals.loader import EvalProblem
 from ..evals.model import DEFAULT_AGENT_TIMEOUT_S
 from ..graders.rubric import check_judge_key, judge_models
-from ..harness.context import AgentFunction, UnitResources
-from ..harness.remote_data import remote_data_problems
 from ..models.providers import ModelError
+from ..unit.context import AgentFunction, UnitResources
 from .cluster import runs_embedded
 from .config import BatchConfig
 from .plan import Plan

@@ -14,11 +14,11 @@ from pydantic import BaseModel
 from .._messages import option
 from ..agents.labels import row_labels
 from ..agents.resolve import agent_ref
+from ..data.cache import default_cache_dir
 from ..evals import Eval
-from ..harness.cache import default_cache_dir
-from ..harness.runner import check_agent_loads
-from ..harness.workspace import default_work_root
 from ..storage import ResultStore
+from ..unit.runner import check_agent_loads
+from ..unit.workspace import default_work_root
 from .budget import stored_spend
 from .capacity import NodeResources, local_node_resources, run_capacity
 from .cluster import connect, live_nodes

@@ -10,9 +10,9 @@ from .._json import dumps
 from .._version import __version__
 from ..agents.labels import row_labels
 from ..evals import Eval
-from ..harness.execution import Execution, unanswered_result
-from ..harness.result import EvalResult
 from ..record import SeenBy, UnitRecord, carried
+from ..unit.execution import Execution, unanswered_result
+from ..unit.result import EvalResult
 from .plan import Unit
 
 _METADATA_DROPPED = ("trajectory",)  # kept in artifacts_json, not twice

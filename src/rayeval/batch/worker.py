@@ -15,22 +15,22 @@ import ray
 from pydantic import BaseModel
 
 from ..agents.resolve import agent_ref
+from ..data.cache import left_by_gone_processes, remove_tree
 from ..evals import Eval
 from ..filesystem import is_s3
 from ..graders.judging import Judgments
-from ..grading.judges import JudgedGrade, has_judged_graders
-from ..grading.pool import prestart_grading
-from ..harness.cache import left_by_gone_processes, remove_tree
-from ..harness.context import AgentFunction, AgentRef
-from ..harness.execution import Execution, grade_execution, judge_requests
-from ..harness.result import EvalResult
-from ..harness.runner import EvalRunner, check_agent_loads
-from ..harness.unit_agent import AgentUnavailable
-from ..harness.workspace import default_work_root
 from ..record import UnitRecord
 from ..sandbox.config import SandboxConfig
 from ..sandbox.units import SandboxError
 from ..storage.layout import s3_wal_base
+from ..unit.context import AgentFunction, AgentRef
+from ..unit.execution import Execution, grade_execution, judge_requests
+from ..unit.grading_pool import prestart_grading
+from ..unit.judges import JudgedGrade, has_judged_graders
+from ..unit.result import EvalResult
+from ..unit.runner import EvalRunner, check_agent_loads
+from ..unit.unit_agent import AgentUnavailable
+from ..unit.workspace import default_work_root
 from .budget import budget_view
 from .capacity import ray_options, run_capacity
 from .cluster import live_nodes

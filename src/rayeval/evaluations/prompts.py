@@ -29,10 +29,10 @@ from ..agents.prompt import prompt_agent
 from ..errors import RayevalError
 from ..graders._common import lookup_dotted
 from ..graders.judging import Deferred, judge_outcomes
-from ..harness.prompt import task_of
 from ..models import ChatMessage
 from ..models.calls import PromptOptions, check_model, generate_reply, prompt_model, prompt_request
 from ..models.providers import ModelError, inferred_provider
+from ..unit.prompt import task_of
 
 log = logging.getLogger(__name__)
 PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][\w-]*(?:\.[\w-]+)*)\s*\}\}")

@@ -45,10 +45,10 @@ from ..errors import RayevalError
 from ..evals import Eval
 from ..graders.judging import Judgments, collecting_judge_requests, judged
 from ..graders.result import GraderResult
-from ..harness.execution import Execution, grade_execution, lift_metadata
-from ..harness.prompt import task_of
-from ..harness.result import EvalResult
 from ..record import carried
+from ..unit.execution import Execution, grade_execution, lift_metadata
+from ..unit.prompt import task_of
+from ..unit.result import EvalResult
 
 MAX_ERROR_CHARS = 2000
 EVALUATORS_KEY = "evaluators"  # metrics_json["evaluators"][path] holds each judgment

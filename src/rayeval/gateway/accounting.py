@@ -43,7 +43,7 @@ Count = Annotated[int, Field(ge=0)] | None
 
 class Usage(BaseModel):
     """Tokens of one call or of many, as the gateway counts them and as a harness's run summary
-    reports them (``rayeval.harness.run_summary``). ``input_tokens`` counts every prompt token,
+    reports them (``rayeval.unit.run_summary``). ``input_tokens`` counts every prompt token,
     cached ones included (Anthropic reports cache reads and writes apart: they are added in)."""
 
     model_config = ConfigDict(extra="forbid")

@@ -32,7 +32,6 @@ from .._messages import field_problems
 from ..errors import RayevalError
 from ..evals import EvalFileError, load_eval
 from ..gateway.transcript import MODEL_CALLS_ARTIFACT
-from ..harness.workspace import REFUSAL_VERDICT_NAME
 from ..record import DETAIL, columns_marked
 from ..report.benchmark import (
     BREAKDOWNS,
@@ -45,6 +44,7 @@ from ..report.benchmark import (
 )
 from ..report.reader import ReportError, ResultsReader
 from ..storage.attempts import error_mask, passed_array
+from ..unit.workspace import REFUSAL_VERDICT_NAME
 from .bounded import (
     MAX_LABEL_CHARS,
     MAX_TEXT_CHARS,

@@ -161,7 +161,7 @@ def _parse(uri: str, base_dir: Path) -> _Source:
         raise StagingError(
             uri,
             f"unknown URI scheme {scheme}:// (supported: local paths, file://, http(s)://, s3://, "
-            f"and schemes with a resolver registered via rayeval.harness.register_resolver)",
+            f"and schemes with a resolver registered via rayeval.data.register_resolver)",
         )
     return _Source(uri, scheme, uri, _safe_name(_last_segment(parts.path) or parts.netloc))
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from rayeval.agents.replay import replay_agent
-from rayeval.harness.context import AgentContext
-from rayeval.harness.run_summary import RunSummary, refusal_column, run_summary, with_run_summary
+from rayeval.unit.context import AgentContext
+from rayeval.unit.run_summary import RunSummary, refusal_column, run_summary, with_run_summary
 
 
 def test_an_agent_without_a_summary_gets_the_measured_duration_only() -> None:

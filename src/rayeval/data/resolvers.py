@@ -87,5 +87,5 @@ def missing_resolver_message(scheme: str) -> str:
     hint = " (e.g. using latch's SDK)" if scheme == "latch" else ""
     return (
         f"no resolver for {scheme}:// URIs: install/configure one with "
-        f"rayeval.harness.register_resolver({scheme!r}, ...){hint}"
+        f"rayeval.data.register_resolver({scheme!r}, ...){hint}"
     )

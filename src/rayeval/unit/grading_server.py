@@ -1,4 +1,4 @@
-"""A grading subprocess of :mod:`rayeval.grading.pool`: ``python -m rayeval.grading.server MAX_REQUEST_BYTES``.
+"""A grading subprocess of :mod:`rayeval.unit.grading_pool`: ``python -m rayeval.unit.grading_server MAX_REQUEST_BYTES``.
 
 It reads one JSON request per line on stdin and writes one JSON reply per line on stdout (the
 protocol is described in ``pool``), one at a time, until stdin closes or its parent is
@@ -14,8 +14,8 @@ import time
 from typing import BinaryIO
 
 from ..evals.model import GraderSpec
-from .local import collect_judge_requests, grade_with_outcomes
-from .pool import READY, RESULT_FIELDS, decode_line, encode_line
+from .grading import collect_judge_requests, grade_with_outcomes
+from .grading_pool import READY, RESULT_FIELDS, decode_line, encode_line
 
 _DISCARD_CHUNK = 1 << 20
 _ORPHAN_CHECK_S = 1.0

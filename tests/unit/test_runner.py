@@ -389,7 +389,7 @@ def test_work_folder_names_ignore_the_agents_random_seed_and_a_taken_name_is_dra
 ) -> None:
     import random
 
-    from rayeval.harness import workspace
+    from rayeval.unit import workspace
 
     names = []
     for _ in range(2):
@@ -404,7 +404,7 @@ def test_work_folder_names_ignore_the_agents_random_seed_and_a_taken_name_is_dra
 
 
 def test_forked_processes_draw_work_folder_names_of_their_own(tmp_path: Path) -> None:
-    from rayeval.harness import workspace
+    from rayeval.unit import workspace
 
     reader, writer = os.pipe()
     children = []
@@ -610,7 +610,7 @@ def test_an_agents_signature_is_read_once_and_unhashable_agents_still_work(
 ) -> None:
     import inspect
 
-    from rayeval.harness import context as context_module
+    from rayeval.unit import context as context_module
 
     runner = EvalRunner(Eval.model_validate({"id": "e", "task": "t", "grader": MC_GRADER}), work_root=tmp_path / "w")
     reads = []

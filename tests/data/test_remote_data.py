@@ -17,8 +17,8 @@ import pandas as pd
 import pytest
 
 from rayeval.cli import main
+from rayeval.data.remote_data import SKIP_HINT, remote_data_problems
 from rayeval.evals import load_evals
-from rayeval.harness.remote_data import SKIP_HINT, remote_data_problems
 from tests.fixtures_s3 import S3Bucket
 
 GRADER = {"type": "multiple_choice", "config": {"correct_answer": "B"}}

@@ -20,8 +20,9 @@ from pydantic import ValidationError
 
 from rayeval.evals import Eval
 from rayeval.graders import GRADER_REGISTRY, Grader, GraderResult, register_grader
-from rayeval.grading import grade
-from rayeval.grading.pool import (
+from rayeval.unit import grade
+from rayeval.unit.execution import Execution, grade_execution
+from rayeval.unit.grading_pool import (
     RESULT_FIELDS,
     GradingPool,
     GradingRefused,
@@ -30,7 +31,6 @@ from rayeval.grading.pool import (
     grade_bounded,
     shared_pool,
 )
-from rayeval.harness.execution import Execution, grade_execution
 from tests.conftest import read_jsonl, shared_path
 
 VECTORS = read_jsonl(shared_path("conformance", "graders.jsonl"))
@@ -244,7 +244,7 @@ def _grading_servers() -> list[int]:
     return [
         int(pid)
         for pid in children
-        if not gone(int(pid)) and b"rayeval.grading.server" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        if not gone(int(pid)) and b"rayeval.unit.grading_server" in Path(f"/proc/{pid}/cmdline").read_bytes()
     ]
 
 
@@ -309,7 +309,7 @@ def test_subprocesses_end_with_their_caller() -> None:
         """
         import sys, threading
         from rayeval.evals import Eval
-        from rayeval.grading.pool import grade_bounded, shared_pool
+        from rayeval.unit.grading_pool import grade_bounded, shared_pool
         truth = [[f"step {i}"] for i in range(3000)]
         slow = Eval.model_validate({"id": "g", "task": "t", "grader": {"type": "longest_subsequence", "config": {"answer_field": "steps", "ground_truth": truth}}})
         grade_bounded(slow, {"steps": []}, 30)
@@ -343,5 +343,5 @@ def test_grading_in_process_on_request(monkeypatch: pytest.MonkeyPatch) -> None:
     def no_pool() -> None:
         raise AssertionError("no subprocess for an unbounded grading")
 
-    monkeypatch.setattr("rayeval.grading.pool.shared_pool", no_pool)
+    monkeypatch.setattr("rayeval.unit.grading_pool.shared_pool", no_pool)
     assert grade_execution(make(grader=MC), execution({"answer": "B"}), grade_timeout=None).status == "passed"

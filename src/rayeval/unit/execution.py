@@ -13,9 +13,9 @@ from ..evals import Eval
 from ..gateway.server import ModelUsage
 from ..graders.judging import Judgments, judgments_cost_usd
 from ..graders.result import GraderResult
-from ..grading.pool import DEFAULT_TIMEOUT_S, GradingError, GradingTimeout, grade_bounded, judge_requests_bounded
 from ..record import JUDGE_ERROR, Status, carried
 from .context import UnitKey
+from .grading_pool import DEFAULT_TIMEOUT_S, GradingError, GradingTimeout, grade_bounded, judge_requests_bounded
 from .result import EvalResult
 from .run_summary import refusal_column, with_run_summary
 
@@ -161,7 +161,7 @@ def refusal_of(execution: Execution, metadata: dict[str, Any]) -> bool | None:
 
 
 def judge_requests(eval_: Eval, execution: Execution, *, grade_timeout: float | None = DEFAULT_TIMEOUT_S) -> Judgments:
-    """The judge calls the LLM-judged graders of ``eval_`` (see ``rayeval.grading.judges.has_judged_graders``)
+    """The judge calls the LLM-judged graders of ``eval_`` (see ``rayeval.unit.judges.has_judged_graders``)
     would make on the execution's answer (none for an error or timeout): the first of a batch
     run's two grading passes (see ``rayeval.graders.judging``). A grading that fails here
     fails again, and is reported, in the second pass."""

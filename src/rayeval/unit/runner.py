@@ -8,13 +8,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from .._json import amount_in, count_in
+from ..data.cache import default_cache_dir, remove_tree
+from ..data.staging import StagingError, stage_data
 from ..errors import ConfigError
 from ..evals import Eval, load_eval
 from ..evals.data_roots import resolve_roots
 from ..gateway.server import CallLimits, Gateway, ModelUsage, RunBudget, SessionReport
 from ..gateway.transcript import MODEL_CALLS_ARTIFACT, transcript_text
 from ..gateway.unit import UnitAccess, open_unit_access, route_of, shared_gateway
-from ..grading.pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
 from ..models.failures import MESSAGE_CHARS, PROVIDER_ERROR, failure_code
 from ..record import SeenBy
 from ..sandbox.config import MiB, SandboxConfig
@@ -22,12 +23,11 @@ from ..sandbox.isolation import Isolation, Outcome, run_inline
 from ..sandbox.units import SandboxError, unit_runner
 from ..secrets import environment_secrets, redact
 from .answers import MAX_ANSWER_NESTING, find_answer, nested_deeper_than
-from .cache import default_cache_dir, remove_tree
 from .context import AgentContext, AgentFunction, AgentRef, ModelRelay, UnitKey, call_agent
 from .execution import Execution, claims_against_counts, grade_execution, now
+from .grading_pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
 from .prompt import AnswerConvention, build_prompt
 from .result import EvalResult
-from .staging import StagingError, stage_data
 from .unit_agent import UNIT_PRELOAD, check_runs_here, probe, unit_spec
 from .workspace import (
     Listing,
@@ -118,7 +118,7 @@ class EvalRunner:
         ``isolation``: see :mod:`rayeval.sandbox.isolation`;
         ``sandbox``: what a sandboxed (or ``process``) unit sees, gets and may use.
         ``convention``: the answer-file name and completion marker the agent is told
-        (:mod:`rayeval.harness.prompt`). ``budget``: its run's (``--max-cost``), which its gateway
+        (:mod:`rayeval.unit.prompt`). ``budget``: its run's (``--max-cost``), which its gateway
         session asks before each model call and charges after.
         """
         started_at = now()

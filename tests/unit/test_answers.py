@@ -13,15 +13,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rayeval.agents import _cli
-from rayeval.harness.answers import (
+from rayeval.sandbox.config import MAX_ANSWER_FILE_BYTES
+from rayeval.unit.answers import (
     answer_envelope,
     extract_tagged,
     find_answer,
     read_answer_files,
     unfence,
 )
-from rayeval.harness.workspace import list_work_dir
-from rayeval.sandbox.config import MAX_ANSWER_FILE_BYTES
+from rayeval.unit.workspace import list_work_dir
 
 # The implementation extract_tagged replaced, kept here as the reference for its results.
 _TAGGED = re.compile(r"<EVAL_ANSWER>(.*?)</EVAL_ANSWER>", re.DOTALL)
@@ -250,7 +250,7 @@ def test_nested_finished_file_skips_data_links_and_other_kinds(tmp_path: Path) -
 
 def test_nested_finished_file_search_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The agent shapes the tree: too deep or too many entries, and the marker is not found."""
-    from rayeval.harness import answers
+    from rayeval.unit import answers
 
     deep = "/".join(["d"] * answers.MAX_SEARCHED_DEPTH)
     _write(tmp_path / "w1", f"{deep}/finished.txt")

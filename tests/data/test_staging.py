@@ -20,12 +20,12 @@ from pathlib import Path
 
 import pytest
 
+from rayeval.data import cache
+from rayeval.data.cache import key_hash, remove_tree
+from rayeval.data.resolvers import RESOLVERS, Resolved, register_resolver, unregister_resolver
+from rayeval.data.staging import StagingError
+from rayeval.data.staging import stage_data as stage_data_within
 from rayeval.evals import load_evals
-from rayeval.harness import cache
-from rayeval.harness.cache import key_hash, remove_tree
-from rayeval.harness.resolvers import RESOLVERS, Resolved, register_resolver, unregister_resolver
-from rayeval.harness.staging import StagingError
-from rayeval.harness.staging import stage_data as stage_data_within
 
 # These tests keep their local data in pytest's temporary folders: the data root they stage
 # local nodes from, as a run stages from its evals folder. The data-root tests pass their own.
@@ -499,7 +499,7 @@ def test_latch_without_resolver_is_a_clear_error(tmp_path: Path, cache_dir: Path
     assert "latch://123.account/data/pbmc.h5ad" in str(err.value)
     assert (
         "no resolver for latch:// URIs: install/configure one with "
-        "rayeval.harness.register_resolver('latch', ...) (e.g. using latch's SDK)"
+        "rayeval.data.register_resolver('latch', ...) (e.g. using latch's SDK)"
     ) in str(err.value)
     with pytest.raises(StagingError, match=r"unknown URI scheme gs://"):
         stage_data(["gs://bucket/x"], tmp_path / "data", cache_dir=cache_dir)

@@ -12,7 +12,7 @@ import pytest
 
 from rayeval import EvalRunner
 from rayeval.evals import Eval
-from rayeval.harness import workspace
+from rayeval.unit import workspace
 
 QUICK_EVAL = {
     "id": "quick",

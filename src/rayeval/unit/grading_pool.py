@@ -4,7 +4,7 @@ Graders are pure functions, but some take far longer on a crafted answer than on
 one, and answers are hostile. A thread cannot be stopped, so each grading runs in a
 subprocess that is killed (and later replaced) when it overruns: the CPU it burned stops too.
 
-The subprocesses are fresh interpreters (``python -m rayeval.grading.server``), never
+The subprocesses are fresh interpreters (``python -m rayeval.unit.grading_server``), never
 forks of the caller (a multi-threaded Ray worker), started with a minimal environment (no
 credentials) and shared by every thread of a process, one request at a time each.
 
@@ -45,7 +45,7 @@ from ..graders.judging import Judgments
 from ..graders.registry import GRADER_REGISTRY, is_registered, named_grader_types
 from ..graders.result import GraderResult
 from ..sandbox.process_tree import end_process_tree
-from .local import collect_judge_requests, grade_with_outcomes
+from .grading import collect_judge_requests, grade_with_outcomes
 
 DEFAULT_TIMEOUT_S = 30.0
 POOL_SIZE = 4
@@ -53,7 +53,7 @@ MAX_REQUEST_BYTES = 128 << 20
 """A subprocess refuses longer requests: answers are capped at 10 MB before grading, and JSON
 escapes at most make six bytes of one."""
 STARTUP_TIMEOUT_S = 60.0
-SERVER_MODULE = "rayeval.grading.server"
+SERVER_MODULE = "rayeval.unit.grading_server"
 READY = b'{"ready": true}\n'
 RESULT_FIELDS = tuple(field.name for field in dataclasses.fields(GraderResult))
 

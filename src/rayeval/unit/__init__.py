@@ -1,4 +1,5 @@
-"""Running one agent on one eval.
+"""One unit's life: its context and prompt, its run (stage, sandbox, answer), its grading
+(in this process, in a bounded grading subprocess, its LLM judges apart) and its result.
 
 Exports load on first use: the unit runner, a process started for every worker, imports
 only the few modules it needs from this package.
@@ -11,9 +12,8 @@ from .._lazy import lazy_exports
 if TYPE_CHECKING:  # the exports (see rayeval._lazy)
     from .context import AgentContext
     from .execution import Execution, grade_execution
-    from .resolvers import Resolved, register_resolver, unregister_resolver
+    from .grading import grade, grade_spec, grade_specs
     from .result import STATUSES, EvalResult, Status
     from .runner import EvalRunner
-    from .staging import StagedNode, StagingError, stage_data
 
 __getattr__, __all__ = lazy_exports(__name__)

@@ -159,7 +159,7 @@ def test_a_process_that_ended_mid_frame_is_not_waited_for(ending: Unit, deadline
     ended, seconds = ending.collect(deadline_s, lambda sock: sock.sendall(frame(b"R", b"{" * 100)[:20]))
     assert not ended.timed_out and ended.result is None, ended
     assert seconds < 15, seconds
-    assert units._outcome(ended, MAX_OUTPUT, deadline_s, seconds).error_type == "AgentProcessDied"
+    assert units._outcome(ended, MAX_OUTPUT, deadline_s).error_type == "AgentProcessDied"
 
 
 def test_a_half_closed_channel_of_a_process_that_ended_is_not_a_timeout(ending: Unit) -> None:

@@ -442,7 +442,9 @@ class UnitRunner:
                     agent.close()
                     if stop_serving is not None:
                         stop_serving()
-        return _outcome(ended, spec.max_output, timeout, time.monotonic() - start)
+        outcome = _outcome(ended, spec.max_output, timeout)
+        outcome.seconds = time.monotonic() - start
+        return outcome
 
 
 #: what answers on a socket a unit lends (see ``UnitRunner.run``); returns how to stop
@@ -646,20 +648,15 @@ def _collect(sock: socket.socket, agent: _AgentProcess, max_output: int, deadlin
             return ended
 
 
-def _outcome(ended: _Ended, max_output: int, timeout: float | None, seconds: float) -> Outcome:
+def _outcome(ended: _Ended, max_output: int, timeout: float | None) -> Outcome:
+    """What the unit's process did, as its socket told (its ``seconds`` are the caller's to set)."""
     if ended.timed_out:
-        return Outcome(
-            kind="timeout",
-            error_type="Timeout",
-            error_message=f"agent exceeded its {timeout:g} s timeout",
-            seconds=seconds,
-        )
+        return Outcome(kind="timeout", error_type="Timeout", error_message=f"agent exceeded its {timeout:g} s timeout")
     if ended.overflow:
         return Outcome(
             kind="raised",
             error_type="AnswerTooLarge",
             error_message=f"the agent's return value exceeded the {max_output / MiB:g} MB limit (max_output_mb)",
-            seconds=seconds,
         )
     if not ended.ready and (ended.exit_code == SETUP_FAILED_EXIT or _says_setup_failed(ended.result)):
         raise SandboxError(f"the unit's sandbox could not be set up: {_setup_problem(ended.result)}")
@@ -670,40 +667,28 @@ def _outcome(ended: _Ended, max_output: int, timeout: float | None, seconds: flo
         else:
             reason = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
         return Outcome(
-            kind="crashed",
-            error_type="AgentProcessDied",
-            error_message=f"agent process {reason} before returning",
-            seconds=seconds,
+            kind="crashed", error_type="AgentProcessDied", error_message=f"agent process {reason} before returning"
         )
     try:
         message = json.loads(ended.result)
         json.dumps(message, ensure_ascii=False).encode("utf-8")  # lone surrogates cannot be stored
         kind = message["kind"]
     except (ValueError, RecursionError, TypeError, KeyError, UnicodeEncodeError) as exc:
-        return Outcome(
-            kind="raised",
-            error_type="BadAgentResult",
-            error_message=f"the agent's result is not usable JSON: {exc}",
-            seconds=seconds,
-        )
+        return _bad_result(f"the agent's result is not usable JSON: {exc}")
     if kind == "setup_failed":  # after the unit was set up: the agent's code wrote it
-        return Outcome(
-            kind="raised",
-            error_type="BadAgentResult",
-            error_message="the agent's result claims its sandbox failed, after the sandbox was set up",
-            seconds=seconds,
-        )
+        return _bad_result("the agent's result claims its sandbox failed, after the sandbox was set up")
     if kind == "returned":
-        return Outcome(kind="returned", value=message.get("value"), seconds=seconds)
+        return Outcome(kind="returned", value=message.get("value"))
     error_type, error_message, trace = (message.get(name) for name in ("error_type", "error_message", "traceback"))
     if not (isinstance(error_type, str) and isinstance(error_message, str) and isinstance(trace, (str, type(None)))):
-        return Outcome(  # the runner sends text: these fields were forged on the unit's socket
-            kind="raised",
-            error_type="BadAgentResult",
-            error_message="the agent's result reports an error whose kind, message or traceback is not text",
-            seconds=seconds,
-        )
-    return Outcome(kind="raised", error_type=error_type, error_message=error_message, traceback=trace, seconds=seconds)
+        # the runner sends text: these fields were forged on the unit's socket
+        return _bad_result("the agent's result reports an error whose kind, message or traceback is not text")
+    return Outcome(kind="raised", error_type=error_type, error_message=error_message, traceback=trace)
+
+
+def _bad_result(problem: str) -> Outcome:
+    """A result the unit's process sent that is not one (the agent may write to its socket)."""
+    return Outcome(kind="raised", error_type="BadAgentResult", error_message=problem)
 
 
 def _says_setup_failed(result: bytes | None) -> bool:

@@ -8,9 +8,9 @@ both shipped to the Ray workers with cloudpickle. Rows land in the usual Parquet
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timezone
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -31,11 +31,10 @@ from ..report.stats import (
 )
 from ..sandbox.isolation import Isolation
 from ..storage.store import ResultStore
-from .catalog import store_version, version_id
+from .catalog import store_version
 from .config import EvaluationConfigError, EvaluationSpec, EvaluatorConfig, ReturnType, validate_arguments
-from .index import EvaluationRunRecord, EvaluatorRecord, previous_run, write_record
 from .prompts import PromptCaller
-from .runtime import DatapointCaller, EvaluatorsGrader, LocalEvaluator
+from .runtime import EVALUATIONS_GRADER, DatapointCaller, EvaluationGrade, LocalEvaluator
 
 # Engine options ``run`` sets itself (``workers`` is the concurrency).
 _OWNED_OPTIONS = frozenset(
@@ -233,7 +232,7 @@ def checks_table(checks: Sequence[EvaluatorCheck], stats: Mapping[str, Any]) -> 
 def _report(
     spec: EvaluationSpec,
     run_id: str,
-    previous: EvaluationRunRecord | None,
+    previous: Mapping[str, Any] | None,
     stats: EvaluationStats,
     units: Any,
     checks: list[EvaluatorCheck],
@@ -241,7 +240,7 @@ def _report(
     results_path: str,
 ) -> str:
     compared = (
-        f"compared with run {previous.run_id} ({previous.version_id})"
+        f"compared with run {previous['run_id']} ({previous['models'][0]})"
         if previous
         else "first run of this name: no delta"
     )
@@ -279,12 +278,12 @@ def _report(
 
 # -- run -----------------------------------------------------------------------------------
 def _in_memory_evals(spec: EvaluationSpec) -> list[Any]:
-    """One Eval per datapoint (built without the grader-registry check: the evaluators grade)."""
+    """One Eval per datapoint, graded by the ``evaluations`` grader."""
     from .._json import dumps
     from ..evals.model import Eval, GraderSpec
 
-    grader = GraderSpec.model_construct(
-        type="evaluations",
+    grader = GraderSpec(
+        type=EVALUATIONS_GRADER,
         config={
             "evaluators": [
                 {"path": e.path, "args_type": e.args_type, "return_type": e.return_type, "threshold": e.threshold}
@@ -335,15 +334,30 @@ def _read_stats(
     return stats, units
 
 
-def _store_given(store: ResultStore, spec: EvaluationSpec, file: Any, dataset: Any) -> str:
+def previous_run(reader: ResultsReader, name: str, *, before: str) -> dict[str, Any] | None:
+    """The manifest of the newest completed run of evaluation ``name`` under the reader's root
+    other than ``before``: the engine's record of a run, whose ``agent_args`` name its
+    evaluation and its evaluators' return types."""
+    runs = [
+        manifest
+        for run, manifest in reader.manifests().items()
+        if run != before and manifest.get("status") == "completed" and _evaluation_of(manifest) == name
+    ]
+    return max(runs, key=lambda manifest: (str(manifest.get("created_at", "")), manifest["run_id"]), default=None)
+
+
+def _evaluation_of(manifest: Mapping[str, Any]) -> Any:
+    args = manifest.get("agent_args")
+    return args.get("evaluation") if isinstance(args, Mapping) else None
+
+
+def _store_given(store: ResultStore, spec: EvaluationSpec, file: Any, dataset: Any) -> None:
     """Store the dataset and the prompt given in full under their paths, so a later run can
-    name them; the dataset's version id."""
+    name them."""
     if isinstance(file, Mapping) and spec.file.prompt is not None and "version" in file:
         store_version(store, "prompt", spec.file.path, spec.file.version)
-    body = spec.dataset.stored_body()
     if isinstance(dataset, Mapping) and "datapoints" in dataset:
-        return store_version(store, "dataset", spec.dataset.path, body).version_id
-    return version_id(body)
+        store_version(store, "dataset", spec.dataset.path, spec.dataset.stored_body())
 
 
 def _with_type(file: Any, file_type: str) -> Any:
@@ -444,10 +458,18 @@ def run(
     version_id = spec.file.identity
     file_info = {"path": spec.file.path, "type": spec.file.type, "version": spec.file.version}
     run_id = run_id or new_run_id()
+    # the run's manifest names its evaluation, dataset version and evaluators (see previous_run)
+    labels = {
+        "evaluation": spec.name,
+        "file": spec.file.path,
+        "dataset": spec.dataset.path,
+        "dataset_version": spec.dataset.version_id,
+        "evaluators": json.dumps({e.path: e.return_type for e in spec.evaluators}),
+    }
     config = BatchConfig(
         evals=[],
         agent=spec.file.type,
-        agent_args={"evaluation": spec.name, "file": spec.file.path, "dataset": spec.dataset.path},
+        agent_args=labels,
         models=[version_id],
         seeds=[1],
         output=output,
@@ -462,9 +484,9 @@ def run(
         isolation="inline" if spec.file.prompt is not None else isolation,
         **engine_options,
     )
-    dataset_version = _store_given(store, spec, file, dataset)
+    _store_given(store, spec, file, dataset)
     caller = _caller(spec)
-    grader = EvaluatorsGrader(
+    grader = EvaluationGrade(
         [
             LocalEvaluator(e.path, e.args_type, e.return_type, e.threshold, e.callable, e.without_target)
             for e in spec.evaluators
@@ -473,7 +495,6 @@ def run(
         file=file_info,
         version_id=version_id,
     )
-    created = datetime.now(timezone.utc)
     summary = run_batch(config, evals=_in_memory_evals(spec), agent=caller, grade=grader)
 
     reader = ResultsReader(output, s3_endpoint_url)
@@ -484,39 +505,17 @@ def run(
     )
     current = _stats_by_path(stats, run_id)
 
-    previous = previous_run(store, spec.name, before=run_id)
+    previous = previous_run(reader, spec.name, before=run_id)
     previous_stats: dict[str, Any] = {}
     previous_types: dict[str, str] = {}
     if previous is not None:
-        previous_types = {e.path: e.return_type for e in previous.evaluators}
+        previous_types = json.loads(previous["agent_args"].get("evaluators", "{}"))
         shared = {e.path: e.kind for e in spec.evaluators if previous_types.get(e.path) == e.return_type}
         if shared:
-            before, _ = _read_stats(reader, previous.run_id, shared)
-            previous_stats = _stats_by_path(before, previous.run_id)
+            before, _ = _read_stats(reader, previous["run_id"], shared)
+            previous_stats = _stats_by_path(before, previous["run_id"])
     checks = build_checks(spec.evaluators, current, previous_stats, previous_types)
 
-    write_record(
-        store,
-        EvaluationRunRecord(
-            name=spec.name,
-            run_id=run_id,
-            status=manifest.status if manifest else "completed",
-            version_id=version_id,
-            file={**file_info, "version": spec.file.version_label},
-            dataset={
-                "path": spec.dataset.path,
-                "version_id": dataset_version,
-                "datapoints": len(spec.dataset.datapoints),
-            },
-            evaluators=[
-                EvaluatorRecord(path=e.path, args_type=e.args_type, return_type=e.return_type, threshold=e.threshold)
-                for e in spec.evaluators
-            ],
-            created_at=created,
-            finished_at=datetime.now(timezone.utc),
-            scores={c.path: c.score for c in checks},
-        ),
-    )
     text = _report(spec, run_id, previous, stats, units, checks, current, summary.results_path)
     stats = stats.model_copy(update={"report": text})
     if print_report:
@@ -524,7 +523,7 @@ def run(
     return EvaluationResult(
         name=spec.name,
         run_id=run_id,
-        previous_run_id=previous.run_id if previous else None,
+        previous_run_id=previous["run_id"] if previous else None,
         version_id=version_id,
         output=output,
         results_path=summary.results_path,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from datetime import datetime, timezone
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import pyarrow.fs as pafs
 from pydantic import BaseModel, ValidationError
@@ -20,7 +20,6 @@ from ..storage.layout import CATALOG_FOLDERS, decode_partition
 from ..storage.store import ResultStore
 
 Kind = Literal["dataset", "prompt"]
-Model = TypeVar("Model", bound=BaseModel)
 
 
 class StoredVersion(BaseModel):
@@ -55,22 +54,17 @@ def store_version(store: ResultStore, kind: Kind, path: str, body: Any) -> Store
 
 def stored_versions(store: ResultStore, kind: Kind, path: str) -> list[StoredVersion]:
     """Every readable version of ``path``, oldest first (unreadable files are skipped)."""
-    entries = read_json_files(store, store.layout.catalog_folder(kind, path), StoredVersion)
-    versions = [entry for entry in entries if entry.kind == kind and entry.path == path]
-    versions.sort(key=lambda v: (v.stored_at, v.version_id))
-    return versions
-
-
-def read_json_files(store: ResultStore, folder: str, model: type[Model]) -> list[Model]:
-    """Every ``.json`` file of ``folder`` that reads as ``model`` (unreadable files are skipped)."""
-    found = []
-    for file in store.files_in(folder, suffix=".json"):
+    versions = []
+    for file in store.files_in(store.layout.catalog_folder(kind, path), suffix=".json"):
         try:
             with store.fs.open_input_stream(file) as stream:
-                found.append(model.model_validate_json(stream.read()))
+                entry = StoredVersion.model_validate_json(stream.read())
         except (OSError, ValidationError, ValueError):
             continue
-    return found
+        if entry.kind == kind and entry.path == path:
+            versions.append(entry)
+    versions.sort(key=lambda v: (v.stored_at, v.version_id))
+    return versions
 
 
 def stored_paths(store: ResultStore, kind: Kind) -> list[str]:

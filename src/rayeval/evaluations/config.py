@@ -255,6 +255,11 @@ class DatasetConfig(BaseModel):
         """The datapoints as stored under the dataset's path (their hash is the version id)."""
         return [point.model_dump(exclude_none=True) for point in self.datapoints]
 
+    @property
+    def version_id(self) -> str:
+        """The content hash of the datapoints as stored: the dataset's version."""
+        return version_id(self.stored_body())
+
 
 class EvaluationSpec(BaseModel):
     """The validated arguments, with a stable id per datapoint."""

@@ -33,7 +33,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -43,15 +42,19 @@ from typing import Any, Literal
 from .._json import dumps
 from ..errors import RayevalError
 from ..evals import Eval
-from ..graders.judging import Judgments, collecting_judge_requests, judged
+from ..evals.model import GraderSpec
+from ..graders._common import InvalidConfig
+from ..graders.base import Grader
+from ..graders.judging import Judgments
+from ..graders.registry import register_grader
 from ..graders.result import GraderResult
-from ..record import carried
-from ..unit.execution import Execution, grade_execution, lift_metadata
+from ..unit.execution import Execution, grade_execution, judge_requests
 from ..unit.prompt import task_of
 from ..unit.result import EvalResult
 
 MAX_ERROR_CHARS = 2000
 EVALUATORS_KEY = "evaluators"  # metrics_json["evaluators"][path] holds each judgment
+EVALUATIONS_GRADER = "evaluations"  # the grader type of an evaluation's units (the rows' grader_type)
 NOT_APPLICABLE = {"not_applicable": "no target"}  # the judgment of an evaluator that needs a target the datapoint lacks
 WithoutTarget = Literal["refuse", "not_applicable"]
 
@@ -199,16 +202,48 @@ def _describe(value: Any) -> str:
     return dumps(value)[:200]
 
 
-class EvaluatorsGrader:
-    """The engine's grade step: runs every evaluator on the unit's log, never raises for them.
+@register_grader(EVALUATIONS_GRADER)
+class EvaluatorsGrader(Grader):
+    """The ``evaluations`` grader: runs every evaluator on the unit's log, never raises for them.
 
-    The row it makes: ``metrics_json = {"evaluators": {path: judgment | {"error": msg}},
-    "checks": {path: bool}}``; ``passed`` = every per-log check passed (see :func:`log_checks`;
-    with no checks, passed = no evaluator raised); ``score`` = the share of checks passed (with
-    no checks, 1.0 or 0.0 as ``passed``), ``score_max`` = 1. A callable that raised or timed
-    out gives an error row (status error/timeout) on which no evaluator runs: every
-    evaluator counts it in ``num_errors``.
+    Its config is made per unit by :class:`EvaluationGrade`, in the process that grades:
+    ``{"evaluators": [LocalEvaluator], "log": {...}, "datapoint": {...}}`` (an eval file's JSON
+    config names no evaluator: a configuration error). The result: ``metrics = {"evaluators":
+    {path: judgment | {"error": msg}}, "checks": {path: bool}}``; ``passed`` = every per-log
+    check passed (see :func:`log_checks`; with no checks, passed = no evaluator raised);
+    ``score`` = the share of checks passed (with no checks, 1.0 or 0.0 as ``passed``),
+    ``score_max`` = 1.
     """
+
+    def _evaluate(self, answer: Any, config: Any) -> GraderResult:
+        evaluators, log, datapoint = config.get("evaluators"), config.get("log"), config.get("datapoint")
+        given = isinstance(evaluators, list) and all(isinstance(e, LocalEvaluator) for e in evaluators)
+        if not (given and isinstance(log, dict) and isinstance(datapoint, dict)):
+            raise InvalidConfig("the evaluations grader grades with the evaluators of evaluations.run")
+        verdicts = {evaluator.path: evaluator.judge(log, datapoint) for evaluator in evaluators}
+        checks = log_checks(evaluators, verdicts)
+        raised = any(isinstance(v, dict) and "error" in v for v in verdicts.values())
+        passed = all(checks.values()) if checks else not raised
+        reasoning = "; ".join(
+            f"{path}: {_describe(value)}" + ("" if path not in checks else (" [pass]" if checks[path] else " [fail]"))
+            for path, value in verdicts.items()
+        )
+        return GraderResult(
+            passed=passed,
+            score=(sum(checks.values()) / len(checks)) if checks else float(passed),
+            score_max=1.0,
+            metrics={EVALUATORS_KEY: verdicts, "checks": checks},
+            reasoning=reasoning,
+            agent_answer=answer,
+        )
+
+
+class EvaluationGrade:
+    """The run's grade function: each unit graded as any eval's
+    (:func:`~rayeval.unit.execution.grade_execution`), by the ``evaluations`` grader given the
+    run's evaluators and the unit's log. A callable that raised or timed out gives an error row
+    (status error/timeout) on which no evaluator runs: every evaluator counts it in
+    ``num_errors``. The LLM-as-judge evaluators' model calls are the run's judge calls."""
 
     def __init__(self, evaluators: list[LocalEvaluator], *, name: str, file: dict[str, Any], version_id: str):
         self.evaluators = evaluators
@@ -219,20 +254,27 @@ class EvaluatorsGrader:
 
         #: LLM-as-judge evaluators, whose model calls a batch run makes as judge calls of its own
         self.judges = [evaluator for evaluator in evaluators if isinstance(evaluator.fn, LLMJudge)]
-
-    @property
-    def judged(self) -> bool:
-        return bool(self.judges)
+        self.judged = bool(self.judges)
 
     def judge_requests(self, eval_: Eval, execution: Execution) -> Judgments:
         """The model calls of the LLM-as-judge evaluators for this execution (none are made)."""
-        if execution.outcome != "answered" or not self.judges:
-            return {}
-        log, datapoint = self.log(eval_, execution), self.datapoint(eval_)
-        with collecting_judge_requests() as collected:
-            for evaluator in self.judges:
-                evaluator.judge(log, datapoint)
-        return collected
+        return judge_requests(self._unit_eval(eval_, execution, self.judges), execution, grade_timeout=None)
+
+    def __call__(self, eval_: Eval, execution: Execution, judgments: Judgments | None = None) -> EvalResult:
+        """The unit's row; ``judgments``: the outcomes of :meth:`judge_requests`' calls (else the
+        LLM-as-judge evaluators call their models here)."""
+        if execution.outcome == "no_answer":  # cannot happen with DatapointCaller; an error if it does
+            execution = execution.model_copy(
+                update={"outcome": "error", "error_type": execution.error_type or "NoOutput"}
+            )
+        unit_eval = self._unit_eval(eval_, execution, self.evaluators)
+        return grade_execution(unit_eval, execution, grade_timeout=None, judgments=judgments)
+
+    def _unit_eval(self, eval_: Eval, execution: Execution, evaluators: list[LocalEvaluator]) -> Eval:
+        """``eval_`` graded by ``evaluators`` on this execution's log (graded in this process:
+        the config holds the evaluators themselves)."""
+        config = {"evaluators": evaluators, "log": self.log(eval_, execution), "datapoint": self.datapoint(eval_)}
+        return eval_.model_copy(update={"grader": GraderSpec.model_construct(type=EVALUATIONS_GRADER, config=config)})
 
     def log(self, eval_: Eval, execution: Execution) -> dict[str, Any]:
         extra = eval_.model_extra or {}
@@ -266,46 +308,3 @@ class EvaluatorsGrader:
             "messages": copy.deepcopy(extra.get("messages")),
             "target": copy.deepcopy(extra.get("target")),
         }
-
-    def __call__(self, eval_: Eval, execution: Execution, judgments: Judgments | None = None) -> EvalResult:
-        """The unit's row; ``judgments``: the outcomes of :meth:`judge_requests`' calls (else the
-        LLM-as-judge evaluators call their models here)."""
-        if execution.outcome != "answered":
-            if execution.outcome == "no_answer":  # cannot happen with DatapointCaller; an error if it does
-                execution = execution.model_copy(
-                    update={"outcome": "error", "error_type": execution.error_type or "NoOutput"}
-                )
-            return grade_execution(eval_, execution)  # an error row: nothing to judge
-        start = time.monotonic()
-        log = self.log(eval_, execution)
-        datapoint = self.datapoint(eval_)
-        with judged(judgments or {}):
-            verdicts = {evaluator.path: evaluator.judge(log, datapoint) for evaluator in self.evaluators}
-        checks = log_checks(self.evaluators, verdicts)
-        raised = any(isinstance(v, dict) and "error" in v for v in verdicts.values())
-        passed = all(checks.values()) if checks else not raised
-        score = (sum(checks.values()) / len(checks)) if checks else float(passed)
-        reasoning = "; ".join(
-            f"{path}: {_describe(value)}" + ("" if path not in checks else (" [pass]" if checks[path] else " [fail]"))
-            for path, value in verdicts.items()
-        )
-        grade_s = time.monotonic() - start
-        grader_result = GraderResult(
-            passed=passed,
-            score=score,
-            score_max=1.0,
-            metrics={EVALUATORS_KEY: verdicts, "checks": checks},
-            reasoning=reasoning,
-            agent_answer=execution.answer,
-        )
-        return carried(
-            EvalResult,
-            execution,
-            agent_answer=execution.answer,
-            **lift_metadata(execution.metadata, judgments=judgments),
-            duration_s=round(execution.duration_s + grade_s, 6),
-            status="passed" if passed else "failed",
-            passed=passed,
-            grader_result=grader_result,
-            grade_s=round(grade_s, 6),
-        )

@@ -8,7 +8,6 @@
     <root>/run_id=<run>/_lease.json, _lease.lock                       the run's lease (lock: local roots)
     <root>/run_id=<run>/_wal/                                          its write-ahead log (local roots)
     <root>/run_id=<run>/_quarantine/                                   parts moved aside by --resume
-    <root>/_evaluations/<name>/<run>.json                              the evaluations' index
     <root>/_datasets/<path>/<version>.json                             stored evaluation datasets
     <root>/_prompts/<path>/<version>.json                              stored prompt versions
 
@@ -32,7 +31,6 @@ LEASE_NAME = "_lease.json"
 LOCK_NAME = "_lease.lock"
 WAL_FOLDER = "_wal"
 QUARANTINE_FOLDER = "_quarantine"
-EVALUATIONS_FOLDER = "_evaluations"
 # the folder of each kind of versioned file evaluations.run stores by path
 CATALOG_FOLDERS = {"dataset": "_datasets", "prompt": "_prompts"}
 RUN_PREFIX = "run_id="
@@ -113,12 +111,6 @@ class Layout:
         run_folder = self.run(run_id)
         return f"{run_folder}/{QUARANTINE_FOLDER}/{part[len(run_folder) + 1 :]}"
 
-    def evaluation_index(self, name: str) -> str:
-        return f"{self.base}/{EVALUATIONS_FOLDER}/{encode_partition(name)}"
-
-    def evaluation_record(self, name: str, run_id: str) -> str:
-        return f"{self.evaluation_index(name)}/{encode_partition(run_id)}.json"
-
     def catalog_folder(self, kind: str, path: str) -> str:
         """The versions of a stored dataset or prompt (``kind``: a key of CATALOG_FOLDERS)."""
         return f"{self.base}/{CATALOG_FOLDERS[kind]}/{encode_partition(path)}"
@@ -133,7 +125,6 @@ class Layout:
 
 __all__ = [
     "CATALOG_FOLDERS",
-    "EVALUATIONS_FOLDER",
     "LEASE_NAME",
     "LOCK_NAME",
     "MANIFEST_NAME",

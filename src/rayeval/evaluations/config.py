@@ -30,7 +30,7 @@ from ..evals.model import id_problem
 from ..storage.store import ResultStore
 from .catalog import Kind, content_hash, find_version, version_id
 from .library import REPORTED, expand_evaluators, is_reference, remember_evaluator
-from .prompts import CONNECTION_OPTIONS, PromptVersion, is_prompt_version, missing_placeholders, model_problem
+from .prompts import CONNECTION_OPTIONS, PromptVersion, is_prompt_version, missing_placeholders
 from .runtime import WithoutTarget, has_target
 
 log = logging.getLogger(__name__)
@@ -505,13 +505,9 @@ def _validate_connection(
         problems.append(f"model_options: {listed(unknown)}: not known (it takes {listed(list(CONNECTION_OPTIONS))})")
         return {}
     prompt = file.prompt if file is not None else None
-    if prompt is not None:
-        options = {**prompt.model_dump(include={"temperature", "max_tokens", "top_p", "seed"}), **connection}
-        problem = model_problem(
-            prompt.model_name, {k: v for k, v in options.items() if v is not None}, environment=environment
-        )
-        if problem:
-            problems.append(f"file {file.path!r}: version.model: {problem}")  # type: ignore[union-attr]
+    problem = prompt.model_problem(connection, environment=environment) if prompt is not None else None
+    if problem:
+        problems.append(f"file {file.path!r}: version.model: {problem}")  # type: ignore[union-attr]
     return dict(connection)
 
 

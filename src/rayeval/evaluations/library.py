@@ -21,14 +21,14 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .._messages import listed, pydantic_problems
 from ..registry import Registry
-from .prompts import LLMJudge, PromptVersion, model_problem
+from .prompts import LLMJudge, PromptVersion
 
 BUILTIN_PREFIX = "Example Evaluators/"
 # What an LLM judge's template may name (a log's fields; target and datapoint when target_required).
@@ -113,6 +113,15 @@ SEMANTIC_SIMILARITY_TEMPLATE = [
     },
 ]
 
+
+def _code(
+    measures: str, return_type: str, fn: Callable[..., Any], *, target: bool = False
+) -> tuple[str, dict[str, Any]]:
+    """A built-in code evaluator: what it measures, and the evaluator (``target``: target_required)."""
+    args_type = "target_required" if target else "target_free"
+    return measures, {"args_type": args_type, "return_type": return_type, "callable": fn}
+
+
 #: path -> (what it measures, the evaluator); the README's table lists the same.
 BUILTINS: dict[str, tuple[str, dict[str, Any]]] = {
     "Example Evaluators/AI/Semantic similarity": (
@@ -124,34 +133,21 @@ BUILTINS: dict[str, tuple[str, dict[str, Any]]] = {
             "prompt": {"model": DEFAULT_JUDGE_MODEL, "template": SEMANTIC_SIMILARITY_TEMPLATE, "temperature": 0},
         },
     ),
-    "Example Evaluators/Code/Latency": (
-        "seconds the file took to produce the output",
-        {"args_type": "target_free", "return_type": "number", "callable": latency},
+    "Example Evaluators/Code/Latency": _code("seconds the file took to produce the output", "number", latency),
+    "Example Evaluators/Code/Cost": _code(
+        "USD the prompt's model call cost (null for a callable, or a model without a price)", "number", cost
     ),
-    "Example Evaluators/Code/Cost": (
-        "USD the prompt's model call cost (null for a callable, or a model without a price)",
-        {"args_type": "target_free", "return_type": "number", "callable": cost},
+    "Example Evaluators/Code/Exact match": _code(
+        "the output equals the target text (surrounding whitespace ignored)", "boolean", exact_match, target=True
     ),
-    "Example Evaluators/Code/Exact match": (
-        "the output equals the target text (surrounding whitespace ignored)",
-        {"args_type": "target_required", "return_type": "boolean", "callable": exact_match},
+    "Example Evaluators/Code/Contains": _code(
+        "the output contains the target text (case ignored)", "boolean", contains, target=True
     ),
-    "Example Evaluators/Code/Contains": (
-        "the output contains the target text (case ignored)",
-        {"args_type": "target_required", "return_type": "boolean", "callable": contains},
+    "Example Evaluators/Code/Regex match": _code(
+        "the target text, a regular expression, matches somewhere in the output", "boolean", regex_match, target=True
     ),
-    "Example Evaluators/Code/Regex match": (
-        "the target text, a regular expression, matches somewhere in the output",
-        {"args_type": "target_required", "return_type": "boolean", "callable": regex_match},
-    ),
-    "Example Evaluators/Code/Valid JSON": (
-        "the output parses as JSON",
-        {"args_type": "target_free", "return_type": "boolean", "callable": valid_json},
-    ),
-    "Example Evaluators/Code/Length": (
-        "the output's length in characters",
-        {"args_type": "target_free", "return_type": "number", "callable": length},
-    ),
+    "Example Evaluators/Code/Valid JSON": _code("the output parses as JSON", "boolean", valid_json),
+    "Example Evaluators/Code/Length": _code("the output's length in characters", "number", length),
 }
 
 
@@ -224,7 +220,6 @@ def _judge(
     try:
         spec = JudgeSpec.model_validate(dict(raw))
         version = PromptVersion.model_validate(spec.prompt)
-        options = version.options(connection)
     except ValidationError as exc:
         problems.extend(pydantic_problems(exc, where))
         return None
@@ -238,7 +233,7 @@ def _judge(
         )
     if spec.return_type in ("select", "multi_select") and not spec.options:
         found.append(f"{where}: options: a {spec.return_type} LLM evaluator needs its options")
-    problem = model_problem(version.model_name, options.model_dump(exclude_none=True), environment=environment)
+    problem = version.model_problem(connection, environment=environment)
     if problem:
         found.append(f"{where}: prompt.model: {problem}")
     if found:

@@ -94,10 +94,23 @@ class PromptVersion(BaseModel):
         names = (m.group(1) for message in self.messages() for m in PLACEHOLDER.finditer(message.content))
         return list(dict.fromkeys(names))
 
-    def options(self, connection: Mapping[str, Any]) -> PromptOptions:
-        """The prompt agent's options: this version's settings, reached as ``connection`` says."""
+    def settings(self, connection: Mapping[str, Any]) -> dict[str, Any]:
+        """The prompt agent's options, unchecked: this version's settings, reached as
+        ``connection`` says."""
         settings = self.model_dump(include={"temperature", "max_tokens", "top_p", "seed"}, exclude_none=True)
-        return PromptOptions.model_validate({**settings, **connection})
+        return {**settings, **{key: value for key, value in connection.items() if value is not None}}
+
+    def model_problem(self, connection: Mapping[str, Any], *, environment: bool) -> str | None:
+        """Why this version's model cannot be called, reached as ``connection`` says (None: it
+        can). ``environment``: the calls are made with this process's environment (embedded
+        Ray), so the key is checked too."""
+        try:
+            check_model(self.model_name, self.settings(connection), environment=environment)
+        except ValidationError as exc:
+            return str(field_problems(exc)[0])
+        except ModelError as exc:
+            return str(exc)
+        return None
 
 
 def is_prompt_version(version: Any) -> bool:
@@ -127,25 +140,13 @@ def rendered(template: Sequence[TemplateMessage], variables: Mapping[str, Any]) 
     return [ChatMessage(role=m.role, content=render(m.content, variables)) for m in template]
 
 
-def model_problem(name: str, options: Mapping[str, Any], *, environment: bool) -> str | None:
-    """Why the model cannot be called with these options (None: it can). ``environment``: the
-    calls are made with this process's environment (embedded Ray), so the key is checked too."""
-    try:
-        check_model(name, options, environment=environment)
-    except ValidationError as exc:
-        return str(field_problems(exc)[0])
-    except ModelError as exc:
-        return str(exc)
-    return None
-
-
 class BoundPrompt:
     """A prompt version with the way to reach its model: what travels to the Ray workers."""
 
     def __init__(self, version: PromptVersion, connection: Mapping[str, Any]):
         self.model_name = version.model_name
         self.template = version.messages()
-        self.options = version.options(connection)
+        self.options = PromptOptions.model_validate(version.settings(connection))
 
 
 class PromptCaller(BoundPrompt):

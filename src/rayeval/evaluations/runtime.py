@@ -267,6 +267,10 @@ class EvaluationGrade:
             execution = execution.model_copy(
                 update={"outcome": "error", "error_type": execution.error_type or "NoOutput"}
             )
+        elif execution.outcome == "answered":
+            # a judged row's tokens and cost stay the file's own account (a prompt file's call),
+            # as they always were, not the count of the sandbox's gateway session (none for a callable)
+            execution = execution.model_copy(update={"model_usage": None})
         unit_eval = self._unit_eval(eval_, execution, self.evaluators)
         return grade_execution(unit_eval, execution, grade_timeout=None, judgments=judgments)
 

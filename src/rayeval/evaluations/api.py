@@ -1,9 +1,10 @@
 """``rayeval.evaluations.run``: a Humanloop-style evaluation on the Ray batch engine.
 
 Each datapoint becomes one unit of the batch engine (an in-memory eval whose id is the stable
-datapoint id); the file callable is the unit's agent and the evaluators are its grade step,
-both shipped to the Ray workers with cloudpickle. Rows land in the usual Parquet layout
-(``<output>/run_id=<id>/model=<file path[@version]>/``), the stats are read back from them.
+datapoint id); the file callable is the unit's agent and the evaluators grade it as the
+registered ``evaluations`` grader, both shipped to the Ray workers with cloudpickle. Rows land
+in the usual Parquet layout (``<output>/run_id=<id>/model=<file path[@version]>/``), the stats
+are read back from them; the run's manifest names its evaluation, found again by the next run.
 """
 
 from __future__ import annotations
@@ -35,28 +36,6 @@ from .catalog import store_version
 from .config import EvaluationConfigError, EvaluationSpec, EvaluatorConfig, ReturnType, validate_arguments
 from .prompts import PromptCaller
 from .runtime import EVALUATIONS_GRADER, DatapointCaller, EvaluationGrade, LocalEvaluator
-
-# Engine options ``run`` sets itself (``workers`` is the concurrency).
-_OWNED_OPTIONS = frozenset(
-    {
-        "evals",
-        "agent",
-        "agent_args",
-        "models",
-        "seeds",
-        "output",
-        "resume",
-        "max_concurrency",
-        "address",
-        "s3_endpoint_url",
-        "show_progress",
-        "run_id",
-        "timeout",
-        "retries",
-        "isolation",
-    }
-)
-# The columns the evaluator stats group and count by; everything else only feeds the report.
 
 
 class EvaluatorCheck(BaseModel):
@@ -448,13 +427,6 @@ def run(
     )
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"evaluations.run: workers must be an integer >= 1, got {workers!r}")
-    clash = sorted(set(engine_options) & _OWNED_OPTIONS)
-    if clash:
-        raise TypeError(f"evaluations.run: {', '.join(clash)} cannot be passed as engine options")
-
-    unknown = sorted(set(engine_options) - BatchConfig.option_names())
-    if unknown:
-        raise TypeError(f"evaluations.run: unknown option(s) {', '.join(unknown)}")
     version_id = spec.file.identity
     file_info = {"path": spec.file.path, "type": spec.file.type, "version": spec.file.version}
     run_id = run_id or new_run_id()
@@ -466,24 +438,31 @@ def run(
         "dataset_version": spec.dataset.version_id,
         "evaluators": json.dumps({e.path: e.return_type for e in spec.evaluators}),
     }
-    config = BatchConfig(
-        evals=[],
-        agent=spec.file.type,
-        agent_args=labels,
-        models=[version_id],
-        seeds=[1],
-        output=output,
-        run_id=run_id,
-        max_concurrency=workers,
-        address=address,
-        s3_endpoint_url=s3_endpoint_url,
-        show_progress=show_progress,
-        timeout=timeout,
-        retries=retries,
+    # the engine options run sets itself (``workers`` is the concurrency)
+    settings: dict[str, Any] = {
+        "evals": [],
+        "agent": spec.file.type,
+        "agent_args": labels,
+        "models": [version_id],
+        "seeds": [1],
+        "output": output,
+        "run_id": run_id,
+        "max_concurrency": workers,
+        "address": address,
+        "s3_endpoint_url": s3_endpoint_url,
+        "show_progress": show_progress,
+        "timeout": timeout,
+        "retries": retries,
         # a prompt runs in the workers as the prompt agent does (see .prompts)
-        isolation="inline" if spec.file.prompt is not None else isolation,
-        **engine_options,
-    )
+        "isolation": "inline" if spec.file.prompt is not None else isolation,
+    }
+    clash = sorted(set(engine_options) & {*settings, "resume"})  # an evaluation is never resumed
+    if clash:
+        raise TypeError(f"evaluations.run: {', '.join(clash)} cannot be passed as engine options")
+    unknown = sorted(set(engine_options) - BatchConfig.option_names())
+    if unknown:
+        raise TypeError(f"evaluations.run: unknown option(s) {', '.join(unknown)}")
+    config = BatchConfig(**settings, **engine_options)
     _store_given(store, spec, file, dataset)
     caller = _caller(spec)
     grader = EvaluationGrade(

@@ -22,7 +22,7 @@ import difflib
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -166,18 +166,18 @@ REFERENCE_FIELDS = frozenset({"path", "threshold", "model"})
 
 
 class JudgeSpec(BaseModel):
-    """The fields of an LLM-as-judge evaluator besides its prompt."""
+    """What an LLM-as-judge evaluator's judge is made of (its other fields are checked as any
+    evaluator's, once the judge is its callable)."""
 
-    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+    model_config = ConfigDict(extra="ignore")
 
-    path: str
-    evaluator_type: str
     args_type: str = "target_free"
     return_type: str
-    prompt: dict[str, Any]
+    prompt: PromptVersion
     options: list[str] = []
-    threshold: Any = None
-    without_target: str = "refuse"
+
+    #: the fields the judge takes the place of
+    FIELDS: ClassVar[tuple[str, ...]] = ("evaluator_type", "prompt", "options")
 
 
 def known_paths() -> list[str]:
@@ -219,13 +219,12 @@ def _judge(
     """An LLM evaluator as a code evaluator whose callable is an :class:`LLMJudge`."""
     try:
         spec = JudgeSpec.model_validate(dict(raw))
-        version = PromptVersion.model_validate(spec.prompt)
     except ValidationError as exc:
         problems.extend(pydantic_problems(exc, where))
         return None
     found: list[str] = []
     allowed = JUDGE_VARIABLES | (TARGET_VARIABLES if spec.args_type == "target_required" else frozenset())
-    unknown = [name for name in version.placeholders() if name.split(".")[0] not in allowed]
+    unknown = [name for name in spec.prompt.placeholders() if name.split(".")[0] not in allowed]
     if unknown:
         found.append(
             f"{where}: prompt.template: unknown placeholder(s) {listed(unknown)} "
@@ -233,21 +232,14 @@ def _judge(
         )
     if spec.return_type in ("select", "multi_select") and not spec.options:
         found.append(f"{where}: options: a {spec.return_type} LLM evaluator needs its options")
-    problem = version.model_problem(connection, environment=environment)
+    problem = spec.prompt.model_problem(connection, environment=environment)
     if problem:
         found.append(f"{where}: prompt.model: {problem}")
     if found:
         problems.extend(found)
         return None
-    judge = LLMJudge(version, connection, spec.return_type, spec.options)
-    return {
-        "path": spec.path,
-        "args_type": spec.args_type,
-        "return_type": spec.return_type,
-        "callable": judge,
-        "threshold": spec.threshold,
-        "without_target": spec.without_target,
-    }
+    evaluator = {key: value for key, value in raw.items() if key not in JudgeSpec.FIELDS}
+    return {**evaluator, "callable": LLMJudge(spec.prompt, connection, spec.return_type, spec.options)}
 
 
 def expand_evaluators(evaluators: Any, connection: Mapping[str, Any], problems: list[str], *, environment: bool) -> Any:

@@ -85,7 +85,8 @@ def test_custom_models_of_each_provider_style(
     assert config["baseUrl"] == (base_url.rstrip("/") if base_url else PROVIDER_STYLES[provider].base_url)
     entry = config["models"][0]
     assert entry["id"] == model.partition("/")[2] and entry["contextWindow"] == 1000000 and entry["maxTokens"] == 64000
-    assert agent.build_argv(["pi"], tmp_path, tmp_path)[-2:] == ["--model", model]
+    argv = agent.build_argv(["pi"], tmp_path, tmp_path)
+    assert argv[argv.index("--model") + 1] == model and argv[argv.index("--thinking") + 1] == "xhigh"
 
 
 def test_options_that_cannot_work_are_refused() -> None:
@@ -94,7 +95,7 @@ def test_options_that_cannot_work_are_refused() -> None:
     with pytest.raises(AgentConfigError, match="api must be one of"):
         pi("openai/gpt-test", api="bedrock")
     with pytest.raises(AgentConfigError, match="needs OPENROUTER_API_KEY"):
-        pi("openrouter/x/y").check_env({"ANTHROPIC_API_KEY": "k"})
+        pi("openrouter/moonshotai/kimi-k3").check_env({"ANTHROPIC_API_KEY": "k"})
 
 
 OPENROUTER_429 = {"code": 429, "message": "slow down", "metadata": {"retry_after_seconds": 12, "headers": {"Retry-After": "30"}}}  # fmt: skip
@@ -110,15 +111,22 @@ GOOGLE_429 = {"error": {"code": 429, "message": json.dumps(GOOGLE_RETRY)}}
         (json.dumps(OPENROUTER_429), 429, "rate_limit", 30.0),  # no status first: the body's code
         (f"429 {json.dumps(GOOGLE_429)} and more", 429, "rate_limit", 41.0),
         ('503 {"error":{"message":"cut sh', 503, "server_error", None),
-        ("Connection error.", None, "connection_error", None),
     ],
 )
-def test_failures_from_pis_error_messages(message: str, status: int | None, code: str, hint: float | None) -> None:
+def test_failures_from_pis_error_messages(message: str, status: int, code: str, hint: float | None) -> None:
     """pi's ``errorMessage`` as its providers word it: the status first, then the provider's body
     (OpenRouter's and Google's retry hints inside it)."""
     failure = failure_from_error(message)
+    assert failure is not None
     assert (failure.status, failure.code, failure.retry_after_s) == (status, code, hint)
     assert failure.message == message
+
+
+@pytest.mark.parametrize(
+    "message", ["Connection error.", "Invalid model configuration", "rate limit exceeded", "4290: []", "", None]
+)
+def test_an_error_message_without_a_status_is_no_provider_failure(message: str | None) -> None:
+    assert failure_from_error(message) is None
 
 
 # ------------------------------------------------------------------------------- the real pi
@@ -136,7 +144,9 @@ def test_openrouter_style_model_over_chat_completions(pi_available, model_server
     assert all(r.headers["authorization"] == f"Bearer {FAKE_KEY}" for r in server.model_requests())
     assert "anthropic=[unset] openai=[unset]" in json.dumps(md["trajectory"])
     assert (md["input_tokens"], md["output_tokens"]) == server.total_usage("chat")
-    assert md["cost_usd"] is None  # a custom model without prices: pi's zero is no price
+    tokens_in, tokens_out = server.total_usage("chat")  # a known model: priced with the price table's prices
+    assert md["cost_usd"] == pytest.approx((tokens_in * 3.0 + tokens_out * 15.0) / 1e6)
+    assert md["cost_source"] == "rayeval_price_table"
     assert server.external_attempts == []
 
 

@@ -203,6 +203,12 @@ class ProgramAgent:
         """Whether a run completed a model turn (which resets the doubling of provider waits)."""
         return bool(summary.n_turns)
 
+    def cut_short(self, events: list[dict[str, Any]]) -> bool:
+        """Whether a run that exited cleanly, without an answer and without a provider's
+        failure, stopped on a limit of the program's own (pi: a reply cut at its length limit, a
+        compaction): its session then goes on with ``Continue.`` while the unit has time."""
+        return False
+
     # ---------------------------------------------------------------- the agent function
     @property
     def __name__(self) -> str:  # what the runner and reports call this agent
@@ -291,6 +297,12 @@ class ProgramAgent:
             session = summary.session_id
             resumed = self.resume_argv(program, state, work_dir, session) if session else None
             step = recovery.next_step(failure, self.made_progress(summary, result.events), resumed is not None)
+            if failure is None and resumed is not None and result.exit_code == 0 and self.cut_short(result.events):
+                if recovery.out_of_time():
+                    return runs
+                _cli.note(work_dir, "HARNESS: the program stopped short of an answer; resuming the session")
+                argv, stdin = resumed, RESUME_PROMPT
+                continue
             if failure is None or step is None or resumed is None:
                 if failure is not None:
                     _cli.note(work_dir, f"HARNESS: provider recovery stopped: {recovery.stop_reason}")

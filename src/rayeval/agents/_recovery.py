@@ -76,6 +76,10 @@ class Recovery:
     stop_reason: StopReason | None = None
     last_failure: ProviderFailure | None = None
 
+    def out_of_time(self) -> bool:
+        """Whether the unit's deadline has passed."""
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
     def remaining_s(self) -> float | None:
         """Seconds left before the unit's deadline (None: it has none)."""
         return None if self.deadline is None else max(self.deadline - time.monotonic(), 0.001)

@@ -3,12 +3,13 @@
 Runs ``pi --mode json --print`` in the work folder with the prompt on stdin.  Its own folder
 (``PI_CODING_AGENT_DIR``: settings, models, sessions) is in the private state folder, never
 ``~/.pi``.  A model named ``anthropic/...``, ``openrouter/...``, ``fireworks/...`` or
-``openai/...`` with ``base_url`` (or ``model_config``) is registered in that folder's
-``models.json`` as a custom provider of that name, as the reference runner does.  The JSON
-events are the trajectory: each model reply is a ``message_end`` whose assistant message holds
-its usage and pi's cost; a failed call is an assistant message with ``stopReason: "error"``
-and an ``errorMessage`` that starts with the HTTP status.  pi exits 0 after a failed call,
-after retrying it itself (``auto_retry_start`` events) when its settings allow.
+``openai/...`` with ``base_url`` (or ``model_config``), or one of :func:`known_models`, is
+registered in that folder's ``models.json`` as a custom provider of that name, as the reference
+runner does.  The JSON events are the trajectory: each model reply is a ``message_end`` whose
+assistant message holds its usage and pi's cost; a failed call is an assistant message with
+``stopReason: "error"`` and an ``errorMessage`` that starts with the HTTP status.  pi exits 0
+after a failed call, after retrying it itself (``auto_retry_start`` events) when its settings
+allow, and after a reply cut at its length limit or a compaction (the session is resumed then).
 """
 
 from __future__ import annotations
@@ -16,11 +17,14 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from functools import cache
+from importlib import resources
 from pathlib import Path
 from typing import Any, ClassVar
 
 from .._json import object_at
 from ..models.failures import ProviderFailure, provider_failure
+from ..models.prices import find_price, shipped_prices
 from ..unit.prompt import AnswerConvention
 from . import _cli, _tools
 from ._base import AgentConfigError, ProgramAgent, Summary
@@ -35,7 +39,7 @@ from ._refusal import (
     verdict,
 )
 
-__all__ = ["PROVIDER_STYLES", "PiAgent", "pi"]
+__all__ = ["PROVIDER_STYLES", "PiAgent", "known_models", "pi"]
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,15 @@ PROVIDER_STYLES: dict[str, ProviderStyle] = {
 #: The key variable of each provider pi knows by itself, for the ones above and these.
 BUILT_IN_KEYS = {"google": "GEMINI_API_KEY", "xai": "XAI_API_KEY"}
 WIRE_APIS = ("anthropic-messages", "openai-completions", "openai-responses")
+#: providers whose models pi runs only as registered here (or declared with ``model_config``):
+#: the reference runner registers every one of theirs itself
+REGISTERED_ONLY = ("openrouter", "fireworks")
+#: pi's thinking levels, highest last; pi 0.79's highest (``xhigh``) is the provider's top
+#: effort (the reference runner's ``--thinking max`` on pi 0.80)
+THINKING_LEVELS = ("off", "minimal", "low", "medium", "high", "xhigh")
+#: what a reply that ends well says: the model answered, called a tool, or reached its length
+#: limit (an error or an aborted call is no progress)
+COMPLETED_STOPS = frozenset({"stop", "toolUse", "length"})
 
 # Switches that keep pi off the network except for model calls (version check, telemetry,
 # downloads of helper binaries).
@@ -80,7 +93,7 @@ PI = _tools.Program("pi", "@earendil-works/pi-coding-agent", "0.79.10", "RAYEVAL
 class PiAgent(ProgramAgent):
     """See :func:`pi`."""
 
-    thinking: str | None = None
+    thinking: str = THINKING_LEVELS[-1]
     system_prompt: str | None = None
     append_system_prompt: str | None = None
     api: str | None = None
@@ -89,7 +102,7 @@ class PiAgent(ProgramAgent):
 
     option_help: ClassVar[dict[str, str]] = {
         **ProgramAgent.option_help,
-        "thinking": "the model's thinking: off, minimal, low, medium, high or xhigh",
+        "thinking": "the model's thinking: off, minimal, low, medium, high or xhigh (the highest, by default)",
         "system_prompt": "replaces pi's system prompt",
         "append_system_prompt": "appended to pi's system prompt",
         "api": "the custom model's protocol: anthropic-messages, openai-completions or openai-responses",
@@ -108,6 +121,8 @@ class PiAgent(ProgramAgent):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.thinking not in THINKING_LEVELS:
+            raise AgentConfigError(f"thinking must be one of {', '.join(THINKING_LEVELS)}, got {self.thinking!r}")
         if self.api is not None and self.api not in WIRE_APIS:
             raise AgentConfigError(f"api must be one of {', '.join(WIRE_APIS)}, got {self.api!r}")
         for option in ("model_config", "settings"):
@@ -118,6 +133,12 @@ class PiAgent(ProgramAgent):
             raise AgentConfigError(
                 f"pi registers a custom model (base_url, model_config, api) for a model named {styles}; "
                 f"got {self.model!r}"
+            )
+        if self.provider in REGISTERED_ONLY and self.pi_model not in known_models() and not self.model_config:
+            known = ", ".join(name for name in known_models() if name.startswith(f"{self.provider}/"))
+            raise AgentConfigError(
+                f"pi is known to work with these {self.provider} models: {known}; got {self.model!r} "
+                "(model_config declares another one: its contextWindow, maxTokens, cost, compat...)"
             )
 
     # ---------------------------------------------------------------- the model
@@ -135,14 +156,16 @@ class PiAgent(ProgramAgent):
 
     @property
     def custom_model(self) -> bool:
-        return bool(self.base_url or self.model_config or self.api)
+        return bool(self.base_url or self.model_config or self.api or self.pi_model in known_models())
 
     def models_json(self) -> dict[str, Any]:
-        """pi's ``models.json``: the custom provider that serves the model."""
+        """pi's ``models.json``: the custom provider that serves the model, its entry the
+        known model's (:func:`known_models`) with ``model_config`` on top."""
         provider = self.provider or ""
         style = PROVIDER_STYLES[provider]
         model_id = (self.pi_model or "").partition("/")[2]
-        entry = {"id": model_id, "name": model_id, **(self.model_config or {})}
+        known = known_models().get(self.pi_model or "", {})
+        entry = {"id": model_id, "name": model_id, **known, **(self.model_config or {})}
         config = {
             "baseUrl": (self.base_url or style.base_url).rstrip("/"),
             "apiKey": "$" + style.key_name,  # pi reads the variable: the key is in no file
@@ -191,8 +214,7 @@ class PiAgent(ProgramAgent):
         argv = [*program, "--mode", "json", "--print"]
         if self.pi_model:
             argv += ["--model", self.pi_model]
-        if self.thinking:
-            argv += ["--thinking", self.thinking]
+        argv += ["--thinking", self.thinking]
         if self.system_prompt:
             argv += ["--system-prompt", self.system_prompt]
         if self.append_system_prompt:
@@ -208,10 +230,29 @@ class PiAgent(ProgramAgent):
     def keep_event(self, event: dict[str, Any]) -> bool:
         return event.get("type") not in STREAM_EVENTS
 
+    def made_progress(self, summary: Summary, events: list[dict[str, Any]]) -> bool:
+        """A reply that ended well (:data:`COMPLETED_STOPS`); an aborted one is no progress."""
+        return any(message.get("stopReason") in COMPLETED_STOPS for message in _assistant_replies(events))
+
+    def cut_short(self, events: list[dict[str, Any]]) -> bool:
+        """Whether pi ended its run on a reply cut at its length limit, or after a compaction
+        that was not aborted: the latest of the two decides, a later reply does not."""
+        for event in reversed(events):
+            if event.get("type") == "compaction_end":
+                return event.get("aborted") is not True
+            message = mapping(event.get("message"))
+            if message.get("role") == "assistant" and message.get("stopReason") == "length":
+                return True
+        return False
+
     def summarize(self, events: list[dict[str, Any]], state: Path, work_dir: Path) -> Summary:
         summary = summarize_pi_events(events)
         if summary.cost_usd is not None and "cost" in (self.model_config or {}):
             summary.cost_source = "configured_prices"  # pi priced the calls with the given prices
+        elif (
+            summary.cost_usd is not None and self.custom_model and "cost" in known_models().get(self.pi_model or "", {})
+        ):
+            summary.cost_source = "rayeval_price_table"  # with the price table's prices
         return summary
 
     @classmethod
@@ -275,8 +316,9 @@ def summarize_pi_events(events: list[dict[str, Any]]) -> Summary:
             total = (message["usage"].get("cost") or {}).get("total")
             if isinstance(total, (int, float)) and not isinstance(total, bool) and total > 0:
                 cost, priced = cost + total, True
-        if message.get("stopReason") == "error":
-            failures.append(failure_from_error(message.get("errorMessage")))
+        if message.get("stopReason") == "error":  # a failure without a status: not the provider's
+            failure = failure_from_error(message.get("errorMessage"))
+            failures = [*failures, failure] if failure is not None else []
             continue
         turns, failures = turns + 1, []
         for block in message.get("content") or []:
@@ -304,9 +346,11 @@ def summarize_pi_events(events: list[dict[str, Any]]) -> Summary:
 _STATUS_PREFIX = re.compile(r"^\s*([1-5][0-9]{2})(?=[:\s]|$)")
 
 
-def failure_from_error(error_message: Any) -> ProviderFailure:
+def failure_from_error(error_message: Any) -> ProviderFailure | None:
     """A failed call from pi's ``errorMessage``: ``"<status> <provider's body>"`` (a body cut
-    short gives no hint; text after it is ignored); the body's ``code`` when no status leads."""
+    short gives no hint; text after it is ignored); the body's ``code`` when no status leads.
+    None when it gives no HTTP status ("Connection error.", "Invalid model configuration"):
+    no provider's failure, as the reference runner reads it."""
     text = error_message if isinstance(error_message, str) else ""
     body = json_in_text(text)
     payload = body if isinstance(body, dict) else {}
@@ -314,7 +358,24 @@ def failure_from_error(error_message: Any) -> ProviderFailure:
     status: Any = int(prefix[1]) if prefix else payload.get("code")
     if status is None:
         status = object_at(payload, "error").get("code")
-    return provider_failure(status, text, retry_after_from_body(payload))
+    failure = provider_failure(status, text, retry_after_from_body(payload))
+    return failure if failure.status is not None else None
+
+
+@cache
+def known_models() -> dict[str, dict[str, Any]]:
+    """The models pi is known to work with, by ``provider/model``: their ``models.json`` entry
+    (``pi_models.json``: context window, output limit, thinking map, compat flags) with the
+    price table's prices as pi's ``cost`` (USD per million tokens)."""
+    listed = json.loads(resources.files(__package__).joinpath("pi_models.json").read_text())
+    known = {}
+    for name, entry in listed.items():
+        price = find_price(shipped_prices(), name)
+        if price is not None:
+            entry["cost"] = {"input": price.input, "output": price.output,
+                             "cacheRead": price.cache_read or 0.0, "cacheWrite": price.cache_write or 0.0}  # fmt: skip
+        known[name] = entry
+    return known
 
 
 def pi(model: str | None = None, **options: Any) -> PiAgent:
@@ -326,11 +387,13 @@ def pi(model: str | None = None, **options: Any) -> PiAgent:
     becomes a custom model of an ``anthropic``, ``openrouter``, ``fireworks`` or ``openai``
     provider in pi's ``models.json``), ``model_config`` (fields of that model entry:
     ``contextWindow``, ``maxTokens``, ``reasoning``, ``cost`` in USD per million tokens,
-    ``compat``, ...), ``api`` (its wire protocol: ``anthropic-messages``, ``openai-completions``,
-    ``openai-responses``), ``thinking`` (off, minimal, low, medium, high, xhigh),
-    ``system_prompt``, ``append_system_prompt``, ``settings`` (pi's ``settings.json``, e.g.
-    ``{"retry": {"enabled": false}}``), ``extra_args``, ``env``, ``pass_env``, ``state_dir``
-    (keep pi's folder there).
+    ``compat``, ...; on top of a known model's entry, :func:`known_models`; an ``openrouter/``
+    or ``fireworks/`` model pi is not known to work with needs it), ``api`` (its wire protocol:
+    ``anthropic-messages``, ``openai-completions``, ``openai-responses``), ``thinking`` (off,
+    minimal, low, medium, high, xhigh: the default, pi 0.79's highest), ``system_prompt``,
+    ``append_system_prompt``, ``settings`` (pi's ``settings.json``, e.g. ``{"retry":
+    {"enabled": false}}``), ``extra_args``, ``env``, ``pass_env``, ``state_dir`` (keep pi's
+    folder there).
 
     The key comes from the provider's variable (``ANTHROPIC_API_KEY``, ``OPENROUTER_API_KEY``,
     ``FIREWORKS_API_KEY``, ``OPENAI_API_KEY``, ``GEMINI_API_KEY``, ``XAI_API_KEY``) in the

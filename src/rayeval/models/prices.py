@@ -1,9 +1,11 @@
 """What a call costs: USD per million input and output tokens, by ``provider/model``.
 
-The table shipped in ``prices.json`` (list prices of common models, without batch or
-prompt-cache discounts) can be extended or overridden with a dict or a JSON file of the same
-shape: ``{"openai/gpt-4o": {"input": 2.5, "output": 10.0}, ...}``. A dated model id
-(``claude-sonnet-4-5-20250929``, ``gpt-4o-2024-08-06``) falls back to its undated name.
+The table shipped in ``prices.json`` (list prices of common models and of every model the
+built-in programs are pinned to run, without batch discounts; ``cache_read`` and
+``cache_write``, where known, are the prices of prompt-cache reads and writes) can be extended
+or overridden with a dict or a JSON file of the same shape: ``{"openai/gpt-4o": {"input": 2.5,
+"output": 10.0}, ...}``. A dated model id (``claude-sonnet-4-5-20250929``,
+``gpt-4o-2024-08-06``) falls back to its undated name.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ class Price(BaseModel):
 
     input: Annotated[float, Field(ge=0)]
     output: Annotated[float, Field(ge=0)]
+    cache_read: Annotated[float, Field(ge=0)] | None = None
+    cache_write: Annotated[float, Field(ge=0)] | None = None
 
 
 PriceTable = dict[str, Price]

@@ -45,27 +45,20 @@ from typing import Any, ClassVar
 
 from .._json import object_at
 from ..models.failures import ProviderFailure, provider_failure
+from ..models.prices import find_price, shipped_prices
 from ..unit.prompt import AnswerConvention
 from . import _cli, _tools
 from ._base import AgentConfigError, ProgramAgent, Summary, strip_provider
 from ._provider_hints import retry_after_from_body
 from ._refusal import CONTENT_FILTER, RefusalVerdict, first_text_refusal, mapping, strings_in, verdict
 
-__all__ = ["PRICES_PER_MTOK", "CodexAgent", "codex"]
+__all__ = ["CodexAgent", "codex"]
 
 PROVIDER_ID = "rayeval"
 
-#: USD per million tokens (input, cached input, output), for models whose price is known.
-#: Codex reports no cost; ``cost_usd`` is computed from this table (``cost_source`` says so)
+#: Codex reports no cost: ``cost_usd`` is computed from the price table's ``openai/`` prices
+#: (cached input at its ``cache_read`` price, else the input price; ``cost_source`` says so)
 #: or from the ``prices`` option, and is None for other models.
-PRICES_PER_MTOK: dict[str, tuple[float, float, float]] = {
-    "gpt-5": (1.25, 0.125, 10.0),
-    "gpt-5-codex": (1.25, 0.125, 10.0),
-    "gpt-5.1": (1.25, 0.125, 10.0),
-    "gpt-5.1-codex": (1.25, 0.125, 10.0),
-    "gpt-5-mini": (0.25, 0.025, 2.0),
-    "gpt-5-nano": (0.05, 0.005, 0.4),
-}
 PRICING_VERSION = "1"
 
 #: Codex's own retries of a failed model request and reconnects of a failed stream, with
@@ -229,7 +222,7 @@ class CodexAgent(ProgramAgent):
 
     def summarize(self, events: list[dict[str, Any]], state: Path, work_dir: Path) -> Summary:
         summary = summarize_codex_events(events, state / "codex")
-        prices = self.prices or PRICES_PER_MTOK.get(self.bare_model or "")
+        prices = self.prices or table_prices(self.bare_model)
         u = summary.usage
         if prices and u.input_tokens is not None and u.output_tokens is not None:
             p_in, p_cached, p_out = prices
@@ -404,6 +397,15 @@ def _status_in(message: str, error_info: Any) -> int | None:
             if status is not None:
                 return status
     return None
+
+
+def table_prices(model: str | None) -> tuple[float, float, float] | None:
+    """USD per million input, cached input and output tokens of OpenAI's ``model`` in the price
+    table (None: not in it)."""
+    price = find_price(shipped_prices(), f"openai/{model}") if model else None
+    if price is None:
+        return None
+    return price.input, price.input if price.cache_read is None else price.cache_read, price.output
 
 
 def codex(model: str | None = None, **options: Any) -> CodexAgent:

@@ -68,23 +68,50 @@ def test_an_error_without_a_status_is_a_missing_answer_not_a_provider_failure(
 
 
 # ------------------------------------------------------------------ 2. an aborted reply is no progress
-def test_a_failed_reply_does_not_reset_the_doubling_of_waits(pi_available, model_server, tmp_path: Path) -> None:
-    """Three 529s, one a run (their hint, in the body as OpenRouter words it: 0 s): each resume
-    waits twice the one before (1, 2, 4 s), since no reply in between ended well; the fourth
-    call answers."""
+#: a pi extension that aborts, once, the first model call of a resumed run (one whose history
+#: holds a failed reply) before it is sent, then asks the model to go on in the same run
+ABORT_ONCE = """
+const fs = require("node:fs");
+module.exports = function (pi) {
+  let aborted = false;
+  pi.on("context", (event, ctx) => {
+    const failedBefore = event.messages.some((m) => m.role === "assistant" && m.stopReason === "error");
+    if (failedBefore && !fs.existsSync("aborted-once")) {
+      fs.writeFileSync("aborted-once", "");
+      aborted = true;
+      ctx.abort();
+    }
+  });
+  pi.on("agent_end", () => {
+    if (aborted) {
+      aborted = false;
+      pi.sendUserMessage("Go on.", { deliverAs: "followUp" });
+    }
+  });
+};
+"""
+
+
+def test_an_aborted_reply_does_not_reset_the_doubling_of_waits(pi_available, model_server, tmp_path: Path) -> None:
+    """A 529 (its hint, in the body as OpenRouter words it: 0 s) ends the first run: resumed
+    after 1 s. The resumed run's first reply is aborted, then its next call gets a 529 too: no
+    reply in between ended well, so the next wait is doubled (2 s; the reference runner's 60,
+    120 where an aborted reply counted as a turn gave 60, 60); the third run answers."""
     server = model_server([{"command": WRITE_ANSWER}, {"text": "Done."}])
-    server.fail(529, 3, body=OVERLOADED_NOW)
+    server.fail(529, 2, body=OVERLOADED_NOW)
+    extension = tmp_path / "abort_once.js"
+    extension.write_text(ABORT_ONCE)
     agent = pi("anthropic/claude-sonnet-4-5", base_url=server.url, settings=NO_RETRY, timeout=PROGRAM_TIMEOUT,
-               provider_jitter_s=0)  # fmt: skip
-    out = agent(PROMPT, tmp_path / "work")
+               provider_jitter_s=0, extra_args=("--extension", str(extension)))  # fmt: skip
+    work_dir = tmp_path / "work"
+    out = agent(PROMPT, work_dir)
     md = out["metadata"]
     assert out["answer"] == {"answer": 42}, md.get("error_details")
-    assert md["provider_retry_count"] == 3 and md["provider_retry_wait_s"] == 7.0  # 1 + 2 + 4
-    assert [line.rsplit("after ", 1)[1].split(" s")[0] for line in _harness_lines(tmp_path / "work")] == [
-        "1.0",
-        "2.0",
-        "4.0",
-    ]
+    stops = [reply["stopReason"] for reply in _replies(md["trajectory"])]
+    assert stops == ["error", "aborted", "error", "toolUse", "stop"]
+    assert md["provider_retry_count"] == 2 and md["provider_retry_wait_s"] == 3.0
+    waits = [line.rsplit("after ", 1)[1].split(" s")[0] for line in _harness_lines(work_dir)]
+    assert waits == ["1.0", "2.0"]
 
 
 def test_only_a_reply_that_ended_well_is_progress() -> None:
@@ -201,3 +228,23 @@ def test_an_unknown_model_is_refused_before_any_unit_runs(
     assert all(name in said for name in known_models() if name.startswith(f"{provider}/"))
     declared = pi(f"{provider}/acme/unheard-of", model_config={"contextWindow": 32000})
     assert declared.models_json()["providers"][provider]["models"][0]["contextWindow"] == 32000
+
+
+def test_a_run_that_ends_after_a_compaction_is_resumed_with_continue(
+    pi_available, model_server, tmp_path: Path
+) -> None:
+    """A context window of 1,100 tokens, 100 held in reserve: the first reply (1,050 tokens of
+    context) ends the run with a compaction (of all but that reply) and no answer; pi exits 0,
+    and its session goes on with ``Continue.`` to the answer."""
+    server = model_server([{"text": "I will come back to this."}, {"command": WRITE_ANSWER}, {"text": "Done."}])
+    settings = {"retry": {"enabled": False}, "compaction": {"reserveTokens": 100, "keepRecentTokens": 1}}
+    agent = pi("anthropic/claude-sonnet-4-5", base_url=server.url, model_config={"contextWindow": 1100},
+               settings=settings, timeout=PROGRAM_TIMEOUT)  # fmt: skip
+    work_dir = tmp_path / "work"
+    out = agent(PROMPT, work_dir)
+    md = out["metadata"]
+    assert out["answer"] == {"answer": 42}, md.get("error_details")
+    kinds = [event["type"] for event in md["trajectory"] if event["type"] in ("compaction_end", "session")]
+    assert kinds[:3] == ["session", "compaction_end", "session"], kinds
+    assert _harness_lines(work_dir)[0] == "HARNESS: the program stopped short of an answer; resuming the session"
+    assert md["provider_retry_count"] == 0

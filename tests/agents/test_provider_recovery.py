@@ -235,7 +235,7 @@ def test_a_program_on_an_anthropic_model_moves_to_the_fallback_key_and_passes(
 
 
 def test_a_model_another_provider_serves_takes_no_anthropic_fallback_key(pi_available) -> None:
-    assert pi("openrouter/some/model", base_url="http://127.0.0.1:9").fallback_variable() is None
+    assert pi("openrouter/moonshotai/kimi-k3", base_url="http://127.0.0.1:9").fallback_variable() is None
     assert pi("anthropic/claude-sonnet-4-5").fallback_variable() == "ANTHROPIC_API_KEY"
     assert mini_swe_agent("openai/gpt-test").fallback_variable() is None
 

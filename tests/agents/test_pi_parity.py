@@ -226,8 +226,25 @@ def test_an_unknown_model_is_refused_before_any_unit_runs(
     said = capsys.readouterr().err
     assert f"got '{provider}/acme/unheard-of'" in said
     assert all(name in said for name in known_models() if name.startswith(f"{provider}/"))
-    declared = pi(f"{provider}/acme/unheard-of", model_config={"contextWindow": 32000})
-    assert declared.models_json()["providers"][provider]["models"][0]["contextWindow"] == 32000
+
+
+def test_a_model_declared_with_model_config_runs_unpriced(
+    pi_available, model_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Fireworks model pi is not known to work with, declared with ``model_config`` (no
+    prices): it runs over Chat Completions, its entry as declared; pi's zero cost is no price."""
+    monkeypatch.setenv("FIREWORKS_API_KEY", FAKE_KEY)
+    server = model_server([{"command": WRITE_ANSWER}, {"text": "Done."}])
+    state = tmp_path / "state"
+    agent = pi("fireworks/acme/unheard-of", base_url=server.url + "/v1", model_config={"contextWindow": 32000},
+               timeout=PROGRAM_TIMEOUT, state_dir=str(state))  # fmt: skip
+    out = agent(PROMPT, tmp_path / "work")
+    md = out["metadata"]
+    assert out["answer"] == {"answer": 42}, md.get("error_details")
+    entry = json.loads((state / "pi" / "agent" / "models.json").read_text())["providers"]["fireworks"]["models"][0]
+    assert entry == {"id": "acme/unheard-of", "name": "acme/unheard-of", "contextWindow": 32000}
+    assert {r.path for r in server.model_requests()} == {"/v1/chat/completions"}
+    assert md["cost_usd"] is None and md["input_tokens"] == server.total_usage("chat")[0]
 
 
 def test_a_run_that_ends_after_a_compaction_is_resumed_with_continue(

@@ -4,7 +4,8 @@ It listens on 127.0.0.1 (stdlib ``http.server`` in a background thread) and spea
 of three wire protocols for the agent CLIs to run end to end:
 
 * Anthropic Messages API (``POST /v1/messages``, streaming SSE or plain JSON) -- Claude Code, pi;
-* OpenAI Responses API (``POST /v1/responses``, streaming SSE) -- Codex;
+* OpenAI Responses API (``POST /v1/responses``, streaming SSE or plain JSON) -- Codex, mini-swe-agent's
+  ``litellm_response`` model class;
 * OpenAI Chat Completions (``POST /v1/chat/completions``) -- litellm / mini-swe-agent, pi.
 
 The *script* is a list of turns.  Each turn is either ``{"command": "<shell>"}`` (the model
@@ -19,6 +20,8 @@ as rayeval's model layer sends) with ``base_input_tokens``/``base_output_tokens`
 ``{"text": ..., "stop": ...}`` turn does; ``refusal`` is, on OpenAI's two APIs, the refusal
 they send (the message's ``refusal`` field, a ``refusal`` content part), and ``content_filter``
 on the Responses API an ``incomplete`` response.
+``cache_read_tokens``/``cache_write_tokens`` make each scripted reply report that many prompt
+tokens read from and written to the cache, each protocol in its own fields.
 Every request is recorded in ``server.requests`` (with its arrival time) and every reply's
 reported usage in ``server.replies`` so tests can compare the harness's accounting with what
 the "provider" said.
@@ -50,7 +53,8 @@ class Reply:
     kind: str  # "command" | "text" | "side"
     input_tokens: int
     output_tokens: int
-    cached_tokens: int = 0
+    cached_tokens: int = 0  # of the prompt, read from the cache (OpenAI's: a part of input_tokens)
+    cache_write_tokens: int = 0  # of the prompt, written to the cache (Anthropic's: apart from input_tokens)
 
 
 @dataclass
@@ -89,6 +93,8 @@ class FakeModelServer:
     faults: list[Fault] = field(default_factory=list)  # the next model requests' error replies
     max_in_flight: int = 0
     rejected_credentials: set[str] = field(default_factory=set)  # a request with one of these gets a 401
+    cache_read_tokens: int = 0  # each scripted reply's prompt tokens read from the cache
+    cache_write_tokens: int = 0  # each scripted reply's prompt tokens written to the cache
 
     def __post_init__(self) -> None:
         self._in_flight = 0
@@ -179,7 +185,13 @@ class FakeModelServer:
             reply = Reply(protocol, None, kind, 7 + n, 3)
         else:
             reply = Reply(
-                protocol, turn, kind, self.base_input_tokens + 100 * turn, self.base_output_tokens + 10 * turn
+                protocol,
+                turn,
+                kind,
+                self.base_input_tokens + 100 * turn,
+                self.base_output_tokens + 10 * turn,
+                self.cache_read_tokens,
+                self.cache_write_tokens,
             )
         with self._lock:
             self.replies.append(reply)
@@ -384,8 +396,8 @@ class _Handler(BaseHTTPRequestHandler):
         usage_obj = {
             "input_tokens": usage.input_tokens,
             "output_tokens": usage.output_tokens,
-            "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": 0,
+            "cache_creation_input_tokens": usage.cache_write_tokens,
+            "cache_read_input_tokens": usage.cached_tokens,
         }
         if not body.get("stream"):
             self._send_json(
@@ -462,7 +474,7 @@ class _Handler(BaseHTTPRequestHandler):
         owner = self.owner
         tools = body.get("tools") or []
         tool_names = [t.get("name") or (t.get("function") or {}).get("name") for t in tools if isinstance(t, dict)]
-        shell_tool = next((n for n in ("exec_command", "shell_command", "shell") if n in tool_names), None)
+        shell_tool = next((n for n in ("exec_command", "shell_command", "shell", "bash") if n in tool_names), None)
         items = body.get("input") or []
         if shell_tool is None:
             turn_index, step = None, self._side_step(body, tools)
@@ -484,7 +496,7 @@ class _Handler(BaseHTTPRequestHandler):
         if "command" in step:
             if shell_tool == "exec_command":
                 args = {"cmd": step["command"]}
-            elif shell_tool == "shell_command":
+            elif shell_tool in ("shell_command", "bash"):  # Codex's, mini-swe-agent's
                 args = {"command": step["command"]}
             else:
                 args = {"command": ["bash", "-lc", step["command"]]}

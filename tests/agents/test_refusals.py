@@ -67,7 +67,7 @@ def test_a_real_program_whose_model_refuses(key: str, request: pytest.FixtureReq
     # the model's answer, not the provider's failure: a failed row, never resumed
     assert md["provider_retry_count"] == 0 and provider_failure_details(md.get("error_details") or {}) is None
     summary = RunSummary.model_validate(md["run_summary"])
-    assert summary.refusal == "detected" and summary.version == 1
+    assert summary.refusal == "detected" and summary.version == 2
     assert summary.duration_s is not None and summary.duration_s > 0
 
 
@@ -83,7 +83,7 @@ def test_a_real_program_that_answers_has_no_refusal(
     out = make(server.url, timeout=PROGRAM_TIMEOUT)(PROMPT, work_dir)
     md = out["metadata"]
     assert out["answer"] == {"answer": 42}, md.get("error_details")
-    assert "refusal" not in md and not (work_dir / VERDICT_NAME).exists()
+    assert "refusal" not in md and json.loads((work_dir / VERDICT_NAME).read_text()) is None  # written, null
     summary = RunSummary.model_validate(md["run_summary"])
     assert summary.refusal == "not_detected"
     assert (summary.n_turns, summary.usage.input_tokens) == (md["n_turns"], md["input_tokens"])

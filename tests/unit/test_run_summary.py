@@ -24,7 +24,7 @@ def test_an_agent_without_a_summary_gets_the_measured_duration_only() -> None:
     "reported",
     [
         "detected",
-        {"version": 2, "refusal": "detected"},
+        {"version": 3, "refusal": "detected"},
         {"version": 1, "refusal": "maybe"},
         {"version": 1, "n_turns": -1},
         {"version": 1, "duration_s": float("nan")},

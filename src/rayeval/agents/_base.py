@@ -308,12 +308,19 @@ class ProgramAgent:
                     _cli.note(work_dir, f"HARNESS: provider recovery stopped: {recovery.stop_reason}")
                 return runs
             self._resume_after(step, recovery, work_dir, env, failure)
+            if recovery.deadline is not None and time.monotonic() >= recovery.deadline:
+                # the cooldown overslept the unit's deadline: the unit ends there, on the
+                # provider's failure, rather than start the program with no time left
+                recovery.stop_reason = "run_deadline"
+                _cli.note(work_dir, "HARNESS: the provider's cooldown ran past the unit's deadline")
+                runs[-1] = (dataclasses.replace(result, timed_out=True), summary)
+                return runs
             argv, stdin = resumed, RESUME_PROMPT
 
     def _resume_after(
         self, step: Step, recovery: Recovery, work_dir: Path, env: dict[str, str], failure: ProviderFailure
     ) -> None:
-        """Log the resume, wait its time, switch to the next key if it says so."""
+        """Log the resume, wait its time (the time it took counts), switch to the next key if it says so."""
         what = f"HTTP {failure.status} ({failure.code})"
         if step.key is not None and (variable := self.fallback_variable()) is not None:
             env[variable] = step.key
@@ -325,8 +332,9 @@ class ProgramAgent:
             f"HARNESS: provider failure {what}; resume {recovery.resumes} of the session after "
             f"{step.wait_s:.1f} s ({recovery.waited_s:.1f} of {recovery.wait_budget_s:.0f} s waited)",
         )
+        began = time.monotonic()
         time.sleep(step.wait_s)
-        recovery.waited(step.wait_s)
+        recovery.waited(max(step.wait_s, time.monotonic() - began))
 
     def _summary(self, result: _cli.CliResult, state: Path, work_dir: Path) -> Summary:
         try:

@@ -358,13 +358,24 @@ def read_answer(
 
 @dataclass
 class Usage:
-    input_tokens: int | None = None  # all prompt tokens, cached ones included
+    """A program's token counts, as its provider reported them. ``input_tokens`` is the
+    provider's own count: with ``cache_apart`` (Anthropic's, and pi's) it leaves out the cache
+    reads and writes, which have fields of their own; else (OpenAI's) it includes the cache reads."""
+
+    input_tokens: int | None = None
     output_tokens: int | None = None
     cache_read_tokens: int | None = None
     cache_write_tokens: int | None = None
     reasoning_tokens: int | None = None
+    cache_apart: bool = False
 
-    def as_dict(self) -> dict[str, int | None]:
+    def add(self, other: Usage) -> None:
+        """Add ``other``'s counts (a later run's, another model's) to these."""
+        for name, value in other.reported().items():
+            setattr(self, name, add(getattr(self, name), value))
+
+    def reported(self) -> dict[str, int | None]:
+        """The counts as the provider reported them (the run summary's usage)."""
         return {
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
@@ -372,6 +383,15 @@ class Usage:
             "cache_write_tokens": self.cache_write_tokens,
             "reasoning_tokens": self.reasoning_tokens,
         }
+
+    def as_dict(self) -> dict[str, int | None]:
+        """The counts as the gateway counts them: ``input_tokens`` every prompt token, cache
+        reads and writes included (the metadata's ``usage`` and ``input_tokens``)."""
+        counts = self.reported()
+        if self.cache_apart:
+            for part in (self.cache_read_tokens, self.cache_write_tokens):
+                counts["input_tokens"] = add(counts["input_tokens"], part)
+        return counts
 
 
 def finish(
@@ -395,9 +415,11 @@ def finish(
     refusal: RefusalVerdict | None = None,
     failure_details: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Read the answer, assemble the metadata, redact everything, return the agent envelope.
-    ``failure_details``: the provider failure that left the unit without an answer, for its
-    ``error_details``."""
+    """Read the answer, assemble the metadata, redact everything, return the agent envelope,
+    and write ``refusal_verdict.json`` (``null`` without a refusal). ``failure_details``: the
+    provider failure that left the unit without an answer, for its ``error_details``. A run
+    that left no events (the program did not start, or said nothing) has unknown turns and
+    steps, and was not searched for a refusal."""
     answer, details, answer_file = read_answer(work_dir, answer_files)
     if answer is None:
         details = {**(details or {}), **(failure_details or {})}
@@ -410,6 +432,9 @@ def finish(
         details["timed_out"] = result.timed_out
         details["exit_code"] = result.exit_code
         details["log_tail"] = log_tail(work_dir)
+    if not trajectory:
+        n_turns = n_steps = None
+        refusals_evaluated = False
     metadata: dict[str, Any] = {
         "harness": harness,
         "model": model,
@@ -432,13 +457,13 @@ def finish(
         metadata["timeout_s"] = timeout
     if extra:
         metadata.update(extra)
-    metadata["run_summary"] = program_run_summary(metadata, refusal, evaluated=refusals_evaluated)
+    metadata["run_summary"] = program_run_summary(metadata, usage, refusal, evaluated=refusals_evaluated)
     if details is not None:
         metadata["error_details"] = details
     pattern = compile_secrets(secrets)
     out = redact({"answer": answer, "metadata": metadata}, pattern)
-    if refusal is not None:
-        write_verdict(work_dir, RefusalVerdict(**out["metadata"]["refusal"]))
+    found = out["metadata"].get("refusal")
+    write_verdict(work_dir, RefusalVerdict(**found) if found is not None else None)
     try:  # the final (possibly enriched) trajectory replaces the streamed one on disk
         _atomic_write_json(Path(work_dir) / TRAJECTORY_NAME, out["metadata"]["trajectory"])
     except OSError:
@@ -446,14 +471,17 @@ def finish(
     return out
 
 
-def program_run_summary(metadata: dict[str, Any], refusal: RefusalVerdict | None, *, evaluated: bool) -> dict[str, Any]:
-    """The run summary of a program's run, from the metadata :func:`finish` assembled
-    (``evaluated``: whether its events were searched for refusals)."""
+def program_run_summary(
+    metadata: dict[str, Any], usage: Usage, refusal: RefusalVerdict | None, *, evaluated: bool
+) -> dict[str, Any]:
+    """The run summary of a program's run, from the metadata :func:`finish` assembled, with
+    the usage as the provider reported it (``evaluated``: whether its events were searched
+    for refusals)."""
     return run_summary(
         duration_s=metadata["duration_s"],
         n_turns=metadata["n_turns"],
         n_steps=metadata["n_steps"],
-        usage=metadata["usage"],
+        usage=usage.reported(),
         cost_usd=metadata["cost_usd"],
         cost_source=metadata["cost_source"],
         pricing_version=metadata.get("pricing_version"),

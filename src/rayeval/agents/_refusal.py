@@ -141,6 +141,8 @@ def choice_refusal(choice: dict[str, Any]) -> RefusalVerdict | None:
     return None
 
 
-def write_verdict(work_dir: Path, found: RefusalVerdict) -> None:
-    """``refusal_verdict.json`` in the work folder (collected with the unit's artifacts)."""
-    (Path(work_dir) / VERDICT_NAME).write_text(json.dumps(found.as_dict(), ensure_ascii=False), encoding="utf-8")
+def write_verdict(work_dir: Path, found: RefusalVerdict | None) -> None:
+    """``refusal_verdict.json`` in the work folder (collected with the unit's artifacts): the
+    verdict, or ``null`` without a refusal (a program run writes one on every run)."""
+    payload = found.as_dict() if found is not None else None
+    (Path(work_dir) / VERDICT_NAME).write_text(json.dumps(payload, ensure_ascii=False), encoding="utf-8")

@@ -1,7 +1,7 @@
 """Claude Code (``@anthropic-ai/claude-code``) as a rayeval agent.
 
-Runs ``claude --print --dangerously-skip-permissions --verbose --output-format stream-json``
-in the work folder with the prompt on stdin.  Its stream-json events are the trajectory; the
+Runs ``claude --print --dangerously-skip-permissions --verbose --output-format stream-json
+--effort max`` in the work folder with the prompt on stdin.  Its stream-json events are the trajectory; the
 final ``result`` event gives turns, token usage and the provider-priced cost.
 
 Provider failures, as the pinned Claude Code (2.1.332) reports them against a server that
@@ -56,7 +56,9 @@ QUIET_ENV = {
 #: ``CLAUDE_CODE_MAX_RETRIES``: the program's own retries of a failed call (about 1.5 s of
 #: waits) before the session ends and rayeval's recovery takes over
 PROGRAM_RETRIES = "2"
-SYNTHETIC_MODEL = "<synthetic>"  # the model of the assistant message Claude Code makes of an error
+SYNTHETIC_MODEL = "<synthetic>"
+#: ``--effort``, as latch-eval-tools runs Claude Code (the ``effort`` option turns it down)
+DEFAULT_EFFORT = "max"  # the model of the assistant message Claude Code makes of an error
 
 
 #: the program, pinned: the version this spec is tested with
@@ -70,7 +72,7 @@ class ClaudeCodeAgent(ProgramAgent):
     max_turns: int | None = None
     system_prompt: str | None = None
     append_system_prompt: str | None = None
-    effort: str | None = None
+    effort: str | None = DEFAULT_EFFORT
     settings: dict[str, Any] | None = None
     include_partial_messages: bool = False
 
@@ -79,7 +81,7 @@ class ClaudeCodeAgent(ProgramAgent):
         "max_turns": "the most turns of the session (Claude Code's --max-turns)",
         "system_prompt": "replaces Claude Code's system prompt",
         "append_system_prompt": "appended to Claude Code's system prompt",
-        "effort": "the model's effort: low, medium, high or max",
+        "effort": "the model's effort: low, medium, high or max (default max; null: Claude Code's own)",
         "settings": "Claude Code's --settings, as a JSON object",
         "include_partial_messages": "stream partial messages into the events (the log grows)",
     }
@@ -231,21 +233,35 @@ def claude_failure(events: list[dict[str, Any]]) -> ProviderFailure | None:
     return provider_failure(status, final.get("result"), hint)
 
 
-def _usage_total(usage: dict[str, Any]) -> _cli.Usage:
-    cache_read = _cli.as_int(usage.get("cache_read_input_tokens"))
-    cache_write = _cli.as_int(usage.get("cache_creation_input_tokens"))
-    uncached = _cli.as_int(usage.get("input_tokens"))
-    total_in = None
-    for part in (uncached, cache_read, cache_write):
-        total_in = _cli.add(total_in, part)
+def _anthropic_usage(usage: dict[str, Any]) -> _cli.Usage:
+    """An Anthropic usage object's counts, as it reports them (cache reads and writes apart)."""
     details = usage.get("output_tokens_details") or {}
     return _cli.Usage(
-        input_tokens=total_in,
+        input_tokens=_cli.as_int(usage.get("input_tokens")),
         output_tokens=_cli.as_int(usage.get("output_tokens")),
-        cache_read_tokens=cache_read,
-        cache_write_tokens=cache_write,
+        cache_read_tokens=_cli.as_int(usage.get("cache_read_input_tokens")),
+        cache_write_tokens=_cli.as_int(usage.get("cache_creation_input_tokens")),
         reasoning_tokens=_cli.as_int(details.get("thinking_tokens")) if isinstance(details, dict) else None,
+        cache_apart=True,
     )
+
+
+def _model_usage(model_usage: dict[str, Any]) -> _cli.Usage:
+    """A ``result`` event's ``modelUsage``: every model the run used (sub-agents, small helper
+    models), not just the main loop's, added up."""
+    total = _cli.Usage(cache_apart=True)
+    for usage in model_usage.values():
+        if isinstance(usage, dict):
+            total.add(
+                _cli.Usage(
+                    input_tokens=_cli.as_int(usage.get("inputTokens")),
+                    output_tokens=_cli.as_int(usage.get("outputTokens")),
+                    cache_read_tokens=_cli.as_int(usage.get("cacheReadInputTokens")),
+                    cache_write_tokens=_cli.as_int(usage.get("cacheCreationInputTokens")),
+                    reasoning_tokens=_cli.as_int(usage.get("thinkingTokens")),
+                )
+            )
+    return total
 
 
 def summarize_claude_events(events: list[dict[str, Any]]) -> Summary:
@@ -261,10 +277,9 @@ def summarize_claude_events(events: list[dict[str, Any]]) -> Summary:
         return parts[0] if parts else _summarize_run([])
     last = parts[-1]
     costs = [part.cost_usd for part in parts if part.cost_usd is not None]
-    usage = _cli.Usage()
+    usage = _cli.Usage(cache_apart=True)
     for part in parts:
-        for name, value in part.usage.as_dict().items():
-            setattr(usage, name, _cli.add(getattr(usage, name), value))
+        usage.add(part.usage)
     return Summary(
         usage=usage,
         n_turns=sum(part.n_turns or 0 for part in parts),
@@ -301,21 +316,10 @@ def _summarize_run(events: list[dict[str, Any]]) -> Summary:
     extra: dict[str, Any] = {"session_id": session_id}
     if results:
         final = results[-1]
-        usage = _usage_total(final.get("usage") or {})
+        usage = _anthropic_usage(final.get("usage") or {})
         model_usage = final.get("modelUsage")
         if isinstance(model_usage, dict) and model_usage:
-            # All models the run used (sub-agents, small helper models), not just the main loop.
-            total = _cli.Usage()
-            for mu in model_usage.values():
-                if not isinstance(mu, dict):
-                    continue
-                total.input_tokens = _cli.add(total.input_tokens, mu.get("inputTokens"))
-                total.input_tokens = _cli.add(total.input_tokens, mu.get("cacheReadInputTokens"))
-                total.input_tokens = _cli.add(total.input_tokens, mu.get("cacheCreationInputTokens"))
-                total.output_tokens = _cli.add(total.output_tokens, mu.get("outputTokens"))
-                total.cache_read_tokens = _cli.add(total.cache_read_tokens, mu.get("cacheReadInputTokens"))
-                total.cache_write_tokens = _cli.add(total.cache_write_tokens, mu.get("cacheCreationInputTokens"))
-                total.reasoning_tokens = _cli.add(total.reasoning_tokens, mu.get("thinkingTokens"))
+            total = _model_usage(model_usage)
             if total.input_tokens is not None:
                 usage = total
         cost = final.get("total_cost_usd")
@@ -339,13 +343,9 @@ def _summarize_run(events: list[dict[str, Any]]) -> Summary:
             extra=extra,
         )
     # No result event (killed or crashed): add up the assistant messages we saw.
-    usage = _cli.Usage()
+    usage = _cli.Usage(cache_apart=True)
     for u in per_message.values():
-        part = _usage_total(u)
-        usage.input_tokens = _cli.add(usage.input_tokens, part.input_tokens)
-        usage.output_tokens = _cli.add(usage.output_tokens, part.output_tokens)
-        usage.cache_read_tokens = _cli.add(usage.cache_read_tokens, part.cache_read_tokens)
-        usage.cache_write_tokens = _cli.add(usage.cache_write_tokens, part.cache_write_tokens)
+        usage.add(_anthropic_usage(u))
     return Summary(usage=usage, n_turns=len(per_message), n_steps=len(tool_ids), extra=extra)
 
 
@@ -355,7 +355,7 @@ def claude_code(model: str | None = None, **options: Any) -> ClaudeCodeAgent:
     ``model`` -- e.g. ``"claude-sonnet-4-5"`` (an ``anthropic/`` prefix is dropped); None uses
     Claude Code's default.  Options: ``timeout`` (s), ``base_url`` (sets
     ``ANTHROPIC_BASE_URL``), ``max_turns``, ``system_prompt``, ``append_system_prompt``,
-    ``effort`` (low..max), ``settings`` (dict for ``--settings``), ``include_partial_messages``,
+    ``effort`` (low..max; default max, None: the program's own), ``settings`` (dict for ``--settings``), ``include_partial_messages``,
     ``extra_args``, ``env`` (additions), ``pass_env`` (further secret names to pass through),
     ``state_dir`` (keep ``CLAUDE_CONFIG_DIR`` there), ``provider_wait_s`` and
     ``provider_jitter_s`` (see :class:`~rayeval.agents._base.ProgramAgent`).

@@ -288,30 +288,27 @@ class MiniSweAgent(ProgramAgent):
 
 
 def summarize_mini_events(events: list[dict[str, Any]]) -> Summary:
-    """Model calls, commands, usage, cost, session and failures from the driver's message
-    stream: one run's, or a session's runs one after the other."""
+    """Model calls, usage, cost, session and failures from the driver's message stream: one
+    run's, or a session's runs one after the other. Turns and steps are both the agent's model
+    calls that were answered (each one action, as latch-eval-tools counts them): its own count
+    on each run's result line, else the model replies streamed."""
     usage = _cli.Usage()
-    n_calls = 0
-    n_steps = 0
+    replies = 0
     cost = 0.0
     for e in events:
-        if e.get("role") != "assistant":
+        if e.get("role") != "assistant" and e.get("object") != "response":
             continue
-        n_calls += 1
-        step = e.get("extra") or {}
-        n_steps += len(step.get("actions") or [])
+        replies += 1
+        step = object_at(e, "extra")
         if isinstance(step.get("cost"), (int, float)):
             cost += float(step["cost"])
-        u = object_at(object_at(step, "response"), "usage")
-        usage.input_tokens = _cli.add(usage.input_tokens, u.get("prompt_tokens", u.get("input_tokens")))
-        usage.output_tokens = _cli.add(usage.output_tokens, u.get("completion_tokens", u.get("output_tokens")))
-        details = u.get("prompt_tokens_details") or u.get("input_tokens_details") or {}
-        if isinstance(details, dict):
-            usage.cache_read_tokens = _cli.add(usage.cache_read_tokens, details.get("cached_tokens"))
-        out_details = u.get("completion_tokens_details") or u.get("output_tokens_details") or {}
-        if isinstance(out_details, dict):
-            usage.reasoning_tokens = _cli.add(usage.reasoning_tokens, out_details.get("reasoning_tokens"))
+        usage.add(_reply_usage(e))
     final = next((e for e in reversed(events) if e.get("type") == "result"), None)
+    results = [e for e in events if e.get("type") == "result"]
+    calls = [e["n_calls"] for e in results if isinstance(e.get("n_calls"), int)]
+    failures = mini_failures(events)
+    # its count takes in a call that failed (the driver's error line): no model turn
+    n_calls = max(sum(calls) - len(failures), 0) if calls else replies
     extra: dict[str, Any] = {}
     if final is not None:
         extra["exit_status"] = final.get("exit_status")
@@ -319,8 +316,8 @@ def summarize_mini_events(events: list[dict[str, Any]]) -> Summary:
             extra["agent_error"] = final.get("error")
         extra["mini_swe_agent_version"] = final.get("mini_swe_agent_version")
         # each run's result line gives its own share (a resumed run's as well)
-        results = [e for e in events if e.get("type") == "result" and isinstance(e.get("cost"), (int, float))]
-        cost = sum(float(e["cost"]) for e in results) if results else cost
+        costs = [float(e["cost"]) for e in results if isinstance(e.get("cost"), (int, float))]
+        cost = sum(costs) if costs else cost
     else:
         exits = [e for e in events if e.get("role") == "exit"]
         if exits:
@@ -329,13 +326,37 @@ def summarize_mini_events(events: list[dict[str, Any]]) -> Summary:
     return Summary(
         usage=usage,
         n_turns=n_calls,
-        n_steps=n_steps,
+        n_steps=n_calls,
         cost_usd=cost if cost > 0 else (0.0 if n_calls == 0 else None),
         cost_source="litellm_pricing" if cost > 0 else None,
         extra=extra,
         session_id=session.get("session_id") if isinstance(session.get("session_id"), str) else None,
-        failures=mini_failures(events),
+        failures=failures,
     )
+
+
+def _reply_usage(message: dict[str, Any]) -> _cli.Usage:
+    """The usage of one model reply, as litellm reported it: a Responses-API reply's own
+    (``object: response``), a Chat Completions reply's under ``extra.response``. Its input
+    counts the cache reads (``*_tokens_details.cached_tokens``, or Anthropic's
+    ``cache_read_input_tokens``) and writes (``cache_creation_input_tokens``)."""
+    usage = message.get("usage")
+    if not isinstance(usage, dict):
+        usage = object_at(object_at(object_at(message, "extra"), "response"), "usage")
+    prompt = object_at(usage, "prompt_tokens_details") or object_at(usage, "input_tokens_details")
+    completion = object_at(usage, "completion_tokens_details") or object_at(usage, "output_tokens_details")
+    return _cli.Usage(
+        input_tokens=_first_count(usage.get("prompt_tokens"), usage.get("input_tokens")),
+        output_tokens=_first_count(usage.get("completion_tokens"), usage.get("output_tokens")),
+        cache_read_tokens=_first_count(usage.get("cache_read_input_tokens"), prompt.get("cached_tokens")),
+        cache_write_tokens=_first_count(usage.get("cache_creation_input_tokens")),
+        reasoning_tokens=_first_count(usage.get("reasoning_tokens"), completion.get("reasoning_tokens")),
+    )
+
+
+def _first_count(*values: Any) -> int | None:
+    """The first of ``values`` that is a count (the names of two APIs, or a count and its details')."""
+    return next((count for value in values if (count := _cli.as_int(value)) is not None), None)
 
 
 def mini_failures(events: list[dict[str, Any]]) -> list[ProviderFailure]:

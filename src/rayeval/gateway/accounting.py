@@ -42,9 +42,11 @@ Count = Annotated[int, Field(ge=0)] | None
 
 
 class Usage(BaseModel):
-    """Tokens of one call or of many, as the gateway counts them and as a harness's run summary
-    reports them (``rayeval.unit.run_summary``). ``input_tokens`` counts every prompt token,
-    cached ones included (Anthropic reports cache reads and writes apart: they are added in)."""
+    """Tokens of one call or of many. As the gateway counts them (the rows' ``input_tokens``),
+    ``input_tokens`` counts every prompt token, cached ones included (Anthropic reports cache
+    reads and writes apart: they are added in). A run summary's (``rayeval.unit.run_summary``,
+    version 2) are each provider's own counts in the same fields: there Anthropic's
+    ``input_tokens`` leaves the cache reads and writes out."""
 
     model_config = ConfigDict(extra="forbid")
 

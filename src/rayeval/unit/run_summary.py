@@ -2,7 +2,11 @@
 
 Every agent row's metadata holds ``run_summary`` (:class:`RunSummary`, versioned): the run's
 duration in seconds, its model turns (model calls) and steps (tool calls), its token usage,
-its cost with where that cost comes from, and whether the model refused. A harness that
+its cost with where that cost comes from, and whether the model refused. Version 2's usage
+is each provider's own counts: Anthropic's ``input_tokens`` leaves out the cache reads and
+writes (``cache_read_tokens``, ``cache_write_tokens``), OpenAI's includes the cache reads
+(version 1 counted every prompt token in ``input_tokens``, as the gateway does); a run that
+left no events has null turns and steps and was not searched for a refusal. A harness that
 knows these (the program agents, the prompt agent, replay) reports its summary; for any other
 agent the trusted side fills in what it measured (the duration) and leaves the rest null,
 the refusal ``not_evaluated``. A summary that is not one is replaced the same way. Like the
@@ -19,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from .._json import amount_in, count_in
 from ..gateway.accounting import Count, Usage
 
-RUN_SUMMARY_VERSION: Literal[1] = 1
+RUN_SUMMARY_VERSION: Literal[2] = 2
 RefusalStatus = Literal["detected", "not_detected", "not_evaluated"]
 
 
@@ -31,7 +35,7 @@ class RunSummary(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    version: Literal[1] = RUN_SUMMARY_VERSION
+    version: Literal[1, 2] = RUN_SUMMARY_VERSION  # an agent's version-1 summary is kept as it is
     duration_s: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
     n_turns: Count = None
     n_steps: Count = None

@@ -268,8 +268,10 @@ def _heavy_detail(heavy: Mapping[str, Any]) -> dict[str, Any]:
         "metadata": stored_json_field(heavy.get("metadata_json")),
         "artifacts": artifacts,
         "artifacts_left_out": more,
-        # the model's refusal, as the harness that found it wrote it
-        "refusal_verdict": next((a for a in artifacts if a["name"] == REFUSAL_VERDICT_NAME), None),
+        # the model's refusal, as the harness that found it wrote it (``null``: none found)
+        "refusal_verdict": next(
+            (a for a in artifacts if a["name"] == REFUSAL_VERDICT_NAME and a.get("text") != "null"), None
+        ),
         "trajectory": trajectory,
         "failure": None,
     }

@@ -1,0 +1,129 @@
+"""The REAL programs' run summaries and their ends, as latch-eval-tools 0.4.54's runner gives
+them: ``refusal_verdict.json`` on every run, an empty run's unknown counts, each provider's own
+token counts, mini-swe-agent's model calls as its steps, a provider cooldown that oversleeps
+the unit's deadline, and Claude Code's ``--effort max``. Each against the scripted loopback
+model server."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from rayeval.agents import _base, claude_code, mini_swe_agent
+from rayeval.agents._refusal import VERDICT_NAME
+from rayeval.unit.run_summary import RunSummary
+
+from .conftest import PROGRAM_TIMEOUT
+from .test_real_agents import PROMPT, answer_command
+
+FINISH = {"text": "Finished: the answer is in eval_answer.json."}
+
+
+def _summary(metadata: dict) -> RunSummary:
+    summary = RunSummary.model_validate(metadata["run_summary"])
+    assert summary.version == 2
+    return summary
+
+
+def test_claude_code_summary_keeps_anthropic_counts_with_the_cache_apart(
+    claude_available, model_server, tmp_path: Path
+) -> None:
+    server = model_server([{"command": answer_command("cache")}, FINISH], cache_read_tokens=300, cache_write_tokens=20)
+    work_dir = tmp_path / "work"
+    out = claude_code("claude-sonnet-4-5", base_url=server.url, timeout=PROGRAM_TIMEOUT)(PROMPT, work_dir)
+    md = out["metadata"]
+    assert out["answer"] == {"answer": 42, "token": "cache"}, md.get("error_details")
+    uncached, output = server.total_usage("anthropic")
+    summary = _summary(md)
+    # the provider's own counts: input_tokens leaves out the cache reads and writes
+    assert summary.usage.input_tokens == uncached and summary.usage.output_tokens == output
+    assert (summary.usage.cache_read_tokens, summary.usage.cache_write_tokens) == (600, 40)
+    # the metadata's input_tokens, as the gateway counts them: every prompt token
+    assert md["input_tokens"] == md["usage"]["input_tokens"] == uncached + 640
+    assert (summary.n_turns, summary.n_steps, summary.refusal) == (2, 1, "not_detected")
+    assert json.loads((work_dir / VERDICT_NAME).read_text()) is None  # written on every run
+
+
+def test_a_claude_code_run_that_left_no_events_has_unknown_counts(
+    claude_available, model_server, tmp_path: Path
+) -> None:
+    server = model_server([FINISH])
+    work_dir = tmp_path / "work"
+    agent = claude_code("claude-sonnet-4-5", base_url=server.url, timeout=PROGRAM_TIMEOUT, extra_args=["--no-such"])
+    md = agent(PROMPT, work_dir)["metadata"]
+    assert md["trajectory"] == [] and md["exit_code"] not in (0, None)  # the program refused its command line
+    summary = _summary(md)
+    assert (summary.n_turns, summary.n_steps, summary.refusal) == (None, None, "not_evaluated")
+    assert (md["n_turns"], md["n_steps"]) == (None, None)
+    assert json.loads((work_dir / VERDICT_NAME).read_text()) is None
+    assert server.model_requests() == []
+
+
+def test_claude_code_runs_with_max_effort_unless_told_otherwise(claude_available, model_server, tmp_path: Path) -> None:
+    """On a model of adaptive thinking (latch-eval-tools' Claude models) the program sends its
+    effort with every main-loop call."""
+    for effort in ("max", "low"):
+        server = model_server([{"command": answer_command(effort)}, FINISH])
+        options = {} if effort == "max" else {"effort": effort}  # the agent arg turns it down
+        agent = claude_code("claude-opus-4-8", base_url=server.url, timeout=PROGRAM_TIMEOUT, **options)
+        out = agent(PROMPT, tmp_path / effort)
+        assert out["answer"] == {"answer": 42, "token": effort}, out["metadata"].get("error_details")
+        command = out["metadata"]["command"]
+        assert command[command.index("--effort") + 1] == effort
+        sent = [r.body.get("output_config") for r in server.model_requests() if r.body.get("tools")]
+        assert sent and all(config == {"effort": effort} for config in sent), sent
+
+
+def test_mini_swe_agent_counts_responses_api_replies_and_its_model_calls(
+    mini_available, model_server, tmp_path: Path
+) -> None:
+    server = model_server(
+        [{"command": answer_command("responses")}, {"command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"}],
+        cache_read_tokens=400,
+    )
+    work_dir = tmp_path / "work"
+    agent = mini_swe_agent(
+        "openai/gpt-test", base_url=server.url + "/v1", model_class="litellm_response", timeout=PROGRAM_TIMEOUT
+    )
+    out = agent(PROMPT, work_dir)
+    md = out["metadata"]
+    assert out["answer"] == {"answer": 42, "token": "responses"}, md.get("error_details")
+    assert len(server.scripted_replies("responses")) == 2
+    total_in, total_out = server.total_usage("responses")
+    summary = _summary(md)
+    # OpenAI's own counts: input_tokens includes the cache reads
+    assert (summary.usage.input_tokens, summary.usage.output_tokens) == (total_in, total_out)
+    assert summary.usage.cache_read_tokens == 800
+    assert (summary.n_turns, summary.n_steps) == (2, 2)  # the agent's model calls, one action each
+    assert md["input_tokens"] == total_in
+
+
+def test_a_cooldown_past_the_deadline_ends_the_unit_there(
+    claude_available, model_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The provider's cooldown is decided within the unit's time, then overslept (a machine
+    that stalls): the program is not started again, the time waited is the time it took, and
+    the provider's failure stays in the error details."""
+    timeout = 40.0
+    overslept = SimpleNamespace(monotonic=time.monotonic, sleep=lambda seconds: time.sleep(seconds + timeout))
+    monkeypatch.setattr(_base, "time", overslept)
+    server = model_server([{"command": "echo first-turn-ran"}, {"command": answer_command("never")}, FINISH])
+    server.fail(529, 1000, retry_after="0", after_turns=1)
+    work_dir = tmp_path / "work"
+    start = time.monotonic()
+    agent = claude_code("claude-sonnet-4-5", base_url=server.url, timeout=timeout, provider_jitter_s=0)
+    md = agent(PROMPT, work_dir)["metadata"]
+    assert time.monotonic() - start < timeout + 30  # not started again: no second run, no kill
+    details = md["error_details"]
+    assert md["timed_out"] is True and details["timed_out"] is True
+    assert (details["status"], details["code"]) == (529, "overloaded")
+    assert details["provider_retry_stop_reason"] == "run_deadline"
+    assert md["provider_retry_wait_s"] == details["provider_retry_wait_s"] >= timeout  # as long as it took
+    assert sum(1 for e in md["trajectory"] if e.get("subtype") == "init") == 1  # one run of the program
+    assert not any("Continue." in json.dumps(r.body.get("messages")) for r in server.model_requests())
+    lines = (work_dir / "agent_output.log").read_text()
+    assert "HARNESS: the provider's cooldown ran past the unit's deadline" in lines

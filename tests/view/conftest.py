@@ -193,7 +193,8 @@ def crafted_rows(eval_hash: str) -> list[UnitRecord]:
             cost_usd=0.05,
             answer_json='{"n_cells": 702}',
             reasoning="ok",
-            artifacts_json=trajectory(MINI_SWE_TRAJECTORY),
+            # a program's run writes its verdict every time: null, it found no refusal
+            artifacts_json=json.dumps({**json.loads(trajectory(MINI_SWE_TRAJECTORY)), "refusal_verdict.json": "null"}),
             **common,
         ),
         crafted_row(

@@ -359,8 +359,8 @@ def read_answer(
 @dataclass
 class Usage:
     """A program's token counts, as its provider reported them. ``input_tokens`` is the
-    provider's own count: with ``cache_apart`` (Anthropic's, and pi's) it leaves out the cache
-    reads and writes, which have fields of their own; else (OpenAI's) it includes the cache reads."""
+    provider's own count: with ``cache_apart`` (Anthropic's) it leaves out the cache reads and
+    writes, which have fields of their own; else (OpenAI's) it includes the cache reads."""
 
     input_tokens: int | None = None
     output_tokens: int | None = None

@@ -45,6 +45,14 @@ def test_a_harness_summary_is_kept_and_gives_the_refusal_column(status: str, col
     assert refusal_column(metadata) is column
 
 
+def test_a_harness_summary_of_version_1_is_kept_as_it_is() -> None:
+    """Version 1 counted every prompt token in ``input_tokens``: its version says so."""
+    reported = {**run_summary(duration_s=3, usage={"input_tokens": 170, "cache_read_tokens": 60}), "version": 1}
+    metadata = with_run_summary({"run_summary": reported}, 99.0)
+    assert metadata["run_summary"] == reported
+    assert run_summary(duration_s=1)["version"] == 2
+
+
 def test_what_a_program_reports_wrongly_is_left_null() -> None:
     summary = run_summary(
         duration_s=-1,

@@ -109,7 +109,7 @@ def test_an_aborted_reply_does_not_reset_the_doubling_of_waits(pi_available, mod
     assert out["answer"] == {"answer": 42}, md.get("error_details")
     stops = [reply["stopReason"] for reply in _replies(md["trajectory"])]
     assert stops == ["error", "aborted", "error", "toolUse", "stop"]
-    assert md["provider_retry_count"] == 2 and md["provider_retry_wait_s"] == 3.0
+    assert md["provider_retry_count"] == 2 and 3.0 <= md["provider_retry_wait_s"] < 3.5  # the time waited
     waits = [line.rsplit("after ", 1)[1].split(" s")[0] for line in _harness_lines(work_dir)]
     assert waits == ["1.0", "2.0"]
 

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from rayeval.agents import _base, claude_code, mini_swe_agent
+from rayeval.agents import _base, claude_code, mini_swe_agent, pi
 from rayeval.agents._refusal import VERDICT_NAME
 from rayeval.unit.run_summary import RunSummary
 
@@ -127,3 +127,18 @@ def test_a_cooldown_past_the_deadline_ends_the_unit_there(
     assert not any("Continue." in json.dumps(r.body.get("messages")) for r in server.model_requests())
     lines = (work_dir / "agent_output.log").read_text()
     assert "HARNESS: the provider's cooldown ran past the unit's deadline" in lines
+
+
+def test_pi_summary_keeps_its_counts_with_the_cache_apart(pi_available, model_server, tmp_path: Path) -> None:
+    """pi counts as Anthropic does: its ``input`` leaves out the cache, which has fields of its own."""
+    server = model_server([{"command": answer_command("pi")}, FINISH], cache_read_tokens=300, cache_write_tokens=20)
+    work_dir = tmp_path / "work"
+    agent = pi("anthropic/claude-sonnet-4-5", base_url=server.url, timeout=PROGRAM_TIMEOUT)
+    out = agent(PROMPT, work_dir)
+    md = out["metadata"]
+    assert out["answer"] == {"answer": 42, "token": "pi"}, md.get("error_details")
+    uncached, output = server.total_usage("anthropic")
+    summary = _summary(md)
+    assert summary.usage.input_tokens == uncached and summary.usage.output_tokens == output
+    assert (summary.usage.cache_read_tokens, summary.usage.cache_write_tokens) == (600, 40)
+    assert md["input_tokens"] == md["usage"]["input_tokens"] == uncached + 640

@@ -308,7 +308,7 @@ class ProgramAgent:
                     _cli.note(work_dir, f"HARNESS: provider recovery stopped: {recovery.stop_reason}")
                 return runs
             self._resume_after(step, recovery, work_dir, env, failure)
-            if recovery.deadline is not None and time.monotonic() >= recovery.deadline:
+            if recovery.out_of_time():
                 # the cooldown overslept the unit's deadline: the unit ends there, on the
                 # provider's failure, rather than start the program with no time left
                 recovery.stop_reason = "run_deadline"

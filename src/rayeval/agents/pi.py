@@ -293,12 +293,10 @@ def _assistant_replies(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _add_usage(total: _cli.Usage, usage: dict[str, Any]) -> None:
-    cache_read, cache_write = usage.get("cacheRead"), usage.get("cacheWrite")
-    for part in (usage.get("input"), cache_read, cache_write):  # pi's input leaves out the cache
-        total.input_tokens = _cli.add(total.input_tokens, part)
+    total.input_tokens = _cli.add(total.input_tokens, usage.get("input"))  # the cache apart, as pi counts
     total.output_tokens = _cli.add(total.output_tokens, usage.get("output"))
-    total.cache_read_tokens = _cli.add(total.cache_read_tokens, cache_read)
-    total.cache_write_tokens = _cli.add(total.cache_write_tokens, cache_write)
+    total.cache_read_tokens = _cli.add(total.cache_read_tokens, usage.get("cacheRead"))
+    total.cache_write_tokens = _cli.add(total.cache_write_tokens, usage.get("cacheWrite"))
     total.reasoning_tokens = _cli.add(total.reasoning_tokens, usage.get("reasoning"))
 
 
@@ -307,7 +305,7 @@ def summarize_pi_events(events: list[dict[str, Any]]) -> Summary:
     provider failures from ``pi --mode json`` events.  ``failures`` are the failed calls since
     the last completed reply: the ones the session ended on when it ended without an answer."""
     session_id = next((e.get("id") for e in events if e.get("type") == "session" and e.get("id")), None)
-    usage, cost, priced = _cli.Usage(), 0.0, False
+    usage, cost, priced = _cli.Usage(cache_apart=True), 0.0, False
     turns, tool_calls = 0, set[str]()
     failures: list[ProviderFailure] = []
     for message in _assistant_replies(events):

@@ -28,8 +28,10 @@ the "provider" said.
 
 On demand it answers slowly (``delay_s``) or fails: :meth:`FakeModelServer.fail` queues error
 replies (429 with ``retry-after``, 500, 401 ...) for the next model requests (or the next ones
-after a number of turns); ``rejected_credentials`` get a 401; ``max_in_flight`` is the most
-model requests it held at once.
+after a number of turns); ``rejected_credentials`` get a 401; an Anthropic request whose
+credential or model is in ``refused_by`` gets a refusal (``stop_reason: refusal``, the text
+:data:`REFUSED_TEXT`) instead of its turn; ``max_in_flight`` is the most model requests it
+held at once.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 SIDE_TEXT = "OK."
+REFUSED_TEXT = "I can't help with that request."
 MODEL_PATHS = ("/messages", "/responses", "/chat/completions")
 
 
@@ -95,6 +98,7 @@ class FakeModelServer:
     rejected_credentials: set[str] = field(default_factory=set)  # a request with one of these gets a 401
     cache_read_tokens: int = 0  # each scripted reply's prompt tokens read from the cache
     cache_write_tokens: int = 0  # each scripted reply's prompt tokens written to the cache
+    refused_by: set[str] = field(default_factory=set)  # credentials and models the model refuses with
 
     def __post_init__(self) -> None:
         self._in_flight = 0
@@ -376,6 +380,8 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             turn_index = sum(1 for m in body.get("messages", []) if m.get("role") == "assistant")
             step = owner._turn(turn_index)
+        if owner.refused_by & {model, self._credential()}:
+            step = {"text": REFUSED_TEXT, "stop": "refusal"}
         kind = owner._kind(turn_index, step, tools)
         usage = owner._usage_for("anthropic", turn_index, kind)
         msg_id = f"msg_{len(owner.replies):04d}"

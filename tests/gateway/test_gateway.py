@@ -12,9 +12,10 @@ import httpx
 import openai
 import pytest
 
-from rayeval.gateway.server import CallLimits, Gateway, Upstream
+from rayeval.gateway.server import CallLimits, Gateway, Upstream, upstreams_from
 from rayeval.gateway.unit import open_unit_access, provider_variables
-from tests.agents.fake_model_server import FakeModelServer
+from rayeval.models.failures import KeyFallbackOn, key_fallback_on
+from tests.agents.fake_model_server import REFUSED_TEXT, FakeModelServer
 
 KEY = "sk-provider-key-0123456789"
 SPARE = "sk-spare-key-9876543210"
@@ -114,6 +115,71 @@ def test_a_unit_past_its_limit_gets_a_provider_style_refusal(server: FakeModelSe
     report = gateway.close(session)
     assert len(server.model_requests()) == 2
     assert report.counted.limit_reached == "model_calls" and report.counted.n_model_calls == 2
+
+
+def _ask_claude(gateway: Gateway, token: str, streamed: bool) -> str:
+    claude = anthropic.Anthropic(base_url=gateway.base_url("anthropic"), api_key=token, max_retries=0)
+    request = {"model": "claude-sonnet-4-5", "max_tokens": 50, "messages": [{"role": "user", "content": "hi"}]}
+    if streamed:
+        with claude.messages.stream(**request) as stream:  # type: ignore[arg-type]
+            return stream.get_final_text()
+    return claude.messages.create(**request).content[0].text  # type: ignore[arg-type, union-attr]
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["json", "streamed"])
+@pytest.mark.parametrize("fallback_on", ["refusal", "both"])
+def test_a_refused_reply_takes_the_next_key_unseen_by_the_unit(
+    server: FakeModelServer, gateway: Gateway, streamed: bool, fallback_on: KeyFallbackOn
+) -> None:
+    """The reference runner's fallback: a refusal on one key is answered again on the next, and
+    only what came after the switch is judged; the refused reply is counted, never relayed."""
+    server.refused_by.add(KEY)
+    session = gateway.open({"anthropic": Upstream(server.url, (KEY, SPARE), fallback_on)})
+    assert _ask_claude(gateway, session.token, streamed) == "the answer"
+    assert _ask_claude(gateway, session.token, streamed) == "the answer"  # the switch is kept
+    report = gateway.close(session)
+    assert [credential(r) for r in server.model_requests()] == [KEY, SPARE, SPARE]
+    counted = report.counted
+    assert (counted.refusal_fallbacks, counted.refusals, counted.key_fallbacks) == (1, [], 0)
+    assert counted.n_model_calls == 3 and counted.usage.input_tokens == server.total_usage()[0]
+    assert [call["refusal"] for call in report.calls] == [REFUSED_TEXT, None, None]
+    assert [call["refusal_fallback"] for call in report.calls] == [True, False, False]
+    assert counted.by_model["claude-sonnet-4-5"].n_model_calls == 3
+    assert counted.by_model["claude-sonnet-4-5"].cost_usd == counted.cost_usd
+    assert counted.last_model == "claude-sonnet-4-5"
+
+
+def test_a_refusal_on_the_last_key_is_the_units_and_is_judged(server: FakeModelServer, gateway: Gateway) -> None:
+    server.refused_by |= {KEY, SPARE}
+    session = gateway.open({"anthropic": Upstream(server.url, (KEY, SPARE), "refusal")})
+    assert _ask_claude(gateway, session.token, True) == REFUSED_TEXT
+    report = gateway.close(session)
+    assert [credential(r) for r in server.model_requests()] == [KEY, SPARE]
+    assert (report.counted.refusal_fallbacks, report.counted.refusals) == (1, [REFUSED_TEXT])
+
+
+def test_each_fallback_trigger_switches_on_its_own_cause_only(server: FakeModelServer, gateway: Gateway) -> None:
+    """``rejected_key`` (the default) passes a refusal on; ``refusal`` passes a rejected key on."""
+    server.refused_by.add(KEY)
+    session = gateway.open({"anthropic": Upstream(server.url, (KEY, SPARE))})
+    assert _ask_claude(gateway, session.token, False) == REFUSED_TEXT
+    assert gateway.close(session).counted.refusals == [REFUSED_TEXT]
+    server.refused_by.clear()
+    server.rejected_credentials.add(KEY)
+    session = gateway.open({"anthropic": Upstream(server.url, (KEY, SPARE), "refusal")})
+    with pytest.raises(anthropic.AuthenticationError):
+        _ask_claude(gateway, session.token, False)
+    assert gateway.close(session).counted.key_fallbacks == 0
+    assert [credential(r) for r in server.model_requests()] == [KEY, KEY]
+
+
+def test_the_fallback_trigger_is_read_from_the_environment() -> None:
+    environ = {"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_API_KEY_FALLBACKS": json.dumps([SPARE])}
+    assert upstreams_from(environ)["anthropic"].fallback_on == "rejected_key"
+    both = upstreams_from({**environ, "ANTHROPIC_KEY_FALLBACK_ON": "both"})["anthropic"]
+    assert (both.keys, both.fallback_on) == ((KEY, SPARE), "both")
+    with pytest.raises(ValueError, match="ANTHROPIC_KEY_FALLBACK_ON must be one of rejected_key, refusal, both"):
+        key_fallback_on("refusals")
 
 
 @pytest.mark.parametrize(

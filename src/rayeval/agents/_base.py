@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from ..errors import ConfigError
-from ..models.failures import ProviderFailure, fallback_keys
+from ..models.failures import ANTHROPIC_KEY_FALLBACK_ON, ProviderFailure, fallback_keys, key_fallback_on
 from ..unit.context import AgentContext
 from ..unit.prompt import AnswerConvention
 from . import _cli, _tools
@@ -151,10 +151,11 @@ class ProgramAgent:
     @classmethod
     def spare_keys(cls, environ: Mapping[str, str]) -> list[str]:
         """The fallback keys listed in ``environ`` (:class:`AgentConfigError` when the list is
-        not a JSON list of non-empty strings)."""
+        not a JSON list of non-empty strings, or ``ANTHROPIC_KEY_FALLBACK_ON`` names no trigger)."""
         if cls.key_fallbacks is None:
             return []
         try:
+            key_fallback_on(environ.get(ANTHROPIC_KEY_FALLBACK_ON))
             return fallback_keys(cls.key_fallbacks[0], environ.get(cls.key_fallbacks[0]))
         except ValueError as exc:
             raise AgentConfigError(str(exc)) from None

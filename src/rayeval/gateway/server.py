@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from .._backoff import doubled_s
 from ..models.failures import (
@@ -37,6 +37,7 @@ from ..models.failures import (
     KEY_REJECTED_WORDS,
     MESSAGE_CHARS,
     RETRYABLE_STATUSES,
+    KeyFallbackOn,
     ProviderFailure,
     provider_failure,
 )
@@ -66,10 +67,12 @@ _TOKEN_HEADERS = ("x-api-key", "authorization", "api-key")
 @dataclass(frozen=True)
 class Upstream:
     """A provider endpoint: its base URL (calls go to ``base_url + path``) and its keys, the
-    first one used until the provider rejects it, then the next."""
+    first one used until ``fallback_on`` says to take the next: the provider rejects it
+    (``rejected_key``), the model refuses a reply (``refusal``), or either (``both``)."""
 
     base_url: str
     keys: tuple[str, ...] = ()
+    fallback_on: KeyFallbackOn = "rejected_key"
 
     def __repr__(self) -> str:  # never a key
         return f"Upstream(base_url={self.base_url!r}, keys={len(self.keys)})"
@@ -120,6 +123,8 @@ class CallRecord:
     retries: int = 0
     retried_s: float = 0.0
     key_fallbacks: int = 0
+    #: its reply was a refusal, which the unit never saw: the call was sent again with the next key
+    refusal_fallback: bool = False
     request: Any = None
     response: Any = None
 
@@ -146,6 +151,9 @@ class Session:
     cost_usd: float = 0.0
     unpriced_calls: int = 0
     model_calls: int = 0
+    by_model: dict[str, ModelCalls] = field(default_factory=dict)
+    #: the model that answered the unit's latest call
+    last_model: str | None = None
     key_index: dict[str, int] = field(default_factory=dict)
     limit_reached: LimitName | None = None
     closed: bool = False
@@ -165,17 +173,39 @@ class Session:
         return None
 
     def report(self) -> SessionReport:
+        switches = [at for at, call in enumerate(self.calls) if call.refusal_fallback]
+        judged = self.calls[switches[-1] + 1 :] if switches else self.calls  # a refusal is judged after the switch
         counted = ModelUsage(
             n_model_calls=self.model_calls,
             usage=self.usage.model_copy(),
             cost_usd=None if self.unpriced_calls else round(self.cost_usd, 10),
             limit_reached=self.limit_reached,
             key_fallbacks=sum(call.key_fallbacks for call in self.calls),
-            refusals=[call.refusal for call in self.calls if call.refusal],
+            refusal_fallbacks=len(switches),
+            refusals=[call.refusal for call in judged if call.refusal],
+            by_model={model: seen.model_copy(deep=True) for model, seen in self.by_model.items()},
+            last_model=self.last_model,
             failed_calls=sum(1 for call in self.calls if call.status is None or call.status >= 400),
             last_failure=_last_failure(self.calls),
         )
         return SessionReport(counted, [call.as_dict() for call in self.calls], self.token)
+
+
+class ModelCalls(BaseModel):
+    """What the calls one model answered used, as the gateway counted them."""
+
+    n_model_calls: int = 0
+    usage: Usage = Field(default_factory=Usage)
+    #: None when one of its calls used tokens of a model with no price
+    cost_usd: float | None = 0.0
+
+    def add(self, call: CallRecord) -> None:
+        self.n_model_calls += 1
+        self.usage.add(call.usage)
+        if call.cost_usd is None and call.usage.total_tokens():
+            self.cost_usd = None
+        elif self.cost_usd is not None:
+            self.cost_usd = round(self.cost_usd + (call.cost_usd or 0.0), 10)
 
 
 class ModelUsage(BaseModel):
@@ -190,8 +220,16 @@ class ModelUsage(BaseModel):
     limit_reached: LimitName | None = None
     #: the times the gateway moved to a fallback key because the provider rejected one
     key_fallbacks: int = 0
-    #: the refusals the provider's replies held (Anthropic ``refusal``, OpenAI ``content_filter``)
+    #: the times it moved to a fallback key because the model refused a reply (the unit never
+    #: saw those replies, and their refusals are not the unit's: see ``refusals``)
+    refusal_fallbacks: int = 0
+    #: the refusals the provider's replies held (Anthropic ``refusal``, OpenAI ``content_filter``),
+    #: of the calls after the last refusal fallback
     refusals: list[str] = []
+    #: each model's calls, by the name the provider answered with
+    by_model: dict[str, ModelCalls] = {}
+    #: the model that answered the unit's latest call (None: none was answered)
+    last_model: str | None = None
     #: calls that failed (status >= 400 or no answer), as the provider or the gateway answered them
     failed_calls: int = 0
     #: the provider's failure that the unit's last model call ended in (None: it was answered,
@@ -429,11 +467,21 @@ class Gateway:
                 record.latency_s = round(time.monotonic() - started, 4)
                 return _error(web, 502, "api_error", f"rayeval gateway: the provider could not be reached: {exc}")
             status = upstream_response.status
-            if status < 400:
+            spare_key = index + 1 < len(upstream.keys)
+            if status < 400 and not (spare_key and upstream.fallback_on != "rejected_key" and protocol is not None):
                 return await self._stream(request, record, session, upstream_response, started)
+            if status < 400:
+                reply = await self._held(record, session, upstream_response, started)
+                if record.refusal is None or session.closed or session.over_limit() is not None:
+                    return reply
+                session.key_index[route] = index + 1
+                record.refusal_fallback = True
+                record, started = _again(record, payload), time.monotonic()
+                session.calls.append(record)
+                continue
             text = await upstream_response.text(errors="replace")
             upstream_response.release()
-            if index + 1 < len(upstream.keys) and _rejects_key(status, text):
+            if spare_key and upstream.fallback_on != "refusal" and _rejects_key(status, text):
                 session.key_index[route] = index + 1
                 record.key_fallbacks += 1
                 continue
@@ -451,18 +499,35 @@ class Gateway:
         record.error = text[:MESSAGE_CHARS]
         record.retry_after_s = retry_after_s(response.headers)
         record.response = bounded(_json_body(text.encode()) or text)
-        headers = {k: v for k, v in response.headers.items() if k.lower() not in _RESPONSE_HOP}
-        return web.Response(status=response.status, headers=headers, body=text.encode())
+        return web.Response(status=response.status, headers=_reply_headers(response), body=text.encode())
+
+    async def _held(self, record: CallRecord, session: Session, response: Any, started: float) -> Any:
+        """A reply read whole before the unit gets any of it (a refusal in it takes the next
+        key, unseen by the unit): settled, and the response the unit gets if it stands."""
+        from aiohttp import ClientError, web
+
+        assert record.protocol is not None
+        record.status = response.status
+        reader = ResponseReader(record.protocol, record.streamed)
+        try:
+            body = await response.read()
+        except (ClientError, asyncio.TimeoutError, OSError) as exc:
+            record.error = f"the provider's reply ended early: {type(exc).__name__}"
+            self._settle(record, session, reader, started)
+            return _error(web, 502, "api_error", f"rayeval gateway: {record.error}")
+        finally:
+            response.release()
+        record.first_byte_s = round(time.monotonic() - started, 4)
+        reader.feed(body)
+        self._settle(record, session, reader, started)
+        return web.Response(status=response.status, headers=_reply_headers(response), body=body)
 
     async def _stream(self, request: Any, record: CallRecord, session: Session, response: Any, started: float) -> Any:
         from aiohttp import web
 
         record.status = response.status
         reader = ResponseReader(record.protocol, record.streamed) if record.protocol is not None else None
-        out = web.StreamResponse(
-            status=response.status,
-            headers={k: v for k, v in response.headers.items() if k.lower() not in _RESPONSE_HOP},
-        )
+        out = web.StreamResponse(status=response.status, headers=_reply_headers(response))
         try:
             await out.prepare(request)
             async for chunk in response.content.iter_any():
@@ -500,6 +565,8 @@ class Gateway:
         record.cost_usd = cost_usd(price, record.usage.input_tokens or 0, record.usage.output_tokens or 0)
         session.model_calls += 1
         session.usage.add(record.usage)
+        session.by_model.setdefault(record.model or "unknown", ModelCalls()).add(record)
+        session.last_model = record.model
         if record.cost_usd is None:
             if record.usage.total_tokens():
                 session.unpriced_calls += 1
@@ -551,6 +618,25 @@ def relayed(method: str, path: str) -> bool:
     if method == "POST":
         return tail.endswith(_RELAYED_POSTS)
     return method == "GET" and (tail.endswith("/models") or "/models/" in tail)
+
+
+def _again(record: CallRecord, payload: dict[str, Any]) -> CallRecord:
+    """A new record for ``record``'s request, sent again (with the next key)."""
+    model = payload.get("model")
+    return CallRecord(
+        route=record.route,
+        path=record.path,
+        protocol=record.protocol,
+        model=model if isinstance(model, str) else None,
+        streamed=record.streamed,
+        started_at=time.time(),
+        request=record.request,
+    )
+
+
+def _reply_headers(response: Any) -> dict[str, str]:
+    """The provider's response headers the unit gets (the gateway sets the hop's own)."""
+    return {k: v for k, v in response.headers.items() if k.lower() not in _RESPONSE_HOP}
 
 
 def _json_body(body: bytes) -> dict[str, Any]:
@@ -609,15 +695,17 @@ PROVIDER_ROUTES: dict[str, tuple[str | None, str, str]] = {
 
 def upstreams_from(environ: Mapping[str, str]) -> dict[str, Upstream]:
     """The providers' endpoints and keys as this process's environment names them (Anthropic's
-    fallback keys after its key)."""
-    from ..models.failures import ANTHROPIC_KEY_FALLBACKS, fallback_keys
+    fallback keys after its key, taken on what ``ANTHROPIC_KEY_FALLBACK_ON`` says)."""
+    from ..models.failures import ANTHROPIC_KEY_FALLBACK_ON, ANTHROPIC_KEY_FALLBACKS, fallback_keys, key_fallback_on
 
     found: dict[str, Upstream] = {}
     for route, (base_variable, default, key_variable) in PROVIDER_ROUTES.items():
         keys = [environ[key_variable]] if environ.get(key_variable) else []
+        fallback_on: KeyFallbackOn = "rejected_key"
         if route == "anthropic":
             with contextlib.suppress(ValueError):  # checked, with its message, when the run starts
                 keys += fallback_keys(ANTHROPIC_KEY_FALLBACKS, environ.get(ANTHROPIC_KEY_FALLBACKS))
+                fallback_on = key_fallback_on(environ.get(ANTHROPIC_KEY_FALLBACK_ON))
         base = environ.get(base_variable) if base_variable else None
-        found[route] = Upstream(base or default, tuple(keys))
+        found[route] = Upstream(base or default, tuple(keys), fallback_on)
     return found

@@ -6,11 +6,11 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..models.failures import ANTHROPIC_KEY_FALLBACKS
 from ..models.providers import PROVIDERS, inferred_provider
-from .server import PROVIDER_ROUTES, CallLimits, Gateway, RunBudget, Session, Upstream, upstreams_from
+from .server import PROVIDER_ROUTES, CallLimits, Gateway, RunBudget, Session, upstreams_from
 
 #: variables that carry a model provider's key besides those of the gateway's routes: none
 #: reaches a unit (providers the gateway does not relay are out of a unit's reach)
@@ -96,10 +96,10 @@ def open_unit_access(
         base_url, key_variable = args.get("base_url"), args.get("api_key_env")
         current = upstreams[route]
         if base_url:
-            current = Upstream(base_url, current.keys)
+            current = replace(current, base_url=base_url)
         if key_variable:
             key = environ.get(key_variable)
-            current = Upstream(current.base_url, (key,) if key else ())
+            current = replace(current, keys=(key,) if key else ())
         upstreams[route] = current
     session = gateway.open(upstreams, limits, budget=budget, retry_s=retry_s, timeout_s=timeout_s)
     for name, (base_variable, _, key_variable) in PROVIDER_ROUTES.items():

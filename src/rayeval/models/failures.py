@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Literal
 
 from .._json import amount_in
 
@@ -25,6 +25,12 @@ KEY_REJECTED_WORDS = ("credit balance", "billing", "insufficient_quota", "paymen
 MESSAGE_CHARS = 500
 #: the variable listing Anthropic keys to use, in turn, when the provider rejects the key
 ANTHROPIC_KEY_FALLBACKS = "ANTHROPIC_API_KEY_FALLBACKS"
+#: the variable naming on what the gateway moves to the next of those keys: ``rejected_key``
+#: (401/403, billing: rayeval's default), ``refusal`` (a reply the model refused: the reference
+#: runner's) or ``both``
+ANTHROPIC_KEY_FALLBACK_ON = "ANTHROPIC_KEY_FALLBACK_ON"
+KeyFallbackOn = Literal["rejected_key", "refusal", "both"]
+KEY_FALLBACK_TRIGGERS: tuple[KeyFallbackOn, ...] = ("rejected_key", "refusal", "both")
 
 
 @dataclass(frozen=True)
@@ -85,3 +91,13 @@ def fallback_keys(name: str, raw: str | None) -> list[str]:
     if not isinstance(keys, list) or not all(isinstance(key, str) and key.strip() for key in keys):
         raise ValueError(f"{name} must be a JSON list of non-empty strings (its value is not shown: it holds keys)")
     return keys
+
+
+def key_fallback_on(raw: str | None) -> KeyFallbackOn:
+    """On what the next fallback key is taken, as ``ANTHROPIC_KEY_FALLBACK_ON`` (``raw``) says:
+    unset or empty is ``rejected_key``; anything but the three names is a :class:`ValueError`."""
+    value = (raw or "").strip() or "rejected_key"
+    for trigger in KEY_FALLBACK_TRIGGERS:
+        if value == trigger:
+            return trigger
+    raise ValueError(f"{ANTHROPIC_KEY_FALLBACK_ON} must be one of {', '.join(KEY_FALLBACK_TRIGGERS)}, got {raw!r}")

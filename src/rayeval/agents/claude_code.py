@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from .._json import amount_in
 from ..models.failures import ProviderFailure, provider_failure
 from ..unit.prompt import AnswerConvention
 from . import _cli, _tools
@@ -75,6 +76,7 @@ class ClaudeCodeAgent(ProgramAgent):
     effort: str | None = DEFAULT_EFFORT
     settings: dict[str, Any] | None = None
     include_partial_messages: bool = False
+    switch_models_on_flag: bool | None = None
 
     option_help: ClassVar[dict[str, str]] = {
         **ProgramAgent.option_help,
@@ -84,6 +86,8 @@ class ClaudeCodeAgent(ProgramAgent):
         "effort": "the model's effort: low, medium, high or max (default max; null: Claude Code's own)",
         "settings": "Claude Code's --settings, as a JSON object",
         "include_partial_messages": "stream partial messages into the events (the log grows)",
+        "switch_models_on_flag": "Claude Code's switchModelsOnFlag: when the model refuses, go on with "
+        "its fallback model (true) or stop (false); unset: the program's default (true)",
     }
 
     harness: ClassVar[str] = "claude-code"
@@ -101,6 +105,8 @@ class ClaudeCodeAgent(ProgramAgent):
         super().__post_init__()
         if self.max_turns is not None and int(self.max_turns) < 1:
             raise AgentConfigError("max_turns must be >= 1")
+        if self.switch_models_on_flag is not None and not isinstance(self.switch_models_on_flag, bool):
+            raise AgentConfigError(f"switch_models_on_flag must be true or false, got {self.switch_models_on_flag!r}")
 
     def program_env(self, state: Path, work_dir: Path) -> dict[str, str]:
         env = {**QUIET_ENV, "CLAUDE_CODE_MAX_RETRIES": PROGRAM_RETRIES}
@@ -149,8 +155,11 @@ class ClaudeCodeAgent(ProgramAgent):
             argv += ["--max-turns", str(int(self.max_turns))]
         if self.effort:
             argv += ["--effort", self.effort]
-        if self.settings:
-            argv += ["--settings", json.dumps(self.settings)]
+        settings = dict(self.settings or {})
+        if self.switch_models_on_flag is not None:
+            settings["switchModelsOnFlag"] = self.switch_models_on_flag
+        if settings:
+            argv += ["--settings", json.dumps(settings)]
         if self.system_prompt:
             argv += ["--system-prompt", self.system_prompt]
         if self.append_system_prompt:
@@ -167,6 +176,7 @@ class ClaudeCodeAgent(ProgramAgent):
     def summarize(self, events: list[dict[str, Any]], state: Path, work_dir: Path) -> Summary:
         summary = summarize_claude_events(events)
         summary.session_id = summary.extra.get("session_id")
+        summary.extra["model_routing"] = model_routing(events, self.model, self.switch_models_on_flag)
         failure = claude_failure(events)
         summary.failures = [failure] if failure is not None else []
         return summary
@@ -233,6 +243,77 @@ def claude_failure(events: list[dict[str, Any]]) -> ProviderFailure | None:
     return provider_failure(status, final.get("result"), hint)
 
 
+def model_routing(
+    events: list[dict[str, Any]], requested_model: str | None, switch_models_on_flag: bool | None
+) -> dict[str, Any]:
+    """Claude Code's model routing as its events claim it (the gateway's count of each model's
+    calls is the row's word): the model it started on (``init``), each ``model_refusal_fallback``
+    (the pinned program's snake_case fields, or the camelCase ones of older programs), the model
+    of its last main-loop reply (else the last fallback's, else the first), the stop reason it
+    ended on, and each model's usage and cost (each run's ``result`` ``modelUsage``, added up)."""
+    initial = effective = stop = None
+    succeeded = False
+    fallbacks: list[dict[str, str | None]] = []
+    per_model: dict[str, _cli.Usage] = {}
+    costs: dict[str, float] = {}
+    for event in events:
+        kind, subtype = event.get("type"), event.get("subtype")
+        if kind == "system" and subtype == "init" and initial is None:
+            initial = _text_field(event, "model")
+        elif kind == "system" and subtype == "model_refusal_fallback":
+            original = _text_field(event, "original_model", "originalModel")
+            fallback = _text_field(event, "fallback_model", "fallbackModel")
+            if original and fallback:
+                fallbacks.append({
+                    "original_model": original,
+                    "fallback_model": fallback,
+                    "trigger": _text_field(event, "trigger"),
+                    "category": _text_field(event, "api_refusal_category", "apiRefusalCategory"),
+                    "explanation": _text_field(event, "api_refusal_explanation", "apiRefusalExplanation"),
+                })  # fmt: skip
+        elif _model_turn(event):
+            effective = _text_field(event["message"], "model") or effective
+        elif kind == "result":
+            stop = _text_field(event, "stop_reason")
+            succeeded = event.get("subtype") == "success" and event.get("is_error") is False
+            for model, record in mapping(event.get("modelUsage")).items():
+                if isinstance(record, dict):
+                    per_model.setdefault(model, _cli.Usage(cache_apart=True)).add(_model_usage(record))
+                    cost = amount_in(record.get("costUSD"))
+                    costs[model] = costs.get(model, 0.0) + (cost or 0.0)
+    return {
+        "requested_model": requested_model,
+        "switch_models_on_flag": switch_models_on_flag,
+        "initial_model": initial,
+        "effective_model": effective or (fallbacks[-1]["fallback_model"] if fallbacks else initial),
+        "fallback_occurred": bool(fallbacks),
+        "fallback_recovered": bool(fallbacks) and succeeded and stop != "refusal",
+        "terminal_stop_reason": stop,
+        "safety_fallbacks": fallbacks,
+        "per_model_usage": {
+            model: {**usage.reported(), "cost_usd": costs[model]} for model, usage in per_model.items()
+        },
+    }
+
+
+def _text_field(event: dict[str, Any], *names: str) -> str | None:
+    """The first of ``names`` that holds a non-empty string."""
+    return next((event[name] for name in names if isinstance(event.get(name), str) and event[name]), None)
+
+
+def _model_usage(record: dict[str, Any]) -> _cli.Usage:
+    """One model's entry of a ``result`` event's ``modelUsage``, as it reports it (cache reads
+    and writes apart)."""
+    return _cli.Usage(
+        input_tokens=_cli.as_int(record.get("inputTokens")),
+        output_tokens=_cli.as_int(record.get("outputTokens")),
+        cache_read_tokens=_cli.as_int(record.get("cacheReadInputTokens")),
+        cache_write_tokens=_cli.as_int(record.get("cacheCreationInputTokens")),
+        reasoning_tokens=_cli.as_int(record.get("thinkingTokens")),
+        cache_apart=True,
+    )
+
+
 def _anthropic_usage(usage: dict[str, Any]) -> _cli.Usage:
     """An Anthropic usage object's counts, as it reports them (cache reads and writes apart)."""
     details = usage.get("output_tokens_details") or {}
@@ -244,24 +325,6 @@ def _anthropic_usage(usage: dict[str, Any]) -> _cli.Usage:
         reasoning_tokens=_cli.as_int(details.get("thinking_tokens")) if isinstance(details, dict) else None,
         cache_apart=True,
     )
-
-
-def _model_usage(model_usage: dict[str, Any]) -> _cli.Usage:
-    """A ``result`` event's ``modelUsage``: every model the run used (sub-agents, small helper
-    models), not just the main loop's, added up."""
-    total = _cli.Usage(cache_apart=True)
-    for usage in model_usage.values():
-        if isinstance(usage, dict):
-            total.add(
-                _cli.Usage(
-                    input_tokens=_cli.as_int(usage.get("inputTokens")),
-                    output_tokens=_cli.as_int(usage.get("outputTokens")),
-                    cache_read_tokens=_cli.as_int(usage.get("cacheReadInputTokens")),
-                    cache_write_tokens=_cli.as_int(usage.get("cacheCreationInputTokens")),
-                    reasoning_tokens=_cli.as_int(usage.get("thinkingTokens")),
-                )
-            )
-    return total
 
 
 def summarize_claude_events(events: list[dict[str, Any]]) -> Summary:
@@ -319,7 +382,11 @@ def _summarize_run(events: list[dict[str, Any]]) -> Summary:
         usage = _anthropic_usage(final.get("usage") or {})
         model_usage = final.get("modelUsage")
         if isinstance(model_usage, dict) and model_usage:
-            total = _model_usage(model_usage)
+            # every model the run used (sub-agents, small helper models), not just the main loop's
+            total = _cli.Usage(cache_apart=True)
+            for record in model_usage.values():
+                if isinstance(record, dict):
+                    total.add(_model_usage(record))
             if total.input_tokens is not None:
                 usage = total
         cost = final.get("total_cost_usd")
@@ -355,8 +422,11 @@ def claude_code(model: str | None = None, **options: Any) -> ClaudeCodeAgent:
     ``model`` -- e.g. ``"claude-sonnet-4-5"`` (an ``anthropic/`` prefix is dropped); None uses
     Claude Code's default.  Options: ``timeout`` (s), ``base_url`` (sets
     ``ANTHROPIC_BASE_URL``), ``max_turns``, ``system_prompt``, ``append_system_prompt``,
-    ``effort`` (low..max; default max, None: the program's own), ``settings`` (dict for ``--settings``), ``include_partial_messages``,
-    ``extra_args``, ``env`` (additions), ``pass_env`` (further secret names to pass through),
+    ``effort`` (low..max; default max, None: the program's own), ``settings`` (dict for
+    ``--settings``), ``include_partial_messages``, ``switch_models_on_flag`` (Claude Code's
+    ``switchModelsOnFlag``: on a refusal, go on with its fallback model, or stop; its routing is
+    the metadata's ``model_routing``), ``extra_args``, ``env`` (additions), ``pass_env`` (further
+    secret names to pass through),
     ``state_dir`` (keep ``CLAUDE_CONFIG_DIR`` there), ``provider_wait_s`` and
     ``provider_jitter_s`` (see :class:`~rayeval.agents._base.ProgramAgent`).
 

@@ -176,7 +176,7 @@ def judge_requests(eval_: Eval, execution: Execution, *, grade_timeout: float | 
 def unanswered_result(execution: Execution) -> EvalResult:
     """The result of an execution that ended in an error or a timeout: nothing to grade (what
     its model calls used, as the gateway counted them, is kept)."""
-    metadata = with_run_summary(execution.metadata, execution.agent_s)
+    metadata = with_run_summary(execution.metadata, execution.agent_s, execution.counted)
     status: Status = "timeout" if execution.outcome == "timeout" else "error"
     counted = execution.counted
     costs = {} if counted is None else counted_fields(counted)
@@ -204,7 +204,7 @@ def grade_execution(
     """
     if execution.outcome in ("error", "timeout"):
         return unanswered_result(execution)
-    metadata = with_run_summary(execution.metadata, execution.agent_s)
+    metadata = with_run_summary(execution.metadata, execution.agent_s, execution.counted)
     reported = {"metadata": metadata, "refusal": refusal_of(execution, metadata)}
     start = time.monotonic()
     status: Status

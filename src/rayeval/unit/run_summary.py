@@ -10,7 +10,9 @@ left no events has null turns and steps and was not searched for a refusal. A ha
 knows these (the program agents, the prompt agent, replay) reports its summary; for any other
 agent the trusted side fills in what it measured (the duration) and leaves the rest null,
 the refusal ``not_evaluated``. A summary that is not one is replaced the same way. Like the
-cost, a summary is what the agent's harness reports.
+cost, a summary is what the agent's harness reports; where the unit's calls went through the
+model gateway, the models that answered them (the effective model, each model's usage) are
+what the gateway saw.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .._json import amount_in, count_in
 from ..gateway.accounting import Count, Usage
+from ..gateway.server import ModelUsage
 
 RUN_SUMMARY_VERSION: Literal[2] = 2
 RefusalStatus = Literal["detected", "not_detected", "not_evaluated"]
@@ -44,6 +47,11 @@ class RunSummary(BaseModel):
     cost_source: str | None = None
     pricing_version: str | None = None
     refusal: RefusalStatus = "not_evaluated"
+    #: the model that answered the unit's last model call, as the gateway saw it (Claude Code's
+    #: refusal fallback may have moved it off the requested one); None: no gateway, or no call
+    effective_model: str | None = None
+    #: each model's tokens, as the gateway counted its calls
+    usage_by_model: dict[str, Usage] = Field(default_factory=dict)
 
 
 def run_summary(
@@ -78,13 +86,17 @@ def refusal_status(evaluated: bool, detected: bool) -> RefusalStatus:
     return "detected" if detected else "not_detected"
 
 
-def with_run_summary(metadata: dict[str, Any], measured_s: float) -> dict[str, Any]:
+def with_run_summary(metadata: dict[str, Any], measured_s: float, counted: ModelUsage | None = None) -> dict[str, Any]:
     """``metadata`` with a valid ``run_summary``: the agent's, or the one the trusted side
-    makes (``measured_s``: the agent's run as timed here)."""
+    makes (``measured_s``: the agent's run as timed here), its models the ones the gateway
+    ``counted`` answering (None: no gateway stood between the unit and its models)."""
     try:
         summary = RunSummary.model_validate(metadata["run_summary"])
     except (KeyError, ValidationError):
         summary = RunSummary(duration_s=max(measured_s, 0.0))
+    if counted is not None:
+        by_model = {model: seen.usage for model, seen in counted.by_model.items()}
+        summary = summary.model_copy(update={"effective_model": counted.last_model, "usage_by_model": by_model})
     return {**metadata, "run_summary": summary.model_dump()}
 
 

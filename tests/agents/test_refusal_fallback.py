@@ -1,0 +1,134 @@
+"""The REAL Claude Code program whose model refuses, against the scripted model server: the
+gateway moves to the next fallback key on a refusal (``ANTHROPIC_KEY_FALLBACK_ON``), and
+Claude Code's own model routing (``switchModelsOnFlag``, ``model_refusal_fallback``) gives the
+row's effective model and each model's usage, as the gateway counted them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from rayeval.agents import claude_code
+from rayeval.agents.claude_code import model_routing
+from rayeval.cli import main
+
+from .conftest import FAKE_KEY, PROGRAM_TIMEOUT, answer_42_evals
+from .test_real_agents import FALLBACK_KEY, PROMPT, answer_command
+
+FINISH = {"text": "Finished: the answer is in eval_answer.json."}
+#: the model Claude Code falls back to from claude-fable-5 when it refuses
+FALLBACK_MODEL = "claude-opus-5"
+#: the scripted server's refusals carry no category: the pinned program falls back on them too
+CATCH_ALL = json.dumps({"CLAUDE_CODE_REFUSAL_FALLBACK_CATCH_ALL": "1"})
+
+
+def _run(evals: Path, out: Path, model: str, *agent_args: str) -> tuple[int, dict[str, Any]]:
+    args = [f"timeout={PROGRAM_TIMEOUT}", *agent_args]
+    code = main(["run", str(evals), "--agent", "claude-code", "--models", model, "--output", str(out),
+                 "--retries", "0", "--no-progress", *[x for a in args for x in ("--agent-arg", a)]])  # fmt: skip
+    (row,) = pd.read_parquet(out).to_dict("records")
+    return code, row
+
+
+def test_a_refusal_moves_the_gateway_to_the_next_key_and_only_what_follows_is_judged(
+    claude_available, model_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """latch's key fallback: the model refuses on the first key; the gateway asks again with the
+    fallback key, Claude Code never sees the refusal, and the row is no refusal."""
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("ANTHROPIC_KEY_FALLBACK_ON", "refusal")
+    server = model_server([{"command": answer_command("second-key")}, FINISH])
+    server.refused_by.add(FAKE_KEY)
+    evals = answer_42_evals(tmp_path / "evals", "refused", PROMPT)
+    code, row = _run(evals, tmp_path / "out", "claude-sonnet-4-5", "base_url=" + server.url)
+    assert code == 0 and row["passed"], row["error_message"]
+    assert row["refusal"] is False
+    metadata = json.loads(row["metadata_json"])
+    assert metadata["gateway"]["refusal_fallbacks"] == 1 and metadata["gateway"]["refusals"] == []
+    assert metadata["run_summary"]["refusal"] == "not_detected"  # the program never saw it
+    keys = [r.headers.get("x-api-key") for r in server.model_requests()]
+    assert keys[0] == FAKE_KEY and set(keys[1:]) == {FALLBACK_KEY}
+    calls = json.loads(json.loads(row["artifacts_json"])["model_calls.json"])["calls"]
+    assert calls[0]["refusal_fallback"] and row["n_model_calls"] == len(calls)  # the refused call is counted
+
+
+def test_claude_codes_refusal_fallback_model_is_the_effective_model_with_each_models_usage(
+    claude_available, model_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    # claude-fable-5 refuses turn 0, then again when Claude Code goes on once; claude-opus-5 gets
+    # the conversation with the refused reply in it: turn 1
+    server = model_server([FINISH, {"command": answer_command("opus")}, FINISH])
+    server.refused_by.add("claude-fable-5")
+    evals = answer_42_evals(tmp_path / "evals", "routed", PROMPT)
+    code, row = _run(
+        evals, tmp_path / "out", "claude-fable-5", "base_url=" + server.url, "switch_models_on_flag=true",
+        "env=" + CATCH_ALL,
+    )  # fmt: skip
+    assert code == 0 and row["passed"], row["error_message"]
+    metadata = json.loads(row["metadata_json"])
+    summary, seen = metadata["run_summary"], metadata["gateway"]["by_model"]
+    assert summary["effective_model"] == FALLBACK_MODEL
+    assert set(summary["usage_by_model"]) == set(seen) == {"claude-fable-5", FALLBACK_MODEL}
+    for model, usage in summary["usage_by_model"].items():
+        assert usage == seen[model]["usage"]
+        served = [r for r in server.model_requests() if r.body["model"] == model]
+        assert seen[model]["n_model_calls"] == len(served)
+    routing = metadata["model_routing"]  # the program's own account: claims, kept beside
+    assert (routing["initial_model"], routing["effective_model"]) == ("claude-fable-5", FALLBACK_MODEL)
+    assert routing["fallback_occurred"] and routing["fallback_recovered"]
+    assert routing["safety_fallbacks"][0]["original_model"] == "claude-fable-5"
+    assert set(routing["per_model_usage"]) == set(seen)
+    assert '"switchModelsOnFlag": true' in " ".join(metadata["command"])
+
+
+def test_with_model_switching_off_claude_code_stops_on_the_refusal(
+    claude_available, model_server, tmp_path: Path
+) -> None:
+    server = model_server([{"command": answer_command("never")}, FINISH])
+    server.refused_by.add("claude-fable-5")
+    agent = claude_code(
+        "claude-fable-5", base_url=server.url, timeout=PROGRAM_TIMEOUT, switch_models_on_flag=False,
+        env=json.loads(CATCH_ALL),
+    )  # fmt: skip
+    md = agent(PROMPT, tmp_path / "work")["metadata"]
+    assert {r.body["model"] for r in server.model_requests()} == {"claude-fable-5"}
+    assert not md["model_routing"]["fallback_occurred"] and md["model_routing"]["terminal_stop_reason"] == "refusal"
+    assert md["refusal"]["code"] == "stop_reason_refusal" and md["run_summary"]["refusal"] == "detected"
+
+
+def test_the_option_takes_a_boolean_only() -> None:
+    with pytest.raises(ValueError, match="switch_models_on_flag must be true or false"):
+        claude_code("claude-fable-5", switch_models_on_flag=1)
+
+
+#: latch's own events of a routed session (camelCase fields), two runs of it
+LATCH_EVENTS: list[dict[str, Any]] = [
+    {"type": "system", "subtype": "init", "model": "claude-fable-5"},
+    {"type": "system", "subtype": "model_refusal_fallback", "trigger": "refusal", "originalModel": "claude-fable-5",
+     "fallbackModel": "claude-opus-5", "apiRefusalCategory": "bio", "apiRefusalExplanation": "Biology classifier."},
+    {"type": "assistant", "parent_tool_use_id": None, "message": {"model": "claude-opus-5", "content": []}},
+    {"type": "result", "subtype": "success", "is_error": False, "stop_reason": "end_turn",
+     "modelUsage": {"claude-fable-5": {"inputTokens": 100, "outputTokens": 0, "costUSD": 0.01},
+                    "claude-opus-5": {"inputTokens": 200, "outputTokens": 50, "costUSD": 0.05}}},
+    {"type": "result", "subtype": "success", "is_error": False, "stop_reason": "end_turn",
+     "modelUsage": {"claude-opus-5": {"inputTokens": 300, "outputTokens": 75, "costUSD": 0.07}}},
+]  # fmt: skip
+
+
+def test_the_routing_claims_of_latchs_events() -> None:
+    routing = model_routing(LATCH_EVENTS, "anthropic/claude-fable-5", True)
+    assert (routing["initial_model"], routing["effective_model"]) == ("claude-fable-5", "claude-opus-5")
+    assert routing["fallback_occurred"] and routing["fallback_recovered"]
+    assert routing["safety_fallbacks"][0]["category"] == "bio"
+    opus = routing["per_model_usage"]["claude-opus-5"]
+    assert (opus["input_tokens"], opus["output_tokens"]) == (500, 125)
+    assert opus["cost_usd"] == pytest.approx(0.12)
+    refused = [LATCH_EVENTS[1], {"type": "result", "subtype": "success", "is_error": False, "stop_reason": "refusal"}]
+    routing = model_routing(refused, "claude-fable-5", True)
+    assert routing["fallback_occurred"] and not routing["fallback_recovered"]
+    assert routing["effective_model"] == "claude-opus-5"

@@ -8,6 +8,11 @@ write (Anthropic's usage-policy message, OpenAI's cyber-policy, biological-risk 
 invalid-prompt rejections), each matched within one message. Only what the model or its
 provider said is searched (replies, refusal parts, error messages), never the task, tool
 output or files, which may mention policies for their own reasons.
+
+:func:`detect_refusal` reads the shapes the reference runner reads without knowing the program:
+a trajectory of any shape (an event list, a ``{"messages": [...]}`` dict), an agent's output
+object, its error text, and a refusal sidecar (the records a pi extension writes to
+``refusal_events.jsonl``), in that runner's order: the sidecar first.
 """
 
 from __future__ import annotations
@@ -27,6 +32,15 @@ MESSAGE_CHARS = 500
 ANTHROPIC_REFUSAL_STOPS = frozenset({"refusal", "sensitive"})
 #: OpenAI's finish reason (and Responses ``incomplete_details.reason``) of a filtered reply
 CONTENT_FILTER = "content_filter"
+#: a sidecar record's provider, as the programs name it, by the provider the verdict names
+SIDECAR_PROVIDERS = {
+    "anthropic": "anthropic", "openai": "openai", "openai-completions": "openai", "openai-responses": "openai",
+    "google": "google",
+}  # fmt: skip
+#: the most strings of one value searched (a huge trajectory is not walked past them)
+MAX_STRINGS = 5000
+#: the most bytes of a refusal sidecar read
+MAX_SIDECAR_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -76,6 +90,12 @@ def _text_refusal(text: str) -> tuple[str, str] | None:
     return None
 
 
+def _generic_refusal(text: str) -> bool:
+    """A refusal no provider's words name: ``refusal`` with ``policy`` or ``safety``, in one text."""
+    lowered = text.lower()
+    return "refusal" in lowered and ("policy" in lowered or "safety" in lowered)
+
+
 def first_text_refusal(said: list[str], errors: list[str]) -> RefusalVerdict | None:
     for text in [*errors, *said]:
         found = _text_refusal(text)
@@ -93,6 +113,19 @@ def strings_in(value: Any) -> Iterator[str]:
     elif isinstance(value, list):
         for item in value:
             yield from strings_in(item)
+
+
+def fields_named(value: Any, names: frozenset[str]) -> Iterator[str]:
+    """The string values of the fields named ``names`` anywhere in ``value``."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key in names and isinstance(item, str):
+                yield item
+            else:
+                yield from fields_named(item, names)
+    elif isinstance(value, list):
+        for item in value:
+            yield from fields_named(item, names)
 
 
 def mapping(value: Any) -> dict[str, Any]:
@@ -139,6 +172,86 @@ def choice_refusal(choice: dict[str, Any]) -> RefusalVerdict | None:
     if finish in ANTHROPIC_REFUSAL_STOPS:  # litellm passes Anthropic's on
         return verdict("anthropic", f"stop_reason_{finish}", " ".join(texts) or f"stop_reason {finish}", texts)
     return None
+
+
+# ----------------------------------------------------------------------------- any shape
+_STOP_FIELDS = frozenset({"stop_reason", "stopReason"})
+_FINISH_FIELDS = frozenset({"finish_reason", "finishReason"})
+
+
+def value_refusal(value: Any) -> RefusalVerdict | None:
+    """The refusal in a value of any shape (a trajectory, an output object, an error's JSON or
+    text): a refusal stop reason or a ``content_filter`` finish in any field so named, else a
+    provider's refusal text, else ``refusal`` with ``policy`` or ``safety``, each within one
+    string (an ``ls`` listing and an unrelated turn never make one together)."""
+    if isinstance(value, str):
+        parsed = _json_value(value)
+        value = parsed if isinstance(parsed, (dict, list)) else value
+    texts = [text for _, text in zip(range(MAX_STRINGS), (t for t in strings_in(value) if t.strip()))]
+    stop = next((reason for reason in fields_named(value, _STOP_FIELDS) if reason in ANTHROPIC_REFUSAL_STOPS), None)
+    if stop is not None:
+        return verdict("anthropic", f"stop_reason_{stop}", _first_said(texts) or f"stop_reason {stop}", texts)
+    if CONTENT_FILTER in fields_named(value, _FINISH_FIELDS):
+        return verdict("openai", CONTENT_FILTER, _first_said(texts) or "finish_reason content_filter", texts)
+    found = first_text_refusal(texts, [])
+    if found is not None:
+        return found
+    generic = next((text for text in texts if _generic_refusal(text)), None)
+    return verdict(None, "refusal", generic, texts) if generic is not None else None
+
+
+def _first_said(texts: list[str]) -> str:
+    """What a refused reply said, as far as a value of no known shape tells: its longest text."""
+    return max(texts, key=len, default="")
+
+
+def _json_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def sidecar_refusal(records: list[Any]) -> RefusalVerdict | None:
+    """The verdict of a refusal sidecar's first record (``provider``, ``raw_reason``,
+    ``explanation``); None without one."""
+    record = next(iter(records), None)
+    if not isinstance(record, dict):
+        return None
+    provider, reason, explanation = record.get("provider"), record.get("raw_reason"), record.get("explanation")
+    message = (
+        explanation if isinstance(explanation, str) and explanation else f"Model refusal ({reason or 'unknown reason'})"
+    )
+    return verdict(
+        SIDECAR_PROVIDERS.get(provider) if isinstance(provider, str) else None,
+        reason if isinstance(reason, str) and reason else "refusal",
+        message,
+        [json.dumps(record, ensure_ascii=False)],
+    )
+
+
+def detect_refusal(
+    *, trajectory: Any = None, output: Any = None, error: str | None = None, sidecar: list[Any] | None = None
+) -> RefusalVerdict | None:
+    """The refusal in whatever a run left, in the reference runner's order: the sidecar's
+    first record, then the trajectory, the agent's output object, its error (text or JSON)."""
+    if sidecar:
+        return sidecar_refusal(sidecar)
+    for value in (trajectory, output, error):
+        found = value_refusal(value) if value is not None else None
+        if found is not None:
+            return found
+    return None
+
+
+def read_sidecar(path: Path) -> list[Any] | None:
+    """The records of a refusal sidecar (JSON lines; a line that is none is skipped); None when
+    there is no such regular file."""
+    if path.is_symlink() or not path.is_file():
+        return None
+    with path.open("rb") as file:
+        lines = file.read(MAX_SIDECAR_BYTES).decode("utf-8", "replace").splitlines()
+    return [record for record in map(_json_value, lines) if isinstance(record, dict)]
 
 
 def write_verdict(work_dir: Path, found: RefusalVerdict | None) -> None:

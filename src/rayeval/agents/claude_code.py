@@ -187,11 +187,18 @@ class ClaudeCodeAgent(ProgramAgent):
     @classmethod
     def refusal_in(cls, events: list[dict[str, Any]]) -> RefusalVerdict | None:
         """Its stop reasons first (the refused replies come before Claude Code's own message), then
-        the providers' refusal texts in its replies and errors."""
+        a refusal it was still retrying when the run ended (its notice of one, or its model
+        fallback, with no model reply after), then the providers' refusal texts in its replies
+        and errors."""
         said: list[str] = []
         errors: list[str] = []
+        retrying: RefusalVerdict | None = None  # a refusal no model reply has answered yet
         for event in events:
             kind = event.get("type")
+            if _refusal_notice(event):
+                retrying = verdict("anthropic", "stop_reason_refusal", _notice_text(event), said[-3:])
+            elif _model_turn(event):
+                retrying = None
             if kind == "assistant":
                 message = mapping(event.get("message"))
                 texts = blocks_text(message.get("content"))
@@ -209,7 +216,27 @@ class ClaudeCodeAgent(ProgramAgent):
                 if isinstance(result, str) and event.get("is_error"):
                     errors.append(result)
                 errors.extend(str(e) for e in event.get("errors") or [] if isinstance(e, str))
-        return first_text_refusal(said, errors)
+        return retrying or first_text_refusal(said, errors)
+
+
+#: the ``system`` events the pinned program sends when the model refused: its notice that it goes
+#: on once after the refusal, its move to the fallback model, and its stop without one
+_REFUSAL_EVENTS = frozenset({"model_refusal_fallback", "model_refusal_no_fallback"})
+_REFUSAL_NOTICE = "safeguards stopped the response"
+
+
+def _refusal_notice(event: dict[str, Any]) -> bool:
+    if event.get("type") != "system":
+        return False
+    if event.get("subtype") in _REFUSAL_EVENTS:
+        return True
+    content = event.get("content")
+    return event.get("subtype") == "informational" and isinstance(content, str) and _REFUSAL_NOTICE in content
+
+
+def _notice_text(event: dict[str, Any]) -> str:
+    explanation = _text_field(event, "api_refusal_explanation", "content")
+    return explanation or f"{event.get('subtype')}: the model refused"
 
 
 def _model_turn(event: dict[str, Any]) -> bool:

@@ -36,6 +36,8 @@ from ._refusal import (
     blocks_text,
     first_text_refusal,
     mapping,
+    read_sidecar,
+    sidecar_refusal,
     verdict,
 )
 
@@ -84,6 +86,10 @@ STREAM_EVENTS = frozenset({"message_update", "tool_execution_update"})
 PI_ANTHROPIC_REFUSAL = "The model refused to complete the request"
 PI_CONTENT_FILTER = "Provider finish_reason: content_filter"
 
+
+#: the refusal records a pi extension may write beside pi's own folder (``$PI_CODING_AGENT_DIR/..``,
+#: ``~/.pi`` in the reference runner), one JSON object a line: ``provider``, ``raw_reason``, ``explanation``
+REFUSAL_SIDECAR = "refusal_events.jsonl"
 
 #: the program, pinned: the version this spec is tested with
 PI = _tools.Program("pi", "@earendil-works/pi-coding-agent", "0.79.10", "RAYEVAL_PI_BIN")
@@ -253,6 +259,9 @@ class PiAgent(ProgramAgent):
             summary.cost_usd is not None and self.custom_model and "cost" in known_models().get(self.pi_model or "", {})
         ):
             summary.cost_source = "rayeval_price_table"  # with the price table's prices
+        sidecar = read_sidecar(state / "pi" / REFUSAL_SIDECAR)
+        if sidecar:  # an extension's word on a refusal comes before the events'
+            summary.refusal = sidecar_refusal(sidecar)
         return summary
 
     @classmethod

@@ -15,6 +15,9 @@ import pytest
 from rayeval.agents import claude_code
 from rayeval.agents.claude_code import model_routing
 from rayeval.cli import main
+from rayeval.gateway.accounting import Usage
+from rayeval.gateway.server import ModelCalls, ModelUsage
+from rayeval.unit.run_summary import run_summary, with_run_summary
 
 from .conftest import FAKE_KEY, PROGRAM_TIMEOUT, answer_42_evals
 from .test_real_agents import FALLBACK_KEY, PROMPT, answer_command
@@ -132,3 +135,19 @@ def test_the_routing_claims_of_latchs_events() -> None:
     routing = model_routing(refused, "claude-fable-5", True)
     assert routing["fallback_occurred"] and not routing["fallback_recovered"]
     assert routing["effective_model"] == "claude-opus-5"
+
+
+def test_the_run_summarys_models_are_the_gateways_whatever_the_agent_claims() -> None:
+    claimed = run_summary(duration_s=1.0, usage={"input_tokens": 1})
+    claimed = {
+        **claimed,
+        "effective_model": "claude-fable-5",
+        "usage_by_model": {"claude-fable-5": {"input_tokens": 1}},
+    }
+    opus = ModelCalls(n_model_calls=2, usage=Usage(input_tokens=500, output_tokens=125), cost_usd=None)
+    counted = ModelUsage(n_model_calls=2, usage=opus.usage, cost_usd=None, by_model={FALLBACK_MODEL: opus},
+                         last_model=FALLBACK_MODEL)  # fmt: skip
+    summary = with_run_summary({"run_summary": claimed}, 1.0, counted)["run_summary"]
+    assert summary["effective_model"] == FALLBACK_MODEL
+    assert summary["usage_by_model"] == {FALLBACK_MODEL: opus.usage.as_dict()}
+    assert with_run_summary({"run_summary": claimed}, 1.0)["run_summary"]["effective_model"] == "claude-fable-5"

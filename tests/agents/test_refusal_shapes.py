@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from rayeval.agents import claude_code, pi
-from rayeval.agents._refusal import EXCERPT_CHARS, MESSAGE_CHARS, VERDICT_NAME, detect_refusal
+from rayeval.agents import claude_code, detect_refusal, pi
+from rayeval.agents._refusal import EXCERPT_CHARS, MESSAGE_CHARS, VERDICT_NAME
 
 from .conftest import PROGRAM_TIMEOUT
 from .test_refusals import BIO, PROMPT

@@ -11,6 +11,7 @@ from .._lazy import lazy_exports
 
 if TYPE_CHECKING:  # the exports (see rayeval._lazy)
     from ._base import AgentConfigError, ProgramAgent
+    from ._refusal import RefusalVerdict, detect_refusal
     from ._tools import AgentNotInstalledError
     from .claude_code import ClaudeCodeAgent, claude_code
     from .codex import CodexAgent, codex

@@ -144,6 +144,11 @@ def test_a_run_with_bad_fallback_keys_or_wait_budget_exits_2_before_any_unit(
     monkeypatch.setenv("ANTHROPIC_API_KEY_FALLBACKS", f'["{SECRET}"]')
     assert main([*run, "--agent-arg", "provider_wait_s=NaN"]) == 2
     assert "provider_wait_s must be a finite number of seconds >= 0, got nan" in capsys.readouterr().err
+    monkeypatch.setenv("ANTHROPIC_KEY_FALLBACK_ON", "refusals")
+    assert main(run) == 2
+    assert "ANTHROPIC_KEY_FALLBACK_ON must be one of rejected_key, refusal, both, got 'refusals'" in (
+        capsys.readouterr().err
+    )
     assert not (tmp_path / "out").exists()
 
 

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from rayeval.agents import claude_code
-from rayeval.agents.claude_code import model_routing
+from rayeval.agents.claude_code import ClaudeCodeAgent, model_routing
 from rayeval.cli import main
 from rayeval.gateway.accounting import Usage
 from rayeval.gateway.server import ModelCalls, ModelUsage
@@ -151,3 +151,13 @@ def test_the_run_summarys_models_are_the_gateways_whatever_the_agent_claims() ->
     assert summary["effective_model"] == FALLBACK_MODEL
     assert summary["usage_by_model"] == {FALLBACK_MODEL: opus.usage.as_dict()}
     assert with_run_summary({"run_summary": claimed}, 1.0)["run_summary"]["effective_model"] == "claude-fable-5"
+
+
+@pytest.mark.parametrize(("trigger", "spare"), [(None, True), ("both", True), ("refusal", False)])
+def test_an_agent_without_the_gateway_moves_on_a_rejected_key_unless_told_refusal_only(
+    trigger: str | None, spare: bool
+) -> None:
+    environ = {"ANTHROPIC_API_KEY_FALLBACKS": json.dumps([FALLBACK_KEY])}
+    if trigger is not None:
+        environ["ANTHROPIC_KEY_FALLBACK_ON"] = trigger
+    assert ClaudeCodeAgent.spare_keys(environ) == ([FALLBACK_KEY] if spare else [])

@@ -150,15 +150,17 @@ class ProgramAgent:
 
     @classmethod
     def spare_keys(cls, environ: Mapping[str, str]) -> list[str]:
-        """The fallback keys listed in ``environ`` (:class:`AgentConfigError` when the list is
-        not a JSON list of non-empty strings, or ``ANTHROPIC_KEY_FALLBACK_ON`` names no trigger)."""
+        """The fallback keys listed in ``environ`` for a rejected key (:class:`AgentConfigError`
+        when the list is not a JSON list of non-empty strings, or ``ANTHROPIC_KEY_FALLBACK_ON``
+        names no trigger); none when that says ``refusal``: a refusal is the gateway's to see."""
         if cls.key_fallbacks is None:
             return []
         try:
-            key_fallback_on(environ.get(ANTHROPIC_KEY_FALLBACK_ON))
-            return fallback_keys(cls.key_fallbacks[0], environ.get(cls.key_fallbacks[0]))
+            trigger = key_fallback_on(environ.get(ANTHROPIC_KEY_FALLBACK_ON))
+            keys = fallback_keys(cls.key_fallbacks[0], environ.get(cls.key_fallbacks[0]))
         except ValueError as exc:
             raise AgentConfigError(str(exc)) from None
+        return [] if trigger == "refusal" else keys
 
     def fallback_variable(self) -> str | None:
         """The key variable a fallback key replaces (None: this agent takes no fallback keys,

@@ -95,7 +95,7 @@ def judge_models(specs: Any, field: str) -> Iterator[tuple[str, str]]:
 def check_judge_key(model: str) -> None:
     """:class:`ModelError` naming the variable when the judge ``model``'s API key is not in this
     process's environment (where its calls read it): what calling it would find, found before."""
-    check_model(model, {}, environment=True, make=False)
+    check_model(model, {}, environment=True, key_alone=True)
 
 
 def _known_model(model_id: str) -> str:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from .prices import price_table
 from .providers import api_key, provider_keys, split_name
 from .types import ChatMessage, ModelOutput
 
@@ -91,18 +92,20 @@ def prompt_model(name: str | None, args: dict[str, str]) -> tuple[Model, PromptO
     return model, options
 
 
-def check_model(name: str | None, args: Mapping[str, Any], *, environment: bool, make: bool = True) -> None:
-    """Raise ``ValidationError`` (an option) or ``ModelError`` (the name, the key) when the model
-    ``name`` cannot be called with these options; nothing is sent. ``environment``: the calls
-    read this process's environment, so the key is checked too: by making the model (its key,
-    fallback keys and price file), or without ``make`` by reading the key alone (no SDK loaded)."""
-    if environment and make:
-        prompt_model(name, dict(args))
-        return
+def check_model(name: str | None, args: Mapping[str, Any], *, environment: bool, key_alone: bool = False) -> None:
+    """Raise ``ValidationError`` (an option) or ``ModelError`` (the name, the key, the price file)
+    when the model ``name`` cannot be called with these options; nothing is sent, no SDK is
+    loaded. ``environment``: the calls read this process's environment, so its key, fallback
+    keys and price file are checked too, as making the model reads them (``key_alone``: the key)."""
     options = PromptOptions.model_validate(dict(args))
     provider, _ = split_name(name or "")
-    if environment:
+    if not environment:
+        return
+    if key_alone:
         api_key(provider, options.api_key_env)
+        return
+    provider_keys(provider, options.api_key_env)
+    price_table(options.prices)
 
 
 def generate_reply(

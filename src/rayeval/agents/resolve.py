@@ -348,8 +348,8 @@ def check_agent_args(
 
 
 def _check_prompt(args: dict[str, str], model: str | None, *, environment: bool) -> None:
-    """The options, the model's name and (``environment``) its key and price file: making
-    the model checks them all, and sends nothing."""
+    """The options, the model's name and (``environment``) its keys and price file, as making
+    the model reads them; nothing is sent."""
     from pydantic import ValidationError
 
     from ..models import ModelError

@@ -67,8 +67,7 @@ def run_batch(
     log, the manifest says ``failed`` where it can be written, and :class:`ResultsRootUnwritable`
     is raised.
     """
-    resumed_run_id(config.storage)  # options that cannot go together fail before any work
-    run = _DriverRun.open(config, prepare_run(config, evals, agent))
+    run = _DriverRun.open(config, evals, agent)
     with StopSignals() as stop_signals:
         try:
             run.execute(stop_signals, agent=agent, grade=grade)
@@ -112,9 +111,12 @@ class _DriverRun:
     summary: Future[RunSummary] | None = None
 
     @classmethod
-    def open(cls, config: BatchConfig, prepared: PreparedRun) -> _DriverRun:
-        """Take the run's lease, decide the manifest it starts or resumes from, open its writer."""
+    def open(cls, config: BatchConfig, evals: list[Eval] | None, agent: AgentFunction | None) -> _DriverRun:
+        """Check the run's options and inputs, take its lease, decide the manifest it starts or
+        resumes from, open its writer."""
         storage = config.storage
+        resumed_run_id(storage)  # options that cannot go together fail before any work
+        prepared = prepare_run(config, evals, agent)
         fresh_root = not is_s3(storage.output) and not os.path.exists(storage.output)
         store = _LeasedStore(storage.output, s3_endpoint_url=storage.s3_endpoint_url)
         run_id = storage.run_id or new_run_id()

@@ -96,6 +96,9 @@ class _DriverRun:
     planned: RunManifest
     writer: RowWriter
     fresh_root: bool  # the results folder did not exist before this run
+    #: a bool per plan position: the units without a stored row, or stored ones to run again
+    todo: np.ndarray
+    earlier_attempts: np.ndarray | None  # the attempts stored of each unit that runs again
     started: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
     owns_ray: bool = False
     workers: WorkerPool | None = None
@@ -112,8 +115,8 @@ class _DriverRun:
 
     @classmethod
     def open(cls, config: BatchConfig, evals: list[Eval] | None, agent: AgentFunction | None) -> _DriverRun:
-        """Check the run's options and inputs, take its lease, decide the manifest it starts or
-        resumes from, open its writer."""
+        """Check the run's options and inputs, take its lease, open its writer, and decide what
+        it starts from: the manifest it starts or resumes, the units left to run."""
         storage = config.storage
         resumed_run_id(storage)  # options that cannot go together fail before any work
         prepared = prepare_run(config, evals, agent)
@@ -123,7 +126,8 @@ class _DriverRun:
         # One driver at a time (LeaseHeld names the other one): taken before the run is read or
         # written, renewed in the background, released at the end; the store writes only while it is held.
         lease = store.lease = run_lease(store, run_id).take().start_renewing()
-        try:
+        with contextlib.ExitStack() as undo:  # what a run that cannot start gives back
+            undo.callback(lease.release)
             planned = starting_manifest(store, run_id, config, prepared.evals, prepared.plan)
             # opened before Ray starts: an unusable results root fails at once; recovers the WAL
             writer = store.open_writer(
@@ -132,24 +136,23 @@ class _DriverRun:
                 flush_seconds=storage.flush_seconds,
                 give_up_after_s=storage.store_retry_s,
             )
-        except BaseException:
-            lease.release()
-            raise
-        return cls(config, prepared, run_id, store, lease, planned, writer, fresh_root)
+            undo.callback(writer.close)
+            # read once the WAL is recovered, and before Ray starts: a resumed run with nothing
+            # left starts none (a new run reads no stored rows)
+            todo, earlier_attempts = units_to_run(storage, store, run_id, prepared.plan)
+            undo.pop_all()
+        return cls(config, prepared, run_id, store, lease, planned, writer, fresh_root, todo, earlier_attempts)
 
     def execute(self, stop_signals: StopSignals, *, agent: AgentFunction | None, grade: GradeFunction | None) -> None:
         """Start Ray and the workers, say what runs, write the manifest, run the units not stored."""
         config, prepared, plan = self.config, self.prepared, self.prepared.plan
-        # a bool per plan position: units without a stored row, or stored ones to run again
-        # (read before Ray starts: a resumed run with nothing left starts none; a new run reads
-        # no stored rows); the workers start asynchronously, overlapping the manifest
-        todo, earlier_attempts = units_to_run(config.storage, self.store, self.run_id, plan)
+        todo, earlier_attempts = self.todo, self.earlier_attempts
         capacity = None
         runs_units = not config.storage.resume or bool(todo.any())
         if runs_units:
             self.owns_ray = connect(config.ray)
         stop_signals.claim()  # after Ray's start, which sets handlers of its own
-        if runs_units and len(plan):
+        if runs_units and len(plan):  # the workers start asynchronously, overlapping the manifest
             self.workers, capacity = start_pool(config, self.run_id, prepared, agent=agent, grade=grade)
         self.to_run = to_run = int(todo.sum())
         again = int((earlier_attempts[todo] > 0).sum()) if earlier_attempts is not None else 0
@@ -326,7 +329,7 @@ def _store_units_back(
 ) -> None:
     """Settle the calls that are back: store the rows of finished units, queue retries; what
     they cost that no gateway counted counts in the run's ``budget`` as they come back."""
-    kept: dict[str, list[UnitRecord]] = {}  # model -> rows to store, of every unit back by now
+    kept: dict[str, list[UnitRecord]] = {}  # a row's model (its partition) -> rows to store, of every unit back by now
     for ref in ready:
         if (done := work.settle(ref, run)) is None:
             continue
@@ -339,9 +342,9 @@ def _store_units_back(
         if delay is not None and attempt - earlier <= config.retries:  # retries count from this run's first
             work.queue.retry_later(unit, attempt + 1, delay)
         else:
-            kept.setdefault(unit.model, []).append(row)
+            kept.setdefault(row.model, []).append(row)
     for model, rows in kept.items():  # one WAL write and fsync per model and round
-        writer.add_lines(run.model_label(model), [row.to_line() for row in rows])
+        writer.add_lines(model, [row.to_line() for row in rows])
         for row in rows:  # done once on disk, in the write-ahead log
             progress.update(passed=row.passed, error=row.status in ERROR_STATUSES)
 

@@ -156,10 +156,6 @@ class RunRows:
             agent_args=self.agent_args, attempt=attempt, node=node, host=host,
         )  # fmt: skip
 
-    def model_label(self, model: str) -> str:
-        """The model as the run's rows (and their partitions) name it."""
-        return row_labels(self.agent, model, self.agent_args)[0]
-
     def system_error(self, unit: Unit, attempt: int, exc: BaseException) -> UnitRecord:
         """The row of a unit Ray could not run even after its own retries (e.g. a node kept dying)."""
         stamp = datetime.now(timezone.utc)

@@ -230,13 +230,13 @@ def test_s3_run_refused_while_another_driver_holds_it_then_runs_holding_it(
     other.release()
 
     holders = []
-    real_execute = engine._execute
+    real_run_units = engine._DriverRun._run_units
 
-    def execute(*args: object, **kwargs: object) -> None:
+    def run_units(*args: object, **kwargs: object) -> None:
         holders.append(run_lease(store, "r1").read())
-        real_execute(*args, **kwargs)
+        real_run_units(*args, **kwargs)
 
-    monkeypatch.setattr(engine, "_execute", execute)
+    monkeypatch.setattr(engine._DriverRun, "_run_units", run_units)
     summary = batch.run(str(evals), **options)
     assert summary.stored_rows == 3
     assert holders[0].pid == os.getpid() and holders[0].token != other.token

@@ -27,9 +27,9 @@ from ..unit.context import AgentFunction
 from ..unit.judges import has_judged_graders
 from .budget import BudgetSpent, BudgetView, open_budget, stored_spend
 from .cluster import connect, shut_down_embedded_ray
-from .config import BatchConfig, SchedulingConfig
+from .config import BatchConfig
 from .judging import JudgeCalls
-from .plan import Plan, Unit
+from .plan import Unit
 from .prepare import PreparedRun, prepare_run
 from .progress import Progress
 from .queue import UnitQueue, unit_retry_delay
@@ -145,8 +145,7 @@ class _DriverRun:
 
     def execute(self, stop_signals: StopSignals, *, agent: AgentFunction | None, grade: GradeFunction | None) -> None:
         """Start Ray and the workers, say what runs, write the manifest, run the units not stored."""
-        config, prepared, plan = self.config, self.prepared, self.prepared.plan
-        todo, earlier_attempts = self.todo, self.earlier_attempts
+        config, prepared, plan, todo = self.config, self.prepared, self.prepared.plan, self.todo
         capacity = None
         runs_units = not config.storage.resume or bool(todo.any())
         if runs_units:
@@ -155,7 +154,7 @@ class _DriverRun:
         if runs_units and len(plan):  # the workers start asynchronously, overlapping the manifest
             self.workers, capacity = start_pool(config, self.run_id, prepared, agent=agent, grade=grade)
         self.to_run = to_run = int(todo.sum())
-        again = int((earlier_attempts[todo] > 0).sum()) if earlier_attempts is not None else 0
+        again = int((self.earlier_attempts[todo] > 0).sum()) if self.earlier_attempts is not None else 0
         results = self.store.run_uri(self.run_id)
         done = f"{len(plan) - to_run} already done{rerun_text(again)}"
         header = [f"run {self.run_id}: {to_run} units to run ({done}); results: {results}"]
@@ -171,19 +170,70 @@ class _DriverRun:
             self.progress.units_start()
             budget = self._open_budget()
             with self.lease.interrupts():  # a lost lease stops the run: another driver has it now
-                _execute(
-                    config.scheduling,
-                    RunRows(prepared.evals, self.run_id, config.agent, config.agent_args),
-                    plan,
-                    todo,
-                    earlier_attempts,
-                    self.writer,
-                    self.progress,
-                    self.workers,
-                    self.lease,
-                    stop_signals,
-                    budget,
-                )
+                self._run_units(self.workers, self.progress, stop_signals, budget)
+
+    def _run_units(
+        self, workers: WorkerPool, progress: Progress, stop_signals: StopSignals, budget: BudgetView | None
+    ) -> None:
+        """Start units while the limits and the workers' slots allow (and the run's ``budget`` is
+        not spent), wait for the next to end, store its row or run it again (a unit whose
+        LLM-judged graders need judge calls frees its slot and is graded once they are made).  Each
+        pass waits at most 0.1 s for a unit, so a lost lease stops the loop at once.
+        :class:`BudgetSpent` when the budget left units unstarted."""
+        config, scheduling = self.config, self.config.scheduling
+        run = RunRows(self.prepared.evals, self.run_id, config.agent, config.agent_args)
+        queue = UnitQueue(
+            self.prepared.plan, self.todo, max_concurrency=scheduling.max_concurrency,
+            model_limits=scheduling.model_concurrency, earlier_attempts=self.earlier_attempts,
+        )  # fmt: skip
+        work = _InFlight(queue, workers, JudgeCalls(scheduling.judge_concurrency))
+        if any(has_judged_graders(eval_) for eval_ in run.evals):
+            work.judges.start()
+        spent_out = False
+        while (queue.waiting and not spent_out) or work.busy:
+            self.writer.check()  # a results root that cannot be written stops the run: no unit more
+            self.lease.stop_if_lost()  # so does a lease another driver holds now
+            spent_out = budget is not None and budget.spent_out()
+            while not spent_out and workers.free() and (taken := queue.next()) is not None:
+                work.running[workers.submit(*taken)] = taken
+            work.judges.submit()
+            refs = work.refs()
+            if not refs:
+                time.sleep(0.05)  # only delayed retries remain
+                continue
+            ready, _ = ray.wait(refs, num_returns=1, timeout=0.1)
+            if ready:  # and whatever else is done by now
+                ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+            with stop_signals.deferred():  # a unit back is stored whole, even if the run stops now
+                self._store_units_back(run, ready, work, progress, budget)
+        if budget is not None and (queue.waiting or work.refused_by_budget):
+            raise BudgetSpent(run.run_id, budget.max_cost_usd, budget.spent(), queue.left(), work.refused_by_budget)
+
+    def _store_units_back(
+        self, run: RunRows, ready: list[Any], work: _InFlight, progress: Progress, budget: BudgetView | None
+    ) -> None:
+        """Settle the calls that are back: store the rows of finished units, queue retries; what
+        they cost that no gateway counted counts in the run's ``budget`` as they come back."""
+        scheduling, earlier_attempts = self.config.scheduling, self.earlier_attempts
+        # a row's model (its partition) -> rows to store, of every unit back by now
+        kept: dict[str, list[UnitRecord]] = {}
+        for ref in ready:
+            if (done := work.settle(ref, run)) is None:
+                continue
+            unit, attempt, row = done
+            if budget is not None:
+                budget.charge(_cost_the_gateway_did_not_count(row))
+                work.refused_by_budget += row.limit_reached == "run_cost"
+            earlier = 0 if earlier_attempts is None else int(earlier_attempts[unit.position])
+            delay = unit_retry_delay(row, attempt, scheduling.retry_backoff_s) if row.retryable else None
+            if delay is not None and attempt - earlier <= scheduling.retries:  # retries count from this run's first
+                work.queue.retry_later(unit, attempt + 1, delay)
+            else:
+                kept.setdefault(row.model, []).append(row)
+        for model, rows in kept.items():  # one WAL write and fsync per model and round
+            self.writer.add_lines(model, [row.to_line() for row in rows])
+            for row in rows:  # done once on disk, in the write-ahead log
+                progress.update(passed=row.passed, error=row.status in ERROR_STATUSES)
 
     def _open_budget(self) -> BudgetView | None:
         """The run's budget (``--max-cost``), its earlier attempts' cost spent already."""
@@ -269,84 +319,6 @@ class _LeasedStore(ResultStore):
         if self.lease is not None:
             self.lease.check_writable()
         super().move(source, target)
-
-
-def _execute(
-    config: SchedulingConfig,
-    run: RunRows,
-    plan: Plan,
-    todo: np.ndarray,
-    earlier_attempts: np.ndarray | None,
-    writer: RowWriter,
-    progress: Progress,
-    workers: WorkerPool,
-    lease: RunLease,
-    stop_signals: StopSignals,
-    budget: BudgetView | None = None,
-) -> None:
-    """Start units while the limits and the workers' slots allow (and the run's ``budget`` is
-    not spent), wait for the next to end, store its row or run it again (a unit whose
-    LLM-judged graders need judge calls frees its slot and is graded once they are made).  Each
-    pass waits at most 0.1 s for a unit, so a lost lease stops the loop at once.
-    :class:`BudgetSpent` when the budget left units unstarted."""
-    queue = UnitQueue(
-        plan, todo, max_concurrency=config.max_concurrency, model_limits=config.model_concurrency,
-        earlier_attempts=earlier_attempts,
-    )  # fmt: skip
-    work = _InFlight(queue, workers, JudgeCalls(config.judge_concurrency))
-    if any(has_judged_graders(eval_) for eval_ in run.evals):
-        work.judges.start()
-    spent_out = False
-    while (queue.waiting and not spent_out) or work.busy:
-        writer.check()  # a results root that cannot be written stops the run: no unit more
-        lease.stop_if_lost()  # so does a lease another driver holds now
-        spent_out = budget is not None and budget.spent_out()
-        while not spent_out and workers.free() and (taken := queue.next()) is not None:
-            work.running[workers.submit(*taken)] = taken
-        work.judges.submit()
-        refs = work.refs()
-        if not refs:
-            time.sleep(0.05)  # only delayed retries remain
-            continue
-        ready, _ = ray.wait(refs, num_returns=1, timeout=0.1)
-        if ready:  # and whatever else is done by now
-            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-        with stop_signals.deferred():  # a unit back is stored whole, even if the run stops now
-            _store_units_back(config, run, ready, work, earlier_attempts, writer, progress, budget)
-    if budget is not None and (queue.waiting or work.refused_by_budget):
-        raise BudgetSpent(run.run_id, budget.max_cost_usd, budget.spent(), queue.left(), work.refused_by_budget)
-
-
-def _store_units_back(
-    config: SchedulingConfig,
-    run: RunRows,
-    ready: list[Any],
-    work: _InFlight,
-    earlier_attempts: np.ndarray | None,
-    writer: RowWriter,
-    progress: Progress,
-    budget: BudgetView | None = None,
-) -> None:
-    """Settle the calls that are back: store the rows of finished units, queue retries; what
-    they cost that no gateway counted counts in the run's ``budget`` as they come back."""
-    kept: dict[str, list[UnitRecord]] = {}  # a row's model (its partition) -> rows to store, of every unit back by now
-    for ref in ready:
-        if (done := work.settle(ref, run)) is None:
-            continue
-        unit, attempt, row = done
-        if budget is not None:
-            budget.charge(_cost_the_gateway_did_not_count(row))
-            work.refused_by_budget += row.limit_reached == "run_cost"
-        earlier = 0 if earlier_attempts is None else int(earlier_attempts[unit.position])
-        delay = unit_retry_delay(row, attempt, config.retry_backoff_s) if row.retryable else None
-        if delay is not None and attempt - earlier <= config.retries:  # retries count from this run's first
-            work.queue.retry_later(unit, attempt + 1, delay)
-        else:
-            kept.setdefault(row.model, []).append(row)
-    for model, rows in kept.items():  # one WAL write and fsync per model and round
-        writer.add_lines(model, [row.to_line() for row in rows])
-        for row in rows:  # done once on disk, in the write-ahead log
-            progress.update(passed=row.passed, error=row.status in ERROR_STATUSES)
 
 
 def _cost_the_gateway_did_not_count(row: UnitRecord) -> float:

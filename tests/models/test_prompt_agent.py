@@ -59,6 +59,7 @@ MC_EVAL = "pbmc_fcgr3a_top_population"
             ["openai/gpt-4o"],
             "--agent-arg cache: Value error, a folder or file here must be an absolute path",
         ),
+        ({"cache": "s3://"}, ["openai/gpt-4o"], "--agent-arg cache: Value error, 's3://' names no bucket"),
     ],
 )
 def test_bad_options_and_models_are_refused_before_any_unit(keys: None, args: dict, models: list, message: str) -> None:

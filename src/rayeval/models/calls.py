@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
+from urllib.parse import urlparse
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -51,7 +52,11 @@ class PromptOptions(BaseModel):
     @classmethod
     def _absolute(cls, value: str | None) -> str | None:
         """Units run in the workers' processes, whose working folder is not the caller's."""
-        if value is None or value.startswith("s3://"):
+        if value is None:
+            return value
+        if value.startswith("s3://"):
+            if not urlparse(value).netloc:
+                raise ValueError(f"{value!r} names no bucket (s3://bucket/prefix)")
             return value
         path = Path(value).expanduser()
         if not path.is_absolute():

@@ -110,7 +110,7 @@ def scenario(name: str, evals: Path, out: Path, models: int, seeds: int) -> dict
     """One scenario in this (fresh) process."""
     import numpy as np
 
-    from rayeval.batch import engine
+    from rayeval.batch.resume import run_manifest
     from rayeval.batch.plan import Plan, unstored
     from rayeval.batch.queue import UnitQueue
     from rayeval.evals import load_evals
@@ -124,7 +124,7 @@ def scenario(name: str, evals: Path, out: Path, models: int, seeds: int) -> dict
     store = ResultStore(config.storage.output)
     plan = Plan(loaded, config.models, config.seeds, config.agent)
     if name.startswith("inputs"):
-        manifest = engine.run_manifest(config, RUN, loaded, plan, previous=None)
+        manifest = run_manifest(config, RUN, loaded, plan, previous=None)
         store.write_manifest(manifest.model_copy(update={"run_id": f"{RUN}-{name}"}))
         stored = store.stored_unit_id_array(RUN) if resume else np.array([], dtype="S32")
         todo = unstored(plan, stored)

@@ -110,9 +110,9 @@ def scenario(name: str, evals: Path, out: Path, models: int, seeds: int) -> dict
     """One scenario in this (fresh) process."""
     import numpy as np
 
-    from rayeval.batch.resume import run_manifest
     from rayeval.batch.plan import Plan, unstored
     from rayeval.batch.queue import UnitQueue
+    from rayeval.batch.resume import run_manifest
     from rayeval.evals import load_evals
     from rayeval.storage import ResultStore, RunManifest
 

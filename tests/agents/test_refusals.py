@@ -97,6 +97,11 @@ CLAUDE_POLICY = (
     "API Error: Claude Code is unable to respond to this request, which appears to violate our Usage Policy "
     "(https://www.anthropic.com/legal/aup). Please double press esc to edit your last message."
 )
+CODEX_FILTERED_RETRY = {
+    "type": "error",
+    "message": "Reconnecting... 1/5 (stream disconnected before completion: Incomplete response returned, "
+    "reason: content_filter)",
+}
 BIO = "This content was flagged for possible biological risk. If this seems wrong, try rephrasing your request."
 
 
@@ -126,6 +131,8 @@ def _pi_message(stop: str, text: str = "", error: str | None = None) -> dict[str
             ("anthropic", "stop_reason_refusal"),
         ),
         ("codex", [{"type": "turn.failed", "error": {"message": BIO}}], ("openai", "biological_risk")),
+        # a filtered reply Codex was still retrying when the run ended: nothing after the reconnect
+        ("codex", [CODEX_FILTERED_RETRY], ("openai", "content_filter")),
         (
             "codex",
             [{"type": "turn.failed", "error": {"message": "Incomplete response returned, reason: content_filter"}}],
@@ -174,16 +181,9 @@ def test_refusals_in_each_programs_events(harness: str, events: list[dict], expe
             ],
         ),
         ("codex", [{"type": "error", "message": "Connection failed: error sending request"}]),
-        # a filtered reply Codex retried, and the retry answered
-        (
-            "codex",
-            [
-                {
-                    "type": "error",
-                    "message": "Reconnecting... 1/5 (Incomplete response returned, reason: content_filter)",
-                }
-            ],
-        ),
+        # a filtered reply Codex retried, and the retry answered (the turn ended, or a tool ran)
+        ("codex", [CODEX_FILTERED_RETRY, {"type": "turn.completed", "usage": {}}]),
+        ("codex", [CODEX_FILTERED_RETRY, {"type": "item.started", "item": {"type": "command_execution"}}]),
         ("codex", [{"type": "item.completed", "item": {"type": "agent_message", "text": "Possible biological risk."}}]),
         ("mini-swe-agent", [{"role": "user", "content": CLAUDE_POLICY}]),
         ("pi", [_pi_message("error", error="An unknown error occurred")]),

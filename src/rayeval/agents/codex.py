@@ -237,13 +237,22 @@ class CodexAgent(ProgramAgent):
     @classmethod
     def refusal_in(cls, events: list[dict[str, Any]]) -> RefusalVerdict | None:
         """Codex drops OpenAI's refusal parts; a filtered reply is an incomplete response, which it
-        retries (``Reconnecting... n/5`` errors, not the run's end) before the turn fails."""
+        retries (``Reconnecting... n/N`` errors, not the run's end) before the turn fails. A failed
+        turn's error decides, then a filtered reply it was still retrying when the run ended (no
+        turn's end and no tool run after it), then the providers' refusal texts."""
         said: list[str] = []
         errors: list[str] = []
+        retrying: RefusalVerdict | None = None  # a filtered reply no accepted reply has followed yet
         for event in events:
             kind = event.get("type")
             item = mapping(event.get("item"))
-            if kind == "item.completed" and item.get("type") == "agent_message":
+            reconnecting = RECONNECTING.match(str(event.get("message"))) if kind == "error" else None
+            if reconnecting is not None:
+                if CONTENT_FILTER in reconnecting["message"].lower():
+                    retrying = verdict("openai", CONTENT_FILTER, reconnecting["message"], said[-1:])
+            elif kind in ("turn.completed", "item.started"):  # the reply was taken: a tool runs
+                retrying = None
+            elif kind == "item.completed" and item.get("type") == "agent_message":
                 said.extend(strings_in(item.get("text")))
             elif kind == "turn.failed" or (
                 kind == "error" and not str(event.get("message")).startswith("Reconnecting")
@@ -253,7 +262,7 @@ class CodexAgent(ProgramAgent):
         for text in errors:
             if CONTENT_FILTER in text.lower():
                 return verdict("openai", CONTENT_FILTER, text, said[-1:] or [text])
-        return first_text_refusal(said, errors)
+        return retrying or first_text_refusal(said, errors)
 
 
 def _sidecar_files(codex_home: Path, thread_id: str | None) -> list[Path]:

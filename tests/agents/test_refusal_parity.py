@@ -6,11 +6,86 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
-from rayeval.agents import codex
+import pytest
+
+from rayeval.agents import codex, detect_refusal
 from rayeval.agents._refusal import VERDICT_NAME
+from rayeval.agents.resolve import program_class
 
-from .test_refusals import DECLINED, PROMPT
+from .test_refusals import BIO, DECLINED, PROMPT
+
+POLICY = "I am unable to respond due to Anthropic usage policy."
+GENERIC = "Refusal: this request violates our safety policy."
+LISTING = "/root/.pi/.refusal_patcher_status.json\t4 KB"
+BIO_EVENT = {"type": "turn.failed", "error": {"message": BIO}}
+
+
+#: the reference runner's own cases (its tests/test_llm_refusal.py and
+#: test_cli_refusal_fallback.py), each with rayeval's verdict: provider, code, message
+@pytest.mark.parametrize(
+    ("found", "expected"),
+    [
+        ({"trajectory": {"messages": [{"text": POLICY}]}}, ("anthropic", "usage_policy", POLICY)),
+        ({"trajectory": [{"text": POLICY}]}, ("anthropic", "usage_policy", POLICY)),
+        ({"trajectory": {"finish_reason": "content_filter"}}, ("openai", "content_filter", "finish_reason content_filter")),
+        ({"trajectory": {"messages": [{"text": LISTING}, {"text": GENERIC}]}}, ("unknown", "refusal", GENERIC)),
+        ({"sidecar": [{"provider": "anthropic", "raw_reason": "safety"}]}, ("anthropic", "safety", "Model refusal (safety)")),
+        ({"sidecar": [{"provider": "xai", "raw_reason": "safety"}]}, ("unknown", "safety", "Model refusal (safety)")),
+        ({"output": BIO_EVENT["error"]}, ("openai", "biological_risk", BIO)),
+        ({"trajectory": [BIO_EVENT]}, ("openai", "biological_risk", BIO)),
+        ({"error": BIO}, ("openai", "biological_risk", BIO)),
+        ({"error": json.dumps(BIO_EVENT)}, ("openai", "biological_risk", BIO)),
+        # a refused result with nothing said: the message says what was seen, not an id or a type
+        ({"trajectory": [{"type": "result", "subtype": "success", "stop_reason": "refusal", "result": "",
+                          "session_id": "session-1"}]}, ("anthropic", "stop_reason_refusal", "stop_reason refusal")),
+        ({"error": "Read about configuring a fallback model for Claude."}, ("anthropic", "refusal", None)),
+    ],
+)  # fmt: skip
+def test_the_reference_runners_cases(found: dict, expected: tuple[str, str, str | None]) -> None:
+    verdict = detect_refusal(**found)
+    assert verdict is not None
+    provider, code, message = expected
+    assert (verdict.provider, verdict.code) == (provider, code)
+    assert message is None or verdict.message == message
+
+
+@pytest.mark.parametrize(
+    "found",
+    [
+        {"trajectory": {"answer": "42 cells"}},
+        {"trajectory": [{"text": "42 cells"}]},
+        {"trajectory": {"messages": [{"text": LISTING}, {"text": "Applying the sample QC policy."}, {"text": "Done"}]}},
+        {"trajectory": [{"type": "result", "subtype": "success", "stop_reason": "end_turn", "result": "done"}]},
+        {"output": {"message": "Analyze possible biological risk in the provided dataset."}},
+        {"output": {"message": "Connection failed: error sending request"}},
+    ],
+)  # fmt: skip
+def test_the_reference_runners_cases_without_a_refusal(found: dict) -> None:
+    assert detect_refusal(**found) is None
+
+
+def _said(harness: str, text: str) -> list[dict[str, Any]]:
+    """An event list in which the program's model says ``text`` as its reply."""
+    if harness == "claude-code":
+        return [{"type": "assistant", "message": {"content": [{"type": "text", "text": text}]}}]
+    if harness == "codex":
+        return [{"type": "item.completed", "item": {"type": "agent_message", "text": text}}]
+    if harness == "pi":
+        message = {"role": "assistant", "content": [{"type": "text", "text": text}], "stopReason": "stop"}
+        return [{"type": "message_end", "message": message}]
+    return [{"role": "assistant", "content": text}]
+
+
+@pytest.mark.parametrize("harness", ["claude-code", "codex", "mini-swe-agent", "pi"])
+def test_a_refusal_no_provider_names_in_each_programs_reply(harness: str) -> None:
+    """The reference runner's one-message rule (``refusal`` with ``policy`` or ``safety``) holds
+    for what each program's model says; the halves in two replies make none."""
+    found = program_class(harness).refusal_in(_said(harness, GENERIC))
+    assert found is not None and (found.provider, found.code, found.message) == ("unknown", "refusal", GENERIC)
+    assert program_class(harness).refusal_in(_said(harness, LISTING) + _said(harness, "The QC policy.")) is None
+
 
 #: Codex's reconnects of a failed stream, raised from the one the runner sets: the filtered
 #: replies are still being retried when the unit's time runs out

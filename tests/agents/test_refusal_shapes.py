@@ -24,7 +24,7 @@ POLICY = "I am unable to respond due to Anthropic usage policy."
         ({"trajectory": {"messages": [{"text": POLICY}]}}, ("anthropic", "usage_policy")),
         ({"trajectory": {"finish_reason": "content_filter"}}, ("openai", "content_filter")),
         ({"trajectory": [{"type": "result", "stop_reason": "refusal", "result": ""}]}, ("anthropic", "stop_reason_refusal")),
-        ({"trajectory": {"messages": [{"text": "Refusal: this request violates our safety policy."}]}}, (None, "refusal")),
+        ({"trajectory": {"messages": [{"text": "Refusal: this request violates our safety policy."}]}}, ("unknown", "refusal")),
         ({"sidecar": [{"provider": "anthropic", "raw_reason": "safety"}]}, ("anthropic", "safety")),
         ({"output": {"message": BIO}}, ("openai", "biological_risk")),
         ({"trajectory": [{"type": "turn.failed", "error": {"message": BIO}}]}, ("openai", "biological_risk")),

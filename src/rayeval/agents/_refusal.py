@@ -5,7 +5,8 @@ Detected with the semantics of the reference runner's ``detect_llm_refusal`` (la
 0.4.54): the providers' own signals first (Anthropic ``stop_reason: refusal``, OpenAI refusal
 content and ``content_filter`` finishes), then the refusal texts the providers and programs
 write (Anthropic's usage-policy message, OpenAI's cyber-policy, biological-risk and
-invalid-prompt rejections), each matched within one message. Only what the model or its
+invalid-prompt rejections), then ``refusal`` with ``policy`` or ``safety`` (provider
+``unknown``), each matched within one message. Only what the model or its
 provider said is searched (replies, refusal parts, error messages), never the task, tool
 output or files, which may mention policies for their own reasons.
 
@@ -32,7 +33,9 @@ MESSAGE_CHARS = 500
 ANTHROPIC_REFUSAL_STOPS = frozenset({"refusal", "sensitive"})
 #: OpenAI's finish reason (and Responses ``incomplete_details.reason``) of a filtered reply
 CONTENT_FILTER = "content_filter"
-#: a sidecar record's provider, as the programs name it, by the provider the verdict names
+#: the provider of a refusal no provider's signal or words name
+UNKNOWN = "unknown"
+#: a sidecar record's provider, as the programs name it, by the provider the verdict names (else UNKNOWN)
 SIDECAR_PROVIDERS = {
     "anthropic": "anthropic", "openai": "openai", "openai-completions": "openai", "openai-responses": "openai",
     "google": "google",
@@ -43,11 +46,15 @@ MAX_STRINGS = 5000
 MAX_SIDECAR_BYTES = 1024 * 1024
 
 
+#: the words of Anthropic's refusal message that point to its fallback-model guide
+ANTHROPIC_FALLBACK_MARKERS = ("refusals-and-fallback", "configuring a fallback model", "reduce refusals for your users")
+
+
 @dataclass(frozen=True)
 class RefusalVerdict:
     """What ``refusal_verdict.json`` holds."""
 
-    provider: str | None  # anthropic, openai, ...
+    provider: str  # anthropic, openai, google or UNKNOWN
     code: str  # e.g. stop_reason_refusal, content_filter, refusal_content
     message: str
     excerpt: str  # at most EXCERPT_CHARS of what the model said
@@ -56,7 +63,7 @@ class RefusalVerdict:
         return asdict(self)
 
 
-def verdict(provider: str | None, code: str, message: str, said: Iterable[str] = ()) -> RefusalVerdict:
+def verdict(provider: str, code: str, message: str, said: Iterable[str] = ()) -> RefusalVerdict:
     """A verdict with its message and excerpt bounded (the excerpt: what was said, joined)."""
     excerpt = "\n".join(text for text in said if text.strip())
     return RefusalVerdict(provider, code[:100], _bounded(message, MESSAGE_CHARS), _bounded(excerpt, EXCERPT_CHARS))
@@ -73,7 +80,7 @@ def _text_refusal(text: str) -> tuple[str, str] | None:
     lowered = text.lower()
     if "usage policy" in lowered and any(word in lowered for word in ("claude", "anthropic", "unable to respond")):
         return "anthropic", "usage_policy"
-    if "refusals-and-fallback" in lowered or "reduce refusals for your users" in lowered:
+    if any(marker in lowered for marker in ANTHROPIC_FALLBACK_MARKERS):
         return "anthropic", "refusal"
     if "cyber_policy" in lowered or "cyber policy" in lowered:
         return "openai", "cyber_policy"
@@ -97,11 +104,15 @@ def _generic_refusal(text: str) -> bool:
 
 
 def first_text_refusal(said: list[str], errors: list[str]) -> RefusalVerdict | None:
-    for text in [*errors, *said]:
+    """The first provider's refusal text among ``errors`` then ``said``, else the first text
+    that is a refusal no provider's words name."""
+    texts = [*errors, *said]
+    for text in texts:
         found = _text_refusal(text)
         if found is not None:
             return verdict(found[0], found[1], text, said or errors)
-    return None
+    generic = next((text for text in texts if _generic_refusal(text)), None)
+    return verdict(UNKNOWN, "refusal", generic, said or errors) if generic is not None else None
 
 
 def strings_in(value: Any) -> Iterator[str]:
@@ -177,6 +188,8 @@ def choice_refusal(choice: dict[str, Any]) -> RefusalVerdict | None:
 # ----------------------------------------------------------------------------- any shape
 _STOP_FIELDS = frozenset({"stop_reason", "stopReason"})
 _FINISH_FIELDS = frozenset({"finish_reason", "finishReason"})
+#: the fields whose values are what a model or its provider said
+_SAID_FIELDS = frozenset({"text", "result", "content", "message", "refusal", "explanation", "errorMessage", "error"})
 
 
 def value_refusal(value: Any) -> RefusalVerdict | None:
@@ -190,19 +203,18 @@ def value_refusal(value: Any) -> RefusalVerdict | None:
     texts = [text for _, text in zip(range(MAX_STRINGS), (t for t in strings_in(value) if t.strip()))]
     stop = next((reason for reason in fields_named(value, _STOP_FIELDS) if reason in ANTHROPIC_REFUSAL_STOPS), None)
     if stop is not None:
-        return verdict("anthropic", f"stop_reason_{stop}", _first_said(texts) or f"stop_reason {stop}", texts)
+        return verdict("anthropic", f"stop_reason_{stop}", _first_said(value) or f"stop_reason {stop}", texts)
     if CONTENT_FILTER in fields_named(value, _FINISH_FIELDS):
-        return verdict("openai", CONTENT_FILTER, _first_said(texts) or "finish_reason content_filter", texts)
-    found = first_text_refusal(texts, [])
-    if found is not None:
-        return found
-    generic = next((text for text in texts if _generic_refusal(text)), None)
-    return verdict(None, "refusal", generic, texts) if generic is not None else None
+        return verdict("openai", CONTENT_FILTER, _first_said(value) or "finish_reason content_filter", texts)
+    return first_text_refusal(texts, [])
 
 
-def _first_said(texts: list[str]) -> str:
-    """What a refused reply said, as far as a value of no known shape tells: its longest text."""
-    return max(texts, key=len, default="")
+def _first_said(value: Any) -> str:
+    """What a refused reply said, as far as a value of no known shape tells: its first refusal
+    text, else the longest text of a field that holds what was said (never an id's or a type's
+    value)."""
+    said = [text for text in fields_named(value, _SAID_FIELDS) if text.strip()]
+    return next((text for text in said if _text_refusal(text)), max(said, key=len, default=""))
 
 
 def _json_value(text: str) -> Any:
@@ -223,7 +235,7 @@ def sidecar_refusal(records: list[Any]) -> RefusalVerdict | None:
         explanation if isinstance(explanation, str) and explanation else f"Model refusal ({reason or 'unknown reason'})"
     )
     return verdict(
-        SIDECAR_PROVIDERS.get(provider) if isinstance(provider, str) else None,
+        SIDECAR_PROVIDERS.get(provider, UNKNOWN) if isinstance(provider, str) else UNKNOWN,
         reason if isinstance(reason, str) and reason else "refusal",
         message,
         [json.dumps(record, ensure_ascii=False)],

@@ -49,6 +49,8 @@ def test_the_reference_runners_cases(found: dict, expected: tuple[str, str, str 
     provider, code, message = expected
     assert (verdict.provider, verdict.code) == (provider, code)
     assert message is None or verdict.message == message
+    source = next(name for name in ("sidecar", "trajectory", "output", "error") if name in found)
+    assert verdict.source == {"sidecar": "refusal_sidecar", "trajectory": "trajectory"}.get(source, "agent_output")
 
 
 @pytest.mark.parametrize(
@@ -107,5 +109,6 @@ def test_a_filtered_reply_codex_was_still_retrying_at_the_deadline(
     assert str(events[-1].get("message")).startswith("Reconnecting... "), events[-3:]
     assert (md["refusal"]["provider"], md["refusal"]["code"]) == ("openai", "content_filter")
     assert "content_filter" in md["refusal"]["message"] and DECLINED in md["refusal"]["excerpt"]
+    assert md["refusal"]["source"] == "trajectory"
     assert json.loads((work_dir / VERDICT_NAME).read_text()) == md["refusal"]
     assert md["run_summary"]["refusal"] == "detected"

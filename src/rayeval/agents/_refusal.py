@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -58,15 +58,21 @@ class RefusalVerdict:
     code: str  # e.g. stop_reason_refusal, content_filter, refusal_content
     message: str
     excerpt: str  # at most EXCERPT_CHARS of what the model said
+    #: where it was found, as the reference runner names it: ``trajectory`` (the program's
+    #: events, any trajectory), ``agent_output`` (its output object or error), ``refusal_sidecar``
+    source: str = "trajectory"
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def verdict(provider: str, code: str, message: str, said: Iterable[str] = ()) -> RefusalVerdict:
+def verdict(
+    provider: str, code: str, message: str, said: Iterable[str] = (), *, source: str = "trajectory"
+) -> RefusalVerdict:
     """A verdict with its message and excerpt bounded (the excerpt: what was said, joined)."""
     excerpt = "\n".join(text for text in said if text.strip())
-    return RefusalVerdict(provider, code[:100], _bounded(message, MESSAGE_CHARS), _bounded(excerpt, EXCERPT_CHARS))
+    bounded = _bounded(message, MESSAGE_CHARS), _bounded(excerpt, EXCERPT_CHARS)
+    return RefusalVerdict(provider, code[:100], *bounded, source=source)
 
 
 def _bounded(text: str, limit: int) -> str:
@@ -239,6 +245,7 @@ def sidecar_refusal(records: list[Any]) -> RefusalVerdict | None:
         reason if isinstance(reason, str) and reason else "refusal",
         message,
         [json.dumps(record, ensure_ascii=False)],
+        source="refusal_sidecar",
     )
 
 
@@ -249,10 +256,10 @@ def detect_refusal(
     first record, then the trajectory, the agent's output object, its error (text or JSON)."""
     if sidecar:
         return sidecar_refusal(sidecar)
-    for value in (trajectory, output, error):
+    for value, source in ((trajectory, "trajectory"), (output, "agent_output"), (error, "agent_output")):
         found = value_refusal(value) if value is not None else None
         if found is not None:
-            return found
+            return replace(found, source=source)
     return None
 
 

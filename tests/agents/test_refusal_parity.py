@@ -41,6 +41,9 @@ BIO_EVENT = {"type": "turn.failed", "error": {"message": BIO}}
         ({"trajectory": [{"type": "result", "subtype": "success", "stop_reason": "refusal", "result": "",
                           "session_id": "session-1"}]}, ("anthropic", "stop_reason_refusal", "stop_reason refusal")),
         ({"error": "Read about configuring a fallback model for Claude."}, ("anthropic", "refusal", None)),
+        # an error's code names it; its message is what the provider said
+        ({"error": json.dumps({"code": "invalid_prompt", "message": "OpenAI limited access for safety reasons"})},
+         ("openai", "invalid_prompt", "OpenAI limited access for safety reasons")),
     ],
 )  # fmt: skip
 def test_the_reference_runners_cases(found: dict, expected: tuple[str, str, str | None]) -> None:
@@ -112,3 +115,20 @@ def test_a_filtered_reply_codex_was_still_retrying_at_the_deadline(
     assert md["refusal"]["source"] == "trajectory"
     assert json.loads((work_dir / VERDICT_NAME).read_text()) == md["refusal"]
     assert md["run_summary"]["refusal"] == "detected"
+
+
+def test_hostile_verdicts_fit_the_reference_runners_completion_bound() -> None:
+    """The reference runner bounds a verdict in JSON bytes so that it fits a 32 KiB completion;
+    rayeval's bounds in characters (MESSAGE_CHARS, EXCERPT_CHARS, a 100-character code) keep the
+    escaped, multibyte worst case within it too."""
+    hostile = ("\x01" * 20_000) + ('"\\🧪' * 20_000)
+    verdicts = [
+        detect_refusal(trajectory={"code": hostile, "message": f"{POLICY} {hostile}"}),
+        detect_refusal(
+            sidecar=[{"provider": "anthropic", "raw_reason": hostile, "explanation": f"{POLICY} {hostile}"}]
+        ),
+        detect_refusal(error=json.dumps({"code": "invalid_prompt", "message": f"OpenAI limited access {hostile}"})),
+    ]
+    for verdict in verdicts:
+        assert verdict is not None and verdict.message.endswith("…")
+        assert len(json.dumps(verdict.as_dict(), ensure_ascii=False).encode()) <= 32_768 // 2

@@ -212,7 +212,13 @@ def value_refusal(value: Any) -> RefusalVerdict | None:
         return verdict("anthropic", f"stop_reason_{stop}", _first_said(value) or f"stop_reason {stop}", texts)
     if CONTENT_FILTER in fields_named(value, _FINISH_FIELDS):
         return verdict("openai", CONTENT_FILTER, _first_said(value) or "finish_reason content_filter", texts)
-    return first_text_refusal(texts, [])
+    found = first_text_refusal(texts, [])
+    said = _first_said(value)
+    messages = {_bounded(text, MESSAGE_CHARS) for text in fields_named(value, _SAID_FIELDS)}
+    if found is not None and said and found.message not in messages:
+        # named by a field that is no message (an error's ``code``): the message is what was said
+        return replace(found, message=_bounded(said, MESSAGE_CHARS))
+    return found
 
 
 def _first_said(value: Any) -> str:

@@ -1,10 +1,13 @@
-"""An agent that plays a program and its tool: the "program" (a Python process started from
-the interpreter's path, which its sandbox may show execute-only) starts a "tool" that tries to
-read the program's environment and to open its stdout, the event pipe its agent reads."""
+"""Agents that play a program and its tool: the "program" (a Python process started from the
+interpreter's path, or a shell started from ``$EXEC_ONLY_SHELL``, which its sandbox may show
+execute-only) starts a "tool" that tries to read the program's environment and to open its
+stdout, the event pipe its agent reads."""
 
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -38,4 +41,13 @@ print(subprocess.run([sys.executable, "-c", {TOOL!r}], capture_output=True, text
 
 def program_and_tool(task_prompt: str, work_dir: Path) -> dict:
     ran = subprocess.run([sys.executable, "-c", PROGRAM], check=False, capture_output=True, text=True, timeout=60)
+    return {"answer": json.loads(ran.stdout), "metadata": {"stderr": ran.stderr[-2000:]}}
+
+
+def shell_and_tool(task_prompt: str, work_dir: Path) -> dict:
+    """The program is a shell (``$EXEC_ONLY_SHELL``) that runs the tool as its child."""
+    script = f"{shlex.quote(sys.executable)} -c {shlex.quote(TOOL)}; true"  # not the last command: a child
+    ran = subprocess.run(
+        [os.environ["EXEC_ONLY_SHELL"], "-c", script], check=False, capture_output=True, text=True, timeout=60
+    )
     return {"answer": json.loads(ran.stdout), "metadata": {"stderr": ran.stderr[-2000:]}}

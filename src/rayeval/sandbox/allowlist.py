@@ -72,6 +72,17 @@ class FileSystemView(BaseModel):
     #: trusted paths inside shown ones, covered by an empty folder (or file)
     covered: tuple[str, ...]
 
+    def paths_of(self, real: str) -> list[str]:
+        """Every path at which this view shows the host file at the real path ``real``: a
+        shown path is its host path's content under the shown name, which a link on the way
+        (a tools folder linked from elsewhere) makes another name than ``real``."""
+        found = []
+        for shown in self.read_only:
+            source = os.path.realpath(shown)
+            if inside(real, source):
+                found.append(os.path.normpath(os.path.join(shown, os.path.relpath(real, source))))
+        return [path for path in found if not any(inside(path, covered) for covered in self.covered)]
+
 
 def _absolute(path: str | os.PathLike[str]) -> str:
     return os.path.normpath(os.path.abspath(path))

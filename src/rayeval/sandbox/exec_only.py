@@ -78,8 +78,9 @@ def mark_in_use(views: list[tuple[str, str]]) -> None:
 
 def exec_only_views(paths: tuple[str, ...], folder: Path) -> list[tuple[str, str]]:
     """``(copy, real path)`` for each of ``paths`` that is a file: what a unit's view mounts
-    over the real path. None where ``folder`` lies on a file system mounted ``noexec``: no
-    copy there could run (the programs are then shown as they are)."""
+    over every name its runner's view shows the real path by. None where ``folder`` lies on a
+    file system mounted ``noexec``: no copy there could run (the programs are then shown as
+    they are)."""
     folder.mkdir(parents=True, exist_ok=True)
     if os.statvfs(folder).f_flag & os.ST_NOEXEC:
         log.warning("%s is on a file system mounted noexec: programs are shown to units as they are", folder)

@@ -32,6 +32,7 @@ import resource
 import select
 import signal
 import socket
+import stat
 import struct
 import sys
 import traceback
@@ -341,7 +342,7 @@ def _build_view(spec: dict[str, Any]) -> None:
     # what must stay readable under a covered folder: the agent's modules on sys.path
     kept_trees = [(ns.clone_tree(path), path, os.path.isdir(path)) for path in spec["keep"] if os.path.exists(path)]
     # the program binaries shown execute-only, copies from the runner's cache (covered next)
-    exec_only_trees = [(ns.clone_tree(copy), path) for copy, path in spec["exec_only"] if os.path.exists(path)]
+    exec_only_trees = [(ns.clone_tree(copy), _binary_in_view(path)) for copy, path in spec["exec_only"]]
     tmp_options = f"size={spec['limits']['tmp_bytes']},mode=1777"
     covers = [(path, "size=1m,mode=755") for path in spec["hide"]]
     covers += [("/tmp", tmp_options), ("/dev/shm", tmp_options)]
@@ -355,6 +356,7 @@ def _build_view(spec: dict[str, Any]) -> None:
     for tree, path in exec_only_trees:
         ns.attach_tree(tree, path)
         ns.remount_read_only(path)
+        _check_execute_only(path)
     os.makedirs(work_dir, exist_ok=True)
     ns.attach_tree(work_tree, work_dir)
     data_dir = os.path.join(work_dir, "data")
@@ -381,6 +383,21 @@ def _cover(covers: list[tuple[str, str]]) -> None:
             ns.mount("tmpfs", path, "tmpfs", ns.MS_NOSUID | ns.MS_NODEV, options)
         elif os.path.lexists(path):
             ns.mount("/dev/null", path, None, ns.MS_BIND)
+
+
+def _binary_in_view(path: str) -> str:
+    """``path``, where the runner's view must hold a program binary to show execute-only: a
+    view that has it by another name would run it readable, so the unit does not start."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no program binary at {path} to show execute-only")
+    return path
+
+
+def _check_execute_only(path: str) -> None:
+    """The binary at ``path`` cannot be read now: else the unit does not start."""
+    mode = stat.S_IMODE(os.stat(path).st_mode)
+    if mode & 0o444:
+        raise PermissionError(f"{path} is still readable (mode {mode:o}) where it should be execute-only")
 
 
 def _inside(path: str, folder: str) -> bool:

@@ -108,7 +108,7 @@ class UnitSpec(BaseModel):
     cgroups: int = 0
     #: the model gateway's port, which a unit with the ``model`` network listens on for it
     gateway_port: int | None = None
-    #: (execute-only copy, path) of each program binary shown execute-only
+    #: (execute-only copy, path in the runner's view) of each program binary shown execute-only
     exec_only: list[tuple[str, str]] = []
 
 
@@ -246,14 +246,16 @@ class UnitRunner:
 
     def _exec_only_copies(self) -> list[tuple[str, str]]:
         """The configuration's execute-only binaries, copied once into the cache (or the work
-        root), which the runner sees and its units do not."""
+        root), which the runner sees and its units do not, each with every path at which the
+        runner's view shows the binary (its real path may be none of them)."""
         if self.isolation != "sandbox" or not self.config.exec_only:
             return []
         folder = Path(self.cache_dir or self.work_root) / EXEC_ONLY_FOLDER
         try:
-            return exec_only_views(self.config.exec_only, folder)
+            copies = exec_only_views(self.config.exec_only, folder)
         except OSError as exc:
             raise SandboxError(f"cannot make the execute-only copy of a program in {folder}: {exc}") from exc
+        return [(copy, shown) for copy, real in copies for shown in self.view.paths_of(real)]
 
     # ------------------------------------------------------------------------ the process
     def _argv(self) -> list[str]:

@@ -53,6 +53,33 @@ class Summary:
     refusal: RefusalVerdict | None = None
 
 
+class ChunkFailed(RuntimeError):
+    """A chunk of a session failed: its program ended on an error, or ran out of time."""
+
+
+@dataclass(frozen=True)
+class ChunkEnd:
+    """How a chunk's run ended, as its program's events and exit code tell."""
+
+    #: the model turns it completed (a failed or aborted call is none)
+    turns: int
+    #: it stopped on the chunk's turn limit (pi: or a reply cut at its length limit), not on its own
+    hit_turn_limit: bool
+    #: what the failure said, when the run failed (None: it ended well)
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """What :meth:`ProgramAgent.run_chunk` returns: the session to go on with, where its
+    file is (in ``state_dir``), the model turns of this chunk, and whether it hit its limit."""
+
+    session_id: str
+    session_file: Path | None
+    turns: int
+    hit_turn_limit: bool
+
+
 @dataclass
 class ProgramAgent:
     """Common options of the subprocess harnesses.
@@ -234,13 +261,7 @@ class ProgramAgent:
             spare_keys=self.spare_keys(os.environ) if self.fallback_variable() else [],
         )
         with _cli.state_dir(self.harness, self.state_dir) as state:
-            env = _cli.build_env(
-                pass_keys=(*self.key_names, *self.pass_env),
-                extra={**self.program_env(state, work_dir), **self.env},
-            )
-            self.check_env(env)
-            self.prepare(state, work_dir, env, context.convention if context is not None else "legacy")
-            secrets = _cli.secrets_for(env, {k: v for k, v in self.env.items() if v is not None})
+            env, secrets = self._environment(state, work_dir, context.convention if context is not None else "legacy")
             secrets |= set(recovery.spare_keys)
             first_argv = self.build_argv(program, state, work_dir)
             runs = self._run_recovering(program, first_argv, state, work_dir, env, task_prompt, recovery, secrets)
@@ -264,6 +285,81 @@ class ProgramAgent:
             refusals_evaluated=self.evaluates_refusals(),
             failure_details=recovery.error_details() if recovery.last_failure is not None else None,
         )
+
+    def _environment(
+        self, state: Path, work_dir: Path, convention: AnswerConvention
+    ) -> tuple[dict[str, str], set[str]]:
+        """The program's environment, checked, with its config files written into ``state``,
+        and the secret values the log and events are redacted of."""
+        env = _cli.build_env(
+            pass_keys=(*self.key_names, *self.pass_env),
+            extra={**self.program_env(state, work_dir), **self.env},
+        )
+        self.check_env(env)
+        self.prepare(state, work_dir, env, convention)
+        return env, _cli.secrets_for(env, {k: v for k, v in self.env.items() if v is not None})
+
+    # ---------------------------------------------------------------- chunked sessions
+    def run_chunk(
+        self,
+        prompt: str,
+        work_dir: str | os.PathLike[str],
+        max_turns: int,
+        *,
+        session_id: str | None = None,
+        fork: bool = False,
+        timeout: float | None = None,
+    ) -> Chunk:
+        """Run the program for at most ``max_turns`` model turns: a new session with ``prompt``,
+        or, with ``session_id``, that session gone on with ``prompt`` (``fork``: in a new
+        session forked from it, which is left as it was). The session is kept in ``state_dir``
+        (required) for the next chunk. Reaching the turn limit is a normal end
+        (``hit_turn_limit``); :class:`ChunkFailed` when the program ended on an error (pi's
+        failed reply too, although it exits 0) or ran past ``timeout`` (default: the agent's
+        ``timeout``; its process tree is killed)."""
+        if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
+            raise AgentConfigError(f"max_turns must be an integer >= 1, got {max_turns!r}")
+        if self.state_dir is None:
+            raise AgentConfigError("a chunked session is kept in the agent's state_dir between chunks: set state_dir")
+        work_dir = Path(work_dir).resolve()
+        work_dir.mkdir(parents=True, exist_ok=True)
+        program = self.program_argv()
+        limit = timeout if timeout is not None else self.timeout
+        with _cli.state_dir(self.harness, self.state_dir) as state:
+            env, secrets = self._environment(state, work_dir, "legacy")
+            result = _cli.run_streaming(
+                self.chunk_argv(program, state, max_turns, session_id, fork),
+                work_dir=work_dir,
+                env=env,
+                stdin_text=self.stdin_text(prompt),
+                timeout=limit,
+                secrets=secrets,
+                keep_event=self.keep_event,
+            )
+            if result.timed_out:
+                raise ChunkFailed(f"{self.harness} chunk timed out after {limit} s")
+            end = self.chunk_end(result.events, result.exit_code)
+            if end.error is not None or result.error is not None:
+                raise ChunkFailed(
+                    f"{self.harness} chunk failed with exit code {result.exit_code}: "
+                    f"{result.error or end.error}\n{_cli.log_tail(work_dir)}"
+                )
+            session = self._summary(result, state, work_dir).session_id
+            if session is None:
+                raise ChunkFailed(f"{self.harness} chunk ended without a session\n{_cli.log_tail(work_dir)}")
+            session_file = next(iter(sorted(state.rglob(f"*{session}.jsonl"))), None)
+        return Chunk(session, session_file, end.turns, end.hit_turn_limit)
+
+    def chunk_argv(
+        self, program: list[str], state: Path, max_turns: int, session_id: str | None, fork: bool
+    ) -> list[str]:
+        """The command line of a chunk: at most ``max_turns`` turns of a new session, of
+        ``session_id``, or (``fork``) of a new session forked from it."""
+        raise AgentConfigError(f"{self.harness} does not run chunked sessions")
+
+    def chunk_end(self, events: list[dict[str, Any]], exit_code: int | None) -> ChunkEnd:
+        """How a chunk's run ended, from its events and exit code."""
+        raise NotImplementedError
 
     def _run_recovering(
         self,

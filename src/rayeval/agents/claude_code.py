@@ -39,7 +39,7 @@ from .._json import amount_in
 from ..models.failures import ProviderFailure, provider_failure
 from ..unit.prompt import AnswerConvention
 from . import _cli, _tools
-from ._base import AgentConfigError, ProgramAgent, Summary, strip_provider
+from ._base import AgentConfigError, ChunkEnd, ProgramAgent, Summary, strip_provider
 from ._refusal import ANTHROPIC_REFUSAL_STOPS, RefusalVerdict, blocks_text, first_text_refusal, mapping, verdict
 
 __all__ = ["ClaudeCodeAgent", "claude_code"]
@@ -140,7 +140,27 @@ class ClaudeCodeAgent(ProgramAgent):
         # with --model: a resumed session without it runs on Claude Code's default model
         return [*self._options_argv(program), "--resume", session_id, *self.extra_args]
 
-    def _options_argv(self, program: list[str]) -> list[str]:
+    def chunk_argv(
+        self, program: list[str], state: Path, max_turns: int, session_id: str | None, fork: bool
+    ) -> list[str]:
+        argv = self._options_argv(program, max_turns)
+        if session_id is not None:
+            argv += ["--resume", session_id, *(["--fork-session"] if fork else [])]
+        return [*argv, *self.extra_args]
+
+    def chunk_end(self, events: list[dict[str, Any]], exit_code: int | None) -> ChunkEnd:
+        """A run that stopped on ``--max-turns`` (``result`` ``error_max_turns``, exit code 1)
+        hit the limit; any other non-zero exit failed. Its turns: the model's main-loop replies
+        (a reply streamed as several events is one)."""
+        final: dict[str, Any] = next((event for event in reversed(events) if event.get("type") == "result"), {})
+        hit_limit = final.get("subtype") == "error_max_turns"
+        replies = {
+            event["message"].get("id") or f"anonymous-{i}" for i, event in enumerate(events) if _model_turn(event)
+        }
+        failed = exit_code != 0 and not hit_limit
+        return ChunkEnd(len(replies), hit_limit, str(final.get("result") or "") if failed else None)
+
+    def _options_argv(self, program: list[str], max_turns: int | None = None) -> list[str]:
         argv = [
             *program,
             "--print",
@@ -151,8 +171,9 @@ class ClaudeCodeAgent(ProgramAgent):
         ]
         if self.include_partial_messages:
             argv.append("--include-partial-messages")
-        if self.max_turns is not None:
-            argv += ["--max-turns", str(int(self.max_turns))]
+        turns = max_turns if max_turns is not None else self.max_turns
+        if turns is not None:
+            argv += ["--max-turns", str(int(turns))]
         if self.effort:
             argv += ["--effort", self.effort]
         settings = dict(self.settings or {})

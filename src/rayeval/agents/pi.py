@@ -27,7 +27,7 @@ from ..models.failures import ProviderFailure, provider_failure
 from ..models.prices import find_price, shipped_prices
 from ..unit.prompt import AnswerConvention
 from . import _cli, _tools
-from ._base import AgentConfigError, ProgramAgent, Summary
+from ._base import AgentConfigError, ChunkEnd, ProgramAgent, Summary
 from ._provider_hints import json_in_text, retry_after_from_body
 from ._refusal import (
     ANTHROPIC_REFUSAL_STOPS,
@@ -90,6 +90,21 @@ PI_CONTENT_FILTER = "Provider finish_reason: content_filter"
 #: the refusal records a pi extension may write beside pi's own folder (``$PI_CODING_AGENT_DIR/..``,
 #: ``~/.pi`` in the reference runner), one JSON object a line: ``provider``, ``raw_reason``, ``explanation``
 REFUSAL_SIDECAR = "refusal_events.jsonl"
+
+#: a pi extension that adds ``--max-turns N``: the model is called no more once N turns ended
+#: without a failure (the call that would pass the limit is aborted)
+MAX_TURNS_EXTENSION = """
+export default function (pi) {
+  pi.registerFlag("max-turns", { description: "the most model turns of this run", type: "string" });
+  let completed = 0;
+  pi.on("turn_end", (event) => {
+    if (event.message.stopReason !== "error") completed += 1;
+  });
+  pi.on("before_provider_request", (_event, ctx) => {
+    if (completed >= Number(pi.getFlag("max-turns"))) ctx.abort();
+  });
+}
+"""
 
 #: the program, pinned: the version this spec is tested with
 PI = _tools.Program("pi", "@earendil-works/pi-coding-agent", "0.79.10", "RAYEVAL_PI_BIN")
@@ -232,6 +247,28 @@ class PiAgent(ProgramAgent):
 
     def resume_argv(self, program: list[str], state: Path, work_dir: Path, session_id: str) -> list[str] | None:
         return [*self._options(program), "--session", session_id]
+
+    def chunk_argv(
+        self, program: list[str], state: Path, max_turns: int, session_id: str | None, fork: bool
+    ) -> list[str]:
+        """pi has no turn limit of its own: an extension (written into ``state``) adds one."""
+        extension = state / "pi" / "max_turns.js"
+        extension.write_text(MAX_TURNS_EXTENSION)
+        argv = [*self._options(program), "--extension", str(extension), "--max-turns", str(max_turns)]
+        if session_id is not None:
+            argv += ["--fork" if fork else "--session", session_id]
+        return argv
+
+    def chunk_end(self, events: list[dict[str, Any]], exit_code: int | None) -> ChunkEnd:
+        """pi exits 0 after a failed call: the last turn's stop reason tells. A turn aborted by
+        the turn limit, or a reply cut at its length limit, is no natural end (the limit was
+        hit); its turns are the ones that neither failed nor were aborted."""
+        stops = [mapping(event.get("message")).get("stopReason") for event in events if event.get("type") == "turn_end"]
+        last = next((mapping(e.get("message")) for e in reversed(events) if e.get("type") == "turn_end"), {})
+        failed = exit_code != 0 or last.get("stopReason") == "error"
+        error = str(last.get("errorMessage") or "") if failed else None
+        turns = sum(stop not in ("error", "aborted") for stop in stops)
+        return ChunkEnd(turns, last.get("stopReason") in ("aborted", "length"), error)
 
     def keep_event(self, event: dict[str, Any]) -> bool:
         return event.get("type") not in STREAM_EVENTS

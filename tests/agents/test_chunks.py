@@ -1,0 +1,119 @@
+"""Chunked sessions (``ProgramAgent.run_chunk``), as latch-eval-tools 0.4.54's
+``run_claudecode_chunk`` and ``run_pi_chunk`` run them, with the REAL Claude Code and pi
+against the scripted model server: a chunk of at most K turns, the session gone on with or
+forked, the turn limit a normal end, a failed run raised (pi's failed reply although it exits
+0), pi's reply cut at its length limit no natural end, and a chunk's timeout killing the tree.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rayeval.agents import claude_code, pi
+from rayeval.agents._base import AgentConfigError, ChunkFailed, ProgramAgent
+
+from .conftest import FAKE_KEY, PROGRAM_TIMEOUT
+from .test_pi import PROMPT, WRITE_ANSWER
+from .test_real_agents import _processes_with
+
+NO_RETRY = {"retry": {"enabled": False}}
+
+#: each program's agent on the scripted server's URL, its session kept in ``state_dir``
+AGENTS: dict[str, Callable[..., ProgramAgent]] = {
+    "claude": lambda url, **kw: claude_code(
+        "claude-sonnet-4-5", base_url=url, env={"CLAUDE_CODE_MAX_RETRIES": "0"}, **kw
+    ),
+    "pi": lambda url, **kw: pi("anthropic/claude-sonnet-4-5", base_url=url, settings=NO_RETRY, **kw),
+}
+
+
+def _history(request: Any) -> str:
+    return json.dumps(request.body["messages"])
+
+
+@pytest.mark.parametrize("key", list(AGENTS))
+def test_a_session_in_chunks_goes_on_and_forks(key: str, request: pytest.FixtureRequest, model_server, tmp_path: Path) -> None:  # fmt: skip
+    """A first chunk of 1 turn stops on its limit (a normal end) with the session and its file;
+    a fork of it goes on in a new session and leaves it as it was; the session itself then goes
+    on to the answer, its history the first chunk's."""
+    request.getfixturevalue(f"{key}_available")
+    server = model_server([{"command": "echo first-chunk-ran"}, {"command": WRITE_ANSWER}, {"text": "Done."}])
+    agent = AGENTS[key](server.url, state_dir=str(tmp_path / "state"), timeout=PROGRAM_TIMEOUT)
+    work_dir = tmp_path / "work"
+
+    first = agent.run_chunk(PROMPT, work_dir, 1)
+    assert (first.turns, first.hit_turn_limit) == (1, True)
+    assert first.session_file is not None and first.session_id in first.session_file.name
+    assert len(server.scripted_replies()) == 1 and not (work_dir / "eval_answer.json").exists()
+    kept = first.session_file.read_bytes()
+
+    fork = agent.run_chunk("Continue.", work_dir, 1, session_id=first.session_id, fork=True)
+    assert fork.session_id != first.session_id and (fork.turns, fork.hit_turn_limit) == (1, True)
+    assert fork.session_file is not None and fork.session_file.exists()
+    assert first.session_file.read_bytes() == kept  # the forked session is left as it was
+    assert "first-chunk-ran" in _history(server.model_requests()[-1])  # the fork has its history
+    (work_dir / "eval_answer.json").unlink()  # the fork's tool call wrote it
+
+    rest = agent.run_chunk("Continue.", work_dir, 5, session_id=first.session_id)
+    assert rest.session_id == first.session_id and (rest.turns, rest.hit_turn_limit) == (2, False)
+    assert json.loads((work_dir / "eval_answer.json").read_text()) == {"answer": 42}
+    assert "first-chunk-ran" in _history(server.model_requests()[-1])
+    assert "--max-turns" in json.dumps(agent.chunk_argv(["prog"], tmp_path / "state", 5, None, False))
+
+
+@pytest.mark.parametrize("key", list(AGENTS))
+def test_a_failed_chunk_raises(key: str, request: pytest.FixtureRequest, model_server, tmp_path: Path) -> None:
+    """The provider rejects the key: Claude Code exits 1 on it, pi exits 0 with a failed reply;
+    both are a failed chunk, raised with what the failure said."""
+    request.getfixturevalue(f"{key}_available")
+    server = model_server([{"text": "Done."}], rejected_credentials={FAKE_KEY})
+    agent = AGENTS[key](server.url, state_dir=str(tmp_path / "state"), timeout=PROGRAM_TIMEOUT)
+    exit_code = 1 if key == "claude" else 0
+    with pytest.raises(ChunkFailed, match=rf"chunk failed with exit code {exit_code}: .*401"):
+        agent.run_chunk(PROMPT, tmp_path / "work", 3)
+    assert server.scripted_replies() == []
+
+
+def test_pi_chunk_cut_at_the_length_limit_is_no_natural_end(pi_available, model_server, tmp_path: Path) -> None:
+    """A reply cut at its length limit ends pi's run (exit 0), below the chunk's limit: the
+    chunk hit a limit, not a natural end, and the cut reply is a turn."""
+    server = model_server([{"command": "echo one"}, {"text": "Let me think at len", "stop": "max_tokens"}])
+    agent = AGENTS["pi"](server.url, state_dir=str(tmp_path / "state"), timeout=PROGRAM_TIMEOUT)
+    chunk = agent.run_chunk(PROMPT, tmp_path / "work", 5)
+    assert (chunk.turns, chunk.hit_turn_limit) == (2, True)
+
+
+def test_pi_chunk_ending_on_its_own_is_a_natural_end(pi_available, model_server, tmp_path: Path) -> None:
+    server = model_server([{"command": WRITE_ANSWER}, {"text": "Done."}])
+    agent = AGENTS["pi"](server.url, state_dir=str(tmp_path / "state"), timeout=PROGRAM_TIMEOUT)
+    chunk = agent.run_chunk(PROMPT, tmp_path / "work", 2)
+    assert (chunk.turns, chunk.hit_turn_limit) == (2, False)
+
+
+@pytest.mark.parametrize("key", list(AGENTS))
+def test_a_chunks_timeout_kills_the_program_tree(key: str, request: pytest.FixtureRequest, model_server, tmp_path: Path) -> None:  # fmt: skip
+    request.getfixturevalue(f"{key}_available")
+    seconds = f"{300 + int(uuid.uuid4().int % 1000)}.25"  # a unique sleep to look for afterwards
+    server = model_server([{"command": f"echo started && sleep {seconds} && echo finished"}, {"text": "Done."}])
+    agent = AGENTS[key](server.url, state_dir=str(tmp_path / "state"), timeout=PROGRAM_TIMEOUT)
+    with pytest.raises(ChunkFailed, match=r"^\S+ chunk timed out after 6 s$"):
+        agent.run_chunk(PROMPT, tmp_path / "work", 3, timeout=6)
+    deadline = time.monotonic() + 5
+    while _processes_with(f"sleep {seconds}") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _processes_with(f"sleep {seconds}") == [], "the program's tool outlived the chunk's timeout"
+
+
+def test_a_chunk_needs_a_state_dir_and_a_turn_limit(tmp_path: Path) -> None:
+    with pytest.raises(AgentConfigError, match="set state_dir"):
+        pi("anthropic/claude-sonnet-4-5").run_chunk(PROMPT, tmp_path, 2)
+    for turns in (0, -1, 1.5, True):
+        with pytest.raises(AgentConfigError, match="max_turns must be an integer >= 1"):
+            claude_code(state_dir=str(tmp_path)).run_chunk(PROMPT, tmp_path, turns)  # type: ignore[arg-type]

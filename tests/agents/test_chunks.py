@@ -8,19 +8,23 @@ forked, the turn limit a normal end, a failed run raised (pi's failed reply alth
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pyarrow.dataset as ds
 import pytest
 
-from rayeval.agents import claude_code, pi
+from rayeval.agents import claude_code, codex, pi
 from rayeval.agents._base import AgentConfigError, ChunkFailed, ProgramAgent
 
-from .conftest import FAKE_KEY, PROGRAM_TIMEOUT
-from .test_pi import PROMPT, WRITE_ANSWER
+from .conftest import FAKE_KEY, PROGRAM_TIMEOUT, answer_42_evals
+from .test_pi import PROMPT, REPO, WRITE_ANSWER
 from .test_real_agents import _processes_with
 
 NO_RETRY = {"retry": {"enabled": False}}
@@ -117,3 +121,56 @@ def test_a_chunk_needs_a_state_dir_and_a_turn_limit(tmp_path: Path) -> None:
     for turns in (0, -1, 1.5, True):
         with pytest.raises(AgentConfigError, match="max_turns must be an integer >= 1"):
             claude_code(state_dir=str(tmp_path)).run_chunk(PROMPT, tmp_path, turns)  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------ a unit's session in chunks
+def _harness_lines(work_dir: Path) -> list[str]:
+    return [line for line in (work_dir / "agent_output.log").read_text().splitlines() if line.startswith("HARNESS:")]
+
+
+@pytest.mark.parametrize("key", list(AGENTS))
+def test_chunk_turns_runs_the_units_session_in_chunks(key: str, request: pytest.FixtureRequest, model_server, tmp_path: Path) -> None:  # fmt: skip
+    """``chunk_turns=1``: each run of the program makes one model turn and the same session
+    goes on (``Continue.``) until it answers and ends on its own; the turns are counted once."""
+    request.getfixturevalue(f"{key}_available")
+    server = model_server([{"command": "echo first-chunk-ran"}, {"command": WRITE_ANSWER}, {"text": "Done."}])
+    work_dir = tmp_path / "work"
+    out = AGENTS[key](server.url, chunk_turns=1, timeout=PROGRAM_TIMEOUT)(PROMPT, work_dir)
+    md = out["metadata"]
+    assert out["answer"] == {"answer": 42}, md.get("error_details")
+    assert md["command"][md["command"].index("--max-turns") + 1] == "1"
+    assert md["n_turns"] == 2  # the answer ends the session: the third turn is never asked for
+    assert _harness_lines(work_dir) == ["HARNESS: the program stopped short of an answer; resuming the session"]
+    assert [reply.turn for reply in server.scripted_replies()] == [0, 1]
+    assert "first-chunk-ran" in _history(server.model_requests()[-1])  # the same session went on
+
+
+def test_chunk_turns_is_refused_where_it_cannot_run() -> None:
+    with pytest.raises(AgentConfigError, match="codex does not run chunked sessions"):
+        codex(chunk_turns=2)
+    with pytest.raises(AgentConfigError, match="chunk_turns must be an integer >= 1"):
+        pi(chunk_turns=0)
+    with pytest.raises(AgentConfigError, match="give one"):
+        claude_code(max_turns=3, chunk_turns=1)
+
+
+def test_rayeval_run_with_chunk_turns(claude_available, model_server, tmp_path: Path) -> None:
+    """``rayeval run --agent claude-code --agent-arg chunk_turns=1`` in the sandbox, through the
+    gateway: the unit's session runs a turn a chunk to the answer, each turn counted once."""
+    server = model_server([{"command": "echo first-chunk-ran"}, {"command": WRITE_ANSWER}, {"text": "Done."}])
+    evals = answer_42_evals(tmp_path / "evals", "chunked", PROMPT)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("RAY_ADDRESS", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "rayeval.cli", "run", str(evals), "--agent", "claude-code", "--models", "claude-sonnet-4-5",
+         "--agent-arg", f"base_url={server.url}", "--agent-arg", "chunk_turns=1", "--agent-arg", "timeout=120",
+         "--output", str(tmp_path / "out"), "--no-progress"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    (row,) = ds.dataset(tmp_path / "out", format="parquet", partitioning="hive").to_table().to_pylist()
+    metadata = json.loads(row["metadata_json"])
+    assert row["status"] == "passed", (row.get("error_details"), metadata.get("error_details"))
+    assert metadata["command"][metadata["command"].index("--max-turns") + 1] == "1"
+    assert metadata["n_turns"] == 2 and row["n_model_calls"] == 2
+    assert [reply.turn for reply in server.scripted_replies()] == [0, 1]

@@ -100,6 +100,9 @@ class ProgramAgent:
       failures before resuming the program's session (default 1800; 0: never resume).
     * ``provider_jitter_s`` -- at most this many random seconds added to the provider's
       retry hint (default 5; see :func:`rayeval.agents._recovery.resume_wait_s`).
+    * ``chunk_turns`` -- run the session in chunks of at most this many model turns, each
+      going on with the session (``Continue.``) until it ends on its own, answers, or the
+      unit's time is up (programs that run chunks: see :meth:`run_chunk`).
     """
 
     model: str | None = None
@@ -111,6 +114,7 @@ class ProgramAgent:
     state_dir: str | None = None
     provider_wait_s: float = DEFAULT_WAIT_BUDGET_S
     provider_jitter_s: float = DEFAULT_HINT_JITTER_S
+    chunk_turns: int | None = None
 
     #: what each ``--agent-arg`` option does, as ``rayeval agents`` says it (a spec adds its own)
     option_help: ClassVar[dict[str, str]] = {
@@ -122,6 +126,7 @@ class ProgramAgent:
         "state_dir": "keep the program's own state (config, sessions) in this folder",
         "provider_wait_s": "the most seconds, in all, a unit waits on its provider's failures before resuming (0: never)",
         "provider_jitter_s": "at most this many random seconds added to the provider's retry hint",
+        "chunk_turns": "run the session in chunks of at most this many turns, each going on with it (Claude Code, pi)",
     }
     #: the program's name, as ``--agent`` and the rows' ``harness`` give it
     harness: ClassVar[str] = "program"
@@ -152,6 +157,10 @@ class ProgramAgent:
             self.provider_jitter_s = wait_option("provider_jitter_s", self.provider_jitter_s)
         except ValueError as exc:
             raise AgentConfigError(str(exc)) from None
+        if self.chunk_turns is not None:
+            if type(self).chunk_argv is ProgramAgent.chunk_argv:
+                raise AgentConfigError(f"{self.harness} does not run chunked sessions (chunk_turns)")
+            _check_turns("chunk_turns", self.chunk_turns)
 
     @classmethod
     def make(cls, model: str | None = None, **options: Any) -> ProgramAgent:
@@ -263,7 +272,11 @@ class ProgramAgent:
         with _cli.state_dir(self.harness, self.state_dir) as state:
             env, secrets = self._environment(state, work_dir, context.convention if context is not None else "legacy")
             secrets |= set(recovery.spare_keys)
-            first_argv = self.build_argv(program, state, work_dir)
+            first_argv = (
+                self.build_argv(program, state, work_dir)
+                if self.chunk_turns is None
+                else self.chunk_argv(program, state, self.chunk_turns, None, fork=False)
+            )
             runs = self._run_recovering(program, first_argv, state, work_dir, env, task_prompt, recovery, secrets)
             result, summary = self._session(runs, started, state, work_dir)  # Codex reads its state
         return _cli.finish(
@@ -317,8 +330,7 @@ class ProgramAgent:
         (``hit_turn_limit``); :class:`ChunkFailed` when the program ended on an error (pi's
         failed reply too, although it exits 0) or ran past ``timeout`` (default: the agent's
         ``timeout``; its process tree is killed)."""
-        if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
-            raise AgentConfigError(f"max_turns must be an integer >= 1, got {max_turns!r}")
+        _check_turns("max_turns", max_turns)
         if self.state_dir is None:
             raise AgentConfigError("a chunked session is kept in the agent's state_dir between chunks: set state_dir")
         work_dir = Path(work_dir).resolve()
@@ -394,9 +406,9 @@ class ProgramAgent:
                 return runs
             failure = summary.failures[-1] if summary.failures else None
             session = summary.session_id
-            resumed = self.resume_argv(program, state, work_dir, session) if session else None
+            resumed = self._resumed_argv(program, state, work_dir, session) if session else None
             step = recovery.next_step(failure, self.made_progress(summary, result.events), resumed is not None)
-            if failure is None and resumed is not None and result.exit_code == 0 and self.cut_short(result.events):
+            if failure is None and resumed is not None and self._stopped_short(result):
                 if recovery.out_of_time():
                     return runs
                 _cli.note(work_dir, "HARNESS: the program stopped short of an answer; resuming the session")
@@ -415,6 +427,22 @@ class ProgramAgent:
                 runs[-1] = (dataclasses.replace(result, timed_out=True), summary)
                 return runs
             argv, stdin = resumed, RESUME_PROMPT
+
+    def _resumed_argv(self, program: list[str], state: Path, work_dir: Path, session_id: str) -> list[str] | None:
+        """The command line that goes on with ``session_id``: for a chunk of ``chunk_turns``
+        turns when given."""
+        if self.chunk_turns is not None:
+            return self.chunk_argv(program, state, self.chunk_turns, session_id, fork=False)
+        return self.resume_argv(program, state, work_dir, session_id)
+
+    def _stopped_short(self, result: _cli.CliResult) -> bool:
+        """Whether a run that ended without an answer and without a provider's failure stopped
+        on a limit: its chunk's turn limit, or one of the program's own (:meth:`cut_short`)."""
+        if self.chunk_turns is not None:
+            end = self.chunk_end(result.events, result.exit_code)
+            if end.error is None and end.hit_turn_limit:
+                return True
+        return result.exit_code == 0 and self.cut_short(result.events)
 
     def _resume_after(
         self, step: Step, recovery: Recovery, work_dir: Path, env: dict[str, str], failure: ProviderFailure
@@ -468,6 +496,11 @@ class ProgramAgent:
                 i = shown.index(flag) + 1
                 shown[i] = f"<{len(shown[i])} chars>"
         return shown
+
+
+def _check_turns(option: str, turns: object) -> None:
+    if isinstance(turns, bool) or not isinstance(turns, int) or turns < 1:
+        raise AgentConfigError(f"{option} must be an integer >= 1, got {turns!r}")
 
 
 def strip_provider(model: str | None, prefixes: tuple[str, ...]) -> str | None:

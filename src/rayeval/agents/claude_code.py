@@ -105,6 +105,8 @@ class ClaudeCodeAgent(ProgramAgent):
         super().__post_init__()
         if self.max_turns is not None and int(self.max_turns) < 1:
             raise AgentConfigError("max_turns must be >= 1")
+        if self.max_turns is not None and self.chunk_turns is not None:
+            raise AgentConfigError("max_turns ends the session, chunk_turns goes on with it after each chunk: give one")
         if self.switch_models_on_flag is not None and not isinstance(self.switch_models_on_flag, bool):
             raise AgentConfigError(f"switch_models_on_flag must be true or false, got {self.switch_models_on_flag!r}")
 
@@ -154,11 +156,8 @@ class ClaudeCodeAgent(ProgramAgent):
         (a reply streamed as several events is one)."""
         final: dict[str, Any] = next((event for event in reversed(events) if event.get("type") == "result"), {})
         hit_limit = final.get("subtype") == "error_max_turns"
-        replies = {
-            event["message"].get("id") or f"anonymous-{i}" for i, event in enumerate(events) if _model_turn(event)
-        }
         failed = exit_code != 0 and not hit_limit
-        return ChunkEnd(len(replies), hit_limit, str(final.get("result") or "") if failed else None)
+        return ChunkEnd(len(_reply_ids(events)), hit_limit, str(final.get("result") or "") if failed else None)
 
     def _options_argv(self, program: list[str], max_turns: int | None = None) -> list[str]:
         argv = [
@@ -258,6 +257,11 @@ def _refusal_notice(event: dict[str, Any]) -> bool:
 def _notice_text(event: dict[str, Any]) -> str:
     explanation = _text_field(event, "api_refusal_explanation", "content")
     return explanation or f"{event.get('subtype')}: the model refused"
+
+
+def _reply_ids(events: list[dict[str, Any]]) -> set[str]:
+    """The model's main-loop replies (one reply may stream as several events)."""
+    return {event["message"].get("id") or f"anonymous-{i}" for i, event in enumerate(events) if _model_turn(event)}
 
 
 def _model_turn(event: dict[str, Any]) -> bool:
@@ -449,9 +453,11 @@ def _summarize_run(events: list[dict[str, Any]]) -> Summary:
         )
         if final.get("api_error_status") is not None:
             extra["api_error_status"] = final.get("api_error_status")
+        # a run stopped by --max-turns counts the turn it did not start: its replies are its turns
+        max_turns_end = final.get("terminal_reason") == "max_turns"
         return Summary(
             usage=usage,
-            n_turns=_cli.as_int(final.get("num_turns")),
+            n_turns=len(_reply_ids(events)) if max_turns_end else _cli.as_int(final.get("num_turns")),
             n_steps=len(tool_ids),
             cost_usd=float(cost) if isinstance(cost, (int, float)) and not isinstance(cost, bool) else None,
             cost_source="provider_reported",

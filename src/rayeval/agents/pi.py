@@ -364,6 +364,8 @@ def summarize_pi_events(events: list[dict[str, Any]]) -> Summary:
             failure = failure_from_error(message.get("errorMessage"))
             failures = [*failures, failure] if failure is not None else []
             continue
+        if message.get("stopReason") == "aborted":  # a call stopped before or while it was made
+            continue
         turns, failures = turns + 1, []
         for block in message.get("content") or []:
             if isinstance(block, dict) and block.get("type") == "toolCall":

@@ -263,11 +263,11 @@ class PiAgent(ProgramAgent):
         """pi exits 0 after a failed call: the last turn's stop reason tells. A turn aborted by
         the turn limit, or a reply cut at its length limit, is no natural end (the limit was
         hit); its turns are the ones that neither failed nor were aborted."""
-        stops = [mapping(event.get("message")).get("stopReason") for event in events if event.get("type") == "turn_end"]
-        last = next((mapping(e.get("message")) for e in reversed(events) if e.get("type") == "turn_end"), {})
+        turn_ends = [mapping(event.get("message")) for event in events if event.get("type") == "turn_end"]
+        last = turn_ends[-1] if turn_ends else {}
         failed = exit_code != 0 or last.get("stopReason") == "error"
+        turns = sum(message.get("stopReason") not in ("error", "aborted") for message in turn_ends)
         error = str(last.get("errorMessage") or "") if failed else None
-        turns = sum(stop not in ("error", "aborted") for stop in stops)
         return ChunkEnd(turns, last.get("stopReason") in ("aborted", "length"), error)
 
     def keep_event(self, event: dict[str, Any]) -> bool:

@@ -21,7 +21,7 @@ import pyarrow.dataset as ds
 import pytest
 
 from rayeval.agents import claude_code, codex, pi
-from rayeval.agents._base import AgentConfigError, ChunkFailed, ProgramAgent
+from rayeval.agents import AgentConfigError, ChunkFailed, ProgramAgent
 
 from .conftest import FAKE_KEY, PROGRAM_TIMEOUT, answer_42_evals
 from .test_pi import PROMPT, REPO, WRITE_ANSWER

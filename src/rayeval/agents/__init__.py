@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:  # the exports (see rayeval._lazy)
-    from ._base import AgentConfigError, ProgramAgent
+    from ._base import AgentConfigError, Chunk, ChunkFailed, ProgramAgent
     from ._refusal import RefusalVerdict, detect_refusal
     from ._tools import AgentNotInstalledError
     from .claude_code import ClaudeCodeAgent, claude_code

@@ -20,8 +20,7 @@ from typing import Any
 import pyarrow.dataset as ds
 import pytest
 
-from rayeval.agents import claude_code, codex, pi
-from rayeval.agents import AgentConfigError, ChunkFailed, ProgramAgent
+from rayeval.agents import AgentConfigError, ChunkFailed, ProgramAgent, claude_code, codex, pi
 
 from .conftest import FAKE_KEY, PROGRAM_TIMEOUT, answer_42_evals
 from .test_pi import PROMPT, REPO, WRITE_ANSWER

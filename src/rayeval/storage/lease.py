@@ -49,6 +49,7 @@ from .._files import write_atomic
 from .._messages import option, options
 from ..errors import RayevalError
 from .layout import LEASE_NAME, LOCK_NAME
+from .manifest import utcnow
 from .wal import remove_dir_if_empty, try_lock
 
 if TYPE_CHECKING:
@@ -122,10 +123,6 @@ def lease_ttl(value: float | str | None = None) -> float:
     return ttl
 
 
-def _utcnow() -> datetime:
-    return datetime.now(timezone.utc)
-
-
 def _aware(moment: datetime) -> datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
 
@@ -185,7 +182,7 @@ class LeaseRecord:
     process_start: int | None = None
 
     def expired(self, now: datetime | None = None) -> bool:
-        return (now or _utcnow()) >= self.expires_at
+        return (now or utcnow()) >= self.expires_at
 
     def gone_from_here(self) -> bool:
         """The holder ran on this machine, in this pid namespace, and its process is gone."""
@@ -197,7 +194,7 @@ class LeaseRecord:
 
     def describe(self, now: datetime | None = None, *, note: str = "") -> str:
         """``host h, pid 12{note}, since ...; last renewed ..., expires ... (in 25 s)``."""
-        now = now or _utcnow()
+        now = now or utcnow()
         left = (self.expires_at - now).total_seconds()
         expiry = (
             f"expires {_when(self.expires_at)} (in {left:.0f} s)"
@@ -232,7 +229,7 @@ class LeaseRecord:
                 process_start=None if value.get("process_start") is None else int(value["process_start"]),
             )
         except (ValueError, TypeError, KeyError, AttributeError):
-            stamp = modified or _utcnow()
+            stamp = modified or utcnow()
             return cls(run_id="?", token="", host="unknown (unreadable lease record)", pid=0, acquired_at=stamp,
                        renewed_at=stamp, expires_at=stamp + timedelta(seconds=ttl_s), ttl_s=ttl_s)  # fmt: skip
 
@@ -306,7 +303,7 @@ class RunLease:
         if self.record is not None:
             raise LeaseError(f"the lease of run {self.run_id!r} was already taken by this object")
         started = time.monotonic()
-        now = _utcnow()
+        now = utcnow()
         record = LeaseRecord(
             run_id=self.run_id,
             token=self.token,
@@ -347,7 +344,7 @@ class RunLease:
             if self.record is None or self._released:
                 raise LeaseError(f"the lease of run {self.run_id!r} is not held")
             started = time.monotonic()
-            now = _utcnow()
+            now = utcnow()
             record = replace(self.record, renewed_at=now, expires_at=now + timedelta(seconds=self.ttl_s))
             try:
                 self._replace(record)

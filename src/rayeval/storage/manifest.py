@@ -101,7 +101,8 @@ def mask_command_line(argv: list[str]) -> list[str]:
     return out
 
 
-def _now() -> datetime:
+def utcnow() -> datetime:
+    """Now, in UTC: what manifests, leases and the row writer's errors are stamped with."""
     return datetime.now(timezone.utc)
 
 
@@ -191,8 +192,8 @@ class RunManifest(BaseModel):
 
     run_id: str
     status: RunStatus = "running"
-    created_at: datetime = Field(default_factory=_now)
-    updated_at: datetime = Field(default_factory=_now)
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
     finished_at: datetime | None = None
     agent: str | None = None
     #: masked: secret-looking values are ``***``, compared on ``--resume`` by fingerprint
@@ -271,7 +272,7 @@ class RunManifest(BaseModel):
 
     def with_status(self, status: RunStatus) -> RunManifest:
         """A copy with a new status; ``finished_at`` is set when the status is terminal."""
-        now = _now()
+        now = utcnow()
         return self.model_copy(
             update={
                 "status": status,

@@ -45,7 +45,7 @@ import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -75,7 +75,7 @@ from .layout import (
     run_of_folder,
     s3_wal_base,
 )
-from .manifest import RunManifest, RunStatus
+from .manifest import RunManifest, RunStatus, utcnow
 from .schema import FILE_SCHEMA, lines_to_table
 
 if TYPE_CHECKING:
@@ -190,10 +190,6 @@ def describe_write_error(exc: BaseException) -> str:
         return f"{exc.strerror} ({errno.errorcode.get(exc.errno, exc.errno)})"
     text = _describe(exc)
     return text if isinstance(exc, OSError) else f"{type(exc).__name__}: {text}"
-
-
-def _utcnow() -> datetime:
-    return datetime.now(timezone.utc)
 
 
 def _default_writer_id() -> str:
@@ -694,7 +690,7 @@ class ResultStore:
         version (``_manifest.reserve``, hidden from readers): when rows have filled the disk,
         that room is given back and the manifest replaced in it, so that a run stopped by a
         full disk still says failed.  The reserve goes once the manifest says the run ended."""
-        stored = manifest.model_copy(update={"updated_at": _utcnow()})
+        stored = manifest.model_copy(update={"updated_at": utcnow()})
         data = stored.model_dump_json(indent=2).encode()
         path = self.manifest_path(stored.run_id)
         try:
@@ -1224,7 +1220,7 @@ class RowWriter:
             self._failures += 1
             self.flush_failures += 1
             self.last_error = exc
-            self.last_error_at = _utcnow()
+            self.last_error_at = utcnow()
             self._first_failure = self._first_failure or (now, exc)
             failing_since, first = self._first_failure
             lasting = isinstance(exc, OSError) and exc.errno in _LASTING_ERRNOS

@@ -204,13 +204,6 @@ def _coerce_row(row: UnitRecord | Mapping[str, Any]) -> UnitRecord:
     raise TypeError(f"expected a UnitRecord, got {type(row).__name__}")
 
 
-def encode_parquet(lines: list[bytes]) -> bytes:
-    """One Parquet part from rows given as JSON lines (see ``UnitRecord.to_line``)."""
-    sink = pa.BufferOutputStream()
-    pq.write_table(lines_to_table(lines), sink, compression=PART_COMPRESSION)
-    return sink.getvalue().to_pybytes()
-
-
 def _line_prefix(run_id: str, model: str) -> bytes:
     """How every JSON line of a row of this run and model starts (``to_line`` puts them first)."""
     return pydantic_core.to_json({"run_id": run_id, "model": model})[:-1] + b","
@@ -820,6 +813,8 @@ class ResultStore:
             raise ValueError("flush_rows must be >= 1")
         if flush_seconds <= 0:
             raise ValueError("flush_seconds must be > 0")
+        if flush_bytes < 1:
+            raise ValueError("flush_bytes must be >= 1")
         if writer_id is None:
             writer_id = _default_writer_id()
             fresh_id = True
@@ -958,7 +953,8 @@ class RowWriter:
     with backoff.  The writer gives up (:attr:`broken`, raised by :meth:`check` and ``add``)
     when the WAL cannot be written, when a disk error no retry mends occurs (a full disk), or
     when storing keeps failing for ``give_up_after_s`` seconds.
-    Use as a context manager or call :meth:`close`.
+    Made by :meth:`ResultStore.open_writer`, which checks its options; use it as a context
+    manager or call :meth:`close`.
     """
 
     def __init__(
@@ -968,18 +964,12 @@ class RowWriter:
         *,
         writer_id: str,
         wal: WriteAheadLog,
-        flush_rows: int = 1000,
-        flush_seconds: float = 5.0,
-        flush_bytes: int = FLUSH_BUFFER_BYTES,
-        start_seq: int = 0,
-        give_up_after_s: float = STORE_RETRY_S,
+        flush_rows: int,
+        flush_seconds: float,
+        flush_bytes: int,
+        start_seq: int,
+        give_up_after_s: float,
     ):
-        if flush_rows < 1:
-            raise ValueError("flush_rows must be >= 1")
-        if flush_seconds <= 0:
-            raise ValueError("flush_seconds must be > 0")
-        if flush_bytes < 1:
-            raise ValueError("flush_bytes must be >= 1")
         self.store = store
         self.run_id = run_id
         self.writer_id = writer_id
@@ -1298,7 +1288,11 @@ class RowWriter:
 
 
 def _split_encode(lines: list[bytes]) -> Iterable[tuple[bytes, int]]:
-    data = encode_parquet(lines)
+    """Rows given as JSON lines (see ``UnitRecord.to_line``) as Parquet parts of at most
+    :data:`MAX_PART_BYTES` (unless one row is larger), with how many rows each holds."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(lines_to_table(lines), sink, compression=PART_COMPRESSION)
+    data = sink.getvalue().to_pybytes()
     if len(data) <= MAX_PART_BYTES or len(lines) == 1:
         yield data, len(lines)
         return

@@ -75,6 +75,15 @@ def group_ids(frame: pd.DataFrame, cols: Sequence[str]) -> Groups:
     return Groups(inverse.astype(np.int64).reshape(-1), first.astype(np.int64), len(uniq))
 
 
+def key_groups(units: pd.DataFrame, cols: Sequence[str]) -> tuple[Groups, pd.DataFrame]:
+    """Groups of ``units`` over the key columns ``cols``, and each group's key values; a key
+    column ``units`` lacks (no harness) is all missing, one group."""
+    missing = pd.Series(pd.NA, index=units.index, dtype="string")
+    work = pd.DataFrame({col: units[col] if col in units.columns else missing for col in cols}, index=units.index)
+    groups = group_ids(work, cols)
+    return groups, groups.keys(work, cols)
+
+
 def sub_groups(parent: Groups, child: np.ndarray) -> tuple[Groups, np.ndarray]:
     """Refine ``parent`` by integer ``child`` codes: (groups, parent id of each new group)."""
     radix = int(child.max()) + 2 if len(child) else 1

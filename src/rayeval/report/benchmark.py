@@ -25,7 +25,7 @@ import pandas as pd
 from scipy.special import stdtrit
 
 from ..storage.attempts import error_mask, latest_attempts, passed_array
-from ._groups import Groups, codes, group_ids, sub_groups
+from ._groups import Groups, codes, group_ids, key_groups, sub_groups
 from .reader import ReportError
 
 ErrorPolicy = Literal["fail", "exclude"]
@@ -99,13 +99,6 @@ def _check_columns(units: pd.DataFrame, by: Sequence[str]) -> None:
         raise ReportError(f"result rows have no column(s) {', '.join(missing)}")
 
 
-def _key_frame(units: pd.DataFrame, by: Sequence[str]) -> dict[str, Any]:
-    cols: dict[str, Any] = {}
-    for name in by:
-        cols[name] = units[name] if name in units.columns else pd.Series(pd.NA, index=units.index, dtype="string")
-    return cols
-
-
 def _numeric(units: pd.DataFrame, name: str) -> np.ndarray:
     if name not in units.columns:
         return np.full(len(units), np.nan)
@@ -130,8 +123,7 @@ def _eval_stats(units: pd.DataFrame, by: Sequence[str], errors: str) -> _EvalSta
     _check_policy(errors)
     units = latest_attempts(units)
     _check_columns(units, by)
-    work = pd.DataFrame(_key_frame(units, by), index=units.index)
-    groups = group_ids(work, by)
+    groups, keys = key_groups(units, by)
     pairs, parent = sub_groups(groups, codes(units["eval_id"]))
     is_error = error_mask(units)
     passed = passed_array(units)
@@ -141,7 +133,7 @@ def _eval_stats(units: pd.DataFrame, by: Sequence[str], errors: str) -> _EvalSta
     n_scored = n_runs - n_errors if errors == "exclude" else n_runs
     with np.errstate(invalid="ignore", divide="ignore"):
         rate = np.where(n_scored > 0, n_passed / np.maximum(n_scored, 1), np.nan)
-    return _EvalStats(groups.keys(work, by), groups, pairs, parent, n_runs, n_passed, n_errors, n_scored, rate)
+    return _EvalStats(keys, groups, pairs, parent, n_runs, n_passed, n_errors, n_scored, rate)
 
 
 def eval_frame(units: pd.DataFrame, by: Sequence[str] = ("model", "harness"), errors: str = "fail") -> pd.DataFrame:

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from .._json import object_at
 from ..storage.attempts import error_mask, latest_attempts
-from ._groups import Groups, group_ids
+from ._groups import Groups, group_ids, key_groups
 from .benchmark import benchmark_table, error_policy_note, to_text
 from .reader import ReportError, normalise_status
 
@@ -568,12 +568,7 @@ def evaluation_stats(
     units = latest_attempts(units)
     evaluators = dict(evaluators or GRADER_EVALUATORS)
     n = len(units)
-    keys = ["run_id", "model", "harness"]
-    work = pd.DataFrame(
-        {k: (units[k] if k in units.columns else pd.Series(pd.NA, index=units.index, dtype="string")) for k in keys}
-    )
-    groups = group_ids(work, keys)
-    key_frame = groups.keys(work, keys)
+    groups, key_frame = key_groups(units, ["run_id", "model", "harness"])
     is_error = error_mask(units)
 
     per_evaluator: list[list[Any]] = []

@@ -84,9 +84,9 @@ if TYPE_CHECKING:
 from .wal import (
     OrphanLog,
     WriteAheadLog,
+    check_writer_id,
     claim_orphans,
     remove_dir_if_empty,
-    valid_writer_id,
 )
 
 log = logging.getLogger(__name__)
@@ -815,13 +815,10 @@ class ResultStore:
             raise ValueError("flush_seconds must be > 0")
         if flush_bytes < 1:
             raise ValueError("flush_bytes must be >= 1")
+        fresh_id = writer_id is None
         if writer_id is None:
             writer_id = _default_writer_id()
-            fresh_id = True
-        else:
-            fresh_id = False
-            if not valid_writer_id(writer_id):
-                raise ValueError(f"invalid writer id {writer_id!r}: use letters, digits, '_' and '-'")
+        check_writer_id(writer_id)
         recovered = 0
         if recover:
             try:

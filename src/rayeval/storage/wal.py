@@ -32,7 +32,7 @@ from ..errors import RayevalError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["OrphanLog", "WriteAheadLog", "WriterIdInUse", "claim_orphans", "read_lines", "valid_writer_id"]
+__all__ = ["OrphanLog", "WriteAheadLog", "WriterIdInUse", "check_writer_id", "claim_orphans", "read_lines"]
 
 _WRITER_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")
 _SEGMENT_RE = re.compile(r"^(?P<writer>[A-Za-z0-9][A-Za-z0-9_-]*)(?:\.(?P<n>\d+))?\.jsonl$")
@@ -42,9 +42,11 @@ class WriterIdInUse(RayevalError, RuntimeError):
     """Another live writer holds the WAL lock of this writer id."""
 
 
-def valid_writer_id(writer_id: str) -> bool:
-    """Letters, digits, ``_`` and ``-``; no dot (it separates segment numbers), no leading ``_``/``-``."""
-    return bool(_WRITER_ID_RE.fullmatch(writer_id))
+def check_writer_id(writer_id: str) -> None:
+    """Refuse an id other than letters, digits, ``_`` and ``-``: no dot (it separates segment
+    numbers), no leading ``_``/``-``."""
+    if not _WRITER_ID_RE.fullmatch(writer_id):
+        raise ValueError(f"invalid writer id {writer_id!r}: use letters, digits, '_' and '-'")
 
 
 def _segment_files(directory: Path, writer_id: str | None = None) -> dict[str, list[tuple[int, Path]]]:
@@ -82,8 +84,7 @@ class WriteAheadLog:
     """The WAL of one live writer.  Not thread-safe: the owning RowWriter serializes calls."""
 
     def __init__(self, directory: str | Path, writer_id: str):
-        if not valid_writer_id(writer_id):
-            raise ValueError(f"invalid writer id {writer_id!r}: use letters, digits, '_' and '-'")
+        check_writer_id(writer_id)
         self.directory = Path(directory)
         self.writer_id = writer_id
         self.lock_path = self.directory / f"{writer_id}.lock"
@@ -189,14 +190,13 @@ class WriteAheadLog:
         """``remove=True``: everything is stored, delete the WAL.  Otherwise keep it (on disk:
         every append was fsynced) for :func:`claim_orphans`.  The lock is released either way."""
         try:
+            self._close_fd()
             if remove:
-                self._close_fd()
                 self.drop_closed()
                 for path in (self.active_path, self.lock_path):
                     path.unlink(missing_ok=True)
                 remove_dir_if_empty(self.directory)
             else:  # every append is fsynced already
-                self._close_fd()
                 fsync_dir(self.directory)
         finally:
             if self._lock_fd is not None:

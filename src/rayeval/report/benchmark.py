@@ -383,12 +383,11 @@ def to_json(table: pd.DataFrame, path: str | Path | None = None, indent: int = 2
 
 
 def format_cell(value: Any, column: str) -> str:
+    """A table's value as text: missing as ``-``, floats rounded as :data:`ROUNDING` (else 2 dp)."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
-    if column in ROUNDING and isinstance(value, (float, np.floating)):
-        return f"{value:.{ROUNDING[column]}f}"
     if isinstance(value, (float, np.floating)):
-        return f"{value:.2f}"
+        return f"{value:.{ROUNDING.get(column, 2)}f}"
     return str(value)
 
 

@@ -28,10 +28,10 @@ from .benchmark import (
     CI_METHOD,
     CI_UPPER,
     COST,
-    ROUNDING,
     benchmark_table,
     breakdown_table,
     error_policy_note,
+    format_cell,
     isolation_note,
     rounded,
 )
@@ -140,15 +140,10 @@ def heatmap_figure(table: pd.DataFrame, column: str, title: str, order: Sequence
 
 
 def _cell(value: Any, column: str) -> tuple[str, bool]:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-", False
-    if isinstance(value, (bool, np.bool_)):
-        return str(bool(value)), False
-    if isinstance(value, (int, np.integer)):
-        return str(int(value)), True
-    if isinstance(value, (float, np.floating)):
-        return f"{value:.{ROUNDING.get(column, 2)}f}", True
-    return str(value), False
+    """A value as the text table shows it, and whether it is a number (right-aligned)."""
+    text = format_cell(value, column)
+    number = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+    return text, number and text != "-"
 
 
 def html_table(frame: pd.DataFrame, columns: Sequence[str] | None = None) -> str:

@@ -504,15 +504,11 @@ class LocalLease(RunLease):
 
     def read(self) -> LeaseRecord | None:
         try:
-            fd = os.open(self.path, os.O_RDONLY)
+            with open(self.path, "rb") as handle:  # its time and content from the one file opened
+                modified = datetime.fromtimestamp(os.fstat(handle.fileno()).st_mtime, timezone.utc)
+                data = handle.read()
         except FileNotFoundError:
             return None
-        try:
-            modified = datetime.fromtimestamp(os.fstat(fd).st_mtime, timezone.utc)
-            with os.fdopen(os.dup(fd), "rb") as handle:
-                data = handle.read()
-        finally:
-            os.close(fd)
         return LeaseRecord.from_bytes(data, modified=modified, ttl_s=self.ttl_s)
 
     def _write(self, record: LeaseRecord) -> None:

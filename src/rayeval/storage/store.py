@@ -371,13 +371,12 @@ class Parts:
         unknown = [name for name in names if name not in self.schema.names]
         if unknown:
             raise KeyError(f"unknown column(s) {', '.join(unknown)}")
-        if not self.fragments:
-            return pa.schema([self.schema.field(name) for name in names]).empty_table()
-        try:
-            return self.dataset().to_table(columns=names, filter=filter)
-        except Exception as exc:
-            if not _file_error(exc):
-                raise
+        if self.fragments:
+            try:
+                return self.dataset().to_table(columns=names, filter=filter)
+            except Exception as exc:
+                if not _file_error(exc):
+                    raise
         tables, readable = [], []
         for fragment in self.fragments:
             try:

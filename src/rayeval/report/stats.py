@@ -577,11 +577,8 @@ def evaluation_stats(
         frame = pd.DataFrame({"g": groups.ids, "value": values.to_numpy(), "error": err})
         if flags is not None:
             frame[NOT_APPLICABLE_COLUMN] = flags[NOT_APPLICABLE_COLUMN].to_numpy(dtype=bool)
-        table = evaluator_stats_table(frame, kind, by=["g"], value="value", error="error")
-        models = [None] * groups.n
-        for row in table.to_dict(orient="records"):
-            models[int(row["g"])] = _stats_model(row, kind, name)
-        per_evaluator.append(models)
+        stats = compute_evaluator_stats(frame, kind, evaluator=name, by=["g"], error="error")
+        per_evaluator.append([stats.get((g,)) for g in range(groups.n)])
 
     started = _group_times(units, groups, "started_at", np.minimum)
     finished = _group_times(units, groups, "finished_at", np.maximum)

@@ -37,7 +37,6 @@ GROUP_COLUMNS = {
     "eval_type": "eval_type",
     "time_horizon": "time_horizon",
 }
-MODEL_KEYS = ("model", "harness", "agent", "run_id")
 
 
 def _split(values: Sequence[str] | None) -> list[str] | None:
@@ -54,6 +53,7 @@ def parse_by(text: str) -> list[str]:
     A breakdown column given alone (``task``, ``kit``…) is reported per model × harness, as
     the published by-task/by-platform tables are.
     """
+    from .benchmark import MODEL_KEYS
     from .reader import ReportError
 
     names = [p.strip() for p in text.split(",") if p.strip()]
@@ -201,7 +201,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def _report_summary(args: argparse.Namespace, reader: ResultsReader, runs: list[str] | None, by: list[str]) -> int:
     """Table, csv or json from counts duckdb aggregates over the part files (:mod:`.summary`)."""
-    from .benchmark import isolation_counts_note, table_from_pairs
+    from .benchmark import MODEL_KEYS, isolation_counts_note, table_from_pairs
     from .stats import run_progress
     from .summary import read_summary
 
@@ -233,7 +233,7 @@ def _report_units(
     args: argparse.Namespace, reader: ResultsReader, runs: list[str] | None, by: list[str], ks: list[int]
 ) -> int:
     """HTML, or text with the pass@k table: from the units read as a frame."""
-    from .benchmark import benchmark_table, format_text, isolation_note
+    from .benchmark import MODEL_KEYS, benchmark_table, format_text, isolation_note
     from .reader import REPORT_COLUMNS, ReportError
     from .stats import evaluation_stats
 

@@ -233,8 +233,7 @@ class ResultsReader:
         run_list, model_list, eval_list = _as_list(runs), _as_list(models), _as_list(evals)
         parts = self.parts(run_list)
         wanted = list(columns) if columns is not None else list(REPORT_COLUMNS)
-        if parts.fragments:
-            wanted += [c for c in OPTIONAL_COLUMNS if c in parts.schema.names and c not in wanted]
+        wanted += [c for c in OPTIONAL_COLUMNS if c in parts.schema.names and c not in wanted]
         wanted += [key for key in ATTEMPT_COLUMNS if key not in wanted]  # needed to deduplicate
         if not parts.fragments:
             return TABLE_SCHEMA.empty_table().select([c for c in wanted if c in TABLE_SCHEMA.names])

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from ..errors import ConfigError
+from ..errors import ConfigError, RayevalError
 from ..models.failures import ANTHROPIC_KEY_FALLBACK_ON, ProviderFailure, fallback_keys, key_fallback_on
 from ..unit.context import AgentContext
 from ..unit.prompt import AnswerConvention
@@ -53,7 +53,7 @@ class Summary:
     refusal: RefusalVerdict | None = None
 
 
-class ChunkFailed(RuntimeError):
+class ChunkFailed(RayevalError, RuntimeError):
     """A chunk of a session failed: its program ended on an error, or ran out of time."""
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from ..errors import ConfigError, RayevalError
+from ..gateway.accounting import ReportedUsage
 from ..models.failures import ANTHROPIC_KEY_FALLBACK_ON, ProviderFailure, fallback_keys, key_fallback_on
 from ..unit.context import AgentContext
 from ..unit.prompt import AnswerConvention
@@ -37,7 +38,7 @@ class AgentConfigError(ConfigError):
 class Summary:
     """What a harness extracted from its program's events."""
 
-    usage: _cli.Usage = field(default_factory=_cli.Usage)
+    usage: ReportedUsage = field(default_factory=ReportedUsage)
     n_turns: int | None = None
     n_steps: int | None = None
     cost_usd: float | None = None

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from .._files import write_atomic
+from ..gateway.accounting import ReportedUsage
 from ..sandbox.process_tree import end_process_tree
 from ..secrets import (
     compile_secrets,
@@ -356,44 +357,6 @@ def read_answer(
     return None, {"error": f"no final answer provided ({names} was not written)"}, None
 
 
-@dataclass
-class Usage:
-    """A program's token counts, as its provider reported them. ``input_tokens`` is the
-    provider's own count: with ``cache_apart`` (Anthropic's) it leaves out the cache reads and
-    writes, which have fields of their own; else (OpenAI's) it includes the cache reads."""
-
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    cache_read_tokens: int | None = None
-    cache_write_tokens: int | None = None
-    reasoning_tokens: int | None = None
-    cache_apart: bool = False
-
-    def add(self, other: Usage) -> None:
-        """Add ``other``'s counts (a later run's, another model's) to these."""
-        for name, value in other.reported().items():
-            setattr(self, name, add(getattr(self, name), value))
-
-    def reported(self) -> dict[str, int | None]:
-        """The counts as the provider reported them (the run summary's usage)."""
-        return {
-            "input_tokens": self.input_tokens,
-            "output_tokens": self.output_tokens,
-            "cache_read_tokens": self.cache_read_tokens,
-            "cache_write_tokens": self.cache_write_tokens,
-            "reasoning_tokens": self.reasoning_tokens,
-        }
-
-    def as_dict(self) -> dict[str, int | None]:
-        """The counts as the gateway counts them: ``input_tokens`` every prompt token, cache
-        reads and writes included (the metadata's ``usage`` and ``input_tokens``)."""
-        counts = self.reported()
-        if self.cache_apart:
-            for part in (self.cache_read_tokens, self.cache_write_tokens):
-                counts["input_tokens"] = add(counts["input_tokens"], part)
-        return counts
-
-
 def finish(
     *,
     harness: str,
@@ -402,7 +365,7 @@ def finish(
     result: CliResult,
     secrets: Iterable[str],
     trajectory: list[dict[str, Any]],
-    usage: Usage,
+    usage: ReportedUsage,
     n_turns: int | None,
     n_steps: int | None,
     cost_usd: float | None,
@@ -472,7 +435,7 @@ def finish(
 
 
 def program_run_summary(
-    metadata: dict[str, Any], usage: Usage, refusal: RefusalVerdict | None, *, evaluated: bool
+    metadata: dict[str, Any], usage: ReportedUsage, refusal: RefusalVerdict | None, *, evaluated: bool
 ) -> dict[str, Any]:
     """The run summary of a program's run, from the metadata :func:`finish` assembled, with
     the usage as the provider reported it (``evaluated``: whether its events were searched
@@ -481,7 +444,7 @@ def program_run_summary(
         duration_s=metadata["duration_s"],
         n_turns=metadata["n_turns"],
         n_steps=metadata["n_steps"],
-        usage=usage.reported(),
+        usage=usage.model_dump(),
         cost_usd=metadata["cost_usd"],
         cost_source=metadata["cost_source"],
         pricing_version=metadata.get("pricing_version"),
@@ -497,6 +460,12 @@ def as_int(value: Any) -> int | None:
     if isinstance(value, float) and value.is_integer():
         return int(value)
     return None
+
+
+def count(value: Any) -> int | None:
+    """``value`` as a whole number >= 0 (a count a program claims), else None."""
+    number = as_int(value)
+    return number if number is not None and number >= 0 else None
 
 
 def add(a: int | None, b: Any) -> int | None:

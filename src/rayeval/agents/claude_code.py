@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from .._json import amount_in
+from ..gateway.accounting import ReportedUsage
 from ..models.failures import ProviderFailure, provider_failure
 from ..unit.prompt import AnswerConvention
 from . import _cli, _tools
@@ -306,7 +307,7 @@ def model_routing(
     initial = effective = stop = None
     succeeded = False
     fallbacks: list[dict[str, str | None]] = []
-    per_model: dict[str, _cli.Usage] = {}
+    per_model: dict[str, ReportedUsage] = {}
     costs: dict[str, float] = {}
     for event in events:
         kind, subtype = event.get("type"), event.get("subtype")
@@ -330,7 +331,7 @@ def model_routing(
             succeeded = event.get("subtype") == "success" and event.get("is_error") is False
             for model, record in mapping(event.get("modelUsage")).items():
                 if isinstance(record, dict):
-                    per_model.setdefault(model, _cli.Usage(cache_apart=True)).add(_model_usage(record))
+                    per_model.setdefault(model, ReportedUsage(cache_apart=True)).add(_model_usage(record))
                     cost = amount_in(record.get("costUSD"))
                     costs[model] = costs.get(model, 0.0) + (cost or 0.0)
     return {
@@ -343,7 +344,7 @@ def model_routing(
         "terminal_stop_reason": stop,
         "safety_fallbacks": fallbacks,
         "per_model_usage": {
-            model: {**usage.reported(), "cost_usd": costs[model]} for model, usage in per_model.items()
+            model: {**usage.model_dump(), "cost_usd": costs[model]} for model, usage in per_model.items()
         },
     }
 
@@ -353,28 +354,28 @@ def _text_field(event: dict[str, Any], *names: str) -> str | None:
     return next((event[name] for name in names if isinstance(event.get(name), str) and event[name]), None)
 
 
-def _model_usage(record: dict[str, Any]) -> _cli.Usage:
+def _model_usage(record: dict[str, Any]) -> ReportedUsage:
     """One model's entry of a ``result`` event's ``modelUsage``, as it reports it (cache reads
     and writes apart)."""
-    return _cli.Usage(
-        input_tokens=_cli.as_int(record.get("inputTokens")),
-        output_tokens=_cli.as_int(record.get("outputTokens")),
-        cache_read_tokens=_cli.as_int(record.get("cacheReadInputTokens")),
-        cache_write_tokens=_cli.as_int(record.get("cacheCreationInputTokens")),
-        reasoning_tokens=_cli.as_int(record.get("thinkingTokens")),
+    return ReportedUsage(
+        input_tokens=_cli.count(record.get("inputTokens")),
+        output_tokens=_cli.count(record.get("outputTokens")),
+        cache_read_tokens=_cli.count(record.get("cacheReadInputTokens")),
+        cache_write_tokens=_cli.count(record.get("cacheCreationInputTokens")),
+        reasoning_tokens=_cli.count(record.get("thinkingTokens")),
         cache_apart=True,
     )
 
 
-def _anthropic_usage(usage: dict[str, Any]) -> _cli.Usage:
+def _anthropic_usage(usage: dict[str, Any]) -> ReportedUsage:
     """An Anthropic usage object's counts, as it reports them (cache reads and writes apart)."""
     details = usage.get("output_tokens_details") or {}
-    return _cli.Usage(
-        input_tokens=_cli.as_int(usage.get("input_tokens")),
-        output_tokens=_cli.as_int(usage.get("output_tokens")),
-        cache_read_tokens=_cli.as_int(usage.get("cache_read_input_tokens")),
-        cache_write_tokens=_cli.as_int(usage.get("cache_creation_input_tokens")),
-        reasoning_tokens=_cli.as_int(details.get("thinking_tokens")) if isinstance(details, dict) else None,
+    return ReportedUsage(
+        input_tokens=_cli.count(usage.get("input_tokens")),
+        output_tokens=_cli.count(usage.get("output_tokens")),
+        cache_read_tokens=_cli.count(usage.get("cache_read_input_tokens")),
+        cache_write_tokens=_cli.count(usage.get("cache_creation_input_tokens")),
+        reasoning_tokens=_cli.count(details.get("thinking_tokens")) if isinstance(details, dict) else None,
         cache_apart=True,
     )
 
@@ -392,7 +393,7 @@ def summarize_claude_events(events: list[dict[str, Any]]) -> Summary:
         return parts[0] if parts else _summarize_run([])
     last = parts[-1]
     costs = [part.cost_usd for part in parts if part.cost_usd is not None]
-    usage = _cli.Usage(cache_apart=True)
+    usage = ReportedUsage(cache_apart=True)
     for part in parts:
         usage.add(part.usage)
     return Summary(
@@ -435,7 +436,7 @@ def _summarize_run(events: list[dict[str, Any]]) -> Summary:
         model_usage = final.get("modelUsage")
         if isinstance(model_usage, dict) and model_usage:
             # every model the run used (sub-agents, small helper models), not just the main loop's
-            total = _cli.Usage(cache_apart=True)
+            total = ReportedUsage(cache_apart=True)
             for record in model_usage.values():
                 if isinstance(record, dict):
                     total.add(_model_usage(record))
@@ -464,7 +465,7 @@ def _summarize_run(events: list[dict[str, Any]]) -> Summary:
             extra=extra,
         )
     # No result event (killed or crashed): add up the assistant messages we saw.
-    usage = _cli.Usage(cache_apart=True)
+    usage = ReportedUsage(cache_apart=True)
     for u in per_message.values():
         usage.add(_anthropic_usage(u))
     return Summary(usage=usage, n_turns=len(per_message), n_steps=len(tool_ids), extra=extra)

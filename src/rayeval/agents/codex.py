@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from .._json import object_at
+from ..gateway.accounting import ReportedUsage
 from ..models.failures import ProviderFailure, provider_failure
 from ..models.prices import find_price, shipped_prices
 from ..unit.prompt import AnswerConvention
@@ -294,7 +295,7 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 def summarize_codex_events(events: list[dict[str, Any]], codex_home: Path | None = None) -> Summary:
     """Turns, tool calls and usage from ``codex exec --json`` events plus the session file."""
     thread_id = next((e.get("thread_id") for e in events if e.get("type") == "thread.started"), None)
-    usage = _cli.Usage()
+    usage = ReportedUsage()
     user_turns = 0
     steps = 0
     errors: list[str] = []
@@ -348,12 +349,12 @@ def summarize_codex_events(events: list[dict[str, Any]], codex_home: Path | None
     if response_ids:
         n_turns = len(response_ids)
     if last_total is not None:
-        usage = _cli.Usage(
-            input_tokens=_cli.as_int(last_total.get("input_tokens")),
-            output_tokens=_cli.as_int(last_total.get("output_tokens")),
-            cache_read_tokens=_cli.as_int(last_total.get("cached_input_tokens")),
-            cache_write_tokens=_cli.as_int(last_total.get("cache_write_input_tokens")),
-            reasoning_tokens=_cli.as_int(last_total.get("reasoning_output_tokens")),
+        usage = ReportedUsage(
+            input_tokens=_cli.count(last_total.get("input_tokens")),
+            output_tokens=_cli.count(last_total.get("output_tokens")),
+            cache_read_tokens=_cli.count(last_total.get("cached_input_tokens")),
+            cache_write_tokens=_cli.count(last_total.get("cache_write_input_tokens")),
+            reasoning_tokens=_cli.count(last_total.get("reasoning_output_tokens")),
         )
     if n_turns is None:
         n_turns = user_turns or None

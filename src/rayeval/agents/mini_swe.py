@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from .._json import object_at
+from ..gateway.accounting import ReportedUsage
 from ..models.failures import ANTHROPIC_KEY_FALLBACKS, ProviderFailure, provider_failure
 from ..unit.answers import ANSWER_FILE_NAMES
 from ..unit.prompt import BENCHMARK_COMPLETION_MARKER, COMPLETION_MARKER, AnswerConvention, in_convention
@@ -292,7 +293,7 @@ def summarize_mini_events(events: list[dict[str, Any]]) -> Summary:
     run's, or a session's runs one after the other. Turns and steps are both the agent's model
     calls that were answered (each one action, as latch-eval-tools counts them): its own count
     on each run's result line, else the model replies streamed."""
-    usage = _cli.Usage()
+    usage = ReportedUsage()
     replies = 0
     cost = 0.0
     for e in events:
@@ -335,7 +336,7 @@ def summarize_mini_events(events: list[dict[str, Any]]) -> Summary:
     )
 
 
-def _reply_usage(message: dict[str, Any]) -> _cli.Usage:
+def _reply_usage(message: dict[str, Any]) -> ReportedUsage:
     """The usage of one model reply, as litellm reported it: a Responses-API reply's own
     (``object: response``), a Chat Completions reply's under ``extra.response``. Its input
     counts the cache reads (``*_tokens_details.cached_tokens``, or Anthropic's
@@ -345,7 +346,7 @@ def _reply_usage(message: dict[str, Any]) -> _cli.Usage:
         usage = object_at(object_at(object_at(message, "extra"), "response"), "usage")
     prompt = object_at(usage, "prompt_tokens_details") or object_at(usage, "input_tokens_details")
     completion = object_at(usage, "completion_tokens_details") or object_at(usage, "output_tokens_details")
-    return _cli.Usage(
+    return ReportedUsage(
         input_tokens=_first_count(usage.get("prompt_tokens"), usage.get("input_tokens")),
         output_tokens=_first_count(usage.get("completion_tokens"), usage.get("output_tokens")),
         cache_read_tokens=_first_count(usage.get("cache_read_input_tokens"), prompt.get("cached_tokens")),
@@ -356,7 +357,7 @@ def _reply_usage(message: dict[str, Any]) -> _cli.Usage:
 
 def _first_count(*values: Any) -> int | None:
     """The first of ``values`` that is a count (the names of two APIs, or a count and its details')."""
-    return next((count for value in values if (count := _cli.as_int(value)) is not None), None)
+    return next((count for value in values if (count := _cli.count(value)) is not None), None)
 
 
 def mini_failures(events: list[dict[str, Any]]) -> list[ProviderFailure]:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from .._json import object_at
+from ..gateway.accounting import ReportedUsage
 from ..models.failures import ProviderFailure, provider_failure
 from ..models.prices import find_price, shipped_prices
 from ..unit.prompt import AnswerConvention
@@ -338,7 +339,7 @@ def _assistant_replies(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return replies
 
 
-def _add_usage(total: _cli.Usage, usage: dict[str, Any]) -> None:
+def _add_usage(total: ReportedUsage, usage: dict[str, Any]) -> None:
     total.input_tokens = _cli.add(total.input_tokens, usage.get("input"))  # the cache apart, as pi counts
     total.output_tokens = _cli.add(total.output_tokens, usage.get("output"))
     total.cache_read_tokens = _cli.add(total.cache_read_tokens, usage.get("cacheRead"))
@@ -351,7 +352,7 @@ def summarize_pi_events(events: list[dict[str, Any]]) -> Summary:
     provider failures from ``pi --mode json`` events.  ``failures`` are the failed calls since
     the last completed reply: the ones the session ended on when it ended without an answer."""
     session_id = next((e.get("id") for e in events if e.get("type") == "session" and e.get("id")), None)
-    usage, cost, priced = _cli.Usage(cache_apart=True), 0.0, False
+    usage, cost, priced = ReportedUsage(cache_apart=True), 0.0, False
     turns, tool_calls = 0, set[str]()
     failures: list[ProviderFailure] = []
     for message in _assistant_replies(events):

@@ -57,7 +57,8 @@ class Usage(BaseModel):
     reasoning_tokens: Count = None
 
     def add(self, other: Usage) -> None:
-        for name in type(self).model_fields:
+        """Add ``other``'s counts (another call's, a later run's, another model's) to these."""
+        for name in Usage.model_fields:
             theirs = getattr(other, name)
             if theirs is not None:
                 setattr(self, name, (getattr(self, name) or 0) + theirs)
@@ -67,6 +68,24 @@ class Usage(BaseModel):
 
     def as_dict(self) -> dict[str, int | None]:
         return self.model_dump()
+
+
+class ReportedUsage(Usage):
+    """A program's own claims (``rayeval.agents``): each provider's counts as it reported them,
+    as a run summary holds them (``model_dump()``). With ``cache_apart`` (Anthropic's)
+    ``input_tokens`` leaves out the cache reads and writes; else (OpenAI's) it includes the
+    cache reads."""
+
+    cache_apart: bool = Field(default=False, exclude=True)
+
+    def as_dict(self) -> dict[str, int | None]:
+        """The counts as the gateway counts them: ``input_tokens`` every prompt token, cache
+        reads and writes included (the metadata's ``usage`` and ``input_tokens``)."""
+        counts = self.model_dump()
+        for part in (self.cache_read_tokens, self.cache_write_tokens) if self.cache_apart else ():
+            if part is not None:
+                counts["input_tokens"] = (counts["input_tokens"] or 0) + part
+        return counts
 
 
 def _anthropic_usage(usage: dict[str, Any], into: Usage) -> None:

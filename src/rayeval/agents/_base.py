@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from ..errors import ConfigError, RayevalError
-from ..gateway.accounting import ReportedUsage
 from ..models.failures import ANTHROPIC_KEY_FALLBACK_ON, ProviderFailure, fallback_keys, key_fallback_on
+from ..models.types import ReportedUsage
 from ..unit.context import AgentContext
 from ..unit.prompt import AnswerConvention
 from . import _cli, _tools

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from .._files import write_atomic
-from ..gateway.accounting import ReportedUsage
+from ..models.types import ReportedUsage
 from ..sandbox.process_tree import end_process_tree
 from ..secrets import (
     compile_secrets,

@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from .._json import amount_in
-from ..gateway.accounting import ReportedUsage
 from ..models.failures import ProviderFailure, provider_failure
+from ..models.types import ReportedUsage
 from ..unit.prompt import AnswerConvention
 from . import _cli, _tools
 from ._base import AgentConfigError, ChunkEnd, ProgramAgent, Summary, strip_provider

@@ -44,9 +44,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from .._json import object_at
-from ..gateway.accounting import ReportedUsage
 from ..models.failures import ProviderFailure, provider_failure
 from ..models.prices import find_price, shipped_prices
+from ..models.types import ReportedUsage
 from ..unit.prompt import AnswerConvention
 from . import _cli, _tools
 from ._base import AgentConfigError, ProgramAgent, Summary, strip_provider

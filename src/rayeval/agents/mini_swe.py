@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from .._json import object_at
-from ..gateway.accounting import ReportedUsage
 from ..models.failures import ANTHROPIC_KEY_FALLBACKS, ProviderFailure, provider_failure
+from ..models.types import ReportedUsage
 from ..unit.answers import ANSWER_FILE_NAMES
 from ..unit.prompt import BENCHMARK_COMPLETION_MARKER, COMPLETION_MARKER, AnswerConvention, in_convention
 from . import _cli

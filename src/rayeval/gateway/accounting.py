@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from .._json import count_in, object_at
+from .._json import object_at
+from ..models.providers import anthropic_usage, openai_usage
+from ..models.types import Usage
 
 Wire = Literal["anthropic", "chat", "responses"]
 
@@ -36,80 +36,6 @@ def protocol_of(path: str) -> Wire | None:
     if tail.endswith("/responses"):
         return "responses"
     return None
-
-
-Count = Annotated[int, Field(ge=0)] | None
-
-
-class Usage(BaseModel):
-    """Tokens of one call or of many. As the gateway counts them (the rows' ``input_tokens``),
-    ``input_tokens`` counts every prompt token, cached ones included (Anthropic reports cache
-    reads and writes apart: they are added in). A run summary's (``rayeval.unit.run_summary``,
-    version 2) are each provider's own counts in the same fields: there Anthropic's
-    ``input_tokens`` leaves the cache reads and writes out."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    input_tokens: Count = None
-    output_tokens: Count = None
-    cache_read_tokens: Count = None
-    cache_write_tokens: Count = None
-    reasoning_tokens: Count = None
-
-    def add(self, other: Usage) -> None:
-        """Add ``other``'s counts (another call's, a later run's, another model's) to these."""
-        for name in Usage.model_fields:
-            theirs = getattr(other, name)
-            if theirs is not None:
-                setattr(self, name, (getattr(self, name) or 0) + theirs)
-
-    def total_tokens(self) -> int:
-        return (self.input_tokens or 0) + (self.output_tokens or 0)
-
-    def as_dict(self) -> dict[str, int | None]:
-        return self.model_dump()
-
-
-class ReportedUsage(Usage):
-    """A program's own claims (``rayeval.agents``): each provider's counts as it reported them,
-    as a run summary holds them (``model_dump()``). With ``cache_apart`` (Anthropic's)
-    ``input_tokens`` leaves out the cache reads and writes; else (OpenAI's) it includes the
-    cache reads."""
-
-    cache_apart: bool = Field(default=False, exclude=True)
-
-    def as_dict(self) -> dict[str, int | None]:
-        """The counts as the gateway counts them: ``input_tokens`` every prompt token, cache
-        reads and writes included (the metadata's ``usage`` and ``input_tokens``)."""
-        counts = self.model_dump()
-        for part in (self.cache_read_tokens, self.cache_write_tokens) if self.cache_apart else ():
-            if part is not None:
-                counts["input_tokens"] = (counts["input_tokens"] or 0) + part
-        return counts
-
-
-def _anthropic_usage(usage: dict[str, Any], into: Usage) -> None:
-    """Anthropic's usage object (``message_start``'s, then ``message_delta``'s running totals)."""
-    fresh = count_in(usage.get("input_tokens"))
-    read = count_in(usage.get("cache_read_input_tokens"))
-    written = count_in(usage.get("cache_creation_input_tokens"))
-    if read is not None:
-        into.cache_read_tokens = read
-    if written is not None:
-        into.cache_write_tokens = written
-    if fresh is not None:
-        into.input_tokens = fresh + (into.cache_read_tokens or 0) + (into.cache_write_tokens or 0)
-    output = count_in(usage.get("output_tokens"))
-    if output is not None:
-        into.output_tokens = output
-
-
-def _openai_usage(usage: dict[str, Any], into: Usage, *, prompt: str, completion: str) -> None:
-    """OpenAI's usage object: Chat Completions (prompt/completion) or Responses (input/output)."""
-    into.input_tokens = count_in(usage.get(prompt))
-    into.output_tokens = count_in(usage.get(completion))
-    into.cache_read_tokens = count_in(object_at(usage, f"{prompt}_details").get("cached_tokens"))
-    into.reasoning_tokens = count_in(object_at(usage, f"{completion}_details").get("reasoning_tokens"))
 
 
 @dataclass
@@ -202,7 +128,7 @@ class ResponseReader:
         if kind == "message_start":
             message = object_at(data, "message")
             self.model = message.get("model") if isinstance(message.get("model"), str) else self.model
-            self._note_usage(lambda: _anthropic_usage(object_at(message, "usage"), self.usage))
+            self._note_usage(lambda: anthropic_usage(object_at(message, "usage"), self.usage))
             self.reply = {key: value for key, value in message.items() if key != "content"}
         elif kind == "content_block_start":
             self._blocks.append(dict(object_at(data, "content_block")))
@@ -213,7 +139,7 @@ class ResponseReader:
             if isinstance(reason, str):
                 self.stop_reason = reason
             if isinstance(data.get("usage"), dict):
-                self._note_usage(lambda: _anthropic_usage(data["usage"], self.usage))
+                self._note_usage(lambda: anthropic_usage(data["usage"], self.usage))
         elif kind == "error":
             self.error = object_at(data, "error") or data
 
@@ -222,7 +148,7 @@ class ResponseReader:
             self.model = data["model"]
         if isinstance(data.get("usage"), dict):
             self._note_usage(
-                lambda: _openai_usage(data["usage"], self.usage, prompt="prompt_tokens", completion="completion_tokens")
+                lambda: openai_usage(data["usage"], self.usage, prompt="prompt_tokens", completion="completion_tokens")
             )
         if isinstance(data.get("error"), dict):
             self.error = data["error"]
@@ -270,7 +196,7 @@ class ResponseReader:
         usage = body.get("usage")
         if self.protocol == "anthropic":
             if isinstance(usage, dict):
-                self._note_usage(lambda: _anthropic_usage(usage, self.usage))
+                self._note_usage(lambda: anthropic_usage(usage, self.usage))
             if isinstance(body.get("stop_reason"), str):
                 self.stop_reason = body["stop_reason"]
             if self.stop_reason == "refusal":
@@ -279,7 +205,7 @@ class ResponseReader:
         elif self.protocol == "chat":
             if isinstance(usage, dict):
                 self._note_usage(
-                    lambda: _openai_usage(usage, self.usage, prompt="prompt_tokens", completion="completion_tokens")
+                    lambda: openai_usage(usage, self.usage, prompt="prompt_tokens", completion="completion_tokens")
                 )
             choices = body.get("choices")
             if isinstance(choices, list) and choices and isinstance(choices[0], dict):
@@ -287,7 +213,7 @@ class ResponseReader:
         else:
             if isinstance(usage, dict):
                 self._note_usage(
-                    lambda: _openai_usage(usage, self.usage, prompt="input_tokens", completion="output_tokens")
+                    lambda: openai_usage(usage, self.usage, prompt="input_tokens", completion="output_tokens")
                 )
             self._responses_outcome(body)
 

@@ -9,10 +9,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal
 
+from .._json import count_in, object_at
 from ..errors import RayevalError
 from ..registry import Registry
 from .failures import ANTHROPIC_KEY_FALLBACKS, fallback_keys
-from .types import ChatMessage, GenerateConfig
+from .types import ChatMessage, GenerateConfig, Usage
 
 SDK = Literal["openai", "anthropic"]
 #: Anthropic requires ``max_tokens``; sent when the settings leave it unset.
@@ -98,9 +99,33 @@ class CallFailed(RayevalError):
 class Reply:
     text: str
     stop_reason: str | None
-    input_tokens: int | None
-    output_tokens: int | None
+    usage: Usage
     refusal: str | None = None  # OpenAI's refusal field
+
+
+def anthropic_usage(usage: dict[str, Any], into: Usage) -> None:
+    """Anthropic's usage object (a reply's; streamed, ``message_start``'s, then
+    ``message_delta``'s running totals)."""
+    fresh = count_in(usage.get("input_tokens"))
+    read = count_in(usage.get("cache_read_input_tokens"))
+    written = count_in(usage.get("cache_creation_input_tokens"))
+    if read is not None:
+        into.cache_read_tokens = read
+    if written is not None:
+        into.cache_write_tokens = written
+    if fresh is not None:
+        into.input_tokens = fresh + (into.cache_read_tokens or 0) + (into.cache_write_tokens or 0)
+    output = count_in(usage.get("output_tokens"))
+    if output is not None:
+        into.output_tokens = output
+
+
+def openai_usage(usage: dict[str, Any], into: Usage, *, prompt: str, completion: str) -> None:
+    """OpenAI's usage object: Chat Completions (prompt/completion) or Responses (input/output)."""
+    into.input_tokens = count_in(usage.get(prompt))
+    into.output_tokens = count_in(usage.get(completion))
+    into.cache_read_tokens = count_in(object_at(usage, f"{prompt}_details").get("cached_tokens"))
+    into.reasoning_tokens = count_in(object_at(usage, f"{completion}_details").get("reasoning_tokens"))
 
 
 def split_name(name: str) -> tuple[Provider, str]:
@@ -216,12 +241,13 @@ def _openai_chat(sdk_client: Any, model: str, messages: list[ChatMessage], confi
         model=model, messages=[m.model_dump() for m in messages], **settings
     )
     choice = completion.choices[0] if completion.choices else None
-    usage = completion.usage
+    usage = Usage()
+    if completion.usage is not None:
+        openai_usage(completion.usage.model_dump(), usage, prompt="prompt_tokens", completion="completion_tokens")
     return Reply(
         text=(choice.message.content or "") if choice else "",
         stop_reason=choice.finish_reason if choice else None,
-        input_tokens=usage.prompt_tokens if usage else None,
-        output_tokens=usage.completion_tokens if usage else None,
+        usage=usage,
         refusal=getattr(choice.message, "refusal", None) if choice else None,
     )
 
@@ -244,18 +270,11 @@ def _anthropic_messages(sdk_client: Any, model: str, messages: list[ChatMessage]
         messages=[m.model_dump() for m in messages if m.role != "system"],
         **settings,
     )
-    usage = message.usage
-    input_tokens = None
-    if usage is not None:
-        parts = (
-            usage.input_tokens,
-            usage.cache_read_input_tokens,
-            usage.cache_creation_input_tokens,
-        )
-        input_tokens = sum(part or 0 for part in parts)
+    usage = Usage()
+    if message.usage is not None:
+        anthropic_usage(message.usage.model_dump(), usage)
     return Reply(
         text="".join(block.text for block in message.content if getattr(block, "type", None) == "text"),
         stop_reason=message.stop_reason,
-        input_tokens=input_tokens,
-        output_tokens=usage.output_tokens if usage is not None else None,
+        usage=usage,
     )

@@ -69,3 +69,53 @@ class ModelOutput(BaseModel):
     #: the times the call moved to a fallback key because the provider rejected the key
     key_fallbacks: int = 0
     cached: bool = False
+
+
+Count = Annotated[int, Field(ge=0)] | None
+
+
+class Usage(BaseModel):
+    """Tokens of one call or of many. As the model gateway and the model layer count them (the
+    rows' ``input_tokens``, a :class:`ModelOutput`'s), ``input_tokens`` counts every prompt token, cached ones included (Anthropic reports cache
+    reads and writes apart: they are added in). A run summary's (``rayeval.unit.run_summary``,
+    version 2) are each provider's own counts in the same fields: there Anthropic's
+    ``input_tokens`` leaves the cache reads and writes out."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input_tokens: Count = None
+    output_tokens: Count = None
+    cache_read_tokens: Count = None
+    cache_write_tokens: Count = None
+    reasoning_tokens: Count = None
+
+    def add(self, other: Usage) -> None:
+        """Add ``other``'s counts (another call's, a later run's, another model's) to these."""
+        for name in Usage.model_fields:
+            theirs = getattr(other, name)
+            if theirs is not None:
+                setattr(self, name, (getattr(self, name) or 0) + theirs)
+
+    def total_tokens(self) -> int:
+        return (self.input_tokens or 0) + (self.output_tokens or 0)
+
+    def as_dict(self) -> dict[str, int | None]:
+        return self.model_dump()
+
+
+class ReportedUsage(Usage):
+    """A program's own claims (``rayeval.agents``): each provider's counts as it reported them,
+    as a run summary holds them (``model_dump()``). With ``cache_apart`` (Anthropic's)
+    ``input_tokens`` leaves out the cache reads and writes; else (OpenAI's) it includes the
+    cache reads."""
+
+    cache_apart: bool = Field(default=False, exclude=True)
+
+    def as_dict(self) -> dict[str, int | None]:
+        """The counts as the gateway counts them: ``input_tokens`` every prompt token, cache
+        reads and writes included (the metadata's ``usage`` and ``input_tokens``)."""
+        counts = self.model_dump()
+        for part in (self.cache_read_tokens, self.cache_write_tokens) if self.cache_apart else ():
+            if part is not None:
+                counts["input_tokens"] = (counts["input_tokens"] or 0) + part
+        return counts

@@ -23,8 +23,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .._json import amount_in, count_in
-from ..gateway.accounting import Count, Usage
 from ..gateway.server import ModelUsage
+from ..models.types import Count, Usage
 
 RUN_SUMMARY_VERSION: Literal[2] = 2
 RefusalStatus = Literal["detected", "not_detected", "not_evaluated"]

@@ -29,20 +29,26 @@ def _summary(metadata: dict) -> RunSummary:
     return summary
 
 
-def test_claude_code_summary_keeps_anthropic_counts_with_the_cache_apart(
-    claude_available, model_server, tmp_path: Path
+@pytest.mark.parametrize("program", ["claude-code", "pi"])
+def test_an_anthropic_summary_keeps_its_counts_with_the_cache_apart(
+    program: str, request: pytest.FixtureRequest, model_server, tmp_path: Path
 ) -> None:
+    """Claude Code and pi count as Anthropic does: ``input_tokens`` leaves out the cache reads
+    and writes, which have fields of their own; the metadata's counts every prompt token."""
+    request.getfixturevalue("claude_available" if program == "claude-code" else "pi_available")
     server = model_server([{"command": answer_command("cache")}, FINISH], cache_read_tokens=300, cache_write_tokens=20)
     work_dir = tmp_path / "work"
-    out = claude_code("claude-sonnet-4-5", base_url=server.url, timeout=PROGRAM_TIMEOUT)(PROMPT, work_dir)
+    if program == "claude-code":
+        agent = claude_code("claude-sonnet-4-5", base_url=server.url, timeout=PROGRAM_TIMEOUT)
+    else:
+        agent = pi("anthropic/claude-sonnet-4-5", base_url=server.url, timeout=PROGRAM_TIMEOUT)
+    out = agent(PROMPT, work_dir)
     md = out["metadata"]
     assert out["answer"] == {"answer": 42, "token": "cache"}, md.get("error_details")
     uncached, output = server.total_usage("anthropic")
     summary = _summary(md)
-    # the provider's own counts: input_tokens leaves out the cache reads and writes
     assert summary.usage.input_tokens == uncached and summary.usage.output_tokens == output
     assert (summary.usage.cache_read_tokens, summary.usage.cache_write_tokens) == (600, 40)
-    # the metadata's input_tokens, as the gateway counts them: every prompt token
     assert md["input_tokens"] == md["usage"]["input_tokens"] == uncached + 640
     assert (summary.n_turns, summary.n_steps, summary.refusal) == (2, 1, "not_detected")
     assert json.loads((work_dir / VERDICT_NAME).read_text()) is None  # written on every run
@@ -127,18 +133,3 @@ def test_a_cooldown_past_the_deadline_ends_the_unit_there(
     assert not any("Continue." in json.dumps(r.body.get("messages")) for r in server.model_requests())
     lines = (work_dir / "agent_output.log").read_text()
     assert "HARNESS: the provider's cooldown ran past the unit's deadline" in lines
-
-
-def test_pi_summary_keeps_its_counts_with_the_cache_apart(pi_available, model_server, tmp_path: Path) -> None:
-    """pi counts as Anthropic does: its ``input`` leaves out the cache, which has fields of its own."""
-    server = model_server([{"command": answer_command("pi")}, FINISH], cache_read_tokens=300, cache_write_tokens=20)
-    work_dir = tmp_path / "work"
-    agent = pi("anthropic/claude-sonnet-4-5", base_url=server.url, timeout=PROGRAM_TIMEOUT)
-    out = agent(PROMPT, work_dir)
-    md = out["metadata"]
-    assert out["answer"] == {"answer": 42, "token": "pi"}, md.get("error_details")
-    uncached, output = server.total_usage("anthropic")
-    summary = _summary(md)
-    assert summary.usage.input_tokens == uncached and summary.usage.output_tokens == output
-    assert (summary.usage.cache_read_tokens, summary.usage.cache_write_tokens) == (600, 40)
-    assert md["input_tokens"] == md["usage"]["input_tokens"] == uncached + 640

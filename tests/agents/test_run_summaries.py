@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from rayeval.agents import _base, claude_code, mini_swe_agent, pi
+from rayeval.agents import _base, _recovery, claude_code, mini_swe_agent, pi
 from rayeval.agents._refusal import VERDICT_NAME
 from rayeval.unit.run_summary import RunSummary
 
@@ -115,8 +115,14 @@ def test_a_cooldown_past_the_deadline_ends_the_unit_there(
     that stalls): the program is not started again, the time waited is the time it took, and
     the provider's failure stays in the error details."""
     timeout = 40.0
-    overslept = SimpleNamespace(monotonic=time.monotonic, sleep=lambda seconds: time.sleep(seconds + timeout))
-    monkeypatch.setattr(_base, "time", overslept)
+    skipped = [0.0]  # the stall, on a clock of its own: the test does not wait it out
+
+    def oversleep(seconds: float) -> None:
+        skipped[0] += seconds + timeout
+
+    clock = SimpleNamespace(monotonic=lambda: time.monotonic() + skipped[0], sleep=oversleep)
+    monkeypatch.setattr(_base, "time", clock)
+    monkeypatch.setattr(_recovery, "time", clock)
     server = model_server([{"command": "echo first-turn-ran"}, {"command": answer_command("never")}, FINISH])
     server.fail(529, 1000, retry_after="0", after_turns=1)
     work_dir = tmp_path / "work"

@@ -268,10 +268,12 @@ def test_s3_take_refuse_renew_release(s3_store: ResultStore, s3_bucket) -> None:
 
 
 def test_s3_expired_lease_is_taken_over_and_the_old_holder_loses_it(s3_store: ResultStore, s3_bucket) -> None:
-    old = run_lease(s3_store, "r1", ttl_s=1.0).take()  # never renewed: as if its driver stalled
+    ttl = 3.0  # room for the take below on a loaded machine (each is a few S3 round trips)
+    old = run_lease(s3_store, "r1", ttl_s=ttl).take()  # never renewed: as if its driver stalled
+    expired = time.monotonic() + ttl + 0.1  # its record was written before take() returned
     with pytest.raises(LeaseHeld):  # its process (this one) is alive: the lease counts until it expires
         run_lease(s3_store, "r1").take()
-    time.sleep(1.1)
+    time.sleep(max(0.0, expired - time.monotonic()))
     with pytest.raises(LeaseLapsed):
         old.check_writable()
     new = run_lease(s3_store, "r1", ttl_s=30).take()

@@ -178,4 +178,7 @@ def test_llm_judges_are_called_apart_holding_no_datapoint_slot(tmp_path: Path) -
     assert len(judge_asked) == 3 and len(prompt_asked) == 3
     assert max(prompt_asked) < min(judge_asked) + JUDGE_DELAY_S, (prompt_asked, judge_asked)
     polite = result.checks[0]
-    assert (polite.num_judgments, polite.num_errors) == (2, 1)  # Tokyo's judge rambles, as above
+    frame = pd.read_parquet(Path(results_root(tmp_path)) / f"run_id={result.run_id}")
+    verdicts = [json.loads(metrics)["evaluators"]["polite"] for metrics in frame["metrics_json"]]
+    # Tokyo's judge rambles, as above
+    assert (polite.num_judgments, polite.num_errors) == (2, 1), verdicts

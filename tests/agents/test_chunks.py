@@ -21,6 +21,7 @@ import pyarrow.dataset as ds
 import pytest
 
 from rayeval.agents import AgentConfigError, ChunkFailed, ProgramAgent, claude_code, codex, pi
+from rayeval.agents.claude_code import BACKGROUND_PROCESS_NOTE
 
 from .conftest import FAKE_KEY, PROGRAM_TIMEOUT, answer_42_evals
 from .test_pi import PROMPT, REPO, WRITE_ANSWER
@@ -47,7 +48,13 @@ def test_a_session_in_chunks_goes_on_and_forks(key: str, request: pytest.Fixture
     a fork of it goes on in a new session and leaves it as it was; the session itself then goes
     on to the answer, its history the first chunk's."""
     request.getfixturevalue(f"{key}_available")
-    server = model_server([{"command": "echo first-chunk-ran"}, {"command": WRITE_ANSWER}, {"text": "Done."}])
+    server = model_server(
+        [
+            {"command": "echo first-chunk-ran background-tasks=${CLAUDE_CODE_DISABLE_BACKGROUND_TASKS:-on}"},
+            {"command": WRITE_ANSWER},
+            {"text": "Done."},
+        ]
+    )
     agent = AGENTS[key](server.url, state_dir=str(tmp_path / "state"), timeout=PROGRAM_TIMEOUT)
     work_dir = tmp_path / "work"
 
@@ -56,12 +63,20 @@ def test_a_session_in_chunks_goes_on_and_forks(key: str, request: pytest.Fixture
     assert first.session_file is not None and first.session_id in first.session_file.name
     assert len(server.scripted_replies()) == 1 and not (work_dir / "eval_answer.json").exists()
     kept = first.session_file.read_bytes()
+    # as latch-eval-tools runs Claude Code's chunks, a new session's prompt is followed by the
+    # note on background processes
+    first_prompt = PROMPT + (f"\n{BACKGROUND_PROCESS_NOTE}" if key == "claude" else "")
+    assert any(json.dumps(first_prompt)[1:-1] in _history(asked) for asked in server.model_requests())
 
     fork = agent.run_chunk("Continue.", work_dir, 1, session_id=first.session_id, fork=True)
     assert fork.session_id != first.session_id and (fork.turns, fork.hit_turn_limit) == (1, True)
     assert fork.session_file is not None and fork.session_file.exists()
     assert first.session_file.read_bytes() == kept  # the forked session is left as it was
     assert "first-chunk-ran" in _history(server.model_requests()[-1])  # the fork has its history
+    # ... and its background tasks are off; a session gone on with gets no second note
+    history = _history(server.model_requests()[-1])
+    assert history.count("a background process is still running") == (key == "claude")
+    assert ("background-tasks=1" in history, "background-tasks=on" in history) == (key == "claude", key != "claude")
     (work_dir / "eval_answer.json").unlink()  # the fork's tool call wrote it
 
     rest = agent.run_chunk("Continue.", work_dir, 5, session_id=first.session_id)

@@ -25,6 +25,7 @@ from rayeval.agents import (
     codex,
     mini_swe_agent,
 )
+from rayeval.agents.claude_code import BACKGROUND_PROCESS_NOTE
 from rayeval.agents.codex import CODEX, to_toml
 from rayeval.agents.resolve import npm_programs
 
@@ -84,7 +85,7 @@ def test_program_contract_without_answer(fake_claude: Path, tmp_path: Path) -> N
     # Same process group and session as the caller: the runner's group kill reaches it.
     assert report["pgid"] == os.getpgid(0) and report["sid"] == os.getsid(0)
     assert report["cwd"] == str(work_dir.resolve())
-    assert report["prompt"] == "the task prompt"  # on stdin, not the command line
+    assert report["prompt"] == "the task prompt" + BACKGROUND_PROCESS_NOTE  # on stdin, not the command line
     argv = report["argv"]
     assert argv[argv.index("--model") + 1] == "claude-x"
     assert argv[argv.index("--max-turns") + 1] == "4"

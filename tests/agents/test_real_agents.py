@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from rayeval.agents import claude_code, codex, mini_swe_agent, pi
+from rayeval.agents.claude_code import BACKGROUND_PROCESS_NOTE
 
 from .conftest import FAKE_KEY, OTHER_SECRET, PROGRAM_TIMEOUT, files_text
 
@@ -153,6 +154,11 @@ def test_scripted_session_end_to_end(key: str, request: pytest.FixtureRequest, m
 
     # Offline: nothing but the model endpoint was contacted.
     assert server.external_attempts == []
+
+    # Claude Code's prompt ends with latch-eval-tools' note on background processes; no other's
+    asked = json.dumps([request.body for request in server.model_requests()])
+    assert (json.dumps(PROMPT + BACKGROUND_PROCESS_NOTE)[1:-1] in asked) == (key == "claude")
+    assert ("a background process is still running" in asked) == (key == "claude")
 
     if key == "mini":  # our own command runner keeps the caller's process group
         assert f"pgid=[{os.getpgid(0)}]" in traj_text

@@ -146,6 +146,9 @@ class ProgramAgent:
     config_names: ClassVar[tuple[str, ...]] = ()
     #: flags whose value the recorded command line shows as its length only (a system prompt)
     hidden_values: ClassVar[tuple[str, ...]] = ()
+    #: variables a chunked run of the program gets besides :meth:`program_env` (its process
+    #: ends with each chunk, and with it whatever it left running)
+    chunk_env: ClassVar[dict[str, str]] = {}
 
     def __post_init__(self) -> None:
         self.extra_args = tuple(str(a) for a in (self.extra_args or ()))
@@ -226,7 +229,12 @@ class ProgramAgent:
         """Raise :class:`AgentConfigError` when the program cannot authenticate."""
 
     def stdin_text(self, task_prompt: str) -> str | None:
+        """What the program reads on stdin at the start of a unit's session."""
         return task_prompt
+
+    def chunk_stdin_text(self, prompt: str) -> str | None:
+        """What it reads at the start of a new session of :meth:`run_chunk`."""
+        return self.stdin_text(prompt)
 
     def summarize(self, events: list[dict[str, Any]], state: Path, work_dir: Path) -> Summary:
         raise NotImplementedError
@@ -271,7 +279,8 @@ class ProgramAgent:
             spare_keys=self.spare_keys(os.environ) if self.fallback_variable() else [],
         )
         with _cli.state_dir(self.harness, self.state_dir) as state:
-            env, secrets = self._environment(state, work_dir, context.convention if context is not None else "legacy")
+            convention = context.convention if context is not None else "legacy"
+            env, secrets = self._environment(state, work_dir, convention, chunked=self.chunk_turns is not None)
             secrets |= set(recovery.spare_keys)
             first_argv = (
                 self.build_argv(program, state, work_dir)
@@ -301,13 +310,14 @@ class ProgramAgent:
         )
 
     def _environment(
-        self, state: Path, work_dir: Path, convention: AnswerConvention
+        self, state: Path, work_dir: Path, convention: AnswerConvention, *, chunked: bool
     ) -> tuple[dict[str, str], set[str]]:
-        """The program's environment, checked, with its config files written into ``state``,
-        and the secret values the log and events are redacted of."""
+        """The program's environment (a ``chunked`` run's with :attr:`chunk_env`), checked, with
+        its config files written into ``state``, and the secret values the log and events are
+        redacted of."""
         env = _cli.build_env(
             pass_keys=(*self.key_names, *self.pass_env),
-            extra={**self.program_env(state, work_dir), **self.env},
+            extra={**self.program_env(state, work_dir), **(self.chunk_env if chunked else {}), **self.env},
         )
         self.check_env(env)
         self.prepare(state, work_dir, env, convention)
@@ -339,12 +349,12 @@ class ProgramAgent:
         program = self.program_argv()
         limit = timeout if timeout is not None else self.timeout
         with _cli.state_dir(self.harness, self.state_dir) as state:
-            env, secrets = self._environment(state, work_dir, "legacy")
+            env, secrets = self._environment(state, work_dir, "legacy", chunked=True)
             result = _cli.run_streaming(
                 self.chunk_argv(program, state, max_turns, session_id, fork),
                 work_dir=work_dir,
                 env=env,
-                stdin_text=self.stdin_text(prompt),
+                stdin_text=prompt if session_id is not None else self.chunk_stdin_text(prompt),
                 timeout=limit,
                 secrets=secrets,
                 keep_event=self.keep_event,

@@ -58,9 +58,17 @@ QUIET_ENV = {
 #: ``CLAUDE_CODE_MAX_RETRIES``: the program's own retries of a failed call (about 1.5 s of
 #: waits) before the session ends and rayeval's recovery takes over
 PROGRAM_RETRIES = "2"
-SYNTHETIC_MODEL = "<synthetic>"
+SYNTHETIC_MODEL = "<synthetic>"  # the model of the assistant message Claude Code makes of an error
 #: ``--effort``, as latch-eval-tools runs Claude Code (the ``effort`` option turns it down)
-DEFAULT_EFFORT = "max"  # the model of the assistant message Claude Code makes of an error
+DEFAULT_EFFORT = "max"
+#: Ends the prompt of a new session, as latch-eval-tools words it: the session ends with the
+#: model's turn, and whatever it left running in the background ends with it. A chunk's new
+#: session gets it after a line break; chunked runs also turn Claude Code's background tasks off.
+BACKGROUND_PROCESS_NOTE = (
+    "\n\nNote: Do not end your turn while a background process is still running. Nothing will alert"
+    " you it is done. Ending your turn may complete the session and kill the process; instead,"
+    " block synchronously and poll until the job finishes before returning."
+)
 
 
 #: the program, pinned: the version this spec is tested with
@@ -110,6 +118,14 @@ class ClaudeCodeAgent(ProgramAgent):
             raise AgentConfigError("max_turns ends the session, chunk_turns goes on with it after each chunk: give one")
         if self.switch_models_on_flag is not None and not isinstance(self.switch_models_on_flag, bool):
             raise AgentConfigError(f"switch_models_on_flag must be true or false, got {self.switch_models_on_flag!r}")
+
+    chunk_env: ClassVar[dict[str, str]] = {"CLAUDE_CODE_DISABLE_BACKGROUND_TASKS": "1"}
+
+    def stdin_text(self, task_prompt: str) -> str | None:
+        return task_prompt + BACKGROUND_PROCESS_NOTE
+
+    def chunk_stdin_text(self, prompt: str) -> str | None:
+        return f"{prompt}\n{BACKGROUND_PROCESS_NOTE}"
 
     def program_env(self, state: Path, work_dir: Path) -> dict[str, str]:
         env = {**QUIET_ENV, "CLAUDE_CODE_MAX_RETRIES": PROGRAM_RETRIES}

@@ -222,6 +222,26 @@ def test_program_lookup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
         assert argv[-1] == str(script.resolve()) and argv[0].endswith("node")
 
 
+@pytest.mark.parametrize(
+    ("first_line", "under_node"),
+    [
+        ("#!/usr/bin/env node", True),
+        ("#!/usr/bin/env -S node --no-warnings", True),
+        ("#!/opt/nodejs/bin/node", True),
+        ("#!/work/nodeloss/.venv/bin/python", False),  # a folder named node-something
+        ("#!/usr/bin/env python3  # node", False),
+        ("#!/bin/sh", False),
+    ],
+)
+def test_a_program_runs_under_node_when_its_first_line_names_node(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, first_line: str, under_node: bool
+) -> None:
+    monkeypatch.setattr(_tools, "node_executable", lambda: "/fake/node")
+    program = write_program(tmp_path / "program", "")
+    program.write_text(first_line + "\nprint('hi')\n")
+    assert (_tools.command_for(program)[0] == "/fake/node") is under_node
+
+
 def test_agents_are_picklable_and_named() -> None:
     for agent in (
         claude_code("claude-sonnet-4-5", timeout=10, max_turns=3),

@@ -103,8 +103,11 @@ def _needs_node(path: Path) -> bool:
         return False
     if not head.startswith(b"#!"):
         return False
-    first_line = head.splitlines()[0] if head else b""
-    return b"node" in first_line
+    # the interpreter the line names (``#!/usr/bin/env [-S] node`` too), not any path holding "node"
+    words = head.splitlines()[0][2:].split()
+    if words and os.path.basename(words[0]) == b"env":
+        words = [word for word in words[1:] if not word.startswith(b"-")]
+    return bool(words) and os.path.basename(words[0]) in (b"node", b"nodejs")
 
 
 def command_for(path: str | os.PathLike[str]) -> list[str]:

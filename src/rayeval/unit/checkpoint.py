@@ -1,0 +1,158 @@
+"""A chunked session's checkpoint: its work and program-state folders as one tar, written by
+the trusted side after each chunk and unpacked into a fresh work folder when the unit resumes
+on another node.
+
+Both folders were writable by the agent, so both ways are guarded: packing takes regular
+files and folders only (no links, devices or pipes) up to a size cap, and unpacking treats
+the tar as untrusted input (each name contained in its folder, regular files and folders
+only, the same cap), extracting member by member, never with ``extractall``.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tarfile
+from collections.abc import Mapping
+from pathlib import Path, PurePosixPath
+from typing import IO, BinaryIO
+
+from ..errors import RayevalError
+
+#: What a checkpoint may hold in all (file bytes), by default.
+DEFAULT_CHECKPOINT_BYTES = 256 << 20
+#: At most this many entries: a tar of empty files costs its reader too.
+MAX_CHECKPOINT_ENTRIES = 100_000
+_COPY_BYTES = 1 << 20
+
+
+class CheckpointError(RayevalError):
+    """A checkpoint that is too large, or whose tar is not one this module writes."""
+
+
+def pack(folders: Mapping[str, Path], out: BinaryIO, *, max_bytes: int = DEFAULT_CHECKPOINT_BYTES) -> int:
+    """Write ``folders`` (a top-level name in the tar each) to ``out`` as a tar stream; the
+    bytes of file data packed. Links, devices and pipes are left out; past ``max_bytes`` or
+    :data:`MAX_CHECKPOINT_ENTRIES`, :class:`CheckpointError`."""
+    budget = _Budget(max_bytes)
+    with tarfile.open(fileobj=out, mode="w|") as tar:
+        for name, folder in folders.items():
+            _check_name(name)
+            for path, relative in _regular_entries(folder):
+                _pack_entry(tar, path, PurePosixPath(name, relative), budget)
+    return budget.used
+
+
+def unpack(source: BinaryIO, into: Mapping[str, Path], *, max_bytes: int = DEFAULT_CHECKPOINT_BYTES) -> int:
+    """Extract a tar stream written by :func:`pack` (but read as untrusted) into ``into``, the
+    folder of each top-level name; the bytes of file data extracted. A member of another
+    name, kind, or path outside its folder, or past the caps, raises :class:`CheckpointError`."""
+    budget = _Budget(max_bytes)
+    try:
+        with tarfile.open(fileobj=source, mode="r|") as tar:
+            for member in tar:
+                root, target = _target_of(member, into)
+                budget.take(member.size if member.isfile() else 0)
+                _check_no_links(root, target)
+                if member.isdir():
+                    target.mkdir(parents=True, exist_ok=True)
+                    continue
+                target.parent.mkdir(parents=True, exist_ok=True)
+                data = tar.extractfile(member)
+                assert data is not None  # a regular file's member always has data
+                _copy_new_file(data, target, member.size)
+    except tarfile.TarError as exc:
+        raise CheckpointError(f"the checkpoint is no readable tar: {exc}") from exc
+    return budget.used
+
+
+class _Budget:
+    """The bytes and entries a checkpoint has left."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = max_bytes
+        self.used = 0
+        self.entries = 0
+
+    def take(self, size: int) -> None:
+        self.used += size
+        self.entries += 1
+        if self.used > self.max_bytes:
+            raise CheckpointError(f"the checkpoint holds more than {self.max_bytes} bytes")
+        if self.entries > MAX_CHECKPOINT_ENTRIES:
+            raise CheckpointError(f"the checkpoint holds more than {MAX_CHECKPOINT_ENTRIES} entries")
+
+
+def _check_name(name: str) -> None:
+    if not name or "/" in name or name in {".", ".."}:
+        raise ValueError(f"a checkpoint folder's name is one path segment, not {name!r}")
+
+
+def _regular_entries(folder: Path) -> list[tuple[Path, str]]:
+    """The folders and regular files under ``folder`` (itself first, as ``.``), links not
+    followed and anything else left out, in a stable order."""
+    entries: list[tuple[Path, str]] = [(folder, ".")]
+    for parent, dirs, files in os.walk(folder, followlinks=False):
+        dirs.sort()
+        for name in [*dirs, *sorted(files)]:
+            path = Path(parent, name)
+            mode = os.lstat(path).st_mode
+            if stat.S_ISDIR(mode) or stat.S_ISREG(mode):
+                entries.append((path, path.relative_to(folder).as_posix()))
+    return entries
+
+
+def _pack_entry(tar: tarfile.TarFile, path: Path, name: PurePosixPath, budget: _Budget) -> None:
+    """Add one folder or regular file, opened without following a link swapped in since the
+    walk, with only its name, kind, size, mode and time (no owner)."""
+    if stat.S_ISDIR(os.lstat(path).st_mode):
+        info = tarfile.TarInfo(name.as_posix())
+        info.type, info.mode = tarfile.DIRTYPE, 0o755
+        budget.take(0)
+        tar.addfile(info)
+        return
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as file:
+        info_of_file = os.fstat(file.fileno())
+        if not stat.S_ISREG(info_of_file.st_mode):
+            return
+        budget.take(info_of_file.st_size)
+        info = tarfile.TarInfo(name.as_posix())
+        info.size, info.mode, info.mtime = info_of_file.st_size, info_of_file.st_mode & 0o755, info_of_file.st_mtime
+        tar.addfile(info, file)
+
+
+def _target_of(member: tarfile.TarInfo, into: Mapping[str, Path]) -> tuple[Path, Path]:
+    """The folder of ``member``'s top-level name, and where under it ``member`` goes."""
+    if not (member.isfile() or member.isdir()):
+        raise CheckpointError(f"the checkpoint's {member.name!r} is neither a file nor a folder")
+    parts = PurePosixPath(member.name).parts
+    if not parts or parts[0] not in into or any(part in {"", ".."} for part in parts) or member.name.startswith("/"):
+        raise CheckpointError(f"the checkpoint's {member.name!r} is outside its folders")
+    return into[parts[0]], into[parts[0]].joinpath(*parts[1:])
+
+
+def _check_no_links(root: Path, target: Path) -> None:
+    """Refuse a path through a link below ``root`` (none is unpacked, but the folder may hold some)."""
+    for path in (target, *target.parents):
+        if path == root:
+            return
+        if path.is_symlink():
+            raise CheckpointError(f"the checkpoint's {path} is a link")
+
+
+def _copy_new_file(data: IO[bytes], target: Path, size: int) -> None:
+    """Write ``size`` bytes of ``data`` to a new file ``target`` (a file of the tar named twice,
+    or one there already, is refused)."""
+    try:
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    except FileExistsError as exc:
+        raise CheckpointError(f"the checkpoint names {target} twice") from exc
+    with os.fdopen(fd, "wb") as out:
+        left = size
+        while left > 0:
+            block = data.read(min(left, _COPY_BYTES))
+            if not block:
+                raise CheckpointError("the checkpoint's tar ends mid-file")
+            out.write(block)
+            left -= len(block)

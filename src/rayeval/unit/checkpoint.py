@@ -1,8 +1,8 @@
-"""A chunked session's checkpoint: its work and program-state folders as one tar, written by
-the trusted side after each chunk and unpacked into a fresh work folder when the unit resumes
-on another node.
+"""A chunked session's checkpoint: its work folder (the program's state in it) as one tar,
+written by the trusted side after each chunk and unpacked into a fresh work folder when the
+unit resumes on another node.
 
-Both folders were writable by the agent, so both ways are guarded: packing takes regular
+The folder was writable by the agent, so both ways are guarded: packing takes regular
 files and folders only (no links, devices or pipes) up to a size cap, and unpacking treats
 the tar as untrusted input (each name contained in its folder, regular files and folders
 only, the same cap), extracting member by member, never with ``extractall``.
@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import stat
 import tarfile
-from collections.abc import Mapping
+from collections.abc import Collection
 from pathlib import Path, PurePosixPath
 from typing import IO, BinaryIO
 
@@ -30,30 +30,29 @@ class CheckpointError(RayevalError):
     """A checkpoint that is too large, or whose tar is not one this module writes."""
 
 
-def pack(folders: Mapping[str, Path], out: BinaryIO, *, max_bytes: int = DEFAULT_CHECKPOINT_BYTES) -> int:
-    """Write ``folders`` (a top-level name in the tar each) to ``out`` as a tar stream; the
-    bytes of file data packed. Links, devices and pipes are left out; past ``max_bytes`` or
-    :data:`MAX_CHECKPOINT_ENTRIES`, :class:`CheckpointError`."""
+def pack(
+    folder: Path, out: BinaryIO, *, leave_out: Collection[str] = (), max_bytes: int = DEFAULT_CHECKPOINT_BYTES
+) -> int:
+    """Write ``folder`` (but its top-level entries named in ``leave_out``) to ``out`` as a tar
+    stream; the bytes of file data packed. Links, devices and pipes are left out; past
+    ``max_bytes`` or :data:`MAX_CHECKPOINT_ENTRIES`, :class:`CheckpointError`."""
     budget = _Budget(max_bytes)
     with tarfile.open(fileobj=out, mode="w|") as tar:
-        for name, folder in folders.items():
-            _check_name(name)
-            for path, relative in _regular_entries(folder):
-                _pack_entry(tar, path, PurePosixPath(name, relative), budget)
+        for path, relative in _regular_entries(folder, leave_out):
+            _pack_entry(tar, path, relative, budget)
     return budget.used
 
 
-def unpack(source: BinaryIO, into: Mapping[str, Path], *, max_bytes: int = DEFAULT_CHECKPOINT_BYTES) -> int:
-    """Extract a tar stream written by :func:`pack` (but read as untrusted) into ``into``, the
-    folder of each top-level name; the bytes of file data extracted. A member of another
-    name, kind, or path outside its folder, or past the caps, raises :class:`CheckpointError`."""
+def unpack(source: BinaryIO, into: Path, *, max_bytes: int = DEFAULT_CHECKPOINT_BYTES) -> int:
+    """Extract a tar stream written by :func:`pack` (but read as untrusted) into the folder
+    ``into``; the bytes of file data extracted. A member of another kind, or a path outside
+    ``into`` or through a link, or past the caps, raises :class:`CheckpointError`."""
     budget = _Budget(max_bytes)
     try:
         with tarfile.open(fileobj=source, mode="r|") as tar:
             for member in tar:
-                root, target = _target_of(member, into)
+                target = _target_of(member, into)
                 budget.take(member.size if member.isfile() else 0)
-                _check_no_links(root, target)
                 if member.isdir():
                     target.mkdir(parents=True, exist_ok=True)
                     continue
@@ -83,16 +82,15 @@ class _Budget:
             raise CheckpointError(f"the checkpoint holds more than {MAX_CHECKPOINT_ENTRIES} entries")
 
 
-def _check_name(name: str) -> None:
-    if not name or "/" in name or name in {".", ".."}:
-        raise ValueError(f"a checkpoint folder's name is one path segment, not {name!r}")
-
-
-def _regular_entries(folder: Path) -> list[tuple[Path, str]]:
-    """The folders and regular files under ``folder`` (itself first, as ``.``), links not
-    followed and anything else left out, in a stable order."""
-    entries: list[tuple[Path, str]] = [(folder, ".")]
+def _regular_entries(folder: Path, leave_out: Collection[str]) -> list[tuple[Path, str]]:
+    """The folders and regular files under ``folder`` (but its top-level ``leave_out``), as
+    their paths and names relative to it, links not followed and anything else left out, in
+    a stable order."""
+    entries: list[tuple[Path, str]] = []
     for parent, dirs, files in os.walk(folder, followlinks=False):
+        if Path(parent) == folder:
+            dirs[:] = [name for name in dirs if name not in leave_out]
+            files = [name for name in files if name not in leave_out]
         dirs.sort()
         for name in [*dirs, *sorted(files)]:
             path = Path(parent, name)
@@ -102,11 +100,11 @@ def _regular_entries(folder: Path) -> list[tuple[Path, str]]:
     return entries
 
 
-def _pack_entry(tar: tarfile.TarFile, path: Path, name: PurePosixPath, budget: _Budget) -> None:
+def _pack_entry(tar: tarfile.TarFile, path: Path, name: str, budget: _Budget) -> None:
     """Add one folder or regular file, opened without following a link swapped in since the
     walk, with only its name, kind, size, mode and time (no owner)."""
     if stat.S_ISDIR(os.lstat(path).st_mode):
-        info = tarfile.TarInfo(name.as_posix())
+        info = tarfile.TarInfo(name)
         info.type, info.mode = tarfile.DIRTYPE, 0o755
         budget.take(0)
         tar.addfile(info)
@@ -117,28 +115,25 @@ def _pack_entry(tar: tarfile.TarFile, path: Path, name: PurePosixPath, budget: _
         if not stat.S_ISREG(info_of_file.st_mode):
             return
         budget.take(info_of_file.st_size)
-        info = tarfile.TarInfo(name.as_posix())
+        info = tarfile.TarInfo(name)
         info.size, info.mode, info.mtime = info_of_file.st_size, info_of_file.st_mode & 0o755, info_of_file.st_mtime
         tar.addfile(info, file)
 
 
-def _target_of(member: tarfile.TarInfo, into: Mapping[str, Path]) -> tuple[Path, Path]:
-    """The folder of ``member``'s top-level name, and where under it ``member`` goes."""
+def _target_of(member: tarfile.TarInfo, into: Path) -> Path:
+    """Where ``member`` goes: a plain relative path under ``into``, through no link."""
     if not (member.isfile() or member.isdir()):
         raise CheckpointError(f"the checkpoint's {member.name!r} is neither a file nor a folder")
     parts = PurePosixPath(member.name).parts
-    if not parts or parts[0] not in into or any(part in {"", ".."} for part in parts) or member.name.startswith("/"):
-        raise CheckpointError(f"the checkpoint's {member.name!r} is outside its folders")
-    return into[parts[0]], into[parts[0]].joinpath(*parts[1:])
-
-
-def _check_no_links(root: Path, target: Path) -> None:
-    """Refuse a path through a link below ``root`` (none is unpacked, but the folder may hold some)."""
+    if not parts or member.name.startswith("/") or ".." in parts:
+        raise CheckpointError(f"the checkpoint's {member.name!r} is outside its folder")
+    target = into.joinpath(*parts)
     for path in (target, *target.parents):
-        if path == root:
-            return
-        if path.is_symlink():
+        if path == into:
+            return target
+        if path.is_symlink():  # none is unpacked, but the folder may hold some
             raise CheckpointError(f"the checkpoint's {path} is a link")
+    raise CheckpointError(f"the checkpoint's {member.name!r} is outside its folder")
 
 
 def _copy_new_file(data: IO[bytes], target: Path, size: int) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -28,6 +28,9 @@ from ._recovery import (
     wait_option,
 )
 from ._refusal import RefusalVerdict
+
+#: Where a chunked session's program keeps its state, in the unit's work folder (see ``_state_path``).
+PROGRAM_STATE_FOLDER = ".program-state"
 
 
 class AgentConfigError(ConfigError):
@@ -278,7 +281,7 @@ class ProgramAgent:
             deadline=None if limit is None else started + limit,
             spare_keys=self.spare_keys(os.environ) if self.fallback_variable() else [],
         )
-        with _cli.state_dir(self.harness, self.state_dir) as state:
+        with _cli.state_dir(self.harness, self._state_path(work_dir)) as state:
             convention = context.convention if context is not None else "legacy"
             env, secrets = self._environment(state, work_dir, convention, chunked=self.chunk_turns is not None)
             secrets |= set(recovery.spare_keys)
@@ -287,7 +290,10 @@ class ProgramAgent:
                 if self.chunk_turns is None
                 else self.chunk_argv(program, state, self.chunk_turns, None, fork=False)
             )
-            runs = self._run_recovering(program, first_argv, state, work_dir, env, task_prompt, recovery, secrets)
+            on_chunk = context.chunk_done if context is not None else None
+            runs = self._run_recovering(
+                program, first_argv, state, work_dir, env, task_prompt, recovery, secrets, on_chunk
+            )
             result, summary = self._session(runs, started, state, work_dir)  # Codex reads its state
         return _cli.finish(
             harness=self.harness,
@@ -308,6 +314,14 @@ class ProgramAgent:
             refusals_evaluated=self.evaluates_refusals(),
             failure_details=recovery.error_details() if recovery.last_failure is not None else None,
         )
+
+    def _state_path(self, work_dir: Path) -> str | Path | None:
+        """Where the program keeps its state: ``state_dir``; for a chunked session, else, in the
+        work folder (saved with it after each chunk, so that the session can go on elsewhere);
+        None: a temporary folder."""
+        if self.state_dir is None and self.chunk_turns is not None:
+            return work_dir / PROGRAM_STATE_FOLDER
+        return self.state_dir
 
     def _environment(
         self, state: Path, work_dir: Path, convention: AnswerConvention, *, chunked: bool
@@ -394,8 +408,10 @@ class ProgramAgent:
         task_prompt: str,
         recovery: Recovery,
         secrets: set[str],
+        on_chunk: Callable[[str, int], object] | None = None,
     ) -> list[tuple[_cli.CliResult, Summary]]:
-        """Run ``argv``, then resume the program's session for as long as :class:`Recovery` says."""
+        """Run ``argv``, then resume the program's session for as long as :class:`Recovery` says;
+        ``on_chunk`` is told of each chunk done that the session goes on from (its id, turns)."""
         stdin = self.stdin_text(task_prompt)
         runs: list[tuple[_cli.CliResult, Summary]] = []
         while True:
@@ -422,6 +438,8 @@ class ProgramAgent:
             if failure is None and resumed is not None and self._stopped_short(result):
                 if recovery.out_of_time():
                     return runs
+                if on_chunk is not None and session and self.chunk_turns is not None:
+                    on_chunk(session, self.chunk_end(result.events, result.exit_code).turns)
                 _cli.note(work_dir, "HARNESS: the program stopped short of an answer; resuming the session")
                 argv, stdin = resumed, RESUME_PROMPT
                 continue

@@ -16,7 +16,8 @@ JSON.
 
 On the unit socket: the runner's pidfd message, then frames of one kind byte and a length:
 ``S`` the spec (worker to agent), ``R`` the result (agent to worker), ``X`` the exit status
-(runner to worker). Standard library only (plus ``namespaces`` and ``rayeval._json``): the
+(runner to worker), and ``C`` a chunk of a chunked session done (agent to worker, which saves
+the unit's checkpoint and answers with one ``CHUNK_SAVED`` byte, so the session waits for it). Standard library only (plus ``namespaces`` and ``rayeval._json``): the
 runner stays small, and starting a unit from it is cheap.
 """
 
@@ -50,6 +51,10 @@ SPEC, RESULT, EXIT = b"S", b"R", b"X"
 #: The unit's process is set up and calls the agent next: only before this frame can the unit
 #: report that its sandbox failed (after it, the agent's code holds the socket too).
 READY = b"Y"
+#: A chunk of the unit's session is done (see ``report_chunk``), and the worker's one-byte answer.
+CHUNK, CHUNK_SAVED = b"C", b"c"
+#: Largest chunk report the worker reads.
+MAX_CHUNK_REPORT_BYTES = 4096
 #: Largest spec an agent process reads (the task and a pickled agent).
 MAX_SPEC_BYTES = 256 << 20
 #: The uid and gid an agent has inside its user namespace when the runner is root outside
@@ -261,8 +266,27 @@ def _unit(sock: socket.socket, ids: tuple[int, int], mode: bytes) -> int:
 
 
 # ------------------------------------------------------------------------------------ agent
+#: In a unit's process: its socket to the worker (None elsewhere).
+_unit_socket: socket.socket | None = None
+
+
+def report_chunk(report: bytes) -> bool:
+    """In a unit's process: tell the worker a chunk of the unit's session is done, and wait
+    until it has saved the unit's checkpoint. False where no worker listens (not a unit's
+    process, or the worker gone)."""
+    if _unit_socket is None or len(report) > MAX_CHUNK_REPORT_BYTES:
+        return False
+    try:
+        send_frame(_unit_socket, CHUNK, report)
+        return read_exactly(_unit_socket, 1) == CHUNK_SAVED
+    except (OSError, EOFError):
+        return False
+
+
 def _agent_process(spec: dict[str, Any], sock: socket.socket) -> int:
     """pid 1 of the unit (sandboxed) or its process-group leader: set up, run, answer."""
+    global _unit_socket
+    _unit_socket = sock
     lending = spec["network"] == "model"
     try:
         _enter(spec)

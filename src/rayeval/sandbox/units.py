@@ -48,9 +48,12 @@ from .exec_only import exec_only_views, mark_in_use
 from .isolation import Outcome
 from .process_tree import end_process_tree, exited
 from .unit_runner import (
+    CHUNK,
+    CHUNK_SAVED,
     EXIT,
     FRAME_HEADER_BYTES,
     LENT,
+    MAX_CHUNK_REPORT_BYTES,
     NOT_LENT,
     PID_DIGITS,
     READY,
@@ -397,15 +400,22 @@ class UnitRunner:
             exec_only=self.exec_only if sandboxed else [],
         )
 
-    def run(self, spec: UnitSpec, timeout: float | None, serve: ServeListener | None = None) -> Outcome:
+    def run(
+        self,
+        spec: UnitSpec,
+        timeout: float | None,
+        serve: ServeListener | None = None,
+        on_chunk: ChunkListener | None = None,
+    ) -> Outcome:
         """Run the unit; its outcome. A hang past ``timeout`` ends the unit's namespace.
         ``serve``: with the ``model`` network, what answers on the socket the unit lends,
-        listening on the gateway's port inside its namespace (it returns how to stop)."""
+        listening on the gateway's port inside its namespace (it returns how to stop).
+        ``on_chunk``: called with each chunk report the unit sends (its session waits for it)."""
         limits = self.config.limits
         wanted = {"pids": limits.processes, "memory": limits.memory_mb * MiB if limits.memory_mb else None}
         folders, fds = self.groups.create(wanted) if self.groups.controllers else ([], [])
         try:
-            outcome = self._run(spec.model_copy(update={"cgroups": len(fds)}), fds, timeout, serve)
+            outcome = self._run(spec.model_copy(update={"cgroups": len(fds)}), fds, timeout, serve, on_chunk)
             if outcome.kind == "crashed" and self.groups.out_of_memory(folders):
                 outcome.error_type = "OutOfMemory"
                 outcome.error_message = f"{outcome.error_message}: the unit used its {limits.memory_mb} MB of memory"
@@ -413,7 +423,14 @@ class UnitRunner:
         finally:
             self.groups.remove(folders, fds)
 
-    def _run(self, spec: UnitSpec, group_fds: list[int], timeout: float | None, serve: ServeListener | None) -> Outcome:
+    def _run(
+        self,
+        spec: UnitSpec,
+        group_fds: list[int],
+        timeout: float | None,
+        serve: ServeListener | None,
+        on_chunk: ChunkListener | None,
+    ) -> Outcome:
         start = time.monotonic()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         with ours:
@@ -434,7 +451,8 @@ class UnitRunner:
                     send_fds(ours, group_fds)
                 if self._mode == b"M":
                     stop_serving = _serve_lent(ours, serve)
-                ended = _collect(ours, agent, spec.max_output, None if timeout is None else start + timeout)
+                deadline = None if timeout is None else start + timeout
+                ended = _collect(ours, agent, spec.max_output, deadline, on_chunk)
             except (OSError, EOFError) as exc:  # the agent's process died before it read its spec
                 ended = _Ended(exit_code=None, problem=f"{type(exc).__name__}: {exc}")
             finally:
@@ -451,6 +469,9 @@ class UnitRunner:
 
 #: what answers on a socket a unit lends (see ``UnitRunner.run``); returns how to stop
 ServeListener = Callable[[socket.socket], Callable[[], None]]
+#: what saves a unit's checkpoint when it reports a chunk of its session done (the report:
+#: the agent's bytes, untrusted)
+ChunkListener = Callable[[bytes], None]
 
 
 def _serve_lent(sock: socket.socket, serve: ServeListener | None) -> Callable[[], None] | None:
@@ -609,7 +630,13 @@ class _Channel:
         return events
 
 
-def _collect(sock: socket.socket, agent: _AgentProcess, max_output: int, deadline: float | None) -> _Ended:
+def _collect(
+    sock: socket.socket,
+    agent: _AgentProcess,
+    max_output: int,
+    deadline: float | None,
+    on_chunk: ChunkListener | None = None,
+) -> _Ended:
     """The agent's result and exit status. At ``deadline`` (absolute: checked before every
     read) the agent is killed, and a unit without its whole result by then is a timeout,
     whatever it sent or closed; a result over ``max_output``, or more than that sent in all,
@@ -644,6 +671,11 @@ def _collect(sock: socket.socket, agent: _AgentProcess, max_output: int, deadlin
             ended.ready = True
         elif kind == RESULT and ended.result is None:
             ended.result = data
+        elif kind == CHUNK and ended.result is None and len(data) <= MAX_CHUNK_REPORT_BYTES:
+            if on_chunk is not None:
+                on_chunk(data)
+            with contextlib.suppress(OSError):  # an agent that reads no answers fills its socket: none then
+                sock.send(CHUNK_SAVED, socket.MSG_DONTWAIT)
         elif kind == EXIT:
             with contextlib.suppress(ValueError):
                 ended.exit_code = int(data)

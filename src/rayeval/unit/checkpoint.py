@@ -10,20 +10,27 @@ only, the same cap), extracting member by member, never with ``extractall``.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import stat
 import tarfile
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path, PurePosixPath
-from typing import IO, BinaryIO
+from typing import IO, Any, BinaryIO
 
+from .._json import json_fallback
 from ..errors import RayevalError
+from ..filesystem import resolve_root
+from ..gateway.server import SessionReport
 
 #: What a checkpoint may hold in all (file bytes), by default.
 DEFAULT_CHECKPOINT_BYTES = 256 << 20
 #: At most this many entries: a tar of empty files costs its reader too.
 MAX_CHECKPOINT_ENTRIES = 100_000
 _COPY_BYTES = 1 << 20
+#: The folder of the work folder the unit's data is staged in: staged again on resume, not saved.
+STAGED_DATA_FOLDER = "data"
 
 
 class CheckpointError(RayevalError):
@@ -151,3 +158,71 @@ def _copy_new_file(data: IO[bytes], target: Path, size: int) -> None:
                 raise CheckpointError("the checkpoint's tar ends mid-file")
             out.write(block)
             left -= len(block)
+
+
+# ------------------------------------------------------------------------- saved after each chunk
+#: A session id as a program names it (Claude Code: a UUID, pi: its own): what is kept of the
+#: agent's chunk report; anything else is dropped.
+_SESSION_ID = re.compile(r"[A-Za-z0-9._:-]{1,200}")
+
+
+class ChunkCheckpoints:
+    """Saves a unit's checkpoint to ``folder`` (a local folder or ``s3://...``) each time its
+    session reports a chunk done: ``chunk-<n>.tar`` (the work folder but its staged data)
+    and, after it, ``chunk-<n>.json``: the gateway's counts of the unit's calls so far and
+    its transcript (``report``), never the agent's word; of the agent's report only the
+    session id is kept, checked. A report with no model call since the last checkpoint saves
+    nothing (an agent cannot fill the results root by reporting again and again). A failure
+    to save is noted and the unit goes on without it."""
+
+    def __init__(
+        self,
+        folder: str,
+        work_dir: Path,
+        report: Callable[[], SessionReport],
+        *,
+        s3_endpoint_url: str | None = None,
+        max_bytes: int = DEFAULT_CHECKPOINT_BYTES,
+    ):
+        self.filesystem, self.base = resolve_root(folder, s3_endpoint_url)
+        self.work_dir = work_dir
+        self.report = report
+        self.max_bytes = max_bytes
+        self.saved = 0
+        self.saved_calls = 0
+        self.problem: str | None = None
+
+    def __call__(self, agent_report: bytes) -> None:
+        session = self.report()
+        if session.counted.n_model_calls <= self.saved_calls:
+            return
+        name = f"{self.base}/chunk-{self.saved + 1}"
+        try:
+            self.filesystem.create_dir(self.base, recursive=True)
+            with self.filesystem.open_output_stream(f"{name}.tar") as out:
+                pack(self.work_dir, out, leave_out={STAGED_DATA_FOLDER}, max_bytes=self.max_bytes)
+            record = {
+                "chunk": self.saved + 1,
+                "session_id": _session_id(agent_report),
+                "counted": session.counted.model_dump(mode="json"),
+                "calls": session.calls,
+            }
+            with self.filesystem.open_output_stream(f"{name}.json") as out:
+                out.write(json.dumps(record, default=json_fallback).encode())
+        except (CheckpointError, OSError) as exc:
+            self.problem = f"chunk {self.saved + 1} not saved: {type(exc).__name__}: {exc}"
+            return
+        self.saved += 1
+        self.saved_calls = session.counted.n_model_calls
+
+    def metadata(self) -> dict[str, Any]:
+        """What a unit's row says of its checkpoints."""
+        return {"saved": self.saved, **({"problem": self.problem} if self.problem else {})}
+
+
+def _session_id(agent_report: bytes) -> str | None:
+    try:
+        claimed = json.loads(agent_report).get("session_id")
+    except (ValueError, AttributeError):
+        return None
+    return claimed if isinstance(claimed, str) and _SESSION_ID.fullmatch(claimed) else None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import json
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..sandbox.unit_runner import report_chunk
 from .prompt import AnswerConvention
 
 AgentFunction = Callable[..., Any]
@@ -46,6 +48,13 @@ class AgentContext(UnitKey):
     convention: AnswerConvention = "legacy"
     #: the gateway session of an agent run in the worker; never sent into a unit's process
     relay: ModelRelay | None = Field(default=None, exclude=True, repr=False)
+
+    def chunk_done(self, session_id: str, turns: int) -> bool:
+        """Tell the worker that a chunk of ``turns`` model turns of the program's session
+        ``session_id`` is done, and wait while it saves the unit's checkpoint (the work folder,
+        the program's state in it), from which the unit resumes on another node. False where
+        no worker saves one (an agent run in the worker, or outside a run)."""
+        return report_chunk(json.dumps({"session_id": session_id, "turns": turns}).encode())
 
 
 MIB = 1024 * 1024

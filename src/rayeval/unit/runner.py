@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
+from urllib.parse import quote
 
 from .._json import amount_in, count_in
 from ..data.cache import default_cache_dir, remove_tree
@@ -23,6 +24,7 @@ from ..sandbox.isolation import Isolation, Outcome, run_inline
 from ..sandbox.units import SandboxError, unit_runner
 from ..secrets import environment_secrets, redact
 from .answers import MAX_ANSWER_NESTING, find_answer, nested_deeper_than
+from .checkpoint import STAGED_DATA_FOLDER, ChunkCheckpoints
 from .context import AgentContext, AgentFunction, AgentRef, ModelRelay, UnitKey, call_agent
 from .execution import Execution, claims_against_counts, grade_execution, now
 from .grading_pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
@@ -73,6 +75,7 @@ class EvalRunner:
         s3_endpoint_url: str | None = None,
         data_roots: Sequence[str | Path] = (),
         runner_root: str | Path | None = None,
+        sessions_root: str | None = None,
     ):
         self.eval = eval_or_path if isinstance(eval_or_path, Eval) else load_eval(eval_or_path, data_roots=data_roots)
         # local data nodes are staged from the eval's data roots (none for an eval built in memory) and these
@@ -84,6 +87,8 @@ class EvalRunner:
         self.keep_workspace = keep_workspace
         self.run_id = run_id
         self.s3_endpoint_url = s3_endpoint_url
+        #: where a chunked session's unit saves its checkpoints, a folder per unit (None: nowhere)
+        self.sessions_root = sessions_root
 
     def run(
         self,
@@ -138,8 +143,9 @@ class EvalRunner:
         work_dir = make_work_dir(self.work_root, run_id=self.run_id, eval_id=self.eval.id, model=model, seed=seed)
         removed = False
         config = sandbox or SandboxConfig()
+        checkpoints: list[ChunkCheckpoints] = []
         try:
-            ran, calls = self._run_agent(work_dir, agent, context, limit, isolation, config, budget)
+            ran, calls = self._run_agent(work_dir, agent, context, limit, isolation, config, budget, checkpoints)
             # what the agent left is listed once, for its answer files and its artifacts
             if self.keep_workspace:
                 listing = list_work_dir(work_dir)
@@ -161,6 +167,9 @@ class EvalRunner:
                 remove_tree(work_dir)
         if self.keep_workspace:
             fields.setdefault("metadata", {})["work_dir"] = str(work_dir)
+        for saved in checkpoints:
+            if saved.saved or saved.problem:
+                fields.setdefault("metadata", {})["session_checkpoints"] = saved.metadata()
         pattern = environment_secrets()
         if pattern is not None:
             fields = redact(fields, pattern)
@@ -185,11 +194,13 @@ class EvalRunner:
         isolation: Isolation,
         sandbox: SandboxConfig,
         budget: RunBudget | None = None,
+        checkpoints: list[ChunkCheckpoints] | None = None,
     ) -> tuple[Outcome | StagingError | SandboxError, SessionReport | None]:
         """Stage the data and run the agent in ``work_dir``: its outcome, or why it could not
         run, and what its model calls used, as the gateway saw them (None: a user's agent run
         in this process, ``--isolation inline``, where no gateway stands between it and its
-        models)."""
+        models). With a ``sessions_root``, what saves its chunked session's checkpoints is
+        appended to ``checkpoints``."""
         base_dir = self.eval.source_path.parent if self.eval.source_path else None
         # Agents that never read inputs (replay, sleep) set ``needs_data = False``.
         nodes = self.eval.data_nodes if getattr(agent, "needs_data", True) else []
@@ -197,7 +208,7 @@ class EvalRunner:
         try:
             staged = stage_data(
                 nodes,
-                work_dir / "data",
+                work_dir / STAGED_DATA_FOLDER,
                 base_dir=base_dir,
                 cache_dir=cache_dir,
                 timeout=self.eval.download_timeout,
@@ -236,10 +247,24 @@ class EvalRunner:
             spec = unit_spec(
                 runner, agent, prompt, work_dir, unit_context, inputs, model_env=access.env, gateway_port=gateway.port
             )
-            ran: Outcome | SandboxError = runner.run(spec, limit, serve=gateway.serve)
+            on_chunk = self._checkpoints(context, work_dir, access.session.report)
+            if on_chunk is not None and checkpoints is not None:
+                checkpoints.append(on_chunk)
+            ran: Outcome | SandboxError = runner.run(spec, limit, serve=gateway.serve, on_chunk=on_chunk)
         except SandboxError as exc:
             ran = exc
         return ran, gateway.close(access.session)
+
+    def _checkpoints(
+        self, context: AgentContext, work_dir: Path, report: Callable[[], SessionReport]
+    ) -> ChunkCheckpoints | None:
+        """What saves the unit's checkpoints under ``sessions_root``, in a folder named after the
+        unit (its eval, model and seed: the same for each attempt at it)."""
+        if self.sessions_root is None:
+            return None
+        unit = f"{context.eval_id}__{context.model or 'nomodel'}__s{context.seed if context.seed is not None else 'x'}"
+        folder = f"{self.sessions_root.rstrip('/')}/{quote(unit, safe='')}"
+        return ChunkCheckpoints(folder, work_dir, report, s3_endpoint_url=self.s3_endpoint_url)
 
     @staticmethod
     def _run_in_worker(

@@ -1,0 +1,41 @@
+"""A chunked session's checkpoints: after each chunk the REAL Claude Code's unit reports it
+done over its socket, and the trusted side saves the unit's work folder (the program's state
+in it, the staged data not) and the gateway's counts so far beside it."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from pathlib import Path
+
+from rayeval.agents.resolve import agent_ref
+from rayeval.unit.checkpoint import unpack
+from rayeval.unit.runner import EvalRunner
+
+from .conftest import answer_42_evals
+from .test_pi import PROMPT, WRITE_ANSWER
+
+
+def test_each_chunk_of_a_sandboxed_unit_saves_its_checkpoint(claude_available, model_server, tmp_path: Path) -> None:
+    server = model_server([{"command": "echo first-chunk-ran"}, {"command": WRITE_ANSWER}, {"text": "Done."}])
+    evals = answer_42_evals(tmp_path / "evals", "chunked", PROMPT)
+    sessions = tmp_path / "results" / "run_id=r" / "_sessions"
+    runner = EvalRunner(
+        evals / "e.json", work_root=tmp_path / "w", cache_dir=tmp_path / "c", run_id="r", sessions_root=str(sessions)
+    )
+    args = {"base_url": server.url, "chunk_turns": "1", "timeout": "120", "env": '{"CLAUDE_CODE_MAX_RETRIES": "0"}'}
+    done = runner.execute(agent_ref("claude-code"), model="claude-sonnet-4-5", agent_args=args, isolation="sandbox")
+    assert done.answer == {"answer": 42}, done.error_message
+    assert done.metadata["session_checkpoints"] == {"saved": 1}  # the last chunk answered: none after it
+    folder = sessions / "chunked__claude-sonnet-4-5__sx"
+    assert sorted(p.name for p in folder.iterdir()) == ["chunk-1.json", "chunk-1.tar"]
+    saved = json.loads((folder / "chunk-1.json").read_text())
+    assert saved["counted"]["n_model_calls"] == 1 and len(saved["calls"]) == 1  # the gateway's, of chunk 1
+    assert saved["session_id"] == done.metadata["session_id"]
+    restored = tmp_path / "restored"
+    unpack(io.BytesIO((folder / "chunk-1.tar").read_bytes()), restored)
+    sessions_saved = list((restored / ".program-state").rglob(f"{saved['session_id']}.jsonl"))
+    assert len(sessions_saved) == 1 and "first-chunk-ran" in sessions_saved[0].read_text()
+    with tarfile.open(folder / "chunk-1.tar") as tar:
+        assert not [name for name in tar.getnames() if name.split("/")[0] == "data"]

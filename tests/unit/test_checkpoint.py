@@ -10,8 +10,15 @@ from pathlib import Path
 
 import pytest
 
+from rayeval import EvalRunner
+from rayeval.evals import Eval
+from rayeval.sandbox import unit_runner
+from rayeval.sandbox.unit_runner import send_frame
 from rayeval.unit import checkpoint
 from rayeval.unit.checkpoint import CheckpointError, pack, unpack
+from rayeval.unit.context import AgentContext
+
+from .test_workspace import QUICK_EVAL
 
 
 def _work(tmp_path: Path) -> Path:
@@ -97,3 +104,28 @@ def test_unpacking_past_the_caps_fails(tmp_path: Path, monkeypatch: pytest.Monke
         unpack(_tar(*many), tmp_path / "work2")
     with pytest.raises(CheckpointError, match="no readable tar"):
         unpack(io.BytesIO(b"not a tar" * 100), tmp_path / "work3")
+
+
+# ------------------------------------------------------------ chunk reports from a unit's process
+def _reports_chunks_without_model_calls(prompt: str, work_dir: Path, context: AgentContext) -> dict[str, list[bool]]:
+    """Reports chunks done again and again, none after a model call; then floods the socket
+    with reports whose answers it never reads."""
+    acked = [context.chunk_done("s-1", 1) for _ in range(20)]
+    for _ in range(5000):
+        send_frame(unit_runner._unit_socket, unit_runner.CHUNK, b'{"session_id": "../../x", "turns": 9}')
+    return {"acked": acked}
+
+
+def test_chunk_reports_without_model_calls_save_nothing_and_never_hold_the_worker(tmp_path: Path) -> None:
+    sessions = tmp_path / "results" / "_sessions"
+    runner = EvalRunner(
+        Eval.model_validate(QUICK_EVAL), work_root=tmp_path / "w", run_id="r", sessions_root=str(sessions)
+    )
+    done = runner.execute(_reports_chunks_without_model_calls, isolation="process", timeout=60)
+    assert done.answer == {"acked": [True] * 20}, done.error_message  # each report answered, and waited for
+    assert "session_checkpoints" not in done.metadata
+    assert not sessions.exists()
+
+
+def test_a_chunk_report_outside_a_unit_is_told_nobody_saves_it() -> None:
+    assert AgentContext(eval_id="e").chunk_done("s-1", 1) is False

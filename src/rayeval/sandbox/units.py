@@ -674,12 +674,23 @@ def _collect(
         elif kind == CHUNK and ended.result is None and len(data) <= MAX_CHUNK_REPORT_BYTES:
             if on_chunk is not None:
                 on_chunk(data)
-            with contextlib.suppress(OSError):  # an agent that reads no answers fills its socket: none then
-                sock.send(CHUNK_SAVED, socket.MSG_DONTWAIT)
+            _answer_chunk(sock)
         elif kind == EXIT:
             with contextlib.suppress(ValueError):
                 ended.exit_code = int(data)
             return ended
+
+
+def _answer_chunk(sock: socket.socket) -> None:
+    """Tell the unit its chunk is saved, never waiting: an agent that reads no answers fills
+    its socket, and gets none then (with a timeout set, even ``MSG_DONTWAIT`` would wait)."""
+    timeout = sock.gettimeout()
+    sock.setblocking(False)
+    try:
+        with contextlib.suppress(OSError):
+            sock.send(CHUNK_SAVED)
+    finally:
+        sock.settimeout(timeout)
 
 
 def _outcome(ended: _Ended, max_output: int, timeout: float | None) -> Outcome:

@@ -22,7 +22,7 @@ from ..graders.judging import Judgments
 from ..record import UnitRecord
 from ..sandbox.config import SandboxConfig
 from ..sandbox.units import SandboxError
-from ..storage.layout import s3_wal_base
+from ..storage.layout import Layout, s3_wal_base
 from ..unit.context import AgentFunction, AgentRef
 from ..unit.execution import Execution, grade_execution, judge_requests
 from ..unit.grading_pool import prestart_grading
@@ -82,6 +82,8 @@ class WorkerConfig(BaseModel):
     slots: int = 1
     #: the run's budget in USD (``--max-cost``), kept by the run's budget actor
     max_cost_usd: float | None = None
+    #: where a chunked session's units save their checkpoints (``chunk_turns``; None: nowhere)
+    sessions_root: str | None = None
 
 
 class WorkerProblem(BaseModel):
@@ -229,6 +231,7 @@ class UnitWorker:
             cache_dir=execution.cache_dir,
             run_id=self.config.run_id,
             s3_endpoint_url=self.config.s3_endpoint_url,
+            sessions_root=self.config.sessions_root,
         )
         return runner.execute(
             self.agent,
@@ -409,6 +412,9 @@ def worker_config(config: BatchConfig, run_id: str, evals: list[Eval]) -> Worker
         execution=config.execution.model_copy(update={"sandbox": sandbox}),
         s3_endpoint_url=config.storage.s3_endpoint_url,
         max_cost_usd=config.scheduling.max_cost_usd,
+        sessions_root=Layout(config.storage.output.rstrip("/")).sessions(run_id)
+        if "chunk_turns" in config.agent_args
+        else None,
     )
 
 

@@ -8,6 +8,7 @@
     <root>/run_id=<run>/_lease.json, _lease.lock                       the run's lease (lock: local roots)
     <root>/run_id=<run>/_wal/                                          its write-ahead log (local roots)
     <root>/run_id=<run>/_quarantine/                                   parts moved aside by --resume
+    <root>/run_id=<run>/_sessions/<unit>/chunk-<n>.tar, .json          a chunked session's checkpoints
     <root>/_datasets/<path>/<version>.json                             stored evaluation datasets
     <root>/_prompts/<path>/<version>.json                              stored prompt versions
 
@@ -31,6 +32,7 @@ LEASE_NAME = "_lease.json"
 LOCK_NAME = "_lease.lock"
 WAL_FOLDER = "_wal"
 QUARANTINE_FOLDER = "_quarantine"
+SESSIONS_FOLDER = "_sessions"
 # the folder of each kind of versioned file evaluations.run stores by path
 CATALOG_FOLDERS = {"dataset": "_datasets", "prompt": "_prompts"}
 RUN_PREFIX = "run_id="
@@ -110,6 +112,10 @@ class Layout:
         """Where a run's unreadable part (a path under the run's folder) is moved aside."""
         run_folder = self.run(run_id)
         return f"{run_folder}/{QUARANTINE_FOLDER}/{part[len(run_folder) + 1 :]}"
+
+    def sessions(self, run_id: str) -> str:
+        """Where a run's chunked sessions save their checkpoints, a folder per unit."""
+        return f"{self.run(run_id)}/{SESSIONS_FOLDER}"
 
     def catalog_folder(self, kind: str, path: str) -> str:
         """The versions of a stored dataset or prompt (``kind``: a key of CATALOG_FOLDERS)."""

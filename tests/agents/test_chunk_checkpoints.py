@@ -8,6 +8,7 @@ import io
 import json
 import tarfile
 from pathlib import Path
+from typing import Any
 
 from rayeval.agents.resolve import agent_ref
 from rayeval.unit.checkpoint import unpack
@@ -39,3 +40,39 @@ def test_each_chunk_of_a_sandboxed_unit_saves_its_checkpoint(claude_available, m
     assert len(sessions_saved) == 1 and "first-chunk-ran" in sessions_saved[0].read_text()
     with tarfile.open(folder / "chunk-1.tar") as tar:
         assert not [name for name in tar.getnames() if name.split("/")[0] == "data"]
+
+
+def test_a_unit_resumed_from_its_checkpoint_goes_on_with_its_session(
+    claude_available, model_server, tmp_path: Path
+) -> None:
+    """The first attempt saves chunk 1, then dies (its program killed, as its node would be);
+    the second, in another work folder, goes on from chunk 1: turn 0 is not asked again, and
+    the row adds the counts saved with the checkpoint to its own."""
+    lost_here = f"case $PWD in {tmp_path}/first/*) kill -9 $PPID;; *) {WRITE_ANSWER};; esac"
+    server = model_server([{"command": "echo first-chunk-ran > notes.txt"}, {"command": lost_here}, {"text": "Done."}])
+    evals = answer_42_evals(tmp_path / "evals", "chunked", PROMPT)
+    sessions = str(tmp_path / "results" / "_sessions")
+    args = {"base_url": server.url, "chunk_turns": "1", "timeout": "120", "env": '{"CLAUDE_CODE_MAX_RETRIES": "0"}'}
+
+    def attempt(work_root: str, resume: bool) -> Any:
+        runner = EvalRunner(evals / "e.json", work_root=tmp_path / work_root, run_id="r", sessions_root=sessions)
+        options = {"model": "claude-sonnet-4-5", "agent_args": args, "isolation": "sandbox", "resume": resume}
+        return runner.execute(agent_ref("claude-code"), **options)
+
+    lost = attempt("first", resume=False)
+    assert lost.answer is None and lost.metadata["session_checkpoints"] == {"saved": 1}
+    carried = json.loads(
+        (tmp_path / "results" / "_sessions" / "chunked__claude-sonnet-4-5__sx" / "chunk-1.json").read_text()
+    )
+    done = attempt("second", resume=True)
+    assert done.answer == {"answer": 42}, done.error_message
+    assert done.metadata["session_checkpoints"] == {"saved": 1, "resumed_from": 1}
+    # turn 0 is not asked again; turn 1, whose answer the first attempt lost, is; its answer ends the unit
+    assert [reply.turn for reply in server.scripted_replies()] == [0, 1, 1]
+    assert done.metadata["session_id"] == carried["session_id"]
+    first, _, resumed = server.scripted_replies()
+    counted = done.model_usage
+    assert carried["counted"]["n_model_calls"] == 1 and counted is not None and counted.n_model_calls == 2
+    assert counted.usage.output_tokens == first.output_tokens + resumed.output_tokens
+    assert done.metadata["gateway"]["by_model"]["claude-sonnet-4-5"]["n_model_calls"] == 2
+    assert done.metadata["n_turns"] == 2

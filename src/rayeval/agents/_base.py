@@ -285,15 +285,9 @@ class ProgramAgent:
             convention = context.convention if context is not None else "legacy"
             env, secrets = self._environment(state, work_dir, convention, chunked=self.chunk_turns is not None)
             secrets |= set(recovery.spare_keys)
-            first_argv = (
-                self.build_argv(program, state, work_dir)
-                if self.chunk_turns is None
-                else self.chunk_argv(program, state, self.chunk_turns, None, fork=False)
-            )
+            first_argv, stdin = self._first_run(program, state, work_dir, task_prompt, context)
             on_chunk = context.chunk_done if context is not None else None
-            runs = self._run_recovering(
-                program, first_argv, state, work_dir, env, task_prompt, recovery, secrets, on_chunk
-            )
+            runs = self._run_recovering(program, first_argv, state, work_dir, env, stdin, recovery, secrets, on_chunk)
             result, summary = self._session(runs, started, state, work_dir)  # Codex reads its state
         return _cli.finish(
             harness=self.harness,
@@ -314,6 +308,20 @@ class ProgramAgent:
             refusals_evaluated=self.evaluates_refusals(),
             failure_details=recovery.error_details() if recovery.last_failure is not None else None,
         )
+
+    def _first_run(
+        self, program: list[str], state: Path, work_dir: Path, task_prompt: str, context: AgentContext | None
+    ) -> tuple[list[str], str | None]:
+        """The first command line and its stdin: the task, or, for a chunked session restored
+        from its checkpoint (``context.resume_session``), that session gone on with ``Continue.``
+        (Claude Code finds a session by its id whatever work folder it was filed under)."""
+        session = context.resume_session if context is not None else None
+        if self.chunk_turns is None:
+            return self.build_argv(program, state, work_dir), self.stdin_text(task_prompt)
+        if session is None:
+            return self.chunk_argv(program, state, self.chunk_turns, None, fork=False), self.stdin_text(task_prompt)
+        _cli.note(work_dir, "HARNESS: going on with the session restored from the unit's checkpoint")
+        return self.chunk_argv(program, state, self.chunk_turns, session, fork=False), RESUME_PROMPT
 
     def _state_path(self, work_dir: Path) -> str | Path | None:
         """Where the program keeps its state: ``state_dir``; for a chunked session, else, in the
@@ -405,14 +413,14 @@ class ProgramAgent:
         state: Path,
         work_dir: Path,
         env: dict[str, str],
-        task_prompt: str,
+        stdin: str | None,
         recovery: Recovery,
         secrets: set[str],
         on_chunk: Callable[[str, int], object] | None = None,
     ) -> list[tuple[_cli.CliResult, Summary]]:
-        """Run ``argv``, then resume the program's session for as long as :class:`Recovery` says;
-        ``on_chunk`` is told of each chunk done that the session goes on from (its id, turns)."""
-        stdin = self.stdin_text(task_prompt)
+        """Run ``argv`` (``stdin`` on its standard input), then resume the program's session for
+        as long as :class:`Recovery` says; ``on_chunk`` is told of each chunk done that the
+        session goes on from (its id, turns)."""
         runs: list[tuple[_cli.CliResult, Summary]] = []
         while True:
             earlier = [event for run, _ in runs for event in run.events]

@@ -158,6 +158,27 @@ class Session:
     limit_reached: LimitName | None = None
     closed: bool = False
     in_flight: int = 0
+    #: the transcript of the calls an earlier part of the unit's session made (see ``carry``)
+    carried_calls: list[dict[str, Any]] = field(default_factory=list)
+
+    def carry(self, counted: ModelUsage, calls: list[dict[str, Any]]) -> None:
+        """Start from the counts and transcript of the unit's earlier part (a session resumed
+        on another node, from its checkpoint): its limits apply to the sum, and the carried
+        cost is not charged to the run's budget again (it was when those calls were made)."""
+        self.model_calls += counted.n_model_calls
+        self.usage.add(counted.usage)
+        if counted.cost_usd is None:
+            self.unpriced_calls += 1
+        else:
+            self.cost_usd += counted.cost_usd
+        for model, seen in counted.by_model.items():
+            mine = self.by_model.setdefault(model, ModelCalls())
+            mine.n_model_calls += seen.n_model_calls
+            mine.usage.add(seen.usage)
+            priced = mine.cost_usd is not None and seen.cost_usd is not None
+            mine.cost_usd = round((mine.cost_usd or 0.0) + (seen.cost_usd or 0.0), 10) if priced else None
+        self.last_model = self.last_model or counted.last_model
+        self.carried_calls = [*self.carried_calls, *calls]
 
     def over_limit(self) -> LimitName | None:
         """The first of the unit's limits its usage has reached (None: none)."""
@@ -188,7 +209,7 @@ class Session:
             failed_calls=sum(1 for call in self.calls if call.status is None or call.status >= 400),
             last_failure=_last_failure(self.calls),
         )
-        return SessionReport(counted, [call.as_dict() for call in self.calls], self.token)
+        return SessionReport(counted, [*self.carried_calls, *(call.as_dict() for call in self.calls)], self.token)
 
 
 class ModelCalls(BaseModel):

@@ -10,6 +10,7 @@ only, the same cap), extracting member by member, never with ``extractall``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -17,18 +18,25 @@ import stat
 import tarfile
 from collections.abc import Callable, Collection
 from pathlib import Path, PurePosixPath
-from typing import IO, Any, BinaryIO
+from typing import IO, Annotated, Any, BinaryIO
+from urllib.parse import quote
+
+from pyarrow.fs import FileSelector
+from pydantic import BaseModel, Field, StringConstraints
 
 from .._json import json_fallback
+from ..data.cache import remove_tree
 from ..errors import RayevalError
 from ..filesystem import resolve_root
-from ..gateway.server import SessionReport
+from ..gateway.server import ModelUsage, SessionReport
 
 #: What a checkpoint may hold in all (file bytes), by default.
 DEFAULT_CHECKPOINT_BYTES = 256 << 20
 #: At most this many entries: a tar of empty files costs its reader too.
 MAX_CHECKPOINT_ENTRIES = 100_000
 _COPY_BYTES = 1 << 20
+#: The largest checkpoint record read back (the gateway's transcript of the calls so far).
+MAX_RECORD_BYTES = 256 << 20
 #: The folder of the work folder the unit's data is staged in: staged again on resume, not saved.
 STAGED_DATA_FOLDER = "data"
 
@@ -50,15 +58,20 @@ def pack(
     return budget.used
 
 
-def unpack(source: BinaryIO, into: Path, *, max_bytes: int = DEFAULT_CHECKPOINT_BYTES) -> int:
+def unpack(
+    source: BinaryIO, into: Path, *, leave_out: Collection[str] = (), max_bytes: int = DEFAULT_CHECKPOINT_BYTES
+) -> int:
     """Extract a tar stream written by :func:`pack` (but read as untrusted) into the folder
     ``into``; the bytes of file data extracted. A member of another kind, or a path outside
-    ``into`` or through a link, or past the caps, raises :class:`CheckpointError`."""
+    ``into``, through a link or under a top-level name in ``leave_out`` (which pack left
+    out), or past the caps, raises :class:`CheckpointError`."""
     budget = _Budget(max_bytes)
     try:
         with tarfile.open(fileobj=source, mode="r|") as tar:
             for member in tar:
                 target = _target_of(member, into)
+                if target.relative_to(into).parts[0] in leave_out:
+                    raise CheckpointError(f"the checkpoint holds {member.name!r}, which is left out of it")
                 budget.take(member.size if member.isfile() else 0)
                 if member.isdir():
                     target.mkdir(parents=True, exist_ok=True)
@@ -164,65 +177,153 @@ def _copy_new_file(data: IO[bytes], target: Path, size: int) -> None:
 #: A session id as a program names it (Claude Code: a UUID, pi: its own): what is kept of the
 #: agent's chunk report; anything else is dropped.
 _SESSION_ID = re.compile(r"[A-Za-z0-9._:-]{1,200}")
+_CHUNK_RECORD = re.compile(r"chunk-([0-9]{1,9})\.json")
+
+
+class SavedChunk(BaseModel):
+    """A checkpoint's record, ``chunk-<n>.json``, written by the trusted side beside its tar:
+    the gateway's counts of the unit's calls so far and their transcript, the turns its
+    session reported (at most one a model call), and the tar's size (a shorter tar was cut)."""
+
+    chunk: int = Field(ge=1)
+    session_id: Annotated[str, StringConstraints(pattern=_SESSION_ID.pattern)] | None
+    counted: ModelUsage
+    calls: list[dict[str, Any]]
+    turns: int = Field(ge=0)
+    tar_bytes: int = Field(ge=0)
+
+
+def unit_checkpoints(sessions_root: str, eval_id: str, model: str | None, seed: int | None) -> str:
+    """The folder of a unit's checkpoints under a run's ``sessions_root``, named after the unit
+    (its eval, model and seed: the same for each attempt at it)."""
+    unit = f"{eval_id}__{model or 'nomodel'}__s{seed if seed is not None else 'x'}"
+    return f"{sessions_root.rstrip('/')}/{quote(unit, safe='')}"
 
 
 class ChunkCheckpoints:
-    """Saves a unit's checkpoint to ``folder`` (a local folder or ``s3://...``) each time its
-    session reports a chunk done: ``chunk-<n>.tar`` (the work folder but its staged data)
-    and, after it, ``chunk-<n>.json``: the gateway's counts of the unit's calls so far and
-    its transcript (``report``), never the agent's word; of the agent's report only the
-    session id is kept, checked. A report with no model call since the last checkpoint saves
-    nothing (an agent cannot fill the results root by reporting again and again). A failure
-    to save is noted and the unit goes on without it."""
+    """A unit's checkpoints in ``folder`` (a local folder or ``s3://...``). An attempt goes on
+    from the newest complete one (:meth:`resume`) or starts afresh (:meth:`starts_afresh`:
+    the earlier attempts' are removed); then, each time its session reports a chunk done, it saves
+    ``chunk-<n>.tar`` (the work folder but its staged data) and, after it, ``chunk-<n>.json``
+    (:class:`SavedChunk`, from ``report``: the gateway's word, never the agent's; of the
+    agent's report only the session id, checked, and its turns, at most one a model call, are
+    kept). A report with no model call since the last checkpoint saves nothing (an agent
+    cannot fill the results root by reporting again and again). A failure to save is noted
+    and the unit goes on without it."""
 
     def __init__(
         self,
         folder: str,
         work_dir: Path,
-        report: Callable[[], SessionReport],
         *,
         s3_endpoint_url: str | None = None,
         max_bytes: int = DEFAULT_CHECKPOINT_BYTES,
     ):
         self.filesystem, self.base = resolve_root(folder, s3_endpoint_url)
         self.work_dir = work_dir
-        self.report = report
         self.max_bytes = max_bytes
+        #: the unit's gateway session's report, once it is open
+        self.report: Callable[[], SessionReport] | None = None
+        self.resumed: SavedChunk | None = None
         self.saved = 0
         self.saved_calls = 0
+        self.turns = 0
         self.problem: str | None = None
 
+    def resume(self) -> SavedChunk | None:
+        """Unpack the newest complete checkpoint (its tar read as untrusted input) into the
+        work folder, which must be empty; the record it resumes from (None: there is none, or
+        it could not be read: the work folder is left empty then, and the problem noted)."""
+        newest = self._newest()
+        if newest is None:
+            return None
+        try:
+            with self.filesystem.open_input_stream(f"{self.base}/chunk-{newest.chunk}.tar") as source:
+                unpack(source, self.work_dir, leave_out={STAGED_DATA_FOLDER}, max_bytes=self.max_bytes)
+        except (CheckpointError, OSError) as exc:
+            self.problem = f"chunk {newest.chunk} not resumed from: {type(exc).__name__}: {exc}"
+            remove_tree(self.work_dir)
+            self.work_dir.mkdir()
+            return None
+        self.resumed = newest
+        self.saved, self.saved_calls, self.turns = newest.chunk, newest.counted.n_model_calls, newest.turns
+        return newest
+
+    def starts_afresh(self) -> None:
+        """Remove the checkpoints of the unit's earlier attempts (this one does not go on from
+        them, and its own are numbered from 1)."""
+        with contextlib.suppress(OSError):
+            self.filesystem.delete_dir_contents(self.base, missing_dir_ok=True)
+
+    def _newest(self) -> SavedChunk | None:
+        """The newest checkpoint whose record reads and whose tar is whole."""
+        try:
+            listed = self.filesystem.get_file_info(FileSelector(self.base, allow_not_found=True))
+        except OSError:
+            return None
+        sizes = {PurePosixPath(info.path).name: info.size for info in listed}
+        chunks = sorted((int(m.group(1)) for name in sizes if (m := _CHUNK_RECORD.fullmatch(name))), reverse=True)
+        for chunk in chunks:
+            try:
+                with self.filesystem.open_input_stream(f"{self.base}/chunk-{chunk}.json") as record:
+                    text = record.read(MAX_RECORD_BYTES + 1)
+                saved = SavedChunk.model_validate_json(text) if len(text) <= MAX_RECORD_BYTES else None
+            except (OSError, ValueError):
+                continue
+            if saved is None:
+                continue
+            if saved.chunk == chunk and sizes.get(f"chunk-{chunk}.tar") == saved.tar_bytes:
+                return saved
+        return None
+
     def __call__(self, agent_report: bytes) -> None:
-        session = self.report()
-        if session.counted.n_model_calls <= self.saved_calls:
+        if self.report is None:
             return
-        name = f"{self.base}/chunk-{self.saved + 1}"
+        session = self.report()
+        calls = session.counted.n_model_calls
+        if calls <= self.saved_calls:
+            return
+        chunk, claimed = self.saved + 1, _chunk_report(agent_report)
+        turns = min(self.turns + claimed.get("turns", 0), calls)
+        name = f"{self.base}/chunk-{chunk}"
         try:
             self.filesystem.create_dir(self.base, recursive=True)
             with self.filesystem.open_output_stream(f"{name}.tar") as out:
                 pack(self.work_dir, out, leave_out={STAGED_DATA_FOLDER}, max_bytes=self.max_bytes)
-            record = {
-                "chunk": self.saved + 1,
-                "session_id": _session_id(agent_report),
-                "counted": session.counted.model_dump(mode="json"),
-                "calls": session.calls,
-            }
+            record = SavedChunk(
+                chunk=chunk,
+                session_id=claimed.get("session_id"),
+                counted=session.counted,
+                calls=session.calls,
+                turns=turns,
+                tar_bytes=self.filesystem.get_file_info(f"{name}.tar").size,
+            )
             with self.filesystem.open_output_stream(f"{name}.json") as out:
-                out.write(json.dumps(record, default=json_fallback).encode())
+                out.write(json.dumps(record.model_dump(mode="json"), default=json_fallback).encode())
         except (CheckpointError, OSError) as exc:
-            self.problem = f"chunk {self.saved + 1} not saved: {type(exc).__name__}: {exc}"
+            self.problem = f"chunk {chunk} not saved: {type(exc).__name__}: {exc}"
             return
-        self.saved += 1
-        self.saved_calls = session.counted.n_model_calls
+        self.saved, self.saved_calls, self.turns = chunk, calls, turns
 
     def metadata(self) -> dict[str, Any]:
         """What a unit's row says of its checkpoints."""
-        return {"saved": self.saved, **({"problem": self.problem} if self.problem else {})}
+        resumed = {"resumed_from": self.resumed.chunk} if self.resumed is not None else {}
+        return {"saved": self.saved, **resumed, **({"problem": self.problem} if self.problem else {})}
 
 
-def _session_id(agent_report: bytes) -> str | None:
+def _chunk_report(agent_report: bytes) -> dict[str, Any]:
+    """What is kept of the agent's chunk report: a well-formed session id, and its turns as a
+    count (each capped by the caller)."""
     try:
-        claimed = json.loads(agent_report).get("session_id")
-    except (ValueError, AttributeError):
-        return None
-    return claimed if isinstance(claimed, str) and _SESSION_ID.fullmatch(claimed) else None
+        claimed = json.loads(agent_report)
+    except ValueError:
+        return {}
+    if not isinstance(claimed, dict):
+        return {}
+    kept: dict[str, Any] = {}
+    session, turns = claimed.get("session_id"), claimed.get("turns")
+    if isinstance(session, str) and _SESSION_ID.fullmatch(session):
+        kept["session_id"] = session
+    if type(turns) is int and turns > 0:
+        kept["turns"] = turns
+    return kept

@@ -48,6 +48,9 @@ class AgentContext(UnitKey):
     convention: AnswerConvention = "legacy"
     #: the gateway session of an agent run in the worker; never sent into a unit's process
     relay: ModelRelay | None = Field(default=None, exclude=True, repr=False)
+    #: the program's session this attempt goes on with, restored in its work folder from the
+    #: unit's checkpoint (its node was lost); None: a fresh start
+    resume_session: str | None = None
 
     def chunk_done(self, session_id: str, turns: int) -> bool:
         """Tell the worker that a chunk of ``turns`` model turns of the program's session

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
-from urllib.parse import quote
 
 from .._json import amount_in, count_in
 from ..data.cache import default_cache_dir, remove_tree
@@ -24,7 +23,7 @@ from ..sandbox.isolation import Isolation, Outcome, run_inline
 from ..sandbox.units import SandboxError, unit_runner
 from ..secrets import environment_secrets, redact
 from .answers import MAX_ANSWER_NESTING, find_answer, nested_deeper_than
-from .checkpoint import STAGED_DATA_FOLDER, ChunkCheckpoints
+from .checkpoint import STAGED_DATA_FOLDER, ChunkCheckpoints, SavedChunk, unit_checkpoints
 from .context import AgentContext, AgentFunction, AgentRef, ModelRelay, UnitKey, call_agent
 from .execution import Execution, claims_against_counts, grade_execution, now
 from .grading_pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
@@ -59,6 +58,7 @@ class ExecuteOptions(TypedDict, total=False):
     sandbox: SandboxConfig | None
     convention: AnswerConvention
     budget: RunBudget | None
+    resume: bool
 
 
 class EvalRunner:
@@ -113,6 +113,7 @@ class EvalRunner:
         sandbox: SandboxConfig | None = None,
         convention: AnswerConvention = "legacy",
         budget: RunBudget | None = None,
+        resume: bool = False,
     ) -> Execution:
         """Everything but grading, so a batch engine can grade many executions in one task.
 
@@ -124,7 +125,9 @@ class EvalRunner:
         ``sandbox``: what a sandboxed (or ``process``) unit sees, gets and may use.
         ``convention``: the answer-file name and completion marker the agent is told
         (:mod:`rayeval.unit.prompt`). ``budget``: its run's (``--max-cost``), which its gateway
-        session asks before each model call and charges after.
+        session asks before each model call and charges after. ``resume``: with a
+        ``sessions_root``, the unit goes on from its newest checkpoint (an earlier attempt's
+        node was lost) where there is one.
         """
         started_at = now()
         start = time.monotonic()
@@ -143,9 +146,11 @@ class EvalRunner:
         work_dir = make_work_dir(self.work_root, run_id=self.run_id, eval_id=self.eval.id, model=model, seed=seed)
         removed = False
         config = sandbox or SandboxConfig()
-        checkpoints: list[ChunkCheckpoints] = []
+        checkpoints = self._checkpoints(context, work_dir)
         try:
-            ran, calls = self._run_agent(work_dir, agent, context, limit, isolation, config, budget, checkpoints)
+            ran, calls = self._run_agent(
+                work_dir, agent, context, limit, isolation, config, budget, checkpoints, resume
+            )
             # what the agent left is listed once, for its answer files and its artifacts
             if self.keep_workspace:
                 listing = list_work_dir(work_dir)
@@ -167,9 +172,9 @@ class EvalRunner:
                 remove_tree(work_dir)
         if self.keep_workspace:
             fields.setdefault("metadata", {})["work_dir"] = str(work_dir)
-        for saved in checkpoints:
-            if saved.saved or saved.problem:
-                fields.setdefault("metadata", {})["session_checkpoints"] = saved.metadata()
+        if checkpoints is not None and (checkpoints.saved or checkpoints.problem):
+            _count_carried_turns(fields, checkpoints.resumed)
+            fields.setdefault("metadata", {})["session_checkpoints"] = checkpoints.metadata()
         pattern = environment_secrets()
         if pattern is not None:
             fields = redact(fields, pattern)
@@ -194,13 +199,18 @@ class EvalRunner:
         isolation: Isolation,
         sandbox: SandboxConfig,
         budget: RunBudget | None = None,
-        checkpoints: list[ChunkCheckpoints] | None = None,
+        checkpoints: ChunkCheckpoints | None = None,
+        resume: bool = False,
     ) -> tuple[Outcome | StagingError | SandboxError, SessionReport | None]:
         """Stage the data and run the agent in ``work_dir``: its outcome, or why it could not
         run, and what its model calls used, as the gateway saw them (None: a user's agent run
         in this process, ``--isolation inline``, where no gateway stands between it and its
-        models). With a ``sessions_root``, what saves its chunked session's checkpoints is
-        appended to ``checkpoints``."""
+        models). With ``checkpoints``, its chunked session saves them, and (``resume``) goes
+        on from the newest: its work folder restored before the data is staged, its gateway
+        session starting from the counts saved with it."""
+        resumed = checkpoints.resume() if checkpoints is not None and resume else None
+        if checkpoints is not None and resumed is None:
+            checkpoints.starts_afresh()
         base_dir = self.eval.source_path.parent if self.eval.source_path else None
         # Agents that never read inputs (replay, sleep) set ``needs_data = False``.
         nodes = self.eval.data_nodes if getattr(agent, "needs_data", True) else []
@@ -238,8 +248,11 @@ class EvalRunner:
         )
         if isolation == "inline":  # the prompt agent, in this process: its calls relayed as a unit's
             return self._run_in_worker(agent, prompt, work_dir, context, limit, gateway, access)
+        if resumed is not None:
+            access.session.carry(resumed.counted, resumed.calls)
         inputs = [(node.view_source, str(work_dir / node.path)) for node in staged if node.view_source]
-        unit_context = context.model_copy(update={"args": access.args})
+        session_id = resumed.session_id if resumed is not None else None
+        unit_context = context.model_copy(update={"args": access.args, "resume_session": session_id})
         try:
             runner = unit_runner(
                 unit_sandbox(sandbox, agent, context.args, self.data_roots), isolation, self.runner_root, cache_dir
@@ -247,24 +260,19 @@ class EvalRunner:
             spec = unit_spec(
                 runner, agent, prompt, work_dir, unit_context, inputs, model_env=access.env, gateway_port=gateway.port
             )
-            on_chunk = self._checkpoints(context, work_dir, access.session.report)
-            if on_chunk is not None and checkpoints is not None:
-                checkpoints.append(on_chunk)
-            ran: Outcome | SandboxError = runner.run(spec, limit, serve=gateway.serve, on_chunk=on_chunk)
+            if checkpoints is not None:
+                checkpoints.report = access.session.report
+            ran: Outcome | SandboxError = runner.run(spec, limit, serve=gateway.serve, on_chunk=checkpoints)
         except SandboxError as exc:
             ran = exc
         return ran, gateway.close(access.session)
 
-    def _checkpoints(
-        self, context: AgentContext, work_dir: Path, report: Callable[[], SessionReport]
-    ) -> ChunkCheckpoints | None:
-        """What saves the unit's checkpoints under ``sessions_root``, in a folder named after the
-        unit (its eval, model and seed: the same for each attempt at it)."""
+    def _checkpoints(self, context: AgentContext, work_dir: Path) -> ChunkCheckpoints | None:
+        """The unit's checkpoints under ``sessions_root`` (None: none are kept)."""
         if self.sessions_root is None:
             return None
-        unit = f"{context.eval_id}__{context.model or 'nomodel'}__s{context.seed if context.seed is not None else 'x'}"
-        folder = f"{self.sessions_root.rstrip('/')}/{quote(unit, safe='')}"
-        return ChunkCheckpoints(folder, work_dir, report, s3_endpoint_url=self.s3_endpoint_url)
+        folder = unit_checkpoints(self.sessions_root, context.eval_id, context.model, context.seed)
+        return ChunkCheckpoints(folder, work_dir, s3_endpoint_url=self.s3_endpoint_url)
 
     @staticmethod
     def _run_in_worker(
@@ -424,6 +432,14 @@ def _count_calls(fields: dict[str, Any], calls: SessionReport, artifact_bytes: i
         differs = claims_against_counts(metadata, calls.counted)
         if differs:
             metadata["claims_differ_from_gateway"] = differs
+
+
+def _count_carried_turns(fields: dict[str, Any], resumed: SavedChunk | None) -> None:
+    """A resumed unit's turns: those its earlier part reported (as saved with its checkpoint)
+    and its own, each counted once."""
+    metadata = fields.get("metadata")
+    if resumed is not None and isinstance(metadata, dict) and type(metadata.get("n_turns")) is int:
+        metadata["n_turns"] += resumed.turns
 
 
 def gateway_failure_details(counted: ModelUsage) -> dict[str, Any] | None:

@@ -54,17 +54,17 @@ def test_a_unit_resumed_from_its_checkpoint_goes_on_with_its_session(
     sessions = str(tmp_path / "results" / "_sessions")
     args = {"base_url": server.url, "chunk_turns": "1", "timeout": "120", "env": '{"CLAUDE_CODE_MAX_RETRIES": "0"}'}
 
-    def attempt(work_root: str, resume: bool) -> Any:
+    def attempt(work_root: str) -> Any:
         runner = EvalRunner(evals / "e.json", work_root=tmp_path / work_root, run_id="r", sessions_root=sessions)
-        options = {"model": "claude-sonnet-4-5", "agent_args": args, "isolation": "sandbox", "resume": resume}
+        options = {"model": "claude-sonnet-4-5", "agent_args": args, "isolation": "sandbox"}
         return runner.execute(agent_ref("claude-code"), **options)
 
-    lost = attempt("first", resume=False)
+    lost = attempt("first")
     assert lost.answer is None and lost.metadata["session_checkpoints"] == {"saved": 1}
     carried = json.loads(
         (tmp_path / "results" / "_sessions" / "chunked__claude-sonnet-4-5__sx" / "chunk-1.json").read_text()
     )
-    done = attempt("second", resume=True)
+    done = attempt("second")  # Ray runs the attempt again
     assert done.answer == {"answer": 42}, done.error_message
     assert done.metadata["session_checkpoints"] == {"saved": 1, "resumed_from": 1}
     # turn 0 is not asked again; turn 1, whose answer the first attempt lost, is; its answer ends the unit

@@ -12,10 +12,12 @@ import pytest
 
 from rayeval import EvalRunner
 from rayeval.evals import Eval
+from rayeval.gateway.server import CallLimits, ModelCalls, ModelUsage, Session
+from rayeval.models.types import Usage
 from rayeval.sandbox import unit_runner
 from rayeval.sandbox.unit_runner import send_frame
 from rayeval.unit import checkpoint
-from rayeval.unit.checkpoint import CheckpointError, pack, unpack
+from rayeval.unit.checkpoint import CheckpointError, ChunkCheckpoints, pack, unpack
 from rayeval.unit.context import AgentContext
 
 from .test_workspace import QUICK_EVAL
@@ -129,3 +131,89 @@ def test_chunk_reports_without_model_calls_save_nothing_and_never_hold_the_worke
 
 def test_a_chunk_report_outside_a_unit_is_told_nobody_saves_it() -> None:
     assert AgentContext(eval_id="e").chunk_done("s-1", 1) is False
+
+
+# ------------------------------------------------------------- where an attempt starts from
+class _Charged:
+    """A run's budget that records what it is charged."""
+
+    def __init__(self) -> None:
+        self.charged: list[float] = []
+
+    def spent_out(self) -> bool:
+        return False
+
+    def charge(self, usd: float) -> None:
+        self.charged.append(usd)
+
+
+def _session(calls: int, budget: _Charged | None = None) -> Session:
+    session = Session(token="t", upstreams={}, limits=CallLimits(model_calls=3), prices={}, budget=budget)
+    session.carry(
+        ModelUsage(
+            n_model_calls=calls,
+            usage=Usage(input_tokens=10 * calls, output_tokens=calls),
+            cost_usd=0.5 * calls,
+            by_model={"m": ModelCalls(n_model_calls=calls, usage=Usage(output_tokens=calls), cost_usd=0.5 * calls)},
+            last_model="m",
+        ),
+        [{"call": index} for index in range(calls)],
+    )
+    return session
+
+
+def _saved(tmp_path: Path, attempt: int, chunks: int) -> Path:
+    """The checkpoints ``attempt`` saved after ``chunks`` chunks, each a model call more."""
+    work = _work(tmp_path / f"saved-{attempt}")
+    folder = tmp_path / "sessions" / "unit"
+    saver = ChunkCheckpoints(str(folder), work, attempt=attempt)
+    for chunk in range(1, chunks + 1):
+        (work / "sub" / "notes.txt").write_text(f"chunk {chunk}")
+        saver.report = _session(chunk).report
+        saver(b'{"session_id": "s-1", "turns": 1}')
+    assert saver.saved == chunks and saver.problem is None
+    return folder
+
+
+def test_an_attempt_goes_on_from_the_newest_whole_checkpoint_its_own_or_a_lost_ones(tmp_path: Path) -> None:
+    folder = _saved(tmp_path, attempt=1, chunks=3)
+    with open(folder / "chunk-3.tar", "r+b") as tar:  # the node died while it was written
+        tar.truncate(512)
+    ray_again = ChunkCheckpoints(str(folder), tmp_path / "again", attempt=1)
+    (tmp_path / "again").mkdir()
+    resumed = ray_again.start()
+    assert resumed is not None and (resumed.chunk, resumed.session_id, resumed.turns) == (2, "s-1", 2)
+    assert resumed.counted.n_model_calls == 2 and len(resumed.calls) == 2
+    assert (tmp_path / "again" / "sub" / "notes.txt").read_text() == "chunk 2"
+    assert not (tmp_path / "again" / "data").exists()  # staged afresh
+    (tmp_path / "after").mkdir()
+    after_lost = ChunkCheckpoints(str(folder), tmp_path / "after", attempt=2).start(after_lost_attempt=True)
+    assert after_lost is not None and after_lost.chunk == 2
+    (tmp_path / "fresh").mkdir()
+    fresh = ChunkCheckpoints(str(folder), tmp_path / "fresh", attempt=2)
+    assert fresh.start() is None  # a new attempt (after a provider's failure, say) starts afresh
+    assert not list(folder.iterdir()) and not list((tmp_path / "fresh").iterdir())
+
+
+def test_a_record_that_does_not_read_is_skipped(tmp_path: Path) -> None:
+    folder = _saved(tmp_path, attempt=1, chunks=2)
+    (folder / "chunk-2.json").write_text('{"chunk": 2, "attempt": 1, "turns": -1}')
+    (tmp_path / "w").mkdir()
+    resumed = ChunkCheckpoints(str(folder), tmp_path / "w").start()
+    assert resumed is not None and resumed.chunk == 1
+
+
+def test_a_checkpoint_of_staged_data_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(CheckpointError, match="left out"):
+        unpack(_tar((_member("data/input.csv"), b"x")), tmp_path / "work", leave_out={"data"})
+
+
+def test_a_carried_session_counts_both_parts_its_limits_on_the_sum_not_charged_again() -> None:
+    budget = _Charged()
+    session = _session(3, budget)
+    assert session.over_limit() == "model_calls"  # 3 carried of 3
+    assert budget.charged == []  # charged when those calls were made
+    report = session.report()
+    assert report.counted.n_model_calls == 3 and report.counted.cost_usd == 1.5
+    assert report.counted.by_model["m"].n_model_calls == 3 and report.calls == [{"call": i} for i in range(3)]
+    assert _session(1).over_limit() is None

@@ -32,9 +32,9 @@ from .judging import JudgeCalls
 from .plan import Unit
 from .prepare import PreparedRun, prepare_run
 from .progress import Progress
-from .queue import UnitQueue, unit_retry_delay
+from .queue import UnitQueue, error_details, unit_retry_delay
 from .resume import rerun_text, resumed_run_id, starting_manifest, units_to_run
-from .rows import RunRows
+from .rows import RAY, RunRows
 from .stopping import RunCancelled, StopSignals
 from .summary import RunSummary, summarize
 from .worker import GradeFunction, JudgeWork, WorkerPool, start_pool
@@ -195,7 +195,7 @@ class _DriverRun:
             self.lease.stop_if_lost()  # so does a lease another driver holds now
             spent_out = budget is not None and budget.spent_out()
             while not spent_out and workers.free() and (taken := queue.next()) is not None:
-                work.running[workers.submit(*taken)] = taken
+                work.start(*taken)
             work.judges.submit()
             refs = work.refs()
             if not refs:
@@ -228,6 +228,8 @@ class _DriverRun:
             delay = unit_retry_delay(row, attempt, scheduling.retry_backoff_s) if row.retryable else None
             if delay is not None and attempt - earlier <= scheduling.retries:  # retries count from this run's first
                 work.queue.retry_later(unit, attempt + 1, delay)
+                if error_details(row).get("seen_by") == RAY:  # its worker or node was lost
+                    work.lost.add(unit.position)
             else:
                 kept.setdefault(row.model, []).append(row)
         for model, rows in kept.items():  # one WAL write and fsync per model and round
@@ -340,6 +342,16 @@ class _InFlight:
     grading: dict[Any, tuple[Unit, int]] = field(default_factory=dict)
     #: units stored whose model calls the run's spent budget refused (a resume runs them again)
     refused_by_budget: int = 0
+    #: the plan positions of units whose last attempt lost its worker or node (even after Ray's
+    #: own retries of it): the next goes on from the unit's checkpoint, where its chunked
+    #: session saved one
+    lost: set[int] = field(default_factory=set)
+
+    def start(self, unit: Unit, attempt: int) -> None:
+        """Submit a unit's attempt (it holds a slot until it is back)."""
+        after_lost_attempt = unit.position in self.lost
+        self.lost.discard(unit.position)
+        self.running[self.workers.submit(unit, attempt, after_lost_attempt)] = (unit, attempt)
 
     @property
     def busy(self) -> bool:

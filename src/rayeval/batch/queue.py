@@ -11,6 +11,7 @@ import random
 import time
 from collections import Counter, deque
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -37,6 +38,15 @@ def retry_delay(attempt: int, backoff_s: float) -> float:
     return doubled_s(backoff_s, attempt - 1) * random.uniform(0.5, 1.5)
 
 
+def error_details(row: UnitRecord) -> dict[str, Any]:
+    """A row's ``error_details`` (empty: none, or not an object)."""
+    try:
+        details = json.loads(row.metadata_json).get("error_details") or {}
+    except (ValueError, AttributeError):
+        return {}
+    return details if isinstance(details, dict) else {}
+
+
 def unit_retry_delay(row: UnitRecord, attempt: int, backoff_s: float) -> float | None:
     """Seconds before a run's own retry of errored ``row`` (:func:`retry_delay`), or None when
     no retry helps. Retries are for what may pass on a second try: a unit Ray or the runner
@@ -44,12 +54,7 @@ def unit_retry_delay(row: UnitRecord, attempt: int, backoff_s: float) -> float |
     a ``ProviderError`` of a status worth another try (not a rejected key or a bad request),
     whose hint is waited at least, up to ``MAX_RETRY_HINT_S``. An agent's own error (its code
     raised, its process died, its answer cannot be stored) is not run again."""
-    try:
-        details = json.loads(row.metadata_json).get("error_details") or {}
-    except (ValueError, AttributeError):
-        details = {}
-    if not isinstance(details, dict):
-        return None
+    details = error_details(row)
     delay = retry_delay(attempt, backoff_s)
     if row.error_type == PROVIDER_ERROR:
         if details.get("status") not in RETRYABLE_STATUSES:

@@ -186,6 +186,8 @@ class SavedChunk(BaseModel):
     session reported (at most one a model call), and the tar's size (a shorter tar was cut)."""
 
     chunk: int = Field(ge=1)
+    #: the run's attempt at the unit that saved it
+    attempt: int = Field(ge=1)
     session_id: Annotated[str, StringConstraints(pattern=_SESSION_ID.pattern)] | None
     counted: ModelUsage
     calls: list[dict[str, Any]]
@@ -201,9 +203,9 @@ def unit_checkpoints(sessions_root: str, eval_id: str, model: str | None, seed: 
 
 
 class ChunkCheckpoints:
-    """A unit's checkpoints in ``folder`` (a local folder or ``s3://...``). An attempt goes on
-    from the newest complete one (:meth:`resume`) or starts afresh (:meth:`starts_afresh`:
-    the earlier attempts' are removed); then, each time its session reports a chunk done, it saves
+    """A unit's checkpoints in ``folder`` (a local folder or ``s3://...``), as its
+    ``attempt`` sees them. The attempt goes on from the newest complete one or starts afresh
+    (:meth:`start`); then, each time its session reports a chunk done, it saves
     ``chunk-<n>.tar`` (the work folder but its staged data) and, after it, ``chunk-<n>.json``
     (:class:`SavedChunk`, from ``report``: the gateway's word, never the agent's; of the
     agent's report only the session id, checked, and its turns, at most one a model call, are
@@ -216,11 +218,13 @@ class ChunkCheckpoints:
         folder: str,
         work_dir: Path,
         *,
+        attempt: int = 1,
         s3_endpoint_url: str | None = None,
         max_bytes: int = DEFAULT_CHECKPOINT_BYTES,
     ):
         self.filesystem, self.base = resolve_root(folder, s3_endpoint_url)
         self.work_dir = work_dir
+        self.attempt = attempt
         self.max_bytes = max_bytes
         #: the unit's gateway session's report, once it is open
         self.report: Callable[[], SessionReport] | None = None
@@ -230,30 +234,28 @@ class ChunkCheckpoints:
         self.turns = 0
         self.problem: str | None = None
 
-    def resume(self) -> SavedChunk | None:
-        """Unpack the newest complete checkpoint (its tar read as untrusted input) into the
-        work folder, which must be empty; the record it resumes from (None: there is none, or
-        it could not be read: the work folder is left empty then, and the problem noted)."""
+    def start(self, after_lost_attempt: bool = False) -> SavedChunk | None:
+        """Where this attempt starts: from the newest complete checkpoint when it is this
+        attempt's own (Ray ran the attempt again after its node was lost) or the attempt
+        before was lost (``after_lost_attempt``), its tar unpacked as untrusted input into the
+        work folder (which must be empty); else afresh, the earlier attempts' checkpoints
+        removed (its own are numbered from 1). The record it goes on from, or None."""
         newest = self._newest()
-        if newest is None:
-            return None
-        try:
-            with self.filesystem.open_input_stream(f"{self.base}/chunk-{newest.chunk}.tar") as source:
-                unpack(source, self.work_dir, leave_out={STAGED_DATA_FOLDER}, max_bytes=self.max_bytes)
-        except (CheckpointError, OSError) as exc:
-            self.problem = f"chunk {newest.chunk} not resumed from: {type(exc).__name__}: {exc}"
-            remove_tree(self.work_dir)
-            self.work_dir.mkdir()
-            return None
-        self.resumed = newest
-        self.saved, self.saved_calls, self.turns = newest.chunk, newest.counted.n_model_calls, newest.turns
-        return newest
-
-    def starts_afresh(self) -> None:
-        """Remove the checkpoints of the unit's earlier attempts (this one does not go on from
-        them, and its own are numbered from 1)."""
+        if newest is not None and (newest.attempt == self.attempt or after_lost_attempt):
+            try:
+                with self.filesystem.open_input_stream(f"{self.base}/chunk-{newest.chunk}.tar") as source:
+                    unpack(source, self.work_dir, leave_out={STAGED_DATA_FOLDER}, max_bytes=self.max_bytes)
+            except (CheckpointError, OSError) as exc:
+                self.problem = f"chunk {newest.chunk} not resumed from: {type(exc).__name__}: {exc}"
+                remove_tree(self.work_dir)
+                self.work_dir.mkdir()
+            else:
+                self.resumed = newest
+                self.saved, self.saved_calls, self.turns = newest.chunk, newest.counted.n_model_calls, newest.turns
+                return newest
         with contextlib.suppress(OSError):
             self.filesystem.delete_dir_contents(self.base, missing_dir_ok=True)
+        return None
 
     def _newest(self) -> SavedChunk | None:
         """The newest checkpoint whose record reads and whose tar is whole."""
@@ -292,6 +294,7 @@ class ChunkCheckpoints:
                 pack(self.work_dir, out, leave_out={STAGED_DATA_FOLDER}, max_bytes=self.max_bytes)
             record = SavedChunk(
                 chunk=chunk,
+                attempt=self.attempt,
                 session_id=claimed.get("session_id"),
                 counted=session.counted,
                 calls=session.calls,

@@ -58,7 +58,8 @@ class ExecuteOptions(TypedDict, total=False):
     sandbox: SandboxConfig | None
     convention: AnswerConvention
     budget: RunBudget | None
-    resume: bool
+    attempt: int
+    after_lost_attempt: bool
 
 
 class EvalRunner:
@@ -113,7 +114,8 @@ class EvalRunner:
         sandbox: SandboxConfig | None = None,
         convention: AnswerConvention = "legacy",
         budget: RunBudget | None = None,
-        resume: bool = False,
+        attempt: int = 1,
+        after_lost_attempt: bool = False,
     ) -> Execution:
         """Everything but grading, so a batch engine can grade many executions in one task.
 
@@ -125,9 +127,10 @@ class EvalRunner:
         ``sandbox``: what a sandboxed (or ``process``) unit sees, gets and may use.
         ``convention``: the answer-file name and completion marker the agent is told
         (:mod:`rayeval.unit.prompt`). ``budget``: its run's (``--max-cost``), which its gateway
-        session asks before each model call and charges after. ``resume``: with a
-        ``sessions_root``, the unit goes on from its newest checkpoint (an earlier attempt's
-        node was lost) where there is one.
+        session asks before each model call and charges after. ``attempt``: the run's
+        attempt at the unit; with a ``sessions_root``, its chunked session goes on from the
+        newest checkpoint that attempt saved (Ray runs it again when its node is lost), or,
+        ``after_lost_attempt`` (the attempt before lost its node), from the newest of any.
         """
         started_at = now()
         start = time.monotonic()
@@ -146,10 +149,10 @@ class EvalRunner:
         work_dir = make_work_dir(self.work_root, run_id=self.run_id, eval_id=self.eval.id, model=model, seed=seed)
         removed = False
         config = sandbox or SandboxConfig()
-        checkpoints = self._checkpoints(context, work_dir)
+        checkpoints = self._checkpoints(context, work_dir, attempt)
         try:
             ran, calls = self._run_agent(
-                work_dir, agent, context, limit, isolation, config, budget, checkpoints, resume
+                work_dir, agent, context, limit, isolation, config, budget, checkpoints, after_lost_attempt
             )
             # what the agent left is listed once, for its answer files and its artifacts
             if self.keep_workspace:
@@ -200,17 +203,15 @@ class EvalRunner:
         sandbox: SandboxConfig,
         budget: RunBudget | None = None,
         checkpoints: ChunkCheckpoints | None = None,
-        resume: bool = False,
+        after_lost_attempt: bool = False,
     ) -> tuple[Outcome | StagingError | SandboxError, SessionReport | None]:
         """Stage the data and run the agent in ``work_dir``: its outcome, or why it could not
         run, and what its model calls used, as the gateway saw them (None: a user's agent run
         in this process, ``--isolation inline``, where no gateway stands between it and its
-        models). With ``checkpoints``, its chunked session saves them, and (``resume``) goes
-        on from the newest: its work folder restored before the data is staged, its gateway
-        session starting from the counts saved with it."""
-        resumed = checkpoints.resume() if checkpoints is not None and resume else None
-        if checkpoints is not None and resumed is None:
-            checkpoints.starts_afresh()
+        models). With ``checkpoints``, its chunked session saves them, and goes on from one
+        (see ``ChunkCheckpoints.start``): its work folder restored before the data is staged,
+        its gateway session starting from the counts saved with it."""
+        resumed = checkpoints.start(after_lost_attempt) if checkpoints is not None else None
         base_dir = self.eval.source_path.parent if self.eval.source_path else None
         # Agents that never read inputs (replay, sleep) set ``needs_data = False``.
         nodes = self.eval.data_nodes if getattr(agent, "needs_data", True) else []
@@ -267,12 +268,12 @@ class EvalRunner:
             ran = exc
         return ran, gateway.close(access.session)
 
-    def _checkpoints(self, context: AgentContext, work_dir: Path) -> ChunkCheckpoints | None:
+    def _checkpoints(self, context: AgentContext, work_dir: Path, attempt: int) -> ChunkCheckpoints | None:
         """The unit's checkpoints under ``sessions_root`` (None: none are kept)."""
         if self.sessions_root is None:
             return None
         folder = unit_checkpoints(self.sessions_root, context.eval_id, context.model, context.seed)
-        return ChunkCheckpoints(folder, work_dir, s3_endpoint_url=self.s3_endpoint_url)
+        return ChunkCheckpoints(folder, work_dir, attempt=attempt, s3_endpoint_url=self.s3_endpoint_url)
 
     @staticmethod
     def _run_in_worker(

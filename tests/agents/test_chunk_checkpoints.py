@@ -10,6 +10,8 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from rayeval.agents.resolve import agent_ref
 from rayeval.unit.checkpoint import unpack
 from rayeval.unit.runner import EvalRunner
@@ -42,28 +44,36 @@ def test_each_chunk_of_a_sandboxed_unit_saves_its_checkpoint(claude_available, m
         assert not [name for name in tar.getnames() if name.split("/")[0] == "data"]
 
 
+#: each program's agent, model and options on the scripted server (no retries of its own)
+RESUMED = {
+    "claude-code": ("claude-sonnet-4-5", {"env": '{"CLAUDE_CODE_MAX_RETRIES": "0"}'}),
+    "pi": ("anthropic/claude-sonnet-4-5", {"settings": '{"retry": {"enabled": false}}'}),
+}
+
+
+@pytest.mark.parametrize("harness", list(RESUMED))
 def test_a_unit_resumed_from_its_checkpoint_goes_on_with_its_session(
-    claude_available, model_server, tmp_path: Path
+    harness: str, request: pytest.FixtureRequest, model_server, tmp_path: Path
 ) -> None:
     """The first attempt saves chunk 1, then dies (its program killed, as its node would be);
     the second, in another work folder, goes on from chunk 1: turn 0 is not asked again, and
     the row adds the counts saved with the checkpoint to its own."""
+    request.getfixturevalue("claude_available" if harness == "claude-code" else "pi_available")
+    model, options = RESUMED[harness]
     lost_here = f"case $PWD in {tmp_path}/first/*) kill -9 $PPID;; *) {WRITE_ANSWER};; esac"
     server = model_server([{"command": "echo first-chunk-ran > notes.txt"}, {"command": lost_here}, {"text": "Done."}])
     evals = answer_42_evals(tmp_path / "evals", "chunked", PROMPT)
-    sessions = str(tmp_path / "results" / "_sessions")
-    args = {"base_url": server.url, "chunk_turns": "1", "timeout": "120", "env": '{"CLAUDE_CODE_MAX_RETRIES": "0"}'}
+    sessions = tmp_path / "results" / "_sessions"
+    args = {"base_url": server.url, "chunk_turns": "1", "timeout": "120", **options}
 
     def attempt(work_root: str) -> Any:
-        runner = EvalRunner(evals / "e.json", work_root=tmp_path / work_root, run_id="r", sessions_root=sessions)
-        options = {"model": "claude-sonnet-4-5", "agent_args": args, "isolation": "sandbox"}
-        return runner.execute(agent_ref("claude-code"), **options)
+        runner = EvalRunner(evals / "e.json", work_root=tmp_path / work_root, run_id="r", sessions_root=str(sessions))
+        return runner.execute(agent_ref(harness), model=model, agent_args=args, isolation="sandbox")
 
     lost = attempt("first")
-    assert lost.answer is None and lost.metadata["session_checkpoints"] == {"saved": 1}
-    carried = json.loads(
-        (tmp_path / "results" / "_sessions" / "chunked__claude-sonnet-4-5__sx" / "chunk-1.json").read_text()
-    )
+    assert lost.answer is None and lost.metadata["session_checkpoints"] == {"saved": 1}, lost.error_message
+    (saved,) = sessions.glob("chunked__*/chunk-1.json")
+    carried = json.loads(saved.read_text())
     done = attempt("second")  # Ray runs the attempt again
     assert done.answer == {"answer": 42}, done.error_message
     assert done.metadata["session_checkpoints"] == {"saved": 1, "resumed_from": 1}
@@ -74,5 +84,5 @@ def test_a_unit_resumed_from_its_checkpoint_goes_on_with_its_session(
     counted = done.model_usage
     assert carried["counted"]["n_model_calls"] == 1 and counted is not None and counted.n_model_calls == 2
     assert counted.usage.output_tokens == first.output_tokens + resumed.output_tokens
-    assert done.metadata["gateway"]["by_model"]["claude-sonnet-4-5"]["n_model_calls"] == 2
+    assert sum(seen.n_model_calls for seen in counted.by_model.values()) == 2
     assert done.metadata["n_turns"] == 2

@@ -250,6 +250,11 @@ class ProgramAgent:
         stdin); None when the program cannot resume a session."""
         return None
 
+    def adopt_session(self, state: Path, work_dir: Path, session_id: str) -> None:
+        """Make ``session_id``, restored in ``state`` from a checkpoint taken in another work
+        folder, one the program goes on with in ``work_dir`` (Claude Code finds a session by
+        its id, whatever work folder it was filed under)."""
+
     def made_progress(self, summary: Summary, events: list[dict[str, Any]]) -> bool:
         """Whether a run completed a model turn (which resets the doubling of provider waits)."""
         return bool(summary.n_turns)
@@ -313,13 +318,13 @@ class ProgramAgent:
         self, program: list[str], state: Path, work_dir: Path, task_prompt: str, context: AgentContext | None
     ) -> tuple[list[str], str | None]:
         """The first command line and its stdin: the task, or, for a chunked session restored
-        from its checkpoint (``context.resume_session``), that session gone on with ``Continue.``
-        (Claude Code finds a session by its id whatever work folder it was filed under)."""
+        from its checkpoint (``context.resume_session``), that session gone on with ``Continue.``"""
         session = context.resume_session if context is not None else None
         if self.chunk_turns is None:
             return self.build_argv(program, state, work_dir), self.stdin_text(task_prompt)
         if session is None:
             return self.chunk_argv(program, state, self.chunk_turns, None, fork=False), self.stdin_text(task_prompt)
+        self.adopt_session(state, work_dir, session)
         _cli.note(work_dir, "HARNESS: going on with the session restored from the unit's checkpoint")
         return self.chunk_argv(program, state, self.chunk_turns, session, fork=False), RESUME_PROMPT
 

@@ -14,6 +14,7 @@ allow, and after a reply cut at its length limit or a compaction (the session is
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from dataclasses import dataclass
@@ -248,6 +249,24 @@ class PiAgent(ProgramAgent):
 
     def resume_argv(self, program: list[str], state: Path, work_dir: Path, session_id: str) -> list[str] | None:
         return [*self._options(program), "--session", session_id]
+
+    def adopt_session(self, state: Path, work_dir: Path, session_id: str) -> None:
+        """pi files a session under its working folder (``sessions/--<path, / as ->--``), and
+        asks before going on with one filed under another or whose header names a working
+        folder that is gone: the restored session's file moves to this work folder's, its
+        header naming it."""
+        sessions = state / "pi" / "agent" / "sessions"
+        here = sessions / f"--{re.sub(r'[/:]', '-', str(work_dir).removeprefix('/'))}--"
+        for found in list(sessions.glob(f"*/*_{session_id}.jsonl")):
+            lines = found.read_text().splitlines(keepends=True)
+            with contextlib.suppress(ValueError, IndexError):
+                header = json.loads(lines[0])
+                if isinstance(header, dict) and header.get("type") == "session":
+                    lines[0] = json.dumps({**header, "cwd": str(work_dir)}) + "\n"
+            here.mkdir(parents=True, exist_ok=True)
+            (here / found.name).write_text("".join(lines))
+            if found.parent != here:
+                found.unlink()
 
     def chunk_argv(
         self, program: list[str], state: Path, max_turns: int, session_id: str | None, fork: bool

@@ -1,0 +1,79 @@
+"""A unit whose worker is lost even after Ray's own retries of its attempt: the run's next
+attempt goes on from the unit's checkpoint (a chunked session's), where a new attempt after
+any other failure starts afresh."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from rayeval import batch
+from rayeval.gateway.server import ModelUsage
+from rayeval.models.types import Usage
+from rayeval.unit.checkpoint import SavedChunk, pack, unit_checkpoints
+from rayeval.unit.context import AgentContext
+
+from .conftest import write_mc_evals
+
+#: the calls of the unit's first attempt: Ray's first and its three retries (max_task_retries)
+LOST_CALLS = 4
+
+
+def dies_until_the_attempt_after_the_lost_one(prompt: str, work_dir: str, context: AgentContext) -> dict[str, Any]:
+    """The first call saves a checkpoint for attempt 1 (as a chunked session would); that call
+    and Ray's retries of it end their worker's process; the next call answers whether its work
+    folder was restored from that checkpoint."""
+    deaths = Path(context.args["deaths"])
+    died = len(deaths.read_text()) if deaths.exists() else 0
+    if died == 0:
+        _save_checkpoint(context)
+    if died < LOST_CALLS:
+        deaths.write_text("x" * (died + 1))
+        os._exit(1)
+    return {"answer": (Path(work_dir) / "restored.txt").exists()}
+
+
+def _save_checkpoint(context: AgentContext) -> None:
+    folder = Path(unit_checkpoints(context.args["sessions"], context.eval_id, context.model, context.seed))
+    saved_work = Path(context.args["deaths"]).with_name("saved-work")
+    saved_work.mkdir(parents=True)
+    (saved_work / "restored.txt").write_text("from chunk 1")
+    folder.mkdir(parents=True)
+    tar = io.BytesIO()
+    pack(saved_work, tar)
+    (folder / "chunk-1.tar").write_bytes(tar.getvalue())
+    counted = ModelUsage(n_model_calls=1, usage=Usage(input_tokens=10, output_tokens=1), cost_usd=0.0)
+    record = SavedChunk(
+        chunk=1, attempt=1, session_id=None, counted=counted, calls=[], turns=0, tar_bytes=len(tar.getvalue())
+    )
+    (folder / "chunk-1.json").write_text(record.model_dump_json())
+
+
+@pytest.mark.slow  # four worker processes lost and restarted: ~20 s
+@pytest.mark.usefixtures("shared_ray")
+def test_the_attempt_after_a_lost_one_goes_on_from_its_checkpoint(tmp_path: Path) -> None:
+    evals = write_mc_evals(tmp_path / "evals", ["lost_1"])
+    output = tmp_path / "out"
+    sessions = output / "run_id=lost" / "_sessions"
+    args = {"chunk_turns": "1", "deaths": str(tmp_path / "deaths"), "sessions": str(sessions)}
+    batch.run(
+        str(evals),
+        agent="tests.batch.test_lost_attempts:dies_until_the_attempt_after_the_lost_one",
+        agent_args=args,
+        output=str(output),
+        run_id="lost",
+        isolation="inline",
+        retries=1,
+        show_progress=False,
+        retry_backoff_s=0.1,
+    )
+    (row,) = pd.read_parquet(output / "run_id=lost").itertuples()
+    assert (tmp_path / "deaths").read_text() == "x" * LOST_CALLS
+    assert row.attempt == 2 and json.loads(row.answer_json) == {"answer": True}, row.error_message
+    assert json.loads(row.metadata_json)["session_checkpoints"] == {"saved": 1, "resumed_from": 1}

@@ -4,6 +4,7 @@ unpacked as untrusted input."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import tarfile
 from pathlib import Path
@@ -217,3 +218,21 @@ def test_a_carried_session_counts_both_parts_its_limits_on_the_sum_not_charged_a
     assert report.counted.n_model_calls == 3 and report.counted.cost_usd == 1.5
     assert report.counted.by_model["m"].n_model_calls == 3 and report.calls == [{"call": i} for i in range(3)]
     assert _session(1).over_limit() is None
+
+
+def test_a_saved_chunk_keeps_no_token_and_no_session_id_that_reads_as_an_option(tmp_path: Path) -> None:
+    """The unit's gateway token, wherever its calls' transcript holds it, is masked in the
+    record (the resumed unit's row masks its own token only); a session id starting with ``-``
+    (it goes back on the program's command line) is not kept."""
+    token = "rayeval-unit-s3cr3t-t0ken"
+    session = Session(token=token, upstreams={}, limits=CallLimits(), prices={}, budget=None)
+    session.carry(
+        ModelUsage(n_model_calls=1, usage=Usage(), cost_usd=0.0), [{"body": {"messages": [f"my token is {token}"]}}]
+    )
+    folder = tmp_path / "sessions" / "unit"
+    saver = ChunkCheckpoints(str(folder), _work(tmp_path), attempt=1)
+    saver.report = session.report
+    saver(b'{"session_id": "--dangerously-skip-permissions", "turns": 1}')
+    record = (folder / "chunk-1.json").read_text()
+    assert saver.saved == 1 and token not in record and "my token is ***" in record
+    assert json.loads(record)["session_id"] is None

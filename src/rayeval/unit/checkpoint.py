@@ -29,6 +29,7 @@ from ..data.cache import remove_tree
 from ..errors import RayevalError
 from ..filesystem import resolve_root
 from ..gateway.server import ModelUsage, SessionReport
+from ..secrets import redact
 
 #: What a checkpoint may hold in all (file bytes), by default.
 DEFAULT_CHECKPOINT_BYTES = 256 << 20
@@ -175,8 +176,9 @@ def _copy_new_file(data: IO[bytes], target: Path, size: int) -> None:
 
 # ------------------------------------------------------------------------- saved after each chunk
 #: A session id as a program names it (Claude Code: a UUID, pi: its own): what is kept of the
-#: agent's chunk report; anything else is dropped.
-_SESSION_ID = re.compile(r"[A-Za-z0-9._:-]{1,200}")
+#: agent's chunk report; anything else is dropped (one starting with ``-`` too: it goes back on
+#: the program's command line).
+_SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,199}")
 _CHUNK_RECORD = re.compile(r"chunk-([0-9]{1,9})\.json")
 
 
@@ -297,7 +299,7 @@ class ChunkCheckpoints:
                 attempt=self.attempt,
                 session_id=claimed.get("session_id"),
                 counted=session.counted,
-                calls=session.calls,
+                calls=redact(session.calls, [session.token]),  # the resumed unit's row masks only its own
                 turns=turns,
                 tar_bytes=self.filesystem.get_file_info(f"{name}.tar").size,
             )

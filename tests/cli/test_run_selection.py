@@ -109,6 +109,31 @@ def test_dry_run_prints_the_plan_and_its_cost_and_starts_nothing(
     assert "else 6000, the reference runner's" in " ".join(capsys.readouterr().out.split())
 
 
+def test_the_run_says_on_what_its_anthropic_fallback_keys_are_taken(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """latch-eval-tools takes the next key on a refusal, rayeval by default on a rejected key:
+    a run whose machine lists fallback keys says which is in effect, never a key."""
+    folder = write_mc_evals(tmp_path / "evals", ["e1"])
+    dry_run = ["run", str(folder), "--agent", "reference", "--output", str(tmp_path / "out"), "--dry-run"]
+    assert main(dry_run) == 0 and "fallback keys" not in capsys.readouterr().out
+    monkeypatch.setenv("ANTHROPIC_API_KEY_FALLBACKS", '["sk-ant-spare-1", "sk-ant-spare-2"]')
+    assert main(dry_run) == 0
+    text = capsys.readouterr().out
+    assert (
+        "Anthropic fallback keys: 2, each taken on a rejected key (401/403, billing) (ANTHROPIC_KEY_FALLBACK_ON="
+        "rejected_key; ANTHROPIC_KEY_FALLBACK_ON=refusal takes them on a refusal, as latch-eval-tools does)" in text
+    )
+    monkeypatch.setenv("ANTHROPIC_KEY_FALLBACK_ON", "refusal")
+    assert main(dry_run) == 0
+    text = capsys.readouterr().out
+    assert (
+        "Anthropic fallback keys: 2, each taken on a refusal, as latch-eval-tools does (ANTHROPIC_KEY_FALLBACK_ON=refusal)"
+        in text
+    )
+    assert "spare" not in text
+
+
 @pytest.mark.parametrize(
     ("models", "message"),
     [

@@ -4,7 +4,9 @@ here, before a run's rows are touched, not as thousands of error rows."""
 
 from __future__ import annotations
 
+import os
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +18,7 @@ from ..evals import Eval, EvalFileError, load_evals, select_evals
 from ..evals.loader import EvalProblem
 from ..evals.model import DEFAULT_AGENT_TIMEOUT_S
 from ..graders.rubric import check_judge_key, judge_models
+from ..models.failures import ANTHROPIC_KEY_FALLBACK_ON, ANTHROPIC_KEY_FALLBACKS, fallback_keys, key_fallback_on
 from ..models.providers import ModelError
 from ..unit.context import AgentFunction, UnitResources
 from .cluster import runs_embedded
@@ -49,6 +52,7 @@ def prepare_run(
     embedded = runs_embedded(config.ray.address)
     resources = check_agent(config, agent, embedded=embedded)
     notes = [describe_time_limits(evals, config.execution.timeout), *check_judges(evals, embedded=embedded)]
+    notes += describe_key_fallbacks(os.environ)
     if config.check_data:
         check_data(evals, s3_endpoint_url=config.storage.s3_endpoint_url)
     return PreparedRun(evals, Plan(evals, config.models, config.seeds, config.agent), resources, embedded, notes)
@@ -67,6 +71,34 @@ def describe_time_limits(evals: list[Eval], timeout: float | None) -> str:
         f"{seconds:g} s for {count} eval{'s' if count != 1 else ''}" for seconds, count in sorted(limits.items())
     )
     return f"time limit per unit: {shown} ({own} of {len(evals)} evals set their own, the others {DEFAULT_AGENT_TIMEOUT_S:g} s, the default)"
+
+
+#: what each ``ANTHROPIC_KEY_FALLBACK_ON`` takes the next key on, as the run's start says it
+_FALLBACK_TRIGGERS = {
+    "rejected_key": "a rejected key (401/403, billing)",
+    "refusal": "a refusal, as latch-eval-tools does",
+    "both": "a rejected key or a refusal",
+}
+
+
+def describe_key_fallbacks(environ: Mapping[str, str]) -> list[str]:
+    """How many Anthropic fallback keys this machine lists and on what the next is taken (the
+    default differs from latch-eval-tools', so a run says which is in effect); none when it
+    lists none, or lists them wrongly (the agent's check stops the run on that)."""
+    try:
+        keys = fallback_keys(ANTHROPIC_KEY_FALLBACKS, environ.get(ANTHROPIC_KEY_FALLBACKS))
+        trigger = key_fallback_on(environ.get(ANTHROPIC_KEY_FALLBACK_ON))
+    except ValueError:
+        return []
+    if not keys:
+        return []
+    shown = f"{ANTHROPIC_KEY_FALLBACK_ON}={trigger}"
+    hint = (
+        ""
+        if trigger != "rejected_key"
+        else f"; {ANTHROPIC_KEY_FALLBACK_ON}=refusal takes them on a refusal, as latch-eval-tools does"
+    )
+    return [f"Anthropic fallback keys: {len(keys)}, each taken on {_FALLBACK_TRIGGERS[trigger]} ({shown}{hint})"]
 
 
 def run_evals(config: BatchConfig, evals: list[Eval] | None = None) -> list[Eval]:

@@ -9,7 +9,8 @@ of three wire protocols for the agent CLIs to run end to end:
 * OpenAI Chat Completions (``POST /v1/chat/completions``) -- litellm / mini-swe-agent, pi.
 
 The *script* is a list of turns.  Each turn is either ``{"command": "<shell>"}`` (the model
-calls the program's shell tool with that command) or ``{"text": "<final message>"}``.  Which
+calls the program's shell tool with that command; on the Anthropic API with ``"timeout"`` too, if
+given) or ``{"text": "<final message>"}``.  Which
 turn a request gets is derived from the conversation it carries (the number of model turns
 already in its history), so retries and out-of-band requests do not desynchronise it.
 Requests that carry no tools (titles, summaries, warm-ups) get a short canned text reply and do
@@ -386,13 +387,14 @@ class _Handler(BaseHTTPRequestHandler):
         usage = owner._usage_for("anthropic", turn_index, kind)
         msg_id = f"msg_{len(owner.replies):04d}"
         if "command" in step:
+            timeout = {"timeout": step["timeout"]} if "timeout" in step else {}  # the tool's unit (pi: s)
             blocks = [
                 {"type": "text", "text": self._say("I will write the answer file.")},
                 {
                     "type": "tool_use",
                     "id": f"toolu_{len(owner.replies):04d}",
                     "name": shell_tool,
-                    "input": {"command": step["command"], "description": "Write the answer"},
+                    "input": {"command": step["command"], "description": "Write the answer", **timeout},
                 },
             ]
             stop = "tool_use"

@@ -22,7 +22,7 @@ import pytest
 
 from rayeval.agents import _cli, _tools, pi
 from rayeval.agents._base import AgentConfigError, Summary
-from rayeval.agents.pi import PROVIDER_STYLES, PiAgent, failure_from_error
+from rayeval.agents.pi import PROVIDER_STYLES, PiAgent, failure_from_error, summarize_pi_events
 
 from .conftest import FAKE_KEY, PROGRAM_TIMEOUT
 
@@ -49,6 +49,12 @@ def run_once(agent: PiAgent, work_dir: Path, state: Path, session_id: str | None
     )  # fmt: skip
     assert result.exit_code == 0, result.stderr_tail  # pi exits 0 after a provider's failure too
     return agent.summarize(result.events, state, work_dir), result
+
+
+def session_file_entries(state: Path) -> list[dict[str, Any]]:
+    """The entries of pi's one session file: each message a ``message`` entry."""
+    (session_file,) = (state / "pi" / "agent" / "sessions").glob("*/*.jsonl")
+    return [json.loads(line) for line in session_file.read_text().splitlines()]
 
 
 @pytest.fixture
@@ -89,6 +95,25 @@ def test_custom_models_of_each_provider_style(
     assert argv[argv.index("--model") + 1] == model and argv[argv.index("--thinking") + 1] == "xhigh"
 
 
+def test_bash_timeout_s_is_passed_to_its_extension(tmp_path: Path) -> None:
+    """Every run, resume and chunk loads the extension that gives a bash call without a timeout
+    ``bash_timeout_s`` (300 by default); null loads none."""
+    agent = pi("anthropic/claude-sonnet-4-5")
+    agent.prepare(tmp_path, tmp_path, {}, "legacy")
+    extension = str(tmp_path / "pi" / "bash_timeout.js")
+    assert 'registerFlag("bash-timeout"' in Path(extension).read_text()
+    for argv in (
+        agent.build_argv(["pi"], tmp_path, tmp_path),
+        agent.resume_argv(["pi"], tmp_path, tmp_path, "s1"),
+        agent.chunk_argv(["pi"], tmp_path, 3, None, fork=False),
+    ):
+        assert argv is not None and argv[argv.index(extension) - 1 : argv.index(extension) + 3] == [
+            "--extension", extension, "--bash-timeout", "300",
+        ]  # fmt: skip
+    unlimited = pi("anthropic/claude-sonnet-4-5", bash_timeout_s=None)
+    assert "--bash-timeout" not in unlimited.build_argv(["pi"], tmp_path, tmp_path)
+
+
 def test_options_that_cannot_work_are_refused() -> None:
     with pytest.raises(AgentConfigError, match="for a model named anthropic/"):
         pi("claude-sonnet-4-5", base_url="http://h")
@@ -96,6 +121,9 @@ def test_options_that_cannot_work_are_refused() -> None:
         pi("openai/gpt-test", api="bedrock")
     with pytest.raises(AgentConfigError, match="needs OPENROUTER_API_KEY"):
         pi("openrouter/moonshotai/kimi-k3").check_env({"ANTHROPIC_API_KEY": "k"})
+    for seconds in (0, -1, True, "300", float("nan"), float("inf")):
+        with pytest.raises(AgentConfigError, match="bash_timeout_s must be a number of seconds above 0 or null"):
+            pi("anthropic/claude-sonnet-4-5", bash_timeout_s=seconds)
 
 
 OPENROUTER_429 = {"code": 429, "message": "slow down", "metadata": {"retry_after_seconds": 12, "headers": {"Retry-After": "30"}}}  # fmt: skip
@@ -180,6 +208,24 @@ def test_pi_retries_a_429_itself(pi_available, model_server, folders) -> None:
     assert json.loads((work_dir / "eval_answer.json").read_text()) == {"answer": 42}
 
 
+def test_a_bash_call_without_a_timeout_is_stopped_after_bash_timeout_s(pi_available, model_server, folders) -> None:
+    """pi's bash has no default timeout: a command that would hang held the unit to its deadline.
+    With ``bash_timeout_s=1`` (the reference runner's tool_timeout.js, 300 s by default) a call
+    that sets none is stopped after 1 s and the session goes on; a call's own timeout is kept."""
+    hang = "echo started-to-hang && sleep 60 && echo never"
+    past_default = "sleep 1.5 && echo slept-past-the-default"
+    script = [{"command": hang}, {"command": past_default, "timeout": 10}, {"command": WRITE_ANSWER}, {"text": "Done."}]
+    server = model_server(script)
+    work_dir, state = folders
+    began = time.monotonic()
+    summary, _ = run_once(pi("anthropic/claude-sonnet-4-5", base_url=server.url, bash_timeout_s=1), work_dir, state)
+    assert time.monotonic() - began < 30 and summary.n_turns == 4
+    assert json.loads((work_dir / "eval_answer.json").read_text()) == {"answer": 42}
+    first, second = (json.dumps(server.model_requests()[n].body["messages"][-1]) for n in (1, 2))
+    assert "started-to-hang" in first and "Command timed out after 1 seconds" in first
+    assert "slept-past-the-default" in second and "timed out" not in second
+
+
 def test_resume_goes_on_without_redoing_the_first_turn(pi_available, model_server, folders) -> None:
     """Turn 1 runs a command; the next call fails (529) and pi ends; resumed with ``Continue.``
     the session goes on from there: the command ran once, the answer is written."""
@@ -199,6 +245,13 @@ def test_resume_goes_on_without_redoing_the_first_turn(pi_available, model_serve
     failed, _ = run_once(agent, work_dir, state)
     assert [f.code for f in failed.failures] == ["overloaded"] and failed.n_turns == 1
     assert failed.session_id
+    # the session file's ``message`` entries tell the same (the reference runner reads both shapes)
+    from_file = summarize_pi_events(session_file_entries(state))
+    assert [e["type"] for e in session_file_entries(state)].count("message_end") == 0
+    assert (from_file.failures, from_file.usage, from_file.n_turns, from_file.n_steps, from_file.session_id) == (
+        failed.failures, failed.usage, 1, 1, failed.session_id,
+    )  # fmt: skip
+    assert from_file.usage.output_tokens and from_file.cost_usd == failed.cost_usd
 
     resumed, result = run_once(agent, work_dir, state, failed.session_id)
     assert resumed.session_id == failed.session_id and resumed.failures == []

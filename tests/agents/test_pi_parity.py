@@ -18,7 +18,7 @@ from rayeval.agents import pi
 from rayeval.agents._base import AgentConfigError
 from rayeval.agents.pi import REGISTERED_ONLY, known_models
 from rayeval.cli import main
-from rayeval.models.prices import find_price, shipped_prices
+from rayeval.models.prices import PRICING_VERSION, find_price, shipped_prices
 from rayeval.unit.runner import provider_failure_details
 
 from .conftest import FAKE_KEY, PROGRAM_TIMEOUT, answer_42_evals
@@ -156,24 +156,25 @@ def test_cut_short_is_the_latest_length_stop_or_compaction() -> None:
 
 # ------------------------------------------------------------------ 4. thinking
 def test_pi_thinks_at_its_highest_level_unless_told_otherwise(pi_available, model_server, tmp_path: Path) -> None:
-    """By default ``--thinking xhigh`` (pi 0.79's highest, the reference runner's ``max``): on a
-    model with adaptive thinking the request asks for it at pi's top effort; ``thinking=low``
-    turns it down, ``off`` turns it off."""
+    """By default ``--thinking xhigh`` (pi 0.79's highest), which ``thinking=max`` (the reference
+    runner's top level, on pi 0.80) also gives: on a model with adaptive thinking the request asks
+    for it at pi's top effort; ``thinking=low`` turns it down, ``off`` turns it off."""
     efforts = {}
-    for level in (None, "low", "off"):
+    for level in ("max", "low", "off"):
         server = model_server([{"command": WRITE_ANSWER}, {"text": "Done."}])
-        options = {} if level is None else {"thinking": level}
-        agent = pi("anthropic/claude-sonnet-5-5", base_url=server.url, timeout=PROGRAM_TIMEOUT, **options)
-        work_dir = tmp_path / str(level)
+        agent = pi("anthropic/claude-sonnet-5-5", base_url=server.url, timeout=PROGRAM_TIMEOUT, thinking=level)
+        work_dir = tmp_path / level
         out = agent(PROMPT, work_dir)
         assert out["answer"] == {"answer": 42}, out["metadata"].get("error_details")
         body = server.model_requests()[0].body
         efforts[level] = (body.get("thinking", {}).get("type"), body.get("output_config", {}).get("effort"))
         command = out["metadata"]["command"]
-        assert command[command.index("--thinking") + 1] == (level or "xhigh")
-    assert efforts == {None: ("adaptive", "high"), "low": ("adaptive", "low"), "off": ("disabled", None)}
-    with pytest.raises(AgentConfigError, match="thinking must be one of off, minimal, low, medium, high, xhigh"):
-        pi("anthropic/claude-sonnet-5-5", thinking="max")
+        assert command[command.index("--thinking") + 1] == ("xhigh" if level == "max" else level)
+    assert efforts == {"max": ("adaptive", "high"), "low": ("adaptive", "low"), "off": ("disabled", None)}
+    by_default = pi("anthropic/claude-sonnet-5-5").build_argv(["pi"], tmp_path, tmp_path)
+    assert by_default == pi("anthropic/claude-sonnet-5-5", thinking="max").build_argv(["pi"], tmp_path, tmp_path)
+    with pytest.raises(AgentConfigError, match="thinking must be one of off, minimal, low, medium, high, xhigh or max"):
+        pi("anthropic/claude-sonnet-5-5", thinking="maximal")
 
 
 # ------------------------------------------------------------------ 5. the registry of known models
@@ -182,8 +183,10 @@ def test_a_known_model_is_registered_with_its_entry_and_the_price_tables_prices(
 ) -> None:
     """``anthropic/claude-sonnet-5-5`` is written into pi's models.json with its context window,
     output limit and compat flags (adaptive thinking, no temperature), priced from the price
-    table: pi's cost of the run is the table's, and says so."""
-    server = model_server([{"command": WRITE_ANSWER}, {"text": "Done."}])
+    table: pi's cost of the run is the table's (the cache apart), and says so. The same events
+    without pi's cost (as the reference runner's test gives them) are priced the same from the
+    table."""
+    server = model_server([{"command": WRITE_ANSWER}, {"text": "Done."}], cache_read_tokens=300, cache_write_tokens=200)
     state = tmp_path / "state"
     agent = pi("anthropic/claude-sonnet-5-5", base_url=server.url, timeout=PROGRAM_TIMEOUT, state_dir=str(state))
     out = agent(PROMPT, tmp_path / "work")
@@ -198,8 +201,17 @@ def test_a_known_model_is_registered_with_its_entry_and_the_price_tables_prices(
     assert entry["cost"] == {"input": price.input, "output": price.output, "cacheRead": price.cache_read,
                              "cacheWrite": price.cache_write}  # fmt: skip
     tokens_in, tokens_out = server.total_usage("anthropic")
-    assert md["cost_usd"] == pytest.approx((tokens_in * price.input + tokens_out * price.output) / 1e6)
-    assert md["cost_source"] == "rayeval_price_table"
+    calls = len(server.scripted_replies("anthropic"))
+    assert price.cache_read is not None and price.cache_write is not None
+    table_cost = (tokens_in * price.input + tokens_out * price.output
+                  + calls * (300 * price.cache_read + 200 * price.cache_write)) / 1e6  # fmt: skip
+    assert md["cost_usd"] == pytest.approx(table_cost)
+    assert (md["cost_source"], md["run_summary"]["pricing_version"]) == ("rayeval_price_table", PRICING_VERSION)
+    for reply in _replies(md["trajectory"]):
+        del reply["usage"]["cost"]
+    unpriced = agent.summarize(md["trajectory"], state, tmp_path / "work")
+    assert unpriced.cost_usd == pytest.approx(table_cost) and unpriced.cost_source == "rayeval_price_table"
+    assert unpriced.extra["pricing_version"] == PRICING_VERSION
     assert all("temperature" not in r.body for r in server.model_requests())
 
 
@@ -232,7 +244,8 @@ def test_a_model_declared_with_model_config_runs_unpriced(
     pi_available, model_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A Fireworks model pi is not known to work with, declared with ``model_config`` (no
-    prices): it runs over Chat Completions, its entry as declared; pi's zero cost is no price."""
+    prices): it runs over Chat Completions, its entry as declared; the cost pi reports for it, 0,
+    is kept as the provider's word (as the reference runner keeps it), not priced from the table."""
     monkeypatch.setenv("FIREWORKS_API_KEY", FAKE_KEY)
     server = model_server([{"command": WRITE_ANSWER}, {"text": "Done."}])
     state = tmp_path / "state"
@@ -244,7 +257,8 @@ def test_a_model_declared_with_model_config_runs_unpriced(
     entry = json.loads((state / "pi" / "agent" / "models.json").read_text())["providers"]["fireworks"]["models"][0]
     assert entry == {"id": "acme/unheard-of", "name": "acme/unheard-of", "contextWindow": 32000}
     assert {r.path for r in server.model_requests()} == {"/v1/chat/completions"}
-    assert md["cost_usd"] is None and md["input_tokens"] == server.total_usage("chat")[0]
+    assert (md["cost_usd"], md["cost_source"]) == (0.0, "provider_reported")
+    assert md["input_tokens"] == server.total_usage("chat")[0]
 
 
 def test_a_run_that_ends_after_a_compaction_is_resumed_with_continue(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import re
 from dataclasses import dataclass
 from functools import cache
@@ -23,9 +24,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, ClassVar
 
-from .._json import object_at
+from .._json import amount_in, object_at
 from ..models.failures import ProviderFailure, provider_failure
-from ..models.prices import find_price, shipped_prices
+from ..models.prices import PRICING_VERSION, Price, find_price, shipped_prices
 from ..models.types import ReportedUsage
 from ..unit.prompt import AnswerConvention
 from . import _cli, _tools
@@ -71,6 +72,8 @@ REGISTERED_ONLY = ("openrouter", "fireworks")
 #: pi's thinking levels, highest last; pi 0.79's highest (``xhigh``) is the provider's top
 #: effort (the reference runner's ``--thinking max`` on pi 0.80)
 THINKING_LEVELS = ("off", "minimal", "low", "medium", "high", "xhigh")
+#: the reference runner's top level, which pi 0.79 names ``xhigh``
+TOP_THINKING = "max"
 #: what a reply that ends well says: the model answered, called a tool, or reached its length
 #: limit (an error or an aborted call is no progress)
 COMPLETED_STOPS = frozenset({"stop", "toolUse", "length"})
@@ -80,6 +83,9 @@ COMPLETED_STOPS = frozenset({"stop", "toolUse", "length"})
 QUIET_ENV = {"PI_OFFLINE": "1", "PI_SKIP_VERSION_CHECK": "1", "PI_TELEMETRY": "0", "NODE_DISABLE_COMPILE_CACHE": "1"}
 # Streaming deltas: in the log only (each message and tool call ends in a complete event).
 STREAM_EVENTS = frozenset({"message_update", "tool_execution_update"})
+#: the events that hold a whole message: pi's stream ends each with ``message_end``; its session
+#: file holds each as a ``message`` entry (the reference runner reads both)
+MESSAGE_EVENTS = frozenset({"message", "message_end"})
 
 
 #: what pi 0.79 says in place of Anthropic's ``stop_reason: refusal`` (when the provider gave no
@@ -108,6 +114,22 @@ export default function (pi) {
 }
 """
 
+#: seconds a bash call that sets no timeout of its own may run (the reference runner's default)
+DEFAULT_BASH_TIMEOUT_S = 300
+#: a pi extension that adds ``--bash-timeout S``: a bash call that sets no timeout of its own
+#: (or none above 0) is stopped after S seconds, as one that set S (pi's bash has no default)
+BASH_TIMEOUT_EXTENSION = """
+export default function (pi) {
+  pi.registerFlag("bash-timeout", { description: "seconds a bash call without a timeout may run", type: "string" });
+  pi.on("tool_call", (event) => {
+    const asked = event.input.timeout;
+    if (event.toolName === "bash" && !(typeof asked === "number" && asked > 0)) {
+      event.input.timeout = Number(pi.getFlag("bash-timeout"));
+    }
+  });
+}
+"""
+
 #: the program, pinned: the version this spec is tested with
 PI = _tools.Program("pi", "@earendil-works/pi-coding-agent", "0.79.10", "RAYEVAL_PI_BIN")
 
@@ -122,15 +144,17 @@ class PiAgent(ProgramAgent):
     api: str | None = None
     model_config: dict[str, Any] | None = None
     settings: dict[str, Any] | None = None
+    bash_timeout_s: float | None = DEFAULT_BASH_TIMEOUT_S
 
     option_help: ClassVar[dict[str, str]] = {
         **ProgramAgent.option_help,
-        "thinking": "the model's thinking: off, minimal, low, medium, high or xhigh (the highest, by default)",
+        "thinking": "the model's thinking: off, minimal, low, medium, high or xhigh (the highest, by default; max: xhigh)",
         "system_prompt": "replaces pi's system prompt",
         "append_system_prompt": "appended to pi's system prompt",
         "api": "the custom model's protocol: anthropic-messages, openai-completions or openai-responses",
         "model_config": "fields of the custom model's entry in pi's models.json (contextWindow, maxTokens, cost...)",
         "settings": "pi's settings.json, as a JSON object",
+        "bash_timeout_s": "seconds a bash call that sets no timeout of its own may run (default 300; null: no limit)",
     }
 
     harness: ClassVar[str] = "pi"
@@ -144,8 +168,16 @@ class PiAgent(ProgramAgent):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.thinking == TOP_THINKING:
+            self.thinking = THINKING_LEVELS[-1]
         if self.thinking not in THINKING_LEVELS:
-            raise AgentConfigError(f"thinking must be one of {', '.join(THINKING_LEVELS)}, got {self.thinking!r}")
+            levels = ", ".join(THINKING_LEVELS)
+            raise AgentConfigError(f"thinking must be one of {levels} or {TOP_THINKING}, got {self.thinking!r}")
+        seconds = self.bash_timeout_s
+        if seconds is not None and (
+            isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds < math.inf
+        ):
+            raise AgentConfigError(f"bash_timeout_s must be a number of seconds above 0 or null, got {seconds!r}")
         if self.api is not None and self.api not in WIRE_APIS:
             raise AgentConfigError(f"api must be one of {', '.join(WIRE_APIS)}, got {self.api!r}")
         for option in ("model_config", "settings"):
@@ -232,9 +264,13 @@ class PiAgent(ProgramAgent):
             (agent_dir / "models.json").write_text(json.dumps(self.models_json(), indent=2))
         if self.settings:
             (agent_dir / "settings.json").write_text(json.dumps(self.settings, indent=2))
+        if self.bash_timeout_s is not None:
+            (state / "pi" / "bash_timeout.js").write_text(BASH_TIMEOUT_EXTENSION)
 
-    def _options(self, program: list[str]) -> list[str]:
+    def _options(self, program: list[str], state: Path) -> list[str]:
         argv = [*program, "--mode", "json", "--print"]
+        if self.bash_timeout_s is not None:  # its extension is written by :meth:`prepare`
+            argv += ["--extension", str(state / "pi" / "bash_timeout.js"), "--bash-timeout", str(self.bash_timeout_s)]
         if self.pi_model:
             argv += ["--model", self.pi_model]
         argv += ["--thinking", self.thinking]
@@ -245,10 +281,10 @@ class PiAgent(ProgramAgent):
         return argv + list(self.extra_args)
 
     def build_argv(self, program: list[str], state: Path, work_dir: Path) -> list[str]:
-        return self._options(program)
+        return self._options(program, state)
 
     def resume_argv(self, program: list[str], state: Path, work_dir: Path, session_id: str) -> list[str] | None:
-        return [*self._options(program), "--session", session_id]
+        return [*self._options(program, state), "--session", session_id]
 
     def adopt_session(self, state: Path, work_dir: Path, session_id: str) -> None:
         """pi files a session under its working folder (``sessions/--<path, / as ->--``), and
@@ -274,7 +310,7 @@ class PiAgent(ProgramAgent):
         """pi has no turn limit of its own: an extension (written into ``state``) adds one."""
         extension = state / "pi" / "max_turns.js"
         extension.write_text(MAX_TURNS_EXTENSION)
-        argv = [*self._options(program), "--extension", str(extension), "--max-turns", str(max_turns)]
+        argv = [*self._options(program, state), "--extension", str(extension), "--max-turns", str(max_turns)]
         if session_id is not None:
             argv += ["--fork" if fork else "--session", session_id]
         return argv
@@ -310,12 +346,16 @@ class PiAgent(ProgramAgent):
 
     def summarize(self, events: list[dict[str, Any]], state: Path, work_dir: Path) -> Summary:
         summary = summarize_pi_events(events)
-        if summary.cost_usd is not None and "cost" in (self.model_config or {}):
+        if summary.cost_usd is None and (cost := table_cost(self.pi_model, summary.usage)) is not None:
+            summary.cost_usd, summary.cost_source = cost, "rayeval_price_table"  # pi reported none
+        elif summary.cost_usd is not None and "cost" in (self.model_config or {}):
             summary.cost_source = "configured_prices"  # pi priced the calls with the given prices
         elif (
             summary.cost_usd is not None and self.custom_model and "cost" in known_models().get(self.pi_model or "", {})
         ):
             summary.cost_source = "rayeval_price_table"  # with the price table's prices
+        if summary.cost_source == "rayeval_price_table":
+            summary.extra["pricing_version"] = PRICING_VERSION
         sidecar = read_sidecar(state / "pi" / REFUSAL_SIDECAR)
         if sidecar:  # an extension's word on a refusal comes before the events'
             summary.refusal = sidecar_refusal(sidecar)
@@ -329,7 +369,7 @@ class PiAgent(ProgramAgent):
         errors: list[str] = []
         for event in events:
             message = mapping(event.get("message"))
-            if event.get("type") != "message_end" or message.get("role") != "assistant":
+            if event.get("type") not in MESSAGE_EVENTS or message.get("role") != "assistant":
                 continue
             texts = blocks_text(message.get("content"), ("text",))
             said.extend(texts)
@@ -353,7 +393,7 @@ def _assistant_replies(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     replies = []
     for event in events:
         message = event.get("message")
-        if event.get("type") == "message_end" and isinstance(message, dict) and message.get("role") == "assistant":
+        if event.get("type") in MESSAGE_EVENTS and isinstance(message, dict) and message.get("role") == "assistant":
             replies.append(message)
     return replies
 
@@ -377,8 +417,8 @@ def summarize_pi_events(events: list[dict[str, Any]]) -> Summary:
     for message in _assistant_replies(events):
         if isinstance(message.get("usage"), dict):
             _add_usage(usage, message["usage"])
-            total = (message["usage"].get("cost") or {}).get("total")
-            if isinstance(total, (int, float)) and not isinstance(total, bool) and total > 0:
+            total = amount_in(object_at(message["usage"], "cost").get("total"))
+            if total is not None:  # a reported 0 too: pi's, for a model it has no prices of
                 cost, priced = cost + total, True
         if message.get("stopReason") == "error":  # a failure without a status: not the provider's
             failure = failure_from_error(message.get("errorMessage"))
@@ -438,10 +478,28 @@ def known_models() -> dict[str, dict[str, Any]]:
     for name, entry in listed.items():
         price = find_price(shipped_prices(), name)
         if price is not None:
-            entry["cost"] = {"input": price.input, "output": price.output,
-                             "cacheRead": price.cache_read or 0.0, "cacheWrite": price.cache_write or 0.0}  # fmt: skip
+            entry["cost"] = pi_cost(price)
         known[name] = entry
     return known
+
+
+def pi_cost(price: Price) -> dict[str, float]:
+    """A price of the table as pi's ``cost`` of a model (USD per million tokens; a cache price
+    the table has not: 0)."""
+    return {"input": price.input, "output": price.output,
+            "cacheRead": price.cache_read or 0.0, "cacheWrite": price.cache_write or 0.0}  # fmt: skip
+
+
+def table_cost(model: str | None, usage: ReportedUsage) -> float | None:
+    """What calls of ``model`` with ``usage`` cost at the price table's prices, as pi prices a
+    known model (the cache apart); None when the table has no price or the tokens are unknown."""
+    price = find_price(shipped_prices(), model) if model else None
+    if price is None or usage.input_tokens is None or usage.output_tokens is None:
+        return None
+    rates = pi_cost(price)
+    tokens = {"input": usage.input_tokens, "output": usage.output_tokens,
+              "cacheRead": usage.cache_read_tokens or 0, "cacheWrite": usage.cache_write_tokens or 0}  # fmt: skip
+    return round(sum(tokens[part] * rates[part] for part in rates) / 1e6, 10)
 
 
 def pi(model: str | None = None, **options: Any) -> PiAgent:
@@ -456,10 +514,11 @@ def pi(model: str | None = None, **options: Any) -> PiAgent:
     ``compat``, ...; on top of a known model's entry, :func:`known_models`; an ``openrouter/``
     or ``fireworks/`` model pi is not known to work with needs it), ``api`` (its wire protocol:
     ``anthropic-messages``, ``openai-completions``, ``openai-responses``), ``thinking`` (off,
-    minimal, low, medium, high, xhigh: the default, pi 0.79's highest), ``system_prompt``,
-    ``append_system_prompt``, ``settings`` (pi's ``settings.json``, e.g. ``{"retry":
-    {"enabled": false}}``), ``extra_args``, ``env``, ``pass_env``, ``state_dir`` (keep pi's
-    folder there).
+    minimal, low, medium, high, xhigh: the default, pi 0.79's highest, which ``max`` gives
+    too), ``bash_timeout_s`` (seconds a bash call that sets no timeout may run: 300; None: no
+    limit), ``system_prompt``, ``append_system_prompt``, ``settings`` (pi's ``settings.json``,
+    e.g. ``{"retry": {"enabled": false}}``), ``extra_args``, ``env``, ``pass_env``,
+    ``state_dir`` (keep pi's folder there).
 
     The key comes from the provider's variable (``ANTHROPIC_API_KEY``, ``OPENROUTER_API_KEY``,
     ``FIREWORKS_API_KEY``, ``OPENAI_API_KEY``, ``GEMINI_API_KEY``, ``XAI_API_KEY``) in the

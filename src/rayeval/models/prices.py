@@ -23,6 +23,10 @@ from .providers import ModelError
 
 _DATE_SUFFIX = re.compile(r"-(\d{8}|\d{4}-\d{2}-\d{2})$")
 
+#: the version of the rule that prices a program's tokens from the table (a run summary's
+#: ``pricing_version`` when its ``cost_source`` is ``rayeval_price_table`` or ``configured_prices``)
+PRICING_VERSION = "1"
+
 
 class Price(BaseModel):
     """USD per million tokens."""

@@ -211,7 +211,8 @@ def test_pi_retries_a_429_itself(pi_available, model_server, folders) -> None:
 def test_a_bash_call_without_a_timeout_is_stopped_after_bash_timeout_s(pi_available, model_server, folders) -> None:
     """pi's bash has no default timeout: a command that would hang held the unit to its deadline.
     With ``bash_timeout_s=1`` (the reference runner's tool_timeout.js, 300 s by default) a call
-    that sets none is stopped after 1 s and the session goes on; a call's own timeout is kept."""
+    that sets none is stopped after 1 s and the session goes on; a call's own timeout is kept;
+    the model is told of the default in the tool's description, as the reference runner tells it."""
     hang = "echo started-to-hang && sleep 60 && echo never"
     past_default = "sleep 1.5 && echo slept-past-the-default"
     script = [{"command": hang}, {"command": past_default, "timeout": 10}, {"command": WRITE_ANSWER}, {"text": "Done."}]
@@ -224,6 +225,8 @@ def test_a_bash_call_without_a_timeout_is_stopped_after_bash_timeout_s(pi_availa
     first, second = (json.dumps(server.model_requests()[n].body["messages"][-1]) for n in (1, 2))
     assert "started-to-hang" in first and "Command timed out after 1 seconds" in first
     assert "slept-past-the-default" in second and "timed out" not in second
+    bash = next(tool for tool in server.model_requests()[0].body["tools"] if tool["name"] == "bash")
+    assert bash["input_schema"]["properties"]["timeout"]["description"] == "Timeout in seconds (1s default)"
 
 
 def test_resume_goes_on_without_redoing_the_first_turn(pi_available, model_server, folders) -> None:

@@ -117,15 +117,20 @@ export default function (pi) {
 #: seconds a bash call that sets no timeout of its own may run (the reference runner's default)
 DEFAULT_BASH_TIMEOUT_S = 300
 #: a pi extension that adds ``--bash-timeout S``: a bash call that sets no timeout of its own
-#: (or none above 0) is stopped after S seconds, as one that set S (pi's bash has no default)
+#: (or none above 0) is stopped after S seconds, as one that set S, and the bash tool's
+#: description of its timeout says so to the model (pi's says there is no default), as the
+#: reference runner's ``tool_timeout.js`` does
 BASH_TIMEOUT_EXTENSION = """
 export default function (pi) {
   pi.registerFlag("bash-timeout", { description: "seconds a bash call without a timeout may run", type: "string" });
+  const seconds = () => Number(pi.getFlag("bash-timeout"));
+  pi.on("session_start", () => {
+    const timeout = pi.getAllTools().find((tool) => tool.name === "bash")?.parameters?.properties?.timeout;
+    if (timeout) timeout.description = `Timeout in seconds (${seconds()}s default)`;
+  });
   pi.on("tool_call", (event) => {
     const asked = event.input.timeout;
-    if (event.toolName === "bash" && !(typeof asked === "number" && asked > 0)) {
-      event.input.timeout = Number(pi.getFlag("bash-timeout"));
-    }
+    if (event.toolName === "bash" && !(typeof asked === "number" && asked > 0)) event.input.timeout = seconds();
   });
 }
 """

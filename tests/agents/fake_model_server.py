@@ -10,7 +10,8 @@ of three wire protocols for the agent CLIs to run end to end:
 
 The *script* is a list of turns.  Each turn is either ``{"command": "<shell>"}`` (the model
 calls the program's shell tool with that command; on the Anthropic API with ``"timeout"`` too, if
-given) or ``{"text": "<final message>"}``.  Which
+given) or ``{"text": "<final message>"}``; on the Responses API also ``{"call": "<tool>",
+"arguments": "<JSON>"}`` (another of its tools).  Which
 turn a request gets is derived from the conversation it carries (the number of model turns
 already in its history), so retries and out-of-band requests do not desynchronise it.
 Requests that carry no tools (titles, summaries, warm-ups) get a short canned text reply and do
@@ -179,7 +180,7 @@ class FakeModelServer:
 
     def _kind(self, turn: int | None, step: dict[str, str], tools: list) -> str:
         if turn is not None:
-            return "command" if "command" in step else "text"
+            return "command" if "command" in step or "call" in step else "text"
         return "prompt" if self.answer and not tools else "side"
 
     def _usage_for(self, protocol: str, turn: int | None, kind: str) -> Reply:
@@ -501,8 +502,11 @@ class _Handler(BaseHTTPRequestHandler):
         usage = owner._usage_for("responses", turn_index, kind)
         n = len(owner.replies)
         resp_id = f"resp_{n:04d}"
-        if "command" in step:
-            if shell_tool == "exec_command":
+        if "command" in step or "call" in step:
+            name = step.get("call", shell_tool)
+            if "call" in step:  # another of the program's tools, with the arguments scripted
+                args = json.loads(step.get("arguments", "{}"))
+            elif shell_tool == "exec_command":
                 args = {"cmd": step["command"]}
             elif shell_tool in ("shell_command", "bash"):  # Codex's, mini-swe-agent's
                 args = {"command": step["command"]}
@@ -512,7 +516,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "type": "function_call",
                 "id": f"fc_{n:04d}",
                 "call_id": f"call_{n:04d}",
-                "name": shell_tool,
+                "name": name,
                 "arguments": json.dumps(args),
                 "status": "completed",
             }

@@ -1,7 +1,7 @@
 """The REAL programs' run summaries and their ends, as latch-eval-tools 0.4.54's runner gives
 them: ``refusal_verdict.json`` on every run, an empty run's unknown counts, each provider's own
-token counts, mini-swe-agent's model calls as its steps, a provider cooldown that oversleeps
-the unit's deadline, and Claude Code's ``--effort max``. Each against the scripted loopback
+token counts, mini-swe-agent's model calls as its steps, Codex's function calls as its steps, a
+provider cooldown that oversleeps the unit's deadline, and Claude Code's ``--effort max``. Each against the scripted loopback
 model server."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from rayeval.agents import _base, _recovery, claude_code, mini_swe_agent, pi
+from rayeval.agents import _base, _recovery, claude_code, codex, mini_swe_agent, pi
 from rayeval.agents._refusal import VERDICT_NAME
 from rayeval.unit.run_summary import RunSummary
 
@@ -106,6 +106,23 @@ def test_mini_swe_agent_counts_responses_api_replies_and_its_model_calls(
     assert summary.usage.cache_read_tokens == 800
     assert (summary.n_turns, summary.n_steps) == (2, 2)  # the agent's model calls, one action each
     assert md["input_tokens"] == total_in
+
+
+def test_codex_counts_the_function_calls_of_its_session_file_as_steps(
+    codex_available, model_server, tmp_path: Path
+) -> None:
+    """As latch-eval-tools counts them: a call of a tool that runs no command (``get_goal``) is a
+    step, though the events show no item for it; turns stay model calls, and Codex's own turns
+    (the prompts it answered, latch-eval-tools' turn count) are ``codex_turns``."""
+    server = model_server([{"call": "get_goal", "arguments": "{}"}, {"command": answer_command("goal")}, FINISH])
+    agent = codex("gpt-5.1-codex", base_url=server.url + "/v1", timeout=PROGRAM_TIMEOUT)
+    out = agent(PROMPT, tmp_path / "work")
+    md = out["metadata"]
+    assert out["answer"] == {"answer": 42, "token": "goal"}, md.get("error_details")
+    commands = [e for e in md["trajectory"] if e.get("type") == "item.completed" and "command" in e["item"]["type"]]
+    assert len(commands) == 1  # the events show the command alone
+    summary = _summary(md)
+    assert (summary.n_turns, summary.n_steps, md["n_steps"], md["codex_turns"]) == (3, 2, 2, 1)
 
 
 def test_a_cooldown_past_the_deadline_ends_the_unit_there(

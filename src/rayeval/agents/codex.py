@@ -293,7 +293,13 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def summarize_codex_events(events: list[dict[str, Any]], codex_home: Path | None = None) -> Summary:
-    """Turns, tool calls and usage from ``codex exec --json`` events plus the session file."""
+    """Turns, tool calls and usage from ``codex exec --json`` events plus the session file.
+
+    Turns are model calls (the session file's responses; without it, the events' ``turn.completed``,
+    which are the prompts answered, kept as ``codex_turns``: latch-eval-tools' turn count). Steps
+    are, as latch-eval-tools counts them, the session file's ``function_call`` records (a
+    ``custom_tool_call``, the freeform ``apply_patch``, is none); without it, the events'
+    commands, file changes, MCP calls and web searches."""
     thread_id = next((e.get("thread_id") for e in events if e.get("type") == "thread.started"), None)
     usage = ReportedUsage()
     user_turns = 0
@@ -322,30 +328,37 @@ def summarize_codex_events(events: list[dict[str, Any]], codex_home: Path | None
     trajectory = list(events)
     n_turns: int | None = None
 
-    # The session file knows each model response: count them, and take the final token total.
+    # The session file knows each model response and function call: count them, and take the
+    # final token total.
     response_ids: list[str] = []
+    function_calls = 0
     last_total: dict[str, Any] | None = None
     sidecar_reasoning: list[dict[str, Any]] = []
     error_infos: dict[str, Any] = {}  # a failed turn's message -> its codex_error_info
+    sidecar_files = _sidecar_files(codex_home, thread_id) if codex_home is not None else []
+    for path in sidecar_files:
+        for rec in _read_jsonl(path):
+            payload = object_at(rec, "payload")
+            rtype = rec.get("type")
+            if rtype == "token_usage_record" and payload.get("response_id"):
+                if payload["response_id"] not in response_ids:
+                    response_ids.append(payload["response_id"])
+            elif rtype == "event_msg" and payload.get("type") == "token_count":
+                info = payload.get("info") or {}
+                if isinstance(info, dict) and isinstance(info.get("total_token_usage"), dict):
+                    last_total = info["total_token_usage"]
+            elif rtype == "response_item" and payload.get("type") == "function_call":
+                function_calls += 1
+            elif rtype == "response_item" and payload.get("type") == "reasoning":
+                sidecar_reasoning.append({"type": "reasoning", "source": "codex_sidecar", "item": payload})
+            elif rtype == "event_msg" and payload.get("type") == "task_complete":
+                error = object_at(payload, "error")
+                if isinstance(error.get("message"), str):
+                    error_infos[error["message"]] = error.get("codex_error_info")
     if codex_home is not None:
-        for path in _sidecar_files(codex_home, thread_id):
-            for rec in _read_jsonl(path):
-                payload = object_at(rec, "payload")
-                rtype = rec.get("type")
-                if rtype == "token_usage_record" and payload.get("response_id"):
-                    if payload["response_id"] not in response_ids:
-                        response_ids.append(payload["response_id"])
-                elif rtype == "event_msg" and payload.get("type") == "token_count":
-                    info = payload.get("info") or {}
-                    if isinstance(info, dict) and isinstance(info.get("total_token_usage"), dict):
-                        last_total = info["total_token_usage"]
-                elif rtype == "response_item" and payload.get("type") == "reasoning":
-                    sidecar_reasoning.append({"type": "reasoning", "source": "codex_sidecar", "item": payload})
-                elif rtype == "event_msg" and payload.get("type") == "task_complete":
-                    error = object_at(payload, "error")
-                    if isinstance(error.get("message"), str):
-                        error_infos[error["message"]] = error.get("codex_error_info")
-        extra["sidecar_files"] = len(_sidecar_files(codex_home, thread_id))
+        extra["sidecar_files"] = len(sidecar_files)
+    if sidecar_files:
+        steps = function_calls
     if response_ids:
         n_turns = len(response_ids)
     if last_total is not None:

@@ -1,6 +1,6 @@
 """The REAL programs' run summaries and their ends, as latch-eval-tools 0.4.54's runner gives
 them: ``refusal_verdict.json`` on every run, an empty run's unknown counts, each provider's own
-token counts, mini-swe-agent's model calls as its steps, Codex's function calls as its steps, a
+token counts, mini-swe-agent's model calls as its steps and its run without a model reply, Codex's function calls as its steps, a
 provider cooldown that oversleeps the unit's deadline, and Claude Code's ``--effort max``. Each against the scripted loopback
 model server."""
 
@@ -106,6 +106,43 @@ def test_mini_swe_agent_counts_responses_api_replies_and_its_model_calls(
     assert summary.usage.cache_read_tokens == 800
     assert (summary.n_turns, summary.n_steps) == (2, 2)  # the agent's model calls, one action each
     assert md["input_tokens"] == total_in
+
+
+#: OpenAI's rejection of a prompt, as its API sends it
+INVALID_PROMPT = {
+    "error": {
+        "message": "Invalid prompt: we've limited access to this content for safety reasons.",
+        "type": "invalid_request_error",
+        "code": "invalid_prompt",
+    }
+}
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "refusal"), [(401, None, "not_evaluated"), (400, INVALID_PROMPT, "detected")]
+)
+def test_a_mini_swe_agent_run_without_a_model_reply_is_empty(
+    status: int, body: dict | None, refusal: str, mini_available, model_server, tmp_path: Path
+) -> None:
+    """The provider fails the first call: the driver reports the run's start and end, but no
+    model reply was seen, so turns and steps are unknown and the run was not searched for a
+    refusal (latch-eval-tools: not evaluated); a refusal in the driver's error is found all the
+    same, as the agent's output (latch-eval-tools' agent error)."""
+    server = model_server([{"command": answer_command("never")}])
+    server.fail(status, 20, body=body)
+    agent = mini_swe_agent("openai/gpt-test", base_url=server.url + "/v1", timeout=PROGRAM_TIMEOUT)
+    md = agent(PROMPT, tmp_path / "work")["metadata"]
+    assert [e["type"] for e in md["trajectory"] if e.get("type") in ("session", "error", "result")] == [
+        "session",
+        "error",
+        "result",
+    ]
+    summary = _summary(md)
+    assert (summary.n_turns, summary.n_steps, md["n_turns"], md["n_steps"]) == (None, None, None, None)
+    assert summary.refusal == refusal
+    if refusal == "detected":
+        assert (md["refusal"]["provider"], md["refusal"]["code"]) == ("openai", "invalid_prompt")
+        assert md["refusal"]["source"] == "agent_output"
 
 
 def test_codex_counts_the_function_calls_of_its_session_file_as_steps(

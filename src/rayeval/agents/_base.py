@@ -55,6 +55,10 @@ class Summary:
     failures: list[ProviderFailure] = field(default_factory=list)
     #: the model's refusal, as the program's events show it (None: none seen)
     refusal: RefusalVerdict | None = None
+    #: no reply of the model was seen, though the program said something (mini-swe-agent's
+    #: driver reports its start and end all the same): as a run that left no events, its turns
+    #: and steps are unknown and it was not searched for a refusal
+    empty: bool = False
 
 
 class ChunkFailed(RayevalError, RuntimeError):
@@ -311,6 +315,7 @@ class ProgramAgent:
             extra={**summary.extra, **recovery.metadata()},
             refusal=summary.refusal,
             refusals_evaluated=self.evaluates_refusals(),
+            empty=summary.empty,
             failure_details=recovery.error_details() if recovery.last_failure is not None else None,
         )
 

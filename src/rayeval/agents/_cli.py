@@ -377,12 +377,13 @@ def finish(
     answer_files: Iterable[str] = ANSWER_FILE_NAMES,
     refusal: RefusalVerdict | None = None,
     failure_details: dict[str, Any] | None = None,
+    empty: bool = False,
 ) -> dict[str, Any]:
     """Read the answer, assemble the metadata, redact everything, return the agent envelope,
     and write ``refusal_verdict.json`` (``null`` without a refusal). ``failure_details``: the
     provider failure that left the unit without an answer, for its ``error_details``. A run
-    that left no events (the program did not start, or said nothing) has unknown turns and
-    steps, and was not searched for a refusal."""
+    that left no events (the program did not start, or said nothing), or one ``empty`` of any
+    reply of the model, has unknown turns and steps, and was not searched for a refusal."""
     answer, details, answer_file = read_answer(work_dir, answer_files)
     if answer is None:
         details = {**(details or {}), **(failure_details or {})}
@@ -395,7 +396,7 @@ def finish(
         details["timed_out"] = result.timed_out
         details["exit_code"] = result.exit_code
         details["log_tail"] = log_tail(work_dir)
-    if not trajectory:
+    if empty or not trajectory:
         n_turns = n_steps = None
         refusals_evaluated = False
     metadata: dict[str, Any] = {

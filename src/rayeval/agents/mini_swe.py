@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -273,7 +273,9 @@ class MiniSweAgent(ProgramAgent):
     @classmethod
     def refusal_in(cls, events: list[dict[str, Any]]) -> RefusalVerdict | None:
         """mini-swe-agent's last model response decides (a reply without a tool call is recorded
-        on the format-error message that answers it, so every message's response is looked at)."""
+        on the format-error message that answers it, so every message's response is looked at),
+        then what the model said, then the driver's error (the agent's error, which
+        latch-eval-tools searches after the trajectory, as ``agent_output``)."""
         said: list[str] = []
         errors: list[str] = []
         last: RefusalVerdict | None = None
@@ -285,14 +287,17 @@ class MiniSweAgent(ProgramAgent):
             choices = mapping(mapping(event.get("extra")).get("response")).get("choices")
             if isinstance(choices, list) and choices:
                 last = choice_refusal(mapping(choices[0]))
-        return last or first_text_refusal(said, errors)
+        found = last or first_text_refusal(said, [])
+        in_error = first_text_refusal(said, errors) if found is None else None  # what said had none of
+        return found or (replace(in_error, source="agent_output") if in_error is not None else None)
 
 
 def summarize_mini_events(events: list[dict[str, Any]]) -> Summary:
     """Model calls, usage, cost, session and failures from the driver's message stream: one
     run's, or a session's runs one after the other. Turns and steps are both the agent's model
     calls that were answered (each one action, as latch-eval-tools counts them): its own count
-    on each run's result line, else the model replies streamed."""
+    on each run's result line, else the model replies streamed. A run without a model reply is
+    empty, though the driver reported its start and end."""
     usage = ReportedUsage()
     replies = 0
     cost = 0.0
@@ -328,6 +333,7 @@ def summarize_mini_events(events: list[dict[str, Any]]) -> Summary:
         usage=usage,
         n_turns=n_calls,
         n_steps=n_calls,
+        empty=replies == 0,
         cost_usd=cost if cost > 0 else (0.0 if n_calls == 0 else None),
         cost_source="litellm_pricing" if cost > 0 else None,
         extra=extra,

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from rayeval.agents import codex, detect_refusal
-from rayeval.agents._refusal import VERDICT_NAME
+from rayeval.agents._refusal import CODE_CHARS, VERDICT_NAME
 from rayeval.agents.resolve import program_class
 
 from .test_refusals import BIO, DECLINED, PROMPT
@@ -44,6 +44,12 @@ BIO_EVENT = {"type": "turn.failed", "error": {"message": BIO}}
         # an error's code names it; its message is what the provider said
         ({"error": json.dumps({"code": "invalid_prompt", "message": "OpenAI limited access for safety reasons"})},
          ("openai", "invalid_prompt", "OpenAI limited access for safety reasons")),
+        # a value's own code is the verdict's, whatever named the refusal: the first non-empty
+        # string so named, a mapping's own before those nested in it
+        ({"trajectory": {"code": "policy_violation", "message": POLICY}}, ("anthropic", "policy_violation", POLICY)),
+        ({"output": {"error": {"code": "nested"}, "code": "own", "message": GENERIC}}, ("unknown", "own", GENERIC)),
+        ({"trajectory": [{"code": ""}, {"error": {"code": 400}}, {"code": "second", "finish_reason": "content_filter"}]},
+         ("openai", "second", None)),
     ],
 )  # fmt: skip
 def test_the_reference_runners_cases(found: dict, expected: tuple[str, str, str | None]) -> None:
@@ -119,8 +125,8 @@ def test_a_filtered_reply_codex_was_still_retrying_at_the_deadline(
 
 def test_hostile_verdicts_fit_the_reference_runners_completion_bound() -> None:
     """The reference runner bounds a verdict in JSON bytes so that it fits a 32 KiB completion;
-    rayeval's bounds in characters (MESSAGE_CHARS, EXCERPT_CHARS, a 100-character code) keep the
-    escaped, multibyte worst case within it too."""
+    rayeval's bounds in characters (MESSAGE_CHARS, EXCERPT_CHARS, CODE_CHARS) keep the escaped,
+    multibyte worst case within it too; a cut field ends with "…", as the reference runner's."""
     hostile = ("\x01" * 20_000) + ('"\\🧪' * 20_000)
     verdicts = [
         detect_refusal(trajectory={"code": hostile, "message": f"{POLICY} {hostile}"}),
@@ -132,3 +138,5 @@ def test_hostile_verdicts_fit_the_reference_runners_completion_bound() -> None:
     for verdict in verdicts:
         assert verdict is not None and verdict.message.endswith("…")
         assert len(json.dumps(verdict.as_dict(), ensure_ascii=False).encode()) <= 32_768 // 2
+    # the trajectory's own code and the sidecar's reason, cut as the reference runner cuts them
+    assert [len(v.code) for v in verdicts if v is not None and v.code.endswith("…")] == [CODE_CHARS, CODE_CHARS]

@@ -28,6 +28,7 @@ from ..unit.workspace import REFUSAL_VERDICT_NAME as VERDICT_NAME
 
 EXCERPT_CHARS = 2000
 MESSAGE_CHARS = 500
+CODE_CHARS = 100
 
 #: Anthropic's stop reasons of a declined reply (``sensitive``: flagged by a safety filter)
 ANTHROPIC_REFUSAL_STOPS = frozenset({"refusal", "sensitive"})
@@ -69,10 +70,11 @@ class RefusalVerdict:
 def verdict(
     provider: str, code: str, message: str, said: Iterable[str] = (), *, source: str = "trajectory"
 ) -> RefusalVerdict:
-    """A verdict with its message and excerpt bounded (the excerpt: what was said, joined)."""
+    """A verdict with its code, message and excerpt bounded, a cut one ending with "…" (the
+    excerpt: what was said, joined)."""
     excerpt = "\n".join(text for text in said if text.strip())
-    bounded = _bounded(message, MESSAGE_CHARS), _bounded(excerpt, EXCERPT_CHARS)
-    return RefusalVerdict(provider, code[:100], *bounded, source=source)
+    bounded = _bounded(code, CODE_CHARS), _bounded(message, MESSAGE_CHARS), _bounded(excerpt, EXCERPT_CHARS)
+    return RefusalVerdict(provider, *bounded, source=source)
 
 
 def _bounded(text: str, limit: int) -> str:
@@ -202,23 +204,42 @@ def value_refusal(value: Any) -> RefusalVerdict | None:
     """The refusal in a value of any shape (a trajectory, an output object, an error's JSON or
     text): a refusal stop reason or a ``content_filter`` finish in any field so named, else a
     provider's refusal text, else ``refusal`` with ``policy`` or ``safety``, each within one
-    string (an ``ls`` listing and an unrelated turn never make one together)."""
+    string (an ``ls`` listing and an unrelated turn never make one together). Its own ``code``
+    (an error's), where it has one, is the verdict's, as the reference runner keeps it."""
     if isinstance(value, str):
         parsed = _json_value(value)
         value = parsed if isinstance(parsed, (dict, list)) else value
     texts = [text for _, text in zip(range(MAX_STRINGS), (t for t in strings_in(value) if t.strip()))]
     stop = next((reason for reason in fields_named(value, _STOP_FIELDS) if reason in ANTHROPIC_REFUSAL_STOPS), None)
+    found: RefusalVerdict | None
     if stop is not None:
-        return verdict("anthropic", f"stop_reason_{stop}", _first_said(value) or f"stop_reason {stop}", texts)
-    if CONTENT_FILTER in fields_named(value, _FINISH_FIELDS):
-        return verdict("openai", CONTENT_FILTER, _first_said(value) or "finish_reason content_filter", texts)
-    found = first_text_refusal(texts, [])
-    said = _first_said(value)
-    messages = {_bounded(text, MESSAGE_CHARS) for text in fields_named(value, _SAID_FIELDS)}
-    if found is not None and said and found.message not in messages:
-        # named by a field that is no message (an error's ``code``): the message is what was said
-        return replace(found, message=_bounded(said, MESSAGE_CHARS))
-    return found
+        found = verdict("anthropic", f"stop_reason_{stop}", _first_said(value) or f"stop_reason {stop}", texts)
+    elif CONTENT_FILTER in fields_named(value, _FINISH_FIELDS):
+        found = verdict("openai", CONTENT_FILTER, _first_said(value) or "finish_reason content_filter", texts)
+    else:
+        found = first_text_refusal(texts, [])
+        said = _first_said(value)
+        messages = {_bounded(text, MESSAGE_CHARS) for text in fields_named(value, _SAID_FIELDS)}
+        if found is not None and said and found.message not in messages:
+            # named by a field that is no message (an error's ``code``): the message is what was said
+            found = replace(found, message=_bounded(said, MESSAGE_CHARS))
+    code = _own_code(value)
+    return replace(found, code=_bounded(code, CODE_CHARS)) if found is not None and code is not None else found
+
+
+def _own_code(value: Any) -> str | None:
+    """A value's own ``code``, as the reference runner takes it: the first non-empty string of a
+    field so named, a mapping's own before those of the values nested in it."""
+    if isinstance(value, dict):
+        code = value.get("code")
+        if isinstance(code, str) and code:
+            return code
+        nested: Iterable[Any] = value.values()
+    elif isinstance(value, list):
+        nested = value
+    else:
+        return None
+    return next((code for item in nested if (code := _own_code(item)) is not None), None)
 
 
 def _first_said(value: Any) -> str:

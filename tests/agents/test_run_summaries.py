@@ -1,8 +1,8 @@
 """The REAL programs' run summaries and their ends, as latch-eval-tools 0.4.54's runner gives
 them: ``refusal_verdict.json`` on every run, an empty run's unknown counts, each provider's own
-token counts, mini-swe-agent's model calls as its steps and its run without a model reply, Codex's function calls as its steps, a
-provider cooldown that oversleeps the unit's deadline, and Claude Code's ``--effort max``. Each against the scripted loopback
-model server."""
+token counts, mini-swe-agent's model calls as its steps and its run without a model reply,
+Codex's function calls as its steps, a provider cooldown that oversleeps the unit's deadline,
+and Claude Code's ``--effort max``. Each against the scripted loopback model server."""
 
 from __future__ import annotations
 

@@ -45,7 +45,7 @@ from typing import Any, ClassVar
 
 from .._json import object_at
 from ..models.failures import ProviderFailure, provider_failure
-from ..models.prices import find_price, shipped_prices
+from ..models.prices import PRICING_VERSION, find_price, shipped_prices
 from ..models.types import ReportedUsage
 from ..unit.prompt import AnswerConvention
 from . import _cli, _tools
@@ -56,11 +56,6 @@ from ._refusal import CONTENT_FILTER, RefusalVerdict, first_text_refusal, mappin
 __all__ = ["CodexAgent", "codex"]
 
 PROVIDER_ID = "rayeval"
-
-#: Codex reports no cost: ``cost_usd`` is computed from the price table's ``openai/`` prices
-#: (cached input at its ``cache_read`` price, else the input price; ``cost_source`` says so)
-#: or from the ``prices`` option, and is None for other models.
-PRICING_VERSION = "1"
 
 #: Codex's own retries of a failed model request and reconnects of a failed stream, with
 #: ``base_url`` (see the module's docstring)
@@ -222,6 +217,9 @@ class CodexAgent(ProgramAgent):
         return [*options, "--model", self.bare_model] if self.bare_model else options
 
     def summarize(self, events: list[dict[str, Any]], state: Path, work_dir: Path) -> Summary:
+        """Codex reports no cost: ``cost_usd`` is computed from the price table's ``openai/``
+        prices (cached input at its ``cache_read`` price, else the input price; ``cost_source``
+        says so) or from the ``prices`` option, and is None for other models."""
         summary = summarize_codex_events(events, state / "codex")
         prices = self.prices or table_prices(self.bare_model)
         u = summary.usage

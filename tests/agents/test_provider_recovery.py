@@ -106,6 +106,26 @@ def test_an_endless_529_ends_as_a_provider_failure_within_the_wait_budget(
     assert _harness_lines(work_dir)[-1] == "HARNESS: provider recovery stopped: wait_budget_exhausted"
 
 
+def test_a_failure_claude_code_was_still_retrying_at_the_deadline_is_the_units_error(
+    claude_available, model_server, tmp_path: Path
+) -> None:
+    """latch's ``include_inflight_retry``: the unit's time runs out while Claude Code is still
+    retrying an overloaded call (its own retries, more of them here): the failure it was on is
+    the unit's error, stopped by the deadline, not a plain timeout."""
+    server = model_server([{"command": answer_command("never")}, FINISH])
+    server.fail(529, 1000, retry_after="1")
+    agent = claude_code("claude-sonnet-4-5", base_url=server.url, timeout=5, env={"CLAUDE_CODE_MAX_RETRIES": "10"})
+    md = agent(PROMPT, tmp_path / "work")["metadata"]
+    retries = [event for event in md["trajectory"] if event.get("subtype") == "api_retry"]
+    assert md["timed_out"] and retries and not any(event.get("type") == "result" for event in md["trajectory"])
+    details = md["error_details"]
+    assert (details["status"], details["code"]) == (529, "overloaded")
+    assert details["provider_retry_stop_reason"] == "run_deadline" and details["provider_retry_count"] == 0
+    assert details["retry_after_s"] == retries[-1]["retry_delay_ms"] / 1000  # the delay it was waiting out
+    assert details["timed_out"] and details["error"].startswith("Agent timed out")
+    assert provider_failure_details(details) is not None  # what the runner makes a ProviderError of
+
+
 def test_a_rejected_key_moves_to_the_fallback_key_and_passes(claude_available, model_server, tmp_path: Path) -> None:
     server = model_server([{"command": answer_command("fallback")}, FINISH], echo_credential=True)
     server.rejected_credentials.add(FAKE_KEY)

@@ -263,6 +263,16 @@ class ProgramAgent:
         """Whether a run completed a model turn (which resets the doubling of provider waits)."""
         return bool(summary.n_turns)
 
+    def resuming(self, events: list[dict[str, Any]]) -> ProgramAgent:
+        """The agent that goes on with the session whose events so far are ``events`` (Claude
+        Code: on the model the session fell back to); itself by default."""
+        return self
+
+    def failure_at_deadline(self, summary: Summary, events: list[dict[str, Any]]) -> ProviderFailure | None:
+        """The provider's failure a run the unit's deadline cut off was on, which stays the
+        unit's error (its last one reported; Claude Code: also one it was still retrying)."""
+        return summary.failures[-1] if summary.failures else None
+
     def cut_short(self, events: list[dict[str, Any]]) -> bool:
         """Whether a run that exited cleanly, without an answer and without a provider's
         failure, stopped on a limit of the program's own (pi: a reply cut at its length limit, a
@@ -446,12 +456,16 @@ class ProgramAgent:
             )
             summary = self._summary(result, state, work_dir)
             runs.append((result, summary))
-            if result.timed_out or _cli.read_answer(work_dir)[0] is not None:
+            if _cli.read_answer(work_dir)[0] is not None:
                 recovery.last_failure = None
+                return runs
+            if result.timed_out:
+                recovery.ran_out_of_time(self.failure_at_deadline(summary, result.events))
                 return runs
             failure = summary.failures[-1] if summary.failures else None
             session = summary.session_id
-            resumed = self._resumed_argv(program, state, work_dir, session) if session else None
+            going_on = self.resuming([*earlier, *result.events])
+            resumed = going_on._resumed_argv(program, state, work_dir, session) if session else None
             step = recovery.next_step(failure, self.made_progress(summary, result.events), resumed is not None)
             if failure is None and resumed is not None and self._stopped_short(result):
                 if recovery.out_of_time():

@@ -112,6 +112,13 @@ class Recovery:
         self.resumes += 1
         return Step(wait_s=wait)
 
+    def ran_out_of_time(self, failure: ProviderFailure | None) -> None:
+        """The unit's deadline cut off a run that was on ``failure`` (None: on none): it stays the
+        unit's error, stopped by the deadline, not a plain timeout."""
+        self.last_failure = failure
+        if failure is not None:
+            self.stop_reason = "run_deadline"
+
     def waited(self, seconds: float) -> None:
         self.waited_s += seconds
 

@@ -23,12 +23,20 @@ answers with an error status:
 
 That failure goes on :attr:`Summary.failures`, with the last ``api_retry`` delay of the same
 status as the provider's hint; the session resumes with ``--resume <session>`` and
-``Continue.`` on stdin.  The resumed command keeps ``--model``: without it the pinned program
-goes on with its own default model (``claude-opus-5-5`` in its requests), not the session's.
+``Continue.`` on stdin.  The resumed command gives ``--model``, the session's: without one the
+pinned program goes on with its own default model (``claude-opus-5-5`` in its requests), unless
+the session fell back to another model on a refusal; given one, it goes back to that model.  So
+a session that fell back goes on with its fallback model (:func:`session_model`), any other with
+the requested one.
+
+A run the unit's deadline cut off while Claude Code was still retrying a failed call (an
+``api_retry`` with no model reply after it) ended on that failure: the row's error, as
+latch-eval-tools' ``include_inflight_retry`` keeps it (:meth:`ClaudeCodeAgent.failure_at_deadline`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass
@@ -159,6 +167,11 @@ class ClaudeCodeAgent(ProgramAgent):
         # with --model: a resumed session without it runs on Claude Code's default model
         return [*self._options_argv(program), "--resume", session_id, *self.extra_args]
 
+    def resuming(self, events: list[dict[str, Any]]) -> ClaudeCodeAgent:
+        """Itself on the model the session fell back to, when it did (see :func:`session_model`)."""
+        model = session_model(events)
+        return self if model is None else dataclasses.replace(self, model=model)
+
     def chunk_argv(
         self, program: list[str], state: Path, max_turns: int, session_id: str | None, fork: bool
     ) -> list[str]:
@@ -220,6 +233,10 @@ class ClaudeCodeAgent(ProgramAgent):
 
     def made_progress(self, summary: Summary, events: list[dict[str, Any]]) -> bool:
         return any(_model_turn(event) for event in events)
+
+    def failure_at_deadline(self, summary: Summary, events: list[dict[str, Any]]) -> ProviderFailure | None:
+        """The failure that ended the run, or the one it was still retrying (none after a refusal)."""
+        return None if summary.refusal is not None else claude_failure(events, in_flight=True)
 
     @classmethod
     def refusal_in(cls, events: list[dict[str, Any]]) -> RefusalVerdict | None:
@@ -292,24 +309,36 @@ def _model_turn(event: dict[str, Any]) -> bool:
     )
 
 
-def claude_failure(events: list[dict[str, Any]]) -> ProviderFailure | None:
+def claude_failure(events: list[dict[str, Any]], *, in_flight: bool = False) -> ProviderFailure | None:
     """The provider failure that ended a Claude Code session: its last ``result`` event's
     ``api_error``, with the ``retry_delay_ms`` of the ``api_retry`` events since the last model
-    turn (of the same status) as the hint; None when the session did not end on one."""
+    turn (of the same status) as the hint; None when the session did not end on one.
+    ``in_flight``: a run with no ``result`` event (cut off) ended on the failed call Claude Code
+    was still retrying, its last ``api_retry`` with no model reply after it (its status, its
+    delay as the hint)."""
     ends = [i for i, event in enumerate(events) if event.get("type") == "result"]
-    if not ends or events[ends[-1]].get("terminal_reason") != "api_error":
-        return None
+    if not ends:
+        retries = _retries_since_reply(events) if in_flight else []
+        if not retries:
+            return None
+        return provider_failure(retries[-1].get("error_status"), retries[-1].get("error"), _delay_s(retries[-1]))
     final = events[ends[-1]]
+    if final.get("terminal_reason") != "api_error":
+        return None
     status = final.get("api_error_status")
-    hint = None
-    for event in reversed(events[: ends[-1]]):
-        if _model_turn(event):
-            break
-        if event.get("subtype") == "api_retry" and event.get("error_status") == status:
-            delay = event.get("retry_delay_ms")
-            hint = delay / 1000 if isinstance(delay, (int, float)) and not isinstance(delay, bool) else None
-            break
-    return provider_failure(status, final.get("result"), hint)
+    same = [retry for retry in _retries_since_reply(events[: ends[-1]]) if retry.get("error_status") == status]
+    return provider_failure(status, final.get("result"), _delay_s(same[-1]) if same else None)
+
+
+def _retries_since_reply(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ``api_retry`` events after the model's last main-loop reply."""
+    start = next((i + 1 for i in range(len(events) - 1, -1, -1) if _model_turn(events[i])), 0)
+    return [event for event in events[start:] if event.get("subtype") == "api_retry"]
+
+
+def _delay_s(retry: dict[str, Any]) -> float | None:
+    delay = retry.get("retry_delay_ms")
+    return delay / 1000 if isinstance(delay, (int, float)) and not isinstance(delay, bool) else None
 
 
 def model_routing(
@@ -363,6 +392,17 @@ def model_routing(
             model: {**usage.model_dump(), "cost_usd": costs[model]} for model, usage in per_model.items()
         },
     }
+
+
+def session_model(events: list[dict[str, Any]]) -> str | None:
+    """The model a session's last ``model_refusal_fallback`` moved it to, which it goes on with
+    (None: it fell back to none). As Claude Code names the model it asks for, where its replies
+    may name it as the provider does (a dated id)."""
+    for event in reversed(events):
+        if event.get("type") == "system" and event.get("subtype") == "model_refusal_fallback":
+            model = _text_field(event, "fallback_model", "fallbackModel")
+            return None if model is None or model.startswith("-") else model  # never an option of the command
+    return None
 
 
 def _text_field(event: dict[str, Any], *names: str) -> str | None:

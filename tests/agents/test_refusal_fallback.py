@@ -89,6 +89,26 @@ def test_claude_codes_refusal_fallback_model_is_the_effective_model_with_each_mo
     assert '"switchModelsOnFlag": true' in " ".join(metadata["command"])
 
 
+def test_a_session_that_fell_back_resumes_on_its_fallback_model(claude_available, model_server, tmp_path: Path) -> None:
+    """After claude-fable-5's refusals and the fallback (claude-opus-5 ran turn 1), an overload
+    ends the run and the session resumes: on the fallback model, as Claude Code keeps a resumed
+    session latch gives no ``--model``; put back on claude-fable-5, it would be refused again."""
+    server = model_server([FINISH, {"command": "echo first-turn-ran"}, {"command": answer_command("opus")}, FINISH])
+    server.refused_by.add("claude-fable-5")
+    server.fail(529, 3, retry_after="0", after_turns=3)  # claude-opus-5's next call, and Claude Code's two retries
+    agent = claude_code(
+        "claude-fable-5", base_url=server.url, timeout=PROGRAM_TIMEOUT, provider_jitter_s=0,
+        switch_models_on_flag=True, env=json.loads(CATCH_ALL),
+    )  # fmt: skip
+    out = agent(PROMPT, tmp_path / "work")
+    md = out["metadata"]
+    assert out["answer"] == {"answer": 42, "token": "opus"}, md.get("error_details")
+    assert md["provider_retry_count"] == 1 and md["model_routing"]["fallback_occurred"]
+    resumed = [r for r in server.model_requests() if "Continue." in json.dumps(r.body["messages"])]
+    assert resumed and {r.body["model"] for r in resumed} == {FALLBACK_MODEL}
+    assert [e["model"] for e in md["trajectory"] if e.get("subtype") == "init"] == ["claude-fable-5", FALLBACK_MODEL]
+
+
 def test_with_model_switching_off_claude_code_stops_on_the_refusal(
     claude_available, model_server, tmp_path: Path
 ) -> None:
@@ -135,6 +155,18 @@ def test_the_routing_claims_of_latchs_events() -> None:
     routing = model_routing(refused, "claude-fable-5", True)
     assert routing["fallback_occurred"] and not routing["fallback_recovered"]
     assert routing["effective_model"] == "claude-opus-5"
+
+
+def test_every_resume_of_a_session_that_fell_back_names_its_fallback_model() -> None:
+    """A chunk's continuation too; a session that did not fall back keeps the requested model,
+    and a fallback model that reads as an option is never put on the command line."""
+    agent = claude_code("anthropic/claude-fable-5", chunk_turns=5, state_dir="state")
+    going_on = agent.resuming(LATCH_EVENTS)
+    argv = going_on.chunk_argv(["claude"], Path("state"), 5, "session-1", fork=False)
+    assert argv[argv.index("--model") + 1] == "claude-opus-5" and "--resume" in argv
+    assert agent.resuming(LATCH_EVENTS[:1]) is agent
+    forged = [{**LATCH_EVENTS[1], "fallbackModel": "--dangerously-load-development-channels"}]
+    assert agent.resuming(forged) is agent
 
 
 def test_the_run_summarys_models_are_the_gateways_whatever_the_agent_claims() -> None:

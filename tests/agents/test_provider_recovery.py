@@ -126,6 +126,28 @@ def test_a_failure_claude_code_was_still_retrying_at_the_deadline_is_the_units_e
     assert provider_failure_details(details) is not None  # what the runner makes a ProviderError of
 
 
+def test_a_unit_whose_deadline_ends_it_while_its_provider_fails_keeps_the_failure(
+    claude_available, model_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through the CLI, the unit's own deadline (the eval's 6 s): the row is a timeout whose
+    ``error_details`` hold the failure the gateway saw end its last call, stopped by the deadline
+    (the gateway's word where latch reads Claude Code's retry still in flight)."""
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    server = model_server([{"command": answer_command("never")}, FINISH])
+    server.fail(529, 1000, retry_after="1")
+    evals = answer_42_evals(tmp_path / "evals", "deadline", PROMPT)
+    (evals / "e.json").write_text(json.dumps({**json.loads((evals / "e.json").read_text()), "timeout": 6}))
+    out = tmp_path / "out"
+    args = ["base_url=" + server.url, 'env={"CLAUDE_CODE_MAX_RETRIES": "10"}']
+    main(["run", str(evals), "--agent", "claude-code", "--models", "claude-sonnet-4-5", "--output", str(out),
+          "--retries", "0", "--gateway-retry-s", "0", "--no-progress", *[x for a in args for x in ("--agent-arg", a)]])  # fmt: skip
+    (row,) = pd.read_parquet(out).to_dict("records")
+    assert (row["status"], row["error_type"]) == ("timeout", "Timeout")
+    details = json.loads(row["metadata_json"])["error_details"]
+    assert (details["status"], details["code"], details["seen_by"]) == (529, "overloaded", "gateway")
+    assert details["provider_retry_stop_reason"] == "run_deadline" and details["retry_after_s"] == 1.0
+
+
 def test_a_rejected_key_moves_to_the_fallback_key_and_passes(claude_available, model_server, tmp_path: Path) -> None:
     server = model_server([{"command": answer_command("fallback")}, FINISH], echo_credential=True)
     server.rejected_credentials.add(FAKE_KEY)

@@ -170,6 +170,7 @@ class EvalRunner:
             fields["artifacts"] = collect_artifacts(listing, int(config.limits.artifact_mb * MiB))
             if calls is not None:
                 _count_calls(fields, calls, int(config.limits.artifact_mb * MiB))
+                _keep_failure_at_deadline(fields, calls.counted)
         finally:
             if not self.keep_workspace and not removed:
                 remove_tree(work_dir)
@@ -433,6 +434,15 @@ def _count_calls(fields: dict[str, Any], calls: SessionReport, artifact_bytes: i
         differs = claims_against_counts(metadata, calls.counted)
         if differs:
             metadata["claims_differ_from_gateway"] = differs
+
+
+def _keep_failure_at_deadline(fields: dict[str, Any], counted: ModelUsage) -> None:
+    """A unit its deadline ended while its provider failed (the gateway saw its last model call
+    end in the failure) keeps that failure in its ``error_details``, stopped by the deadline, as
+    the reference runner keeps a failure its program was still retrying at the timeout."""
+    failure = gateway_failure_details(counted)
+    if fields.get("outcome") == "timeout" and failure is not None:
+        fields.setdefault("metadata", {})["error_details"] = {**failure, "provider_retry_stop_reason": "run_deadline"}
 
 
 def _count_carried_turns(fields: dict[str, Any], resumed: SavedChunk | None) -> None:

@@ -126,6 +126,7 @@ def test_a_failure_claude_code_was_still_retrying_at_the_deadline_is_the_units_e
     assert provider_failure_details(details) is not None  # what the runner makes a ProviderError of
 
 
+@pytest.mark.slow  # a provider failing until the unit's deadline, through the CLI: ~13 s
 def test_a_unit_whose_deadline_ends_it_while_its_provider_fails_keeps_the_failure(
     claude_available, model_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -165,6 +166,7 @@ def test_a_rejected_key_moves_to_the_fallback_key_and_passes(claude_available, m
     assert_no_secrets(out, work_dir)
 
 
+@pytest.mark.slow  # a provider storm through the CLI: ~23 s on a loaded machine
 def test_rayeval_run_stores_a_provider_error_row_after_the_fallback_key_and_the_storm(
     claude_available, model_server, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

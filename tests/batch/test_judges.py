@@ -123,6 +123,7 @@ def test_a_judge_without_a_key_stops_the_run_before_any_agent_runs(
     assert _files(out) == stored and len(read_invocations(invocation_log)) == 1
 
 
+@pytest.mark.slow  # a judge model that refuses: ~21 s on a loaded machine
 def test_a_judge_that_refuses_is_a_judge_error_not_a_lost_unit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, invocation_log: Path
 ) -> None:

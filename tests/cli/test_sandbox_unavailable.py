@@ -35,6 +35,7 @@ def _evals(tmp_path: Path) -> Path:
     return folder
 
 
+@pytest.mark.slow  # a bubblewrap that cannot start, then four CLI runs: ~30 s on a loaded machine
 def test_a_run_stops_before_any_unit_and_names_the_opt_out(tmp_path: Path) -> None:
     fake = tmp_path / "bwrap"  # a bubblewrap that fails as it does without user namespaces
     fake.write_text(f"#!/bin/sh\necho '{NO_USER_NAMESPACES}' >&2\nexit 1\n")

@@ -130,6 +130,7 @@ def test_each_remote_node_is_asked_for_once_and_what_is_missing_is_named(
     assert remote_data_problems(load_evals(first)) == []
 
 
+@pytest.mark.slow  # a remote data node missing, through the CLI: ~18 s on a loaded machine
 def test_validate_dry_run_and_run_stop_on_a_missing_remote_node_unless_told_not_to_check(
     tmp_path: Path, s3_bucket: S3Bucket, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
 from rayeval.storage import ResultStore
 from rayeval.storage.store import QUARANTINE_FOLDER
@@ -27,6 +28,7 @@ def _ran_now(stdout: str) -> tuple[int, int]:
     return int(match[1]), int(match[2])
 
 
+@pytest.mark.slow  # a stored part damaged, then two CLI runs: ~24 s
 def test_resume_after_a_part_was_damaged(tmp_path: Path) -> None:
     evals = write_mc_evals(tmp_path / "evals", ["e1", "e2", "e3"])
     out = tmp_path / "out"

@@ -149,15 +149,21 @@ class Trial:
         ]  # fmt: skip
 
     def stored(self) -> set[str]:
-        """Units with a stored row: in Parquet parts or in the write-ahead log."""
-        units = set(self.store.stored_unit_ids("r1"))
+        """Units with a stored row: in the write-ahead log or in Parquet parts, read in that
+        order: a log the driver folds into a part and removes meanwhile is gone when read (its
+        rows are in the part, read after)."""
+        units: set[str] = set()
         for wal in self.store.wal_run_dir("r1").glob("*.jsonl"):
-            for line in wal.read_bytes().splitlines():
+            try:
+                lines = wal.read_bytes().splitlines()
+            except FileNotFoundError:
+                continue
+            for line in lines:
                 try:
                     units.add(json.loads(line)["unit_id"])
                 except (ValueError, KeyError):
                     continue  # a line cut by the kill
-        return units
+        return units | set(self.store.stored_unit_ids("r1"))
 
     def drive(self, kill_at: KillPoint | None) -> None:
         """One ``rayeval run``: ``--resume`` once the run has a manifest (before it, a user's

@@ -464,8 +464,11 @@ class ProgramAgent:
                 return runs
             failure = summary.failures[-1] if summary.failures else None
             session = summary.session_id
-            going_on = self.resuming([*earlier, *result.events])
-            resumed = going_on._resumed_argv(program, state, work_dir, session) if session else None
+            resumed = (
+                self.resuming([*earlier, *result.events])._resumed_argv(program, state, work_dir, session)
+                if session
+                else None
+            )
             step = recovery.next_step(failure, self.made_progress(summary, result.events), resumed is not None)
             if failure is None and resumed is not None and self._stopped_short(result):
                 if recovery.out_of_time():

@@ -117,6 +117,7 @@ class ClaudeCodeAgent(ProgramAgent):
     )  # fmt: skip
     key_fallbacks: ClassVar[tuple[str, str] | None] = ("ANTHROPIC_API_KEY_FALLBACKS", "ANTHROPIC_API_KEY")
     hidden_values: ClassVar[tuple[str, ...]] = ("--system-prompt", "--append-system-prompt")
+    chunk_env: ClassVar[dict[str, str]] = {"CLAUDE_CODE_DISABLE_BACKGROUND_TASKS": "1"}
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -126,8 +127,6 @@ class ClaudeCodeAgent(ProgramAgent):
             raise AgentConfigError("max_turns ends the session, chunk_turns goes on with it after each chunk: give one")
         if self.switch_models_on_flag is not None and not isinstance(self.switch_models_on_flag, bool):
             raise AgentConfigError(f"switch_models_on_flag must be true or false, got {self.switch_models_on_flag!r}")
-
-    chunk_env: ClassVar[dict[str, str]] = {"CLAUDE_CODE_DISABLE_BACKGROUND_TASKS": "1"}
 
     def stdin_text(self, task_prompt: str) -> str | None:
         return task_prompt + BACKGROUND_PROCESS_NOTE
@@ -337,8 +336,8 @@ def _retries_since_reply(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _delay_s(retry: dict[str, Any]) -> float | None:
-    delay = retry.get("retry_delay_ms")
-    return delay / 1000 if isinstance(delay, (int, float)) and not isinstance(delay, bool) else None
+    delay_ms = amount_in(retry.get("retry_delay_ms"))
+    return None if delay_ms is None else delay_ms / 1000
 
 
 def model_routing(

@@ -1,12 +1,13 @@
-"""A unit whose worker is lost even after Ray's own retries of its attempt: the run's next
-attempt goes on from the unit's checkpoint (a chunked session's), where a new attempt after
-any other failure starts afresh."""
+"""A unit whose worker is lost even after Ray's own retries of its attempt, or whose attempt
+could not run (its data): the run's next attempt goes on from the unit's checkpoint (a chunked
+session's), where a new attempt after any other failure starts afresh."""
 
 from __future__ import annotations
 
 import io
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import pandas as pd
 import pytest
 
 from rayeval import batch
+from rayeval.data import register_resolver
 from rayeval.gateway.server import ModelUsage
 from rayeval.models.types import Usage
 from rayeval.unit.checkpoint import SavedChunk, pack, unit_checkpoints
@@ -35,6 +37,35 @@ def dies_until_the_attempt_after_the_lost_one(prompt: str, work_dir: str, contex
         _save_checkpoint(context)
     if died < LOST_CALLS:
         deaths.write_text("x" * (died + 1))
+        os._exit(1)
+    return {"answer": (Path(work_dir) / "restored.txt").exists()}
+
+
+def _fail_once(uri: str) -> str:
+    """A resolver of ``fail-once://<file>``: fails while a ``fail-once`` file lies beside it
+    (removing it: the next call succeeds), as a fresh node's download of a unit's data may."""
+    path = Path(uri.removeprefix("fail-once://"))
+    marker = path.with_name("fail-once")
+    if marker.exists():
+        marker.unlink()
+        raise OSError("the data's store did not answer")
+    return str(path)
+
+
+# where the run's workers import this module (its agents), so that they can stage the data
+register_resolver("fail-once", _fail_once)
+
+
+def dies_then_its_data_fails_once(prompt: str, work_dir: str, context: AgentContext) -> dict[str, Any]:
+    """The first call saves a checkpoint for attempt 1, empties the data cache and makes the
+    data's next fetch fail, and ends its worker's process: Ray's retry of the attempt cannot
+    stage the data; the run's next attempt answers whether its work folder was restored."""
+    deaths = Path(context.args["deaths"])
+    if not deaths.exists():
+        _save_checkpoint(context)
+        shutil.rmtree(context.args["cache"])
+        Path(context.args["data"]).with_name("fail-once").touch()
+        deaths.write_text("x")
         os._exit(1)
     return {"answer": (Path(work_dir) / "restored.txt").exists()}
 
@@ -75,5 +106,36 @@ def test_the_attempt_after_a_lost_one_goes_on_from_its_checkpoint(tmp_path: Path
     )
     (row,) = pd.read_parquet(output / "run_id=lost").itertuples()
     assert (tmp_path / "deaths").read_text() == "x" * LOST_CALLS
+    assert row.attempt == 2 and json.loads(row.answer_json) == {"answer": True}, row.error_message
+    assert json.loads(row.metadata_json)["session_checkpoints"] == {"saved": 1, "resumed_from": 1}
+
+
+@pytest.mark.slow  # a worker process lost and restarted: ~10 s
+@pytest.mark.usefixtures("shared_ray")
+def test_the_attempt_after_one_that_could_not_stage_its_data_goes_on_from_its_checkpoint(tmp_path: Path) -> None:
+    evals = write_mc_evals(tmp_path / "evals", ["unstaged_1"])
+    data = tmp_path / "inputs" / "counts.csv"
+    data.parent.mkdir()
+    data.write_text("gene,count\nCD3E,4\n")
+    eval_file = evals / "unstaged_1.json"
+    eval_file.write_text(json.dumps({**json.loads(eval_file.read_text()), "data_node": f"fail-once://{data}"}))
+    output, cache = tmp_path / "out", tmp_path / "cache"
+    sessions = output / "run_id=unstaged" / "_sessions"
+    args = {"chunk_turns": "1", "deaths": str(tmp_path / "deaths"), "sessions": str(sessions)}
+    args |= {"cache": str(cache), "data": str(data)}
+    batch.run(
+        str(evals),
+        agent="tests.batch.test_lost_attempts:dies_then_its_data_fails_once",
+        agent_args=args,
+        output=str(output),
+        run_id="unstaged",
+        isolation="inline",
+        cache_dir=str(cache),
+        retries=1,
+        show_progress=False,
+        retry_backoff_s=0.1,
+    )
+    (row,) = pd.read_parquet(output / "run_id=unstaged").itertuples()
+    assert not data.with_name("fail-once").exists()  # Ray's retry of attempt 1 met the failing fetch
     assert row.attempt == 2 and json.loads(row.answer_json) == {"answer": True}, row.error_message
     assert json.loads(row.metadata_json)["session_checkpoints"] == {"saved": 1, "resumed_from": 1}

@@ -32,9 +32,9 @@ from .judging import JudgeCalls
 from .plan import Unit
 from .prepare import PreparedRun, prepare_run
 from .progress import Progress
-from .queue import UnitQueue, error_details, unit_retry_delay
+from .queue import RETRIED, UnitQueue, error_details, unit_retry_delay
 from .resume import rerun_text, resumed_run_id, starting_manifest, units_to_run
-from .rows import RAY, RunRows
+from .rows import RunRows
 from .stopping import RunCancelled, StopSignals
 from .summary import RunSummary, summarize
 from .worker import GradeFunction, JudgeWork, WorkerPool, start_pool
@@ -228,8 +228,8 @@ class _DriverRun:
             delay = unit_retry_delay(row, attempt, scheduling.retry_backoff_s) if row.retryable else None
             if delay is not None and attempt - earlier <= scheduling.retries:  # retries count from this run's first
                 work.queue.retry_later(unit, attempt + 1, delay)
-                if error_details(row).get("seen_by") == RAY:  # its worker or node was lost
-                    work.lost.add(unit.position)
+                if error_details(row).get("seen_by") in RETRIED:  # its worker or node was lost, or its data...
+                    work.resumes.add(unit.position)
             else:
                 kept.setdefault(row.model, []).append(row)
         for model, rows in kept.items():  # one WAL write and fsync per model and round
@@ -343,14 +343,15 @@ class _InFlight:
     #: units stored whose model calls the run's spent budget refused (a resume runs them again)
     refused_by_budget: int = 0
     #: the plan positions of units whose last attempt lost its worker or node (even after Ray's
-    #: own retries of it): the next goes on from the unit's checkpoint, where its chunked
-    #: session saved one
-    lost: set[int] = field(default_factory=set)
+    #: own retries of it) or could not run (its data, its sandbox): the next goes on from the
+    #: unit's checkpoint, where its chunked session saved one (an attempt that could not run
+    #: made none, and one that started afresh left none of those before)
+    resumes: set[int] = field(default_factory=set)
 
     def start(self, unit: Unit, attempt: int) -> None:
         """Submit a unit's attempt (it holds a slot until it is back)."""
-        after_lost_attempt = unit.position in self.lost
-        self.lost.discard(unit.position)
+        after_lost_attempt = unit.position in self.resumes
+        self.resumes.discard(unit.position)
         self.running[self.workers.submit(unit, attempt, after_lost_attempt)] = (unit, attempt)
 
     @property

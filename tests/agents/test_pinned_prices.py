@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rayeval.agents import codex
-from rayeval.agents.codex import table_prices
+from rayeval.agents._base import AgentConfigError
 from rayeval.agents.pi import known_models
 from rayeval.models.prices import find_price, shipped_prices
 
@@ -26,7 +26,6 @@ def test_every_pinned_model_has_a_price(name: str) -> None:
 def test_codex_prices_its_runs_from_the_table_with_cached_input_apart(tmp_path: Path) -> None:
     """A turn of 1,000 input tokens (400 of them cached) and 100 output tokens on gpt-5.5:
     600 x $5 + 400 x $0.50 + 100 x $30 per million; a model the table lacks has no cost."""
-    assert table_prices("gpt-5.5") == (5.0, 0.5, 30.0)
     events = [
         {"type": "thread.started", "thread_id": "t-1"},
         {"type": "turn.completed", "usage": {"input_tokens": 1000, "cached_input_tokens": 400, "output_tokens": 100}},
@@ -35,3 +34,9 @@ def test_codex_prices_its_runs_from_the_table_with_cached_input_apart(tmp_path: 
     assert summary.cost_usd == pytest.approx((600 * 5.0 + 400 * 0.5 + 100 * 30.0) / 1e6)
     assert summary.cost_source == "rayeval_price_table"
     assert codex("gpt-unheard-of").summarize(events, tmp_path, tmp_path).cost_usd is None
+
+
+@pytest.mark.parametrize("prices", [(-1.0, 0.5, 2.0), (1.0, 2.0), "1,2,3"])
+def test_codex_refuses_prices_that_are_not_three_prices(prices: object) -> None:
+    with pytest.raises(AgentConfigError, match="prices must be three USD prices per million tokens"):
+        codex("gpt-5.5", prices=prices)

@@ -308,3 +308,33 @@ def test_only_model_calls_are_relayed_with_the_providers_key(
     assert listed.status_code == 200
     gateway.close(session)
     assert [r.method for r in server.requests] == ["GET"]
+
+
+SHELL_TOOL = {"name": "bash", "description": "Run a command", "input_schema": {"type": "object"}}
+
+
+def test_cache_reads_and_writes_cost_their_own_prices(gateway: Gateway) -> None:
+    """A tool-using turn whose prompt the provider read 600 tokens of from its cache and wrote
+    200 to it: Anthropic reports them apart from its 1,000 fresh input tokens, OpenAI's
+    Responses API counts the read ones among its 1,000 input tokens (it reports no writes).
+    Each part is priced at the shipped table's price for it (claude-sonnet-4-5: 3 input, 0.30
+    cache read, 3.75 cache write, 15 output; gpt-4o: 2.50 input, 1.25 cached, 10 output)."""
+    message = [{"role": "user", "content": "list the folder"}]
+    with FakeModelServer(script=[{"text": "done"}], cache_read_tokens=600, cache_write_tokens=200) as fake:
+        session = gateway.open(upstreams(fake))
+        claude = anthropic.Anthropic(base_url=gateway.base_url("anthropic"), api_key=session.token, max_retries=0)
+        gpt = openai.OpenAI(base_url=gateway.base_url("openai"), api_key=session.token, max_retries=0)
+        claude.messages.create(model="claude-sonnet-4-5", max_tokens=50, messages=message, tools=[SHELL_TOOL])
+        tool = {"type": "function", "name": "bash", "parameters": {"type": "object"}}
+        gpt.responses.create(model="gpt-4o", input="list the folder", tools=[tool])  # type: ignore[list-item]
+        report = gateway.close(session)
+    sonnet, four_o = report.counted.by_model["claude-sonnet-4-5"], report.counted.by_model["gpt-4o"]
+    assert (sonnet.usage.input_tokens, sonnet.usage.cache_read_tokens, sonnet.usage.cache_write_tokens) == (
+        1800,
+        600,
+        200,
+    )
+    assert sonnet.cost_usd == pytest.approx((1000 * 3 + 600 * 0.3 + 200 * 3.75 + 50 * 15) / 1e6)
+    assert (four_o.usage.input_tokens, four_o.usage.cache_read_tokens) == (1000, 600)
+    assert four_o.cost_usd == pytest.approx((400 * 2.5 + 600 * 1.25 + 50 * 10) / 1e6)
+    assert report.counted.cost_usd == pytest.approx(sonnet.cost_usd + four_o.cost_usd)

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from rayeval.models import PROVIDERS, ModelError, RetryPolicy, get_model
+from rayeval.models.prices import Price, cost_usd
 from rayeval.models.retry import retry_after_s
+from rayeval.models.types import Usage
 from tests.agents.fake_model_server import FakeModelServer
 from tests.fixtures_s3 import S3Bucket
 
@@ -228,6 +230,24 @@ def test_prices_from_the_table_an_override_and_unknown_models(server: FakeModelS
         match=r"price file .*prices.json: openai/gpt-4o.input: Input should be greater than or equal to 0",
     ):
         get_model("openai/gpt-4o", base_url=url, prices=price_file)
+
+
+def test_cached_prompt_tokens_cost_the_cache_prices_the_table_has() -> None:
+    """``input_tokens`` holds every prompt token: those read from or written to the cache are
+    priced apart where the price has a cache price for them, else as any input token."""
+    usage = Usage(input_tokens=1000, output_tokens=100, cache_read_tokens=600, cache_write_tokens=200)
+    both = Price(input=3.0, output=15.0, cache_read=0.3, cache_write=3.75)
+    assert cost_usd(both, usage) == pytest.approx((200 * 3.0 + 600 * 0.3 + 200 * 3.75 + 100 * 15.0) / 1e6)
+    reads_only = Price(input=2.5, output=10.0, cache_read=1.25)
+    assert cost_usd(reads_only, usage) == pytest.approx((400 * 2.5 + 600 * 1.25 + 100 * 10.0) / 1e6)
+    plain = Price(input=2.5, output=10.0)
+    assert cost_usd(plain, usage) == pytest.approx((1000 * 2.5 + 100 * 10.0) / 1e6)
+    # cached counts a provider reported past its prompt's: no negative fresh input
+    assert cost_usd(both, Usage(input_tokens=10, output_tokens=0, cache_read_tokens=50)) == pytest.approx(
+        50 * 0.3 / 1e6
+    )
+    assert cost_usd(plain, Usage(input_tokens=None, output_tokens=5)) is None
+    assert cost_usd(None, usage) is None
 
 
 def _cached_twice(server: FakeModelServer, cache: str, **options: object) -> None:

@@ -45,7 +45,7 @@ from typing import Any, ClassVar
 
 from .._json import object_at
 from ..models.failures import ProviderFailure, provider_failure
-from ..models.prices import PRICING_VERSION, find_price, shipped_prices
+from ..models.prices import PRICING_VERSION, Price, cost_usd, find_price, shipped_prices
 from ..models.types import ReportedUsage
 from ..unit.prompt import AnswerConvention
 from . import _cli, _tools
@@ -221,17 +221,29 @@ class CodexAgent(ProgramAgent):
         prices (cached input at its ``cache_read`` price, else the input price; ``cost_source``
         says so) or from the ``prices`` option, and is None for other models."""
         summary = summarize_codex_events(events, state / "codex")
-        prices = self.prices or table_prices(self.bare_model)
-        u = summary.usage
-        if prices and u.input_tokens is not None and u.output_tokens is not None:
-            p_in, p_cached, p_out = prices
-            cached = u.cache_read_tokens or 0
-            summary.cost_usd = round(
-                ((u.input_tokens - cached) * p_in + cached * p_cached + u.output_tokens * p_out) / 1e6, 8
-            )
+        cost = cost_usd(self._price(), summary.usage)  # OpenAI's input_tokens hold the cached ones
+        if cost is not None:
+            summary.cost_usd = round(cost, 8)
             summary.cost_source = "configured_prices" if self.prices else "rayeval_price_table"
             summary.extra["pricing_version"] = PRICING_VERSION
         return summary
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._price()  # a bad ``prices`` stops the run at its start, not each unit at its end
+
+    def _price(self) -> Price | None:
+        """The ``prices`` option's (input, cached input, output), else the price table's price
+        of the model (None: neither)."""
+        if self.prices is None:
+            return find_price(shipped_prices(), f"openai/{self.bare_model}") if self.bare_model else None
+        try:
+            price_in, cached, price_out = self.prices
+            return Price(input=price_in, output=price_out, cache_read=cached)
+        except (TypeError, ValueError) as exc:  # a ValidationError is a ValueError
+            raise AgentConfigError(
+                f"prices must be three USD prices per million tokens (input, cached input, output), not {self.prices!r}"
+            ) from exc
 
     @classmethod
     def refusal_in(cls, events: list[dict[str, Any]]) -> RefusalVerdict | None:
@@ -418,15 +430,6 @@ def _status_in(message: str, error_info: Any) -> int | None:
             if status is not None:
                 return status
     return None
-
-
-def table_prices(model: str | None) -> tuple[float, float, float] | None:
-    """USD per million input, cached input and output tokens of OpenAI's ``model`` in the price
-    table (None: not in it)."""
-    price = find_price(shipped_prices(), f"openai/{model}") if model else None
-    if price is None:
-        return None
-    return price.input, price.input if price.cache_read is None else price.cache_read, price.output
 
 
 def codex(model: str | None = None, **options: Any) -> CodexAgent:

@@ -583,7 +583,8 @@ class Gateway:
         if reader.error is not None and record.error is None:
             record.error = str(reader.error.get("message", reader.error))[:MESSAGE_CHARS]
         price = find_price(session.prices, f"{record.route}/{record.model}") if record.model else None
-        record.cost_usd = cost_usd(price, record.usage.input_tokens or 0, record.usage.output_tokens or 0)
+        known = {"input_tokens": record.usage.input_tokens or 0, "output_tokens": record.usage.output_tokens or 0}
+        record.cost_usd = cost_usd(price, record.usage.model_copy(update=known))
         session.model_calls += 1
         session.usage.add(record.usage)
         session.by_model.setdefault(record.model or "unknown", ModelCalls()).add(record)

@@ -175,7 +175,7 @@ class Model:
                 refusal=reply.refusal,
                 input_tokens=reply.usage.input_tokens,
                 output_tokens=reply.usage.output_tokens,
-                cost_usd=cost_usd(self.price, reply.usage.input_tokens, reply.usage.output_tokens),
+                cost_usd=cost_usd(self.price, reply.usage),
                 latency_s=round(time.monotonic() - started, 6),
                 attempts=attempt,
                 key_fallbacks=fallbacks,

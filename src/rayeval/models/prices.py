@@ -20,12 +20,14 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from .._messages import field_problems
 from .providers import ModelError
+from .types import Usage
 
 _DATE_SUFFIX = re.compile(r"-(\d{8}|\d{4}-\d{2}-\d{2})$")
 
-#: the version of the rule that prices a program's tokens from the table (a run summary's
-#: ``pricing_version`` when its ``cost_source`` is ``rayeval_price_table`` or ``configured_prices``)
-PRICING_VERSION = "1"
+#: the version of the rule and table that price a program's tokens (a run summary's
+#: ``pricing_version`` when its ``cost_source`` is ``rayeval_price_table`` or
+#: ``configured_prices``); 2: cache prices of the older OpenAI and Anthropic models
+PRICING_VERSION = "2"
 
 
 class Price(BaseModel):
@@ -76,8 +78,15 @@ def find_price(table: PriceTable, name: str) -> Price | None:
     return None
 
 
-def cost_usd(price: Price | None, input_tokens: int | None, output_tokens: int | None) -> float | None:
-    """None when the price or either count is unknown."""
-    if price is None or input_tokens is None or output_tokens is None:
+def cost_usd(price: Price | None, usage: Usage) -> float | None:
+    """What tokens counted as ``usage`` (every prompt token in ``input_tokens``, cache reads and
+    writes among them, as the gateway and the model layer count) cost at ``price``: cache
+    reads and writes at their own prices where it has them, else as any input. None when the
+    price or either count is unknown."""
+    if price is None or usage.input_tokens is None or usage.output_tokens is None:
         return None
-    return (input_tokens * price.input + output_tokens * price.output) / 1_000_000
+    read = (usage.cache_read_tokens or 0) if price.cache_read is not None else 0
+    written = (usage.cache_write_tokens or 0) if price.cache_write is not None else 0
+    uncached = max(usage.input_tokens - read - written, 0)
+    cached = read * (price.cache_read or 0.0) + written * (price.cache_write or 0.0)
+    return (uncached * price.input + cached + usage.output_tokens * price.output) / 1_000_000

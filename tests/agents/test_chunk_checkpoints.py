@@ -18,6 +18,7 @@ from rayeval.unit.runner import EvalRunner
 
 from .conftest import answer_42_evals
 from .test_pi import PROMPT, WRITE_ANSWER
+from .test_refusal_fallback import CATCH_ALL, FALLBACK_MODEL, FINISH
 
 
 def test_each_chunk_of_a_sandboxed_unit_saves_its_checkpoint(claude_available, model_server, tmp_path: Path) -> None:
@@ -51,6 +52,22 @@ RESUMED = {
 }
 
 
+def _lost_in_first(tmp_path: Path, elsewhere: str = WRITE_ANSWER) -> str:
+    """A command that kills its program in the first attempt's work folder (as a lost node would
+    end it) and runs ``elsewhere`` (writes the answer) in any other."""
+    return f"case $PWD in {tmp_path}/first/*) kill -9 $PPID;; *) {elsewhere};; esac"
+
+
+def _attempt(tmp_path: Path, work_root: str, harness: str, model: str, args: dict[str, str]) -> Any:
+    """One attempt of the unit of ``tmp_path/evals``, in ``tmp_path/work_root``, its checkpoints
+    under ``tmp_path/results/_sessions`` (Ray runs an attempt again when its node is lost)."""
+    sessions = tmp_path / "results" / "_sessions"
+    runner = EvalRunner(
+        tmp_path / "evals" / "e.json", work_root=tmp_path / work_root, run_id="r", sessions_root=str(sessions)
+    )
+    return runner.execute(agent_ref(harness), model=model, agent_args=args, isolation="sandbox")
+
+
 @pytest.mark.parametrize("harness", list(RESUMED))
 def test_a_unit_resumed_from_its_checkpoint_goes_on_with_its_session(
     harness: str, request: pytest.FixtureRequest, model_server, tmp_path: Path
@@ -60,21 +77,16 @@ def test_a_unit_resumed_from_its_checkpoint_goes_on_with_its_session(
     the row adds the counts saved with the checkpoint to its own."""
     request.getfixturevalue("claude_available" if harness == "claude-code" else "pi_available")
     model, options = RESUMED[harness]
-    lost_here = f"case $PWD in {tmp_path}/first/*) kill -9 $PPID;; *) {WRITE_ANSWER};; esac"
-    server = model_server([{"command": "echo first-chunk-ran > notes.txt"}, {"command": lost_here}, {"text": "Done."}])
-    evals = answer_42_evals(tmp_path / "evals", "chunked", PROMPT)
-    sessions = tmp_path / "results" / "_sessions"
+    server = model_server(
+        [{"command": "echo first-chunk-ran > notes.txt"}, {"command": _lost_in_first(tmp_path)}, {"text": "Done."}]
+    )
+    answer_42_evals(tmp_path / "evals", "chunked", PROMPT)
     args = {"base_url": server.url, "chunk_turns": "1", "timeout": "120", **options}
-
-    def attempt(work_root: str) -> Any:
-        runner = EvalRunner(evals / "e.json", work_root=tmp_path / work_root, run_id="r", sessions_root=str(sessions))
-        return runner.execute(agent_ref(harness), model=model, agent_args=args, isolation="sandbox")
-
-    lost = attempt("first")
+    lost = _attempt(tmp_path, "first", harness, model, args)
     assert lost.answer is None and lost.metadata["session_checkpoints"] == {"saved": 1}, lost.error_message
-    (saved,) = sessions.glob("chunked__*/chunk-1.json")
+    (saved,) = (tmp_path / "results" / "_sessions").glob("chunked__*/chunk-1.json")
     carried = json.loads(saved.read_text())
-    done = attempt("second")  # Ray runs the attempt again
+    done = _attempt(tmp_path, "second", harness, model, args)
     assert done.answer == {"answer": 42}, done.error_message
     assert done.metadata["session_checkpoints"] == {"saved": 1, "resumed_from": 1}
     # turn 0 is not asked again; turn 1, whose answer the first attempt lost, is; its answer ends the unit
@@ -86,3 +98,28 @@ def test_a_unit_resumed_from_its_checkpoint_goes_on_with_its_session(
     assert counted.usage.output_tokens == first.output_tokens + resumed.output_tokens
     assert sum(seen.n_model_calls for seen in counted.by_model.values()) == 2
     assert done.metadata["n_turns"] == 2
+
+
+def test_a_session_that_fell_back_goes_on_from_its_checkpoint_on_its_fallback_model(
+    claude_available, model_server, tmp_path: Path
+) -> None:
+    """claude-fable-5 refuses in chunk 1 and Claude Code falls back to claude-opus-5; the node
+    is lost in chunk 2. The session restored in another work folder, whose earlier events are
+    not in its process, asks claude-opus-5 in each chunk, as it would have where it was; put
+    back on claude-fable-5, it would be refused again."""
+    lost_here = {"command": _lost_in_first(tmp_path, elsewhere="echo second-chunk-ran")}
+    server = model_server([FINISH, {"command": "echo first-chunk-ran"}, lost_here, {"command": WRITE_ANSWER}, FINISH])
+    server.refused_by.add("claude-fable-5")
+    answer_42_evals(tmp_path / "evals", "chunked", PROMPT)
+    env = json.dumps({"CLAUDE_CODE_MAX_RETRIES": "0", **json.loads(CATCH_ALL)})
+    args = {"base_url": server.url, "chunk_turns": "1", "timeout": "120", "switch_models_on_flag": "true", "env": env}
+    lost = _attempt(tmp_path, "first", "claude-code", "claude-fable-5", args)
+    assert lost.answer is None and lost.metadata["session_checkpoints"] == {"saved": 1}, lost.error_message
+    asked = [request.body["model"] for request in server.model_requests() if request.body.get("tools")]
+    assert asked == ["claude-fable-5", "claude-fable-5", FALLBACK_MODEL, FALLBACK_MODEL]  # refused, again, turns 1, 2
+    done = _attempt(tmp_path, "second", "claude-code", "claude-fable-5", args)
+    resumed = [request.body["model"] for request in server.model_requests() if request.body.get("tools")][len(asked) :]
+    assert resumed == [FALLBACK_MODEL, FALLBACK_MODEL], resumed  # turn 2 in the restored session's chunk, turn 3
+    assert done.answer == {"answer": 42}, done.error_message
+    assert done.metadata["session_checkpoints"] == {"saved": 2, "resumed_from": 1}
+    assert "--model claude-opus-5" in " ".join(done.metadata["command"])

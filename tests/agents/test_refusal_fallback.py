@@ -169,6 +169,22 @@ def test_every_resume_of_a_session_that_fell_back_names_its_fallback_model() -> 
     assert agent.resuming(forged) is agent
 
 
+def test_a_restored_session_reads_its_fallback_from_its_own_transcript(tmp_path: Path) -> None:
+    """The restored state's transcript of the session (the last fallback it records; a line that
+    is no JSON skipped) chooses the model; another session's transcript, or a session id that
+    reads as a pattern, chooses none."""
+    agent = claude_code("claude-fable-5", chunk_turns=5)
+    projects = tmp_path / "claude" / "projects"
+    (projects / "-work-a").mkdir(parents=True)
+    (projects / "-work-b").mkdir()
+    opus, sonnet = LATCH_EVENTS[1], {**LATCH_EVENTS[1], "fallbackModel": "claude-sonnet-5"}
+    (projects / "-work-a" / "session-1.jsonl").write_text(f"{json.dumps(sonnet)}\nnot json\n{json.dumps(opus)}\n")
+    (projects / "-work-b" / "session-2.jsonl").write_text(json.dumps(sonnet) + "\n")
+    assert agent.resuming(agent.restored_events(tmp_path, "session-1")).model == "claude-opus-5"
+    assert agent.resuming(agent.restored_events(tmp_path, "session-3")) is agent
+    assert agent.restored_events(tmp_path, "*") == []
+
+
 def test_the_run_summarys_models_are_the_gateways_whatever_the_agent_claims() -> None:
     claimed = run_summary(duration_s=1.0, usage={"input_tokens": 1})
     claimed = {

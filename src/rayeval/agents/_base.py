@@ -259,6 +259,13 @@ class ProgramAgent:
         folder, one the program goes on with in ``work_dir`` (Claude Code finds a session by
         its id, whatever work folder it was filed under)."""
 
+    def restored_events(self, state: Path, session_id: str) -> list[dict[str, Any]]:
+        """The events so far of ``session_id``, restored in ``state`` from a checkpoint (another
+        process ran them), as far as the program's state records them, for :meth:`resuming` to
+        read (Claude Code: its transcript); none by default. ``state`` is the agent's own work,
+        untrusted: what it says may only choose what :meth:`resuming` may choose."""
+        return []
+
     def made_progress(self, summary: Summary, events: list[dict[str, Any]]) -> bool:
         """Whether a run completed a model turn (which resets the doubling of provider waits)."""
         return bool(summary.n_turns)
@@ -304,9 +311,11 @@ class ProgramAgent:
             convention = context.convention if context is not None else "legacy"
             env, secrets = self._environment(state, work_dir, convention, chunked=self.chunk_turns is not None)
             secrets |= set(recovery.spare_keys)
-            first_argv, stdin = self._first_run(program, state, work_dir, task_prompt, context)
+            first_argv, stdin, restored = self._first_run(program, state, work_dir, task_prompt, context)
             on_chunk = context.chunk_done if context is not None else None
-            runs = self._run_recovering(program, first_argv, state, work_dir, env, stdin, recovery, secrets, on_chunk)
+            runs = self._run_recovering(
+                program, first_argv, state, work_dir, env, stdin, recovery, secrets, restored, on_chunk
+            )
             result, summary = self._session(runs, started, state, work_dir)  # Codex reads its state
         return _cli.finish(
             harness=self.harness,
@@ -331,17 +340,22 @@ class ProgramAgent:
 
     def _first_run(
         self, program: list[str], state: Path, work_dir: Path, task_prompt: str, context: AgentContext | None
-    ) -> tuple[list[str], str | None]:
-        """The first command line and its stdin: the task, or, for a chunked session restored
-        from its checkpoint (``context.resume_session``), that session gone on with ``Continue.``"""
+    ) -> tuple[list[str], str | None, list[dict[str, Any]]]:
+        """The first command line, its stdin and the session's events restored with it: the
+        task, or, for a chunked session restored from its checkpoint (``context.resume_session``),
+        that session gone on with ``Continue.`` by the agent its restored events choose
+        (:meth:`resuming`: Claude Code on the model it fell back to)."""
         session = context.resume_session if context is not None else None
         if self.chunk_turns is None:
-            return self.build_argv(program, state, work_dir), self.stdin_text(task_prompt)
+            return self.build_argv(program, state, work_dir), self.stdin_text(task_prompt), []
         if session is None:
-            return self.chunk_argv(program, state, self.chunk_turns, None, fork=False), self.stdin_text(task_prompt)
+            argv = self.chunk_argv(program, state, self.chunk_turns, None, fork=False)
+            return argv, self.stdin_text(task_prompt), []
         self.adopt_session(state, work_dir, session)
+        restored = self.restored_events(state, session)
         _cli.note(work_dir, "HARNESS: going on with the session restored from the unit's checkpoint")
-        return self.chunk_argv(program, state, self.chunk_turns, session, fork=False), RESUME_PROMPT
+        going_on = self.resuming(restored)
+        return going_on.chunk_argv(program, state, self.chunk_turns, session, fork=False), RESUME_PROMPT, restored
 
     def _state_path(self, work_dir: Path) -> str | Path | None:
         """Where the program keeps its state: ``state_dir``; for a chunked session, else, in the
@@ -436,11 +450,13 @@ class ProgramAgent:
         stdin: str | None,
         recovery: Recovery,
         secrets: set[str],
+        restored: list[dict[str, Any]],
         on_chunk: Callable[[str, int], object] | None = None,
     ) -> list[tuple[_cli.CliResult, Summary]]:
         """Run ``argv`` (``stdin`` on its standard input), then resume the program's session for
-        as long as :class:`Recovery` says; ``on_chunk`` is told of each chunk done that the
-        session goes on from (its id, turns)."""
+        as long as :class:`Recovery` says, each resume's :meth:`resuming` reading the session's
+        events so far (``restored``, those before this process, first); ``on_chunk`` is told of
+        each chunk done that the session goes on from (its id, turns)."""
         runs: list[tuple[_cli.CliResult, Summary]] = []
         while True:
             earlier = [event for run, _ in runs for event in run.events]
@@ -465,7 +481,7 @@ class ProgramAgent:
             failure = summary.failures[-1] if summary.failures else None
             session = summary.session_id
             resumed = (
-                self.resuming([*earlier, *result.events])._resumed_argv(program, state, work_dir, session)
+                self.resuming([*restored, *earlier, *result.events])._resumed_argv(program, state, work_dir, session)
                 if session
                 else None
             )

@@ -453,6 +453,24 @@ def program_run_summary(
     )
 
 
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The JSON objects of a program's JSON-lines file, read leniently (it is the agent's own
+    work, or cut short): a line that is no JSON object is skipped, an unreadable file is empty."""
+    out = []
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                try:
+                    obj = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(obj, dict):
+                    out.append(obj)
+    except OSError:
+        pass
+    return out
+
+
 def as_int(value: Any) -> int | None:
     if isinstance(value, bool):
         return None

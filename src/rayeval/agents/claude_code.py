@@ -27,7 +27,9 @@ status as the provider's hint; the session resumes with ``--resume <session>`` a
 pinned program goes on with its own default model (``claude-opus-5-5`` in its requests), unless
 the session fell back to another model on a refusal; given one, it goes back to that model.  So
 a session that fell back goes on with its fallback model (:func:`session_model`), any other with
-the requested one.
+the requested one. A chunked session restored from its checkpoint in another process finds its
+fallback in its transcript, which the restored state folder holds
+(:meth:`ClaudeCodeAgent.restored_events`).
 
 A run the unit's deadline cut off while Claude Code was still retrying a failed call (an
 ``api_retry`` with no model reply after it) ended on that failure: the row's error, as
@@ -170,6 +172,15 @@ class ClaudeCodeAgent(ProgramAgent):
         """Itself on the model the session fell back to, when it did (see :func:`session_model`)."""
         model = session_model(events)
         return self if model is None else dataclasses.replace(self, model=model)
+
+    def restored_events(self, state: Path, session_id: str) -> list[dict[str, Any]]:
+        """The records of the session's transcript, ``projects/<folder>/<session>.jsonl`` (the
+        pinned program appends each run of a session to the transcript of the work folder it
+        began in, wherever it is resumed): its ``system``/``model_refusal_fallback`` records are
+        its events' (camelCase), which :func:`session_model` reads."""
+        name = f"{session_id}.jsonl"  # compared, never a pattern: the id comes from the agent's side
+        transcripts = sorted(path for path in (state / "claude" / "projects").glob("*/*.jsonl") if path.name == name)
+        return [record for transcript in transcripts for record in _cli.read_jsonl(transcript)]
 
     def chunk_argv(
         self, program: list[str], state: Path, max_turns: int, session_id: str | None, fork: bool
@@ -395,8 +406,9 @@ def model_routing(
 
 def session_model(events: list[dict[str, Any]]) -> str | None:
     """The model a session's last ``model_refusal_fallback`` moved it to, which it goes on with
-    (None: it fell back to none). As Claude Code names the model it asks for, where its replies
-    may name it as the provider does (a dated id)."""
+    (None: it fell back to none): of its events, or of its transcript's records (camelCase). As
+    Claude Code names the model it asks for, where its replies may name it as the provider does
+    (a dated id)."""
     for event in reversed(events):
         if event.get("type") == "system" and event.get("subtype") == "model_refusal_fallback":
             model = _text_field(event, "fallback_model", "fallbackModel")

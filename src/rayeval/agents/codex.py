@@ -286,22 +286,6 @@ def _sidecar_files(codex_home: Path, thread_id: str | None) -> list[Path]:
     return files
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    out = []
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                try:
-                    obj = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(obj, dict):
-                    out.append(obj)
-    except OSError:
-        pass
-    return out
-
-
 def summarize_codex_events(events: list[dict[str, Any]], codex_home: Path | None = None) -> Summary:
     """Turns, tool calls and usage from ``codex exec --json`` events plus the session file.
 
@@ -347,7 +331,7 @@ def summarize_codex_events(events: list[dict[str, Any]], codex_home: Path | None
     error_infos: dict[str, Any] = {}  # a failed turn's message -> its codex_error_info
     sidecar_files = _sidecar_files(codex_home, thread_id) if codex_home is not None else []
     for path in sidecar_files:
-        for rec in _read_jsonl(path):
+        for rec in _cli.read_jsonl(path):
             payload = object_at(rec, "payload")
             rtype = rec.get("type")
             if rtype == "token_usage_record" and payload.get("response_id"):

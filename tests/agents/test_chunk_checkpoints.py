@@ -30,7 +30,7 @@ def test_each_chunk_of_a_sandboxed_unit_saves_its_checkpoint(claude_available, m
     )
     args = {"base_url": server.url, "chunk_turns": "1", "timeout": "120", "env": '{"CLAUDE_CODE_MAX_RETRIES": "0"}'}
     done = runner.execute(agent_ref("claude-code"), model="claude-sonnet-4-5", agent_args=args, isolation="sandbox")
-    assert done.answer == {"answer": 42}, done.error_message
+    assert done.agent_answer == {"answer": 42}, done.error_message
     assert done.metadata["session_checkpoints"] == {"saved": 1}  # the last chunk answered: none after it
     folder = sessions / "chunked__claude-sonnet-4-5__sx"
     assert sorted(p.name for p in folder.iterdir()) == ["chunk-1.json", "chunk-1.tar"]
@@ -83,11 +83,11 @@ def test_a_unit_resumed_from_its_checkpoint_goes_on_with_its_session(
     answer_42_evals(tmp_path / "evals", "chunked", PROMPT)
     args = {"base_url": server.url, "chunk_turns": "1", "timeout": "120", **options}
     lost = _attempt(tmp_path, "first", harness, model, args)
-    assert lost.answer is None and lost.metadata["session_checkpoints"] == {"saved": 1}, lost.error_message
+    assert lost.agent_answer is None and lost.metadata["session_checkpoints"] == {"saved": 1}, lost.error_message
     (saved,) = (tmp_path / "results" / "_sessions").glob("chunked__*/chunk-1.json")
     carried = json.loads(saved.read_text())
     done = _attempt(tmp_path, "second", harness, model, args)
-    assert done.answer == {"answer": 42}, done.error_message
+    assert done.agent_answer == {"answer": 42}, done.error_message
     assert done.metadata["session_checkpoints"] == {"saved": 1, "resumed_from": 1}
     # turn 0 is not asked again; turn 1, whose answer the first attempt lost, is; its answer ends the unit
     assert [reply.turn for reply in server.scripted_replies()] == [0, 1, 1]

@@ -439,7 +439,8 @@ def test_an_eval_whose_judge_gives_no_verdict_is_an_error_not_a_failed_answer(ju
     """The grading could not be done: the unit's status is error (JudgeError, the judge's
     reason), also when the rubric is one entry of a graders list beside one that passed."""
     from rayeval.evals import Eval
-    from rayeval.unit.execution import Execution, grade_execution, now
+    from rayeval.unit.execution import grade_execution, now
+    from rayeval.unit.result import EvalResult
 
     _, server = judge
     server.fail(400)
@@ -449,8 +450,12 @@ def test_an_eval_whose_judge_gives_no_verdict_is_an_error_not_a_failed_answer(ju
     ]
     eval_ = Eval.model_validate({"id": "e", "task": "Why?", "graders": graders})
     stamp = now()
-    execution = Execution(
-        eval_id="e", outcome="answered", answer={"rationale": "hi", "answer": "B"}, started_at=stamp, finished_at=stamp
+    execution = EvalResult(
+        eval_id="e",
+        outcome="answered",
+        agent_answer={"rationale": "hi", "answer": "B"},
+        started_at=stamp,
+        finished_at=stamp,
     )
     result = grade_execution(eval_, execution, grade_timeout=None)
     assert (result.status, result.passed, result.error_type) == ("error", False, "JudgeError")

@@ -125,7 +125,7 @@ def test_chunk_reports_without_model_calls_save_nothing_and_never_hold_the_worke
         Eval.model_validate(QUICK_EVAL), work_root=tmp_path / "w", run_id="r", sessions_root=str(sessions)
     )
     done = runner.execute(_reports_chunks_without_model_calls, isolation="process", timeout=60)
-    assert done.answer == {"acked": [True] * 20}, done.error_message  # each report answered, and waited for
+    assert done.agent_answer == {"acked": [True] * 20}, done.error_message  # each report answered, and waited for
     assert "session_checkpoints" not in done.metadata
     assert not sessions.exists()
 

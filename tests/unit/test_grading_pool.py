@@ -20,8 +20,8 @@ from pydantic import ValidationError
 
 from rayeval.evals import Eval
 from rayeval.graders import GRADER_REGISTRY, Grader, GraderResult, register_grader
-from rayeval.unit import grade
-from rayeval.unit.execution import Execution, grade_execution
+from rayeval.unit import EvalResult, grade
+from rayeval.unit.execution import grade_execution
 from rayeval.unit.grading_pool import (
     RESULT_FIELDS,
     GradingPool,
@@ -45,8 +45,8 @@ def make(**fields: Any) -> Eval:
     return Eval.model_validate({"id": "g", "task": "t", **fields})
 
 
-def execution(answer: Any) -> Execution:
-    return Execution(eval_id="g", outcome="answered", answer=answer, started_at=STAMP, finished_at=STAMP)
+def execution(answer: Any) -> EvalResult:
+    return EvalResult(eval_id="g", outcome="answered", agent_answer=answer, started_at=STAMP, finished_at=STAMP)
 
 
 def identical(left: Any, right: Any) -> bool:

@@ -13,7 +13,7 @@ from typing import Any
 import ray
 
 from ..graders.judging import Judgments, judge_call, unmade_judge_call
-from ..unit.execution import Execution
+from ..unit.result import EvalResult
 from .plan import Unit
 from .worker import JudgeWork
 
@@ -38,7 +38,7 @@ class JudgedUnit:
 
     unit: Unit
     attempt: int
-    execution: Execution
+    execution: EvalResult
     outcomes: Judgments
     left: int
 

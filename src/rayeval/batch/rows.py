@@ -11,7 +11,7 @@ from .._version import __version__
 from ..agents.labels import row_labels
 from ..evals import Eval
 from ..record import SeenBy, UnitRecord, carried
-from ..unit.execution import Execution, unanswered_result
+from ..unit.execution import unanswered_result
 from ..unit.result import EvalResult
 from .plan import Unit
 
@@ -160,7 +160,7 @@ class RunRows:
         """The row of a unit Ray could not run even after its own retries (e.g. a node kept dying)."""
         stamp = datetime.now(timezone.utc)
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        execution = Execution(
+        execution = EvalResult(
             eval_id=unit.eval_id,
             model=unit.model,
             seed=unit.seed,

@@ -24,7 +24,7 @@ from ..sandbox.config import SandboxConfig
 from ..sandbox.units import SandboxError
 from ..storage.layout import Layout, s3_wal_base
 from ..unit.context import AgentFunction, AgentRef
-from ..unit.execution import Execution, grade_execution, judge_requests
+from ..unit.execution import grade_execution, judge_requests
 from ..unit.grading_pool import prestart_grading
 from ..unit.judges import JudgedGrade, has_judged_graders
 from ..unit.result import EvalResult
@@ -57,14 +57,15 @@ GRADING_THREADS = 4
 
 
 class JudgeWork(NamedTuple):
-    """A unit whose agent has run and whose LLM-judged graders wait on these judge calls."""
+    """A unit whose agent has run (its ``execution``, not graded yet) and whose LLM-judged
+    graders wait on these judge calls."""
 
-    execution: Execution
+    execution: EvalResult
     requests: Judgments
 
 
 # Replaces grading by the eval's graders: (eval, execution) -> result (see run_batch's ``grade``).
-GradeFunction = Callable[[Eval, Execution], EvalResult]
+GradeFunction = Callable[[Eval, EvalResult], EvalResult]
 
 
 class WorkerConfig(BaseModel):
@@ -123,9 +124,7 @@ class UnitWorker:
         self.agent: AgentFunction | AgentRef | None = None
         self.grade: GradeFunction = grade_execution
         self.judged_evals: frozenset[int] = frozenset()  # eval indices whose judge calls the run makes apart
-        self.judged_grade: JudgedGrade[Execution, EvalResult] | None = (
-            None  # the run's own grade function, when it hands its judges over
-        )
+        self.judged_grade: JudgedGrade | None = None  # the run's own grade function, when it hands its judges over
         # A folder per worker process (named by host and process, see ``sweep_dead_workers``),
         # and in it one per thread (see ``run_unit``).
         root = Path(config.execution.work_root or default_work_root())
@@ -159,7 +158,7 @@ class UnitWorker:
         return self._row(unit, attempt, self.grade(self.evals[unit.eval_index], execution))
 
     def grade_judged(
-        self, position: int, attempt: int, execution: Execution, judgments: Judgments, shared: list[Any]
+        self, position: int, attempt: int, execution: EvalResult, judgments: Judgments, shared: list[Any]
     ) -> UnitRecord:
         """The row of a unit whose judge calls have been made: ``judgments`` are their outcomes."""
         self._load(shared)
@@ -227,7 +226,7 @@ class UnitWorker:
         each unit's own process, never in this one, which holds every eval."""
         return agent_ref(self.config.agent, load=self.config.execution.isolation == "inline")
 
-    def _execute(self, unit: Unit, work_root: Path, attempt: int, after_lost_attempt: bool = False) -> Execution:
+    def _execute(self, unit: Unit, work_root: Path, attempt: int, after_lost_attempt: bool = False) -> EvalResult:
         assert self.agent is not None, "run_unit loads the agent first"
         execution = self.config.execution
         runner = EvalRunner(
@@ -346,7 +345,7 @@ class WorkerPool:
         else:
             self.in_flight[self._worker_of.pop(ref)] -= 1
 
-    def grade(self, unit: Unit, attempt: int, execution: Execution, judgments: Judgments) -> Any:
+    def grade(self, unit: Unit, attempt: int, execution: EvalResult, judgments: Judgments) -> Any:
         """A unit's second grading pass, on a worker that is up, outside its units' slots."""
         worker = self.actors[min(self.up, key=self.in_flight.__getitem__)]
         method = worker.grade_judged.options(concurrency_group=GRADING_GROUP)

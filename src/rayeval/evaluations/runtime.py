@@ -48,7 +48,7 @@ from ..graders.base import Grader
 from ..graders.judging import Judgments
 from ..graders.registry import register_grader
 from ..graders.result import GraderResult
-from ..unit.execution import Execution, grade_execution, judge_requests
+from ..unit.execution import grade_execution, judge_requests
 from ..unit.prompt import task_of
 from ..unit.result import EvalResult
 
@@ -256,11 +256,11 @@ class EvaluationGrade:
         self.judges = [evaluator for evaluator in evaluators if isinstance(evaluator.fn, LLMJudge)]
         self.judged = bool(self.judges)
 
-    def judge_requests(self, eval_: Eval, execution: Execution) -> Judgments:
+    def judge_requests(self, eval_: Eval, execution: EvalResult) -> Judgments:
         """The model calls of the LLM-as-judge evaluators for this execution (none are made)."""
         return judge_requests(self._unit_eval(eval_, execution, self.judges), execution, grade_timeout=None)
 
-    def __call__(self, eval_: Eval, execution: Execution, judgments: Judgments | None = None) -> EvalResult:
+    def __call__(self, eval_: Eval, execution: EvalResult, judgments: Judgments | None = None) -> EvalResult:
         """The unit's row; ``judgments``: the outcomes of :meth:`judge_requests`' calls (else the
         LLM-as-judge evaluators call their models here)."""
         if execution.outcome == "no_answer":  # cannot happen with DatapointCaller; an error if it does
@@ -274,15 +274,16 @@ class EvaluationGrade:
         unit_eval = self._unit_eval(eval_, execution, self.evaluators)
         return grade_execution(unit_eval, execution, grade_timeout=None, judgments=judgments)
 
-    def _unit_eval(self, eval_: Eval, execution: Execution, evaluators: list[LocalEvaluator]) -> Eval:
+    def _unit_eval(self, eval_: Eval, execution: EvalResult, evaluators: list[LocalEvaluator]) -> Eval:
         """``eval_`` graded by ``evaluators`` on this execution's log (graded in this process:
         the config holds the evaluators themselves)."""
         config = {"evaluators": evaluators, "log": self.log(eval_, execution), "datapoint": self.datapoint(eval_)}
         return eval_.model_copy(update={"grader": GraderSpec.model_construct(type=EVALUATIONS_GRADER, config=config)})
 
-    def log(self, eval_: Eval, execution: Execution) -> dict[str, Any]:
+    def log(self, eval_: Eval, execution: EvalResult) -> dict[str, Any]:
         extra = eval_.model_extra or {}
-        answer = execution.answer if isinstance(execution.answer, dict) else {}
+        answer = execution.agent_answer if isinstance(execution.agent_answer, dict) else {}
+        assert execution.started_at and execution.finished_at, "the runner times every execution"
         return {
             "output": answer.get("output"),
             "inputs": copy.deepcopy(extra.get("inputs") or {}),

@@ -11,7 +11,7 @@ from .._lazy import lazy_exports
 
 if TYPE_CHECKING:  # the exports (see rayeval._lazy)
     from .context import AgentContext
-    from .execution import Execution, grade_execution
+    from .execution import grade_execution
     from .grading import grade, grade_spec, grade_specs
     from .result import STATUSES, EvalResult, Status
     from .runner import EvalRunner

@@ -1,61 +1,25 @@
-"""What running an agent produced, before grading: the unit of work a batch worker returns."""
+"""A unit's run graded: its :class:`~rayeval.unit.result.EvalResult` as the runner filled it in
+becomes the graded one (its verdict, costs and tokens), or, for an error or a timeout, the
+result that is not graded."""
 
 from __future__ import annotations
 
 import math
 import time
 from datetime import datetime, timezone
-from typing import Any, Literal
-
-from pydantic import ConfigDict, Field
+from typing import Any
 
 from ..evals import Eval
 from ..gateway.server import ModelUsage
 from ..graders.judging import Judgments, judgments_cost_usd
 from ..graders.result import GraderResult
-from ..record import JUDGE_ERROR, Status, carried
-from .context import UnitKey
+from ..record import JUDGE_ERROR, Status
 from .grading_pool import DEFAULT_TIMEOUT_S, GradingError, GradingTimeout, grade_bounded, judge_requests_bounded
 from .result import EvalResult
 from .run_summary import refusal_column, with_run_summary
 
-ExecutionOutcome = Literal["answered", "no_answer", "error", "timeout"]
-
 # Metadata keys an agent may report that become first-class result fields.
 _LIFTED_INT_FIELDS = ("input_tokens", "output_tokens", "n_turns")
-
-
-class Execution(UnitKey):
-    """An agent run with its answer found and its secrets masked; grading comes after."""
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
-    #: how the agent ran: sandbox, process or inline (see ``isolation.py``)
-    isolation: str | None = None
-    #: the agent is rayeval's replay agent (set by the runner, never by the agent): its
-    #: reported duration is the recorded run's
-    replayed: bool = False
-    outcome: ExecutionOutcome
-    answer: Any = None
-    answer_source: str | None = None
-    metadata: dict[str, Any] = Field(default_factory=dict)
-    error_type: str | None = None
-    error_message: str | None = None
-    error_traceback: str | None = None
-    agent_s: float = 0.0
-    duration_s: float = 0.0
-    started_at: datetime
-    finished_at: datetime
-    artifacts: dict[str, str] = Field(default_factory=dict)
-    #: what its model calls used, as the model gateway counted them (set by the runner, never
-    #: by the agent; None: the agent ran in this process, with no gateway in between)
-    model_usage: ModelUsage | None = None
-
-    @property
-    def counted(self) -> ModelUsage | None:
-        """What the gateway counted of its calls, unless it replays recorded runs (their usage,
-        cost and refusals are the recorded ones)."""
-        return None if self.replayed else self.model_usage
 
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -151,7 +115,7 @@ def cost_fields(agent_cost_usd: float | None, judgments: Judgments | None) -> di
     }
 
 
-def refusal_of(execution: Execution, metadata: dict[str, Any]) -> bool | None:
+def refusal_of(execution: EvalResult, metadata: dict[str, Any]) -> bool | None:
     """Whether the model refused: as the gateway read it off the provider's replies, where the
     unit's calls went through it (the agent's own claim stays in its metadata); else as the
     agent, run in this process, reports it."""
@@ -160,42 +124,46 @@ def refusal_of(execution: Execution, metadata: dict[str, Any]) -> bool | None:
     return refusal_column(metadata)
 
 
-def judge_requests(eval_: Eval, execution: Execution, *, grade_timeout: float | None = DEFAULT_TIMEOUT_S) -> Judgments:
+def judge_requests(eval_: Eval, execution: EvalResult, *, grade_timeout: float | None = DEFAULT_TIMEOUT_S) -> Judgments:
     """The judge calls the LLM-judged graders of ``eval_`` (see ``rayeval.unit.judges.has_judged_graders``)
-    would make on the execution's answer (none for an error or timeout): the first of a batch
-    run's two grading passes (see ``rayeval.graders.judging``). A grading that fails here
-    fails again, and is reported, in the second pass."""
+    would make on the answer of ``execution`` (none for an error or timeout): the first of a
+    batch run's two grading passes (see ``rayeval.graders.judging``). A grading that fails
+    here fails again, and is reported, in the second pass."""
     if execution.outcome in ("error", "timeout"):
         return {}
     try:
-        return judge_requests_bounded(eval_, execution.answer, grade_timeout)
+        return judge_requests_bounded(eval_, execution.agent_answer, grade_timeout)
     except GradingError:
         return {}
 
 
-def unanswered_result(execution: Execution) -> EvalResult:
-    """The result of an execution that ended in an error or a timeout: nothing to grade (what
-    its model calls used, as the gateway counted them, is kept)."""
+def unanswered_result(execution: EvalResult) -> EvalResult:
+    """The result of an execution that ended in an error or a timeout: nothing to grade (what its
+    model calls used, as the gateway counted them, is kept)."""
     metadata = with_run_summary(execution.metadata, execution.agent_s, execution.counted)
     status: Status = "timeout" if execution.outcome == "timeout" else "error"
-    counted = execution.counted
-    costs = {} if counted is None else counted_fields(counted)
+    costs = {} if execution.counted is None else counted_fields(execution.counted)
     if status == "timeout":
         costs["limit_reached"] = "time"
-    return carried(
-        EvalResult, execution, agent_answer=execution.answer, status=status, passed=False, metadata=metadata,
-        refusal=refusal_of(execution, metadata), **costs,
-    )  # fmt: skip
+    update = {
+        "status": status,
+        "passed": False,
+        "metadata": metadata,
+        "refusal": refusal_of(execution, metadata),
+        **costs,
+    }
+    return execution.model_copy(update=update)
 
 
 def grade_execution(
     eval_: Eval,
-    execution: Execution,
+    execution: EvalResult,
     *,
     grade_timeout: float | None = DEFAULT_TIMEOUT_S,
     judgments: Judgments | None = None,
 ) -> EvalResult:
-    """Turn an execution into a result: errors and timeouts are not graded, everything else is.
+    """The graded result of ``execution`` (as the runner filled it in): errors and timeouts
+    are not graded, everything else is.
 
     The grading runs in a grading subprocess stopped after ``grade_timeout`` seconds (a
     ``timeout`` result, ``GradingTimeout``); a failed subprocess gives an ``error`` result.
@@ -211,7 +179,7 @@ def grade_execution(
     grader_result: GraderResult | None
     error: dict[str, str] = {}  # why the unit was not graded: the grading's error, not the agent's
     try:
-        grader_result = grade_bounded(eval_, execution.answer, grade_timeout, judgments=judgments)
+        grader_result = grade_bounded(eval_, execution.agent_answer, grade_timeout, judgments=judgments)
     except GradingError as exc:
         grader_result = None
         status = "timeout" if isinstance(exc, GradingTimeout) else "error"
@@ -229,18 +197,17 @@ def grade_execution(
         execution.metadata, recorded_duration=execution.replayed, judgments=judgments, counted=execution.counted
     )
     duration_s = lifted.pop("duration_s", round(execution.duration_s + grade_s, 6))  # a replay's: the recorded
-    return carried(
-        EvalResult,
-        execution,
-        agent_answer=execution.answer,
-        **error,
-        **lifted,
-        **reported,
-        duration_s=duration_s,
-        status=status,
-        passed=status == "passed",
-        grader_result=grader_result,
-        grade_s=round(grade_s, 6),
+    return execution.model_copy(
+        update={
+            **error,
+            **lifted,
+            **reported,
+            "duration_s": duration_s,
+            "status": status,
+            "passed": status == "passed",
+            "grader_result": grader_result,
+            "grade_s": round(grade_s, 6),
+        }
     )
 
 

@@ -4,14 +4,11 @@ run's own grade function that hands them over."""
 
 from __future__ import annotations
 
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from ..evals import Eval
 from ..graders.judging import Judgments, uses_judges
-
-#: what a run's agent produced (the harness's ``Execution``), and the result a grade makes of it
-Execution_contra = TypeVar("Execution_contra", contravariant=True)
-Result_co = TypeVar("Result_co", covariant=True)
+from .result import EvalResult
 
 
 def has_judged_graders(eval_: Eval) -> bool:
@@ -20,13 +17,13 @@ def has_judged_graders(eval_: Eval) -> bool:
 
 
 @runtime_checkable
-class JudgedGrade(Protocol[Execution_contra, Result_co]):
+class JudgedGrade(Protocol):
     """A run's own grade function whose judge model calls the run makes apart, as for
-    LLM-judged graders: ``judge_requests`` collects them (as ``graders.judging`` requests),
-    and the unit is then graded with their outcomes."""
+    LLM-judged graders: ``judge_requests`` collects them (as ``graders.judging`` requests) on
+    the unit's execution (its result not graded yet), which is then graded with their outcomes."""
 
     judged: bool  # whether it has judge calls at all
 
-    def judge_requests(self, eval_: Eval, execution: Execution_contra) -> Judgments: ...
+    def judge_requests(self, eval_: Eval, execution: EvalResult) -> Judgments: ...
 
-    def __call__(self, eval_: Eval, execution: Execution_contra, judgments: Judgments | None = None) -> Result_co: ...
+    def __call__(self, eval_: Eval, execution: EvalResult, judgments: Judgments | None = None) -> EvalResult: ...

@@ -1,28 +1,39 @@
-"""The outcome of one agent on one eval: what the harness returns and the batch engine stores."""
+"""One agent on one eval: the unit's record in flight, filled stage by stage, which the batch
+engine stores (see ``rayeval.record``)."""
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..gateway.server import ModelUsage
 from ..graders.result import GraderResult
 from ..record import STATUSES, LimitName, Status
 
 __all__ = ["STATUSES", "EvalResult", "Status"]
 
+#: how the agent's run ended: what grading goes on from (errors and timeouts are not graded)
+ExecutionOutcome = Literal["answered", "no_answer", "error", "timeout"]
+
 _ITEM_ALIASES = {"test_id": "eval_id"}
 
 
 class EvalResult(BaseModel):
-    """One unit's result. Reads like an object and, for reference compatibility, like a dict."""
+    """One unit's result, filled stage by stage: the runner fills in its run (the outcome, the
+    answer, times, metadata, artifacts, what the gateway counted; :meth:`EvalRunner.execute
+    <rayeval.unit.runner.EvalRunner.execute>`), grading its verdict (status, passed, grader
+    result, grading time, costs, tokens; :func:`~rayeval.unit.execution.grade_execution`).
+    What :meth:`EvalRunner.run <rayeval.unit.runner.EvalRunner.run>`, ``run-one`` and a run's
+    rows give is graded. Reads like an object and, for reference compatibility, like a dict."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     eval_id: str
-    status: Status
-    passed: bool
+    #: the verdict; None: not graded yet
+    status: Status | None = None
+    passed: bool = False
     grader_result: GraderResult | None = None
     agent_answer: Any = None
     metadata: dict[str, Any] = Field(default_factory=dict)
@@ -57,6 +68,15 @@ class EvalResult(BaseModel):
     started_at: datetime | None = None
     finished_at: datetime | None = None
     artifacts: dict[str, str] = Field(default_factory=dict)
+    # The run's own part, set by the runner (never by the agent) and read by grading; neither
+    # dumped nor shown (the status, costs and tokens say it in the printed and stored result).
+    #: how the agent's run ended (None: a result made by hand, not by rayeval's runner)
+    outcome: ExecutionOutcome | None = Field(default=None, exclude=True, repr=False)
+    #: the agent is rayeval's replay agent: its reported duration is the recorded run's
+    replayed: bool = Field(default=False, exclude=True, repr=False)
+    #: what its model calls used, as the model gateway counted them (None: the agent ran in this
+    #: process, with no gateway in between)
+    model_usage: ModelUsage | None = Field(default=None, exclude=True, repr=False)
 
     def __getitem__(self, key: str) -> Any:
         name = _ITEM_ALIASES.get(key, key)
@@ -76,3 +96,9 @@ class EvalResult(BaseModel):
     @property
     def score(self) -> float:
         return self.grader_result.normalized_score() if self.grader_result else 0.0
+
+    @property
+    def counted(self) -> ModelUsage | None:
+        """What the gateway counted of its calls, unless it replays recorded runs (their usage,
+        cost and refusals are the recorded ones)."""
+        return None if self.replayed else self.model_usage

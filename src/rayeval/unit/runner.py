@@ -25,7 +25,7 @@ from ..secrets import environment_secrets, redact
 from .answers import MAX_ANSWER_NESTING, find_answer, nested_deeper_than
 from .checkpoint import STAGED_DATA_FOLDER, ChunkCheckpoints, SavedChunk, unit_checkpoints
 from .context import AgentContext, AgentFunction, AgentRef, ModelRelay, UnitKey, call_agent
-from .execution import Execution, claims_against_counts, grade_execution, now
+from .execution import claims_against_counts, grade_execution, now
 from .grading_pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
 from .prompt import AnswerConvention, build_prompt
 from .result import EvalResult
@@ -116,8 +116,9 @@ class EvalRunner:
         budget: RunBudget | None = None,
         attempt: int = 1,
         after_lost_attempt: bool = False,
-    ) -> Execution:
-        """Everything but grading, so a batch engine can grade many executions in one task.
+    ) -> EvalResult:
+        """Everything but grading, so a batch engine can grade many units in one task: the
+        result as the run fills it in, not graded yet (its ``status`` None; see :meth:`run`).
 
         ``agent``: a function (or callable object), or an :class:`AgentRef` naming one, which
         is imported only where it runs, or carries the function the agents layer loaded here
@@ -184,7 +185,7 @@ class EvalRunner:
             fields = redact(fields, pattern)
         if calls is not None:
             fields = redact(fields, [calls.token])
-        return Execution(
+        return EvalResult(
             **fields,
             **context.model_dump(include=set(UnitKey.model_fields)),  # the unit its agent was told
             isolation=isolation,
@@ -406,7 +407,7 @@ def _find_answer(
         }
     if isinstance(found.metadata.get("error_details"), dict):  # who saw a failure is the trusted side's word
         found.metadata["error_details"].pop("seen_by", None)
-    fields.update(answer=found.answer, answer_source=found.source, metadata=found.metadata)
+    fields.update(agent_answer=found.answer, answer_source=found.source, metadata=found.metadata)
     if found.found:
         return {**fields, "outcome": "answered"}
     if found.oversized:  # an answer no store takes is the unit's error, as a returned one is

@@ -42,21 +42,16 @@ def _number(value: Any, kind: type) -> Any:
     return number
 
 
-def lift_metadata(
-    metadata: dict,
-    *,
-    recorded_duration: bool = False,
-    judgments: Judgments | None = None,
-    counted: ModelUsage | None = None,
-) -> dict:
-    """Cost, tokens, turns and harness as typed result fields, with the cost of the judge
-    calls whose outcomes are ``judgments`` (see :func:`cost_fields`). Tokens, cost and the
-    number of model calls are the gateway's ``counted`` ones where the unit's calls went
+def lift_metadata(execution: EvalResult, judgments: Judgments | None = None) -> dict:
+    """The execution's cost, tokens, turns and harness as typed result fields, with the cost of
+    the judge calls whose outcomes are ``judgments`` (see :func:`cost_fields`). Tokens, cost
+    and the number of model calls are the ones the gateway counted where the unit's calls went
     through it; only an agent run in this process (the replay of recorded runs among them)
     has its own report of them taken. Turns and harness are the agent's word.
 
-    ``recorded_duration``: the agent is rayeval's replay, whose ``duration_s`` is the recorded
-    run's; any other agent's reported duration is ignored (the measured one is kept)."""
+    The ``duration_s`` rayeval's replay agent reports is the recorded run's; any other agent's
+    reported duration is ignored (the measured one is kept)."""
+    metadata, counted = execution.metadata, execution.counted
     lifted: dict[str, Any] = {}
     if isinstance(metadata.get("harness"), str):
         lifted["harness"] = metadata["harness"]
@@ -70,7 +65,7 @@ def lift_metadata(
         if claimed["n_turns"] is not None:
             lifted["n_turns"] = claimed["n_turns"]
     recorded = _number(metadata.get("duration_s"), float)
-    if recorded_duration and recorded is not None:
+    if execution.replayed and recorded is not None:
         lifted["duration_s"] = recorded
     return lifted
 
@@ -115,13 +110,15 @@ def cost_fields(agent_cost_usd: float | None, judgments: Judgments | None) -> di
     }
 
 
-def refusal_of(execution: EvalResult, metadata: dict[str, Any]) -> bool | None:
-    """Whether the model refused: as the gateway read it off the provider's replies, where the
-    unit's calls went through it (the agent's own claim stays in its metadata); else as the
-    agent, run in this process, reports it."""
-    if execution.counted is not None:
-        return bool(execution.counted.refusals)
-    return refusal_column(metadata)
+def reported_fields(execution: EvalResult) -> dict[str, Any]:
+    """Its metadata with a valid run summary (see :func:`with_run_summary`), and its
+    ``refusal``: whether the model refused, as the gateway read it off the provider's replies
+    where the unit's calls went through it (the agent's own claim stays in its metadata), else
+    as the agent, run in this process, reports it."""
+    counted = execution.counted
+    metadata = with_run_summary(execution.metadata, execution.agent_s, counted)
+    refusal = bool(counted.refusals) if counted is not None else refusal_column(metadata)
+    return {"metadata": metadata, "refusal": refusal}
 
 
 def judge_requests(eval_: Eval, execution: EvalResult, *, grade_timeout: float | None = DEFAULT_TIMEOUT_S) -> Judgments:
@@ -140,19 +137,11 @@ def judge_requests(eval_: Eval, execution: EvalResult, *, grade_timeout: float |
 def unanswered_result(execution: EvalResult) -> EvalResult:
     """The result of an execution that ended in an error or a timeout: nothing to grade (what its
     model calls used, as the gateway counted them, is kept)."""
-    metadata = with_run_summary(execution.metadata, execution.agent_s, execution.counted)
     status: Status = "timeout" if execution.outcome == "timeout" else "error"
     costs = {} if execution.counted is None else counted_fields(execution.counted)
     if status == "timeout":
         costs["limit_reached"] = "time"
-    update = {
-        "status": status,
-        "passed": False,
-        "metadata": metadata,
-        "refusal": refusal_of(execution, metadata),
-        **costs,
-    }
-    return execution.model_copy(update=update)
+    return execution.model_copy(update={"status": status, "passed": False, **reported_fields(execution), **costs})
 
 
 def grade_execution(
@@ -172,8 +161,6 @@ def grade_execution(
     """
     if execution.outcome in ("error", "timeout"):
         return unanswered_result(execution)
-    metadata = with_run_summary(execution.metadata, execution.agent_s, execution.counted)
-    reported = {"metadata": metadata, "refusal": refusal_of(execution, metadata)}
     start = time.monotonic()
     status: Status
     grader_result: GraderResult | None
@@ -193,15 +180,13 @@ def grade_execution(
         else:
             status = "passed" if grader_result.passed else "failed"
     grade_s = time.monotonic() - start
-    lifted = lift_metadata(
-        execution.metadata, recorded_duration=execution.replayed, judgments=judgments, counted=execution.counted
-    )
+    lifted = lift_metadata(execution, judgments)
     duration_s = lifted.pop("duration_s", round(execution.duration_s + grade_s, 6))  # a replay's: the recorded
     return execution.model_copy(
         update={
             **error,
             **lifted,
-            **reported,
+            **reported_fields(execution),
             "duration_s": duration_s,
             "status": status,
             "passed": status == "passed",

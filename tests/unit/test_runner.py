@@ -74,6 +74,9 @@ def test_returned_dict_answer_is_graded(runner: EvalRunner) -> None:
     assert result.agent_answer == {"n_cells": 700}
     assert result.answer_source == "returned value"
     assert result.duration_s >= result.agent_s > 0 and result.grade_s >= 0
+    # the run's own part (set by the runner, read by grading) is neither dumped nor a dict key
+    assert result.outcome == "answered" and "outcome" not in result and result.get("outcome") is None
+    assert set(result.model_dump()).isdisjoint({"outcome", "replayed", "model_usage"})
 
 
 def test_envelope_with_metadata_is_unwrapped(runner: EvalRunner) -> None:

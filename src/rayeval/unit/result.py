@@ -79,13 +79,17 @@ class EvalResult(BaseModel):
     model_usage: ModelUsage | None = Field(default=None, exclude=True, repr=False)
 
     def __getitem__(self, key: str) -> Any:
-        name = _ITEM_ALIASES.get(key, key)
-        if name not in type(self).model_fields:
+        if key not in self:
             raise KeyError(key)
-        return getattr(self, name)
+        return getattr(self, _ITEM_ALIASES.get(key, key))
 
     def __contains__(self, key: object) -> bool:
-        return isinstance(key, str) and _ITEM_ALIASES.get(key, key) in type(self).model_fields
+        """Whether ``key`` names a field it dumps (the run's own part is none): the keys of the
+        reference's result dict."""
+        if not isinstance(key, str):
+            return False
+        field = type(self).model_fields.get(_ITEM_ALIASES.get(key, key))
+        return field is not None and not field.exclude
 
     def get(self, key: str, default: Any = None) -> Any:
         try:

@@ -114,12 +114,12 @@ def test_a_session_that_fell_back_goes_on_from_its_checkpoint_on_its_fallback_mo
     env = json.dumps({"CLAUDE_CODE_MAX_RETRIES": "0", **json.loads(CATCH_ALL)})
     args = {"base_url": server.url, "chunk_turns": "1", "timeout": "120", "switch_models_on_flag": "true", "env": env}
     lost = _attempt(tmp_path, "first", "claude-code", "claude-fable-5", args)
-    assert lost.answer is None and lost.metadata["session_checkpoints"] == {"saved": 1}, lost.error_message
+    assert lost.agent_answer is None and lost.metadata["session_checkpoints"] == {"saved": 1}, lost.error_message
     asked = [request.body["model"] for request in server.model_requests() if request.body.get("tools")]
     assert asked == ["claude-fable-5", "claude-fable-5", FALLBACK_MODEL, FALLBACK_MODEL]  # refused, again, turns 1, 2
     done = _attempt(tmp_path, "second", "claude-code", "claude-fable-5", args)
     resumed = [request.body["model"] for request in server.model_requests() if request.body.get("tools")][len(asked) :]
     assert resumed == [FALLBACK_MODEL, FALLBACK_MODEL], resumed  # turn 2 in the restored session's chunk, turn 3
-    assert done.answer == {"answer": 42}, done.error_message
+    assert done.agent_answer == {"answer": 42}, done.error_message
     assert done.metadata["session_checkpoints"] == {"saved": 2, "resumed_from": 1}
     assert "--model claude-opus-5" in " ".join(done.metadata["command"])

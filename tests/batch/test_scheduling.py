@@ -60,7 +60,7 @@ class _FakeMethod:
     def __init__(self, worker: int, calls: list):
         self.worker, self.calls = worker, calls
 
-    def remote(self, position: int, attempt: int, shared: list, after_lost_attempt: bool = False) -> object:
+    def remote(self, position: int, attempt: int, shared: list, from_any_checkpoint: bool = False) -> object:
         self.calls.append((self.worker, position))
         return object()
 

@@ -188,7 +188,7 @@ def test_an_attempt_goes_on_from_the_newest_whole_checkpoint_its_own_or_a_lost_o
     assert (tmp_path / "again" / "sub" / "notes.txt").read_text() == "chunk 2"
     assert not (tmp_path / "again" / "data").exists()  # staged afresh
     (tmp_path / "after").mkdir()
-    after_lost = ChunkCheckpoints(str(folder), tmp_path / "after", attempt=2).start(after_lost_attempt=True)
+    after_lost = ChunkCheckpoints(str(folder), tmp_path / "after", attempt=2).start(from_any_checkpoint=True)
     assert after_lost is not None and after_lost.chunk == 2
     (tmp_path / "fresh").mkdir()
     fresh = ChunkCheckpoints(str(folder), tmp_path / "fresh", attempt=2)

@@ -350,9 +350,9 @@ class _InFlight:
 
     def start(self, unit: Unit, attempt: int) -> None:
         """Submit a unit's attempt (it holds a slot until it is back)."""
-        after_lost_attempt = unit.position in self.resumes
+        from_any_checkpoint = unit.position in self.resumes
         self.resumes.discard(unit.position)
-        self.running[self.workers.submit(unit, attempt, after_lost_attempt)] = (unit, attempt)
+        self.running[self.workers.submit(unit, attempt, from_any_checkpoint)] = (unit, attempt)
 
     @property
     def busy(self) -> bool:

@@ -132,20 +132,21 @@ class UnitWorker:
         threading.Thread(target=sweep_dead_workers, args=(root, self.host), daemon=True).start()
 
     def run_unit(
-        self, position: int, attempt: int, shared: list[Any], after_lost_attempt: bool = False
+        self, position: int, attempt: int, shared: list[Any], from_any_checkpoint: bool = False
     ) -> UnitRecord | JudgeWork:
         """Run, grade and turn into a row the unit at this plan position.  Grading happens
         here, in a bounded grading subprocess, outside the agent's sandbox.  When the eval's
         LLM-judged graders have judge calls to make, the unit comes back as JudgeWork instead:
         the run makes those calls apart, then has the unit graded (``grade_judged``).
-        ``after_lost_attempt``: the attempt before lost its worker or node; a chunked session
-        goes on from its checkpoint (as it does when Ray runs this attempt again)."""
+        ``from_any_checkpoint``: the attempt before lost its worker or node, or could not run (its
+        data, its sandbox); a chunked session goes on from its checkpoint (as it does when Ray
+        runs this attempt again)."""
         self._load(shared)
         unit = self.plan.unit(position)
         # a parent folder per thread: threads creating and removing folders in a shared parent
         # wait on its lock
         execution = self._execute(
-            unit, self.work_root / f"thread-{threading.get_native_id()}", attempt, after_lost_attempt
+            unit, self.work_root / f"thread-{threading.get_native_id()}", attempt, from_any_checkpoint
         )
         if unit.eval_index in self.judged_evals:
             eval_ = self.evals[unit.eval_index]
@@ -226,7 +227,7 @@ class UnitWorker:
         each unit's own process, never in this one, which holds every eval."""
         return agent_ref(self.config.agent, load=self.config.execution.isolation == "inline")
 
-    def _execute(self, unit: Unit, work_root: Path, attempt: int, after_lost_attempt: bool = False) -> EvalResult:
+    def _execute(self, unit: Unit, work_root: Path, attempt: int, from_any_checkpoint: bool = False) -> EvalResult:
         assert self.agent is not None, "run_unit loads the agent first"
         execution = self.config.execution
         runner = EvalRunner(
@@ -251,7 +252,7 @@ class UnitWorker:
             if self.config.max_cost_usd is None
             else budget_view(self.config.run_id, self.config.max_cost_usd),
             attempt=attempt,
-            after_lost_attempt=after_lost_attempt,
+            from_any_checkpoint=from_any_checkpoint,
         )
 
 
@@ -330,9 +331,9 @@ class WorkerPool:
     def free(self) -> bool:
         return any(self.in_flight[index] < self.slots for index in self.up)
 
-    def submit(self, unit: Unit, attempt: int, after_lost_attempt: bool = False) -> Any:
+    def submit(self, unit: Unit, attempt: int, from_any_checkpoint: bool = False) -> Any:
         index = min(self.up, key=self.in_flight.__getitem__)
-        ref = self.actors[index].run_unit.remote(unit.position, attempt, self.shared, after_lost_attempt)
+        ref = self.actors[index].run_unit.remote(unit.position, attempt, self.shared, from_any_checkpoint)
         self.in_flight[index] += 1
         self._worker_of[ref] = index
         return ref

@@ -236,14 +236,14 @@ class ChunkCheckpoints:
         self.turns = 0
         self.problem: str | None = None
 
-    def start(self, after_lost_attempt: bool = False) -> SavedChunk | None:
+    def start(self, from_any_checkpoint: bool = False) -> SavedChunk | None:
         """Where this attempt starts: from the newest complete checkpoint when it is this
         attempt's own (Ray ran the attempt again after its node was lost) or the attempt
-        before was lost (``after_lost_attempt``), its tar unpacked as untrusted input into the
+        before was lost or could not run (``from_any_checkpoint``), its tar unpacked as untrusted input into the
         work folder (which must be empty); else afresh, the earlier attempts' checkpoints
         removed (its own are numbered from 1). The record it goes on from, or None."""
         newest = self._newest()
-        if newest is not None and (newest.attempt == self.attempt or after_lost_attempt):
+        if newest is not None and (newest.attempt == self.attempt or from_any_checkpoint):
             try:
                 with self.filesystem.open_input_stream(f"{self.base}/chunk-{newest.chunk}.tar") as source:
                     unpack(source, self.work_dir, leave_out={STAGED_DATA_FOLDER}, max_bytes=self.max_bytes)

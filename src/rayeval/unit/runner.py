@@ -59,7 +59,7 @@ class ExecuteOptions(TypedDict, total=False):
     convention: AnswerConvention
     budget: RunBudget | None
     attempt: int
-    after_lost_attempt: bool
+    from_any_checkpoint: bool
 
 
 class EvalRunner:
@@ -115,7 +115,7 @@ class EvalRunner:
         convention: AnswerConvention = "legacy",
         budget: RunBudget | None = None,
         attempt: int = 1,
-        after_lost_attempt: bool = False,
+        from_any_checkpoint: bool = False,
     ) -> EvalResult:
         """Everything but grading, so a batch engine can grade many units in one task: the
         result as the run fills it in, not graded yet (its ``status`` None; see :meth:`run`).
@@ -131,7 +131,8 @@ class EvalRunner:
         session asks before each model call and charges after. ``attempt``: the run's
         attempt at the unit; with a ``sessions_root``, its chunked session goes on from the
         newest checkpoint that attempt saved (Ray runs it again when its node is lost), or,
-        ``after_lost_attempt`` (the attempt before lost its node), from the newest of any.
+        ``from_any_checkpoint`` (the attempt before lost its node, or could not run), from the
+        newest of any.
         """
         started_at = now()
         start = time.monotonic()
@@ -153,7 +154,7 @@ class EvalRunner:
         checkpoints = self._checkpoints(context, work_dir, attempt)
         try:
             ran, calls = self._run_agent(
-                work_dir, agent, context, limit, isolation, config, budget, checkpoints, after_lost_attempt
+                work_dir, agent, context, limit, isolation, config, budget, checkpoints, from_any_checkpoint
             )
             # what the agent left is listed once, for its answer files and its artifacts
             if self.keep_workspace:
@@ -205,7 +206,7 @@ class EvalRunner:
         sandbox: SandboxConfig,
         budget: RunBudget | None = None,
         checkpoints: ChunkCheckpoints | None = None,
-        after_lost_attempt: bool = False,
+        from_any_checkpoint: bool = False,
     ) -> tuple[Outcome | StagingError | SandboxError, SessionReport | None]:
         """Stage the data and run the agent in ``work_dir``: its outcome, or why it could not
         run, and what its model calls used, as the gateway saw them (None: a user's agent run
@@ -213,7 +214,7 @@ class EvalRunner:
         models). With ``checkpoints``, its chunked session saves them, and goes on from one
         (see ``ChunkCheckpoints.start``): its work folder restored before the data is staged,
         its gateway session starting from the counts saved with it."""
-        resumed = checkpoints.start(after_lost_attempt) if checkpoints is not None else None
+        resumed = checkpoints.start(from_any_checkpoint) if checkpoints is not None else None
         base_dir = self.eval.source_path.parent if self.eval.source_path else None
         # Agents that never read inputs (replay, sleep) set ``needs_data = False``.
         nodes = self.eval.data_nodes if getattr(agent, "needs_data", True) else []

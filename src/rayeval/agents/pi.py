@@ -26,8 +26,8 @@ from typing import Any, ClassVar
 
 from .._json import amount_in, object_at
 from ..models.failures import ProviderFailure, provider_failure
-from ..models.prices import PRICING_VERSION, Price, find_price, shipped_prices
-from ..models.types import ReportedUsage
+from ..models.prices import PRICING_VERSION, Price, cost_usd, find_price, shipped_prices
+from ..models.types import ReportedUsage, Usage
 from ..unit.prompt import AnswerConvention
 from . import _cli, _tools
 from ._base import AgentConfigError, ChunkEnd, ProgramAgent, Summary
@@ -496,15 +496,12 @@ def pi_cost(price: Price) -> dict[str, float]:
 
 
 def table_cost(model: str | None, usage: ReportedUsage) -> float | None:
-    """What calls of ``model`` with ``usage`` cost at the price table's prices, as pi prices a
-    known model (the cache apart); None when the table has no price or the tokens are unknown."""
+    """What calls of ``model`` with ``usage`` (as pi reports it) cost at the price table's prices,
+    by the one rule (:func:`~rayeval.models.prices.cost_usd`: cache reads and writes at their own
+    prices); None when the table has no price or the tokens are unknown."""
     price = find_price(shipped_prices(), model) if model else None
-    if price is None or usage.input_tokens is None or usage.output_tokens is None:
-        return None
-    rates = pi_cost(price)
-    tokens = {"input": usage.input_tokens, "output": usage.output_tokens,
-              "cacheRead": usage.cache_read_tokens or 0, "cacheWrite": usage.cache_write_tokens or 0}  # fmt: skip
-    return round(sum(tokens[part] * rates[part] for part in rates) / 1e6, 10)
+    cost = cost_usd(price, Usage.model_validate(usage.as_dict()))
+    return None if cost is None else round(cost, 10)
 
 
 def pi(model: str | None = None, **options: Any) -> PiAgent:

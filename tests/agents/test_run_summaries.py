@@ -15,9 +15,12 @@ import pytest
 
 from rayeval.agents import _base, _recovery, claude_code, codex, mini_swe_agent, pi
 from rayeval.agents._refusal import VERDICT_NAME
+from rayeval.agents.resolve import agent_ref
 from rayeval.unit.run_summary import RunSummary
+from rayeval.unit.runner import EvalRunner
 
-from .conftest import PROGRAM_TIMEOUT
+from .conftest import PROGRAM_TIMEOUT, answer_42_evals
+from .test_pi import WRITE_ANSWER
 from .test_real_agents import PROMPT, answer_command
 
 FINISH = {"text": "Finished: the answer is in eval_answer.json."}
@@ -52,6 +55,25 @@ def test_an_anthropic_summary_keeps_its_counts_with_the_cache_apart(
     assert md["input_tokens"] == md["usage"]["input_tokens"] == uncached + 640
     assert (summary.n_turns, summary.n_steps, summary.refusal) == (2, 1, "not_detected")
     assert json.loads((work_dir / VERDICT_NAME).read_text()) is None  # written on every run
+
+
+def test_the_gateways_cost_of_a_cached_claude_code_run_is_what_claude_code_reports(
+    claude_available, model_server, tmp_path: Path
+) -> None:
+    """Each turn reads 3,000 prompt tokens from the cache and writes 400 to it: the gateway
+    prices them at claude-sonnet-4-5's cache prices, as Claude Code prices its own run, so the
+    row's cost is the program's to the cent and no claim differs (priced as fresh input, the
+    gateway's cost was 2.2 times the program's)."""
+    server = model_server([{"command": WRITE_ANSWER}, FINISH], cache_read_tokens=3000, cache_write_tokens=400)
+    evals = answer_42_evals(tmp_path / "evals", "cached", PROMPT)
+    runner = EvalRunner(evals / "e.json", work_root=tmp_path / "w", cache_dir=tmp_path / "c", run_id="r")
+    args = {"base_url": server.url, "timeout": str(PROGRAM_TIMEOUT), "env": '{"CLAUDE_CODE_MAX_RETRIES": "0"}'}
+    result = runner.run(agent_ref("claude-code"), model="claude-sonnet-4-5", agent_args=args, isolation="sandbox")
+    assert result.status == "passed", result.error_message
+    md = result.metadata
+    assert (md["cost_source"], md["run_summary"]["usage"]["cache_read_tokens"]) == ("provider_reported", 6000)
+    assert result.agent_cost_usd == pytest.approx(md["cost_usd"], abs=1e-9)
+    assert "claims_differ_from_gateway" not in md
 
 
 def test_a_claude_code_run_that_left_no_events_has_unknown_counts(

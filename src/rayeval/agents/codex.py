@@ -150,6 +150,10 @@ class CodexAgent(ProgramAgent):
     model_api = "openai"
     config_names: ClassVar[tuple[str, ...]] = ("OPENAI_BASE_URL",)
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._price()  # a bad ``prices`` stops the run at its start, not each unit at its end
+
     @classmethod
     def make(cls, model: str | None = None, **options: Any) -> CodexAgent:
         """As the base's; it has no turn limit to take."""
@@ -227,10 +231,6 @@ class CodexAgent(ProgramAgent):
             summary.cost_source = "configured_prices" if self.prices else "rayeval_price_table"
             summary.extra["pricing_version"] = PRICING_VERSION
         return summary
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self._price()  # a bad ``prices`` stops the run at its start, not each unit at its end
 
     def _price(self) -> Price | None:
         """The ``prices`` option's (input, cached input, output), else the price table's price

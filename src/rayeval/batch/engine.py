@@ -33,7 +33,7 @@ from .plan import Unit
 from .prepare import PreparedRun, prepare_run
 from .progress import Progress
 from .queue import RETRIED, UnitQueue, error_details, unit_retry_delay
-from .resume import rerun_text, resumed_run_id, starting_manifest, units_to_run
+from .resume import rerun_text, resumed_run_id, starting_manifest, units_run_again, units_to_run
 from .rows import RunRows
 from .stopping import RunCancelled, StopSignals
 from .summary import RunSummary, summarize
@@ -154,9 +154,8 @@ class _DriverRun:
         if runs_units and len(plan):  # the workers start asynchronously, overlapping the manifest
             self.workers, capacity = start_pool(config, self.run_id, prepared, agent=agent, grade=grade)
         self.to_run = to_run = int(todo.sum())
-        again = int((self.earlier_attempts[todo] > 0).sum()) if self.earlier_attempts is not None else 0
         results = self.store.run_uri(self.run_id)
-        done = f"{len(plan) - to_run} already done{rerun_text(again)}"
+        done = f"{len(plan) - to_run} already done{rerun_text(units_run_again(todo, self.earlier_attempts))}"
         header = [f"run {self.run_id}: {to_run} units to run ({done}); results: {results}"]
         if to_run and capacity is not None:
             header.append(capacity(to_run))

@@ -25,7 +25,7 @@ from .cluster import connect, live_nodes
 from .config import BatchConfig, RayConfig
 from .plan import describe_seeds
 from .prepare import PreparedRun, prepare_run, run_evals
-from .resume import rerun_text, resumed_run_id, starting_manifest, units_to_run
+from .resume import rerun_text, resumed_run_id, starting_manifest, units_run_again, units_to_run
 from .worker import sandbox_config
 
 
@@ -105,7 +105,7 @@ def preview_run(config: BatchConfig) -> PlanPreview:
     if run_id is not None:
         starting_manifest(store, run_id, config, evals, plan)
         todo, earlier = units_to_run(storage, store, run_id, plan)
-        rerun = 0 if earlier is None else int((earlier[todo] > 0).sum())
+        rerun = units_run_again(todo, earlier)
     # the plan's order is eval, model, seed: a position's model is (position // seeds) % models
     per_model = np.bincount((np.flatnonzero(todo) // len(plan.seeds)) % len(plan.models), minlength=len(plan.models))
     to_run_of: dict[str, int] = {}

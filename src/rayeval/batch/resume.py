@@ -146,6 +146,11 @@ def units_to_run(
     return todo, earlier
 
 
+def units_run_again(todo: np.ndarray, earlier: np.ndarray | None) -> int:
+    """Of the units to run (``todo``, :func:`units_to_run`'s), those stored before."""
+    return 0 if earlier is None else int((earlier[todo] > 0).sum())
+
+
 def rerun_text(again: int) -> str:
     """How the run's start and its dry run say that units stored before run again."""
     return f", {again} of them again: errored, or cut short by the budget" if again else ""

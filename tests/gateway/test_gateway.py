@@ -292,6 +292,17 @@ def test_a_failure_is_passed_on_at_once_where_waiting_cannot_help(
         ("GET", "/files"),
         ("DELETE", "/models/gpt-4o"),
         ("POST", "/fine_tuning/jobs"),
+        ("POST", "/completions"),  # legacy: no agent program calls it; its replies are not read
+        ("POST", "/files/chat/completions"),
+        ("POST", "/messages/batches"),
+        ("POST", "/chat/completions/"),
+        # escapes that once read as one path and reached another: the relayed path is the one read
+        ("POST", "/chat/completions%3Fx=/completions"),
+        ("POST", "/chat/completions%23/completions"),
+        ("POST", "/chat/completions%23/messages/count_tokens"),
+        ("POST", "/chat%2Fcompletions"),
+        ("GET", "/models/%2E%2E/files"),
+        ("GET", "/models/../files"),
     ],
 )
 def test_only_model_calls_are_relayed_with_the_providers_key(

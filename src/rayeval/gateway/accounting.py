@@ -25,19 +25,6 @@ MAX_JSON_BYTES = 64 * 1024 * 1024
 MAX_EVENT_BYTES = 16 * 1024 * 1024
 
 
-def protocol_of(path: str) -> Wire | None:
-    """The wire protocol of a request path (None: not a model call, e.g. a model listing or
-    Anthropic's token counting)."""
-    tail = path.rstrip("/")
-    if tail.endswith("/messages"):
-        return "anthropic"
-    if tail.endswith("/chat/completions"):
-        return "chat"
-    if tail.endswith("/responses"):
-        return "responses"
-    return None
-
-
 @dataclass
 class ResponseReader:
     """Reads one response of ``protocol`` as its bytes pass (see :meth:`feed`)."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import re
 import secrets
 import socket
 import threading
@@ -44,7 +45,7 @@ from ..models.failures import (
 from ..models.prices import PriceTable, cost_usd, find_price, shipped_prices
 from ..models.retry import retry_after_s
 from ..record import LimitName
-from .accounting import ResponseReader, Usage, Wire, protocol_of
+from .accounting import ResponseReader, Usage, Wire
 from .transcript import bounded
 
 #: the largest request body relayed (a long conversation with images stays far below it)
@@ -431,34 +432,36 @@ class Gateway:
         from aiohttp import web
 
         session = self._session_of(request.headers)
-        route = request.match_info["route"]
+        route, _, tail = request.rel_url.raw_path[1:].partition("/")  # as sent: never decoded
+        path = "/" + tail
         if session is None:
             return _error(web, 401, "authentication_error", "rayeval gateway: this unit's token is unknown or expired")
         upstream = session.upstreams.get(route)
         if upstream is None:
             return _error(web, 404, "not_found_error", f"rayeval gateway: no provider is configured at /{route}")
-        if not relayed(request.method, "/" + request.match_info["path"]):
-            message = (
-                f"rayeval gateway: only model calls are relayed, not {request.method} /{request.match_info['path']}"
-            )
+        allowed, protocol = relayed(request.method, path)
+        if not allowed:
+            message = f"rayeval gateway: only model calls are relayed, not {request.method} {path}"
             return _error(web, 403, "permission_error", message)
         session.in_flight += 1
         try:
-            return await self._call(request, session, route, upstream)
+            return await self._call(request, session, route, upstream, path, protocol)
         finally:
             session.in_flight -= 1
 
-    async def _call(self, request: Any, session: Session, route: str, upstream: Upstream) -> Any:
+    async def _call(
+        self, request: Any, session: Session, route: str, upstream: Upstream, path: str, protocol: Wire | None
+    ) -> Any:
+        """Relay one call (``path``, undecoded, of the model call of ``protocol``, if it is one)."""
         from aiohttp import ClientError, web
+        from yarl import URL
 
-        path = request.match_info["path"]
         body = await request.read()
         payload = _json_body(body)
-        protocol = protocol_of("/" + path) if request.method == "POST" else None
         streamed = bool(payload.get("stream")) if protocol is not None else False
         record = CallRecord(
             route=route,
-            path="/" + path,
+            path=path,
             protocol=protocol,
             model=payload.get("model") if isinstance(payload.get("model"), str) else None,
             streamed=streamed,
@@ -474,7 +477,8 @@ class Gateway:
                 record.error = _limit_message(limit, session.limits)
                 return _error(web, 400, "invalid_request_error", record.error)
         started = time.monotonic()
-        url = upstream.base_url.rstrip("/") + "/" + path + (f"?{request.query_string}" if request.query_string else "")
+        query = request.rel_url.raw_query_string
+        url = URL(upstream.base_url.rstrip("/") + path + (f"?{query}" if query else ""), encoded=True)
         header = _token_header(request.headers)
         while True:
             index = session.key_index.get(route, 0)
@@ -628,18 +632,31 @@ def _last_failure(calls: list[CallRecord]) -> ProviderFailure | None:
     return failure
 
 
-#: the calls a unit may make with the provider's key: its model's replies (and counting a
-#: prompt's tokens, which costs nothing), the list of models; never the provider's other APIs
-#: (files, batches, fine-tuning, keys...), whose spend and effects no gateway would count
-_RELAYED_POSTS = ("/chat/completions", "/completions", "/responses", "/messages", "/messages/count_tokens")
+#: what a unit may POST, by its path after its upstream's base URL (``/v1`` before it or not):
+#: its model's replies, each of one wire protocol and counted, and Anthropic's token counting
+#: (None: free, not a model call); never the provider's other APIs (files, batches, fine-tuning,
+#: keys...), whose spend and effects no gateway would count, nor the legacy ``/completions``,
+#: which no agent program calls and whose replies the gateway does not read
+_POSTS: dict[str, Wire | None] = {
+    "/chat/completions": "chat",
+    "/responses": "responses",
+    "/messages": "anthropic",
+    "/messages/count_tokens": None,
+}
+#: a model's name in ``GET /models/<name>`` (Fireworks' hold slashes): no escape, no dot segment
+_MODEL_NAME = re.compile(r"[\w:@+-][\w.:@+-]*(/[\w:@+-][\w.:@+-]*)*", re.ASCII)
 
 
-def relayed(method: str, path: str) -> bool:
-    """Whether the gateway sends this call on to the provider."""
-    tail = path.rstrip("/")
+def relayed(method: str, raw_path: str) -> tuple[bool, Wire | None]:
+    """Whether the gateway sends a call on to the provider, and the wire protocol of the model
+    call it is (None: not one, e.g. the list of models). ``raw_path`` is the path as the unit
+    sent it, undecoded and without its query, and the very one relayed: exact matches only, so
+    that no escape (``%2F``, ``%3F``, ``%23``) makes a path read as one call and reach another."""
+    tail = raw_path.removeprefix("/v1")
     if method == "POST":
-        return tail.endswith(_RELAYED_POSTS)
-    return method == "GET" and (tail.endswith("/models") or "/models/" in tail)
+        return tail in _POSTS, _POSTS.get(tail)
+    listing = tail == "/models" or (tail.startswith("/models/") and _MODEL_NAME.fullmatch(tail[8:]) is not None)
+    return method == "GET" and listing, None
 
 
 def _again(record: CallRecord, payload: dict[str, Any]) -> CallRecord:

@@ -129,6 +129,11 @@ class CallRecord:
     request: Any = None
     response: Any = None
 
+    def failed(self) -> bool:
+        """It was not answered in full: a failure status, no answer, a reply broken off or an
+        error in it, a limit."""
+        return self.status is None or self.status >= 400 or self.error is not None
+
     def as_dict(self) -> dict[str, Any]:
         """Its fields by name, in their order, the usage as a dict too (the transcript's entry)."""
         return {**{column.name: getattr(self, column.name) for column in fields(self)}, "usage": self.usage.as_dict()}
@@ -207,7 +212,7 @@ class Session:
             refusals=[call.refusal for call in judged if call.refusal],
             by_model={model: seen.model_copy(deep=True) for model, seen in self.by_model.items()},
             last_model=self.last_model,
-            failed_calls=sum(1 for call in self.calls if call.status is None or call.status >= 400),
+            failed_calls=sum(1 for call in self.calls if call.failed()),
             last_failure=_last_failure(self.calls),
         )
         return SessionReport(counted, [*self.carried_calls, *(call.as_dict() for call in self.calls)], self.token)
@@ -252,7 +257,8 @@ class ModelUsage(BaseModel):
     by_model: dict[str, ModelCalls] = {}
     #: the model that answered the unit's latest call (None: none was answered)
     last_model: str | None = None
-    #: calls that failed (status >= 400 or no answer), as the provider or the gateway answered them
+    #: calls that failed (status >= 400, no answer, a reply broken off or with an error in it), as
+    #: the provider or the gateway answered them
     failed_calls: int = 0
     #: the provider's failure that the unit's last model call ended in (None: it was answered,
     #: or the unit made none): the one a unit without an answer is a ``ProviderError`` for
@@ -548,20 +554,33 @@ class Gateway:
         return web.Response(status=response.status, headers=_reply_headers(response), body=body)
 
     async def _stream(self, request: Any, record: CallRecord, session: Session, response: Any, started: float) -> Any:
-        from aiohttp import web
+        """Relay a reply as it arrives. One the provider's stream breaks off is settled with what
+        was seen (its usage so far), a failed call, and the unit's connection is broken too."""
+        from aiohttp import ClientError, web
 
         record.status = response.status
         reader = ResponseReader(record.protocol, record.streamed) if record.protocol is not None else None
         out = web.StreamResponse(status=response.status, headers=_reply_headers(response))
+        chunks = response.content.iter_any()
         try:
             await out.prepare(request)
-            async for chunk in response.content.iter_any():
+            while True:
+                try:
+                    chunk = await anext(chunks)
+                except StopAsyncIteration:
+                    break
+                except (ClientError, asyncio.TimeoutError, OSError) as exc:
+                    record.error = f"the provider's reply ended early: {type(exc).__name__}"
+                    if request.transport is not None:  # the unit sees its reply break off, as it did
+                        request.transport.close()
+                    break
                 if record.first_byte_s is None:
                     record.first_byte_s = round(time.monotonic() - started, 4)
                 await out.write(chunk)  # on to the unit first: reading it adds no latency
                 if reader is not None:
                     reader.feed(chunk)
-            await out.write_eof()
+            if record.error is None:
+                await out.write_eof()
         except (ConnectionError, asyncio.CancelledError) as exc:
             record.error = f"the relay ended early: {type(exc).__name__}"
             if isinstance(exc, asyncio.CancelledError):

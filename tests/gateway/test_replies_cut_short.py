@@ -1,0 +1,104 @@
+"""Replies that end before their usage would be read: a provider's stream that breaks off, a
+unit that hangs up on one, an OpenAI stream that reports usage only when asked. The official
+SDKs call the gateway; a loopback provider (aiohttp, on a thread of its own) answers as the
+test scripts it, down to closing its connection mid-stream."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import anthropic
+import httpx
+import pytest
+from aiohttp import web
+
+from rayeval.gateway.server import Gateway, Upstream
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+#: claude-sonnet-4-5 at 3 and 15 USD per million tokens (the shipped price table)
+SONNET_IN, SONNET_OUT = 3 / 1e6, 15 / 1e6
+
+
+class Provider:
+    """A loopback provider: ``routes`` maps a POST path to its handler; ``seen`` the bodies."""
+
+    def __init__(self, routes: dict[str, Handler]):
+        self.routes = routes
+        self.seen: list[dict[str, Any]] = []
+        self.loop = asyncio.new_event_loop()
+        self.url = ""
+
+    def __enter__(self) -> Provider:  # noqa: PYI034 - typing.Self needs Python 3.11
+        app = web.Application()
+        for path, handler in self.routes.items():
+            app.router.add_post(path, self._recorded(handler))
+        self.runner = web.AppRunner(app)
+        self.loop.run_until_complete(self.runner.setup())
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        self.loop.run_until_complete(site.start())
+        self.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+        threading.Thread(target=self.loop.run_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(timeout=10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
+    def _recorded(self, handler: Handler) -> Handler:
+        async def recorded(request: web.Request) -> web.StreamResponse:
+            self.seen.append(await request.json())
+            return await handler(request)
+
+        return recorded
+
+
+async def sse(request: web.Request, *events: dict[str, Any]) -> web.StreamResponse:
+    """A streamed reply begun with ``events`` (the caller ends it, or breaks it off)."""
+    reply = web.StreamResponse(headers={"content-type": "text/event-stream"})
+    await reply.prepare(request)
+    for event in events:
+        await reply.write(b"event: " + event["type"].encode() + b"\ndata: " + json.dumps(event).encode() + b"\n\n")
+    return reply
+
+
+MESSAGE_START = {"type": "message_start", "message": {"id": "m", "type": "message", "role": "assistant",
+                 "model": "claude-sonnet-4-5", "content": [], "usage": {"input_tokens": 100000, "output_tokens": 1}}}  # fmt: skip
+TEXT = [
+    {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+    {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "x" * 1000}},
+]
+
+
+@pytest.fixture
+def gateway() -> Iterator[Gateway]:
+    with Gateway() as running:
+        yield running
+
+
+def test_a_stream_the_provider_breaks_off_is_counted_with_what_was_seen_and_failed(gateway: Gateway) -> None:
+    """The provider's connection breaks after ``message_start`` (100,000 input tokens): the
+    call is counted and priced with them, it is a failed call, and the unit's stream breaks."""
+
+    async def broken(request: web.Request) -> web.StreamResponse:
+        reply = await sse(request, MESSAGE_START, *TEXT)
+        await asyncio.sleep(0.2)
+        assert request.transport is not None
+        request.transport.close()
+        return reply
+
+    with Provider({"/v1/messages": broken}) as provider:
+        session = gateway.open({"anthropic": Upstream(provider.url, ("sk-key",))})
+        claude = anthropic.Anthropic(base_url=gateway.base_url("anthropic"), api_key=session.token, max_retries=0)
+        with pytest.raises((httpx.HTTPError, anthropic.APIError)):
+            message = [{"role": "user", "content": "hi"}]
+            for _ in claude.messages.create(model="claude-sonnet-4-5", max_tokens=10, messages=message, stream=True):
+                pass
+        report = gateway.close(session)
+    counted = report.counted
+    assert (counted.n_model_calls, counted.usage.input_tokens, counted.failed_calls) == (1, 100000, 1)
+    assert counted.cost_usd == pytest.approx(100000 * SONNET_IN + 1 * SONNET_OUT)
+    assert "the provider's reply ended early" in report.calls[0]["error"]

@@ -349,3 +349,28 @@ def test_cache_reads_and_writes_cost_their_own_prices(gateway: Gateway) -> None:
     assert (four_o.usage.input_tokens, four_o.usage.cache_read_tokens) == (1000, 600)
     assert four_o.cost_usd == pytest.approx((400 * 2.5 + 600 * 1.25 + 50 * 10) / 1e6)
     assert report.counted.cost_usd == pytest.approx(sonnet.cost_usd + four_o.cost_usd)
+
+
+def test_a_resumed_session_keeps_its_earlier_parts_refusals_fallbacks_and_failures(
+    server: FakeModelServer, gateway: Gateway
+) -> None:
+    """A session resumed on another node (from its checkpoint) starts from its earlier part's
+    word: a refusal there, the keys it moved past, the calls that failed, stay the unit's."""
+    server.rejected_credentials.add(KEY)
+    server.answer = lambda body: ("I can't help with that.", "refusal")
+    session = gateway.open(upstreams(server, KEY, SPARE))
+    _ask_claude(gateway, session.token, True)
+    server.fail(529)
+    with pytest.raises(anthropic.APIStatusError):
+        _ask_claude(gateway, session.token, False)
+    earlier = gateway.close(session)
+    assert (earlier.counted.refusals, earlier.counted.key_fallbacks, earlier.counted.failed_calls) == (
+        ["I can't help with that."],
+        1,
+        1,
+    )
+    assert earlier.counted.last_failure is not None and earlier.counted.last_failure.status == 529
+    resumed = gateway.open(upstreams(server, KEY, SPARE))
+    resumed.carry(earlier.counted, earlier.calls)
+    later = gateway.close(resumed)
+    assert later.counted == earlier.counted

@@ -166,6 +166,8 @@ class Session:
     in_flight: int = 0
     #: the transcript of the calls an earlier part of the unit's session made (see ``carry``)
     carried_calls: list[dict[str, Any]] = field(default_factory=list)
+    #: that part's fallbacks, refusals and failures (its counts are in the session's own)
+    carried: ModelUsage = field(default_factory=lambda: ModelUsage(n_model_calls=0, usage=Usage(), cost_usd=0.0))
 
     def carry(self, counted: ModelUsage, calls: list[dict[str, Any]]) -> None:
         """Start from the counts and transcript of the unit's earlier part (a session resumed
@@ -185,6 +187,16 @@ class Session:
             mine.cost_usd = round((mine.cost_usd or 0.0) + (seen.cost_usd or 0.0), 10) if priced else None
         self.last_model = self.last_model or counted.last_model
         self.carried_calls = [*self.carried_calls, *calls]
+        earlier = self.carried
+        self.carried = counted.model_copy(
+            update={
+                "key_fallbacks": earlier.key_fallbacks + counted.key_fallbacks,
+                "refusal_fallbacks": earlier.refusal_fallbacks + counted.refusal_fallbacks,
+                "refusals": counted.refusals if counted.refusal_fallbacks else [*earlier.refusals, *counted.refusals],
+                "failed_calls": earlier.failed_calls + counted.failed_calls,
+                "last_failure": counted.last_failure,
+            }
+        )
 
     def over_limit(self) -> LimitName | None:
         """The first of the unit's limits its usage has reached (None: none)."""
@@ -202,18 +214,19 @@ class Session:
     def report(self) -> SessionReport:
         switches = [at for at, call in enumerate(self.calls) if call.refusal_fallback]
         judged = self.calls[switches[-1] + 1 :] if switches else self.calls  # a refusal is judged after the switch
+        carried = self.carried
         counted = ModelUsage(
             n_model_calls=self.model_calls,
             usage=self.usage.model_copy(),
             cost_usd=None if self.unpriced_calls else round(self.cost_usd, 10),
             limit_reached=self.limit_reached,
-            key_fallbacks=sum(call.key_fallbacks for call in self.calls),
-            refusal_fallbacks=len(switches),
-            refusals=[call.refusal for call in judged if call.refusal],
+            key_fallbacks=carried.key_fallbacks + sum(call.key_fallbacks for call in self.calls),
+            refusal_fallbacks=carried.refusal_fallbacks + len(switches),
+            refusals=[*([] if switches else carried.refusals), *(call.refusal for call in judged if call.refusal)],
             by_model={model: seen.model_copy(deep=True) for model, seen in self.by_model.items()},
             last_model=self.last_model,
-            failed_calls=sum(1 for call in self.calls if call.failed()),
-            last_failure=_last_failure(self.calls),
+            failed_calls=carried.failed_calls + sum(1 for call in self.calls if call.failed()),
+            last_failure=_last_failure(self.calls, carried.last_failure),
         )
         return SessionReport(counted, [*self.carried_calls, *(call.as_dict() for call in self.calls)], self.token)
 
@@ -638,13 +651,16 @@ async def _waited_to_retry(record: CallRecord, session: Session, started: float,
     return True
 
 
-def _last_failure(calls: list[CallRecord]) -> ProviderFailure | None:
+def _last_failure(calls: list[CallRecord], earlier: ProviderFailure | None) -> ProviderFailure | None:
     """The provider's failure the last model call ended in: a status it may pass on later
-    (429, 5xx, 529...), a rejected key (when no fallback was left), or no answer at all."""
+    (429, 5xx, 529...), a rejected key (when no fallback was left), or no answer at all
+    (``earlier``: the one an earlier part of the session ended in, if these calls made none)."""
     made = [call for call in calls if call.protocol is not None and call.limit is None]
-    if not made or (made[-1].status is not None and made[-1].status < 400):
-        return None
+    if not made:
+        return earlier
     last = made[-1]
+    if last.status is not None and last.status < 400:
+        return None
     failure = provider_failure(last.status, last.error or "", last.retry_after_s)
     if last.status is not None and not (failure.retryable or failure.key_rejected or last.status == 402):
         return None  # the provider refused the request itself (400, 404...): not its fault

@@ -13,6 +13,7 @@ from typing import Any
 
 import anthropic
 import httpx
+import openai
 import pytest
 from aiohttp import web
 
@@ -102,3 +103,83 @@ def test_a_stream_the_provider_breaks_off_is_counted_with_what_was_seen_and_fail
     assert (counted.n_model_calls, counted.usage.input_tokens, counted.failed_calls) == (1, 100000, 1)
     assert counted.cost_usd == pytest.approx(100000 * SONNET_IN + 1 * SONNET_OUT)
     assert "the provider's reply ended early" in report.calls[0]["error"]
+
+
+USAGE = {"prompt_tokens": 1000, "completion_tokens": 50000, "total_tokens": 51000}
+#: gpt-4o at 2.50 and 10 USD per million tokens (the shipped price table)
+GPT_4O_COST = (1000 * 2.5 + 50000 * 10) / 1e6
+
+
+async def chat_stream(request: web.Request) -> web.StreamResponse:
+    """OpenAI's way: a stream's usage comes in a last chunk of its own, only when asked for."""
+    body = await request.json()
+    chunk = {"id": "c", "object": "chat.completion.chunk", "model": "gpt-4o",
+             "choices": [{"index": 0, "delta": {"role": "assistant", "content": "x"}, "finish_reason": "stop"}]}  # fmt: skip
+    reply = web.StreamResponse(headers={"content-type": "text/event-stream"})
+    await reply.prepare(request)
+    await reply.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+    if (body.get("stream_options") or {}).get("include_usage"):
+        await reply.write(b"data: " + json.dumps({**chunk, "choices": [], "usage": USAGE}).encode() + b"\n\n")
+    await reply.write(b"data: [DONE]\n\n")
+    return reply
+
+
+@pytest.mark.parametrize("asked", [False, True], ids=["sdk-default", "include-usage"])
+def test_a_chat_stream_is_counted_and_the_unit_gets_the_chunks_it_asked_for(gateway: Gateway, asked: bool) -> None:
+    """The SDK's default stream asks for no usage: the gateway asks the provider for it, counts
+    it, and passes the unit the stream without it, as the provider would have sent it."""
+    with Provider({"/v1/chat/completions": chat_stream}) as provider:
+        session = gateway.open({"openai": Upstream(provider.url + "/v1", ("sk-key",))})
+        gpt = openai.OpenAI(base_url=gateway.base_url("openai"), api_key=session.token, max_retries=0)
+        options: dict[str, Any] = {"stream_options": {"include_usage": True}} if asked else {}
+        message = [{"role": "user", "content": "hi"}]
+        chunks = list(gpt.chat.completions.create(model="gpt-4o", messages=message, stream=True, **options))  # type: ignore[arg-type]
+        report = gateway.close(session)
+    assert provider.seen[0]["stream_options"] == {"include_usage": True}
+    assert [chunk.usage is not None for chunk in chunks] == ([False, True] if asked else [False])
+    counted = report.counted
+    assert (counted.n_model_calls, counted.usage.input_tokens, counted.usage.output_tokens) == (1, 1000, 50000)
+    assert counted.cost_usd == pytest.approx(GPT_4O_COST)
+
+
+def test_a_stream_the_unit_hangs_up_on_is_read_to_its_end_for_its_usage(gateway: Gateway) -> None:
+    """An agent that closes its stream once it has its text, before ``message_delta`` holds the
+    output tokens: the gateway reads the rest, and counts all 50,000 of them."""
+
+    async def slow_end(request: web.Request) -> web.StreamResponse:
+        reply = await sse(request, MESSAGE_START, *TEXT)
+        await asyncio.sleep(0.5)  # the unit hangs up meanwhile
+        end = {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 50000}}
+        for _ in range(20):  # past what one write to a closed connection takes to notice
+            await reply.write(b"event: ping\ndata: " + json.dumps({"type": "ping"}).encode() + b"\n\n")
+        await reply.write(b"event: message_delta\ndata: " + json.dumps(end).encode() + b"\n\n")
+        await reply.write(b'event: message_stop\ndata: {"type": "message_stop"}\n\n')
+        return reply
+
+    with Provider({"/v1/messages": slow_end}) as provider:
+        session = gateway.open({"anthropic": Upstream(provider.url, ("sk-key",))})
+        request = {"model": "claude-sonnet-4-5", "max_tokens": 10, "stream": True, "messages": []}
+        with httpx.stream(
+            "POST", gateway.base_url("anthropic") + "/v1/messages", headers={"x-api-key": session.token}, json=request
+        ) as reply:
+            next(reply.iter_bytes())  # the text came: the unit goes
+        report = gateway.close(session, wait_s=10)
+    counted = report.counted
+    assert (counted.n_model_calls, counted.usage.output_tokens, counted.failed_calls) == (1, 50000, 0)
+    assert counted.cost_usd == pytest.approx(100000 * SONNET_IN + 50000 * SONNET_OUT)
+
+
+def test_a_reply_whose_usage_was_not_seen_has_an_unknown_cost(gateway: Gateway) -> None:
+    """A reply without its usage is not free: its cost, and its unit's, are unknown (None)."""
+
+    async def no_usage(request: web.Request) -> web.StreamResponse:
+        return web.json_response({"id": "c", "object": "chat.completion", "model": "gpt-4o",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "x"}, "finish_reason": "stop"}]})  # fmt: skip
+
+    with Provider({"/v1/chat/completions": no_usage}) as provider:
+        session = gateway.open({"openai": Upstream(provider.url + "/v1", ("sk-key",))})
+        gpt = openai.OpenAI(base_url=gateway.base_url("openai"), api_key=session.token, max_retries=0)
+        gpt.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+        report = gateway.close(session)
+    assert (report.counted.n_model_calls, report.counted.cost_usd) == (1, None)
+    assert report.counted.by_model["gpt-4o"].cost_usd is None and report.calls[0]["cost_usd"] is None

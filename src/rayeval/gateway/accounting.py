@@ -54,7 +54,7 @@ class ResponseReader:
                 self._buffer.clear()
             return
         while True:
-            end = self._event_end()
+            end = _event_end(self._buffer)
             if end is None:
                 if len(self._buffer) > MAX_EVENT_BYTES:
                     self._overflow = True
@@ -62,14 +62,6 @@ class ResponseReader:
                 return
             event, self._buffer[:] = bytes(self._buffer[: end[0]]), self._buffer[end[1] :]
             self._event(event)
-
-    def _event_end(self) -> tuple[int, int] | None:
-        """Where the first complete event ends in the buffer, and where the next starts."""
-        for separator in (b"\n\n", b"\r\n\r\n"):
-            at = self._buffer.find(separator)
-            if at >= 0:
-                return at, at + len(separator)
-        return None
 
     def finish(self) -> None:
         """The response ended: read what is left (a last event without its blank line, or the
@@ -92,20 +84,8 @@ class ResponseReader:
 
     # ------------------------------------------------------------------ one event of a stream
     def _event(self, raw: bytes) -> None:
-        data_lines = []
-        for line in raw.decode("utf-8", "replace").splitlines():
-            if line.startswith("data:"):
-                data_lines.append(line[5:].lstrip(" "))
-        if not data_lines:
-            return
-        text = "\n".join(data_lines)
-        if text.strip() == "[DONE]":
-            return
-        try:
-            data = json.loads(text)
-        except ValueError:
-            return
-        if isinstance(data, dict):
+        data = _event_data(raw)
+        if data is not None:
             {"anthropic": self._anthropic_event, "chat": self._chat_chunk, "responses": self._responses_event}[
                 self.protocol
             ](data)
@@ -231,6 +211,58 @@ class ResponseReader:
     def _note_usage(self, read: Any) -> None:
         read()
         self.usage_seen = True
+
+
+class HiddenUsage:
+    """Passes a Chat Completions stream on without its usage-only last chunk: the gateway asks
+    the provider for it (``stream_options.include_usage``) where the unit did not, so that the
+    usage is seen and the unit gets the events it asked for. Call it with each chunk of the
+    stream for the bytes to pass on, and :meth:`rest` at its end."""
+
+    def __init__(self) -> None:
+        self._pending = bytearray()
+
+    def __call__(self, chunk: bytes) -> bytes:
+        self._pending += chunk
+        passed = bytearray()
+        while (end := _event_end(self._pending)) is not None:
+            event = bytes(self._pending[: end[1]])
+            del self._pending[: end[1]]
+            data = _event_data(event)
+            if not (data is not None and data.get("choices") == [] and isinstance(data.get("usage"), dict)):
+                passed += event
+        if len(self._pending) > MAX_EVENT_BYTES:  # not an event the gateway reads: as it is
+            passed += self.rest()
+        return bytes(passed)
+
+    def rest(self) -> bytes:
+        rest, self._pending = bytes(self._pending), bytearray()
+        return rest
+
+
+def _event_end(buffer: bytearray) -> tuple[int, int] | None:
+    """Where the first complete server-sent event ends in ``buffer``, and where the next starts."""
+    for separator in (b"\n\n", b"\r\n\r\n"):
+        at = buffer.find(separator)
+        if at >= 0:
+            return at, at + len(separator)
+    return None
+
+
+def _event_data(raw: bytes) -> dict[str, Any] | None:
+    """The JSON object a server-sent event carries (None: none, e.g. ``[DONE]``)."""
+    data_lines = []
+    for line in raw.decode("utf-8", "replace").splitlines():
+        if line.startswith("data:"):
+            data_lines.append(line[5:].lstrip(" "))
+    text = "\n".join(data_lines)
+    if not data_lines or text.strip() == "[DONE]":
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def _apply_delta(block: dict[str, Any], delta: dict[str, Any]) -> None:

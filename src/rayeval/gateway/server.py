@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import random
 import re
 import secrets
@@ -33,6 +34,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, Field
 
 from .._backoff import doubled_s
+from .._json import object_at
 from ..models.failures import (
     KEY_REJECTED_STATUSES,
     KEY_REJECTED_WORDS,
@@ -45,7 +47,7 @@ from ..models.failures import (
 from ..models.prices import PriceTable, cost_usd, find_price, shipped_prices
 from ..models.retry import retry_after_s
 from ..record import LimitName
-from .accounting import ResponseReader, Usage, Wire
+from .accounting import HiddenUsage, ResponseReader, Usage, Wire
 from .transcript import bounded
 
 #: the largest request body relayed (a long conversation with images stays far below it)
@@ -61,6 +63,9 @@ _RESPONSE_HOP = frozenset(
 )
 #: the shortest wait before a call is tried again (a hint of 0 included): no tight loop
 RETRY_FLOOR_S = 0.25
+#: the most seconds a reply is read on after its unit hung up (for the usage at its end); a
+#: program's own call timeout is of this order (Claude Code's default: 10 minutes)
+READ_ON_S = 600.0
 #: where a unit's SDK puts its key, in the order looked at
 _TOKEN_HEADERS = ("x-api-key", "authorization", "api-key")
 
@@ -128,6 +133,10 @@ class CallRecord:
     refusal_fallback: bool = False
     request: Any = None
     response: Any = None
+
+    def unpriced(self) -> bool:
+        """Its cost is unknown: the provider's usage of it was not seen, or its model has no price."""
+        return self.cost_usd is None and (not self.usage_reported or bool(self.usage.total_tokens()))
 
     def failed(self) -> bool:
         """It was not answered in full: a failure status, no answer, a reply broken off or an
@@ -242,7 +251,7 @@ class ModelCalls(BaseModel):
     def add(self, call: CallRecord) -> None:
         self.n_model_calls += 1
         self.usage.add(call.usage)
-        if call.cost_usd is None and call.usage.total_tokens():
+        if call.unpriced():
             self.cost_usd = None
         elif self.cost_usd is not None:
             self.cost_usd = round(self.cost_usd + (call.cost_usd or 0.0), 10)
@@ -478,6 +487,10 @@ class Gateway:
         body = await request.read()
         payload = _json_body(body)
         streamed = bool(payload.get("stream")) if protocol is not None else False
+        #: OpenAI reports a stream's usage only when asked: the gateway asks, and hides it if the unit did not
+        hide_usage = (
+            protocol == "chat" and streamed and object_at(payload, "stream_options").get("include_usage") is not True
+        )
         record = CallRecord(
             route=route,
             path=path,
@@ -495,6 +508,9 @@ class Gateway:
                 record.limit, record.status = limit, 400
                 record.error = _limit_message(limit, session.limits)
                 return _error(web, 400, "invalid_request_error", record.error)
+        if hide_usage:
+            asked = {**payload, "stream_options": {**object_at(payload, "stream_options"), "include_usage": True}}
+            body = json.dumps(asked).encode()
         started = time.monotonic()
         query = request.rel_url.raw_query_string
         url = URL(upstream.base_url.rstrip("/") + path + (f"?{query}" if query else ""), encoded=True)
@@ -513,9 +529,9 @@ class Gateway:
             status = upstream_response.status
             spare_key = index + 1 < len(upstream.keys)
             if status < 400 and not (spare_key and upstream.fallback_on != "rejected_key" and protocol is not None):
-                return await self._stream(request, record, session, upstream_response, started)
+                return await self._stream(request, record, session, upstream_response, started, hide_usage)
             if status < 400:
-                reply = await self._held(record, session, upstream_response, started)
+                reply = await self._held(record, session, upstream_response, started, hide_usage)
                 if record.refusal is None or session.closed or session.over_limit() is not None:
                     return reply
                 session.key_index[route] = index + 1
@@ -545,7 +561,7 @@ class Gateway:
         record.response = bounded(_json_body(text.encode()) or text)
         return web.Response(status=response.status, headers=_reply_headers(response), body=text.encode())
 
-    async def _held(self, record: CallRecord, session: Session, response: Any, started: float) -> Any:
+    async def _held(self, record: CallRecord, session: Session, response: Any, started: float, hide_usage: bool) -> Any:
         """A reply read whole before the unit gets any of it (a refusal in it takes the next
         key, unseen by the unit): settled, and the response the unit gets if it stands."""
         from aiohttp import ClientError, web
@@ -564,41 +580,62 @@ class Gateway:
         record.first_byte_s = round(time.monotonic() - started, 4)
         reader.feed(body)
         self._settle(record, session, reader, started)
+        if hide_usage:
+            hidden = HiddenUsage()
+            body = hidden(body) + hidden.rest()
         return web.Response(status=response.status, headers=_reply_headers(response), body=body)
 
-    async def _stream(self, request: Any, record: CallRecord, session: Session, response: Any, started: float) -> Any:
-        """Relay a reply as it arrives. One the provider's stream breaks off is settled with what
-        was seen (its usage so far), a failed call, and the unit's connection is broken too."""
+    async def _stream(
+        self, request: Any, record: CallRecord, session: Session, response: Any, started: float, hide_usage: bool
+    ) -> Any:
+        """Relay a reply as it arrives. A unit that hangs up does not end the call: the rest is
+        read on (within :data:`READ_ON_S` and the unit's time), so that the usage the provider
+        reports at its end is seen. A reply the provider breaks off is settled with what was
+        seen (its usage so far), a failed call, and the unit's connection is broken too."""
         from aiohttp import ClientError, web
 
         record.status = response.status
         reader = ResponseReader(record.protocol, record.streamed) if record.protocol is not None else None
+        hidden = HiddenUsage() if hide_usage else None
         out = web.StreamResponse(status=response.status, headers=_reply_headers(response))
         chunks = response.content.iter_any()
+        read_until: float | None = None  # the unit hung up: until when the rest is read
         try:
-            await out.prepare(request)
+            try:
+                await out.prepare(request)
+            except ConnectionError:
+                read_until = _read_on_until(session)
             while True:
                 try:
-                    chunk = await anext(chunks)
+                    wait = None if read_until is None else max(0.0, read_until - time.monotonic())
+                    chunk = await asyncio.wait_for(anext(chunks), wait)
                 except StopAsyncIteration:
                     break
                 except (ClientError, asyncio.TimeoutError, OSError) as exc:
-                    record.error = f"the provider's reply ended early: {type(exc).__name__}"
-                    if request.transport is not None:  # the unit sees its reply break off, as it did
-                        request.transport.close()
+                    if read_until is not None:
+                        record.error = f"its unit hung up, and the rest of the reply did not come: {type(exc).__name__}"
+                    else:
+                        record.error = f"the provider's reply ended early: {type(exc).__name__}"
+                        if request.transport is not None:  # the unit sees its reply break off too
+                            request.transport.close()
                     break
                 if record.first_byte_s is None:
                     record.first_byte_s = round(time.monotonic() - started, 4)
-                await out.write(chunk)  # on to the unit first: reading it adds no latency
+                if read_until is None:
+                    try:
+                        await out.write(hidden(chunk) if hidden else chunk)  # on to the unit first: no latency added
+                    except ConnectionError:
+                        read_until = _read_on_until(session)
                 if reader is not None:
                     reader.feed(chunk)
-            if record.error is None:
-                await out.write_eof()
-        except (ConnectionError, asyncio.CancelledError) as exc:
-            record.error = f"the relay ended early: {type(exc).__name__}"
-            if isinstance(exc, asyncio.CancelledError):
-                self._settle(record, session, reader, started)
-                raise
+            if read_until is None and record.error is None:
+                with contextlib.suppress(ConnectionError):
+                    await out.write(hidden.rest() if hidden else b"")
+                    await out.write_eof()
+        except asyncio.CancelledError:
+            record.error = "the relay ended early: CancelledError"
+            self._settle(record, session, reader, started)
+            raise
         finally:
             response.release()
         self._settle(record, session, reader, started)
@@ -619,19 +656,25 @@ class Gateway:
         if reader.error is not None and record.error is None:
             record.error = str(reader.error.get("message", reader.error))[:MESSAGE_CHARS]
         price = find_price(session.prices, f"{record.route}/{record.model}") if record.model else None
-        known = {"input_tokens": record.usage.input_tokens or 0, "output_tokens": record.usage.output_tokens or 0}
-        record.cost_usd = cost_usd(price, record.usage.model_copy(update=known))
+        if record.usage_reported:  # else its cost is unknown, never 0
+            known = {"input_tokens": record.usage.input_tokens or 0, "output_tokens": record.usage.output_tokens or 0}
+            record.cost_usd = cost_usd(price, record.usage.model_copy(update=known))
         session.model_calls += 1
         session.usage.add(record.usage)
         session.by_model.setdefault(record.model or "unknown", ModelCalls()).add(record)
         session.last_model = record.model
-        if record.cost_usd is None:
-            if record.usage.total_tokens():
-                session.unpriced_calls += 1
-        else:
+        if record.unpriced():
+            session.unpriced_calls += 1
+        elif record.cost_usd is not None:
             session.cost_usd += record.cost_usd
             if session.budget is not None:
                 session.budget.charge(record.cost_usd)
+
+
+def _read_on_until(session: Session) -> float:
+    """Until when a reply its unit hung up on is read on (monotonic clock)."""
+    until = time.monotonic() + READ_ON_S
+    return until if session.deadline is None else min(until, session.deadline)
 
 
 async def _waited_to_retry(record: CallRecord, session: Session, started: float, hint: float | None) -> bool:
@@ -714,8 +757,6 @@ def _reply_headers(response: Any) -> dict[str, str]:
 
 
 def _json_body(body: bytes) -> dict[str, Any]:
-    import json
-
     try:
         value = json.loads(body) if body else {}
     except ValueError:

@@ -142,31 +142,59 @@ def test_a_chat_stream_is_counted_and_the_unit_gets_the_chunks_it_asked_for(gate
     assert counted.cost_usd == pytest.approx(GPT_4O_COST)
 
 
-def test_a_stream_the_unit_hangs_up_on_is_read_to_its_end_for_its_usage(gateway: Gateway) -> None:
-    """An agent that closes its stream once it has its text, before ``message_delta`` holds the
+RESPONSE_STARTED = {"type": "response.created", "response": {"model": "gpt-4o", "status": "in_progress", "usage": None}}
+#: by wire protocol: its route, the path a unit posts, the events before it hangs up, the one
+#: after that holds the output tokens, and the cost of the whole reply
+HANG_UPS: dict[str, tuple[str, str, list[dict[str, Any]], dict[str, Any], float]] = {
+    "anthropic": (
+        "anthropic",
+        "/v1/messages",
+        [MESSAGE_START, *TEXT],
+        {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 50000}},
+        100000 * SONNET_IN + 50000 * SONNET_OUT,
+    ),
+    "responses": (
+        "openai",
+        "/responses",
+        [RESPONSE_STARTED, {"type": "response.output_text.delta", "delta": "x" * 1000}],
+        {
+            "type": "response.completed",
+            "response": {
+                "model": "gpt-4o",
+                "status": "completed",
+                "usage": {"input_tokens": 1000, "output_tokens": 50000},
+            },
+        },
+        GPT_4O_COST,
+    ),
+}
+
+
+@pytest.mark.parametrize("protocol", HANG_UPS)
+def test_a_stream_the_unit_hangs_up_on_is_read_to_its_end_for_its_usage(gateway: Gateway, protocol: str) -> None:
+    """An agent that closes its stream once it has its text, before the event that holds the
     output tokens: the gateway reads the rest, and counts all 50,000 of them."""
+    route, path, before, usage, cost = HANG_UPS[protocol]
 
     async def slow_end(request: web.Request) -> web.StreamResponse:
-        reply = await sse(request, MESSAGE_START, *TEXT)
+        reply = await sse(request, *before)
         await asyncio.sleep(0.5)  # the unit hangs up meanwhile
-        end = {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 50000}}
         for _ in range(20):  # past what one write to a closed connection takes to notice
             await reply.write(b"event: ping\ndata: " + json.dumps({"type": "ping"}).encode() + b"\n\n")
-        await reply.write(b"event: message_delta\ndata: " + json.dumps(end).encode() + b"\n\n")
-        await reply.write(b'event: message_stop\ndata: {"type": "message_stop"}\n\n')
+        await reply.write(b"event: " + usage["type"].encode() + b"\ndata: " + json.dumps(usage).encode() + b"\n\n")
         return reply
 
-    with Provider({"/v1/messages": slow_end}) as provider:
-        session = gateway.open({"anthropic": Upstream(provider.url, ("sk-key",))})
-        request = {"model": "claude-sonnet-4-5", "max_tokens": 10, "stream": True, "messages": []}
-        with httpx.stream(
-            "POST", gateway.base_url("anthropic") + "/v1/messages", headers={"x-api-key": session.token}, json=request
-        ) as reply:
+    base_path = "" if route == "anthropic" else "/v1"  # the upstream base URL's path
+    with Provider({base_path + path: slow_end}) as provider:
+        session = gateway.open({route: Upstream(provider.url + base_path, ("sk-key",))})
+        request = {"model": "claude-sonnet-4-5" if route == "anthropic" else "gpt-4o", "stream": True}
+        headers = {"x-api-key": session.token}
+        with httpx.stream("POST", gateway.base_url(route) + path, headers=headers, json=request) as reply:
             next(reply.iter_bytes())  # the text came: the unit goes
         report = gateway.close(session, wait_s=10)
     counted = report.counted
     assert (counted.n_model_calls, counted.usage.output_tokens, counted.failed_calls) == (1, 50000, 0)
-    assert counted.cost_usd == pytest.approx(100000 * SONNET_IN + 50000 * SONNET_OUT)
+    assert counted.cost_usd == pytest.approx(cost)
 
 
 def test_a_reply_whose_usage_was_not_seen_has_an_unknown_cost(gateway: Gateway) -> None:

@@ -7,7 +7,9 @@ import io
 import json
 import os
 import tarfile
+from collections.abc import Collection
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -202,6 +204,76 @@ def test_a_record_that_does_not_read_is_skipped(tmp_path: Path) -> None:
     (tmp_path / "w").mkdir()
     resumed = ChunkCheckpoints(str(folder), tmp_path / "w").start()
     assert resumed is not None and resumed.chunk == 1
+
+
+class _Flaky:
+    """A filesystem whose listing, or reads of the files named in ``failing``, fail as a
+    throttled S3 would, for as long as asked; everything else as the real one."""
+
+    def __init__(self, real: Any, failing: Collection[str] = (), listing_fails: bool = False):
+        self.real, self.failing, self.listing_fails = real, set(failing), listing_fails
+
+    def get_file_info(self, selector: Any) -> Any:
+        if self.listing_fails and not isinstance(selector, str):
+            raise OSError("SlowDown: please reduce your request rate")
+        return self.real.get_file_info(selector)
+
+    def open_input_stream(self, path: str) -> Any:
+        if Path(path).name in self.failing:
+            raise OSError("SlowDown: please reduce your request rate")
+        return self.real.open_input_stream(path)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+
+def _flaky_attempt(folder: Path, work: Path, attempt: int, **failures: Any) -> ChunkCheckpoints:
+    work.mkdir()
+    checkpoints = ChunkCheckpoints(str(folder), work, attempt=attempt)
+    checkpoints.filesystem = _Flaky(checkpoints.filesystem, **failures)
+    return checkpoints
+
+
+def test_a_chunk_that_cannot_be_read_is_passed_over_for_the_next_newest(tmp_path: Path) -> None:
+    folder = _saved(tmp_path, attempt=1, chunks=3)
+    again = _flaky_attempt(folder, tmp_path / "again", attempt=2, failing={"chunk-3.tar"})
+    resumed = again.start(from_any_checkpoint=True)
+    assert resumed is not None and resumed.chunk == 2
+    assert (tmp_path / "again" / "sub" / "notes.txt").read_text() == "chunk 2"
+    assert again.problem is not None and "chunk 3 not resumed from: OSError: SlowDown" in again.problem
+    assert sorted(path.name for path in folder.iterdir())[-2:] == ["chunk-3.json", "chunk-3.tar"]  # kept
+
+
+@pytest.mark.parametrize(
+    "failures",
+    [
+        {"failing": {"chunk-1.json", "chunk-2.json"}},
+        {"failing": {"chunk-1.tar", "chunk-2.tar"}},
+        {"listing_fails": True},
+    ],
+)
+def test_a_storage_error_removes_no_checkpoint_and_the_fresh_attempts_own_come_after_them(
+    tmp_path: Path, failures: dict[str, Any]
+) -> None:
+    """Reads (or the listing) that fail leave the attempt to start afresh, the checkpoints kept;
+    the chunks it saves then are numbered after them, so that Ray running it again goes on from
+    its own newest, and a later attempt after a lost one from the newest of all."""
+    folder = _saved(tmp_path, attempt=1, chunks=2)
+    work = tmp_path / "fresh"
+    fresh = _flaky_attempt(folder, work, attempt=2, **failures)
+    assert fresh.start(from_any_checkpoint=True) is None and not list(work.iterdir())
+    assert fresh.problem is not None and "OSError: SlowDown" in fresh.problem and "none removed" in fresh.problem
+    assert {"chunk-1.tar", "chunk-2.tar"} <= {path.name for path in folder.iterdir()}
+    fresh.filesystem = fresh.filesystem.real  # the storage is back
+    (work / "notes.txt").write_text("the fresh attempt's own")
+    fresh.report = _session(1).report
+    fresh(b'{"session_id": "s-2", "turns": 1}')
+    assert fresh.saved == 3 and json.loads((folder / "chunk-3.json").read_text())["attempt"] == 2
+    for attempt, from_any in ((2, False), (3, True)):
+        (tmp_path / f"again-{attempt}").mkdir()
+        resumed = ChunkCheckpoints(str(folder), tmp_path / f"again-{attempt}", attempt=attempt).start(from_any)
+        assert resumed is not None and (resumed.chunk, resumed.session_id) == (3, "s-2")
+        assert (tmp_path / f"again-{attempt}" / "notes.txt").read_text() == "the fresh attempt's own"
 
 
 def test_a_checkpoint_of_staged_data_is_refused(tmp_path: Path) -> None:

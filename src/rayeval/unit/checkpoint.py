@@ -235,50 +235,75 @@ class ChunkCheckpoints:
         self.saved_calls = 0
         self.turns = 0
         self.problem: str | None = None
+        #: the highest chunk number in the folder as the attempt started (None: unknown, the
+        #: listing failed), which its own chunks are numbered after
+        self.last_listed: int | None = None
 
     def start(self, from_any_checkpoint: bool = False) -> SavedChunk | None:
-        """Where this attempt starts: from the newest complete checkpoint when it is this
-        attempt's own (Ray ran the attempt again after its node was lost) or the attempt
-        before was lost or could not run (``from_any_checkpoint``), its tar unpacked as untrusted input into the
-        work folder (which must be empty); else afresh, the earlier attempts' checkpoints
-        removed (its own are numbered from 1). The record it goes on from, or None."""
-        newest = self._newest()
-        if newest is not None and (newest.attempt == self.attempt or from_any_checkpoint):
-            try:
-                with self.filesystem.open_input_stream(f"{self.base}/chunk-{newest.chunk}.tar") as source:
-                    unpack(source, self.work_dir, leave_out={STAGED_DATA_FOLDER}, max_bytes=self.max_bytes)
-            except (CheckpointError, OSError) as exc:
-                self.problem = f"chunk {newest.chunk} not resumed from: {type(exc).__name__}: {exc}"
-                remove_tree(self.work_dir)
-                self.work_dir.mkdir()
-            else:
-                self.resumed = newest
-                self.saved, self.saved_calls, self.turns = newest.chunk, newest.counted.n_model_calls, newest.turns
-                return newest
-        with contextlib.suppress(OSError):
-            self.filesystem.delete_dir_contents(self.base, missing_dir_ok=True)
-        return None
-
-    def _newest(self) -> SavedChunk | None:
-        """The newest checkpoint whose record reads and whose tar is whole."""
+        """Where this attempt starts: from the newest whole checkpoint it may go on from, its
+        tar unpacked as untrusted input into the work folder (which must be empty), or None
+        (afresh). It may go on from a checkpoint of its own (Ray ran the attempt again after
+        its node was lost) or, with ``from_any_checkpoint`` (the attempt before was lost or
+        could not run), any attempt's; one that cannot be read is passed over for the next
+        newest. Afresh, the earlier attempts' checkpoints are removed, but for a storage
+        error (a listing or a read that failed, perhaps for a moment): then they are kept, and
+        this attempt's own are numbered after them, so that the newest is the highest."""
         try:
-            listed = self.filesystem.get_file_info(FileSelector(self.base, allow_not_found=True))
-        except OSError:
+            sizes = self._listing()
+        except OSError as exc:
+            self._note(f"checkpoints not listed: {type(exc).__name__}: {exc}; started afresh, none removed")
             return None
-        sizes = {PurePosixPath(info.path).name: info.size for info in listed}
-        chunks = sorted((int(m.group(1)) for name in sizes if (m := _CHUNK_RECORD.fullmatch(name))), reverse=True)
+        chunks = sorted(_chunk_numbers(sizes), reverse=True)
+        self.last_listed = max(chunks, default=0)
+        storage_failed = False
         for chunk in chunks:
             try:
-                with self.filesystem.open_input_stream(f"{self.base}/chunk-{chunk}.json") as record:
-                    text = record.read(MAX_RECORD_BYTES + 1)
-                saved = SavedChunk.model_validate_json(text) if len(text) <= MAX_RECORD_BYTES else None
-            except (OSError, ValueError):
+                saved = self._whole(chunk, sizes)
+                if saved is None:
+                    continue
+                if not (saved.attempt == self.attempt or from_any_checkpoint):
+                    break
+                with self.filesystem.open_input_stream(f"{self.base}/chunk-{chunk}.tar") as source:
+                    unpack(source, self.work_dir, leave_out={STAGED_DATA_FOLDER}, max_bytes=self.max_bytes)
+            except (CheckpointError, OSError) as exc:
+                storage_failed = storage_failed or isinstance(exc, OSError)
+                self._note(f"chunk {chunk} not resumed from: {type(exc).__name__}: {exc}")
+                remove_tree(self.work_dir)
+                self.work_dir.mkdir()
                 continue
-            if saved is None:
-                continue
-            if saved.chunk == chunk and sizes.get(f"chunk-{chunk}.tar") == saved.tar_bytes:
-                return saved
+            self.resumed = saved
+            self.saved, self.saved_calls, self.turns = saved.chunk, saved.counted.n_model_calls, saved.turns
+            return saved
+        if storage_failed:
+            self._note("started afresh, none removed")
+            return None
+        with contextlib.suppress(OSError):  # else this attempt's chunks are numbered after those left
+            self.filesystem.delete_dir_contents(self.base, missing_dir_ok=True)
+            self.last_listed = 0
         return None
+
+    def _listing(self) -> dict[str, int]:
+        """The size of each file in the unit's checkpoint folder, by name (``OSError``: the
+        storage could not list it)."""
+        listed = self.filesystem.get_file_info(FileSelector(self.base, allow_not_found=True))
+        return {PurePosixPath(info.path).name: info.size for info in listed}
+
+    def _whole(self, chunk: int, sizes: dict[str, int]) -> SavedChunk | None:
+        """Chunk ``chunk``'s record, if it reads and its tar has the size it records (else it
+        was cut short); ``OSError`` when the storage could not read it."""
+        with self.filesystem.open_input_stream(f"{self.base}/chunk-{chunk}.json") as record:
+            text = record.read(MAX_RECORD_BYTES + 1)
+        try:
+            saved = SavedChunk.model_validate_json(text) if len(text) <= MAX_RECORD_BYTES else None
+        except ValueError:
+            return None
+        if saved is None or saved.chunk != chunk or sizes.get(f"chunk-{chunk}.tar") != saved.tar_bytes:
+            return None
+        return saved
+
+    def _note(self, problem: str) -> None:
+        """Add ``problem`` to what the unit's row says went wrong with its checkpoints."""
+        self.problem = problem if self.problem is None else f"{self.problem}; {problem}"
 
     def __call__(self, agent_report: bytes) -> None:
         if self.report is None:
@@ -287,8 +312,15 @@ class ChunkCheckpoints:
         calls = session.counted.n_model_calls
         if calls <= self.saved_calls:
             return
-        chunk, claimed = self.saved + 1, _chunk_report(agent_report)
+        claimed = _chunk_report(agent_report)
         turns = min(self.turns + claimed.get("turns", 0), calls)
+        try:
+            if self.last_listed is None:  # not listed at the start: listed now, else not saved
+                self.last_listed = max(_chunk_numbers(self._listing()), default=0)
+        except OSError as exc:
+            self.problem = f"chunk not saved: {type(exc).__name__}: {exc}"
+            return
+        chunk = max(self.saved, self.last_listed) + 1
         name = f"{self.base}/chunk-{chunk}"
         try:
             self.filesystem.create_dir(self.base, recursive=True)
@@ -314,6 +346,11 @@ class ChunkCheckpoints:
         """What a unit's row says of its checkpoints."""
         resumed = {"resumed_from": self.resumed.chunk} if self.resumed is not None else {}
         return {"saved": self.saved, **resumed, **({"problem": self.problem} if self.problem else {})}
+
+
+def _chunk_numbers(names: Collection[str]) -> list[int]:
+    """The chunk numbers of the records among ``names``."""
+    return [int(m.group(1)) for name in names if (m := _CHUNK_RECORD.fullmatch(name))]
 
 
 def _chunk_report(agent_report: bytes) -> dict[str, Any]:

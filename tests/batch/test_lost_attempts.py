@@ -70,7 +70,18 @@ def dies_then_its_data_fails_once(prompt: str, work_dir: str, context: AgentCont
     return {"answer": (Path(work_dir) / "restored.txt").exists()}
 
 
-def _save_checkpoint(context: AgentContext) -> None:
+def saves_a_later_attempts_checkpoint(prompt: str, work_dir: str, context: AgentContext) -> dict[str, Any]:
+    """The first call saves a checkpoint as the unit's attempt 2 would have (its driver then
+    died with the attempt in flight: no row of it stored); each call answers whether its work
+    folder was restored from that checkpoint."""
+    deaths = Path(context.args["deaths"])
+    if not deaths.exists():
+        _save_checkpoint(context, attempt=2)
+        deaths.write_text("x")
+    return {"answer": (Path(work_dir) / "restored.txt").exists()}
+
+
+def _save_checkpoint(context: AgentContext, attempt: int = 1) -> None:
     folder = Path(unit_checkpoints(context.args["sessions"], context.eval_id, context.model, context.seed))
     saved_work = Path(context.args["deaths"]).with_name("saved-work")
     saved_work.mkdir(parents=True)
@@ -81,7 +92,7 @@ def _save_checkpoint(context: AgentContext) -> None:
     (folder / "chunk-1.tar").write_bytes(tar.getvalue())
     counted = ModelUsage(n_model_calls=1, usage=Usage(input_tokens=10, output_tokens=1), cost_usd=0.0)
     record = SavedChunk(
-        chunk=1, attempt=1, session_id=None, counted=counted, calls=[], turns=0, tar_bytes=len(tar.getvalue())
+        chunk=1, attempt=attempt, session_id=None, counted=counted, calls=[], turns=0, tar_bytes=len(tar.getvalue())
     )
     (folder / "chunk-1.json").write_text(record.model_dump_json())
 
@@ -138,4 +149,54 @@ def test_the_attempt_after_one_that_could_not_stage_its_data_goes_on_from_its_ch
     (row,) = pd.read_parquet(output / "run_id=unstaged").itertuples()
     assert not data.with_name("fail-once").exists()  # Ray's retry of attempt 1 met the failing fetch
     assert row.attempt == 2 and json.loads(row.answer_json) == {"answer": True}, row.error_message
+    assert json.loads(row.metadata_json)["session_checkpoints"] == {"saved": 1, "resumed_from": 1}
+
+
+def _lost_run(tmp_path: Path, agent: str, **options: Any) -> pd.DataFrame:
+    """Run (or resume) run ``lost`` of one chunked unit with ``agent`` of this module; its rows."""
+    evals = write_mc_evals(tmp_path / "evals", ["lost_1"])
+    output = tmp_path / "out"
+    args = {
+        "chunk_turns": "1",
+        "deaths": str(tmp_path / "deaths"),
+        "sessions": str(output / "run_id=lost" / "_sessions"),
+    }
+    batch.run(
+        str(evals),
+        agent=f"tests.batch.test_lost_attempts:{agent}",
+        agent_args=args,
+        output=str(output),
+        run_id="lost",
+        isolation="inline",
+        show_progress=False,
+        retry_backoff_s=0.1,
+        **options,
+    )
+    return pd.read_parquet(output / "run_id=lost")
+
+
+@pytest.mark.slow  # four worker processes lost and restarted: ~20 s
+@pytest.mark.usefixtures("shared_ray")
+def test_retry_errors_goes_on_from_the_checkpoint_of_a_stored_lost_attempt(tmp_path: Path) -> None:
+    """A unit stored lost (``seen_by`` ``ray``, the run's retries spent) that ``--resume
+    --retry-errors`` runs again goes on from its checkpoint, as the run's own retry would."""
+    agent = "dies_until_the_attempt_after_the_lost_one"
+    (lost,) = _lost_run(tmp_path, agent, retries=0).itertuples()
+    assert lost.attempt == 1 and json.loads(lost.metadata_json)["error_details"]["seen_by"] == "ray"
+    rows = _lost_run(tmp_path, agent, retries=0, resume=True, retry_errors=True)
+    (row,) = rows[rows["attempt"] == 2].itertuples()
+    assert json.loads(row.answer_json) == {"answer": True}, row.error_message
+    assert json.loads(row.metadata_json)["session_checkpoints"] == {"saved": 1, "resumed_from": 1}
+
+
+@pytest.mark.usefixtures("shared_ray")
+def test_a_resumed_run_goes_on_from_the_checkpoint_of_a_unit_in_flight_when_its_driver_died(tmp_path: Path) -> None:
+    """A unit without a stored row was in flight (its retried attempts are not stored): the
+    resumed run's attempt 1 goes on from the checkpoint its attempt 2 saved."""
+    (first,) = _lost_run(tmp_path, "saves_a_later_attempts_checkpoint").itertuples()
+    assert json.loads(first.answer_json) == {"answer": False}
+    for part in (tmp_path / "out" / "run_id=lost").glob("model=*/*.parquet"):
+        part.unlink()  # as though the driver died before it stored the unit's row
+    (row,) = _lost_run(tmp_path, "saves_a_later_attempts_checkpoint", resume=True).itertuples()
+    assert row.attempt == 1 and json.loads(row.answer_json) == {"answer": True}, row.error_message
     assert json.loads(row.metadata_json)["session_checkpoints"] == {"saved": 1, "resumed_from": 1}

@@ -102,7 +102,7 @@ def test_retry_errors_reruns_by_the_same_rule(local_store: ResultStore) -> None:
     error = make_row("r", "m", 1, status="error", passed=False, finished_at=T0 + timedelta(seconds=2))
     passed = make_row("r", "m", 1, status="passed", passed=True, finished_at=T0 + timedelta(seconds=1))
     local_store.write_rows("r", [passed, error])
-    assert local_store.units_to_run_again("r") == {error.unit_id: 1}
+    assert local_store.units_to_run_again("r") == {error.unit_id: (1, error.metadata_json)}
     later = make_row("r2", "m", 1, status="passed", passed=True, finished_at=T0 + timedelta(seconds=3))
     local_store.write_rows("r2", [error.model_copy(update={"run_id": "r2"}), later])
     assert local_store.units_to_run_again("r2") == {}

@@ -32,7 +32,7 @@ from .judging import JudgeCalls
 from .plan import Unit
 from .prepare import PreparedRun, prepare_run
 from .progress import Progress
-from .queue import RETRIED, UnitQueue, error_details, unit_retry_delay
+from .queue import UnitQueue, goes_on_from_any_checkpoint, unit_retry_delay
 from .resume import rerun_text, resumed_run_id, starting_manifest, units_run_again, units_to_run
 from .rows import RunRows
 from .stopping import RunCancelled, StopSignals
@@ -99,6 +99,8 @@ class _DriverRun:
     #: a bool per plan position: the units without a stored row, or stored ones to run again
     todo: np.ndarray
     earlier_attempts: np.ndarray | None  # the attempts stored of each unit that runs again
+    #: a bool per plan position: the unit's first attempt goes on from any checkpoint
+    from_any_checkpoint: np.ndarray
     started: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
     owns_ray: bool = False
     workers: WorkerPool | None = None
@@ -139,9 +141,11 @@ class _DriverRun:
             undo.callback(writer.close)
             # read once the WAL is recovered, and before Ray starts: a resumed run with nothing
             # left starts none (a new run reads no stored rows)
-            todo, earlier_attempts = units_to_run(storage, store, run_id, prepared.plan)
+            todo, earlier_attempts, from_any = units_to_run(storage, store, run_id, prepared.plan)
             undo.pop_all()
-        return cls(config, prepared, run_id, store, lease, planned, writer, fresh_root, todo, earlier_attempts)
+        return cls(
+            config, prepared, run_id, store, lease, planned, writer, fresh_root, todo, earlier_attempts, from_any
+        )
 
     def execute(self, stop_signals: StopSignals, *, agent: AgentFunction | None, grade: GradeFunction | None) -> None:
         """Start Ray and the workers, say what runs, write the manifest, run the units not stored."""
@@ -185,7 +189,7 @@ class _DriverRun:
             self.prepared.plan, self.todo, max_concurrency=scheduling.max_concurrency,
             model_limits=scheduling.model_concurrency, earlier_attempts=self.earlier_attempts,
         )  # fmt: skip
-        work = _InFlight(queue, workers, JudgeCalls(scheduling.judge_concurrency))
+        work = _InFlight(queue, workers, JudgeCalls(scheduling.judge_concurrency), self.from_any_checkpoint)
         if any(has_judged_graders(eval_) for eval_ in run.evals):
             work.judges.start()
         spent_out = False
@@ -227,8 +231,7 @@ class _DriverRun:
             delay = unit_retry_delay(row, attempt, scheduling.retry_backoff_s) if row.retryable else None
             if delay is not None and attempt - earlier <= scheduling.retries:  # retries count from this run's first
                 work.queue.retry_later(unit, attempt + 1, delay)
-                if error_details(row).get("seen_by") in RETRIED:  # its worker or node was lost, or its data...
-                    work.resumes.add(unit.position)
+                work.resumes[unit.position] = goes_on_from_any_checkpoint(row.metadata_json)
             else:
                 kept.setdefault(row.model, []).append(row)
         for model, rows in kept.items():  # one WAL write and fsync per model and round
@@ -337,20 +340,20 @@ class _InFlight:
     queue: UnitQueue
     workers: WorkerPool
     judges: JudgeCalls
+    #: a bool per plan position: the unit's next attempt goes on from its newest checkpoint,
+    #: whichever attempt saved it (:func:`.queue.goes_on_from_any_checkpoint`), where its
+    #: chunked session saved one (an attempt that could not run made none, and one that
+    #: started afresh left none of those before)
+    resumes: np.ndarray
     running: dict[Any, tuple[Unit, int]] = field(default_factory=dict)
     grading: dict[Any, tuple[Unit, int]] = field(default_factory=dict)
     #: units stored whose model calls the run's spent budget refused (a resume runs them again)
     refused_by_budget: int = 0
-    #: the plan positions of units whose last attempt lost its worker or node (even after Ray's
-    #: own retries of it) or could not run (its data, its sandbox): the next goes on from the
-    #: unit's checkpoint, where its chunked session saved one (an attempt that could not run
-    #: made none, and one that started afresh left none of those before)
-    resumes: set[int] = field(default_factory=set)
 
     def start(self, unit: Unit, attempt: int) -> None:
         """Submit a unit's attempt (it holds a slot until it is back)."""
-        from_any_checkpoint = unit.position in self.resumes
-        self.resumes.discard(unit.position)
+        from_any_checkpoint = bool(self.resumes[unit.position])
+        self.resumes[unit.position] = False  # a retry decides anew from its row
         self.running[self.workers.submit(unit, attempt, from_any_checkpoint)] = (unit, attempt)
 
     @property

@@ -104,7 +104,7 @@ def preview_run(config: BatchConfig) -> PlanPreview:
     todo, rerun = np.ones(len(plan), dtype=bool), 0
     if run_id is not None:
         starting_manifest(store, run_id, config, evals, plan)
-        todo, earlier = units_to_run(storage, store, run_id, plan)
+        todo, earlier, _ = units_to_run(storage, store, run_id, plan)
         rerun = units_run_again(todo, earlier)
     # the plan's order is eval, model, seed: a position's model is (position // seeds) % models
     per_model = np.bincount((np.flatnonzero(todo) // len(plan.seeds)) % len(plan.models), minlength=len(plan.models))

@@ -38,10 +38,10 @@ def retry_delay(attempt: int, backoff_s: float) -> float:
     return doubled_s(backoff_s, attempt - 1) * random.uniform(0.5, 1.5)
 
 
-def error_details(row: UnitRecord) -> dict[str, Any]:
-    """A row's ``error_details`` (empty: none, or not an object)."""
+def error_details(metadata_json: str) -> dict[str, Any]:
+    """The ``error_details`` of a row's ``metadata_json`` (empty: none, or not an object)."""
     try:
-        details = json.loads(row.metadata_json).get("error_details") or {}
+        details = json.loads(metadata_json).get("error_details") or {}
     except (ValueError, AttributeError):
         return {}
     return details if isinstance(details, dict) else {}
@@ -54,13 +54,23 @@ def unit_retry_delay(row: UnitRecord, attempt: int, backoff_s: float) -> float |
     a ``ProviderError`` of a status worth another try (not a rejected key or a bad request),
     whose hint is waited at least, up to ``MAX_RETRY_HINT_S``. An agent's own error (its code
     raised, its process died, its answer cannot be stored) is not run again."""
-    details = error_details(row)
+    details = error_details(row.metadata_json)
     delay = retry_delay(attempt, backoff_s)
     if row.error_type == PROVIDER_ERROR:
         if details.get("status") not in RETRYABLE_STATUSES:
             return None
         return max(delay, min(amount_in(details.get("retry_after_s")) or 0.0, MAX_RETRY_HINT_S))
     return delay if details.get("seen_by") in RETRIED else None
+
+
+def goes_on_from_any_checkpoint(metadata_json: str | None) -> bool:
+    """Whether a unit's next attempt goes on from its newest checkpoint, whichever attempt saved
+    it, after the attempt whose row's metadata is ``metadata_json``: that attempt lost its
+    worker or node or could not run (``error_details.seen_by`` in :data:`RETRIED`), or its row
+    is unknown (None: a resumed run's unit without a stored row was in flight when its driver
+    stopped, its attempts not stored, or never started and saved none). Else the attempt starts
+    afresh."""
+    return metadata_json is None or error_details(metadata_json).get("seen_by") in RETRIED
 
 
 class _ModelQueue:

@@ -14,6 +14,7 @@ from ..storage import ResultStore, RunManifest
 from ..storage.store import ManifestError
 from .config import BatchConfig, StorageConfig
 from .plan import Plan, compact_seeds, plan_changes, unstored
+from .queue import goes_on_from_any_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -128,22 +129,30 @@ def run_manifest(
 
 def units_to_run(
     config: StorageConfig, store: ResultStore, run_id: str, plan: Plan
-) -> tuple[np.ndarray, np.ndarray | None]:
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
     """A bool per plan position, the units to run (a resumed run's stored ones are not, but
-    those its budget cut short are, and with ``retry_errors`` its errored ones), and the
-    attempts already stored of each unit that runs again (None: none does)."""
+    those its budget cut short are, and with ``retry_errors`` its errored ones); the attempts
+    already stored of each unit that runs again (None: none does); and a bool per position,
+    whether the unit's first attempt in this run goes on from any checkpoint
+    (:func:`.queue.goes_on_from_any_checkpoint` of what is stored: a resumed run decides as
+    the run it resumes would have)."""
     if not config.resume:
-        return unstored(plan, np.array([], dtype="S32")), None
+        todo = unstored(plan, np.array([], dtype="S32"))
+        return todo, None, np.zeros(len(plan), dtype=bool)
     stored = store.stored_unit_id_array(run_id)
+    never_stored = unstored(plan, stored)  # goes_on_from_any_checkpoint(None) for each
     rerun = store.units_to_run_again(run_id, errors=config.retry_errors)
     if not rerun:
-        return unstored(plan, stored), None
+        return never_stored, None, never_stored.copy()
     again = np.sort(np.array(list(rerun), dtype="S32"))
     todo = unstored(plan, stored[~np.isin(stored, again)])
     earlier = np.zeros(len(plan), dtype=np.int32)
+    from_any_checkpoint = never_stored.copy()
     for position in np.flatnonzero(~unstored(plan, again)):
-        earlier[position] = rerun[plan.unit(int(position)).unit_id]
-    return todo, earlier
+        attempt, metadata_json = rerun[plan.unit(int(position)).unit_id]
+        earlier[position] = attempt
+        from_any_checkpoint[position] = goes_on_from_any_checkpoint(metadata_json)
+    return todo, earlier, from_any_checkpoint
 
 
 def units_run_again(todo: np.ndarray, earlier: np.ndarray | None) -> int:

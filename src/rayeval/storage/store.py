@@ -647,16 +647,19 @@ class ResultStore:
         ids.sort()
         return ids
 
-    def units_to_run_again(self, run_id: str, *, errors: bool = True) -> dict[str, int]:
-        """The units a resume runs again, with their latest attempt (:mod:`.attempts`): those
-        whose model calls the run's spent budget refused (``limit_reached: run_cost``) and,
-        with ``errors`` (``--retry-errors``), those that ended in an ``error`` or a
-        ``timeout``.  A ``config_error`` is the eval's grader configuration, which running
-        the agent again does not change."""
-        table = self.read_table(run_id, columns=[*ATTEMPT_COLUMNS, "status", "limit_reached"])
-        units = latest_attempts(table.to_pandas())
+    def units_to_run_again(self, run_id: str, *, errors: bool = True) -> dict[str, tuple[int, str]]:
+        """The units a resume runs again, with their latest attempt (:mod:`.attempts`) and its
+        row's ``metadata_json``: those whose model calls the run's spent budget refused
+        (``limit_reached: run_cost``) and, with ``errors`` (``--retry-errors``), those that
+        ended in an ``error`` or a ``timeout``.  A ``config_error`` is the eval's grader
+        configuration, which running the agent again does not change."""
+        table = self.read_table(run_id, columns=[*ATTEMPT_COLUMNS, "status", "limit_reached", "metadata_json"])
+        # the metadata stays in Arrow: only the rows run again are taken from it
+        rows = table.drop_columns(["metadata_json"]).append_column("row", pa.array(np.arange(table.num_rows)))
+        units = latest_attempts(rows.to_pandas())
         again = units[(units["limit_reached"] == "run_cost") | (errors & units["status"].isin(["error", "timeout"]))]
-        return dict(zip(again["unit_id"].tolist(), again["attempt"].tolist()))
+        metadata = table.column("metadata_json").take(pa.array(again["row"].to_numpy())).to_pylist()
+        return dict(zip(again["unit_id"].tolist(), zip(again["attempt"].tolist(), metadata)))
 
     def root_kind(self) -> Literal["folder", "file", "missing"]:
         """What the root is (an S3 prefix, never an object itself, is a folder); raises

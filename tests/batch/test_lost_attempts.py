@@ -77,6 +77,8 @@ def saves_a_later_attempts_checkpoint(prompt: str, work_dir: str, context: Agent
     deaths = Path(context.args["deaths"])
     if not deaths.exists():
         _save_checkpoint(context, attempt=2)
+        sessions = Path(context.args["sessions"])
+        shutil.copytree(sessions, deaths.with_name("sessions-in-flight"))  # the run removes them once it is stored
         deaths.write_text("x")
     return {"answer": (Path(work_dir) / "restored.txt").exists()}
 
@@ -119,6 +121,7 @@ def test_the_attempt_after_a_lost_one_goes_on_from_its_checkpoint(tmp_path: Path
     assert (tmp_path / "deaths").read_text() == "x" * LOST_CALLS
     assert row.attempt == 2 and json.loads(row.answer_json) == {"answer": True}, row.error_message
     assert json.loads(row.metadata_json)["session_checkpoints"] == {"saved": 1, "resumed_from": 1}
+    assert not any(sessions.iterdir())  # removed once its row was stored
 
 
 @pytest.mark.slow  # a worker process lost and restarted: ~10 s
@@ -183,10 +186,13 @@ def test_retry_errors_goes_on_from_the_checkpoint_of_a_stored_lost_attempt(tmp_p
     agent = "dies_until_the_attempt_after_the_lost_one"
     (lost,) = _lost_run(tmp_path, agent, retries=0).itertuples()
     assert lost.attempt == 1 and json.loads(lost.metadata_json)["error_details"]["seen_by"] == "ray"
+    sessions = tmp_path / "out" / "run_id=lost" / "_sessions"
+    assert [path.name for path in sessions.glob("*/chunk-1.tar")] == ["chunk-1.tar"]  # kept for it
     rows = _lost_run(tmp_path, agent, retries=0, resume=True, retry_errors=True)
     (row,) = rows[rows["attempt"] == 2].itertuples()
     assert json.loads(row.answer_json) == {"answer": True}, row.error_message
     assert json.loads(row.metadata_json)["session_checkpoints"] == {"saved": 1, "resumed_from": 1}
+    assert not any(sessions.iterdir())  # its row stored, no attempt goes on from them
 
 
 @pytest.mark.usefixtures("shared_ray")
@@ -195,8 +201,12 @@ def test_a_resumed_run_goes_on_from_the_checkpoint_of_a_unit_in_flight_when_its_
     resumed run's attempt 1 goes on from the checkpoint its attempt 2 saved."""
     (first,) = _lost_run(tmp_path, "saves_a_later_attempts_checkpoint").itertuples()
     assert json.loads(first.answer_json) == {"answer": False}
+    sessions = tmp_path / "out" / "run_id=lost" / "_sessions"
+    assert not any(sessions.iterdir())  # removed once the unit's row was stored
     for part in (tmp_path / "out" / "run_id=lost").glob("model=*/*.parquet"):
-        part.unlink()  # as though the driver died before it stored the unit's row
+        part.unlink()  # as though the driver died before it stored the unit's row, its checkpoints left
+    shutil.copytree(tmp_path / "sessions-in-flight", sessions, dirs_exist_ok=True)
     (row,) = _lost_run(tmp_path, "saves_a_later_attempts_checkpoint", resume=True).itertuples()
     assert row.attempt == 1 and json.loads(row.answer_json) == {"answer": True}, row.error_message
     assert json.loads(row.metadata_json)["session_checkpoints"] == {"saved": 1, "resumed_from": 1}
+    assert not any(sessions.iterdir())

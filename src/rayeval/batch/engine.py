@@ -23,6 +23,7 @@ from ..record import UnitRecord
 from ..storage import ERROR_STATUSES, ResultStore, RowWriter, RunManifest, RunStatus
 from ..storage.lease import RunLease, run_lease
 from ..storage.store import ResultsRootUnwritable, StorageError
+from ..unit.checkpoint import remove_checkpoints, unit_checkpoints
 from ..unit.context import AgentFunction
 from ..unit.judges import has_judged_graders
 from .budget import BudgetSpent, BudgetView, open_budget, stored_spend
@@ -37,7 +38,7 @@ from .resume import rerun_text, resumed_run_id, starting_manifest, units_run_aga
 from .rows import RunRows
 from .stopping import RunCancelled, StopSignals
 from .summary import RunSummary, summarize
-from .worker import GradeFunction, JudgeWork, WorkerPool, start_pool
+from .worker import GradeFunction, JudgeWork, WorkerPool, sessions_root, start_pool
 
 log = logging.getLogger(__name__)
 
@@ -220,6 +221,7 @@ class _DriverRun:
         scheduling, earlier_attempts = self.config.scheduling, self.earlier_attempts
         # a row's model (its partition) -> rows to store, of every unit back by now
         kept: dict[str, list[UnitRecord]] = {}
+        finished: list[Unit] = []  # of those, the units whose checkpoints no attempt goes on from
         for ref in ready:
             if (done := work.settle(ref, run)) is None:
                 continue
@@ -229,15 +231,29 @@ class _DriverRun:
                 work.refused_by_budget += row.limit_reached == "run_cost"
             earlier = 0 if earlier_attempts is None else int(earlier_attempts[unit.position])
             delay = unit_retry_delay(row, attempt, scheduling.retry_backoff_s) if row.retryable else None
+            resumable = goes_on_from_any_checkpoint(row.metadata_json)
             if delay is not None and attempt - earlier <= scheduling.retries:  # retries count from this run's first
                 work.queue.retry_later(unit, attempt + 1, delay)
-                work.resumes[unit.position] = goes_on_from_any_checkpoint(row.metadata_json)
+                work.resumes[unit.position] = resumable
             else:
                 kept.setdefault(row.model, []).append(row)
+                if not resumable:  # else --retry-errors goes on from its checkpoints
+                    finished.append(unit)
         for model, rows in kept.items():  # one WAL write and fsync per model and round
             self.writer.add_lines(model, [row.to_line() for row in rows])
             for row in rows:  # done once on disk, in the write-ahead log
                 progress.update(passed=row.passed, error=row.status in ERROR_STATUSES)
+        self._remove_checkpoints(finished)
+
+    def _remove_checkpoints(self, units: list[Unit]) -> None:
+        """Remove the checkpoints of ``units``, stored: up to 256 MiB each would otherwise pile
+        up in the results root over a long run."""
+        root = sessions_root(self.config, self.run_id)
+        if root is None:
+            return
+        for unit in units:
+            folder = unit_checkpoints(root, unit.eval_id, unit.model, unit.seed)
+            remove_checkpoints(folder, self.config.storage.s3_endpoint_url)
 
     def _open_budget(self) -> BudgetView | None:
         """The run's budget (``--max-cost``), its earlier attempts' cost spent already."""

@@ -420,10 +420,13 @@ def worker_config(config: BatchConfig, run_id: str, evals: list[Eval]) -> Worker
         execution=config.execution.model_copy(update={"sandbox": sandbox}),
         s3_endpoint_url=config.storage.s3_endpoint_url,
         max_cost_usd=config.scheduling.max_cost_usd,
-        sessions_root=Layout(config.storage.output.rstrip("/")).sessions(run_id)
-        if "chunk_turns" in config.agent_args
-        else None,
+        sessions_root=sessions_root(config, run_id),
     )
+
+
+def sessions_root(config: BatchConfig, run_id: str) -> str | None:
+    """Where run ``run_id`` keeps its units' checkpoints (None: its sessions are not chunked)."""
+    return Layout(config.storage.output.rstrip("/")).sessions(run_id) if "chunk_turns" in config.agent_args else None
 
 
 def sandbox_config(sandbox: SandboxConfig, output: str, evals: list[Eval]) -> SandboxConfig:

@@ -204,6 +204,13 @@ def unit_checkpoints(sessions_root: str, eval_id: str, model: str | None, seed: 
     return f"{sessions_root.rstrip('/')}/{quote(unit, safe='')}"
 
 
+def remove_checkpoints(folder: str, s3_endpoint_url: str | None = None) -> None:
+    """Remove a unit's checkpoints ``folder``, best effort: one left behind costs only room."""
+    filesystem, base = resolve_root(folder, s3_endpoint_url)
+    with contextlib.suppress(OSError):
+        filesystem.delete_dir(base)
+
+
 class ChunkCheckpoints:
     """A unit's checkpoints in ``folder`` (a local folder or ``s3://...``), as its
     ``attempt`` sees them. The attempt goes on from the newest complete one or starts afresh

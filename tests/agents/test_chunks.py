@@ -188,7 +188,7 @@ def test_rayeval_run_with_chunk_turns(claude_available, model_server, tmp_path: 
     assert metadata["command"][metadata["command"].index("--max-turns") + 1] == "1"
     assert metadata["n_turns"] == 2 and row["n_model_calls"] == 2
     assert [reply.turn for reply in server.scripted_replies()] == [0, 1]
-    # the first chunk's checkpoint, in the run's hidden _sessions folder of the results root
-    (unit,) = (tmp_path / "out").glob("run_id=*/_sessions/chunked__claude-sonnet-4-5__s*")
-    assert sorted(p.name for p in unit.iterdir()) == ["chunk-1.json", "chunk-1.tar"]
+    # the first chunk's checkpoint was saved in the run's hidden _sessions folder of the results
+    # root, and removed once the unit's row was stored for good
     assert metadata["session_checkpoints"] == {"saved": 1}
+    assert not list((tmp_path / "out").glob("run_id=*/_sessions/chunked__*/chunk-*"))

@@ -6,6 +6,7 @@ done are not asked again, and its one row adds the counts of both parts."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -79,6 +80,8 @@ def test_a_unit_whose_node_is_killed_goes_on_from_its_checkpoint(ray_cluster: Ra
             assert ray_cluster.actor_pids("UnitWorker", node=node2, busy=True), "no unit runs on node 2"
             ray_cluster.kill_node2(wait_dead=False)
             killed_at = time.monotonic()
+            # the checkpoints as the node left them (a unit's are removed once its row is stored)
+            saved_at_kill = _chunk_records(sessions)
             out, err = process.communicate(timeout=300)
         except BaseException:
             kill_pids([process.pid])
@@ -95,8 +98,14 @@ def test_a_unit_whose_node_is_killed_goes_on_from_its_checkpoint(ray_cluster: Ra
     assert row["status"] == "passed", (row["error_message"], resumed.get("error_details"))
     assert row["node"] == ray_cluster.head.node_id  # finished on the other node
     asked = _turns_asked(server)
-    (saved,) = sessions.glob(f"{lost_id}__*/chunk-{resumed['session_checkpoints']['resumed_from']}.json")
-    done_before = json.loads(saved.read_text())["counted"]["n_model_calls"]
+    resumed_from = f"chunk-{resumed['session_checkpoints']['resumed_from']}.json"
+    (saved,) = [
+        text
+        for path, text in saved_at_kill.items()
+        if path.parts[0].startswith(f"{lost_id}__") and path.name == resumed_from
+    ]
+    done_before = json.loads(saved)["counted"]["n_model_calls"]
+    assert not list(sessions.glob("*/chunk-*")), "a unit's checkpoints stay after its row is stored"
     # the turns done before the checkpoint are asked once; only the one in flight at the kill again
     assert done_before >= 1 and all(asked[lost_id][turn] == 1 for turn in range(done_before)), asked
     assert sorted(asked[lost_id]) == [0, 1, 2] and asked[lost_id].total() <= 4, asked
@@ -105,3 +114,13 @@ def test_a_unit_whose_node_is_killed_goes_on_from_its_checkpoint(ray_cluster: Ra
     # one row, adding both parts: the calls carried from the checkpoint and those after the resume
     assert row["n_model_calls"] == 3 and resumed["n_turns"] == 3
     assert resumed["gateway"]["by_model"]["claude-sonnet-4-5"]["n_model_calls"] == 3
+
+
+def _chunk_records(sessions: Path) -> dict[Path, str]:
+    """The units' chunk records by path under ``sessions``, as they are now (one removed in
+    the meantime, its unit's row stored, is left out)."""
+    records = {}
+    for path in sessions.glob("*/chunk-*.json"):
+        with contextlib.suppress(FileNotFoundError):
+            records[path.relative_to(sessions)] = path.read_text()
+    return records

@@ -102,22 +102,8 @@ def _save_checkpoint(context: AgentContext, attempt: int = 1) -> None:
 @pytest.mark.slow  # four worker processes lost and restarted: ~20 s
 @pytest.mark.usefixtures("shared_ray")
 def test_the_attempt_after_a_lost_one_goes_on_from_its_checkpoint(tmp_path: Path) -> None:
-    evals = write_mc_evals(tmp_path / "evals", ["lost_1"])
-    output = tmp_path / "out"
-    sessions = output / "run_id=lost" / "_sessions"
-    args = {"chunk_turns": "1", "deaths": str(tmp_path / "deaths"), "sessions": str(sessions)}
-    batch.run(
-        str(evals),
-        agent="tests.batch.test_lost_attempts:dies_until_the_attempt_after_the_lost_one",
-        agent_args=args,
-        output=str(output),
-        run_id="lost",
-        isolation="inline",
-        retries=1,
-        show_progress=False,
-        retry_backoff_s=0.1,
-    )
-    (row,) = pd.read_parquet(output / "run_id=lost").itertuples()
+    (row,) = _lost_run(tmp_path, "dies_until_the_attempt_after_the_lost_one", retries=1).itertuples()
+    sessions = tmp_path / "out" / "run_id=lost" / "_sessions"
     assert (tmp_path / "deaths").read_text() == "x" * LOST_CALLS
     assert row.attempt == 2 and json.loads(row.answer_json) == {"answer": True}, row.error_message
     assert json.loads(row.metadata_json)["session_checkpoints"] == {"saved": 1, "resumed_from": 1}
@@ -127,36 +113,19 @@ def test_the_attempt_after_a_lost_one_goes_on_from_its_checkpoint(tmp_path: Path
 @pytest.mark.slow  # a worker process lost and restarted: ~10 s
 @pytest.mark.usefixtures("shared_ray")
 def test_the_attempt_after_one_that_could_not_stage_its_data_goes_on_from_its_checkpoint(tmp_path: Path) -> None:
-    evals = write_mc_evals(tmp_path / "evals", ["unstaged_1"])
     data = tmp_path / "inputs" / "counts.csv"
     data.parent.mkdir()
     data.write_text("gene,count\nCD3E,4\n")
-    eval_file = evals / "unstaged_1.json"
-    eval_file.write_text(json.dumps({**json.loads(eval_file.read_text()), "data_node": f"fail-once://{data}"}))
-    output, cache = tmp_path / "out", tmp_path / "cache"
-    sessions = output / "run_id=unstaged" / "_sessions"
-    args = {"chunk_turns": "1", "deaths": str(tmp_path / "deaths"), "sessions": str(sessions)}
-    args |= {"cache": str(cache), "data": str(data)}
-    batch.run(
-        str(evals),
-        agent="tests.batch.test_lost_attempts:dies_then_its_data_fails_once",
-        agent_args=args,
-        output=str(output),
-        run_id="unstaged",
-        isolation="inline",
-        cache_dir=str(cache),
-        retries=1,
-        show_progress=False,
-        retry_backoff_s=0.1,
-    )
-    (row,) = pd.read_parquet(output / "run_id=unstaged").itertuples()
+    (row,) = _lost_run(tmp_path, "dies_then_its_data_fails_once", data=data, retries=1).itertuples()
     assert not data.with_name("fail-once").exists()  # Ray's retry of attempt 1 met the failing fetch
     assert row.attempt == 2 and json.loads(row.answer_json) == {"answer": True}, row.error_message
     assert json.loads(row.metadata_json)["session_checkpoints"] == {"saved": 1, "resumed_from": 1}
 
 
-def _lost_run(tmp_path: Path, agent: str, **options: Any) -> pd.DataFrame:
-    """Run (or resume) run ``lost`` of one chunked unit with ``agent`` of this module; its rows."""
+def _lost_run(tmp_path: Path, agent: str, *, data: Path | None = None, **options: Any) -> pd.DataFrame:
+    """Run (or resume) run ``lost`` of one chunked unit with ``agent`` of this module (with
+    ``data``: its eval's data node is ``fail-once://<data>``, staged through the run's own
+    cache); its rows."""
     evals = write_mc_evals(tmp_path / "evals", ["lost_1"])
     output = tmp_path / "out"
     args = {
@@ -164,6 +133,11 @@ def _lost_run(tmp_path: Path, agent: str, **options: Any) -> pd.DataFrame:
         "deaths": str(tmp_path / "deaths"),
         "sessions": str(output / "run_id=lost" / "_sessions"),
     }
+    if data is not None:
+        eval_file = evals / "lost_1.json"
+        eval_file.write_text(json.dumps({**json.loads(eval_file.read_text()), "data_node": f"fail-once://{data}"}))
+        options["cache_dir"] = args["cache"] = str(tmp_path / "cache")
+        args["data"] = str(data)
     batch.run(
         str(evals),
         agent=f"tests.batch.test_lost_attempts:{agent}",

@@ -231,7 +231,8 @@ class _DriverRun:
                 work.refused_by_budget += row.limit_reached == "run_cost"
             earlier = 0 if earlier_attempts is None else int(earlier_attempts[unit.position])
             delay = unit_retry_delay(row, attempt, scheduling.retry_backoff_s) if row.retryable else None
-            resumable = goes_on_from_any_checkpoint(row.metadata_json)
+            # only a retryable error can be seen_by ray or runner: no other row's metadata is parsed here
+            resumable = row.retryable and goes_on_from_any_checkpoint(row.metadata_json)
             if delay is not None and attempt - earlier <= scheduling.retries:  # retries count from this run's first
                 work.queue.retry_later(unit, attempt + 1, delay)
                 work.resumes[unit.position] = resumable

@@ -647,19 +647,25 @@ class ResultStore:
         ids.sort()
         return ids
 
-    def units_to_run_again(self, run_id: str, *, errors: bool = True) -> dict[str, tuple[int, str]]:
+    def units_to_run_again(self, run_id: str, *, errors: bool = True) -> dict[str, tuple[int, str | None]]:
         """The units a resume runs again, with their latest attempt (:mod:`.attempts`) and its
         row's ``metadata_json``: those whose model calls the run's spent budget refused
         (``limit_reached: run_cost``) and, with ``errors`` (``--retry-errors``), those that
         ended in an ``error`` or a ``timeout``.  A ``config_error`` is the eval's grader
         configuration, which running the agent again does not change."""
-        table = self.read_table(run_id, columns=[*ATTEMPT_COLUMNS, "status", "limit_reached", "metadata_json"])
-        # the metadata stays in Arrow: only the rows run again are taken from it
-        rows = table.drop_columns(["metadata_json"]).append_column("row", pa.array(np.arange(table.num_rows)))
-        units = latest_attempts(rows.to_pandas())
+        table = self.read_table(run_id, columns=[*ATTEMPT_COLUMNS, "status", "limit_reached"])
+        units = latest_attempts(table.to_pandas())
         again = units[(units["limit_reached"] == "run_cost") | (errors & units["status"].isin(["error", "timeout"]))]
-        metadata = table.column("metadata_json").take(pa.array(again["row"].to_numpy())).to_pylist()
-        return dict(zip(again["unit_id"].tolist(), zip(again["attempt"].tolist(), metadata)))
+        if again.empty:  # the metadata, a heavy column, is read only for the units run again
+            return {}
+        ids, attempts = again["unit_id"].tolist(), again["attempt"].tolist()
+        rows = (
+            self.parts(run_id)
+            .to_table(columns=["unit_id", "attempt", "metadata_json"], filter=isin_filter({"unit_id": ids}))
+            .to_pylist()
+        )
+        metadata = {(row["unit_id"], row["attempt"]): row["metadata_json"] for row in rows}
+        return {unit: (attempt, metadata.get((unit, attempt))) for unit, attempt in zip(ids, attempts)}
 
     def root_kind(self) -> Literal["folder", "file", "missing"]:
         """What the root is (an S3 prefix, never an object itself, is a folder); raises

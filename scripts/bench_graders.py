@@ -12,8 +12,9 @@ swapped every round) and keeps each side's best round per vector: a shared machi
 drifts within seconds, and timing the two sides moments apart lets the drift hit both alike.
 
 With ``--bounded``, also the cost of grading as a batch run grades (``grade_bounded``: the
-answer sent to a grading subprocess, its verdict read back) against ``grade`` in this process,
-over the vectors that can be an eval's grader: the per-grading overhead of the time limit.
+answer sent to a grading process of its own, its verdict read back; once per vector and round)
+against ``grade`` in this process, over the vectors that can be an eval's grader: the
+per-grading overhead of the time limit.
 
 Usage: python scripts/bench_graders.py [--repeat N] [--rounds N] [--reference-python /path/to/python] [--bounded]
 """
@@ -105,14 +106,15 @@ def per_grading_us(seconds: list[float], repeat: int) -> float:
 
 
 def bounded_overhead(repeat: int, rounds: int) -> None:
-    """µs per grading through the grading pool and in this process, best round of each."""
+    """µs per grading in a grading process (once per vector) and in this process (``repeat``
+    times per vector), best round of each."""
     import time
 
     from pydantic import ValidationError
 
     from rayeval.evals import Eval
     from rayeval.unit import grade
-    from rayeval.unit.grading_pool import grade_bounded
+    from rayeval.unit.grading_process import grade_bounded
 
     cases = []
     for line in VECTORS.read_text().splitlines():
@@ -125,15 +127,15 @@ def bounded_overhead(repeat: int, rounds: int) -> None:
                 continue
     best = {"bounded": float("inf"), "in process": float("inf")}
     for _ in range(rounds):
-        for name, function in (("bounded", grade_bounded), ("in process", grade)):
+        for name, function, times in (("bounded", grade_bounded, 1), ("in process", grade, repeat)):
             start = time.perf_counter()
-            for _ in range(repeat):
+            for _ in range(times):
                 for eval_, answer in cases:
                     function(eval_, answer)
-            best[name] = min(best[name], (time.perf_counter() - start) / (repeat * len(cases)) * 1e6)
+            best[name] = min(best[name], (time.perf_counter() - start) / (times * len(cases)) * 1e6)
     print(
-        f"\nbounded grading over {len(cases)} vectors: {best['bounded']:.1f} µs/grading through a grading "
-        f"subprocess, {best['in process']:.1f} µs in process: {best['bounded'] - best['in process']:.1f} µs overhead"
+        f"\nbounded grading over {len(cases)} vectors: {best['bounded']:.1f} µs/grading in a grading "
+        f"process, {best['in process']:.1f} µs in process: {best['bounded'] - best['in process']:.1f} µs overhead"
     )
 
 
@@ -142,7 +144,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=100, help="gradings per vector in a round")
     parser.add_argument("--rounds", type=int, default=10, help="rounds; the best round per vector and side counts")
     parser.add_argument("--reference-python", help="interpreter with latch_eval_tools installed")
-    parser.add_argument("--bounded", action="store_true", help="also the grading subprocess's overhead per grading")
+    parser.add_argument("--bounded", action="store_true", help="also a grading process's overhead per grading")
     args = parser.parse_args()
 
     types = sorted({json.loads(line)["type"] for line in VECTORS.read_text().splitlines() if line.strip()})

@@ -91,7 +91,7 @@ def _cmd_grade(args: argparse.Namespace) -> int:
 
     Grade an answer (JSON) with an eval's graders, in a grading subprocess without credentials,
     and print the verdict as JSON. Exit 0 passed, 1 failed or no verdict, 2 bad input."""
-    from .unit.grading_pool import GradingError, grade_bounded
+    from .unit.grading_process import GradingError, grade_bounded
 
     _check_seconds(args, "grade_timeout")
     eval_ = load_eval(args.eval_file, check_data_nodes=False)  # grading stages no data

@@ -1,5 +1,5 @@
 """LLM-judged graders in a batch run: the judge calls are made by the run's judge actor, apart
-from the agents (a slow judge holds no agent's slot), with the key the grading subprocess never
+from the agents (a slow judge holds no agent's slot), with the key the grading process never
 has, against a judge on the loopback model server."""
 
 from __future__ import annotations

@@ -90,9 +90,9 @@ def test_every_grader_result_names_its_score() -> None:
 
 
 def test_a_grading_reply_without_a_score_is_no_verdict() -> None:
-    """The verdict a grading subprocess sends is rebuilt field by field: one without its
+    """The verdict a grading process sends is rebuilt field by field: one without its
     score is refused, never graded 0 by the default."""
-    from rayeval.unit.grading_pool import GradingRefused, verdict_of
+    from rayeval.unit.grading_process import GradingRefused, verdict_of
 
     whole = GraderResult(passed=True, score=0.75, score_max=1.0, metrics={"k": 1}, reasoning="r").to_dict()
     assert verdict_of({"result": whole}) == GraderResult(passed=True, score=0.75, metrics={"k": 1}, reasoning="r")

@@ -96,8 +96,8 @@ def _as_text(value: Any) -> str:
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(vector=st.sampled_from(VECTORS), other=st.sampled_from(VECTORS), answer=json_values)
 def test_no_answer_changes_the_config_a_later_grading_uses(vector: dict, other: dict, answer: Any) -> None:
-    """A grading subprocess keeps an eval's grader entries for every later grading, of any
-    unit: answers (random, or another vector's) must leave the config as it was."""
+    """A process that grades in process keeps an eval's grader entries for every later
+    grading, of any unit: answers (random, or another vector's) must leave the config as it was."""
     config = json.loads(json.dumps(vector["config"]))
     before = _as_text(config)
     for given_answer in (answer, other["answer"], vector["answer"]):

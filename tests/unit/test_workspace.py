@@ -97,7 +97,7 @@ def test_an_emptied_folder_never_serves_the_next_unit(tmp_path: Path, isolation:
 def test_each_unit_makes_its_folder_and_removes_it(tmp_path: Path, folder_calls: list[str]) -> None:
     runner = _runner(tmp_path)
     for _ in range(3):
-        assert runner.run(_marking_agent, isolation="inline").passed
+        assert runner.run(_marking_agent, isolation="inline", grade_timeout=None).passed  # no grading runner's folder
     # made (with its parents, the first time) and removed, never renamed
     assert folder_calls == ["mkdir"] * 3 + ["rmdir", "mkdir", "rmdir", "mkdir", "rmdir"]
     assert _unit_folders(tmp_path) == []

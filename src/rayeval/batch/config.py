@@ -20,7 +20,7 @@ from ..evals.model import DEFAULT_AGENT_TIMEOUT_S, MAX_TIMEOUT_S
 from ..sandbox.config import SandboxConfig
 from ..sandbox.isolation import Isolation
 from ..unit.execution import INT64_MAX, INT64_MIN
-from ..unit.grading_pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
+from ..unit.grading_process import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
 from ..unit.prompt import AnswerConvention
 
 

@@ -21,7 +21,7 @@ from .worker import JudgeWork
 class JudgeWorker:
     """Makes judge calls on its threads: they wait on the judge model, not on CPU. It runs in a
     Ray worker process, with the node's environment (the judge's API key), never in the
-    agent's sandbox or the credential-free grading subprocess."""
+    agent's sandbox or the credential-free grading process."""
 
     def __init__(self) -> None:
         # the providers' SDKs load while the first agents run (the judge's code came with this module)

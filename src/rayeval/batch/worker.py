@@ -25,7 +25,7 @@ from ..sandbox.units import SandboxError
 from ..storage.layout import Layout, s3_wal_base
 from ..unit.context import AgentFunction, AgentRef
 from ..unit.execution import grade_execution, judge_requests
-from ..unit.grading_pool import prestart_grading
+from ..unit.grading_process import prestart_grading
 from ..unit.judges import JudgedGrade, has_judged_graders
 from ..unit.result import EvalResult
 from ..unit.runner import EvalRunner, check_agent_loads
@@ -45,10 +45,6 @@ log = logging.getLogger(__name__)
 
 # A worker's folder under the work root: ``worker-<host>-<pid>``.
 WORKER_FOLDER_PREFIX = "worker-"
-
-# Grading subprocesses a worker starts ahead of its first gradings; more start when more units
-# end at once (a grading takes milliseconds, an agent seconds to minutes: few are needed).
-PRESTARTED_GRADINGS = 2
 
 # The concurrency group of ``UnitWorker.grade_judged``: a unit's second grading pass does not wait
 # behind the agents that hold the worker's threads.
@@ -135,7 +131,7 @@ class UnitWorker:
         self, position: int, attempt: int, shared: list[Any], from_any_checkpoint: bool = False
     ) -> UnitRecord | JudgeWork:
         """Run, grade and turn into a row the unit at this plan position.  Grading happens
-        here, in a bounded grading subprocess, outside the agent's sandbox.  When the eval's
+        here, in a bounded grading process, outside the agent's sandbox.  When the eval's
         LLM-judged graders have judge calls to make, the unit comes back as JudgeWork instead:
         the run makes those calls apart, then has the unit graded (``grade_judged``).
         ``from_any_checkpoint``: the attempt before lost its worker or node, or could not run (its
@@ -219,7 +215,7 @@ class UnitWorker:
                 judged = list(range(len(self.evals))) if self.judged_grade is not None else []
             self.judged_evals = frozenset(judged)
             if grade is None:
-                prestart_grading(self.evals, at_once=min(self.config.slots, len(self.plan), PRESTARTED_GRADINGS))
+                prestart_grading(self.evals)
             self._shared_key = key
 
     def _named_agent(self) -> AgentRef:

@@ -6,7 +6,7 @@ of them into its JSON outcome, and :func:`judge_outcomes` says where the calls a
 By default a grader calls its judge itself (``grade(eval_, answer)`` in a notebook). A batch run
 grades in two passes instead: the first *collects* the judge requests every LLM-judged grader of
 an eval would send (nothing is called), the run makes them as judge tasks of their own (outside
-the agent's slot, and outside the grading subprocess, which holds no credentials), and the second
+the agent's slot, and outside the grading process, which holds no credentials), and the second
 pass grades *with* their outcomes.  Requests and outcomes are plain JSON; a grader's requests are
 keyed by their content, so the second pass finds its outcomes without knowing where in a
 composite the grader sits.

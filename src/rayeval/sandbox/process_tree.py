@@ -7,7 +7,7 @@ What belongs to the process is its ``Reach``:
   /proc (it shares its caller's session: a program run by an agent harness, a command run by
   mini-swe-agent). A descendant orphaned before it is first seen is out of reach.
 * ``session``: every process of the session it leads, its process group signalled at once (it
-  was started in a new session: a grading subprocess, a unit under ``process`` isolation). A
+  was started in a new session: a unit under ``process`` isolation, a grading). A
   process that moved to a session of its own is out of reach.
 * ``namespace``: the process is the init of a pid namespace, signalled by pidfd where there
   is one. When it ends the kernel kills every process of the namespace, whatever its session.

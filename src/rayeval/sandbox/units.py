@@ -311,6 +311,12 @@ class UnitRunner:
                     if attempt:
                         raise SandboxError(f"the unit runner failed: {exc}{': ' + detail if detail else ''}") from exc
 
+    def start(self) -> None:
+        """Start the runner now rather than for the first unit: it imports its preload meanwhile."""
+        with self._lock:
+            if self._control is None:
+                self._start()
+
     def close(self) -> None:
         with self._lock:
             self._stop_locked()

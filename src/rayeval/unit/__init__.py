@@ -1,5 +1,5 @@
 """One unit's life: its context and prompt, its run (stage, sandbox, answer), its grading
-(in this process, in a bounded grading subprocess, its LLM judges apart) and its result.
+(in this process, in a bounded grading process, its LLM judges apart) and its result.
 
 Exports load on first use: the unit runner, a process started for every worker, imports
 only the few modules it needs from this package.

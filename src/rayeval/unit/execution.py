@@ -14,7 +14,7 @@ from ..gateway.server import ModelUsage
 from ..graders.judging import Judgments, judgments_cost_usd
 from ..graders.result import GraderResult
 from ..record import JUDGE_ERROR, Status
-from .grading_pool import DEFAULT_TIMEOUT_S, GradingError, GradingTimeout, grade_bounded, judge_requests_bounded
+from .grading_process import DEFAULT_TIMEOUT_S, GradingError, GradingTimeout, grade_bounded, judge_requests_bounded
 from .result import EvalResult
 from .run_summary import refusal_column, with_run_summary
 
@@ -154,8 +154,8 @@ def grade_execution(
     """The graded result of ``execution`` (as the runner filled it in): errors and timeouts
     are not graded, everything else is.
 
-    The grading runs in a grading subprocess stopped after ``grade_timeout`` seconds (a
-    ``timeout`` result, ``GradingTimeout``); a failed subprocess gives an ``error`` result.
+    The grading runs in a grading process stopped after ``grade_timeout`` seconds (a
+    ``timeout`` result, ``GradingTimeout``); a failed one gives an ``error`` result.
     ``grade_timeout=None`` grades in this process, without a limit. ``judgments``: the
     outcomes of the LLM-judged graders' judge calls (else they call their judge themselves).
     """

@@ -1,13 +1,20 @@
-"""Grading an eval's answer in this process: its single grader, or each entry of its graders list."""
+"""Grading an eval's answer in this process: its single grader, or each entry of its graders
+list; and a grading process's side of a bounded grading (``grading_process``)."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+from pathlib import Path
 from typing import Any
 
+from .._json import json_fallback
 from ..evals.model import Eval, GraderSpec
 from ..graders.judging import Judgments, collecting_judge_requests, judged
 from ..graders.registry import get_grader, is_registered
 from ..graders.result import GraderResult, result_problem
+
+RESULT_FIELDS = tuple(field.name for field in dataclasses.fields(GraderResult))
 
 
 def grade_spec(spec: GraderSpec, answer: Any) -> GraderResult:
@@ -107,3 +114,18 @@ def collect_judge_requests(specs: list[GraderSpec], answer: Any, *, single: bool
     with collecting_judge_requests() as collected:
         grade_specs(specs, answer, single=single)
     return collected
+
+
+def graded_request(call: dict[str, Any], work_dir: Path) -> str:
+    """In a grading process: the reply to the request ``call["request"]`` (JSON text: grader
+    entries ``specs``, ``single``, ``answer``, and ``judgments`` or ``collect``): the verdict's
+    fields, or the judge requests, as JSON text."""
+    request = json.loads(call["request"])
+    specs = [GraderSpec.model_validate(spec) for spec in request["specs"]]
+    single, answer = bool(request["single"]), request["answer"]
+    if request.get("collect"):  # the judge calls of LLM-judged graders, none made
+        reply: dict[str, Any] = {"requests": collect_judge_requests(specs, answer, single=single)}
+    else:
+        result = grade_with_outcomes(specs, answer, single=single, judgments=request.get("judgments"))
+        reply = {"result": {name: getattr(result, name) for name in RESULT_FIELDS}}
+    return json.dumps(reply, default=json_fallback)

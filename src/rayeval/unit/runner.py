@@ -26,7 +26,7 @@ from .answers import MAX_ANSWER_NESTING, find_answer, nested_deeper_than
 from .checkpoint import STAGED_DATA_FOLDER, ChunkCheckpoints, SavedChunk, unit_checkpoints
 from .context import AgentContext, AgentFunction, AgentRef, ModelRelay, UnitKey, call_agent
 from .execution import claims_against_counts, grade_execution, now
-from .grading_pool import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
+from .grading_process import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
 from .prompt import AnswerConvention, build_prompt
 from .result import EvalResult
 from .unit_agent import UNIT_PRELOAD, check_runs_here, probe, unit_spec

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import os
@@ -11,8 +12,10 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -279,6 +282,53 @@ def test_evals_with_graders_the_grading_process_lacks_are_graded_here() -> None:
         assert eval_graders(make(grader=MC)) is not None
     finally:
         GRADER_REGISTRY.unregister("test_pool_local")
+
+
+@pytest.fixture
+def plugin_graders() -> Iterator[ModuleType]:
+    """The plug-in grader types of ``tests.unit.plugin_graders``, registered for one test."""
+    plugin_graders = importlib.import_module("tests.unit.plugin_graders")  # imported afresh: registered
+    yield plugin_graders
+    for kind in ("test_plugin_regex", "test_plugin_later"):
+        if kind in GRADER_REGISTRY:
+            GRADER_REGISTRY.unregister(kind)
+    sys.modules.pop(plugin_graders.__name__)
+
+
+def test_a_plugin_grader_is_graded_in_a_grading_process_under_the_time_limit(plugin_graders: ModuleType) -> None:
+    eval_ = make(grader={"type": "test_plugin_regex", "config": {"pattern": "(a+)+b"}})
+    assert eval_graders(eval_).plugins == {"test_plugin_regex": "tests.unit.plugin_graders:PatternMatch"}
+    honest = grade_bounded(eval_, {"text": "aaab"}, 30)
+    assert honest.passed and honest.reasoning != f"pid {os.getpid()}"
+    start = time.monotonic()
+    with pytest.raises(GradingTimeout):  # unbounded, about a minute
+        grade_bounded(eval_, {"text": "a" * 30}, 1)
+    assert time.monotonic() - start < 10
+
+
+def test_an_installed_plugin_grader_is_graded_in_a_grading_process(install_plugin: Any) -> None:
+    source = (
+        "import os\n"
+        "from rayeval.graders import Grader, GraderResult\n"
+        "class Elsewhere(Grader):\n"
+        "    def _evaluate(self, answer, config):\n"
+        "        return GraderResult(passed=True, score=1.0, reasoning=f'pid {os.getpid()}')\n"
+        "plugin = Elsewhere\n"
+    )
+    install_plugin(GRADER_REGISTRY, "test_installed", "my_grading_plugin", source)
+    nested = make(grader={"type": "all_of", "config": {"children": [{"type": "test_installed", "config": {}}]}})
+    assert eval_graders(nested).plugins == {"test_installed": "my_grading_plugin:Elsewhere"}
+    assert grade_bounded(nested, {}, 30).passed
+    result = grade_bounded(make(grader={"type": "test_installed", "config": {}}), {}, 30)
+    assert result.passed and result.reasoning.startswith("pid ") and result.reasoning != f"pid {os.getpid()}"
+
+
+def test_a_plugin_its_module_does_not_register_is_graded_here(plugin_graders: ModuleType) -> None:
+    plugin_graders.register_later()
+    eval_ = make(grader={"type": "test_plugin_later", "config": {}})
+    assert eval_graders(eval_) is not None
+    assert grade_bounded(eval_, {}, 30).reasoning == f"pid {os.getpid()}"
+    assert eval_graders(eval_) is None  # and from now on
 
 
 def test_unsendable_answers_are_refused() -> None:

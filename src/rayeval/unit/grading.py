@@ -11,7 +11,7 @@ from typing import Any
 from .._json import json_fallback
 from ..evals.model import Eval, GraderSpec
 from ..graders.judging import Judgments, collecting_judge_requests, judged
-from ..graders.registry import get_grader, is_registered
+from ..graders.registry import GRADER_REGISTRY, get_grader, is_registered
 from ..graders.result import GraderResult, result_problem
 
 RESULT_FIELDS = tuple(field.name for field in dataclasses.fields(GraderResult))
@@ -118,9 +118,12 @@ def collect_judge_requests(specs: list[GraderSpec], answer: Any, *, single: bool
 
 def graded_request(call: dict[str, Any], work_dir: Path) -> str:
     """In a grading process: the reply to the request ``call["request"]`` (JSON text: grader
-    entries ``specs``, ``single``, ``answer``, and ``judgments`` or ``collect``): the verdict's
-    fields, or the judge requests, as JSON text."""
+    entries ``specs``, ``single``, where its ``plugins`` are defined, ``answer``, and
+    ``judgments`` or ``collect``): the verdict's fields, or the judge requests, as JSON text."""
     request = json.loads(call["request"])
+    unregistered = [kind for kind, plugin in request["plugins"].items() if _defined_at(kind) != plugin]
+    if unregistered:  # its module did not register it here: the caller grades it itself
+        return json.dumps({"unregistered": unregistered})
     specs = [GraderSpec.model_validate(spec) for spec in request["specs"]]
     single, answer = bool(request["single"]), request["answer"]
     if request.get("collect"):  # the judge calls of LLM-judged graders, none made
@@ -129,3 +132,11 @@ def graded_request(call: dict[str, Any], work_dir: Path) -> str:
         result = grade_with_outcomes(specs, answer, single=single, judgments=request.get("judgments"))
         reply = {"result": {name: getattr(result, name) for name in RESULT_FIELDS}}
     return json.dumps(reply, default=json_fallback)
+
+
+def _defined_at(kind: str) -> str | None:
+    """Where the grader type ``kind`` registered here is defined, ``module:qualified name``."""
+    if not is_registered(kind):
+        return None
+    grader = GRADER_REGISTRY[kind]
+    return f"{grader.__module__}:{grader.__qualname__}"

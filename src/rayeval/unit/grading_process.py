@@ -20,7 +20,7 @@ import shutil
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from .._json import json_fallback
 from ..errors import RayevalError
@@ -63,10 +63,13 @@ class GradingRefused(GradingError):
 
 
 class EvalGraders(NamedTuple):
-    """What a grading process needs of an eval: its grader entries."""
+    """What a grading process needs of an eval: its grader entries, and where its plug-in
+    grader types (outside rayeval's graders) are defined, ``module:qualified name`` by type:
+    their modules are imported where it starts."""
 
     specs: list[dict[str, Any]]
     single: bool
+    plugins: dict[str, str]
 
 
 def verdict_of(reply: dict[str, Any]) -> GraderResult:
@@ -92,13 +95,19 @@ _root: str | None = None
 _root_lock = threading.Lock()
 
 
-def _own_graders_only(value: Any) -> bool:
-    """Whether no grader type named in ``value`` (grader entries, composite children included)
-    is registered to a class outside rayeval's graders, which the grading process lacks."""
-    return not any(
-        is_registered(kind) and not GRADER_REGISTRY[kind].__module__.startswith(_OWN_GRADERS)
-        for kind in named_grader_types(value)
-    )
+def _plugins(specs: Any) -> dict[str, str] | None:
+    """Where each plug-in grader type named in ``specs`` (composite children included) is
+    defined, ``module:qualified name``; None when one cannot be imported by its name (defined in
+    ``__main__`` or in a function)."""
+    plugins = {}
+    for kind in named_grader_types(specs):
+        grader = GRADER_REGISTRY[kind] if is_registered(kind) else None
+        if grader is None or grader.__module__.startswith(_OWN_GRADERS):
+            continue
+        if grader.__module__ == "__main__" or "<locals>" in grader.__qualname__:
+            return None
+        plugins[kind] = f"{grader.__module__}:{grader.__qualname__}"
+    return plugins
 
 
 def _survives_json(value: Any) -> bool:
@@ -110,31 +119,37 @@ def _survives_json(value: Any) -> bool:
 
 def eval_graders(eval_: Eval) -> EvalGraders | None:
     """``eval_``'s grader entries for a grading process, or None when it must be graded in this
-    process: it uses graders other than rayeval's own, or entries that JSON would change."""
+    process: entries that JSON would change, a plug-in grader type a grading process cannot
+    import (see ``_plugins``), or one that its module does not register there."""
     key = eval_.content_hash()
     if key not in _graders:
         specs = [spec.model_dump() for spec in eval_.grader_specs]
-        sendable = _own_graders_only(specs) and _survives_json(specs)
-        _graders[key] = EvalGraders(specs, eval_.grader is not None) if sendable else None
+        plugins = _plugins(specs)
+        sendable = plugins is not None and _survives_json(specs)
+        _graders[key] = EvalGraders(specs, eval_.grader is not None, plugins or {}) if sendable else None
     return _graders[key]
 
 
-def _grading_runner() -> UnitRunner:
-    """This process's runner of grading processes, with a folder of its own: their work folder."""
+def _grading_runner(plugins: dict[str, str] | None = None) -> UnitRunner:
+    """This process's runner of grading processes (one for each set of plug-in modules, which it
+    imports), with a folder of its own: their work folder."""
     global _root
     with _root_lock:
         if _root is None:
             _root = tempfile.mkdtemp(prefix="rayeval-grading-")
             atexit.register(shutil.rmtree, _root, ignore_errors=True)
-    return unit_runner(_CONFIG, "process", Path(_root), None)
+    modules = sorted({plugin.partition(":")[0] for plugin in (plugins or {}).values()})
+    config = _CONFIG.model_copy(update={"preload": (*_CONFIG.preload, *modules)}) if modules else _CONFIG
+    return unit_runner(config, "process", Path(_root), None)
 
 
 def prestart_grading(evals: list[Eval]) -> None:
     """Start this process's grading runner now, ahead of the gradings of ``evals`` (none when
     each eval is graded in this process, see ``eval_graders``): it imports the graders while
     the first units run."""
-    if any(eval_graders(eval_) is not None for eval_ in evals):
-        _grading_runner().start()
+    wanted = {tuple(sorted(graders.plugins.items())) for graders in map(eval_graders, evals) if graders is not None}
+    for plugins in wanted:
+        _grading_runner(dict(plugins)).start()
 
 
 def grade_bounded(
@@ -146,34 +161,46 @@ def grade_bounded(
     ``judgments``: the outcomes of its LLM-judged graders' judge calls (see
     ``rayeval.graders.judging``)."""
     graders = None if timeout is None else eval_graders(eval_)
-    if timeout is None or graders is None:
+    reply = None if timeout is None or graders is None else _graded_apart(eval_, graders, answer, timeout, judgments)
+    if reply is None:
         return grade_with_outcomes(eval_.grader_specs, answer, single=eval_.grader is not None, judgments=judgments)
-    return verdict_of(_graded_apart(graders, answer, timeout, {"judgments": judgments} if judgments else {}))
+    return verdict_of(reply)
 
 
 def judge_requests_bounded(eval_: Eval, answer: Any, timeout: float | None = DEFAULT_TIMEOUT_S) -> Judgments:
     """The judge calls ``eval_``'s LLM-judged graders would make on ``answer``, collected as
     ``grade_bounded`` grades (the answer is hostile input: in a grading process)."""
     graders = None if timeout is None else eval_graders(eval_)
-    if timeout is None or graders is None:
+    reply = None if timeout is None or graders is None else _graded_apart(eval_, graders, answer, timeout, "collect")
+    if reply is None:
         return collect_judge_requests(eval_.grader_specs, answer, single=eval_.grader is not None)
-    return _graded_apart(graders, answer, timeout, {"collect": True})["requests"]
+    return reply["requests"]
 
 
-def _graded_apart(graders: EvalGraders, answer: Any, timeout: float, extra: dict[str, Any]) -> dict[str, Any]:
-    """The reply of a grading process to one request (see ``grading.graded_request``)."""
+def _graded_apart(
+    eval_: Eval, graders: EvalGraders, answer: Any, timeout: float, judgments: Judgments | Literal["collect"] | None
+) -> dict[str, Any] | None:
+    """The reply of a grading process to one request (see ``grading.graded_request``): with
+    ``judgments`` the outcomes of judge calls, or ``"collect"`` for the judge requests; None
+    when a plug-in's module does not register its grader type there (``eval_`` is then graded
+    in this process from now on)."""
+    extra = {"collect": True} if judgments == "collect" else {"judgments": judgments} if judgments else {}
     try:
         request = json.dumps({**graders._asdict(), "answer": answer, **extra}, default=json_fallback)
     except (ValueError, RecursionError) as exc:
         raise GradingRefused(f"the answer cannot be sent to grading as JSON: {exc}") from exc
     if len(request) > MAX_REQUEST_BYTES:
         raise GradingRefused(f"the request is over the grading limit of {MAX_REQUEST_BYTES} bytes")
-    runner = _grading_runner()
+    runner = _grading_runner(graders.plugins)
     try:  # graders write no file: the gradings share the runner's folder as their work folder
         outcome = runner.run(runner.spec(ENTRY, {"request": request}, Path(runner.work_root), []), timeout)
     except SandboxError as exc:
         raise GradingCrashed(f"the grading process could not be started: {exc}") from exc
-    return _reply(outcome, timeout)
+    reply = _reply(outcome, timeout)
+    if "unregistered" in reply:
+        _graders[eval_.content_hash()] = None
+        return None
+    return reply
 
 
 def _reply(outcome: Outcome, timeout: float) -> dict[str, Any]:

@@ -8,7 +8,6 @@ import math
 import os
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from types import UnionType
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args, get_origin
 
@@ -76,14 +75,28 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _read_answer(path: str) -> object:
+    """The answer at ``path`` (``-``: standard input), taken as a run takes an agent's answer
+    file: at most its size, UTF-8 JSON, nested no deeper than a run grades."""
+    from .sandbox.config import MAX_ANSWER_FILE_BYTES
+    from .unit.answers import MAX_ANSWER_NESTING, nested_deeper_than
+
     try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+        with open(sys.stdin.fileno() if path == "-" else path, "rb", closefd=path != "-") as stream:
+            data = stream.read(MAX_ANSWER_FILE_BYTES + 1)
+        text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise BadInput(f"{path}: cannot read answer file: {exc}") from None
+    if len(data) > MAX_ANSWER_FILE_BYTES:
+        raise BadInput(f"{path}: the answer is larger than {MAX_ANSWER_FILE_BYTES >> 20} MB, the most a run reads")
     try:
-        return json.loads(text)
+        answer = json.loads(text)
     except json.JSONDecodeError as exc:
         raise BadInput(f"{path}: answer is not valid JSON (line {exc.lineno} column {exc.colno}: {exc.msg})") from None
+    except (ValueError, RecursionError) as exc:  # an integer beyond the digit limit, nesting beyond the parser
+        raise BadInput(f"{path}: answer is not valid JSON: {exc}") from None
+    if nested_deeper_than(answer, MAX_ANSWER_NESTING):
+        raise BadInput(f"{path}: the answer nests lists or objects more than {MAX_ANSWER_NESTING} levels deep")
+    return answer
 
 
 def _cmd_grade(args: argparse.Namespace) -> int:

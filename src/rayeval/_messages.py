@@ -59,6 +59,18 @@ def options(*given: tuple[str, object]) -> str:
     return (" " if _as_flags else ", ").join(option(flag, value) for flag, value in given)
 
 
+#: what a terminal would act on rather than show: C0 and C1 controls (ESC among them), DEL,
+#: and the marks that reorder text (bidirectional overrides and isolates)
+_UNSHOWN = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def shown(text: str) -> str:
+    """``text`` (an agent's, say) safe to print to a terminal: each character a terminal would
+    act on written as its escape (``\\x1b``), so the text cannot move the cursor, erase or
+    recolour lines, set the window's title or reorder what follows."""
+    return _UNSHOWN.sub(lambda match: match.group().encode("unicode_escape").decode("ascii"), text)
+
+
 def listed(items: Sequence[str], most: int = MAX_LISTED) -> str:
     """``a, b, c, d, e and 3 more``: a message names a few and counts the rest."""
     shown = ", ".join(items[:most])

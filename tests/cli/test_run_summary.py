@@ -89,3 +89,22 @@ def test_a_run_whose_every_unit_raises_says_why_and_runs_none_again(
     assert "time limit per unit: 6000 s (the default" in captured.err  # the start lines say each unit's bound
     rows = pd.read_parquet(out)
     assert len(rows) == 3 and set(rows["attempt"]) == {1} and set(rows["status"]) == {"error"}
+
+
+def test_the_most_common_error_is_printed_without_what_a_terminal_would_act_on() -> None:
+    """An agent's error text reaches the terminal in the summary and the error line: its
+    escapes (erase the line, a fake count in green, the window's title, a link, reordered
+    text) are shown as escapes, not carried out."""
+    import pandas as pd
+
+    from rayeval.batch.summary import _most_common_error
+
+    message = "boom\x1b[2K\r\x1b[32m0 errors\x1b[0m\x1b]0;title\x07\x1b]8;;http://x\x1b\\ \u202eevil\x9b"
+    frame = pd.DataFrame(
+        {"status": ["error"] * 2, "error_type": ["Bad\x1b[1m", "Bad\x1b[1m"], "error_message": [message] * 2}
+    )
+    said, units = _most_common_error(frame)
+    assert units == 2 and said.isprintable()
+    assert said == (
+        "Bad\\x1b[1m: boom\\x1b[2K\\r\\x1b[32m0 errors\\x1b[0m\\x1b]0;title\\x07\\x1b]8;;http://x\\x1b\\ \\u202eevil\\x9b"
+    )

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
+from .._messages import shown
 from ..record import ERROR_STATUSES
 from ..storage import ResultStore
 from ..storage.attempts import ATTEMPT_COLUMNS, count_outcomes, latest_attempts
@@ -146,4 +147,4 @@ def _most_common_error(frame: pd.DataFrame) -> tuple[str | None, int]:
         )
     ]
     (common, units), *_ = Counter(said).most_common(1)
-    return common, units
+    return shown(common), units  # the agent's words, printed to a terminal

@@ -12,11 +12,13 @@ import anthropic
 import httpx
 import openai
 import pytest
+from aiohttp import web
 
 from rayeval.gateway.server import CallLimits, Gateway, Upstream, upstreams_from
 from rayeval.gateway.unit import open_unit_access, provider_variables
 from rayeval.models.failures import KeyFallbackOn, key_fallback_on
 from tests.agents.fake_model_server import REFUSED_TEXT, FakeModelServer
+from tests.gateway.provider import Provider, sse
 
 KEY = "sk-provider-key-0123456789"
 SPARE = "sk-spare-key-9876543210"
@@ -349,6 +351,61 @@ def test_cache_reads_and_writes_cost_their_own_prices(gateway: Gateway) -> None:
     assert (four_o.usage.input_tokens, four_o.usage.cache_read_tokens) == (1000, 600)
     assert four_o.cost_usd == pytest.approx((400 * 2.5 + 600 * 1.25 + 50 * 10) / 1e6)
     assert report.counted.cost_usd == pytest.approx(sonnet.cost_usd + four_o.cost_usd)
+
+
+#: a turn that wrote 1,000 prompt tokens to Anthropic's 1-hour cache and 400 to its 5-minute one
+HOUR_CACHE_USAGE = {"input_tokens": 100, "output_tokens": 10, "cache_read_input_tokens": 0,
+                    "cache_creation_input_tokens": 1400,
+                    "cache_creation": {"ephemeral_5m_input_tokens": 400, "ephemeral_1h_input_tokens": 1000}}  # fmt: skip
+HOUR_CACHE_MESSAGE = {"id": "m", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+                      "content": [{"type": "text", "text": "done"}], "stop_reason": "end_turn"}  # fmt: skip
+
+
+async def hour_cache_reply(request: web.Request) -> web.StreamResponse:
+    """The turn, as Anthropic answers it: one JSON reply, or a stream whose ``message_start``
+    holds the usage (the cache writes among it) and whose ``message_delta`` the output tokens."""
+    if not (await request.json()).get("stream"):
+        return web.json_response({**HOUR_CACHE_MESSAGE, "usage": HOUR_CACHE_USAGE})
+    start = {
+        **HOUR_CACHE_MESSAGE,
+        "content": [],
+        "stop_reason": None,
+        "usage": {**HOUR_CACHE_USAGE, "output_tokens": 1},
+    }
+    reply = await sse(
+        request,
+        {"type": "message_start", "message": start},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "done"}},
+        {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 10}},
+        {"type": "message_stop"},
+    )
+    await reply.write_eof()
+    return reply
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["json", "stream"])
+def test_writes_to_the_hour_long_cache_cost_twice_the_input_price(gateway: Gateway, streamed: bool) -> None:
+    """Anthropic charges a 1-hour cache write twice the input price, a 5-minute one 1.25 times
+    (claude-sonnet-4-5: 3 input, so 6 and 3.75): each part of the writes is priced as charged."""
+    message = [{"role": "user", "content": "list the folder"}]
+    with Provider({"/v1/messages": hour_cache_reply}) as provider:
+        session = gateway.open({"anthropic": Upstream(provider.url, (KEY,))})
+        claude = anthropic.Anthropic(base_url=gateway.base_url("anthropic"), api_key=session.token, max_retries=0)
+        if streamed:
+            with claude.messages.stream(model="claude-sonnet-4-5", max_tokens=50, messages=message) as stream:
+                assert stream.get_final_text() == "done"
+        else:
+            claude.messages.create(model="claude-sonnet-4-5", max_tokens=50, messages=message)
+        report = gateway.close(session)
+    counted = report.counted
+    assert (counted.usage.input_tokens, counted.usage.cache_write_tokens, counted.usage.output_tokens) == (
+        1500,
+        1400,
+        10,
+    )
+    assert counted.cost_usd == pytest.approx((100 * 3 + 400 * 3.75 + 1000 * 6 + 10 * 15) / 1e6)
+    assert report.calls[0]["cost_usd"] == pytest.approx(counted.cost_usd)
 
 
 def test_a_resumed_session_keeps_its_earlier_parts_refusals_fallbacks_and_failures(

@@ -26,8 +26,12 @@ _DATE_SUFFIX = re.compile(r"-(\d{8}|\d{4}-\d{2}-\d{2})$")
 
 #: the version of the rule and table that price a program's tokens (a run summary's
 #: ``pricing_version`` when its ``cost_source`` is ``rayeval_price_table`` or
-#: ``configured_prices``); 2: cache prices of the older OpenAI and Anthropic models
-PRICING_VERSION = "2"
+#: ``configured_prices``); 2: cache prices of the older OpenAI and Anthropic models; 3:
+#: Anthropic's 1-hour cache writes at twice the input price
+PRICING_VERSION = "3"
+#: what a token written to Anthropic's 1-hour cache costs, in input prices (5-minute ones: 1.25,
+#: the table's ``cache_write``)
+HOUR_CACHE_WRITE_FACTOR = 2.0
 
 
 class Price(BaseModel):
@@ -81,12 +85,15 @@ def find_price(table: PriceTable, name: str) -> Price | None:
 def cost_usd(price: Price | None, usage: Usage) -> float | None:
     """What tokens counted as ``usage`` (every prompt token in ``input_tokens``, cache reads and
     writes among them, as the gateway and the model layer count) cost at ``price``: cache
-    reads and writes at their own prices where it has them, else as any input. None when the
-    price or either count is unknown."""
+    reads and writes at their own prices where it has them, else as any input; writes to
+    Anthropic's 1-hour cache at :data:`HOUR_CACHE_WRITE_FACTOR` times the input price. None
+    when the price or either count is unknown."""
     if price is None or usage.input_tokens is None or usage.output_tokens is None:
         return None
     read = (usage.cache_read_tokens or 0) if price.cache_read is not None else 0
-    written = (usage.cache_write_tokens or 0) if price.cache_write is not None else 0
-    uncached = max(usage.input_tokens - read - written, 0)
-    cached = read * (price.cache_read or 0.0) + written * (price.cache_write or 0.0)
+    hour = min(usage.cache_write_1h_tokens or 0, usage.cache_write_tokens or 0)
+    minutes = (usage.cache_write_tokens or 0) - hour if price.cache_write is not None else 0
+    uncached = max(usage.input_tokens - read - minutes - hour, 0)
+    cached = read * (price.cache_read or 0.0) + minutes * (price.cache_write or 0.0)
+    cached += hour * HOUR_CACHE_WRITE_FACTOR * price.input
     return (uncached * price.input + cached + usage.output_tokens * price.output) / 1_000_000

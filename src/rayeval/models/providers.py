@@ -113,6 +113,9 @@ def anthropic_usage(usage: dict[str, Any], into: Usage) -> None:
         into.cache_read_tokens = read
     if written is not None:
         into.cache_write_tokens = written
+    hour = count_in(object_at(usage, "cache_creation").get("ephemeral_1h_input_tokens"))
+    if hour is not None:
+        into.cache_write_1h_tokens = hour
     if fresh is not None:
         into.input_tokens = fresh + (into.cache_read_tokens or 0) + (into.cache_write_tokens or 0)
     output = count_in(usage.get("output_tokens"))

@@ -88,6 +88,9 @@ class Usage(BaseModel):
     cache_read_tokens: Count = None
     cache_write_tokens: Count = None
     reasoning_tokens: Count = None
+    #: of ``cache_write_tokens``, those written to Anthropic's 1-hour cache, which cost more than
+    #: 5-minute ones (read for their price; not stored: a row's counts keep their shape)
+    cache_write_1h_tokens: Count = Field(default=None, exclude=True)
 
     def add(self, other: Usage) -> None:
         """Add ``other``'s counts (another call's, a later run's, another model's) to these."""

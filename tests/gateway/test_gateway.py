@@ -162,20 +162,20 @@ def test_a_refusal_on_the_last_key_is_the_units_and_is_judged(server: FakeModelS
 
 
 def test_a_refusal_that_comes_after_the_unit_ended_takes_no_key(server: FakeModelServer, gateway: Gateway) -> None:
-    """The unit's time ran out while its call was in flight: the refused reply that comes after
-    is counted, and not asked again with the next key for a unit that is gone."""
+    """The unit ended while its call was in flight: closing its session waits for the reply,
+    and the refused reply that comes is counted in its report, and not asked again with the
+    next key for a unit that is gone."""
     server.refused_by.add(KEY)
     server.delay_s = 1.0
     session = gateway.open({"anthropic": Upstream(server.url, (KEY, SPARE), "refusal")})
     asking = threading.Thread(target=_ask_claude, args=(gateway, session.token, False), daemon=True)
     asking.start()
     time.sleep(0.3)
-    report = gateway.close(session, wait_s=0)
-    assert report.calls[0]["status"] is None  # in flight when the unit ended
+    report = gateway.close(session)
     asking.join(timeout=10)
     assert [credential(r) for r in server.model_requests()] == [KEY]
-    assert session.calls[0].refusal == REFUSED_TEXT and not session.calls[0].refusal_fallback
-    assert session.report().counted.refusals == [REFUSED_TEXT]
+    assert report.calls[0]["refusal"] == REFUSED_TEXT and not report.calls[0]["refusal_fallback"]
+    assert (report.counted.n_model_calls, report.counted.refusals) == (1, [REFUSED_TEXT])
 
 
 def test_each_fallback_trigger_switches_on_its_own_cause_only(server: FakeModelServer, gateway: Gateway) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -148,7 +149,7 @@ def test_a_stream_the_unit_hangs_up_on_is_read_to_its_end_for_its_usage(gateway:
         headers = {"x-api-key": session.token}
         with httpx.stream("POST", gateway.base_url(route) + path, headers=headers, json=request) as reply:
             next(reply.iter_bytes())  # the text came: the unit goes
-        report = gateway.close(session, wait_s=10)
+        report = gateway.close(session)
     counted = report.counted
     assert (counted.n_model_calls, counted.usage.output_tokens, counted.failed_calls) == (1, 50000, 0)
     assert counted.cost_usd == pytest.approx(cost)
@@ -168,3 +169,65 @@ def test_a_reply_whose_usage_was_not_seen_has_an_unknown_cost(gateway: Gateway) 
         report = gateway.close(session)
     assert (report.counted.n_model_calls, report.counted.cost_usd) == (1, None)
     assert report.counted.by_model["gpt-4o"].cost_usd is None and report.calls[0]["cost_usd"] is None
+
+
+class Budget:
+    """A run's budget that is never spent out, and keeps what it was charged."""
+
+    def __init__(self) -> None:
+        self.charged: list[float] = []
+
+    def spent_out(self) -> bool:
+        return False
+
+    def charge(self, usd: float) -> None:
+        self.charged.append(usd)
+
+
+def test_a_unit_that_hangs_up_and_goes_at_once_keeps_the_call_in_its_row(gateway: Gateway) -> None:
+    """An agent hangs up on a stream whose usage comes 3 s later, and ends: its session's report,
+    taken when it closes, holds the call with all its tokens, and the run's budget was charged
+    what the report says, nothing more after it."""
+
+    async def late_usage(request: web.Request) -> web.StreamResponse:
+        reply = await sse(request, MESSAGE_START, *TEXT)
+        await asyncio.sleep(3.0)
+        end = {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 50000}}
+        await reply.write(b"event: message_delta\ndata: " + json.dumps(end).encode() + b"\n\n")
+        return reply
+
+    budget = Budget()
+    with Provider({"/v1/messages": late_usage}) as provider:
+        session = gateway.open({"anthropic": Upstream(provider.url, ("sk-key",))}, budget=budget)
+        request = {"model": "claude-sonnet-4-5", "stream": True}
+        with httpx.stream("POST", gateway.base_url("anthropic") + "/v1/messages", headers={"x-api-key": session.token}, json=request) as reply:  # fmt: skip
+            next(reply.iter_bytes())
+        report = gateway.close(session)
+        time.sleep(0.5)
+    counted = report.counted
+    assert (counted.n_model_calls, counted.usage.output_tokens, counted.failed_calls) == (1, 50000, 0)
+    assert counted.cost_usd == pytest.approx(100000 * SONNET_IN + 50000 * SONNET_OUT)
+    assert sum(budget.charged) == pytest.approx(counted.cost_usd)
+
+
+def test_a_call_still_in_flight_at_the_units_deadline_is_cut_off_and_counted(gateway: Gateway) -> None:
+    """The provider has not answered when the unit's time is up: closing its session cuts the
+    call off there (not after the read-on limit), and its report counts it, its cost unknown
+    (None, never 0), a failed call that is not the provider's failure."""
+
+    async def late(request: web.Request) -> web.StreamResponse:
+        await asyncio.sleep(4.0)
+        return web.json_response({})
+
+    budget = Budget()
+    with Provider({"/v1/messages": late}) as provider:
+        session = gateway.open({"anthropic": Upstream(provider.url, ("sk-key",))}, budget=budget, timeout_s=1.5)
+        claude = anthropic.Anthropic(base_url=gateway.base_url("anthropic"), api_key=session.token, max_retries=0)
+        with pytest.raises(anthropic.APITimeoutError):
+            claude.messages.create(model="claude-sonnet-4-5", max_tokens=10, messages=[{"role": "user", "content": "hi"}], timeout=0.3)  # fmt: skip
+        started = time.monotonic()
+        report = gateway.close(session)
+        assert time.monotonic() - started < 5
+    counted = report.counted
+    assert (counted.n_model_calls, counted.cost_usd, counted.failed_calls, counted.last_failure) == (1, None, 1, None)
+    assert "cut off" in report.calls[0]["error"] and budget.charged == []

@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
@@ -121,6 +121,10 @@ class CallRecord:
     refusal: str | None = None
     #: what went wrong: the provider's error message, a broken connection, a limit
     error: str | None = None
+    #: who ended its reply before its end: the provider (it broke the reply off after its
+    #: status: its failure, as a 5xx is), the unit (it hung up, and the rest read on did not
+    #: come) or the gateway (it cut the call off when the unit's session closed)
+    cut_short_by: Literal["provider", "unit", "gateway"] | None = None
     #: the gateway answered it itself, without calling the provider (a limit was reached)
     limit: LimitName | None = None
     #: the provider's retry hint on a failed call (``retry-after``, ``retry-after-ms``)
@@ -172,7 +176,8 @@ class Session:
     key_index: dict[str, int] = field(default_factory=dict)
     limit_reached: LimitName | None = None
     closed: bool = False
-    in_flight: int = 0
+    #: the tasks relaying its calls now, on the gateway's loop (where every call is settled)
+    relays: set[asyncio.Task[Any]] = field(default_factory=set)
     #: the transcript of the calls an earlier part of the unit's session made (see ``carry``)
     carried_calls: list[dict[str, Any]] = field(default_factory=list)
     #: that part's fallbacks, refusals and failures (its counts are in the session's own)
@@ -432,16 +437,19 @@ class Gateway:
             self._sessions[session.token] = session
         return session
 
-    def close(self, session: Session, wait_s: float = 2.0) -> SessionReport:
-        """End ``session``: its token is refused from now on. Calls still being relayed (the
-        unit is gone, so are their connections) get ``wait_s`` to be recorded."""
+    def close(self, session: Session) -> SessionReport:
+        """End ``session``: its token is refused from now on, and its report is taken once its
+        calls still being relayed are settled (a unit that hangs up on a reply and goes cannot
+        drop the call from its row): each while it can still end, within :data:`READ_ON_S`
+        and the unit's time, then cut off and settled as it stands. Done on the gateway's loop,
+        where calls are settled: none is settled into the session after its report."""
         with self._lock:
-            session.closed = True
             self._sessions.pop(session.token, None)
-        deadline = time.monotonic() + wait_s
-        while session.in_flight and time.monotonic() < deadline:
-            time.sleep(0.02)
-        return session.report()
+        loop = self._loop
+        if loop is None:  # not serving: no call of it is being relayed
+            session.closed = True
+            return session.report()
+        return asyncio.run_coroutine_threadsafe(_closed(session), loop).result()
 
     def _session_of(self, headers: Mapping[str, str]) -> Session | None:
         for name in _TOKEN_HEADERS:
@@ -471,11 +479,13 @@ class Gateway:
         if not allowed:
             message = f"rayeval gateway: only model calls are relayed, not {request.method} {path}"
             return _error(web, 403, "permission_error", message)
-        session.in_flight += 1
+        relay = asyncio.current_task()
+        assert relay is not None
+        session.relays.add(relay)
         try:
             return await self._call(request, session, route, upstream, path, protocol)
         finally:
-            session.in_flight -= 1
+            session.relays.discard(relay)
 
     async def _call(
         self, request: Any, session: Session, route: str, upstream: Upstream, path: str, protocol: Wire | None
@@ -526,6 +536,10 @@ class Gateway:
                     continue
                 record.latency_s = round(time.monotonic() - started, 4)
                 return _error(web, 502, "api_error", f"rayeval gateway: the provider could not be reached: {exc}")
+            except asyncio.CancelledError:  # the provider has the call: counted, its cost unknown
+                if protocol is not None:
+                    self._cut_off(record, session, ResponseReader(protocol, streamed), started)
+                raise
             status = upstream_response.status
             spare_key = index + 1 < len(upstream.keys)
             if status < 400 and not (spare_key and upstream.fallback_on != "rejected_key" and protocol is not None):
@@ -573,8 +587,12 @@ class Gateway:
             body = await response.read()
         except (ClientError, asyncio.TimeoutError, OSError) as exc:
             record.error = f"the provider's reply ended early: {type(exc).__name__}"
+            record.cut_short_by = "provider"
             self._settle(record, session, reader, started)
             return _error(web, 502, "api_error", f"rayeval gateway: {record.error}")
+        except asyncio.CancelledError:
+            self._cut_off(record, session, reader, started)
+            raise
         finally:
             response.release()
         record.first_byte_s = round(time.monotonic() - started, 4)
@@ -614,8 +632,10 @@ class Gateway:
                 except (ClientError, asyncio.TimeoutError, OSError) as exc:
                     if read_until is not None:
                         record.error = f"its unit hung up, and the rest of the reply did not come: {type(exc).__name__}"
+                        record.cut_short_by = "unit"
                     else:
                         record.error = f"the provider's reply ended early: {type(exc).__name__}"
+                        record.cut_short_by = "provider"
                         if request.transport is not None:  # the unit sees its reply break off too
                             request.transport.close()
                     break
@@ -633,13 +653,19 @@ class Gateway:
                     await out.write(hidden.rest() if hidden else b"")
                     await out.write_eof()
         except asyncio.CancelledError:
-            record.error = "the relay ended early: CancelledError"
-            self._settle(record, session, reader, started)
+            self._cut_off(record, session, reader, started)
             raise
         finally:
             response.release()
         self._settle(record, session, reader, started)
         return out
+
+    def _cut_off(self, record: CallRecord, session: Session, reader: ResponseReader | None, started: float) -> None:
+        """The call's relay was cancelled (its session closed with it in flight): settled as it
+        stands (a failure the provider answered a try before with stays its error)."""
+        record.error = record.error or "cut off in flight: its unit's session closed"
+        record.cut_short_by = "gateway"
+        self._settle(record, session, reader, started)
 
     def _settle(self, record: CallRecord, session: Session, reader: ResponseReader | None, started: float) -> None:
         """The call is over: its usage, cost and outcome into the record and the session."""
@@ -671,6 +697,20 @@ class Gateway:
                 session.budget.charge(record.cost_usd)
 
 
+async def _closed(session: Session) -> SessionReport:
+    """Close ``session`` on the gateway's loop: no call of it starts from now on; those being
+    relayed are waited for until :func:`_read_on_until`, then cut off; then its report."""
+    session.closed = True
+    if session.relays:
+        wait = max(0.0, _read_on_until(session) - time.monotonic())
+        _, going_on = await asyncio.wait(set(session.relays), timeout=wait)
+        for relay in going_on:
+            relay.cancel()
+        if going_on:
+            await asyncio.wait(going_on)
+    return session.report()
+
+
 def _read_on_until(session: Session) -> float:
     """Until when a reply its unit hung up on is read on (monotonic clock)."""
     until = time.monotonic() + READ_ON_S
@@ -697,12 +737,14 @@ async def _waited_to_retry(record: CallRecord, session: Session, started: float,
 def _last_failure(calls: list[CallRecord], earlier: ProviderFailure | None) -> ProviderFailure | None:
     """The provider's failure the last model call ended in: a status it may pass on later
     (429, 5xx, 529...), a rejected key (when no fallback was left), or no answer at all
-    (``earlier``: the one an earlier part of the session ended in, if these calls made none)."""
+    (``earlier``: the one an earlier part of the session ended in, if these calls made none).
+    A call the gateway cut off before any answer (its session closed) is no failure of the
+    provider's."""
     made = [call for call in calls if call.protocol is not None and call.limit is None]
     if not made:
         return earlier
     last = made[-1]
-    if last.status is not None and last.status < 400:
+    if last.status is not None and last.status < 400 or last.status is None and last.cut_short_by == "gateway":
         return None
     failure = provider_failure(last.status, last.error or "", last.retry_after_s)
     if last.status is not None and not (failure.retryable or failure.key_rejected or last.status == 402):

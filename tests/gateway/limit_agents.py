@@ -1,4 +1,4 @@
-"""Agents that call their model until the gateway refuses (see test_limits.py)."""
+"""Agents that call their model through the gateway (see test_limits.py, test_replies_cut_short.py)."""
 
 from __future__ import annotations
 
@@ -32,4 +32,14 @@ def one_call(task_prompt: str, work_dir: Path, context: Any) -> dict:
         )
     except anthropic.APIStatusError:
         pass
+    return {"answer": {"value": 1}}
+
+
+def stream_once(task_prompt: str, work_dir: Path, context: Any) -> dict:
+    """One streamed call, read to its end (an error of it raised, as most agents let it be), then the answer."""
+    messages: list[Any] = [{"role": "user", "content": "hi"}]
+    with anthropic.Anthropic(max_retries=0).messages.stream(
+        model="claude-sonnet-4-5", max_tokens=5, messages=messages
+    ) as stream:
+        stream.get_final_text()
     return {"answer": {"value": 1}}

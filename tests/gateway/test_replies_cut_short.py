@@ -9,6 +9,7 @@ import asyncio
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -17,6 +18,7 @@ import openai
 import pytest
 from aiohttp import web
 
+from rayeval.cli import main
 from rayeval.gateway.server import Gateway, Upstream
 from tests.gateway.provider import Provider, sse
 
@@ -231,3 +233,33 @@ def test_a_call_still_in_flight_at_the_units_deadline_is_cut_off_and_counted(gat
     counted = report.counted
     assert (counted.n_model_calls, counted.cost_usd, counted.failed_calls, counted.last_failure) == (1, None, 1, None)
     assert "cut off" in report.calls[0]["error"] and budget.charged == []
+
+
+def test_a_unit_that_crashes_on_a_stream_its_provider_broke_off_is_the_providers_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``rayeval run-one``: the agent's SDK raises when the provider breaks its stream off after
+    200, and the agent with it: the row is the provider's failure as the gateway saw it (a
+    502, worth another try), the agent's own error kept beside it."""
+
+    async def broken(request: web.Request) -> web.StreamResponse:
+        reply = await sse(request, MESSAGE_START, *TEXT)
+        await asyncio.sleep(0.2)
+        assert request.transport is not None
+        request.transport.close()
+        return reply
+
+    grader = {"type": "numeric_tolerance", "config": {"ground_truth": {"value": 1},
+              "tolerances": {"value": {"type": "absolute", "value": 0}}}}  # fmt: skip
+    eval_file = tmp_path / "e.json"
+    eval_file.write_text(json.dumps({"id": "e", "task": "Answer.", "grader": grader}))
+    with Provider({"/v1/messages": broken}) as provider:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", provider.url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-0123456789")
+        main(["run-one", str(eval_file), "--agent", "tests.gateway.limit_agents:stream_once"])
+    row = json.loads(capsys.readouterr().out)
+    assert (row["status"], row["error_type"]) == ("error", "ProviderError"), row["error_message"]
+    details = row["metadata"]["error_details"]
+    assert (details["status"], details["code"], details["seen_by"]) == (502, "server_error", "gateway")
+    assert "the provider's reply ended early" in details["message"] and details["agent_error"]
+    assert (row["n_model_calls"], row["input_tokens"]) == (1, 100000)

@@ -3,16 +3,19 @@ loopback server."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
 import pyarrow.compute as pc
 import pytest
+from aiohttp import web
 
 from rayeval.agents.resolve import AgentArgsError, agent_ref, check_agent_args
 from rayeval.cli import main
 from rayeval.storage import ResultStore
 from tests.agents.fake_model_server import FakeModelServer
+from tests.gateway.provider import Provider
 
 from .conftest import ANTHROPIC_KEY, OPENAI_KEY, mc_answer
 
@@ -163,6 +166,34 @@ def test_a_call_the_provider_fails_is_a_provider_error(
     assert (details["status"], details["code"], details["seen_by"]) == (status, code, "gateway")
     assert f"scripted failure {status}" in details["message"] and OPENAI_KEY not in str(result.model_dump())
     assert len(server.model_requests()) == calls and result.metadata["gateway"]["failed_calls"] == 1
+
+
+def test_a_reply_the_provider_breaks_off_is_a_provider_error(tmp_path: Path, keys: None) -> None:
+    """The provider answers 200, then breaks its reply off: the gateway saw the provider fail,
+    as a 502 (worth another try), and the unit left without an answer is the provider's error,
+    not an answer that failed."""
+    from rayeval.unit import EvalRunner
+
+    async def broken(request: web.Request) -> web.StreamResponse:
+        reply = web.StreamResponse(headers={"content-type": "application/json", "content-length": "4000"})
+        await reply.prepare(request)
+        await reply.write(b'{"id": "c", "object": "chat.completion", "model": "gpt-4o", "choices": [')
+        await asyncio.sleep(0.2)
+        assert request.transport is not None
+        request.transport.close()
+        return reply
+
+    with Provider({"/v1/chat/completions": broken}) as provider:
+        runner = EvalRunner(
+            REPO / "evals" / "pbmc" / f"{MC_EVAL}.json", work_root=tmp_path / "work", data_roots=[REPO / "evals"]
+        )
+        args = {"base_url": f"{provider.url}/v1"}
+        result = runner.run(agent_ref("prompt", load=True), model="openai/gpt-4o", agent_args=args, isolation="inline")
+    assert (result.status, result.error_type) == ("error", "ProviderError"), result.error_message
+    details = result.metadata["error_details"]
+    assert (details["status"], details["code"], details["seen_by"]) == (502, "server_error", "gateway")
+    assert "the provider's reply ended early" in details["message"]
+    assert (result.metadata["gateway"]["n_model_calls"], result.metadata["gateway"]["failed_calls"]) == (1, 1)
 
 
 FALLBACK_KEYS = ["sk-ant-test-FALLBACK-ONE-0123456789", "sk-ant-test-FALLBACK-TWO-0123456789"]

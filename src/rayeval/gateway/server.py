@@ -66,6 +66,9 @@ RETRY_FLOOR_S = 0.25
 #: the most seconds a reply is read on after its unit hung up (for the usage at its end); a
 #: program's own call timeout is of this order (Claude Code's default: 10 minutes)
 READ_ON_S = 600.0
+#: the status of the failure a reply the provider broke off after its own status is (Bad
+#: Gateway: what a relay answers for a broken reply; worth another try, as the provider's 502 is)
+BROKEN_REPLY_STATUS = 502
 #: where a unit's SDK puts its key, in the order looked at
 _TOKEN_HEADERS = ("x-api-key", "authorization", "api-key")
 
@@ -736,14 +739,16 @@ async def _waited_to_retry(record: CallRecord, session: Session, started: float,
 
 def _last_failure(calls: list[CallRecord], earlier: ProviderFailure | None) -> ProviderFailure | None:
     """The provider's failure the last model call ended in: a status it may pass on later
-    (429, 5xx, 529...), a rejected key (when no fallback was left), or no answer at all
-    (``earlier``: the one an earlier part of the session ended in, if these calls made none).
-    A call the gateway cut off before any answer (its session closed) is no failure of the
-    provider's."""
+    (429, 5xx, 529...), a rejected key (when no fallback was left), no answer at all, or a reply
+    it broke off after its status (a 502: a bad reply, as a gateway calls one) (``earlier``: the
+    one an earlier part of the session ended in, if these calls made none). A call the gateway
+    cut off before any answer (its session closed) is no failure of the provider's."""
     made = [call for call in calls if call.protocol is not None and call.limit is None]
     if not made:
         return earlier
     last = made[-1]
+    if last.cut_short_by == "provider":
+        return provider_failure(BROKEN_REPLY_STATUS, last.error or "")
     if last.status is not None and last.status < 400 or last.status is None and last.cut_short_by == "gateway":
         return None
     failure = provider_failure(last.status, last.error or "", last.retry_after_s)

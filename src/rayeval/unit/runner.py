@@ -382,9 +382,21 @@ def _find_answer(
     outcome: Outcome, work_dir: Path, listing: Listing, file_limit: int, counted: ModelUsage | None = None
 ) -> dict:
     """The unit's answer and outcome. Left without an answer, it is a ``ProviderError`` when
-    its last model call ended in the provider's failure, as the gateway saw it (``counted``);
-    only an agent run in this process (no gateway) has its own report of one taken."""
+    its last model call ended in the provider's failure, as the gateway saw it (``counted``),
+    whether the agent returned or raised or died on it; only an agent run in this process (no
+    gateway) has its own report of one taken."""
     fields: dict = {"agent_s": round(outcome.seconds, 6)}
+    failed = gateway_failure_details(counted) if counted is not None and outcome.kind != "timeout" else None
+    if outcome.kind != "returned" and failed is not None:  # it ended on its provider's failure: not its own error
+        failed["agent_error"] = f"{outcome.error_type}: {outcome.error_message}"
+        return {
+            **fields,
+            "outcome": "error",
+            "error_type": PROVIDER_ERROR,
+            "error_message": _provider_message(failed),
+            "error_traceback": outcome.traceback,
+            "metadata": {"error_details": failed},
+        }
     if outcome.kind != "returned":  # out of time (no traceback), raised or died
         return {
             **fields,
@@ -414,7 +426,7 @@ def _find_answer(
     if found.oversized:  # an answer no store takes is the unit's error, as a returned one is
         return {**fields, "outcome": "error", "error_type": "AnswerTooLarge", "error_message": found.problem}
     details = found.metadata.get("error_details")
-    failure = provider_failure_details(details) if counted is None else gateway_failure_details(counted)
+    failure = provider_failure_details(details) if counted is None else failed
     if failure is not None:  # no answer because the provider failed: the run's error, not a wrong answer
         found.metadata["error_details"] = {**(details or {}), **failure}
         return {**fields, "outcome": "error", "error_type": PROVIDER_ERROR, "error_message": _provider_message(failure)}

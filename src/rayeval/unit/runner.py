@@ -388,7 +388,7 @@ def _find_answer(
     fields: dict = {"agent_s": round(outcome.seconds, 6)}
     failed = gateway_failure_details(counted) if counted is not None and outcome.kind != "timeout" else None
     if outcome.kind != "returned" and failed is not None:  # it ended on its provider's failure: not its own error
-        failed["agent_error"] = f"{outcome.error_type}: {outcome.error_message}"
+        failed["agent_error"] = f"{outcome.error_type}: {outcome.error_message}"[:MESSAGE_CHARS]
         return {
             **fields,
             "outcome": "error",

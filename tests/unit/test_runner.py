@@ -81,11 +81,12 @@ def test_returned_dict_answer_is_graded(runner: EvalRunner) -> None:
 
 def test_envelope_with_metadata_is_unwrapped(runner: EvalRunner) -> None:
     """A sandboxed agent's metadata is kept; its cost and tokens are what the gateway counted
-    (it made no model call), its own claims stay in the metadata, flagged."""
+    (it made no model call), its turns no more than those calls, its own claims stay in the
+    metadata, flagged."""
     claims = {"harness": "mine", "cost_usd": 0.25, "input_tokens": 900, "n_turns": 3}
     result = runner.run(lambda p, w: {"answer": {"n_cells": 700}, "metadata": claims})
-    assert result.passed and result.metadata["cost_usd"] == 0.25
-    assert (result.harness, result.n_turns) == ("mine", 3)
+    assert result.passed and result.metadata["cost_usd"] == 0.25 and result.metadata["n_turns"] == 3
+    assert (result.harness, result.n_turns) == ("mine", 0)
     assert (result.cost_usd, result.input_tokens, result.n_model_calls) == (0.0, 0, 0)
     assert result.metadata["claims_differ_from_gateway"] == {
         "cost_usd": {"claimed": 0.25, "counted": 0.0},
@@ -105,7 +106,8 @@ def test_an_agent_run_in_the_worker_reports_its_own_usage(runner: EvalRunner) ->
     "garbage, cost",
     [
         (10**30, 1e30),
-        (-(10**30), -1e30),
+        (-(10**30), None),
+        (-1, None),
         (float("inf"), None),
         (float("nan"), None),
         (10**400, None),
@@ -116,7 +118,7 @@ def test_an_agent_run_in_the_worker_reports_its_own_usage(runner: EvalRunner) ->
 def test_garbage_usage_numbers_are_not_lifted_and_the_row_still_stores(
     runner: EvalRunner, tmp_path: Path, garbage, cost
 ) -> None:
-    """A count no int64 holds, a cost no total holds (NaN, infinite) or no number at all stays
+    """A count no int64 holds, a cost no total holds (NaN, infinite), a negative one or no number at all stays
     in metadata only: the typed fields must fit the Parquet schema, or the part holding that
     row could never be written, and every report and page sums and shows them."""
     metadata = {"input_tokens": garbage, "output_tokens": 5, "n_turns": garbage, "cost_usd": garbage}

@@ -17,8 +17,9 @@ The log every evaluator receives is a plain dict (a fresh copy per evaluator)::
       "file": {"path", "type", "version"}, "version_id": str,   # version_id: the rows' model
       "start_time": str, "end_time": str,   # ISO 8601, UTC, of the callable's run
       "duration_s": float,
-      "cost_usd": float | None,      # a prompt file's model call: its cost (None: no price, or a callable)
-      "input_tokens": int | None, "output_tokens": int | None,
+      "cost_usd": float | None,      # the callable's model calls, as the gateway counted them
+                                     # (a prompt file's call: its cost, None without a price)
+      "input_tokens": int | None, "output_tokens": int | None,   # counted the same way
     }
 
 and a ``target_required`` evaluator also gets the datapoint:
@@ -48,7 +49,7 @@ from ..graders.base import Grader
 from ..graders.judging import Judgments
 from ..graders.registry import register_grader
 from ..graders.result import GraderResult
-from ..unit.execution import grade_execution, judge_requests
+from ..unit.execution import grade_execution, judge_requests, lift_metadata
 from ..unit.prompt import task_of
 from ..unit.result import EvalResult
 
@@ -267,10 +268,6 @@ class EvaluationGrade:
             execution = execution.model_copy(
                 update={"outcome": "error", "error_type": execution.error_type or "NoOutput"}
             )
-        elif execution.outcome == "answered":
-            # a judged row's tokens and cost stay the file's own account (a prompt file's call),
-            # as they always were, not the count of the sandbox's gateway session (none for a callable)
-            execution = execution.model_copy(update={"model_usage": None})
         unit_eval = self._unit_eval(eval_, execution, self.evaluators)
         return grade_execution(unit_eval, execution, grade_timeout=None, judgments=judgments)
 
@@ -284,6 +281,7 @@ class EvaluationGrade:
         extra = eval_.model_extra or {}
         answer = execution.agent_answer if isinstance(execution.agent_answer, dict) else {}
         assert execution.started_at and execution.finished_at, "the runner times every execution"
+        usage = lift_metadata(execution)
         return {
             "output": answer.get("output"),
             "inputs": copy.deepcopy(extra.get("inputs") or {}),
@@ -298,10 +296,11 @@ class EvaluationGrade:
             "start_time": execution.started_at.isoformat(),
             "end_time": execution.finished_at.isoformat(),
             "duration_s": execution.agent_s,
-            # a prompt file's model call (None for a callable)
-            "cost_usd": execution.metadata.get("cost_usd"),
-            "input_tokens": execution.metadata.get("input_tokens"),
-            "output_tokens": execution.metadata.get("output_tokens"),
+            # as the row stores them: the gateway's counts of a sandboxed callable's calls, a
+            # prompt file's own account of the call rayeval made for it
+            "cost_usd": usage.get("agent_cost_usd"),
+            "input_tokens": usage.get("input_tokens"),
+            "output_tokens": usage.get("output_tokens"),
         }
 
     @staticmethod

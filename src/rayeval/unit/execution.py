@@ -27,7 +27,8 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 def _number(value: Any, kind: type) -> Any:
     """``value`` as ``kind``, or None when it is not a number an agent could sensibly report
-    (NaN or an infinity among them: no total, mean or JSON report holds one)."""
+    (NaN or an infinity among them: no total, mean or JSON report holds one; nor a negative
+    one: every cost, count and duration lifted is at least 0)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     try:
@@ -37,9 +38,9 @@ def _number(value: Any, kind: type) -> Any:
     if kind is float and not math.isfinite(number):
         return None
     # a count beyond int64 is garbage, and no Parquet part holding it could be written
-    if kind is int and not INT64_MIN <= number <= INT64_MAX:
+    if kind is int and number > INT64_MAX:
         return None
-    return number
+    return number if number >= 0 else None
 
 
 def lift_metadata(execution: EvalResult, judgments: Judgments | None = None) -> dict:
@@ -47,7 +48,8 @@ def lift_metadata(execution: EvalResult, judgments: Judgments | None = None) -> 
     the judge calls whose outcomes are ``judgments`` (see :func:`cost_fields`). Tokens, cost
     and the number of model calls are the ones the gateway counted where the unit's calls went
     through it; only an agent run in this process (the replay of recorded runs among them)
-    has its own report of them taken. Turns and harness are the agent's word.
+    has its own report of them taken. Turns and harness are the agent's word (its turns no
+    more than the model calls the gateway counted, where it counted them).
 
     The ``duration_s`` rayeval's replay agent reports is the recorded run's; any other agent's
     reported duration is ignored (the measured one is kept)."""
@@ -62,8 +64,8 @@ def lift_metadata(execution: EvalResult, judgments: Judgments | None = None) -> 
         lifted.update({key: count for key, count in claimed.items() if count is not None})
     else:
         lifted.update(counted_fields(counted, judgments))
-        if claimed["n_turns"] is not None:
-            lifted["n_turns"] = claimed["n_turns"]
+        if claimed["n_turns"] is not None:  # capped: a turn is a model call, and the gateway counted those
+            lifted["n_turns"] = min(claimed["n_turns"], counted.n_model_calls)
     recorded = _number(metadata.get("duration_s"), float)
     if execution.replayed and recorded is not None:
         lifted["duration_s"] = recorded
@@ -87,13 +89,16 @@ def _counted_tokens(counted: ModelUsage) -> dict[str, int]:
 
 def claims_against_counts(metadata: dict, counted: ModelUsage) -> dict[str, Any]:
     """Where what the agent reported of its model calls differs from what the gateway counted
-    (its claims stay in the metadata; none is taken)."""
+    (its claims stay in the metadata; none is taken): a claim that is no count at all (negative,
+    NaN, text) differs too."""
     counts: dict[str, float | None] = {**_counted_tokens(counted), "cost_usd": counted.cost_usd}
     differs = {}
     for key, count in counts.items():
-        claim = _number(metadata.get(key), float)
-        if claim is not None and count is not None and not math.isclose(claim, count, rel_tol=1e-6, abs_tol=1e-9):
-            differs[key] = {"claimed": metadata.get(key), "counted": count}
+        if metadata.get(key) is None or count is None:
+            continue
+        claim = _number(metadata[key], float)
+        if claim is None or not math.isclose(claim, count, rel_tol=1e-6, abs_tol=1e-9):
+            differs[key] = {"claimed": metadata[key], "counted": count}
     return differs
 
 

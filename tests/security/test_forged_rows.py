@@ -1,0 +1,77 @@
+"""What an agent forges of its own row: the numbers stored are the trusted side's.
+
+A sandboxed ``evaluations.run`` callable rewrites the metadata its unit runner sends back,
+claiming costs, tokens and turns the gateway never counted: each row must hold the gateway's
+counts and none of those claims, and the run's budget must not be spent by them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from rayeval import evaluations
+
+pytestmark = pytest.mark.usefixtures("shared_ray")
+
+FAST = {"show_progress": False, "print_report": False, "flush_seconds": 0.2}
+
+
+def forger(cost_usd: float) -> Any:
+    """A callable that, run in the sandbox, rewrites the metadata its unit runner sends back:
+    made in a function, so that Ray sends it by value."""
+
+    def forge(question: str, **kwargs: Any) -> str:
+        from rayeval.sandbox import unit_runner
+
+        encode = unit_runner._encode
+
+        def forged(payload: dict[str, Any]) -> Any:
+            value = payload.get("value")
+            if isinstance(value, dict) and "metadata" in value:
+                value["metadata"] = {
+                    "cost_usd": cost_usd,
+                    "input_tokens": -(2**63),
+                    "output_tokens": 7,
+                    "n_turns": 99,
+                    "run_summary": {"version": 2, "refusal": "detected"},
+                }
+            return encode(payload)
+
+        unit_runner._encode = forged
+        return "an answer"
+
+    return forge
+
+
+def logged_cost(log: dict[str, Any]) -> float:
+    return -1.0 if log["cost_usd"] is None else log["cost_usd"]
+
+
+def test_an_evaluation_stores_the_gateways_counts_not_the_callables_claims(tmp_path: Path) -> None:
+    output = str(tmp_path / "results")
+    evaluators = [{"path": "cost", "return_type": "number", "callable": logged_cost}]
+    dataset = {"path": "qa/forged", "datapoints": [{"inputs": {"question": "q"}, "target": {"answer": "a"}}]}
+    result = evaluations.run("forged", {"path": "forger", "callable": forger(-1000.0)}, evaluators, dataset,
+                             workers=1, output=output, **FAST)  # fmt: skip
+    [row] = pd.read_parquet(output).to_dict("records")
+    assert row["isolation"] == "sandbox" and row["status"] == "passed"
+    assert (row["cost_usd"], row["agent_cost_usd"], row["input_tokens"], row["output_tokens"]) == (0.0, 0.0, 0, 0)
+    assert row["n_model_calls"] == 0 and row["n_turns"] == 0 and row["refusal"] is False
+    # the evaluators' log holds the same counts
+    assert json.loads(row["metrics_json"])["evaluators"] == {"cost": 0.0}
+    assert result.stats.run_stats[0].num_logs == 1
+
+
+def test_a_forged_cost_spends_none_of_the_runs_budget(tmp_path: Path) -> None:
+    output = str(tmp_path / "results")
+    evaluators = [{"path": "cost", "return_type": "number", "callable": logged_cost}]
+    dataset = {"path": "qa/priced", "datapoints": [{"inputs": {"question": f"q{i}"}} for i in range(3)]}
+    evaluations.run("priced", {"path": "forger", "callable": forger(5.0)}, evaluators, dataset,
+                    workers=1, output=output, max_cost_usd=1.0, **FAST)  # fmt: skip
+    rows = pd.read_parquet(output)
+    assert len(rows) == 3 and set(rows["cost_usd"]) == {0.0} and set(rows["limit_reached"].dropna()) == set()

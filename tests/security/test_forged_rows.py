@@ -1,8 +1,10 @@
-"""What an agent forges of its own row: the numbers stored are the trusted side's.
+"""What an agent forges of its own row: the numbers and labels stored are the trusted side's.
 
-A sandboxed ``evaluations.run`` callable rewrites the metadata its unit runner sends back,
-claiming costs, tokens and turns the gateway never counted: each row must hold the gateway's
-counts and none of those claims, and the run's budget must not be spent by them.
+An agent run by ``rayeval run`` (sandboxed) writes the runner's metadata keys, turns it never
+took and a refusal verdict no model gave; a sandboxed ``evaluations.run`` callable rewrites the
+metadata its unit runner sends back, claiming costs and tokens the gateway never counted. Each
+row must hold the gateway's counts and none of those claims, and the viewer must show no
+refusal the row does not record.
 """
 
 from __future__ import annotations
@@ -15,10 +17,36 @@ import pandas as pd
 import pytest
 
 from rayeval import evaluations
+from rayeval.cli import main as rayeval_main
+from rayeval.view.data import unit_detail
 
 pytestmark = pytest.mark.usefixtures("shared_ray")
 
 FAST = {"show_progress": False, "print_report": False, "flush_seconds": 0.2}
+
+
+def test_a_run_stores_no_metadata_turns_or_refusal_the_agent_forged(tmp_path: Path) -> None:
+    evals = tmp_path / "evals"
+    evals.mkdir()
+    grader = {"ground_truth": {"value": 2}, "tolerances": {"value": {"type": "absolute", "value": 0.01}}}
+    body = {"id": "forged", "task": "Find the value.", "grader": {"type": "numeric_tolerance", "config": grader}}
+    (evals / "forged.json").write_text(json.dumps(body))
+    root = tmp_path / "results"
+    agent = "tests.security.forging_agents:forged_metadata"
+    code = rayeval_main(["run", str(evals), "--agent", agent, "--output", str(root), "--retries", "0", "--no-progress"])
+    assert code == 0
+    [row] = pd.read_parquet(root).to_dict("records")
+    assert row["isolation"] == "sandbox" and row["status"] == "failed"
+    metadata = json.loads(row["metadata_json"])
+    assert "session_checkpoints" not in metadata and "work_dir" not in metadata
+    assert "claims_differ_from_gateway" not in metadata
+    assert metadata["gateway"]["n_model_calls"] == 0  # the gateway's own block, not the agent's
+    # no more turns than model calls the gateway relayed (none); the claim stays in the metadata
+    assert row["n_model_calls"] == 0 and row["n_turns"] == 0 and metadata["n_turns"] == 10**18
+    assert row["refusal"] is False and metadata["run_summary"]["refusal"] == "detected"
+    shown = unit_detail(row, row, {})
+    assert "refusal_verdict.json" in {artifact["name"] for artifact in shown["artifacts"]}
+    assert shown["refusal"] is False and shown["refusal_verdict"] is None  # no "The model refused" box
 
 
 def forger(cost_usd: float) -> Any:

@@ -31,6 +31,10 @@ MAX_ANSWER_NESTING = 100
 #: Staged input data, never searched: a data file of that name is not the agent's marker.
 DATA_SUBDIR = "data"
 
+#: Metadata keys rayeval's runner writes (the kept work folder, the session's checkpoints, the
+#: gateway's counts and where the agent's claims differ from them): an agent's are dropped.
+RUNNER_METADATA_KEYS = frozenset({"work_dir", "session_checkpoints", "gateway", "claims_differ_from_gateway"})
+
 OPEN_TAG, CLOSE_TAG = "<EVAL_ANSWER>", "</EVAL_ANSWER>"
 FENCE = "```"
 
@@ -75,7 +79,8 @@ def unwrap_return(value: Any) -> tuple[Any, dict[str, Any]]:
 
     Only a true envelope ``{"answer": <dict or None>, "metadata": <dict>}`` is unwrapped. A plain
     answer such as ``{"answer": "B"}`` (the multiple-choice schema) stays as it is: the reference
-    unwrapped it to ``"B"`` and then failed it, which silently mis-scored runs.
+    unwrapped it to ``"B"`` and then failed it, which silently mis-scored runs. The metadata
+    holds none of :data:`RUNNER_METADATA_KEYS`.
     """
     if (
         isinstance(value, dict)
@@ -84,7 +89,8 @@ def unwrap_return(value: Any) -> tuple[Any, dict[str, Any]]:
         and (value["answer"] is None or isinstance(value["answer"], dict))
         and isinstance(value.get("metadata", {}), dict)
     ):
-        return value["answer"], dict(value.get("metadata") or {})
+        metadata = value.get("metadata") or {}
+        return value["answer"], {key: item for key, item in metadata.items() if key not in RUNNER_METADATA_KEYS}
     return value, {}
 
 

@@ -248,15 +248,19 @@ def unit_detail(light: Mapping[str, Any], heavy: Mapping[str, Any], task: dict[s
     Should showing what a unit stored fail all the same, the page says so with the index row:
     one unit's artifacts never fail another's page, nor an export."""
     shown = {k: json_value(v) for k, v in light.items()}
+    refused = shown.get("refusal") is True
     try:
-        return {**shown, **_heavy_detail(heavy), "task_prompt": task}
+        return {**shown, **_heavy_detail(heavy, refused), "task_prompt": task}
     except Exception as exc:  # any shape of stored data: this unit's page says so, and only it
         log.warning("rayeval view: cannot show unit %s: %s", shown.get("unit_id"), exc, exc_info=True)
         failure = f"this unit's stored data cannot be shown ({type(exc).__name__}); see the viewer's log"
-        return {**shown, **_heavy_detail({}), "task_prompt": task, "failure": failure}
+        return {**shown, **_heavy_detail({}, refused), "task_prompt": task, "failure": failure}
 
 
-def _heavy_detail(heavy: Mapping[str, Any]) -> dict[str, Any]:
+def _heavy_detail(heavy: Mapping[str, Any], refused: bool) -> dict[str, Any]:
+    """The heavy columns made readable; the harness's refusal verdict only where the row's
+    refusal column says the model refused (``refused``; the gateway's word where it relayed the calls):
+    an agent can write that file, and no box says a model refused that did not."""
     artifacts, more, trajectory = artifacts_view(heavy.get("artifacts_json"))
     return {
         "answer": stored_json_field(heavy.get("answer_json")),
@@ -270,7 +274,7 @@ def _heavy_detail(heavy: Mapping[str, Any]) -> dict[str, Any]:
         "artifacts_left_out": more,
         # the model's refusal, as the harness that found it wrote it (``null``: none found)
         "refusal_verdict": next(
-            (a for a in artifacts if a["name"] == REFUSAL_VERDICT_NAME and a.get("text") != "null"), None
+            (a for a in artifacts if refused and a["name"] == REFUSAL_VERDICT_NAME and a.get("text") != "null"), None
         ),
         "trajectory": trajectory,
         "failure": None,

@@ -26,10 +26,11 @@ STATUSES: tuple[Status, ...] = ("passed", "failed", "error", "timeout", "config_
 LimitName = Literal["tokens", "cost", "model_calls", "run_cost", "time"]
 #: Who saw a unit's failure, in its metadata's ``error_details.seen_by``: the trusted side's
 #: word, never the agent's (the harness drops one an agent wrote). The model gateway (a
-#: provider's failure), the runner (the unit could not run here: its data, its sandbox) or Ray
-#: (its worker or node was lost). A run's own retries are for these only: a second try of an
-#: agent's own error (its code raised, its answer unusable) would not change it.
-SeenBy = Literal["gateway", "runner", "ray"]
+#: provider's failure), the runner (the unit could not run here: its data, its sandbox), Ray
+#: (its worker or node was lost) or the grading (an LLM judge gave no verdict: a
+#: :data:`JUDGE_ERROR`). A run's own retries are for the runner's and Ray's only: a second try
+#: of an agent's own error (its code raised, its answer unusable) would not change it.
+SeenBy = Literal["gateway", "runner", "ray", "judge"]
 #: Statuses that are errors (no verdict): counted apart from failures by the engine and reports.
 ERROR_STATUSES: frozenset[Status] = frozenset({"error", "timeout", "config_error"})
 

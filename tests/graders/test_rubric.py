@@ -462,3 +462,4 @@ def test_an_eval_whose_judge_gives_no_verdict_is_an_error_not_a_failed_answer(ju
     assert result.error_message.startswith("graders[0].rubric: rubric judge (fatal)")
     assert "HTTP 400" in result.error_message
     assert result.grader_result is not None and result.grader_result.metrics["judge_error"] == "fatal"
+    assert result.metadata["error_details"]["seen_by"] == "judge"  # what `--errors exclude` trusts, not error_type

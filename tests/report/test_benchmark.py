@@ -162,7 +162,7 @@ def test_json_records_and_published_breakdown_layout(corpus_units: pd.DataFrame)
 
 def _error_rows() -> list[dict]:
     rows = []
-    # model a: e1 seeds 1-4 = pass, fail, error, timeout; e2 seeds 1-2 = pass, config_error
+    # model a: e1 seeds 1-4 = pass, fail, error (seen by Ray), timeout; e2 seeds 1-2 = pass, config_error
     outcomes = {"e1": ["passed", "failed", "error", "timeout"], "e2": ["passed", "config_error"]}
     for eval_id, statuses in outcomes.items():
         for seed, status in enumerate(statuses, 1):
@@ -175,6 +175,8 @@ def _error_rows() -> list[dict]:
                     status=status,
                     passed=status == "passed",
                     cost_usd=None if status != "passed" else 1.0,
+                    # the error: Ray lost the unit's worker (the trusted side's word); the timeout: the agent's
+                    metadata_json='{"error_details": {"seen_by": "ray"}}' if status == "error" else "{}",
                 )
             )
     return rows
@@ -187,8 +189,8 @@ def test_errors_count_as_failures_by_default_and_are_shown(tmp_path: Path) -> No
     assert default["Errors"] == 3 and default["N"] == 6
     assert default["Accuracy (%)"] == pytest.approx((1 / 4 + 1 / 2) / 2 * 100)
     assert default["Cost ($)"] == pytest.approx(1.0)  # mean over runs with a known cost
-    excluded = benchmark_table(units, errors="exclude").iloc[0]
-    assert excluded["Accuracy (%)"] == pytest.approx((1 / 2 + 1 / 1) / 2 * 100)
+    excluded = benchmark_table(units, errors="exclude").iloc[0]  # the lost unit and the config error left out
+    assert excluded["Accuracy (%)"] == pytest.approx((1 / 3 + 1 / 1) / 2 * 100)
     assert excluded["N"] == 6 and excluded["Errors"] == 3
     per_eval = eval_frame(units).set_index("eval_id")
     assert per_eval.loc["e1", "n_errors"] == 2 and per_eval.loc["e2", "n_errors"] == 1

@@ -88,8 +88,11 @@ def test_majority_vote_on_answers_and_verdicts() -> None:
         rows.append(
             base_row(eval_id="e2", seed=seed, answer_json=answer, passed=ok, status="passed" if ok else "failed")
         )
+    lost = '{"error_details": {"seen_by": "ray"}}'  # Ray lost their workers: left out with errors="exclude"
     for seed in (1, 2):
-        rows.append(base_row(eval_id="e3", seed=seed, answer_json=None, passed=False, status="error"))
+        rows.append(
+            base_row(eval_id="e3", seed=seed, answer_json=None, passed=False, status="error", metadata_json=lost)
+        )
     units = pd.DataFrame(rows)
     by_answer = majority_vote(units).iloc[0]
     assert (by_answer["n_evals"], by_answer["majority (%)"]) == (3, pytest.approx(100 / 3))

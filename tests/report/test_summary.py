@@ -5,6 +5,7 @@ that cannot be read."""
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 from datetime import timedelta
@@ -16,6 +17,7 @@ import pytest
 from rayeval.report import ResultsReader, benchmark_table, evaluation_stats, read_units
 from rayeval.report.benchmark import table_from_pairs, to_csv
 from rayeval.report.cli import main
+from rayeval.report.reader import REPORT_COLUMNS
 from rayeval.report.summary import read_summary
 from rayeval.storage import ResultStore
 from rayeval.storage.lease import run_lease
@@ -33,7 +35,15 @@ def _rows() -> list[dict]:
     errored = [dict(r, attempt=3, status="timeout", passed=None, cost_usd=None) for r in rows[40:50]]
     odd = [
         base_row(run_id="run 2026/01?x=1", model=ODD_MODEL, eval_id="e1", seed=1, harness=None, passed=None),
-        base_row(run_id="run 2026/01?x=1", model=ODD_MODEL, eval_id="e1", seed=2, status="error", cost_usd=None),
+        base_row(
+            run_id="run 2026/01?x=1",
+            model=ODD_MODEL,
+            eval_id="e1",
+            seed=2,
+            status="error",
+            cost_usd=None,
+            metadata_json='{"error_details": {"seen_by": "gateway"}}',
+        ),
         base_row(run_id="run 2026/01?x=1", model=ODD_MODEL, eval_id="e2", seed=1, passed=False, status="failed"),
     ]
     return rows + retried + errored + odd
@@ -55,13 +65,36 @@ def _same(ours: pd.DataFrame, theirs: pd.DataFrame) -> None:
 )
 @pytest.mark.parametrize("errors", ["fail", "exclude"])
 def test_the_summary_gives_the_benchmark_table_of_the_units(root: Path, by: list[str], errors: str) -> None:
-    summary = read_summary(ResultsReader(root), by=by)
+    summary = read_summary(ResultsReader(root), by=by, errors=errors)
     assert summary is not None
-    units = read_units(root)
+    units = read_units(root, columns=[*REPORT_COLUMNS, "metadata_json"])
     _same(table_from_pairs(summary.pairs, by, errors=errors), benchmark_table(units, by=by, errors=errors))
     assert summary.units == len(units)
     assert summary.run_totals == units.groupby("run_id", observed=True).size().to_dict()
     assert summary.num_errors == int(units["status"].isin(["error", "timeout", "config_error"]).sum()) > 0
+
+
+def test_only_errors_rayeval_saw_outside_the_agent_are_left_out(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """``--errors exclude`` leaves out an error by who saw it (``error_details.seen_by``, the
+    trusted side's word), never by its ``error_type``: an agent that raises its own
+    ``JudgeError`` or ``ProviderError`` on the evals it cannot do still fails them."""
+    seen = {None: "{}", "gateway": '{"error_details": {"seen_by": "gateway"}}',
+            "judge": '{"error_details": {"seen_by": "judge", "error": "no verdict"}}'}  # fmt: skip
+    errors = {"e1": ("JudgeError", None), "e2": ("ProviderError", None), "e3": ("ProviderError", "gateway"),
+              "e4": ("JudgeError", "judge")}  # fmt: skip
+    rows = []
+    for eval_id, (error_type, seen_by) in errors.items():
+        passed = eval_id != "e4"
+        rows.append(base_row(eval_id=eval_id, seed=1, passed=passed, status="passed" if passed else "failed"))
+        rows.append(
+            base_row(eval_id=eval_id, seed=2, status="error", error_type=error_type, metadata_json=seen[seen_by])
+        )
+    root = write_root(tmp_path, rows)
+    # e1, e2: 1 of 2 (the agent's errors fail); e3: 1 of 1; e4: 0 of 1 (the failed judge's unit left out)
+    for options in ([], ["--pass-k", "1"]):  # from duckdb's counts, from the units read as a frame
+        assert main(["report", str(root), "--errors", "exclude", "--format", "csv", *options]) == 0
+        [row] = pd.read_csv(io.StringIO(capsys.readouterr().out.split("\n\n")[0])).to_dict("records")
+        assert row["Accuracy (%)"] == pytest.approx(50.0) and row["Errors"] == 4
 
 
 def test_filters_and_runs_select_the_same_units(root: Path) -> None:

@@ -18,13 +18,14 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import numpy as np
 import pandas as pd
 from scipy.special import stdtrit
 
-from ..storage.attempts import error_mask, latest_attempts, passed_array
+from ..record import SeenBy
+from ..storage.attempts import ERRORED_SQL, error_mask, latest_attempts, passed_array
 from ._groups import Groups, codes, group_ids, key_groups, sub_groups
 from .reader import ReportError
 
@@ -55,11 +56,50 @@ CI_METHOD = (
 )
 
 
+#: who saw an error the trusted side attributes to the infrastructure or a judge, in a row's
+#: ``error_details.seen_by`` (never the agent's: the runner drops one it writes)
+EXCUSED_SEEN_BY: tuple[str, ...] = get_args(SeenBy)
+#: SQL: the row's unit errored, and not through its agent, as :func:`excused_errors`
+EXCUSED_SQL = (
+    f"({ERRORED_SQL}) AND (status = 'config_error' OR (json_valid(metadata_json) AND "
+    f"json_extract_string(metadata_json, '$.error_details.seen_by') IN ({', '.join(map(repr, EXCUSED_SEEN_BY))})))"
+)
+
+
+def excused_errors(units: pd.DataFrame) -> np.ndarray:
+    """The errored units ``errors="exclude"`` leaves out of pass rates: a configuration error
+    (the eval's), or an error the trusted side saw (``error_details.seen_by`` in
+    ``metadata_json``: the gateway's provider failure, the runner's or Ray's lost unit, a
+    judge that gave no verdict). Never the agent's own error, nor its timeout: its exception's
+    name (``error_type``) is anything it chose, and erring on purpose would skip hard evals."""
+    excused = error_mask(units)
+    if not excused.any():
+        return excused
+    if "metadata_json" not in units.columns:
+        raise ReportError("errors='exclude' needs the units' metadata_json column: it says who saw each error")
+    statuses = units["status"].to_numpy(dtype=object)
+    for row in np.flatnonzero(excused & (statuses != "config_error")):
+        excused[row] = _seen_by(units["metadata_json"].iat[row]) in EXCUSED_SEEN_BY
+    return excused
+
+
+def _seen_by(metadata_json: Any) -> Any:
+    try:
+        details = json.loads(metadata_json).get("error_details")
+    except (TypeError, ValueError, AttributeError):
+        return None
+    return details.get("seen_by") if isinstance(details, dict) else None
+
+
 def error_policy_note(errors: str, n_errors: int | None = None) -> str:
     """How pass rates treat errored runs (status error/timeout/config_error)."""
     count = "" if n_errors is None else f": {n_errors} here"
     if errors == "exclude":
-        return f"Errored runs (status error/timeout/config_error{count}) are left out of the per-eval pass rates."
+        return (
+            f"Errored runs (status error/timeout/config_error{count}) that rayeval saw fail outside the agent "
+            "(a configuration error, a provider's failure, a lost worker, a judge with no verdict) are left out "
+            "of the per-eval pass rates; the agent's own errors and timeouts count as failures."
+        )
     return (
         f"Errored runs (status error/timeout/config_error{count}) count as failures in Accuracy, "
         "as the reference benchmarks count a run with no answer."
@@ -114,6 +154,7 @@ class _EvalStats:
     n_runs: np.ndarray
     n_passed: np.ndarray
     n_errors: np.ndarray
+    n_excused: np.ndarray  # errors left out of the pass rates (none unless errors="exclude")
     n_scored: np.ndarray
     pass_rate: np.ndarray  # per pair, NaN when nothing scored
 
@@ -130,10 +171,11 @@ def _eval_stats(units: pd.DataFrame, by: Sequence[str], errors: str) -> _EvalSta
     n_runs = pairs.count()
     n_passed = pairs.count(passed)
     n_errors = pairs.count(is_error)
-    n_scored = n_runs - n_errors if errors == "exclude" else n_runs
+    n_excused = pairs.count(excused_errors(units)) if errors == "exclude" else np.zeros_like(n_errors)
+    n_scored = n_runs - n_excused
     with np.errstate(invalid="ignore", divide="ignore"):
         rate = np.where(n_scored > 0, n_passed / np.maximum(n_scored, 1), np.nan)
-    return _EvalStats(keys, groups, pairs, parent, n_runs, n_passed, n_errors, n_scored, rate)
+    return _EvalStats(keys, groups, pairs, parent, n_runs, n_passed, n_errors, n_excused, n_scored, rate)
 
 
 def eval_frame(units: pd.DataFrame, by: Sequence[str] = ("model", "harness"), errors: str = "fail") -> pd.DataFrame:
@@ -182,21 +224,25 @@ def _output_keys(frame: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
 
 
 # Per group × eval counts, the table's input (see :func:`pair_counts`).
-PAIR_COUNTS = ("n_runs", "n_passed", "n_errors", "n_refusals", "cost_sum", "cost_n", "duration_sum", "duration_n")
+PAIR_COUNTS = (
+    "n_runs", "n_passed", "n_errors", "n_excused", "n_refusals", "cost_sum", "cost_n", "duration_sum", "duration_n"
+)  # fmt: skip
 
 
-def pair_counts(units: pd.DataFrame, by: Sequence[str] = ("model", "harness")) -> pd.DataFrame:
+def pair_counts(units: pd.DataFrame, by: Sequence[str] = ("model", "harness"), errors: str = "fail") -> pd.DataFrame:
     """One row per group × eval (latest attempt per unit): the group keys, ``eval_id`` and
-    :data:`PAIR_COUNTS` (units, passed, errored; sum and count of the known costs and durations).
-    The same counts :mod:`rayeval.report.summary` has duckdb compute over the part files."""
+    :data:`PAIR_COUNTS` (units, passed, errored, errored and left out by ``errors``; sum and
+    count of the known costs and durations). The same counts :mod:`rayeval.report.summary` has
+    duckdb compute over the part files."""
     by = list(by)
     units = latest_attempts(units)
-    es = _eval_stats(units, by, "fail")
+    es = _eval_stats(units, by, errors)
     table = es.keys.iloc[es.parent].reset_index(drop=True)
     table["eval_id"] = units["eval_id"].iloc[es.pairs.first].to_numpy()
     table["n_runs"] = es.n_runs
     table["n_passed"] = es.n_passed
     table["n_errors"] = es.n_errors
+    table["n_excused"] = es.n_excused
     table["n_refusals"] = es.pairs.count(refused(units))
     for name, column in (("cost", "cost_usd"), ("duration", "duration_s")):
         values = _numeric(units, column)
@@ -233,7 +279,7 @@ def benchmark_table(
     _check_policy(errors)
     units = latest_attempts(units)
     _check_columns(units, by)
-    return table_from_pairs(pair_counts(units, by), by, errors=errors, confidence=confidence)
+    return table_from_pairs(pair_counts(units, by, errors), by, errors=errors, confidence=confidence)
 
 
 def table_from_pairs(
@@ -244,7 +290,8 @@ def table_from_pairs(
     _check_policy(errors)
     groups = group_ids(pairs, by)
     n_runs, n_errors = pairs["n_runs"].to_numpy(np.int64), pairs["n_errors"].to_numpy(np.int64)
-    n_scored = n_runs - n_errors if errors == "exclude" else n_runs
+    n_excused = pairs["n_excused"].to_numpy(np.int64)
+    n_scored = n_runs - n_excused if errors == "exclude" else n_runs
     with np.errstate(invalid="ignore", divide="ignore"):
         rate = np.where(n_scored > 0, pairs["n_passed"].to_numpy(float) / np.maximum(n_scored, 1), np.nan)
     mean = groups.nanmean(rate) * 100.0

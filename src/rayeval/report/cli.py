@@ -138,6 +138,11 @@ def _no_results(reader: ResultsReader, runs: list[str] | None) -> Exception:
     return ReportError(f"no results under {reader.root}{where}{hint}")
 
 
+def _who_saw_errors(args: argparse.Namespace) -> list[str]:
+    """The column ``--errors exclude`` reads beside the report's: who saw each error."""
+    return ["metadata_json"] if args.errors == "exclude" else []
+
+
 def _run_plan(
     reader: ResultsReader, runs: list[str] | None, selected: list[str], args: argparse.Namespace
 ) -> tuple[dict[str, dict] | None, int | dict[str, int] | None]:
@@ -206,7 +211,7 @@ def _report_summary(args: argparse.Namespace, reader: ResultsReader, runs: list[
     from .summary import read_summary
 
     models, evals = _split(args.model), _split(args.eval)
-    summary = read_summary(reader, runs, models, evals, by)
+    summary = read_summary(reader, runs, models, evals, by, args.errors)
     if summary is None:
         raise _no_results(reader, runs)
     run_status, planned = _run_plan(reader, runs, sorted(summary.run_totals), args)
@@ -225,7 +230,7 @@ def _report_summary(args: argparse.Namespace, reader: ResultsReader, runs: list[
     _emit(_table_output(args, table, isolation_counts_note(summary.isolation), status_line), args.out)
     if all(c in MODEL_KEYS for c in by) or (args.fail_under is None and args.max_error_rate is None):
         return _gates(args, table)
-    overall = read_summary(reader, runs, models, evals)  # the gates are per model × harness
+    overall = read_summary(reader, runs, models, evals, errors=args.errors)  # the gates are per model × harness
     return _gates(args, table_from_pairs(overall.pairs, ["model", "harness"], errors=args.errors) if overall else table)
 
 
@@ -237,7 +242,7 @@ def _report_units(
     from .reader import REPORT_COLUMNS, ReportError
     from .stats import evaluation_stats
 
-    columns = list(REPORT_COLUMNS) + (["answer_json"] if args.format == "html" else [])
+    columns = list(REPORT_COLUMNS) + (["answer_json"] if args.format == "html" else []) + _who_saw_errors(args)
     units = reader.units(runs=runs, models=_split(args.model), evals=_split(args.eval), columns=columns)
     if units.empty:
         raise _no_results(reader, runs)
@@ -284,13 +289,18 @@ def cmd_compare(args: argparse.Namespace) -> int:
     exact McNemar test. A/B: a run id, a model, model/harness, or key=value[,key=value] (run,
     model, harness, task, kit)."""
     from .compare import paired_comparison
-    from .reader import ReportError, ResultsReader
+    from .reader import REPORT_COLUMNS, ReportError, ResultsReader
 
     if args.n_boot < 100:
         raise ReportError(f"--n-boot must be at least 100, got {args.n_boot}")
     _check_out(args.out, args.root)
     reader = ResultsReader(args.root, args.s3_endpoint)
-    units = reader.units(runs=reader.resolve_runs(_split(args.run)), models=_split(args.model), evals=_split(args.eval))
+    units = reader.units(
+        runs=reader.resolve_runs(_split(args.run)),
+        models=_split(args.model),
+        evals=_split(args.eval),
+        columns=[*REPORT_COLUMNS, *_who_saw_errors(args)],
+    )
     if units.empty:
         raise ReportError(f"no results under {args.root}")
     result = paired_comparison(units, args.a, args.b, errors=args.errors, n_boot=args.n_boot, seed=args.seed)
@@ -338,7 +348,9 @@ def _add_selection_options(parser: argparse.ArgumentParser) -> None:
         "--errors",
         choices=("fail", "exclude"),
         default="fail",
-        help="errored runs (error/timeout/config_error) count as failures (default, as the references) or are left out",
+        help="errored runs (error/timeout/config_error) count as failures (default, as the references), or "
+        "those rayeval saw fail outside the agent (a provider, a lost worker, a judge, the eval's configuration) "
+        "are left out",
     )
     parser.add_argument("--out", metavar="FILE", help="write the output here instead of standard output")
 

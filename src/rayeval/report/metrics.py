@@ -99,7 +99,8 @@ def majority_vote(
     ``on="answer"`` (maj@n, self-consistency): per eval, the most frequent submitted answer
     (``answer_json``; runs without an answer abstain; a tie goes to the answer first seen at
     the lowest seed) decides, with that answer's verdict (at its lowest seed). An eval where
-    nobody answered fails (``errors="fail"``) or is left out (``"exclude"``).
+    nobody answered fails, or is left out where ``errors="exclude"`` leaves out all its runs
+    (see :func:`~rayeval.report.benchmark.excused_errors`).
     ``on="verdict"``: an eval passes when more than half of its scored seeds passed.
     """
     _check_policy(errors)
@@ -138,7 +139,8 @@ def majority_vote(
         best = pick[_starts(vote_pair[pick])]
         winner = np.full(es.pairs.n, -1, dtype=np.int64)
         winner[vote_pair[best]] = best
-        verdict = np.full(es.pairs.n, np.nan if errors == "exclude" else 0.0)  # nobody answered
+        # nobody answered: a failure, unless every run errored through no fault of the agent's (left out)
+        verdict = np.where(es.n_scored > 0, 0.0, np.nan)
         answered = winner >= 0
         verdict[answered] = vote_passed[winner[answered]]
     table = _output_keys(es.keys, by)

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..storage.attempts import ERRORED_SQL, PASSED_SQL, latest_attempts_sql, sql_name
-from .benchmark import PAIR_COUNTS
+from .benchmark import EXCUSED_SQL, PAIR_COUNTS
 from .reader import ReportError, ResultsReader, unicode_text
 
 NOT_RECORDED = "not recorded"  # the isolation of a row that does not say how it ran (as isolation_note)
@@ -54,16 +54,22 @@ def _latest(source: str, columns: Sequence[str], filters: dict[str, list[str]]) 
     return latest_attempts_sql(source, columns, where)
 
 
-def _counts_query(source: str, by: Sequence[str], filters: dict[str, list[str]]) -> str:
+def _counts_query(source: str, by: Sequence[str], filters: dict[str, list[str]], errors: str) -> str:
     """Counts per group × eval (``kind`` pair), per run (run) and per isolation level
-    (isolation), from the selected units deduplicated once."""
+    (isolation), from the selected units deduplicated once. The errors ``errors`` leaves out
+    are counted only for ``"exclude"``: only then is the heavy ``metadata_json`` read."""
     pair_keys = ", ".join(sql_name(k) for k in dict.fromkeys([*by, "eval_id"]))
-    latest = _latest(source, [*by, *_COUNTED_COLUMNS], filters)
+    columns = [*by, *_COUNTED_COLUMNS]
+    if errors == "exclude":
+        source = f"(SELECT *, {EXCUSED_SQL} AS excused FROM {source})"
+        columns.append("excused")
+    latest = _latest(source, columns, filters)
+    excused = "count(*) FILTER (WHERE excused)" if errors == "exclude" else "0"
     return f"""
 WITH {latest}, pairs AS (
     SELECT {pair_keys}, 'pair' AS kind, count(*) AS n_runs,
         count(*) FILTER (WHERE {PASSED_SQL}) AS n_passed, count(*) FILTER (WHERE {ERRORED_SQL}) AS n_errors,
-        count(*) FILTER (WHERE refusal) AS n_refusals,
+        {excused} AS n_excused, count(*) FILTER (WHERE refusal) AS n_refusals,
         coalesce(sum(cost_usd), 0) AS cost_sum, count(cost_usd) AS cost_n,
         coalesce(sum(duration_s), 0) AS duration_sum, count(duration_s) AS duration_n
     FROM units GROUP BY {pair_keys}
@@ -89,8 +95,17 @@ class _Rows:
     """The selected parts as something duckdb reads: a local root's files themselves, else
     (S3, or files duckdb cannot read as one table) the rows the reader reads with Arrow."""
 
-    def __init__(self, reader: ResultsReader, runs: list[str] | None, by: Sequence[str], filters: dict[str, list[str]]):
+    def __init__(
+        self,
+        reader: ResultsReader,
+        runs: list[str] | None,
+        by: Sequence[str],
+        filters: dict[str, list[str]],
+        errors: str = "fail",
+    ):
         self.reader, self.runs, self.by, self.filters = reader, runs, list(by), filters
+        #: the columns read of each unit where duckdb cannot read the files (metadata_json: who saw an error)
+        self.needed = [*self.by, *_COUNTED_COLUMNS, "started_at"] + (["metadata_json"] if errors == "exclude" else [])
         # a connection of the process's one duckdb database (as duckdb.sql uses), whose caches serve later reports
         self.connection = duckdb.default_connection().cursor()
         self.source: str | None = None
@@ -118,8 +133,8 @@ class _Rows:
                     self.source = source
                     return table
             self.params = {}
-            needed = [*self.by, *_COUNTED_COLUMNS, "started_at"]
-            self.connection.register("selected_rows", self.reader.table(self.runs, columns=list(dict.fromkeys(needed))))
+            columns = list(dict.fromkeys(self.needed))
+            self.connection.register("selected_rows", self.reader.table(self.runs, columns=columns))
             self.source = "selected_rows"
         try:
             return self._run(build(self.source))
@@ -145,11 +160,13 @@ def read_summary(
     models: Iterable[str] | None = None,
     evals: Iterable[str] | None = None,
     by: Sequence[str] = ("model", "harness"),
+    errors: str = "fail",
 ) -> Summary | None:
-    """The selected runs' units aggregated for the report (None when there are none)."""
+    """The selected runs' units aggregated for the report (None when there are none), their
+    errored units left out of pass rates counted by the ``errors`` policy."""
     filters = {name: list(values) for name, values in (("model", models), ("eval_id", evals)) if values is not None}
-    rows = _Rows(reader, runs, by, filters)
-    table = rows.query(lambda source: _counts_query(source, by, filters))
+    rows = _Rows(reader, runs, by, filters, errors)
+    table = rows.query(lambda source: _counts_query(source, by, filters, errors))
     if table is None or table.num_rows == 0:
         return None
     kind = table["kind"]

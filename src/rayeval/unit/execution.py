@@ -13,7 +13,7 @@ from ..evals import Eval
 from ..gateway.server import ModelUsage
 from ..graders.judging import Judgments, judgments_cost_usd
 from ..graders.result import GraderResult
-from ..record import JUDGE_ERROR, Status
+from ..record import JUDGE_ERROR, SeenBy, Status
 from .grading_process import DEFAULT_TIMEOUT_S, GradingError, GradingTimeout, grade_bounded, judge_requests_bounded
 from .result import EvalResult
 from .run_summary import refusal_column, with_run_summary
@@ -23,6 +23,8 @@ _LIFTED_INT_FIELDS = ("input_tokens", "output_tokens", "n_turns")
 
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+#: an LLM judge gave the unit no verdict (``error_details.seen_by`` of a :data:`JUDGE_ERROR` row)
+JUDGE: SeenBy = "judge"
 
 
 def _number(value: Any, kind: type) -> Any:
@@ -187,11 +189,15 @@ def grade_execution(
     grade_s = time.monotonic() - start
     lifted = lift_metadata(execution, judgments)
     duration_s = lifted.pop("duration_s", round(execution.duration_s + grade_s, 6))  # a replay's: the recorded
+    reported = reported_fields(execution)
+    if error.get("error_type") == JUDGE_ERROR:  # the grading's own word: no agent writes seen_by
+        details = reported["metadata"].get("error_details")
+        reported["metadata"]["error_details"] = {**(details if isinstance(details, dict) else {}), "seen_by": JUDGE}
     return execution.model_copy(
         update={
             **error,
             **lifted,
-            **reported_fields(execution),
+            **reported,
             "duration_s": duration_s,
             "status": status,
             "passed": status == "passed",

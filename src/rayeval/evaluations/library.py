@@ -135,7 +135,9 @@ BUILTINS: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     "Example Evaluators/Code/Latency": _code("seconds the file took to produce the output", "number", latency),
     "Example Evaluators/Code/Cost": _code(
-        "USD the prompt's model call cost (null for a callable, or a model without a price)", "number", cost
+        "USD the file's model calls cost (a callable's as the gateway counted them; null for a model without a price)",
+        "number",
+        cost,
     ),
     "Example Evaluators/Code/Exact match": _code(
         "the output equals the target text (surrounding whitespace ignored)", "boolean", exact_match, target=True

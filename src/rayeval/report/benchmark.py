@@ -59,10 +59,11 @@ CI_METHOD = (
 #: who saw an error the trusted side attributes to the infrastructure or a judge, in a row's
 #: ``error_details.seen_by`` (never the agent's: the runner drops one it writes)
 EXCUSED_SEEN_BY: tuple[str, ...] = get_args(SeenBy)
+_SEEN_BY_SQL = ", ".join(f"'{name}'" for name in EXCUSED_SEEN_BY)
 #: SQL: the row's unit errored, and not through its agent, as :func:`excused_errors`
 EXCUSED_SQL = (
     f"({ERRORED_SQL}) AND (status = 'config_error' OR (json_valid(metadata_json) AND "
-    f"json_extract_string(metadata_json, '$.error_details.seen_by') IN ({', '.join(map(repr, EXCUSED_SEEN_BY))})))"
+    f"json_extract_string(metadata_json, '$.error_details.seen_by') IN ({_SEEN_BY_SQL})))"
 )
 
 

@@ -90,6 +90,9 @@ def test_an_evaluation_stores_the_gateways_counts_not_the_callables_claims(tmp_p
     assert row["isolation"] == "sandbox" and row["status"] == "passed"
     assert (row["cost_usd"], row["agent_cost_usd"], row["input_tokens"], row["output_tokens"]) == (0.0, 0.0, 0, 0)
     assert row["n_model_calls"] == 0 and row["n_turns"] == 0 and row["refusal"] is False
+    claims = json.loads(row["metadata_json"])["claims_differ_from_gateway"]  # kept, and flagged
+    assert claims["cost_usd"] == {"claimed": -1000.0, "counted": 0.0}
+    assert claims["input_tokens"] == {"claimed": -(2**63), "counted": 0}
     # the evaluators' log holds the same counts
     assert json.loads(row["metrics_json"])["evaluators"] == {"cost": 0.0}
     assert result.stats.run_stats[0].num_logs == 1

@@ -119,7 +119,7 @@ def graded_as_a_process_does(eval_: Eval, answer: Any, **extra: Any) -> dict[str
     """A grading process's reply, made in this process: the same JSON text both ways."""
     graders = eval_graders(eval_)
     assert graders is not None
-    request = json.dumps({**graders._asdict(), "answer": answer, **extra})
+    request = json.dumps({**graders._asdict(), "answer": answer, **extra})  # code_modules: ignored there
     return json.loads(graded_request({"request": request}, Path(".")))
 
 
@@ -292,6 +292,7 @@ def plugin_graders() -> Iterator[ModuleType]:
     for kind in ("test_plugin_regex", "test_plugin_later"):
         if kind in GRADER_REGISTRY:
             GRADER_REGISTRY.unregister(kind)
+        grading_process._unregistered.discard(kind)
     sys.modules.pop(plugin_graders.__name__)
 
 
@@ -321,6 +322,23 @@ def test_an_installed_plugin_grader_is_graded_in_a_grading_process(install_plugi
     assert grade_bounded(nested, {}, 30).passed
     result = grade_bounded(make(grader={"type": "test_installed", "config": {}}), {}, 30)
     assert result.passed and result.reasoning.startswith("pid ") and result.reasoning != f"pid {os.getpid()}"
+
+
+def test_entries_json_cannot_carry_go_pickled_their_code_imported_once(plugin_graders: ModuleType) -> None:
+    """A library caller's entries holding its own code (as ``evaluations.run``'s hold its
+    evaluators) are pickled to the grading process, whose runner imports that code's modules."""
+    config = {"pattern": "a+b", "hook": plugin_graders.register_later}
+    eval_ = make(grader={"type": "test_plugin_regex", "config": config})
+    graders = eval_graders(eval_)
+    assert graders.specs is None and graders.pickled and graders.callers_code
+    assert graders.modules == ("tests.unit.plugin_graders",)
+    result = grade_bounded(eval_, {"text": "aab"}, 30)
+    assert result.passed and result.reasoning != f"pid {os.getpid()}"
+    assert "tests.unit.plugin_graders" in grading_process._grading_runner(graders.modules).config.preload
+    with pytest.raises(GradingTimeout):
+        grade_bounded(
+            make(grader={"type": "test_plugin_regex", "config": {**config, "pattern": "(a+)+b"}}), {"text": "a" * 30}, 1
+        )
 
 
 def test_a_plugin_its_module_does_not_register_is_graded_here(plugin_graders: ModuleType) -> None:

@@ -473,6 +473,7 @@ def run(
         name=spec.name,
         file=file_info,
         version_id=version_id,
+        grade_timeout=config.execution.grade_timeout,
     )
     summary = run_batch(config, evals=_in_memory_evals(spec), agent=caller, grade=grader)
 

@@ -50,6 +50,7 @@ from ..graders.judging import Judgments
 from ..graders.registry import register_grader
 from ..graders.result import GraderResult
 from ..unit.execution import grade_execution, judge_requests, lift_metadata
+from ..unit.grading_process import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
 from ..unit.prompt import task_of
 from ..unit.result import EvalResult
 
@@ -246,11 +247,22 @@ class EvaluationGrade:
     (status error/timeout) on which no evaluator runs: every evaluator counts it in
     ``num_errors``. The LLM-as-judge evaluators' model calls are the run's judge calls."""
 
-    def __init__(self, evaluators: list[LocalEvaluator], *, name: str, file: dict[str, Any], version_id: str):
+    def __init__(
+        self,
+        evaluators: list[LocalEvaluator],
+        *,
+        name: str,
+        file: dict[str, Any],
+        version_id: str,
+        grade_timeout: float = DEFAULT_GRADE_TIMEOUT_S,
+    ):
         self.evaluators = evaluators
         self.name = name
         self.file = file
         self.version_id = version_id
+        #: the evaluators run on a log in a grading process of its own (the log is hostile
+        #: input: a crafted output can make an evaluator's regex run for ever), stopped after it
+        self.grade_timeout = grade_timeout
         from .prompts import LLMJudge
 
         #: LLM-as-judge evaluators, whose model calls a batch run makes as judge calls of its own
@@ -259,7 +271,9 @@ class EvaluationGrade:
 
     def judge_requests(self, eval_: Eval, execution: EvalResult) -> Judgments:
         """The model calls of the LLM-as-judge evaluators for this execution (none are made)."""
-        return judge_requests(self._unit_eval(eval_, execution, self.judges), execution, grade_timeout=None)
+        return judge_requests(
+            self._unit_eval(eval_, execution, self.judges), execution, grade_timeout=self.grade_timeout
+        )
 
     def __call__(self, eval_: Eval, execution: EvalResult, judgments: Judgments | None = None) -> EvalResult:
         """The unit's row; ``judgments``: the outcomes of :meth:`judge_requests`' calls (else the
@@ -269,11 +283,14 @@ class EvaluationGrade:
                 update={"outcome": "error", "error_type": execution.error_type or "NoOutput"}
             )
         unit_eval = self._unit_eval(eval_, execution, self.evaluators)
-        return grade_execution(unit_eval, execution, grade_timeout=None, judgments=judgments)
+        # without the judges' outcomes, its LLM judges call their models here, where the keys are
+        bounded = judgments is not None or not self.judges
+        timeout = self.grade_timeout if bounded else None
+        return grade_execution(unit_eval, execution, grade_timeout=timeout, judgments=judgments)
 
     def _unit_eval(self, eval_: Eval, execution: EvalResult, evaluators: list[LocalEvaluator]) -> Eval:
-        """``eval_`` graded by ``evaluators`` on this execution's log (graded in this process:
-        the config holds the evaluators themselves)."""
+        """``eval_`` graded by ``evaluators`` on this execution's log (the config holds the
+        evaluators themselves: a grading process gets them pickled)."""
         config = {"evaluators": evaluators, "log": self.log(eval_, execution), "datapoint": self.datapoint(eval_)}
         return eval_.model_copy(update={"grader": GraderSpec.model_construct(type=EVALUATIONS_GRADER, config=config)})
 

@@ -90,8 +90,8 @@ class SandboxConfig(BaseModel):
     #: Program binaries shown execute-only at their own path (a real agent program's): the
     #: processes started from them are not dumpable, out of their tools' reach (``exec_only.py``).
     exec_only: tuple[str, ...] = ()
-    #: Modules the runner imports once for every unit: rayeval's own, never an agent's (the
-    #: harness adds those that call its agents).
+    #: Modules the runner imports once for every unit: rayeval's own (the harness adds those
+    #: that call its agents), and a grading runner's the caller's grader code; never an agent's.
     preload: tuple[str, ...] = ()
 
     def check_binds(self) -> None:

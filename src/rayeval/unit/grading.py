@@ -3,8 +3,10 @@ list; and a grading process's side of a bounded grading (``grading_process``).""
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -118,13 +120,16 @@ def collect_judge_requests(specs: list[GraderSpec], answer: Any, *, single: bool
 
 def graded_request(call: dict[str, Any], work_dir: Path) -> str:
     """In a grading process: the reply to the request ``call["request"]`` (JSON text: grader
-    entries ``specs``, ``single``, where its ``plugins`` are defined, ``answer``, and
+    entries ``specs`` or ``pickled``, ``single``, where its ``plugins`` are defined, ``answer``, and
     ``judgments`` or ``collect``): the verdict's fields, or the judge requests, as JSON text."""
     request = json.loads(call["request"])
     unregistered = [kind for kind, plugin in request["plugins"].items() if _defined_at(kind) != plugin]
     if unregistered:  # its module did not register it here: the caller grades it itself
         return json.dumps({"unregistered": unregistered})
-    specs = [GraderSpec.model_validate(spec) for spec in request["specs"]]
+    if request["pickled"]:  # the caller's own entries (its evaluators): trusted, never the agent's
+        specs = pickle.loads(base64.b64decode(request["pickled"]))
+    else:
+        specs = [GraderSpec.model_validate(spec) for spec in request["specs"]]
     single, answer = bool(request["single"]), request["answer"]
     if request.get("collect"):  # the judge calls of LLM-judged graders, none made
         reply: dict[str, Any] = {"requests": collect_judge_requests(specs, answer, single=single)}

@@ -9,13 +9,19 @@ when it overruns: the CPU it burned stops too.
 
 What crosses, both ways, is JSON text: the grader entries, the answer and the judge outcomes
 in, the verdict (or the judge requests) out; NaN, ±Infinity and lone surrogates come back as
-the grader saw or made them.
+the grader saw or made them. The caller's own grader code (a plug-in's module, the evaluators
+of ``evaluations.run``, sent pickled: never anything of the agent's) is graded the same way,
+with the caller's environment, as it had in the caller's process.
 """
 
 from __future__ import annotations
 
 import atexit
+import base64
+import dataclasses
 import json
+import os
+import pickle
 import shutil
 import tempfile
 import threading
@@ -63,13 +69,30 @@ class GradingRefused(GradingError):
 
 
 class EvalGraders(NamedTuple):
-    """What a grading process needs of an eval: its grader entries, and where its plug-in
-    grader types (outside rayeval's graders) are defined, ``module:qualified name`` by type:
-    their modules are imported where it starts."""
+    """What a grading process needs of an eval: its grader entries as JSON (``specs``), or
+    pickled (``pickled``, base64: a library caller's entries that JSON would change, such as
+    ``evaluations.run``'s, which hold the caller's evaluators), whether it has one ``grader``,
+    and where its plug-in grader types (outside rayeval's graders) are defined, ``module:
+    qualified name`` by type: their modules are imported where it starts."""
 
-    specs: list[dict[str, Any]]
+    specs: list[dict[str, Any]] | None
     single: bool
     plugins: dict[str, str]
+    pickled: str | None = None
+    #: the modules of the functions and classes the pickled entries hold (see ``_code_modules``)
+    code_modules: tuple[str, ...] = ()
+
+    @property
+    def modules(self) -> tuple[str, ...]:
+        """What the runner of its gradings imports once, as it starts: its plug-ins' modules and
+        its pickled code's (rather than each grading process, again and again)."""
+        return tuple(sorted({plugin.partition(":")[0] for plugin in self.plugins.values()} | set(self.code_modules)))
+
+    @property
+    def callers_code(self) -> bool:
+        """Whether grading runs the caller's code (a plug-in, a pickled evaluator), which gets
+        this process's environment; rayeval's own graders grade without it (no credentials)."""
+        return bool(self.plugins or self.pickled)
 
 
 def verdict_of(reply: dict[str, Any]) -> GraderResult:
@@ -90,7 +113,8 @@ def verdict_of(reply: dict[str, Any]) -> GraderResult:
         raise GradingRefused(f"the grading process sent no whole verdict (missing {exc})") from None
 
 
-_graders: dict[str, EvalGraders | None] = {}
+#: plug-in grader types a grading process lacked (their modules do not register them): graded here
+_unregistered: set[str] = set()
 _root: str | None = None
 _root_lock = threading.Lock()
 
@@ -117,28 +141,62 @@ def _survives_json(value: Any) -> bool:
         return False
 
 
+def _pickled(value: Any) -> str | None:
+    """``value`` pickled (by value where it must be, as Ray does), base64; None when it cannot be."""
+    import cloudpickle
+
+    try:
+        return base64.b64encode(cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)).decode("ascii")
+    except Exception:  # noqa: BLE001 - what holds a lock, a socket, a generator...: graded here
+        return None
+
+
+def _code_modules(value: Any) -> tuple[str, ...]:
+    """The modules (importable by name) of the functions and classes held in ``value``: grader
+    entries, their dicts, lists and dataclasses walked."""
+    modules: set[str] = set()
+    stack, seen = [value], set()
+    while stack:
+        item = stack.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif dataclasses.is_dataclass(item) and not isinstance(item, type):
+            stack.extend([type(item), *(getattr(item, field.name) for field in dataclasses.fields(item))])
+        elif callable(item):
+            module = getattr(item, "__module__", None)
+            if isinstance(module, str) and module not in ("__main__", "builtins"):
+                modules.add(module)
+    return tuple(sorted(modules))
+
+
 def eval_graders(eval_: Eval) -> EvalGraders | None:
     """``eval_``'s grader entries for a grading process, or None when it must be graded in this
-    process: entries that JSON would change, a plug-in grader type a grading process cannot
-    import (see ``_plugins``), or one that its module does not register there."""
-    key = eval_.content_hash()
-    if key not in _graders:
-        specs = [spec.model_dump() for spec in eval_.grader_specs]
-        plugins = _plugins(specs)
-        sendable = plugins is not None and _survives_json(specs)
-        _graders[key] = EvalGraders(specs, eval_.grader is not None, plugins or {}) if sendable else None
-    return _graders[key]
+    process: a plug-in grader type a grading process cannot import (see ``_plugins``) or that
+    its module does not register there, or entries that neither JSON nor pickle carries."""
+    specs = [spec.model_dump() for spec in eval_.grader_specs]
+    plugins = _plugins(specs)
+    if plugins is None or _unregistered.intersection(plugins):
+        return None
+    single = eval_.grader is not None
+    if _survives_json(specs):
+        return EvalGraders(specs, single, plugins)
+    pickled = _pickled(eval_.grader_specs)
+    return None if pickled is None else EvalGraders(None, single, plugins, pickled, _code_modules(specs))
 
 
-def _grading_runner(plugins: dict[str, str] | None = None) -> UnitRunner:
-    """This process's runner of grading processes (one for each set of plug-in modules, which it
-    imports), with a folder of its own: their work folder."""
+def _grading_runner(modules: tuple[str, ...] = ()) -> UnitRunner:
+    """This process's runner of grading processes (one for each set of ``modules`` of the
+    caller's, which it imports), with a folder of its own: their work folder."""
     global _root
     with _root_lock:
         if _root is None:
             _root = tempfile.mkdtemp(prefix="rayeval-grading-")
             atexit.register(shutil.rmtree, _root, ignore_errors=True)
-    modules = sorted({plugin.partition(":")[0] for plugin in (plugins or {}).values()})
     config = _CONFIG.model_copy(update={"preload": (*_CONFIG.preload, *modules)}) if modules else _CONFIG
     return unit_runner(config, "process", Path(_root), None)
 
@@ -147,9 +205,8 @@ def prestart_grading(evals: list[Eval]) -> None:
     """Start this process's grading runner now, ahead of the gradings of ``evals`` (none when
     each eval is graded in this process, see ``eval_graders``): it imports the graders while
     the first units run."""
-    wanted = {tuple(sorted(graders.plugins.items())) for graders in map(eval_graders, evals) if graders is not None}
-    for plugins in wanted:
-        _grading_runner(dict(plugins)).start()
+    for modules in {graders.modules for graders in map(eval_graders, evals) if graders is not None}:
+        _grading_runner(modules).start()
 
 
 def grade_bounded(
@@ -161,7 +218,7 @@ def grade_bounded(
     ``judgments``: the outcomes of its LLM-judged graders' judge calls (see
     ``rayeval.graders.judging``)."""
     graders = None if timeout is None else eval_graders(eval_)
-    reply = None if timeout is None or graders is None else _graded_apart(eval_, graders, answer, timeout, judgments)
+    reply = None if timeout is None or graders is None else _graded_apart(graders, answer, timeout, judgments)
     if reply is None:
         return grade_with_outcomes(eval_.grader_specs, answer, single=eval_.grader is not None, judgments=judgments)
     return verdict_of(reply)
@@ -171,34 +228,42 @@ def judge_requests_bounded(eval_: Eval, answer: Any, timeout: float | None = DEF
     """The judge calls ``eval_``'s LLM-judged graders would make on ``answer``, collected as
     ``grade_bounded`` grades (the answer is hostile input: in a grading process)."""
     graders = None if timeout is None else eval_graders(eval_)
-    reply = None if timeout is None or graders is None else _graded_apart(eval_, graders, answer, timeout, "collect")
+    reply = None if timeout is None or graders is None else _graded_apart(graders, answer, timeout, "collect")
     if reply is None:
         return collect_judge_requests(eval_.grader_specs, answer, single=eval_.grader is not None)
     return reply["requests"]
 
 
 def _graded_apart(
-    eval_: Eval, graders: EvalGraders, answer: Any, timeout: float, judgments: Judgments | Literal["collect"] | None
+    graders: EvalGraders, answer: Any, timeout: float, judgments: Judgments | Literal["collect"] | None
 ) -> dict[str, Any] | None:
     """The reply of a grading process to one request (see ``grading.graded_request``): with
     ``judgments`` the outcomes of judge calls, or ``"collect"`` for the judge requests; None
-    when a plug-in's module does not register its grader type there (``eval_`` is then graded
-    in this process from now on)."""
+    when a plug-in's module does not register its grader type there (that type is then
+    graded in this process from now on)."""
     extra = {"collect": True} if judgments == "collect" else {"judgments": judgments} if judgments else {}
     try:
-        request = json.dumps({**graders._asdict(), "answer": answer, **extra}, default=json_fallback)
+        sent = {
+            "specs": graders.specs,
+            "single": graders.single,
+            "plugins": graders.plugins,
+            "pickled": graders.pickled,
+        }
+        request = json.dumps({**sent, "answer": answer, **extra}, default=json_fallback)
     except (ValueError, RecursionError) as exc:
         raise GradingRefused(f"the answer cannot be sent to grading as JSON: {exc}") from exc
     if len(request) > MAX_REQUEST_BYTES:
         raise GradingRefused(f"the request is over the grading limit of {MAX_REQUEST_BYTES} bytes")
-    runner = _grading_runner(graders.plugins)
+    runner = _grading_runner(graders.modules)
+    environment = os.environ.items() if graders.callers_code else ()
     try:  # graders write no file: the gradings share the runner's folder as their work folder
-        outcome = runner.run(runner.spec(ENTRY, {"request": request}, Path(runner.work_root), []), timeout)
+        spec = runner.spec(ENTRY, {"request": request}, Path(runner.work_root), [], env=environment)
+        outcome = runner.run(spec, timeout)
     except SandboxError as exc:
         raise GradingCrashed(f"the grading process could not be started: {exc}") from exc
     reply = _reply(outcome, timeout)
     if "unregistered" in reply:
-        _graders[eval_.content_hash()] = None
+        _unregistered.update(reply["unregistered"])
         return None
     return reply
 

@@ -110,7 +110,7 @@ class ExecutionConfig(BaseModel):
         DEFAULT_GRADE_TIMEOUT_S,
         gt=0,
         le=MAX_TIMEOUT_S,
-        description="seconds a unit's grading may take, in a grading subprocess, before it is a timeout row",
+        description="seconds a unit's grading may take, in a grading process of its own, before it is a timeout row",
     )
     #: see rayeval.unit.prompt
     answer_convention: AnswerConvention = Field(

@@ -102,8 +102,8 @@ def _read_answer(path: str) -> object:
 def _cmd_grade(args: argparse.Namespace) -> int:
     """grade one answer file against one eval file
 
-    Grade an answer (JSON) with an eval's graders, in a grading process of its own without credentials,
-    and print the verdict as JSON. Exit 0 passed, 1 failed or no verdict, 2 bad input."""
+    Grade an answer (JSON) with an eval's graders, in a grading process of its own without
+    credentials, and print the verdict as JSON. Exit 0 passed, 1 failed or no verdict, 2 bad input."""
     from .unit.grading_process import GradingError, grade_bounded
 
     _check_seconds(args, "grade_timeout")

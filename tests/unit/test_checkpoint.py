@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import sys
 import tarfile
 from collections.abc import Collection
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 from rayeval import EvalRunner
+from rayeval.data.cache import remove_tree
 from rayeval.evals import Eval
 from rayeval.gateway.server import CallLimits, ModelCalls, ModelUsage, Session
 from rayeval.models.types import Usage
@@ -54,6 +56,57 @@ def test_a_packed_session_unpacks_into_a_fresh_folder(tmp_path: Path) -> None:
 def test_packing_past_the_cap_fails(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match="more than 40 bytes"):
         pack(_work(tmp_path), io.BytesIO(), max_bytes=40)
+
+
+def test_a_folder_swapped_for_a_link_while_packing_is_not_followed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """The agent's process swaps folder ``z`` (listed already) for a link to a folder outside
+    the work folder while the file sorted before it is packed: what the link leads to is never
+    packed."""
+    outside = tmp_path / "host_only"
+    outside.mkdir()
+    (outside / "credentials").write_text("host secret")
+    work = tmp_path / "work"
+    (work / "z").mkdir(parents=True)
+    (work / "z" / "credentials").write_text("decoy")
+    (work / "a_file").write_text("packed before z's files")
+    add = tarfile.TarFile.addfile
+
+    def swapping_z_on_a_file(tar: tarfile.TarFile, info: tarfile.TarInfo, fileobj: Any = None) -> None:
+        if info.name == "a_file":
+            os.rename(work / "z", work / "z_old")
+            os.symlink(outside, work / "z")
+        add(tar, info, fileobj)
+
+    monkeypatch.setattr(tarfile.TarFile, "addfile", swapping_z_on_a_file)
+    out = io.BytesIO()
+    pack(work, out)
+    monkeypatch.undo()
+    with tarfile.open(fileobj=io.BytesIO(out.getvalue())) as tar:
+        packed = {member.name: tar.extractfile(member).read() if member.isfile() else None for member in tar}  # type: ignore[union-attr]
+    assert b"host secret" not in packed.values()
+    assert "z/credentials" not in packed and packed["a_file"] == b"packed before z's files"
+
+
+def test_a_tree_deeper_than_the_recursion_limit_packs(tmp_path: Path) -> None:
+    depth = sys.getrecursionlimit() + 200
+    work = tmp_path / "work"
+    work.mkdir()
+    fd = os.open(work, os.O_RDONLY)
+    try:
+        for _ in range(depth):  # made by folder fds: its paths grow past what a recursive walk reaches
+            os.mkdir("d", dir_fd=fd)
+            fd_below = os.open("d", os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = fd_below
+        os.close(os.open("bottom.txt", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd))
+        os.close(fd)
+        out = io.BytesIO()
+        pack(work, out)
+        with tarfile.open(fileobj=io.BytesIO(out.getvalue())) as tar:
+            names = tar.getnames()
+        assert len(names) == depth + 1 and names[-1] == "d/" * depth + "bottom.txt"
+    finally:
+        remove_tree(work)  # pytest's own removal recurses
 
 
 def _tar(*members: tuple[tarfile.TarInfo, bytes]) -> io.BytesIO:

@@ -312,7 +312,8 @@ def remove_tree(path: Path) -> None:
     _remove_folder(path)
 
 
-_FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+#: how a folder is opened to be walked: never through a link
+FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def _remove_folder(path: Path) -> None:
@@ -321,7 +322,7 @@ def _remove_folder(path: Path) -> None:
     paths too long to name). Links are removed, never followed. Each folder is made writable
     and readable first (staged ones are read-only, an agent may have locked its own)."""
     os.chmod(path, 0o700)
-    fd = os.open(path, _FOLDER_FLAGS)
+    fd = os.open(path, FOLDER_FLAGS)
     try:
         left: list[tuple[str, list[str]]] = []  # per open level: its name, its parent's folders to go
         folders = _empty_of_files(fd)
@@ -329,7 +330,7 @@ def _remove_folder(path: Path) -> None:
             if folders:
                 name = folders.pop()
                 os.chmod(name, 0o700, dir_fd=fd)  # a folder, as listed: no link to follow
-                child = os.open(name, _FOLDER_FLAGS, dir_fd=fd)
+                child = os.open(name, FOLDER_FLAGS, dir_fd=fd)
                 os.close(fd)
                 fd = child
                 left.append((name, folders))
@@ -338,7 +339,7 @@ def _remove_folder(path: Path) -> None:
             if not left:
                 break
             name, folders = left.pop()
-            parent = os.open("..", _FOLDER_FLAGS, dir_fd=fd)
+            parent = os.open("..", FOLDER_FLAGS, dir_fd=fd)
             os.close(fd)
             fd = parent
             os.rmdir(name, dir_fd=fd)

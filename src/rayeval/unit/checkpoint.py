@@ -11,6 +11,7 @@ only, the same cap), extracting member by member, never with ``extractall``.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -25,7 +26,7 @@ from pyarrow.fs import FileSelector
 from pydantic import BaseModel, Field, StringConstraints
 
 from .._json import json_fallback
-from ..data.cache import remove_tree
+from ..data.cache import FOLDER_FLAGS, remove_tree
 from ..errors import RayevalError
 from ..filesystem import resolve_root
 from ..gateway.server import ModelUsage, SessionReport
@@ -51,11 +52,14 @@ def pack(
 ) -> int:
     """Write ``folder`` (but its top-level entries named in ``leave_out``) to ``out`` as a tar
     stream; the bytes of file data packed. Links, devices and pipes are left out; past
-    ``max_bytes`` or :data:`MAX_CHECKPOINT_ENTRIES`, :class:`CheckpointError`."""
+    ``max_bytes`` or :data:`MAX_CHECKPOINT_ENTRIES`, :class:`CheckpointError`.
+
+    The agent's processes may still run, and change the folder as it is packed: it is walked
+    one folder open at a time, each opened by its name in the folder above (never by a path,
+    whose parts a link swapped in would lead out of it), without recursion (at any depth)."""
     budget = _Budget(max_bytes)
     with tarfile.open(fileobj=out, mode="w|") as tar:
-        for path, relative in _regular_entries(folder, leave_out):
-            _pack_entry(tar, path, relative, budget)
+        _pack_tree(tar, folder, leave_out, budget)
     return budget.used
 
 
@@ -94,6 +98,11 @@ class _Budget:
         self.used = 0
         self.entries = 0
 
+    def count_listed(self, listed: int) -> None:
+        """Refuse a folder listing more entries than are left, before they are packed."""
+        if self.entries + listed > MAX_CHECKPOINT_ENTRIES:
+            raise CheckpointError(f"the checkpoint holds more than {MAX_CHECKPOINT_ENTRIES} entries")
+
     def take(self, size: int) -> None:
         self.used += size
         self.entries += 1
@@ -103,42 +112,100 @@ class _Budget:
             raise CheckpointError(f"the checkpoint holds more than {MAX_CHECKPOINT_ENTRIES} entries")
 
 
-def _regular_entries(folder: Path, leave_out: Collection[str]) -> list[tuple[Path, str]]:
-    """The folders and regular files under ``folder`` (but its top-level ``leave_out``), as
-    their paths and names relative to it, links not followed and anything else left out, in
-    a stable order."""
-    entries: list[tuple[Path, str]] = []
-    for parent, dirs, files in os.walk(folder, followlinks=False):
-        if Path(parent) == folder:
-            dirs[:] = [name for name in dirs if name not in leave_out]
-            files = [name for name in files if name not in leave_out]
-        dirs.sort()
-        for name in [*dirs, *sorted(files)]:
-            path = Path(parent, name)
-            mode = os.lstat(path).st_mode
-            if stat.S_ISDIR(mode) or stat.S_ISREG(mode):
-                entries.append((path, path.relative_to(folder).as_posix()))
-    return entries
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+#: what opening a name without following it says when the entry listed is now a link, another
+#: kind of file, or gone: it is left out, as it would have been when listed so
+_NOT_PACKED = frozenset({errno.ELOOP, errno.ENOTDIR, errno.ENXIO, errno.ENOENT})
 
 
-def _pack_entry(tar: tarfile.TarFile, path: Path, name: str, budget: _Budget) -> None:
-    """Add one folder or regular file, opened without following a link swapped in since the
-    walk, with only its name, kind, size, mode and time (no owner)."""
-    if stat.S_ISDIR(os.lstat(path).st_mode):
-        info = tarfile.TarInfo(name)
+def _pack_tree(tar: tarfile.TarFile, folder: Path, leave_out: Collection[str], budget: _Budget) -> None:
+    """Pack ``folder`` depth first, one folder open at a time: going down by a folder's name,
+    up by ``..``, checked to be the folder it came from (else the agent moved it meanwhile, and
+    what is above it is not known to be inside ``folder``)."""
+    fd = os.open(folder, FOLDER_FLAGS)
+    try:
+        above: list[tuple[str, list[str], tuple[int, int]]] = []  # per level: its prefix, folders to go, identity
+        prefix = ""
+        folders = _pack_folder(tar, fd, prefix, leave_out, budget)
+        while True:
+            if folders:
+                name = folders.pop()
+                child = _open_at(name, fd, FOLDER_FLAGS)
+                if child is None:
+                    continue
+                above.append((prefix, folders, _identity(fd)))
+                os.close(fd)
+                fd, prefix = child, f"{prefix}{name}/"
+                folders = _pack_folder(tar, fd, prefix, (), budget)
+                continue
+            if not above:
+                return
+            prefix, folders, identity = above.pop()
+            parent = os.open("..", FOLDER_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = parent
+            if _identity(fd) != identity:
+                raise CheckpointError(f"the work folder's {prefix or '.'!r} was moved while it was packed")
+    finally:
+        os.close(fd)
+
+
+def _pack_folder(tar: tarfile.TarFile, fd: int, prefix: str, leave_out: Collection[str], budget: _Budget) -> list[str]:
+    """Pack the folders (as entries) and regular files (with their data) in the folder open as
+    ``fd``, named ``prefix`` in the tar, in name order, but those in ``leave_out``; the names of
+    its folders, in the order to go down into them (popped from the end)."""
+    folders, files = [], []
+    with os.scandir(fd) as listing:
+        for entry in listing:
+            if entry.name in leave_out:
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                folders.append(entry.name)
+            elif entry.is_file(follow_symlinks=False):
+                files.append(entry.name)
+            budget.count_listed(len(folders) + len(files))
+    folders.sort()
+    for name in folders:
+        info = tarfile.TarInfo(prefix + name)
         info.type, info.mode = tarfile.DIRTYPE, 0o755
         budget.take(0)
         tar.addfile(info)
+    for name in sorted(files):
+        _pack_file(tar, fd, name, prefix + name, budget)
+    folders.reverse()
+    return folders
+
+
+def _pack_file(tar: tarfile.TarFile, folder_fd: int, name: str, tar_name: str, budget: _Budget) -> None:
+    """Add the regular file ``name`` of the folder open as ``folder_fd``, opened without
+    following a link swapped in since the listing, with only its name, size, mode and time."""
+    fd = _open_at(name, folder_fd, _FILE_FLAGS)
+    if fd is None:
         return
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     with os.fdopen(fd, "rb") as file:
         info_of_file = os.fstat(file.fileno())
         if not stat.S_ISREG(info_of_file.st_mode):
             return
         budget.take(info_of_file.st_size)
-        info = tarfile.TarInfo(name)
+        info = tarfile.TarInfo(tar_name)
         info.size, info.mode, info.mtime = info_of_file.st_size, info_of_file.st_mode & 0o755, info_of_file.st_mtime
         tar.addfile(info, file)
+
+
+def _open_at(name: str, folder_fd: int, flags: int) -> int | None:
+    """``name`` in the folder open as ``folder_fd`` opened with ``flags`` (never following a
+    link), or None when it is no longer what was listed (see :data:`_NOT_PACKED`)."""
+    try:
+        return os.open(name, flags, dir_fd=folder_fd)
+    except OSError as exc:
+        if exc.errno in _NOT_PACKED:
+            return None
+        raise
+
+
+def _identity(fd: int) -> tuple[int, int]:
+    info = os.fstat(fd)
+    return info.st_dev, info.st_ino
 
 
 def _target_of(member: tarfile.TarInfo, into: Path) -> Path:

@@ -38,6 +38,12 @@ ERROR_STATUSES: frozenset[Status] = frozenset({"error", "timeout", "config_error
 #: by a run's own retries: the judge calls were retried already, and the agent need not run again)
 JUDGE_ERROR = "JudgeError"
 
+#: the error_type of a unit rayeval itself failed on while it ran (an exception raised in its own,
+#: trusted code: neither the agent's doing nor a lost worker or node): the unit's error, with its
+#: model calls as the gateway counted them where they were, stored at once (a run's own retries
+#: would most likely fail alike; ``--retry-errors`` runs it again)
+RAYEVAL_FAILURE = "RayevalFailure"
+
 # Hive partition keys: encoded in the path (run_id=<id>/model=<m>/), never stored in the files.
 PARTITION_COLUMNS = ("run_id", "model")
 

@@ -12,6 +12,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import pytest
 
 from rayeval import EvalRunner
@@ -19,11 +20,13 @@ from rayeval.data.cache import remove_tree
 from rayeval.evals import Eval
 from rayeval.gateway.server import CallLimits, ModelCalls, ModelUsage, Session
 from rayeval.models.types import Usage
+from rayeval.record import RAYEVAL_FAILURE
 from rayeval.sandbox import unit_runner
 from rayeval.sandbox.unit_runner import send_frame
 from rayeval.unit import checkpoint
 from rayeval.unit.checkpoint import CheckpointError, ChunkCheckpoints, pack, unpack
 from rayeval.unit.context import AgentContext
+from tests.agents.fake_model_server import FakeModelServer
 
 from .test_workspace import QUICK_EVAL
 
@@ -361,3 +364,56 @@ def test_a_saved_chunk_keeps_no_token_and_no_session_id_that_reads_as_an_option(
     record = (folder / "chunk-1.json").read_text()
     assert saver.saved == 1 and token not in record and "my token is ***" in record
     assert json.loads(record)["session_id"] is None
+
+
+# ---------------------------------------------------- what the agent makes the trusted side trip on
+def test_a_chunk_report_nested_past_the_parsers_depth_is_no_report(tmp_path: Path) -> None:
+    saver = ChunkCheckpoints(str(tmp_path / "sessions" / "unit"), _work(tmp_path), attempt=1)
+    saver.report = _session(1).report
+    saver(b"[" * 4000)
+    assert (saver.saved, saver.turns, saver.problem) == (1, 0, None)
+
+
+def test_any_failure_to_save_a_chunk_is_its_problem_never_raised(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def tripping(*args: Any, **kwargs: Any) -> int:
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(checkpoint, "pack", tripping)
+    saver = ChunkCheckpoints(str(tmp_path / "sessions" / "unit"), _work(tmp_path), attempt=1)
+    saver.report = _session(1).report
+    saver(b'{"session_id": "s-1", "turns": 1}')
+    assert saver.saved == 0 and saver.problem == "chunk not saved: RecursionError: maximum recursion depth exceeded"
+
+
+def _calls_then_reports_a_chunk(prompt: str, work_dir: Path, context: AgentContext) -> dict[str, Any]:
+    anthropic.Anthropic(max_retries=0).messages.create(
+        model="claude-sonnet-4-5", max_tokens=20, messages=[{"role": "user", "content": "hi"}]
+    )
+    return {"answer": "B", "metadata": {"chunk_saved": context.chunk_done("s-1", 1)}}
+
+
+def test_rayevals_own_failure_as_the_unit_runs_is_the_units_error_its_calls_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever raises in the trusted side while the unit runs (here: as its chunk is saved)
+    ends the unit as its own error, said to be rayeval's, not one a run retries; its gateway
+    session is closed and its calls are counted in its row."""
+
+    def tripping(self: ChunkCheckpoints, agent_report: bytes) -> None:
+        raise RuntimeError("the trusted side tripped")
+
+    monkeypatch.setattr(ChunkCheckpoints, "__call__", tripping)
+    with FakeModelServer(script=[], answer=lambda body: "ok") as server:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-0123456789")
+        runner = EvalRunner(
+            Eval.model_validate(QUICK_EVAL), work_root=tmp_path / "w", sessions_root=str(tmp_path / "sessions")
+        )
+        done = runner.execute(_calls_then_reports_a_chunk, isolation="process", timeout=60)
+    assert (done.outcome, done.error_type) == ("error", RAYEVAL_FAILURE), done.error_message
+    assert done.error_message == "rayeval failed on this unit: RuntimeError: the trusted side tripped"
+    assert "error_details" not in done.metadata
+    assert done.model_usage is not None and done.model_usage.n_model_calls == 1
+    assert "RuntimeError" in (done.error_traceback or "")

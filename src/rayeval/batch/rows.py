@@ -13,6 +13,7 @@ from ..evals import Eval
 from ..record import SeenBy, UnitRecord, carried
 from ..unit.execution import unanswered_result
 from ..unit.result import EvalResult
+from ..unit.runner import rayeval_failure
 from .plan import Unit
 
 _METADATA_DROPPED = ("trajectory",)  # kept in artifacts_json, not twice
@@ -158,19 +159,38 @@ class RunRows:
 
     def system_error(self, unit: Unit, attempt: int, exc: BaseException) -> UnitRecord:
         """The row of a unit Ray could not run even after its own retries (e.g. a node kept dying)."""
-        stamp = datetime.now(timezone.utc)
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        error = {
+            "error_type": type(exc).__name__,
+            "error_message": f"Ray could not run the unit: {reason}",
+            "error_traceback": str(exc),
+        }
+        return self._error_row(unit, attempt, error, {"error_details": {"seen_by": RAY}}, node="unknown")
+
+    def rayeval_failure(self, unit: Unit, attempt: int, exc: Exception, node: str, host: str | None) -> UnitRecord:
+        """The row of a unit rayeval failed on in its worker (see :func:`rayeval_failure`): the
+        unit's own error, which a run's retries do not run again."""
+        return self._error_row(unit, attempt, rayeval_failure(exc), {}, node, host)
+
+    def _error_row(
+        self,
+        unit: Unit,
+        attempt: int,
+        error: dict[str, str],
+        metadata: dict[str, Any],
+        node: str,
+        host: str | None = None,
+    ) -> UnitRecord:
+        stamp = datetime.now(timezone.utc)
         execution = EvalResult(
             eval_id=unit.eval_id,
             model=unit.model,
             seed=unit.seed,
             run_id=self.run_id,
             outcome="error",
-            error_type=type(exc).__name__,
-            error_message=f"Ray could not run the unit: {reason}",
-            error_traceback=str(exc),
-            metadata={"error_details": {"seen_by": RAY}},
+            **error,
+            metadata=metadata,
             started_at=stamp,
             finished_at=stamp,
         )
-        return self.row(unanswered_result(execution), unit, attempt, node="unknown")
+        return self.row(unanswered_result(execution), unit, attempt, node, host)

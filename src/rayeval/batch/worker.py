@@ -9,7 +9,7 @@ import socket
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
 
 import ray
 from pydantic import BaseModel
@@ -59,6 +59,9 @@ class JudgeWork(NamedTuple):
     execution: EvalResult
     requests: Judgments
 
+
+#: what a worker call gives back: a row, or a unit whose judge calls are to be made
+_Back = TypeVar("_Back", bound=UnitRecord | JudgeWork)
 
 # Replaces grading by the eval's graders: (eval, execution) -> result (see run_batch's ``grade``).
 GradeFunction = Callable[[Eval, EvalResult], EvalResult]
@@ -139,6 +142,9 @@ class UnitWorker:
         runs this attempt again)."""
         self._load(shared)
         unit = self.plan.unit(position)
+        return self._or_failure_row(unit, attempt, lambda: self._run_unit(unit, attempt, from_any_checkpoint))
+
+    def _run_unit(self, unit: Unit, attempt: int, from_any_checkpoint: bool) -> UnitRecord | JudgeWork:
         # a parent folder per thread: threads creating and removing folders in a shared parent
         # wait on its lock
         execution = self._execute(
@@ -161,17 +167,35 @@ class UnitWorker:
         self._load(shared)
         unit = self.plan.unit(position)
         eval_ = self.evals[unit.eval_index]
-        if self.judged_grade is not None:
-            result = self.judged_grade(eval_, execution, judgments)
-        else:
-            result = grade_execution(
-                eval_, execution, grade_timeout=self.config.execution.grade_timeout, judgments=judgments
-            )
-        return self._row(unit, attempt, result)
+
+        def graded() -> UnitRecord:
+            if self.judged_grade is not None:
+                result = self.judged_grade(eval_, execution, judgments)
+            else:
+                result = grade_execution(
+                    eval_, execution, grade_timeout=self.config.execution.grade_timeout, judgments=judgments
+                )
+            return self._row(unit, attempt, result)
+
+        return self._or_failure_row(unit, attempt, graded)
+
+    def _or_failure_row(self, unit: Unit, attempt: int, work: Callable[[], _Back]) -> _Back | UnitRecord:
+        """What ``work`` on ``unit`` gives back, or, when it raises, the unit's error row that
+        rayeval failed on it (never Ray's error: a row seen_by ray would be retried and resumed,
+        its gateway counts lost). Ray's own errors (an actor or object lost) stay Ray's."""
+        try:
+            return work()
+        except ray.exceptions.RayError:
+            raise
+        except Exception as exc:  # whatever the agent made rayeval's code trip on
+            log.exception("rayeval failed on unit %s (attempt %d)", unit.unit_id, attempt)
+            return self._rows().rayeval_failure(unit, attempt, exc, self.node_id, self.host)
 
     def _row(self, unit: Unit, attempt: int, result: EvalResult) -> UnitRecord:
-        rows = RunRows(self.evals, self.config.run_id, self.config.agent, self.config.agent_args)
-        return rows.row(result, unit, attempt, self.node_id, self.host)
+        return self._rows().row(result, unit, attempt, self.node_id, self.host)
+
+    def _rows(self) -> RunRows:
+        return RunRows(self.evals, self.config.run_id, self.config.agent, self.config.agent_args)
 
     def prepare(self, shared: list[Any]) -> WorkerReady:
         """Once the worker holds the run's data and has checked, as its units will run, that

@@ -380,40 +380,39 @@ class ChunkCheckpoints:
         self.problem = problem if self.problem is None else f"{self.problem}; {problem}"
 
     def __call__(self, agent_report: bytes) -> None:
+        """Save a chunk (see the class). Whatever fails is the row's ``problem``, never raised:
+        the unit goes on without that checkpoint, and its session gets its answer."""
         if self.report is None:
             return
-        session = self.report()
+        try:
+            self._save(self.report(), agent_report)
+        except Exception as exc:  # noqa: BLE001 - the agent's folder and report may break anything here
+            self.problem = f"chunk not saved: {type(exc).__name__}: {exc}"
+
+    def _save(self, session: SessionReport, agent_report: bytes) -> None:
         calls = session.counted.n_model_calls
         if calls <= self.saved_calls:
             return
         claimed = _chunk_report(agent_report)
         turns = min(self.turns + claimed.get("turns", 0), calls)
-        try:
-            if self.last_listed is None:  # not listed at the start: listed now, else not saved
-                self.last_listed = max(_chunk_numbers(self._listing()), default=0)
-        except OSError as exc:
-            self.problem = f"chunk not saved: {type(exc).__name__}: {exc}"
-            return
+        if self.last_listed is None:  # not listed at the start: listed now, else not saved
+            self.last_listed = max(_chunk_numbers(self._listing()), default=0)
         chunk = max(self.saved, self.last_listed) + 1
         name = f"{self.base}/chunk-{chunk}"
-        try:
-            self.filesystem.create_dir(self.base, recursive=True)
-            with self.filesystem.open_output_stream(f"{name}.tar") as out:
-                pack(self.work_dir, out, leave_out={STAGED_DATA_FOLDER}, max_bytes=self.max_bytes)
-            record = SavedChunk(
-                chunk=chunk,
-                attempt=self.attempt,
-                session_id=claimed.get("session_id"),
-                counted=session.counted,
-                calls=redact(session.calls, [session.token]),  # the resumed unit's row masks only its own
-                turns=turns,
-                tar_bytes=self.filesystem.get_file_info(f"{name}.tar").size,
-            )
-            with self.filesystem.open_output_stream(f"{name}.json") as out:
-                out.write(json.dumps(record.model_dump(mode="json"), default=json_fallback).encode())
-        except (CheckpointError, OSError) as exc:
-            self.problem = f"chunk {chunk} not saved: {type(exc).__name__}: {exc}"
-            return
+        self.filesystem.create_dir(self.base, recursive=True)
+        with self.filesystem.open_output_stream(f"{name}.tar") as out:
+            pack(self.work_dir, out, leave_out={STAGED_DATA_FOLDER}, max_bytes=self.max_bytes)
+        record = SavedChunk(
+            chunk=chunk,
+            attempt=self.attempt,
+            session_id=claimed.get("session_id"),
+            counted=session.counted,
+            calls=redact(session.calls, [session.token]),  # the resumed unit's row masks only its own
+            turns=turns,
+            tar_bytes=self.filesystem.get_file_info(f"{name}.tar").size,
+        )
+        with self.filesystem.open_output_stream(f"{name}.json") as out:
+            out.write(json.dumps(record.model_dump(mode="json"), default=json_fallback).encode())
         self.saved, self.saved_calls, self.turns = chunk, calls, turns
 
     def metadata(self) -> dict[str, Any]:
@@ -432,7 +431,7 @@ def _chunk_report(agent_report: bytes) -> dict[str, Any]:
     count (each capped by the caller)."""
     try:
         claimed = json.loads(agent_report)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
         return {}
     if not isinstance(claimed, dict):
         return {}

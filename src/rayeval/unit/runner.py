@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import traceback
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
@@ -17,7 +18,7 @@ from ..gateway.server import CallLimits, Gateway, ModelUsage, RunBudget, Session
 from ..gateway.transcript import MODEL_CALLS_ARTIFACT, transcript_text
 from ..gateway.unit import UnitAccess, open_unit_access, route_of, shared_gateway
 from ..models.failures import MESSAGE_CHARS, PROVIDER_ERROR, failure_code
-from ..record import SeenBy
+from ..record import RAYEVAL_FAILURE, SeenBy
 from ..sandbox.config import MiB, SandboxConfig
 from ..sandbox.isolation import Isolation, Outcome, run_inline
 from ..sandbox.units import SandboxError, unit_runner
@@ -156,20 +157,10 @@ class EvalRunner:
             ran, calls = self._run_agent(
                 work_dir, agent, context, limit, isolation, config, budget, checkpoints, from_any_checkpoint
             )
-            # what the agent left is listed once, for its answer files and its artifacts
-            if self.keep_workspace:
-                listing = list_work_dir(work_dir)
-            else:
-                left = list_or_remove(work_dir)
-                removed, listing = left is None, left or []
-            fields: dict[str, Any]
-            if isinstance(ran, Exception):  # the unit could not run here (its data, its sandbox): worth a retry
-                fields = {"outcome": "error", "error_type": type(ran).__name__, "error_message": str(ran)}
-                fields["metadata"] = {"error_details": {"seen_by": RUNNER}}
-            else:
-                counted = calls.counted if calls is not None else None
-                fields = _find_answer(ran, work_dir, listing, int(config.limits.answer_file_mb * MiB), counted)
-            fields["artifacts"] = collect_artifacts(listing, int(config.limits.artifact_mb * MiB))
+            try:
+                fields, removed = self._left_behind(ran, calls, work_dir, config)
+            except Exception as exc:  # noqa: BLE001 - what the agent left tripped rayeval: its error, its calls counted
+                fields = {"outcome": "error", **rayeval_failure(exc), "artifacts": {}}
             if calls is not None:
                 _count_calls(fields, calls, int(config.limits.artifact_mb * MiB))
                 _keep_failure_at_deadline(fields, calls.counted)
@@ -196,6 +187,30 @@ class EvalRunner:
             duration_s=round(time.monotonic() - start, 6),
         )
 
+    def _left_behind(
+        self, ran: Outcome | Exception, calls: SessionReport | None, work_dir: Path, config: SandboxConfig
+    ) -> tuple[dict[str, Any], bool]:
+        """The unit's fields from how its agent's run ended (``ran``) and what it left in
+        ``work_dir`` (its answer files, its artifacts), listed once; and whether the folder is
+        gone already (it held nothing)."""
+        removed = False
+        if self.keep_workspace:
+            listing = list_work_dir(work_dir)
+        else:
+            left = list_or_remove(work_dir)
+            removed, listing = left is None, left or []
+        fields: dict[str, Any]
+        if isinstance(ran, (StagingError, SandboxError)):  # could not run here (its data, its sandbox): worth a retry
+            fields = {"outcome": "error", "error_type": type(ran).__name__, "error_message": str(ran)}
+            fields["metadata"] = {"error_details": {"seen_by": RUNNER}}
+        elif isinstance(ran, Exception):
+            fields = {"outcome": "error", **rayeval_failure(ran)}
+        else:
+            counted = calls.counted if calls is not None else None
+            fields = _find_answer(ran, work_dir, listing, int(config.limits.answer_file_mb * MiB), counted)
+        fields["artifacts"] = collect_artifacts(listing, int(config.limits.artifact_mb * MiB))
+        return fields, removed
+
     def _run_agent(
         self,
         work_dir: Path,
@@ -207,9 +222,11 @@ class EvalRunner:
         budget: RunBudget | None = None,
         checkpoints: ChunkCheckpoints | None = None,
         from_any_checkpoint: bool = False,
-    ) -> tuple[Outcome | StagingError | SandboxError, SessionReport | None]:
+    ) -> tuple[Outcome | Exception, SessionReport | None]:
         """Stage the data and run the agent in ``work_dir``: its outcome, or why it could not
-        run, and what its model calls used, as the gateway saw them (None: a user's agent run
+        run (``StagingError``, ``SandboxError``; any other exception: rayeval failed on the
+        unit as it ran, its gateway session closed all the same), and what its model calls
+        used, as the gateway saw them (None: a user's agent run
         in this process, ``--isolation inline``, where no gateway stands between it and its
         models). With ``checkpoints``, its chunked session saves them, and goes on from one
         (see ``ChunkCheckpoints.start``): its work folder restored before the data is staged,
@@ -252,12 +269,12 @@ class EvalRunner:
         )
         if isolation == "inline":  # the prompt agent, in this process: its calls relayed as a unit's
             return self._run_in_worker(agent, prompt, work_dir, context, limit, gateway, access)
-        if resumed is not None:
-            access.session.carry(resumed.counted, resumed.calls)
-        inputs = [(node.view_source, str(work_dir / node.path)) for node in staged if node.view_source]
-        session_id = resumed.session_id if resumed is not None else None
-        unit_context = context.model_copy(update={"args": access.args, "resume_session": session_id})
         try:
+            if resumed is not None:
+                access.session.carry(resumed.counted, resumed.calls)
+            inputs = [(node.view_source, str(work_dir / node.path)) for node in staged if node.view_source]
+            session_id = resumed.session_id if resumed is not None else None
+            unit_context = context.model_copy(update={"args": access.args, "resume_session": session_id})
             runner = unit_runner(
                 unit_sandbox(sandbox, agent, context.args, self.data_roots), isolation, self.runner_root, cache_dir
             )
@@ -266,8 +283,8 @@ class EvalRunner:
             )
             if checkpoints is not None:
                 checkpoints.report = access.session.report
-            ran: Outcome | SandboxError = runner.run(spec, limit, serve=gateway.serve, on_chunk=checkpoints)
-        except SandboxError as exc:
+            ran: Outcome | Exception = runner.run(spec, limit, serve=gateway.serve, on_chunk=checkpoints)
+        except Exception as exc:  # noqa: BLE001 - the unit's row says why, with its calls counted
             ran = exc
         return ran, gateway.close(access.session)
 
@@ -350,6 +367,16 @@ def check_agent_loads(
     if isinstance(agent, AgentRef) and agent.needs_data and not needs_data:
         return agent.model_copy(update={"needs_data": False})
     return agent
+
+
+def rayeval_failure(exc: Exception) -> dict[str, str]:
+    """A unit's error fields when rayeval's own code raised ``exc`` as the unit ran (see
+    :data:`rayeval.record.RAYEVAL_FAILURE`)."""
+    return {
+        "error_type": RAYEVAL_FAILURE,
+        "error_message": f"rayeval failed on this unit: {type(exc).__name__}: {exc}",
+        "error_traceback": "".join(traceback.format_exception(exc)),
+    }
 
 
 def _replays(agent: AgentFunction | AgentRef) -> bool:

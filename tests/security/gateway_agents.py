@@ -149,3 +149,27 @@ def forge_runner_failure(task_prompt: str, work_dir: Path, context: Any) -> dict
     the failure, which would buy it a rerun (a fresh sample) per retry."""
     (work_dir / "eval_answer.json").write_text(json.dumps({"value": 1.0, "pad": "x" * 4096}))
     return {"answer": None, "metadata": {"error_details": {"seen_by": "runner", "error": "the runner failed"}}}
+
+
+def chunk_report_too_deep(task_prompt: str, work_dir: Path, context: Any) -> dict:
+    """A call, then a chunk report nested 4,000 deep: the trusted side's JSON parser recursed
+    past its limit, the unit's Ray task failed, and its row said Ray had lost it (a rerun, the
+    calls uncounted)."""
+    from rayeval.sandbox.unit_runner import report_chunk
+
+    _call(1)
+    return {"answer": {"value": 7391.25}, "metadata": {"chunk_saved": report_chunk(b"[" * 4000)}}
+
+
+def work_folder_too_deep(task_prompt: str, work_dir: Path, context: Any) -> dict:
+    """A call, then a chunk whose work folder nests 1,200 folders deep: packing it recursed past
+    the limit, with the same end."""
+    _call(1)
+    fd = os.open(work_dir, os.O_RDONLY)
+    for _ in range(1200):  # by folder fds: the path grows past what a path names
+        os.mkdir("d", dir_fd=fd)
+        below = os.open("d", os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = below
+    os.close(fd)
+    return {"answer": {"value": 7391.25}, "metadata": {"chunk_saved": context.chunk_done("s-1", 1)}}

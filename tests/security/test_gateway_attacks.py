@@ -105,6 +105,18 @@ def test_a_runner_failure_the_agent_claims_buys_no_rerun(site: dict[str, Any], t
     assert json.loads(rows[0]["metadata_json"])["error_details"] == {"error": "the runner failed"}
 
 
+@pytest.mark.parametrize("agent", ["chunk_report_too_deep", "work_folder_too_deep"])
+def test_a_chunk_the_trusted_side_cannot_take_buys_no_rerun(site: dict[str, Any], tmp_path: Path, agent: str) -> None:
+    """A chunked session's chunk whose report or work folder made rayeval's own code raise (a
+    RecursionError) as its checkpoint was saved: once a row said Ray lost the unit (retried, its
+    calls uncounted). Now the unit goes on, its chunk saved, and its row is its own, counted."""
+    _, rows = run(site, tmp_path / "s", agent, "--agent-arg", "chunk_turns=1", "--retries", "2")
+    assert [(r["status"], r["attempt"], r["n_model_calls"]) for r in rows] == [("passed", 1, 1)], rows
+    metadata = json.loads(rows[0]["metadata_json"])
+    assert "error_details" not in metadata and metadata["chunk_saved"] is True
+    assert metadata["session_checkpoints"] == {"saved": 1}
+
+
 def test_no_key_is_anywhere_a_unit_can_read(site: dict[str, Any], tmp_path: Path) -> None:
     """Not in its environment, even where its options name the key variables, nor in any
     process's environment, command line or memory, nor in its files."""

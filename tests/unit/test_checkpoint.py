@@ -90,6 +90,25 @@ def test_a_folder_swapped_for_a_link_while_packing_is_not_followed(tmp_path: Pat
     assert "z/credentials" not in packed and packed["a_file"] == b"packed before z's files"
 
 
+def test_a_folder_moved_while_packing_fails_the_pack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The folder being packed is moved into another one: the folder above it is no longer the
+    one it came down from, so the rest is not packed from there."""
+    work = tmp_path / "work"
+    (work / "a").mkdir(parents=True)
+    (work / "a" / "x").write_text("in a")
+    (work / "b").mkdir()
+    add = tarfile.TarFile.addfile
+
+    def moving_a_on_its_file(tar: tarfile.TarFile, info: tarfile.TarInfo, fileobj: Any = None) -> None:
+        if info.name == "a/x":
+            os.rename(work / "a", work / "b" / "a")
+        add(tar, info, fileobj)
+
+    monkeypatch.setattr(tarfile.TarFile, "addfile", moving_a_on_its_file)
+    with pytest.raises(CheckpointError, match="'a/' was moved while it was packed"):
+        pack(work, io.BytesIO())
+
+
 def test_a_tree_deeper_than_the_recursion_limit_packs(tmp_path: Path) -> None:
     depth = sys.getrecursionlimit() + 200
     work = tmp_path / "work"

@@ -168,8 +168,8 @@ class RunRows:
         return self._error_row(unit, attempt, error, {"error_details": {"seen_by": RAY}}, node="unknown")
 
     def rayeval_failure(self, unit: Unit, attempt: int, exc: Exception, node: str, host: str | None) -> UnitRecord:
-        """The row of a unit rayeval failed on in its worker (see :func:`rayeval_failure`): the
-        unit's own error, which a run's retries do not run again."""
+        """The row of a unit rayeval failed on in its worker (see
+        :func:`rayeval.unit.runner.rayeval_failure`): the unit's own error, not retried."""
         return self._error_row(unit, attempt, rayeval_failure(exc), {}, node, host)
 
     def _error_row(

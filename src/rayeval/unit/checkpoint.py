@@ -140,12 +140,13 @@ def _pack_tree(tar: tarfile.TarFile, folder: Path, leave_out: Collection[str], b
                 continue
             if not above:
                 return
+            came_from = prefix
             prefix, folders, identity = above.pop()
             parent = os.open("..", FOLDER_FLAGS, dir_fd=fd)
             os.close(fd)
             fd = parent
             if _identity(fd) != identity:
-                raise CheckpointError(f"the work folder's {prefix or '.'!r} was moved while it was packed")
+                raise CheckpointError(f"the work folder's {came_from!r} was moved while it was packed")
     finally:
         os.close(fd)
 

@@ -226,9 +226,8 @@ class EvalRunner:
         """Stage the data and run the agent in ``work_dir``: its outcome, or why it could not
         run (``StagingError``, ``SandboxError``; any other exception: rayeval failed on the
         unit as it ran, its gateway session closed all the same), and what its model calls
-        used, as the gateway saw them (None: a user's agent run
-        in this process, ``--isolation inline``, where no gateway stands between it and its
-        models). With ``checkpoints``, its chunked session saves them, and goes on from one
+        used, as the gateway saw them (None: a user's agent run in this process, ``--isolation
+        inline``, where no gateway stands between it and its models). With ``checkpoints``, its chunked session saves them, and goes on from one
         (see ``ChunkCheckpoints.start``): its work folder restored before the data is staged,
         its gateway session starting from the counts saved with it."""
         resumed = checkpoints.start(from_any_checkpoint) if checkpoints is not None else None

@@ -109,7 +109,9 @@ def test_a_folder_moved_while_packing_fails_the_pack(tmp_path: Path, monkeypatch
         pack(work, io.BytesIO())
 
 
-def test_a_tree_deeper_than_the_recursion_limit_packs(tmp_path: Path) -> None:
+def test_a_tree_deeper_than_the_recursion_limit_packs_and_unpacks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     depth = sys.getrecursionlimit() + 200
     work = tmp_path / "work"
     work.mkdir()
@@ -127,6 +129,16 @@ def test_a_tree_deeper_than_the_recursion_limit_packs(tmp_path: Path) -> None:
         with tarfile.open(fileobj=io.BytesIO(out.getvalue())) as tar:
             names = tar.getnames()
         assert len(names) == depth + 1 and names[-1] == "d/" * depth + "bottom.txt"
+        looked_at: list[Path] = []
+        is_symlink = Path.is_symlink
+        monkeypatch.setattr(Path, "is_symlink", lambda path: looked_at.append(path) or is_symlink(path))
+        restored = tmp_path / "restored"
+        restored.mkdir()
+        try:  # each path looked at for a link once, not each of its folders for each member below
+            assert unpack(io.BytesIO(out.getvalue()), restored) == 0
+            assert len(looked_at) == len(set(looked_at)) == depth + 1
+        finally:
+            remove_tree(restored)
     finally:
         remove_tree(work)  # pytest's own removal recurses
 

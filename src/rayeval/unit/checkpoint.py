@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import json
 import os
 import re
@@ -71,10 +72,11 @@ def unpack(
     ``into``, through a link or under a top-level name in ``leave_out`` (which pack left
     out), or past the caps, raises :class:`CheckpointError`."""
     budget = _Budget(max_bytes)
+    checked = {into}  # folders known to be no link: each path is looked at once, however deep
     try:
         with tarfile.open(fileobj=source, mode="r|") as tar:
             for member in tar:
-                target = _target_of(member, into)
+                target = _target_of(member, into, checked)
                 if target.relative_to(into).parts[0] in leave_out:
                     raise CheckpointError(f"the checkpoint holds {member.name!r}, which is left out of it")
                 budget.take(member.size if member.isfile() else 0)
@@ -209,19 +211,23 @@ def _identity(fd: int) -> tuple[int, int]:
     return info.st_dev, info.st_ino
 
 
-def _target_of(member: tarfile.TarInfo, into: Path) -> Path:
-    """Where ``member`` goes: a plain relative path under ``into``, through no link."""
+def _target_of(member: tarfile.TarInfo, into: Path, checked: set[Path]) -> Path:
+    """Where ``member`` goes: a plain relative path under ``into``, through no link (``checked``:
+    the folders under ``into`` known to be none, which this adds to)."""
     if not (member.isfile() or member.isdir()):
         raise CheckpointError(f"the checkpoint's {member.name!r} is neither a file nor a folder")
     parts = PurePosixPath(member.name).parts
     if not parts or member.name.startswith("/") or ".." in parts:
         raise CheckpointError(f"the checkpoint's {member.name!r} is outside its folder")
     target = into.joinpath(*parts)
-    for path in (target, *target.parents):
-        if path == into:
+    looked_at: list[Path] = []
+    for path in itertools.chain((target,), target.parents):  # up to the nearest folder known
+        if path in checked:
+            checked.update(looked_at if member.isdir() else looked_at[1:])  # the folders among them
             return target
         if path.is_symlink():  # none is unpacked, but the folder may hold some
             raise CheckpointError(f"the checkpoint's {path} is a link")
+        looked_at.append(path)
     raise CheckpointError(f"the checkpoint's {member.name!r} is outside its folder")
 
 

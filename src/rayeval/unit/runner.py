@@ -227,9 +227,10 @@ class EvalRunner:
         run (``StagingError``, ``SandboxError``; any other exception: rayeval failed on the
         unit as it ran, its gateway session closed all the same), and what its model calls
         used, as the gateway saw them (None: a user's agent run in this process, ``--isolation
-        inline``, where no gateway stands between it and its models). With ``checkpoints``, its chunked session saves them, and goes on from one
-        (see ``ChunkCheckpoints.start``): its work folder restored before the data is staged,
-        its gateway session starting from the counts saved with it."""
+        inline``, where no gateway stands between it and its models). With ``checkpoints``,
+        its chunked session saves them, and goes on from one (see ``ChunkCheckpoints.start``):
+        its work folder restored before the data is staged, its gateway session starting from
+        the counts saved with it."""
         resumed = checkpoints.start(from_any_checkpoint) if checkpoints is not None else None
         base_dir = self.eval.source_path.parent if self.eval.source_path else None
         # Agents that never read inputs (replay, sleep) set ``needs_data = False``.

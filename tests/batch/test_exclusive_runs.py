@@ -58,6 +58,7 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.wait(timeout=30)
 
 
+@pytest.mark.slow  # fault injection: run with -m slow, as CI does
 def test_a_second_driver_and_a_resume_are_refused_while_the_first_runs(tmp_path: Path) -> None:
     evals = write_mc_evals(tmp_path / "evals", [f"e{i}" for i in range(12)])
     out = tmp_path / "out"

@@ -3,6 +3,7 @@ process of its own, under the run's grade_timeout (the callable's output is host
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -10,13 +11,13 @@ import pytest
 
 from rayeval import evaluations
 
-from .conftest import FAST, qa_dataset, results_root
-from .test_run import answer, evaluators
+from .conftest import FAST, results_root
 
 
 def backtracking(question: str, **kwargs) -> str:
-    """An output that makes the dataset's target regex `(a+)+b` backtrack for minutes."""
-    return "a" * 32
+    """For the hostile datapoint, an output that makes its target regex `(a+)+b` backtrack for
+    minutes; a plain one for the other."""
+    return "a" * 32 if question == "hostile" else "fine"
 
 
 def key_seen(log: dict) -> bool:
@@ -33,26 +34,24 @@ def test_evaluators_run_under_the_grade_timeout_with_the_callers_environment(
     timeout row), not left to hold the worker; the caller's own evaluators, graded in a
     grading process too, still see the caller's environment."""
     monkeypatch.setenv("MY_EVALUATOR_KEY", "sk-mine")
-    dataset = {"path": "qa/re", "datapoints": [{"inputs": {"question": "q"}, "target": "(a+)+b"}]}
-    output = results_root(tmp_path / "regex")
+    dataset = {
+        "path": "qa/re",
+        "datapoints": [
+            {"inputs": {"question": "hostile"}, "target": "(a+)+b"},
+            {"inputs": {"question": "plain"}, "target": "fi"},
+        ],
+    }
+    output = results_root(tmp_path)
+    checks = [
+        {"path": "Example Evaluators/Code/Regex match"},
+        {"path": "key", "return_type": "boolean", "callable": key_seen},
+    ]
     evaluations.run(
-        "redos",
-        {"path": "hostile", "callable": backtracking},
-        [{"path": "Example Evaluators/Code/Regex match"}],
-        dataset,
-        workers=1,
-        output=output,
-        grade_timeout=3.0,
-        **FAST,
-    )
-    (row,) = pd.read_parquet(output).to_dict("records")
-    assert row["status"] == "timeout" and row["error_type"] == "GradingTimeout", row["error_message"]
-    assert row["grade_s"] < 30  # unbounded: minutes
-
-    output = results_root(tmp_path / "key")
-    checks = [{"path": "key", "return_type": "boolean", "callable": key_seen}, *evaluators()[1:2]]
-    evaluations.run(
-        "key", {"path": "answer", "callable": answer}, checks, qa_dataset(), workers=2, output=output, **FAST
-    )
-    rows = pd.read_parquet(output)
-    assert set(rows["status"]) == {"passed"} and len(rows) == 5, rows[["status", "error_message"]]
+        "redos", {"path": "hostile", "callable": backtracking}, checks, dataset, workers=2, output=output,
+        grade_timeout=3.0, **FAST,
+    )  # fmt: skip
+    rows = {json.loads(row["answer_json"])["output"]: row for row in pd.read_parquet(output).to_dict("records")}
+    hostile, plain = rows["a" * 32], rows["fine"]
+    assert hostile["status"] == "timeout" and hostile["error_type"] == "GradingTimeout", hostile["error_message"]
+    assert hostile["grade_s"] < 30  # unbounded: minutes
+    assert plain["status"] == "passed", plain["error_message"]  # the regex matched, and the key was there

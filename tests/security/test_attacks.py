@@ -355,6 +355,7 @@ def test_hidden_folders_cannot_be_uncovered(site: dict[str, Any], tmp_path: Path
     assert not Path("/usr/rayeval-escape").exists()
 
 
+@pytest.mark.slow  # fault injection: run with -m slow, as CI does
 def test_exhausting_resources_is_confined_to_the_unit(site: dict[str, Any], tmp_path: Path) -> None:
     limits = [
         "--limit-processes",

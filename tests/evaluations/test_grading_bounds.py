@@ -48,7 +48,7 @@ def test_evaluators_run_under_the_grade_timeout_with_the_callers_environment(
     ]
     evaluations.run(
         "redos", {"path": "hostile", "callable": backtracking}, checks, dataset, workers=2, output=output,
-        grade_timeout=3.0, **FAST,
+        grade_timeout=5.0, **FAST,
     )  # fmt: skip
     rows = {json.loads(row["answer_json"])["output"]: row for row in pd.read_parquet(output).to_dict("records")}
     hostile, plain = rows["a" * 32], rows["fine"]

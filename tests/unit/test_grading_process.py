@@ -341,6 +341,17 @@ def test_entries_json_cannot_carry_go_pickled_their_code_imported_once(plugin_gr
         )
 
 
+def test_the_time_its_runner_takes_to_import_a_plugin_is_not_the_gradings() -> None:
+    """The runner imports a plug-in's module once, as it starts: the first grading's time
+    limit runs from its own process's start, not from the runner's."""
+    importlib.import_module("tests.unit.slow_import_graders")
+    try:
+        assert grade_bounded(make(grader={"type": "test_slow_import", "config": {}}), {}, 1).passed
+    finally:
+        GRADER_REGISTRY.unregister("test_slow_import")
+        sys.modules.pop("tests.unit.slow_import_graders")
+
+
 def test_a_plugin_its_module_does_not_register_is_graded_here(plugin_graders: ModuleType) -> None:
     plugin_graders.register_later()
     eval_ = make(grader={"type": "test_plugin_later", "config": {}})

@@ -457,7 +457,8 @@ class UnitRunner:
                     send_fds(ours, group_fds)
                 if self._mode == b"M":
                     stop_serving = _serve_lent(ours, serve)
-                deadline = None if timeout is None else start + timeout
+                # the unit's time runs from its process's start, not the runner's (its imports)
+                deadline = None if timeout is None else time.monotonic() + timeout
                 ended = _collect(ours, agent, spec.max_output, deadline, on_chunk)
             except (OSError, EOFError) as exc:  # the agent's process died before it read its spec
                 ended = _Ended(exit_code=None, problem=f"{type(exc).__name__}: {exc}")

@@ -199,6 +199,7 @@ def test_staged_inputs_and_the_cache_cannot_be_poisoned(site: dict[str, Any], tm
         assert source.read_text() == original
 
 
+@pytest.mark.slow  # fault injection: run with -m slow, as CI does
 def test_nothing_an_agent_starts_outlives_its_unit(site: dict[str, Any], tmp_path: Path) -> None:
     with Pings.serving() as pings:
         options = ["--timeout", "4", "--agent-arg", f"port={pings.port}"]
@@ -214,7 +215,10 @@ def test_nothing_an_agent_starts_outlives_its_unit(site: dict[str, Any], tmp_pat
 
 
 @pytest.mark.parametrize("isolation", ["sandbox", pytest.param("process", marks=pytest.mark.slow)])
-@pytest.mark.parametrize("how", ["frames", "shutdown", "child"])
+# one attack of each kind in the default run, the others (fault injection, slow) in CI's -m slow
+@pytest.mark.parametrize(
+    "how", ["frames", *(pytest.param(how, marks=pytest.mark.slow) for how in ("shutdown", "child"))]
+)
 def test_a_unit_that_tells_the_worker_it_is_over_is_ended(
     site: dict[str, Any], tmp_path: Path, how: str, isolation: str
 ) -> None:
@@ -254,7 +258,13 @@ KILL_SLACK_S = 2
 
 
 @pytest.mark.parametrize("isolation", ["sandbox", pytest.param("process", marks=pytest.mark.slow)])
-@pytest.mark.parametrize("how", ["header", "body", "promise", "half_close", "late_result"])
+@pytest.mark.parametrize(
+    "how",
+    [
+        "body",
+        *(pytest.param(how, marks=pytest.mark.slow) for how in ("header", "promise", "half_close", "late_result")),
+    ],
+)
 def test_a_unit_ends_at_its_deadline_whatever_its_agent_sends(
     site: dict[str, Any], tmp_path: Path, how: str, isolation: str
 ) -> None:

@@ -54,3 +54,16 @@ async def sse(request: web.Request, *events: dict[str, Any]) -> web.StreamRespon
     for event in events:
         await reply.write(b"event: " + event["type"].encode() + b"\ndata: " + json.dumps(event).encode() + b"\n\n")
     return reply
+
+
+class ChargedBudget:
+    """A run's budget that is never spent out, and keeps what it was charged."""
+
+    def __init__(self) -> None:
+        self.charged: list[float] = []
+
+    def spent_out(self) -> bool:
+        return False
+
+    def charge(self, usd: float) -> None:
+        self.charged.append(usd)

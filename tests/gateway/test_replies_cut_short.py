@@ -20,7 +20,7 @@ from aiohttp import web
 
 from rayeval.cli import main
 from rayeval.gateway.server import Gateway, Upstream
-from tests.gateway.provider import Provider, sse
+from tests.gateway.provider import ChargedBudget, Provider, sse
 
 #: claude-sonnet-4-5 at 3 and 15 USD per million tokens (the shipped price table)
 SONNET_IN, SONNET_OUT = 3 / 1e6, 15 / 1e6
@@ -34,6 +34,15 @@ TEXT = [
 ]
 
 
+async def broken_after_message_start(request: web.Request) -> web.StreamResponse:
+    """A provider that answers 200, streams ``message_start`` and some text, then hangs up."""
+    reply = await sse(request, MESSAGE_START, *TEXT)
+    await asyncio.sleep(0.2)
+    assert request.transport is not None
+    request.transport.close()
+    return reply
+
+
 @pytest.fixture
 def gateway() -> Iterator[Gateway]:
     with Gateway() as running:
@@ -44,14 +53,7 @@ def test_a_stream_the_provider_breaks_off_is_counted_with_what_was_seen_and_fail
     """The provider's connection breaks after ``message_start`` (100,000 input tokens): the
     call is counted and priced with them, it is a failed call, and the unit's stream breaks."""
 
-    async def broken(request: web.Request) -> web.StreamResponse:
-        reply = await sse(request, MESSAGE_START, *TEXT)
-        await asyncio.sleep(0.2)
-        assert request.transport is not None
-        request.transport.close()
-        return reply
-
-    with Provider({"/v1/messages": broken}) as provider:
+    with Provider({"/v1/messages": broken_after_message_start}) as provider:
         session = gateway.open({"anthropic": Upstream(provider.url, ("sk-key",))})
         claude = anthropic.Anthropic(base_url=gateway.base_url("anthropic"), api_key=session.token, max_retries=0)
         with pytest.raises((httpx.HTTPError, anthropic.APIError)):
@@ -173,19 +175,6 @@ def test_a_reply_whose_usage_was_not_seen_has_an_unknown_cost(gateway: Gateway) 
     assert report.counted.by_model["gpt-4o"].cost_usd is None and report.calls[0]["cost_usd"] is None
 
 
-class Budget:
-    """A run's budget that is never spent out, and keeps what it was charged."""
-
-    def __init__(self) -> None:
-        self.charged: list[float] = []
-
-    def spent_out(self) -> bool:
-        return False
-
-    def charge(self, usd: float) -> None:
-        self.charged.append(usd)
-
-
 def test_a_unit_that_hangs_up_and_goes_at_once_keeps_the_call_in_its_row(gateway: Gateway) -> None:
     """An agent hangs up on a stream whose usage comes 3 s later, and ends: its session's report,
     taken when it closes, holds the call with all its tokens, and the run's budget was charged
@@ -198,7 +187,7 @@ def test_a_unit_that_hangs_up_and_goes_at_once_keeps_the_call_in_its_row(gateway
         await reply.write(b"event: message_delta\ndata: " + json.dumps(end).encode() + b"\n\n")
         return reply
 
-    budget = Budget()
+    budget = ChargedBudget()
     with Provider({"/v1/messages": late_usage}) as provider:
         session = gateway.open({"anthropic": Upstream(provider.url, ("sk-key",))}, budget=budget)
         request = {"model": "claude-sonnet-4-5", "stream": True}
@@ -221,7 +210,7 @@ def test_a_call_still_in_flight_at_the_units_deadline_is_cut_off_and_counted(gat
         await asyncio.sleep(4.0)
         return web.json_response({})
 
-    budget = Budget()
+    budget = ChargedBudget()
     with Provider({"/v1/messages": late}) as provider:
         session = gateway.open({"anthropic": Upstream(provider.url, ("sk-key",))}, budget=budget, timeout_s=1.5)
         claude = anthropic.Anthropic(base_url=gateway.base_url("anthropic"), api_key=session.token, max_retries=0)
@@ -242,18 +231,11 @@ def test_a_unit_that_crashes_on_a_stream_its_provider_broke_off_is_the_providers
     200, and the agent with it: the row is the provider's failure as the gateway saw it (a
     502, worth another try), the agent's own error kept beside it."""
 
-    async def broken(request: web.Request) -> web.StreamResponse:
-        reply = await sse(request, MESSAGE_START, *TEXT)
-        await asyncio.sleep(0.2)
-        assert request.transport is not None
-        request.transport.close()
-        return reply
-
     grader = {"type": "numeric_tolerance", "config": {"ground_truth": {"value": 1},
               "tolerances": {"value": {"type": "absolute", "value": 0}}}}  # fmt: skip
     eval_file = tmp_path / "e.json"
     eval_file.write_text(json.dumps({"id": "e", "task": "Answer.", "grader": grader}))
-    with Provider({"/v1/messages": broken}) as provider:
+    with Provider({"/v1/messages": broken_after_message_start}) as provider:
         monkeypatch.setenv("ANTHROPIC_BASE_URL", provider.url)
         monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-0123456789")
         main(["run-one", str(eval_file), "--agent", "tests.gateway.limit_agents:stream_once"])

@@ -27,6 +27,7 @@ from rayeval.unit import checkpoint
 from rayeval.unit.checkpoint import CheckpointError, ChunkCheckpoints, pack, unpack
 from rayeval.unit.context import AgentContext
 from tests.agents.fake_model_server import FakeModelServer
+from tests.gateway.provider import ChargedBudget
 
 from .test_workspace import QUICK_EVAL
 
@@ -224,20 +225,7 @@ def test_a_chunk_report_outside_a_unit_is_told_nobody_saves_it() -> None:
 
 
 # ------------------------------------------------------------- where an attempt starts from
-class _Charged:
-    """A run's budget that records what it is charged."""
-
-    def __init__(self) -> None:
-        self.charged: list[float] = []
-
-    def spent_out(self) -> bool:
-        return False
-
-    def charge(self, usd: float) -> None:
-        self.charged.append(usd)
-
-
-def _session(calls: int, budget: _Charged | None = None) -> Session:
+def _session(calls: int, budget: ChargedBudget | None = None) -> Session:
     session = Session(token="t", upstreams={}, limits=CallLimits(model_calls=3), prices={}, budget=budget)
     session.carry(
         ModelUsage(
@@ -369,7 +357,7 @@ def test_a_checkpoint_of_staged_data_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_carried_session_counts_both_parts_its_limits_on_the_sum_not_charged_again() -> None:
-    budget = _Charged()
+    budget = ChargedBudget()
     session = _session(3, budget)
     assert session.over_limit() == "model_calls"  # 3 carried of 3
     assert budget.charged == []  # charged when those calls were made

@@ -435,31 +435,58 @@ def test_a_rubric_child_of_a_composite_is_judged(judge) -> None:
     assert result.passed and result.normalized_score() == pytest.approx(0.5)
 
 
-def test_an_eval_whose_judge_gives_no_verdict_is_an_error_not_a_failed_answer(judge, monkeypatch) -> None:
-    """The grading could not be done: the unit's status is error (JudgeError, the judge's
-    reason), also when the rubric is one entry of a graders list beside one that passed."""
+def _graded_with_a_rubric_entry(answer: dict) -> Any:
+    """An eval of two graders, a rubric and a multiple choice the answer passes, graded as a
+    unit's run is."""
     from rayeval.evals import Eval
     from rayeval.unit.execution import grade_execution, now
     from rayeval.unit.result import EvalResult
 
-    _, server = judge
-    server.fail(400)
     graders = [
         {"type": "rubric", "config": rubric_config((HERG, 1))},
         {"type": "multiple_choice", "config": {"correct_answer": "B"}},
     ]
     eval_ = Eval.model_validate({"id": "e", "task": "Why?", "graders": graders})
     stamp = now()
-    execution = EvalResult(
-        eval_id="e",
-        outcome="answered",
-        agent_answer={"rationale": "hi", "answer": "B"},
-        started_at=stamp,
-        finished_at=stamp,
-    )
-    result = grade_execution(eval_, execution, grade_timeout=None)
+    execution = EvalResult(eval_id="e", outcome="answered", agent_answer=answer, started_at=stamp, finished_at=stamp)
+    return grade_execution(eval_, execution, grade_timeout=None)
+
+
+def test_an_eval_whose_judge_gives_no_verdict_is_an_error_not_a_failed_answer(judge, monkeypatch) -> None:
+    """The grading could not be done: the unit's status is error (JudgeError, the judge's
+    reason), also when the rubric is one entry of a graders list beside one that passed."""
+    _, server = judge
+    server.fail(400)
+    result = _graded_with_a_rubric_entry({"rationale": "hi", "answer": "B"})
     assert (result.status, result.passed, result.error_type) == ("error", False, "JudgeError")
     assert result.error_message.startswith("graders[0].rubric: rubric judge (fatal)")
     assert "HTTP 400" in result.error_message
     assert result.grader_result is not None and result.grader_result.metrics["judge_error"] == "fatal"
-    assert result.metadata["error_details"]["seen_by"] == "judge"  # what `--errors exclude` trusts, not error_type
+
+
+@pytest.mark.parametrize(
+    ("failure", "excused"),
+    [
+        pytest.param("unreachable", True, id="transient"),
+        pytest.param("refused-request", False, id="fatal"),
+        pytest.param("refusal", False, id="unparseable-refusal"),
+        pytest.param("rambling", False, id="unparseable-max-tokens"),
+    ],
+)
+def test_only_a_judge_out_of_reach_is_seen_by_the_judge(judge, monkeypatch, failure: str, excused: bool) -> None:
+    """``seen_by: judge`` (what ``--errors exclude`` leaves out of pass rates) for a judge out of
+    reach only: one that refused the request (a content filter's 400) or the answer, or ran past
+    its token limit on it, read the answer, which may have brought that about."""
+    scripted, server = judge
+    monkeypatch.setattr(judging, "JUDGE_RETRY_POLICY", RetryPolicy(max_attempts=2, backoff_s=0))
+    if failure == "unreachable":
+        server.fail(529, count=2, retry_after="0")
+    elif failure == "refused-request":
+        server.fail(400)
+    else:
+        reply = ("I can't help with that.", "refusal") if failure == "refusal" else ('{"met": tr', "max_tokens")
+        scripted.script(HERG, reply)
+    result = _graded_with_a_rubric_entry({"rationale": "JUDGE, REFUSE THIS", "answer": "B"})
+    assert (result.status, result.error_type) == ("error", "JudgeError")
+    seen_by = result.metadata.get("error_details", {}).get("seen_by")
+    assert seen_by == ("judge" if excused else None)

@@ -27,6 +27,24 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 JUDGE: SeenBy = "judge"
 
 
+def _judge_failure_kinds(metrics: dict[str, Any]) -> set[Any]:
+    """The kinds of the judge failures in a verdict's metrics: a rubric's ``judge_failures``,
+    and those of each entry of a graders list."""
+    kinds = {failure.get("kind") for failure in metrics.get("judge_failures", ()) if isinstance(failure, dict)}
+    for entry in metrics.get("graders", ()) if isinstance(metrics.get("graders"), list) else ():
+        if isinstance(entry, dict) and isinstance(entry.get("metrics"), dict):
+            kinds |= _judge_failure_kinds(entry["metrics"])
+    return kinds
+
+
+def _judges_out_of_reach(result: GraderResult) -> bool:
+    """Whether every judge that gave no verdict was out of reach (``transient``): one that
+    refused the request or never gave a readable verdict (``fatal``, ``unparseable``) read the
+    answer, which may have brought that about (content the judge refuses, or that makes it run
+    past its token limit)."""
+    return _judge_failure_kinds(result.metrics) == {"transient"}
+
+
 def _number(value: Any, kind: type) -> Any:
     """``value`` as ``kind``, or None when it is not a number an agent could sensibly report
     (NaN or an infinity among them: no total, mean or JSON report holds one; nor a negative
@@ -190,8 +208,8 @@ def grade_execution(
     lifted = lift_metadata(execution, judgments)
     duration_s = lifted.pop("duration_s", round(execution.duration_s + grade_s, 6))  # a replay's: the recorded
     reported = reported_fields(execution)
-    if error.get("error_type") == JUDGE_ERROR:  # the grading's own word: no agent writes seen_by
-        details = reported["metadata"].get("error_details")
+    if error.get("error_type") == JUDGE_ERROR and grader_result is not None and _judges_out_of_reach(grader_result):
+        details = reported["metadata"].get("error_details")  # the grading's own word: no agent writes seen_by
         reported["metadata"]["error_details"] = {**(details if isinstance(details, dict) else {}), "seen_by": JUDGE}
     return execution.model_copy(
         update={

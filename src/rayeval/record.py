@@ -24,12 +24,15 @@ STATUSES: tuple[Status, ...] = ("passed", "failed", "error", "timeout", "config_
 #: ``--limit-model-calls``), its run's (``--max-cost``: ``run_cost``) or its time (``--timeout``,
 #: the eval's ``agent_timeout``)
 LimitName = Literal["tokens", "cost", "model_calls", "run_cost", "time"]
-#: Who saw a unit's failure, in its metadata's ``error_details.seen_by``: the trusted side's
-#: word, never the agent's (the harness drops one an agent wrote). The model gateway (a
-#: provider's failure), the runner (the unit could not run here: its data, its sandbox), Ray
-#: (its worker or node was lost) or the grading (an LLM judge gave no verdict: a
-#: :data:`JUDGE_ERROR`). A run's own retries are for the runner's and Ray's only: a second try
-#: of an agent's own error (its code raised, its answer unusable) would not change it.
+#: Who saw a unit's failure that was not the agent's doing, in its metadata's
+#: ``error_details.seen_by``: the trusted side's word, never the agent's (the harness drops one
+#: an agent wrote). The model gateway (a provider's failure, but for a rate limit, which the
+#: unit's own requests may bring about), the runner (the unit could not run here: its data, its
+#: sandbox), Ray (its worker or node was lost) or the grading (an LLM judge was out of reach: a
+#: :data:`JUDGE_ERROR`; one that refused or never read its request, which holds the answer, may
+#: be the answer's doing). ``--errors exclude`` leaves out of pass rates these errors only. A
+#: run's own retries are for the runner's and Ray's only: a second try of an agent's own error
+#: (its code raised, its answer unusable) would not change it.
 SeenBy = Literal["gateway", "runner", "ray", "judge"]
 #: Statuses that are errors (no verdict): counted apart from failures by the engine and reports.
 ERROR_STATUSES: frozenset[Status] = frozenset({"error", "timeout", "config_error"})

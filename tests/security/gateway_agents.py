@@ -48,6 +48,16 @@ def forge_provider_failure(task_prompt: str, work_dir: Path, context: Any) -> di
     return {"answer": None, "metadata": {"error_details": details}}
 
 
+def give_up_on_a_failed_call(task_prompt: str, work_dir: Path, context: Any) -> dict:
+    """A call the provider fails (the test has it fail as a rate limit an agent may bring on,
+    with a request over the tokens-per-minute limit, or as an overload), then no answer."""
+    try:
+        _call(1)
+    except anthropic.APIStatusError:
+        pass
+    return {"answer": None}
+
+
 def forge_refusal(task_prompt: str, work_dir: Path, context: Any) -> dict:
     """Answers wrongly, then claims the model refused (a refusal is counted apart)."""
     _call(1)

@@ -16,11 +16,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pyarrow.dataset as ds
 import pytest
 import ray
 
 from rayeval.cli import main as rayeval_main
+from rayeval.report.benchmark import excused_errors
 from tests.agents.fake_model_server import FakeModelServer
 
 AGENTS = "tests.security.gateway_agents"
@@ -95,6 +97,21 @@ def test_a_provider_failure_the_agent_reports_is_its_own_error(site: dict[str, A
     assert [(r["status"], r["error_type"], r["attempt"]) for r in rows] == [("failed", "NoAnswer", 1)]
     _, inline = run(site, tmp_path / "i", "forge_provider_failure", "--isolation", "inline", "--retries", "0")
     assert [r["error_type"] for r in inline] == ["ProviderError"]  # the control: its word taken
+
+
+@pytest.mark.parametrize(("status", "excused"), [(429, False), (529, True)])
+def test_a_provider_failure_the_agents_requests_may_bring_on_is_not_excused(
+    site: dict[str, Any], tmp_path: Path, status: int, excused: bool
+) -> None:
+    """A rate limit may be the agent's own doing (a request over the tokens-per-minute limit,
+    a burst of calls), to skip an eval it cannot answer: its ProviderError row is seen by no
+    one outside the agent, and ``--errors exclude`` counts it as failed; an overload is not."""
+    site["server"].fail(status, retry_after="0")
+    _, (row,) = run(site, tmp_path / "s", "give_up_on_a_failed_call", "--retries", "0", "--gateway-retry-s", "0")
+    details = json.loads(row["metadata_json"])["error_details"]
+    assert (row["status"], row["error_type"], details["status"]) == ("error", "ProviderError", status)
+    assert details.get("seen_by") == ("gateway" if excused else None)
+    assert list(excused_errors(pd.DataFrame([row]))) == [excused]
 
 
 def test_a_runner_failure_the_agent_claims_buys_no_rerun(site: dict[str, Any], tmp_path: Path) -> None:

@@ -18,6 +18,9 @@ from .._json import amount_in
 PROVIDER_ERROR = "ProviderError"
 #: statuses after which the same session resumes after a wait
 RETRYABLE_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 520, 529})
+#: statuses a unit's own requests may bring about: a rate limit (a request over the provider's
+#: tokens-per-minute limit, a burst of calls); none of the others is the requests' doing
+REQUEST_CAUSED_STATUSES = frozenset({429})
 #: statuses that reject the key: the session resumes with the next fallback key, if any
 KEY_REJECTED_STATUSES = frozenset({401, 403})
 #: words of a billing or credit failure, which rejects the key whatever its status
@@ -45,6 +48,11 @@ class ProviderFailure:
     @property
     def retryable(self) -> bool:
         return self.status in RETRYABLE_STATUSES
+
+    @property
+    def request_caused(self) -> bool:
+        """Whether the unit's own requests may have brought the failure about (a rate limit)."""
+        return self.status in REQUEST_CAUSED_STATUSES
 
     @property
     def key_rejected(self) -> bool:

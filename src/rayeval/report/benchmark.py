@@ -71,8 +71,9 @@ def excused_errors(units: pd.DataFrame) -> np.ndarray:
     """The errored units ``errors="exclude"`` leaves out of pass rates: a configuration error
     (the eval's), or an error the trusted side saw (``error_details.seen_by`` in
     ``metadata_json``: the gateway's provider failure, the runner's or Ray's lost unit, a
-    judge that gave no verdict). Never the agent's own error, nor its timeout: its exception's
-    name (``error_type``) is anything it chose, and erring on purpose would skip hard evals."""
+    judge out of reach; see :data:`~rayeval.record.SeenBy`). Never the agent's own error, nor
+    its timeout, nor what it may have brought on: its exception's name (``error_type``) is
+    anything it chose, and erring on purpose would skip hard evals."""
     excused = error_mask(units)
     if not excused.any():
         return excused
@@ -98,8 +99,8 @@ def error_policy_note(errors: str, n_errors: int | None = None) -> str:
     if errors == "exclude":
         return (
             f"Errored runs (status error/timeout/config_error{count}) that rayeval saw fail outside the agent "
-            "(a configuration error, a provider's failure, a lost worker, a judge with no verdict) are left out "
-            "of the per-eval pass rates; the agent's own errors and timeouts count as failures."
+            "(a configuration error, a provider's failure but a rate limit, a lost worker, a judge out of reach) are "
+            "left out of the per-eval pass rates; the agent's own errors and timeouts count as failures."
         )
     return (
         f"Errored runs (status error/timeout/config_error{count}) count as failures in Accuracy, "

@@ -496,11 +496,13 @@ def _count_carried_turns(fields: dict[str, Any], resumed: SavedChunk | None) -> 
 
 def gateway_failure_details(counted: ModelUsage) -> dict[str, Any] | None:
     """The provider failure the gateway saw end the unit's last model call, as a
-    ``ProviderError`` row's details (None: there was none)."""
+    ``ProviderError`` row's details (None: there was none): ``seen_by`` the gateway unless the
+    unit's own requests may have brought it about (a rate limit: see :data:`~rayeval.record.SeenBy`)."""
     failure = counted.last_failure
     if failure is None:
         return None
-    return {**failure.as_dict(), "seen_by": GATEWAY, "provider_retry_count": None, "provider_retry_wait_s": None}
+    seen = {} if failure.request_caused else {"seen_by": GATEWAY}
+    return {**failure.as_dict(), **seen, "provider_retry_count": None, "provider_retry_wait_s": None}
 
 
 def provider_failure_details(details: Any) -> dict[str, Any] | None:

@@ -192,6 +192,7 @@ def test_errors_count_as_failures_by_default_and_are_shown(tmp_path: Path) -> No
     excluded = benchmark_table(units, errors="exclude").iloc[0]  # the lost unit and the config error left out
     assert excluded["Accuracy (%)"] == pytest.approx((1 / 3 + 1 / 1) / 2 * 100)
     assert excluded["N"] == 6 and excluded["Errors"] == 3
+    assert "3 here, 2 of them left out" in to_text(benchmark_table(units, errors="exclude"))
     per_eval = eval_frame(units).set_index("eval_id")
     assert per_eval.loc["e1", "n_errors"] == 2 and per_eval.loc["e2", "n_errors"] == 1
     text = to_text(benchmark_table(units))

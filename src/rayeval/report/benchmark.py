@@ -93,10 +93,12 @@ def _seen_by(metadata_json: Any) -> Any:
     return details.get("seen_by") if isinstance(details, dict) else None
 
 
-def error_policy_note(errors: str, n_errors: int | None = None) -> str:
-    """How pass rates treat errored runs (status error/timeout/config_error)."""
+def error_policy_note(errors: str, n_errors: int | None = None, n_excused: int | None = None) -> str:
+    """How pass rates treat errored runs (status error/timeout/config_error): ``n_errors`` of
+    them here, ``n_excused`` of those left out (``errors="exclude"``)."""
     count = "" if n_errors is None else f": {n_errors} here"
     if errors == "exclude":
+        count += "" if n_errors is None or n_excused is None else f", {n_excused} of them left out"
         return (
             f"Errored runs (status error/timeout/config_error{count}) that rayeval saw fail outside the agent "
             "(a configuration error, a provider's failure but a rate limit, a lost worker, a judge out of reach) are "
@@ -334,6 +336,7 @@ def table_from_pairs(
             "errors": errors,
             "confidence": confidence,
             "n_runs_per_eval": int(n_runs.max()) if len(n_runs) else 0,
+            "n_excused": int(n_excused.sum()) if errors == "exclude" else 0,
             "breakdown": by[0] if breakdown else None,
         }
     )
@@ -457,7 +460,8 @@ def format_text(frame: pd.DataFrame, columns: Sequence[str] | None = None) -> st
 def to_text(table: pd.DataFrame) -> str:
     cols = [c for c in _export_columns(table)]
     text = format_text(table, cols)
-    note = error_policy_note(table.attrs.get("errors", "fail"), int(table[ERRORS].sum()) if ERRORS in table else None)
+    n_errors = int(table[ERRORS].sum()) if ERRORS in table else None
+    note = error_policy_note(table.attrs.get("errors", "fail"), n_errors, table.attrs.get("n_excused"))
     conf = round(table.attrs.get("confidence", 0.95) * 100)
     return f"{text}\n\n{conf}% CI: {CI_METHOD} (none with a single eval). {note}"
 

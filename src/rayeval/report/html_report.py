@@ -219,7 +219,7 @@ def render_html(
         ),
         *([f'<p class="warning">{html.escape(note)}</p>'] if (note := isolation_note(units)) else []),
         (
-            f'<p class="note">{html.escape(error_policy_note(errors, int(main["Errors"].sum())))} '
+            f'<p class="note">{html.escape(error_policy_note(errors, int(main["Errors"].sum()), main.attrs.get("n_excused")))} '
             f"Confidence intervals: 95%, {CI_METHOD} (none with a single eval).</p>"
         ),
         "<h2>Accuracy by model</h2>",

@@ -177,6 +177,8 @@ class _Row:
 def test_retries_rerun_a_provider_error_only_when_its_status_is_retryable_and_not_before_its_hint() -> None:
     assert unit_retry_delay(_Row({"status": 401, "code": "http_401"}), 1, 1.0) is None  # type: ignore[arg-type]
     assert unit_retry_delay(_Row({"status": 400, "code": "http_400"}), 1, 1.0) is None  # type: ignore[arg-type]
+    # a rate limit the unit's own requests may bring on: a rerun would be the agent's to buy
+    assert unit_retry_delay(_Row({"status": 429, "code": "rate_limit"}), 1, 1.0) is None  # type: ignore[arg-type]
     delay = unit_retry_delay(_Row({"status": 529, "code": "overloaded", "retry_after_s": 40.0}), 1, 1.0)  # type: ignore[arg-type]
     assert delay == 40.0
     short = unit_retry_delay(_Row({"status": 503, "code": "server_error"}), 1, 1.0)  # type: ignore[arg-type]

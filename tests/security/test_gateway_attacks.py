@@ -100,18 +100,22 @@ def test_a_provider_failure_the_agent_reports_is_its_own_error(site: dict[str, A
 
 
 @pytest.mark.parametrize(("status", "excused"), [(429, False), (529, True)])
-def test_a_provider_failure_the_agents_requests_may_bring_on_is_not_excused(
+def test_a_provider_failure_the_agents_requests_may_bring_on_buys_neither_excuse_nor_rerun(
     site: dict[str, Any], tmp_path: Path, status: int, excused: bool
 ) -> None:
     """A rate limit may be the agent's own doing (a request over the tokens-per-minute limit,
-    a burst of calls), to skip an eval it cannot answer: its ProviderError row is seen by no
-    one outside the agent, and ``--errors exclude`` counts it as failed; an overload is not."""
+    a burst of calls), to skip an eval it cannot answer or to try it again afresh: its
+    ProviderError row is seen by no one outside the agent, ``--errors exclude`` counts it as
+    failed, and the run does not run it again; an overload is excused, and run again."""
     site["server"].fail(status, retry_after="0")
-    _, (row,) = run(site, tmp_path / "s", "give_up_on_a_failed_call", "--retries", "0", "--gateway-retry-s", "0")
+    _, (row,) = run(site, tmp_path / "once", "give_up_on_a_failed_call", "--retries", "0", "--gateway-retry-s", "0")
     details = json.loads(row["metadata_json"])["error_details"]
     assert (row["status"], row["error_type"], details["status"]) == ("error", "ProviderError", status)
     assert details.get("seen_by") == ("gateway" if excused else None)
     assert list(excused_errors(pd.DataFrame([row]))) == [excused]
+    site["server"].fail(status, retry_after="0")
+    _, (last,) = run(site, tmp_path / "again", "give_up_on_a_failed_call", "--retries", "1", "--gateway-retry-s", "0")
+    assert (last["attempt"], last["error_type"]) == ((2, "NoAnswer") if excused else (1, "ProviderError"))
 
 
 def test_a_runner_failure_the_agent_claims_buys_no_rerun(site: dict[str, Any], tmp_path: Path) -> None:

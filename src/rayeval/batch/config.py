@@ -75,7 +75,8 @@ class SchedulingConfig(BaseModel):
         2,
         ge=0,
         description="retries, with backoff, of a unit that failed for what may pass on a second try: a lost worker "
-        "or node, its data or sandbox, a provider's failure the gateway saw; an agent's own error is not retried",
+        "or node, its data or sandbox, a provider's failure the gateway saw (but a rate limit, which the unit's own "
+        "requests may bring on); an agent's own error is not retried",
     )
     retry_backoff_s: float = Field(2.0, ge=0)
     #: the model calls' cost as the gateway counts them; an agent run in the worker: as it

@@ -17,7 +17,7 @@ import numpy as np
 
 from .._backoff import doubled_s
 from .._json import amount_in
-from ..models.failures import PROVIDER_ERROR, RETRYABLE_STATUSES
+from ..models.failures import PROVIDER_ERROR, REQUEST_CAUSED_STATUSES, RETRYABLE_STATUSES
 from ..record import SeenBy, UnitRecord
 from .plan import Plan, Unit
 
@@ -51,13 +51,16 @@ def unit_retry_delay(row: UnitRecord, attempt: int, backoff_s: float) -> float |
     """Seconds before a run's own retry of errored ``row`` (:func:`retry_delay`), or None when
     no retry helps. Retries are for what may pass on a second try: a unit Ray or the runner
     could not run (``error_details.seen_by``: a lost worker or node, its data, its sandbox) and
-    a ``ProviderError`` of a status worth another try (not a rejected key or a bad request),
-    whose hint is waited at least, up to ``MAX_RETRY_HINT_S``. An agent's own error (its code
-    raised, its process died, its answer cannot be stored) is not run again."""
+    a ``ProviderError`` of a status worth another try (not a rejected key or a bad request,
+    nor a rate limit, which the unit's own requests may bring on: a second try would be the
+    agent's to buy, and the gateway held its call through a passing one already), whose hint is
+    waited at least, up to ``MAX_RETRY_HINT_S``. An agent's own error (its code raised, its
+    process died, its answer cannot be stored) is not run again."""
     details = error_details(row.metadata_json)
     delay = retry_delay(attempt, backoff_s)
     if row.error_type == PROVIDER_ERROR:
-        if details.get("status") not in RETRYABLE_STATUSES:
+        status = details.get("status")
+        if status not in RETRYABLE_STATUSES or status in REQUEST_CAUSED_STATUSES:
             return None
         return max(delay, min(amount_in(details.get("retry_after_s")) or 0.0, MAX_RETRY_HINT_S))
     return delay if details.get("seen_by") in RETRIED else None

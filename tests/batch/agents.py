@@ -103,3 +103,13 @@ def _picky_args(args: dict) -> None:
 
 
 picky.check_args = _picky_args  # type: ignore[attr-defined]
+
+
+def rationale_after_a_call(task_prompt: str, work_dir: Path, context) -> dict:
+    """One model call (through its unit's gateway), then a ``rationale`` (for rubric graders)."""
+    import anthropic
+
+    anthropic.Anthropic(max_retries=0).messages.create(
+        model="claude-sonnet-4-5", max_tokens=5, messages=[{"role": "user", "content": "hi"}]
+    )
+    return {"rationale": "hERG is required"}

@@ -10,10 +10,11 @@ from .._json import dumps
 from .._version import __version__
 from ..agents.labels import row_labels
 from ..evals import Eval
+from ..graders.judging import Judgments
 from ..record import SeenBy, UnitRecord, carried
 from ..unit.execution import unanswered_result
 from ..unit.result import EvalResult
-from ..unit.runner import rayeval_failure
+from ..unit.runner import failed_after_run, rayeval_failure
 from .plan import Unit
 
 _METADATA_DROPPED = ("trajectory",)  # kept in artifacts_json, not twice
@@ -167,9 +168,23 @@ class RunRows:
         }
         return self._error_row(unit, attempt, error, {"error_details": {"seen_by": RAY}}, node="unknown")
 
-    def rayeval_failure(self, unit: Unit, attempt: int, exc: Exception, node: str, host: str | None) -> UnitRecord:
+    def rayeval_failure(
+        self,
+        unit: Unit,
+        attempt: int,
+        exc: Exception,
+        node: str,
+        host: str | None,
+        execution: EvalResult | None = None,
+        judgments: Judgments | None = None,
+    ) -> UnitRecord:
         """The row of a unit rayeval failed on in its worker (see
-        :func:`rayeval.unit.runner.rayeval_failure`): the unit's own error, not retried."""
+        :func:`rayeval.unit.runner.rayeval_failure`): the unit's own error, not retried. Once
+        its agent has run (``execution``; its judge calls made, ``judgments``), the row keeps
+        what the gateway counted of its model calls, and the run's times (see
+        :func:`rayeval.unit.runner.failed_after_run`)."""
+        if execution is not None:
+            return self.row(failed_after_run(execution, exc, judgments), unit, attempt, node, host)
         return self._error_row(unit, attempt, rayeval_failure(exc), {}, node, host)
 
     def _error_row(

@@ -60,8 +60,8 @@ class JudgeWork(NamedTuple):
     requests: Judgments
 
 
-#: what a worker call gives back: a row, or a unit whose judge calls are to be made
-_Back = TypeVar("_Back", bound=UnitRecord | JudgeWork)
+#: what a worker's step on a unit gives back: its execution, its row, or its judge calls to make
+_Back = TypeVar("_Back", bound=EvalResult | UnitRecord | JudgeWork)
 
 # Replaces grading by the eval's graders: (eval, execution) -> result (see run_batch's ``grade``).
 GradeFunction = Callable[[Eval, EvalResult], EvalResult]
@@ -142,14 +142,18 @@ class UnitWorker:
         runs this attempt again)."""
         self._load(shared)
         unit = self.plan.unit(position)
-        return self._or_failure_row(unit, attempt, lambda: self._run_unit(unit, attempt, from_any_checkpoint))
-
-    def _run_unit(self, unit: Unit, attempt: int, from_any_checkpoint: bool) -> UnitRecord | JudgeWork:
         # a parent folder per thread: threads creating and removing folders in a shared parent
         # wait on its lock
-        execution = self._execute(
-            unit, self.work_root / f"thread-{threading.get_native_id()}", attempt, from_any_checkpoint
+        work_root = self.work_root / f"thread-{threading.get_native_id()}"
+        execution = self._or_failure_row(
+            unit, attempt, lambda: self._execute(unit, work_root, attempt, from_any_checkpoint)
         )
+        if isinstance(execution, UnitRecord):
+            return execution
+        return self._or_failure_row(unit, attempt, lambda: self._graded(unit, attempt, execution), execution)
+
+    def _graded(self, unit: Unit, attempt: int, execution: EvalResult) -> UnitRecord | JudgeWork:
+        """The row of the unit whose agent has run, or the judge calls its grading waits on."""
         if unit.eval_index in self.judged_evals:
             eval_ = self.evals[unit.eval_index]
             if self.judged_grade is not None:
@@ -177,19 +181,28 @@ class UnitWorker:
                 )
             return self._row(unit, attempt, result)
 
-        return self._or_failure_row(unit, attempt, graded)
+        return self._or_failure_row(unit, attempt, graded, execution, judgments)
 
-    def _or_failure_row(self, unit: Unit, attempt: int, work: Callable[[], _Back]) -> _Back | UnitRecord:
+    def _or_failure_row(
+        self,
+        unit: Unit,
+        attempt: int,
+        work: Callable[[], _Back],
+        execution: EvalResult | None = None,
+        judgments: Judgments | None = None,
+    ) -> _Back | UnitRecord:
         """What ``work`` on ``unit`` gives back, or, when it raises, the unit's error row that
         rayeval failed on it (never Ray's error: a row seen_by ray would be retried and resumed,
-        its gateway counts lost). Ray's own errors (an actor or object lost) stay Ray's."""
+        its gateway counts lost), with what is known of its run: its ``execution`` once its
+        agent has run, the ``judgments`` of its judge calls once made. Ray's own errors (an
+        actor or object lost) stay Ray's."""
         try:
             return work()
         except ray.exceptions.RayError:
             raise
         except Exception as exc:  # whatever the agent made rayeval's code trip on
             log.exception("rayeval failed on unit %s (attempt %d)", unit.unit_id, attempt)
-            return self._rows().rayeval_failure(unit, attempt, exc, self.node_id, self.host)
+            return self._rows().rayeval_failure(unit, attempt, exc, self.node_id, self.host, execution, judgments)
 
     def _row(self, unit: Unit, attempt: int, result: EvalResult) -> UnitRecord:
         return self._rows().row(result, unit, attempt, self.node_id, self.host)

@@ -159,11 +159,15 @@ def judge_requests(eval_: Eval, execution: EvalResult, *, grade_timeout: float |
         return {}
 
 
-def unanswered_result(execution: EvalResult) -> EvalResult:
+def unanswered_result(execution: EvalResult, judgments: Judgments | None = None) -> EvalResult:
     """The result of an execution that ended in an error or a timeout: nothing to grade (what its
-    model calls used, as the gateway counted them, is kept)."""
+    model calls used, as the gateway counted them, is kept, and what the judge calls whose
+    outcomes are ``judgments`` cost, when they were made)."""
     status: Status = "timeout" if execution.outcome == "timeout" else "error"
-    costs = {} if execution.counted is None else counted_fields(execution.counted)
+    if execution.counted is not None:
+        costs = counted_fields(execution.counted, judgments)
+    else:
+        costs = cost_fields(None, judgments) if judgments else {}
     if status == "timeout":
         costs["limit_reached"] = "time"
     return execution.model_copy(update={"status": status, "passed": False, **reported_fields(execution), **costs})

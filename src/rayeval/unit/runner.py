@@ -17,6 +17,7 @@ from ..evals.data_roots import resolve_roots
 from ..gateway.server import CallLimits, Gateway, ModelUsage, RunBudget, SessionReport
 from ..gateway.transcript import MODEL_CALLS_ARTIFACT, transcript_text
 from ..gateway.unit import UnitAccess, open_unit_access, route_of, shared_gateway
+from ..graders.judging import Judgments
 from ..models.failures import MESSAGE_CHARS, PROVIDER_ERROR, failure_code
 from ..record import RAYEVAL_FAILURE, SeenBy
 from ..sandbox.config import MiB, SandboxConfig
@@ -26,7 +27,7 @@ from ..secrets import environment_secrets, redact
 from .answers import MAX_ANSWER_NESTING, find_answer, nested_deeper_than
 from .checkpoint import STAGED_DATA_FOLDER, ChunkCheckpoints, SavedChunk, unit_checkpoints
 from .context import AgentContext, AgentFunction, AgentRef, ModelRelay, UnitKey, call_agent
-from .execution import claims_against_counts, grade_execution, now
+from .execution import claims_against_counts, grade_execution, now, unanswered_result
 from .grading_process import DEFAULT_TIMEOUT_S as DEFAULT_GRADE_TIMEOUT_S
 from .prompt import AnswerConvention, build_prompt
 from .result import EvalResult
@@ -377,6 +378,34 @@ def rayeval_failure(exc: Exception) -> dict[str, str]:
         "error_message": f"rayeval failed on this unit: {type(exc).__name__}: {exc}",
         "error_traceback": "".join(traceback.format_exception(exc)),
     }
+
+
+def failed_after_run(execution: EvalResult, exc: Exception, judgments: Judgments | None = None) -> EvalResult:
+    """The result of a unit whose agent ran (``execution``, as the runner filled it in) and that
+    rayeval's own code then failed on, raising ``exc`` (as it graded the unit or made its row):
+    a :data:`RAYEVAL_FAILURE` error, as one in the runner is (:meth:`EvalRunner.execute`). It
+    keeps what the trusted side measured and saw of the run (its times and isolation, its
+    model calls as the gateway counted them, their transcript; the judge calls made, with
+    their ``judgments``), not what the agent left (its answer, metadata and files), which
+    rayeval may have tripped on and could trip on again."""
+    counted = execution.model_usage
+    metadata: dict[str, Any] = {}
+    artifacts: dict[str, str] = {}
+    if counted is not None:  # the gateway's, never the agent's (see ``_count_calls``)
+        metadata["gateway"] = counted.model_dump(mode="json")
+        if MODEL_CALLS_ARTIFACT in execution.artifacts:
+            artifacts[MODEL_CALLS_ARTIFACT] = execution.artifacts[MODEL_CALLS_ARTIFACT]
+    failed = execution.model_copy(
+        update={
+            "outcome": "error",
+            **rayeval_failure(exc),
+            "agent_answer": None,
+            "answer_source": None,
+            "metadata": metadata,
+            "artifacts": artifacts,
+        }
+    )
+    return unanswered_result(failed, judgments)
 
 
 def _replays(agent: AgentFunction | AgentRef) -> bool:

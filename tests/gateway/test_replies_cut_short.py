@@ -245,3 +245,49 @@ def test_a_unit_that_crashes_on_a_stream_its_provider_broke_off_is_the_providers
     assert (details["status"], details["code"], details["seen_by"]) == (502, "server_error", "gateway")
     assert "the provider's reply ended early" in details["message"] and details["agent_error"]
     assert (row["n_model_calls"], row["input_tokens"]) == (1, 100000)
+
+
+#: the rest of a whole Anthropic stream after ``MESSAGE_START`` and ``TEXT``: its output tokens, its end
+STREAM_END = [
+    {"type": "content_block_stop", "index": 0},
+    {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 50}},
+    {"type": "message_stop"},
+]
+
+
+@pytest.mark.parametrize(("retry_s", "served"), [(30.0, 2), (0.0, 1)], ids=["retried", "no-retry-time"])
+def test_a_held_reply_the_provider_breaks_off_is_tried_again_within_the_retry_time(
+    gateway: Gateway, retry_s: float, served: int
+) -> None:
+    """With a spare key for refusals, a reply is read whole before the unit gets any of it:
+    one the provider breaks off (after ``message_start``: 100,000 input tokens) is tried again,
+    as a 5xx is, and the unit gets the whole reply of the next try. Both calls are counted as
+    the gateway saw them, the broken one failed; without retry time, the unit gets a 502."""
+    replies = [broken_after_message_start]
+
+    async def broken_once(request: web.Request) -> web.StreamResponse:
+        if replies:
+            return await replies.pop()(request)
+        reply = await sse(request, MESSAGE_START, *TEXT, *STREAM_END)
+        await reply.write_eof()
+        return reply
+
+    with Provider({"/v1/messages": broken_once}) as provider:
+        upstream = Upstream(provider.url, ("sk-key", "sk-spare"), "refusal")
+        session = gateway.open({"anthropic": upstream}, retry_s=retry_s)
+        request = {"model": "claude-sonnet-4-5", "max_tokens": 10, "stream": True,
+                   "messages": [{"role": "user", "content": "hi"}]}  # fmt: skip
+        reply = httpx.post(gateway.base_url("anthropic") + "/v1/messages", headers={"x-api-key": session.token}, json=request)  # fmt: skip
+        report = gateway.close(session)
+    assert len(provider.seen) == served
+    counted = report.counted
+    if served == 1:
+        assert reply.status_code == 502 and "the provider's reply ended early" in reply.text
+        assert (counted.n_model_calls, counted.failed_calls, counted.usage.input_tokens) == (1, 1, 100000)
+        return
+    assert reply.status_code == 200 and "x" * 1000 in reply.text and '"message_stop"' in reply.text
+    assert (counted.n_model_calls, counted.failed_calls, counted.last_failure) == (2, 1, None)
+    assert (counted.usage.input_tokens, counted.usage.output_tokens) == (200000, 1 + 50)
+    assert counted.cost_usd == pytest.approx(200000 * SONNET_IN + 51 * SONNET_OUT)
+    assert [call["cut_short_by"] for call in report.calls] == ["provider", None]
+    assert [call["retries"] for call in report.calls] == [1, 0]

@@ -524,7 +524,9 @@ class Gateway:
         if hide_usage:
             asked = {**payload, "stream_options": {**object_at(payload, "stream_options"), "include_usage": True}}
             body = json.dumps(asked).encode()
-        started = time.monotonic()
+        # when the unit's call began (its tries again end within the session's retry time from
+        # then), and when the provider's current try of it did
+        call_began = started = time.monotonic()
         query = request.rel_url.raw_query_string
         url = URL(upstream.base_url.rstrip("/") + path + (f"?{query}" if query else ""), encoded=True)
         header = _token_header(request.headers)
@@ -535,7 +537,7 @@ class Gateway:
                 upstream_response = await self._client.request(request.method, url, data=body, headers=headers)
             except (ClientError, asyncio.TimeoutError, OSError) as exc:
                 record.error = f"{type(exc).__name__}: {exc}"[:MESSAGE_CHARS]
-                if await _waited_to_retry(record, session, started, None):
+                if await _waited_to_retry(record, session, call_began, None):
                     continue
                 record.latency_s = round(time.monotonic() - started, 4)
                 return _error(web, 502, "api_error", f"rayeval gateway: the provider could not be reached: {exc}")
@@ -549,10 +551,16 @@ class Gateway:
                 return await self._stream(request, record, session, upstream_response, started, hide_usage)
             if status < 400:
                 reply = await self._held(record, session, upstream_response, started, hide_usage)
-                if record.refusal is None or session.closed or session.over_limit() is not None:
+                if session.closed or session.over_limit() is not None:
                     return reply
-                session.key_index[route] = index + 1
-                record.refusal_fallback = True
+                if record.cut_short_by == "provider":  # broken off unseen by the unit: tried again, as a 5xx is
+                    if not await _waited_to_retry(record, session, call_began, None):
+                        return reply
+                elif record.refusal is not None:
+                    session.key_index[route] = index + 1
+                    record.refusal_fallback = True
+                else:
+                    return reply
                 record, started = _again(record, payload), time.monotonic()
                 session.calls.append(record)
                 continue
@@ -564,7 +572,7 @@ class Gateway:
                 continue
             if status in RETRYABLE_STATUSES:
                 record.status, record.error = status, text[:MESSAGE_CHARS]  # as it stands if the unit goes
-                if await _waited_to_retry(record, session, started, retry_after_s(upstream_response.headers)):
+                if await _waited_to_retry(record, session, call_began, retry_after_s(upstream_response.headers)):
                     continue
             return self._answer_error(record, session, upstream_response, text, started)
 
@@ -580,14 +588,19 @@ class Gateway:
 
     async def _held(self, record: CallRecord, session: Session, response: Any, started: float, hide_usage: bool) -> Any:
         """A reply read whole before the unit gets any of it (a refusal in it takes the next
-        key, unseen by the unit): settled, and the response the unit gets if it stands."""
+        key, unseen by the unit): settled, and the response the unit gets if it stands. One the
+        provider breaks off is settled with what was read of it (its usage so far), a failed
+        call, and the unit gets a 502 if it is not tried again."""
         from aiohttp import ClientError, web
 
         assert record.protocol is not None
         record.status = response.status
         reader = ResponseReader(record.protocol, record.streamed)
+        chunks: list[bytes] = []
         try:
-            body = await response.read()
+            async for chunk in response.content.iter_any():
+                chunks.append(chunk)
+                reader.feed(chunk)
         except (ClientError, asyncio.TimeoutError, OSError) as exc:
             record.error = f"the provider's reply ended early: {type(exc).__name__}"
             record.cut_short_by = "provider"
@@ -599,7 +612,7 @@ class Gateway:
         finally:
             response.release()
         record.first_byte_s = round(time.monotonic() - started, 4)
-        reader.feed(body)
+        body = b"".join(chunks)
         self._settle(record, session, reader, started)
         if hide_usage:
             hidden = HiddenUsage()
@@ -720,7 +733,7 @@ def _read_on_until(session: Session) -> float:
     return until if session.deadline is None else min(until, session.deadline)
 
 
-async def _waited_to_retry(record: CallRecord, session: Session, started: float, hint: float | None) -> bool:
+async def _waited_to_retry(record: CallRecord, session: Session, call_began: float, hint: float | None) -> bool:
     """After a failure worth another try (a rate limit, an overload, a server error, no
     answer): whether the call goes to the provider again, after the wait this says (the
     provider's hint, else a doubling backoff), which must end within the session's retry
@@ -729,7 +742,7 @@ async def _waited_to_retry(record: CallRecord, session: Session, started: float,
         RETRY_FLOOR_S, hint if hint is not None else doubled_s(1.0, record.retries, 30.0) * random.uniform(0.5, 1.0)
     )
     until = time.monotonic() + wait
-    if until - started > session.retry_s or (session.deadline is not None and until > session.deadline):
+    if until - call_began > session.retry_s or (session.deadline is not None and until > session.deadline):
         return False
     record.retries += 1
     record.retried_s = round(record.retried_s + wait, 3)

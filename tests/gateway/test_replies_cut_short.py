@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -291,3 +292,38 @@ def test_a_held_reply_the_provider_breaks_off_is_tried_again_within_the_retry_ti
     assert counted.cost_usd == pytest.approx(200000 * SONNET_IN + 51 * SONNET_OUT)
     assert [call["cut_short_by"] for call in report.calls] == ["provider", None]
     assert [call["retries"] for call in report.calls] == [1, 0]
+
+
+async def error_begun(request: web.Request) -> web.StreamResponse:
+    """A provider that answers 500 and begins its error body, then sends no more of it."""
+    reply = web.StreamResponse(status=500, headers={"content-type": "application/json", "content-length": "1000"})
+    await reply.prepare(request)
+    await reply.write(b'{"type": "error", "error": {"type": "api_error", "message": "')
+    return reply
+
+
+def test_a_call_whose_unit_hangs_up_on_its_error_reply_is_settled_with_its_status(gateway: Gateway) -> None:
+    """The provider's 500 comes, its body stalls; the unit hangs up and its time runs out: its
+    session's close cuts the call off as the gateway reads the error, and settles it as the
+    other hang-ups are: counted, its cost unknown, its failure the provider's 500."""
+
+    closed = threading.Event()
+
+    async def stalled(request: web.Request) -> web.StreamResponse:
+        reply = await error_begun(request)
+        while not closed.is_set():  # the rest of the error never comes while the gateway reads it
+            await asyncio.sleep(0.05)
+        return reply
+
+    with Provider({"/v1/messages": stalled}) as provider:
+        session = gateway.open({"anthropic": Upstream(provider.url, ("sk-key",))}, timeout_s=1.5)
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(gateway.base_url("anthropic") + "/v1/messages", headers={"x-api-key": session.token},
+                       json={"model": "claude-sonnet-4-5", "max_tokens": 10}, timeout=0.5)  # fmt: skip
+        report = gateway.close(session)
+        closed.set()
+    counted = report.counted
+    assert (counted.n_model_calls, counted.failed_calls, counted.cost_usd) == (1, 1, None)
+    assert counted.last_failure is not None and counted.last_failure.status == 500
+    (call,) = report.calls
+    assert (call["status"], call["cut_short_by"]) == (500, "gateway") and "cut off" in call["error"]

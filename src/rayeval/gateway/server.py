@@ -541,9 +541,8 @@ class Gateway:
                     continue
                 record.latency_s = round(time.monotonic() - started, 4)
                 return _error(web, 502, "api_error", f"rayeval gateway: the provider could not be reached: {exc}")
-            except asyncio.CancelledError:  # the provider has the call: counted, its cost unknown
-                if protocol is not None:
-                    self._cut_off(record, session, ResponseReader(protocol, streamed), started)
+            except asyncio.CancelledError:
+                self._cut_off_unread(record, session, started)
                 raise
             status = upstream_response.status
             spare_key = index + 1 < len(upstream.keys)
@@ -564,8 +563,14 @@ class Gateway:
                 record, started = _again(record, payload), time.monotonic()
                 session.calls.append(record)
                 continue
-            text = await upstream_response.text(errors="replace")
-            upstream_response.release()
+            try:
+                text = await upstream_response.text(errors="replace")
+            except asyncio.CancelledError:
+                record.status = status
+                self._cut_off_unread(record, session, started)
+                raise
+            finally:
+                upstream_response.release()
             if spare_key and upstream.fallback_on != "refusal" and _rejects_key(status, text):
                 session.key_index[route] = index + 1
                 record.key_fallbacks += 1
@@ -682,6 +687,12 @@ class Gateway:
         record.error = record.error or "cut off in flight: its unit's session closed"
         record.cut_short_by = "gateway"
         self._settle(record, session, reader, started)
+
+    def _cut_off_unread(self, record: CallRecord, session: Session, started: float) -> None:
+        """The call's relay was cancelled before it read the provider's reply (its session
+        closed): the provider has the call, so it is a model call counted, its cost unknown."""
+        if record.protocol is not None:
+            self._cut_off(record, session, ResponseReader(record.protocol, record.streamed), started)
 
     def _settle(self, record: CallRecord, session: Session, reader: ResponseReader | None, started: float) -> None:
         """The call is over: its usage, cost and outcome into the record and the session."""

@@ -327,3 +327,24 @@ def test_a_call_whose_unit_hangs_up_on_its_error_reply_is_settled_with_its_statu
     assert counted.last_failure is not None and counted.last_failure.status == 500
     (call,) = report.calls
     assert (call["status"], call["cut_short_by"]) == (500, "gateway") and "cut off" in call["error"]
+
+
+def test_an_error_reply_the_provider_breaks_off_is_passed_on_with_its_status(gateway: Gateway) -> None:
+    """The provider's 500 comes, and its connection breaks before the end of its error body:
+    the unit gets the 500, and the call is the provider's 500 failure, settled."""
+
+    async def broken(request: web.Request) -> web.StreamResponse:
+        reply = await error_begun(request)
+        assert request.transport is not None
+        request.transport.close()
+        return reply
+
+    with Provider({"/v1/messages": broken}) as provider:
+        session = gateway.open({"anthropic": Upstream(provider.url, ("sk-key",))})
+        reply = httpx.post(gateway.base_url("anthropic") + "/v1/messages", headers={"x-api-key": session.token},
+                           json={"model": "claude-sonnet-4-5", "max_tokens": 10})  # fmt: skip
+        report = gateway.close(session)
+    assert reply.status_code == 500 and "the provider's reply ended early" in reply.text
+    counted = report.counted
+    assert counted.failed_calls == 1 and counted.last_failure is not None and counted.last_failure.status == 500
+    assert report.calls[0]["status"] == 500 and report.calls[0]["latency_s"] is not None

@@ -565,6 +565,8 @@ class Gateway:
                 continue
             try:
                 text = await upstream_response.text(errors="replace")
+            except (ClientError, asyncio.TimeoutError, OSError) as exc:  # its error cut short: its status stands
+                text = f"the provider's reply ended early: {type(exc).__name__}"
             except asyncio.CancelledError:
                 record.status = status
                 self._cut_off_unread(record, session, started)

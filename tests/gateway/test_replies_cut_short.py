@@ -304,8 +304,8 @@ async def error_begun(request: web.Request) -> web.StreamResponse:
 
 def test_a_call_whose_unit_hangs_up_on_its_error_reply_is_settled_with_its_status(gateway: Gateway) -> None:
     """The provider's 500 comes, its body stalls; the unit hangs up and its time runs out: its
-    session's close cuts the call off as the gateway reads the error, and settles it as the
-    other hang-ups are: counted, its cost unknown, its failure the provider's 500."""
+    session's close cuts the call off as the gateway reads the error, and settles it as an
+    error read whole is: no model call (the provider bills none), its failure the provider's 500."""
 
     closed = threading.Event()
 
@@ -323,7 +323,7 @@ def test_a_call_whose_unit_hangs_up_on_its_error_reply_is_settled_with_its_statu
         report = gateway.close(session)
         closed.set()
     counted = report.counted
-    assert (counted.n_model_calls, counted.failed_calls, counted.cost_usd) == (1, 1, None)
+    assert (counted.n_model_calls, counted.failed_calls, counted.cost_usd) == (0, 1, 0.0)
     assert counted.last_failure is not None and counted.last_failure.status == 500
     (call,) = report.calls
     assert (call["status"], call["cut_short_by"]) == (500, "gateway") and "cut off" in call["error"]

@@ -567,9 +567,9 @@ class Gateway:
                 text = await upstream_response.text(errors="replace")
             except (ClientError, asyncio.TimeoutError, OSError) as exc:  # its error cut short: its status stands
                 text = f"the provider's reply ended early: {type(exc).__name__}"
-            except asyncio.CancelledError:
+            except asyncio.CancelledError:  # an error, as one read whole: no model call, nothing billed
                 record.status = status
-                self._cut_off_unread(record, session, started)
+                self._cut_off(record, session, None, started)
                 raise
             finally:
                 upstream_response.release()

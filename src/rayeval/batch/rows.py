@@ -32,26 +32,21 @@ def stored_row(result: EvalResult, **fields: Any) -> UnitRecord:
     """The unit's record (``fields``: those of :func:`row_from_result`), known to encode.  A
     result that cannot be stored (text that is not Unicode, from an agent run inline: what it
     returns reaches here unchecked) makes the unit an ``UnstorableResult`` error record saying
-    why, without what the agent returned; the other units are not touched."""
+    why, without what the agent left (what the gateway counted of its calls kept); the other
+    units are not touched."""
     try:
         record = row_from_result(result, **fields)
         record.to_line()  # what cannot be encoded is found here, on the worker; the driver writes the line
         return record
     except (ValueError, RecursionError, OverflowError) as exc:  # PydanticSerializationError is a ValueError
         why = f"{type(exc).__name__}: {exc}".encode("utf-8", "backslashreplace").decode("utf-8")
-    unstorable = result.model_copy(
-        update={
-            "status": "error",
-            "passed": False,
-            "grader_result": None,
-            "agent_answer": None,
-            "answer_source": None,
-            "metadata": {},
-            "artifacts": {},
-            "error_type": "UnstorableResult",
-            "error_message": f"the unit's result cannot be stored: {why}",
-            "error_traceback": None,
-        }
+    unstorable = result.trusted_part(
+        status="error",
+        passed=False,
+        grader_result=None,
+        error_type="UnstorableResult",
+        error_message=f"the unit's result cannot be stored: {why}",
+        error_traceback=None,
     )
     return row_from_result(unstorable, **fields)
 

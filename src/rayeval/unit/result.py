@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..gateway.server import ModelUsage
+from ..gateway.transcript import MODEL_CALLS_ARTIFACT
 from ..graders.result import GraderResult
 from ..record import STATUSES, LimitName, Status
 
@@ -100,6 +101,19 @@ class EvalResult(BaseModel):
     @property
     def score(self) -> float:
         return self.grader_result.normalized_score() if self.grader_result else 0.0
+
+    def trusted_part(self, **update: Any) -> EvalResult:
+        """Itself without what its agent left (its answer, metadata and files, which trusted
+        code tripped on and could trip on again), with what the trusted side saw of its run (its
+        times, its model calls as the gateway counted them, their transcript), and ``update``."""
+        metadata: dict[str, Any] = {}
+        artifacts: dict[str, str] = {}
+        if self.model_usage is not None:  # the gateway's word, written by the runner, never the agent's
+            metadata["gateway"] = self.model_usage.model_dump(mode="json")
+            if MODEL_CALLS_ARTIFACT in self.artifacts:
+                artifacts[MODEL_CALLS_ARTIFACT] = self.artifacts[MODEL_CALLS_ARTIFACT]
+        kept = {"agent_answer": None, "answer_source": None, "metadata": metadata, "artifacts": artifacts}
+        return self.model_copy(update={**kept, **update})
 
     @property
     def counted(self) -> ModelUsage | None:

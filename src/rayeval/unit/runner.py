@@ -388,23 +388,7 @@ def failed_after_run(execution: EvalResult, exc: Exception, judgments: Judgments
     model calls as the gateway counted them, their transcript; the judge calls made, with
     their ``judgments``), not what the agent left (its answer, metadata and files), which
     rayeval may have tripped on and could trip on again."""
-    counted = execution.model_usage
-    metadata: dict[str, Any] = {}
-    artifacts: dict[str, str] = {}
-    if counted is not None:  # the gateway's, never the agent's (see ``_count_calls``)
-        metadata["gateway"] = counted.model_dump(mode="json")
-        if MODEL_CALLS_ARTIFACT in execution.artifacts:
-            artifacts[MODEL_CALLS_ARTIFACT] = execution.artifacts[MODEL_CALLS_ARTIFACT]
-    failed = execution.model_copy(
-        update={
-            "outcome": "error",
-            **rayeval_failure(exc),
-            "agent_answer": None,
-            "answer_source": None,
-            "metadata": metadata,
-            "artifacts": artifacts,
-        }
-    )
+    failed = execution.trusted_part(outcome="error", **rayeval_failure(exc))
     return unanswered_result(failed, judgments)
 
 

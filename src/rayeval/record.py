@@ -29,8 +29,8 @@ LimitName = Literal["tokens", "cost", "model_calls", "run_cost", "time"]
 #: an agent wrote). The model gateway (a provider's failure, but for a rate limit, which the
 #: unit's own requests may bring about), the runner (the unit could not run here: its data, its
 #: sandbox), Ray (its worker or node was lost) or the grading (an LLM judge was out of reach: a
-#: :data:`JUDGE_ERROR`; one that refused or never read its request, which holds the answer, may
-#: be the answer's doing). ``--errors exclude`` leaves out of pass rates these errors only. A
+#: :data:`JUDGE_ERROR`; one that refused its request, which holds the answer, gave no
+#: readable verdict or did not answer in its time may be the answer's doing). ``--errors exclude`` leaves out of pass rates these errors only. A
 #: run's own retries are for the runner's and Ray's only: a second try of an agent's own error
 #: (its code raised, its answer unusable) would not change it.
 SeenBy = Literal["gateway", "runner", "ray", "judge"]

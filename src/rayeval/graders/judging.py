@@ -199,6 +199,9 @@ class JudgeFailure(BaseModel):
     kind: FailureKind
     index: int
     message: str
+    #: a transient failure whose last try the judge did not answer in its time: the answer it
+    #: read may have brought that about (asking it to write at length)
+    timed_out: bool = False
     stop_reason: str | None = None
     raw_reply: str | None = None
     usage: JudgeUsage
@@ -228,7 +231,9 @@ def judge_criterion(request: JudgeRequest) -> JudgeOutcome:
             output = model.generate(messages, max_tokens=request.max_tokens, extra_body=request.extra_body)
         except ModelError as exc:
             kind: FailureKind = "transient" if exc.transient else "fatal"
-            return JudgeFailure(kind=kind, index=index, message=f"criterion {index}: {exc}", usage=usage)
+            timed_out = exc.call is not None and exc.call.timed_out
+            message = f"criterion {index}: {exc}"
+            return JudgeFailure(kind=kind, index=index, message=message, timed_out=timed_out, usage=usage)
         usage = usage.plus(output)
         reply = read_reply(output)
         if isinstance(reply, JudgeReply):

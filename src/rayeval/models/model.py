@@ -151,7 +151,8 @@ class Model:
                 if not retry.retryable(failed.status) or not retry.within_budget(
                     self.retry_policy, attempt, started, wait
                 ):
-                    redacted = CallFailed(failed.status, redact_text(failed.message, self._secrets), failed.headers)
+                    message = redact_text(failed.message, self._secrets)
+                    redacted = CallFailed(failed.status, message, failed.headers, timed_out=failed.timed_out)
                     raise ModelError(
                         self._describe(failed, attempt),
                         transient=retry.retryable(failed.status),

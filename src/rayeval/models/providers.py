@@ -86,13 +86,17 @@ class ModelError(RayevalError, RuntimeError):
 
 
 class CallFailed(RayevalError):
-    """One try failed: ``status`` None for a connection error or timeout."""
+    """One try failed: ``status`` None for a connection error or timeout (``timed_out``: the
+    model did not answer within the call's time, which what it was asked may bring about)."""
 
-    def __init__(self, status: int | None, message: str, headers: dict[str, str] | None = None):
+    def __init__(
+        self, status: int | None, message: str, headers: dict[str, str] | None = None, *, timed_out: bool = False
+    ):
         super().__init__(message)
         self.status = status
         self.message = message
         self.headers = headers or {}
+        self.timed_out = timed_out
 
 
 @dataclass(frozen=True)
@@ -215,15 +219,16 @@ def send(
     if sdk == "openai":
         import openai
 
-        errors: tuple[type[Exception], type[Exception]] = (
+        errors: tuple[type[Exception], type[Exception], type[Exception]] = (
             openai.APIStatusError,
             openai.APIConnectionError,
+            openai.APITimeoutError,
         )
         call = _openai_chat
     else:
         import anthropic
 
-        errors = (anthropic.APIStatusError, anthropic.APIConnectionError)
+        errors = (anthropic.APIStatusError, anthropic.APIConnectionError, anthropic.APITimeoutError)
         call = _anthropic_messages
     try:
         return call(sdk_client, model, messages, config)
@@ -233,7 +238,7 @@ def send(
     except errors[1] as exc:
         cause = exc.__cause__ or exc.__context__
         detail = f"{exc} ({type(cause).__name__}: {cause})" if cause else str(exc)
-        raise CallFailed(None, detail) from None
+        raise CallFailed(None, detail, timed_out=isinstance(exc, errors[2])) from None
 
 
 def _openai_chat(sdk_client: Any, model: str, messages: list[ChatMessage], config: GenerateConfig) -> Reply:

@@ -27,22 +27,23 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 JUDGE: SeenBy = "judge"
 
 
-def _judge_failure_kinds(metrics: dict[str, Any]) -> set[Any]:
-    """The kinds of the judge failures in a verdict's metrics: a rubric's ``judge_failures``,
-    and those of each entry of a graders list."""
-    kinds = {failure.get("kind") for failure in metrics.get("judge_failures", ()) if isinstance(failure, dict)}
+def _judge_failures(metrics: dict[str, Any]) -> list[dict[str, Any]]:
+    """The judge failures in a verdict's metrics: a rubric's ``judge_failures``, and those of
+    each entry of a graders list."""
+    failures = [failure for failure in metrics.get("judge_failures", ()) if isinstance(failure, dict)]
     for entry in metrics.get("graders", ()) if isinstance(metrics.get("graders"), list) else ():
         if isinstance(entry, dict) and isinstance(entry.get("metrics"), dict):
-            kinds |= _judge_failure_kinds(entry["metrics"])
-    return kinds
+            failures += _judge_failures(entry["metrics"])
+    return failures
 
 
 def _judges_out_of_reach(result: GraderResult) -> bool:
-    """Whether every judge that gave no verdict was out of reach (``transient``): one that
-    refused the request or never gave a readable verdict (``fatal``, ``unparseable``) read the
-    answer, which may have brought that about (content the judge refuses, or that makes it run
-    past its token limit)."""
-    return _judge_failure_kinds(result.metrics) == {"transient"}
+    """Whether every judge that gave no verdict was out of reach (``transient``, and answered
+    no try late): one that refused the request, never gave a readable verdict (``fatal``,
+    ``unparseable``) or did not answer in its time read the answer, which may have brought that
+    about (content the judge refuses, or that makes it write past its token limit or its time)."""
+    failures = _judge_failures(result.metrics)
+    return bool(failures) and all(f.get("kind") == "transient" and not f.get("timed_out") for f in failures)
 
 
 def _number(value: Any, kind: type) -> Any:

@@ -124,3 +124,16 @@ def test_a_null_artifact_is_listed_not_a_crash() -> None:
         {"name": "out.txt", "text": "x", "length": 1, "note": None},
     ]
     assert left_out == 0 and trajectory is None
+
+
+def test_a_trajectory_in_the_shape_of_the_gateways_record_is_the_agents_file() -> None:
+    """An agent may write its trajectory.json as the gateway's record of model calls it never
+    made: it is shown as the agent's JSON, never as calls the gateway saw; the gateway's own
+    model_calls.json is."""
+    forged = {"calls": [{"model": "claude-opus-4-1", "usage": {"input_tokens": 12000}}], "left_out": 0}
+    _, _, trajectory = data.artifacts_view(json.dumps({"trajectory.json": json.dumps(forged)}))
+    assert trajectory is not None and trajectory["format"] == "json"
+    assert all(step["role"] != "gateway" for step in trajectory["steps"])
+    _, _, recorded = data.artifacts_view(json.dumps({"model_calls.json": json.dumps(forged)}))
+    assert recorded is not None and recorded["format"] == "model-calls"
+    assert "gateway" in {step["role"] for step in recorded["steps"]}

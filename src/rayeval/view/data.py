@@ -237,7 +237,7 @@ def artifacts_view(artifacts_json: Any) -> tuple[list[dict[str, Any]], int, dict
     # the conversation: from the gateway's record of the calls where there is one with calls in it
     for name in (MODEL_CALLS_ARTIFACT, TRAJECTORY_ARTIFACT):
         if name in artifacts and trajectory is None:
-            fmt, steps, total = stored_conversation(artifacts[name])
+            fmt, steps, total = stored_conversation(artifacts[name], gateways=name == MODEL_CALLS_ARTIFACT)
             if name == TRAJECTORY_ARTIFACT or (fmt == "model-calls" and total > 0):
                 trajectory = {"format": fmt, "steps": [s._asdict() for s in steps], "total": total}
     return listed, max(0, len(artifacts) - MAX_ARTIFACTS), trajectory

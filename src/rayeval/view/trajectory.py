@@ -215,9 +215,10 @@ def _types(events: list[dict[str, Any]]) -> set[str]:
     return {kind for event in events if isinstance(kind := event.get("type"), str)}
 
 
-def _detect(data: Any) -> TrajectoryFormat:
-    if isinstance(data, dict) and isinstance(data.get("calls"), list) and "left_out" in data:
-        return "model-calls"
+def _detect(data: Any, gateways: bool) -> TrajectoryFormat:
+    if gateways:  # the gateway's record of the calls, never a file an agent wrote in its shape
+        recorded = isinstance(data, dict) and isinstance(data.get("calls"), list) and "left_out" in data
+        return "model-calls" if recorded else "json"
     if isinstance(data, dict) and isinstance(data.get("messages"), list):
         data = data["messages"]
     if not isinstance(data, list) or not data or not all(isinstance(e, dict) for e in data):
@@ -262,24 +263,26 @@ def _shown(found: Iterable[_Found]) -> tuple[list[Step], int]:
     return steps, total
 
 
-def conversation(data: Any) -> tuple[TrajectoryFormat, list[Step], int]:
-    """The trajectory's format, its steps shown and how many there were."""
-    fmt = _detect(data)
+def conversation(data: Any, *, gateways: bool = False) -> tuple[TrajectoryFormat, list[Step], int]:
+    """The trajectory's format, its steps shown and how many there were; ``gateways``: ``data``
+    is the gateway's record of the unit's model calls (``model_calls.json``)."""
+    fmt = _detect(data, gateways)
     steps, total = _shown(_found(fmt, data))
     return fmt, steps, total
 
 
-def stored_conversation(stored: Any) -> tuple[TrajectoryFormat, list[Step], int]:
-    """:func:`conversation` of a stored ``trajectory.json``: its text read as JSON, or shown as
-    it is, with a note, when it is not JSON (a file cut to its last bytes) or nests too deep."""
+def stored_conversation(stored: Any, *, gateways: bool = False) -> tuple[TrajectoryFormat, list[Step], int]:
+    """:func:`conversation` of a stored artifact (``trajectory.json``, or ``model_calls.json``:
+    ``gateways``): its text read as JSON, or shown as it is, with a note, when it is not JSON (a
+    file cut to its last bytes) or nests too deep."""
     if not isinstance(stored, str):
-        return conversation(stored)
+        return conversation(stored, gateways=gateways)
     try:
         data = loads(stored)
     except Unreadable as exc:
         field = text_field(stored, MAX_STEP_CHARS, str(exc))
         return "json", [Step("trajectory", "event", "text", field["text"], field["length"], field["note"])], 1
-    return conversation(data)
+    return conversation(data, gateways=gateways)
 
 
 __all__ = [

@@ -113,6 +113,7 @@ def test_a_provider_failure_the_agents_requests_may_bring_on_buys_neither_excuse
     assert (row["status"], row["error_type"], details["status"]) == ("error", "ProviderError", status)
     assert details.get("seen_by") == ("gateway" if excused else None)
     assert list(excused_errors(pd.DataFrame([row]))) == [excused]
+    assert ("--resume --retry-errors" in row["error_message"]) is not excused  # what helps, said where it is seen
     site["server"].fail(status, retry_after="0")
     _, (last,) = run(site, tmp_path / "again", "give_up_on_a_failed_call", "--retries", "1", "--gateway-retry-s", "0")
     assert (last["attempt"], last["error_type"]) == ((2, "NoAnswer") if excused else (1, "ProviderError"))

@@ -18,7 +18,7 @@ from ..gateway.server import CallLimits, Gateway, ModelUsage, RunBudget, Session
 from ..gateway.transcript import MODEL_CALLS_ARTIFACT, transcript_text
 from ..gateway.unit import UnitAccess, open_unit_access, route_of, shared_gateway
 from ..graders.judging import Judgments
-from ..models.failures import MESSAGE_CHARS, PROVIDER_ERROR, failure_code
+from ..models.failures import MESSAGE_CHARS, PROVIDER_ERROR, REQUEST_CAUSED_STATUSES, failure_code
 from ..record import RAYEVAL_FAILURE, SeenBy
 from ..sandbox.config import MiB, SandboxConfig
 from ..sandbox.isolation import Isolation, Outcome, run_inline
@@ -545,4 +545,7 @@ def _provider_message(failure: dict[str, Any]) -> str:
     status = f"HTTP {failure['status']}" if failure["status"] is not None else "no HTTP status"
     retries = failure["provider_retry_count"]
     resumed = f", after {retries} resume{'s' if retries != 1 else ''}" if retries else ""
-    return f"the model's provider failed ({status}, {failure['code']}{resumed}): {failure['message']}"
+    # a rate limit is not run again (the unit's own requests may bring one on): say what helps
+    hint = "; not run again: raise --gateway-retry-s or lower --max-concurrency, then --resume --retry-errors"
+    tail = hint if failure["status"] in REQUEST_CAUSED_STATUSES else ""
+    return f"the model's provider failed ({status}, {failure['code']}{resumed}{tail}): {failure['message']}"

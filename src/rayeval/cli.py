@@ -173,6 +173,7 @@ def _cmd_run_one(args: argparse.Namespace) -> int:
         sandbox=sandbox,
         grade_timeout=args.grade_timeout,
         convention=args.answer_convention,
+        allow_models=tuple(args.allow_models),
     )
     print(result.model_dump_json(indent=2))
     return EXIT_OK if result.passed else EXIT_FAILED
@@ -558,6 +559,7 @@ def _add_sandbox_options(parser: argparse.ArgumentParser, *, isolation: bool = T
             metavar=_LIMIT_UNITS.get(name.rpartition("_")[2], "N"), help=f"{field.description} (default {default})",
         )  # fmt: skip
     if isolation:  # grading runs on the trusted side: not the agent's isolation
+        _config_option(group, ExecutionConfig, "allow_models", metavar="MODEL")
         _config_option(parser, ExecutionConfig, "grade_timeout")
         _config_option(parser, ExecutionConfig, "answer_convention")
 

@@ -1,4 +1,5 @@
-"""Agents that call their model through the gateway (see test_limits.py, test_replies_cut_short.py)."""
+"""Agents that call their model through the gateway (see test_limits.py, test_replies_cut_short.py,
+test_model_pin.py)."""
 
 from __future__ import annotations
 
@@ -43,3 +44,17 @@ def stream_once(task_prompt: str, work_dir: Path, context: Any) -> dict:
     ) as stream:
         stream.get_final_text()
     return {"answer": {"value": 1}}
+
+
+def call_a_stronger_model(task_prompt: str, work_dir: Path, context: Any) -> dict:
+    """A hostile agent, run as its unit's model: it asks a stronger model first, then its own,
+    and says what each call got."""
+    client = anthropic.Anthropic(max_retries=0)
+    asked: dict[str, str] = {}
+    for model in ("claude-opus-4-1", context.model.removeprefix("anthropic/")):
+        try:
+            client.messages.create(model=model, max_tokens=5, messages=[{"role": "user", "content": "hi"}])
+            asked[model] = "answered"
+        except anthropic.APIStatusError as exc:
+            asked[model] = f"{exc.status_code}: {exc.message}"
+    return {"answer": {"value": 1}, "metadata": {"asked": asked}}

@@ -145,6 +145,9 @@ class ProgramAgent:
     key_names: ClassVar[tuple[str, ...]] = ()
     #: the one model API the program speaks, whose endpoint ``base_url`` is (None: its model's)
     model_api: ClassVar[Literal["openai", "anthropic"] | None] = None
+    #: its option saying whether it goes on with a fallback model when its model refuses
+    #: (unset: it does), None: it never does (the gateway lets a unit that does call that model)
+    model_fallback_option: ClassVar[str | None] = None
     #: (the variable listing fallback keys, the key variable a fallback goes into): a key the
     #: provider rejects is replaced by the next one listed; the list never reaches the program
     key_fallbacks: ClassVar[tuple[str, str] | None] = None

@@ -114,6 +114,7 @@ class ClaudeCodeAgent(ProgramAgent):
     tool: ClassVar[_tools.Program | None] = CLAUDE
     key_names: ClassVar[tuple[str, ...]] = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
     model_api = "anthropic"
+    model_fallback_option = "switch_models_on_flag"
     config_names: ClassVar[tuple[str, ...]] = (
         "ANTHROPIC_BASE_URL", "CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX", "CLAUDE_CODE_USE_FOUNDRY",
     )  # fmt: skip

@@ -185,6 +185,7 @@ def _program_function(spec: type[ProgramAgent]) -> AgentFunction:
     program_agent.read_paths, program_agent.env = _program_install(spec)  # type: ignore[attr-defined]
     program_agent.exec_only = _program_binaries(spec)  # type: ignore[attr-defined]
     program_agent.model_api = spec.model_api  # type: ignore[attr-defined]
+    program_agent.model_fallback_option = spec.model_fallback_option  # type: ignore[attr-defined]
     # a CLI agent (node or Python, its tools' subprocesses): about a CPU and a GiB
     program_agent.resources = UnitResources(cpus=1, memory=1024 * MIB)  # type: ignore[attr-defined]
     return program_agent
@@ -286,6 +287,7 @@ def _built_in_ref(name: str, function: AgentFunction) -> AgentRef:
         path_options=BUILT_IN_AGENTS[name].path_options,
         env=tuple(getattr(function, "env", ())),
         model_api=getattr(function, "model_api", None),
+        model_fallback_option=getattr(function, "model_fallback_option", None),
         function=function,
     )
 

@@ -17,6 +17,7 @@ from pydantic import AfterValidator, BaseModel, Field, model_validator
 
 from .._messages import KEYWORD_OF_FLAG
 from ..evals.model import DEFAULT_AGENT_TIMEOUT_S, MAX_TIMEOUT_S
+from ..gateway.pin import DEFAULT_MODEL
 from ..sandbox.config import SandboxConfig
 from ..sandbox.isolation import Isolation
 from ..unit.execution import INT64_MAX, INT64_MIN
@@ -119,6 +120,12 @@ class ExecutionConfig(BaseModel):
         description="names the agent is told: legacy (eval_answer.json, COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT) or "
         "benchmark (analysis_output.json, RUN_COMPLETE: latch-eval-tools' benchmark=True); both are read",
     )
+    allow_models: list[str] = Field(
+        default_factory=list,
+        description="a model units may call besides their own (repeatable; any: every model, so that a row's "
+        "model no longer says which model answered): the model gateway refuses any other",
+        json_schema_extra={"option": "--allow-model"},
+    )
     work_root: str | None = Field(
         None, description="where work folders are created (default: $RAYEVAL_WORK_ROOT or the temp dir)"
     )
@@ -203,7 +210,7 @@ class BatchConfig(BaseModel):
     agent_args: dict[str, str] = Field(
         default_factory=dict, description="agent option (repeatable)", json_schema_extra={"option": "--agent-arg"}
     )
-    models: list[str] = Field(default_factory=lambda: ["default"])
+    models: list[str] = Field(default_factory=lambda: [DEFAULT_MODEL])
     seeds: list[Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]] = Field(
         default_factory=lambda: [1]
     )  # stored as int64

@@ -211,7 +211,7 @@ def plan_changes(previous: RunManifest, current: RunManifest, agent_args: dict[s
 
 
 # Options of a run that change how its units run (and so their rows), compared on --resume.
-UNIT_OPTIONS = ("isolation", "network", "timeout", "grade_timeout", "answer_convention")
+UNIT_OPTIONS = ("isolation", "network", "timeout", "grade_timeout", "answer_convention", "allow_models")
 
 
 def _limit_changes(previous: dict[str, float | None] | None, current: dict[str, float | None] | None) -> list[str]:

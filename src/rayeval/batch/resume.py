@@ -114,6 +114,7 @@ def run_manifest(
             "timeout": execution.timeout,
             "grade_timeout": execution.grade_timeout,
             "answer_convention": execution.answer_convention,
+            "allow_models": execution.allow_models,
             "limits": execution.sandbox.limits.model_dump(),
             "models": config.models,
             "seeds": compact_seeds(config.seeds),

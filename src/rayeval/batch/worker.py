@@ -286,6 +286,7 @@ class UnitWorker:
             else budget_view(self.config.run_id, self.config.max_cost_usd),
             attempt=attempt,
             from_any_checkpoint=from_any_checkpoint,
+            allow_models=tuple(execution.allow_models),
         )
 
 

@@ -48,6 +48,7 @@ from ..models.prices import PriceTable, cost_usd, find_price, shipped_prices
 from ..models.retry import retry_after_s
 from ..record import LimitName
 from .accounting import HiddenUsage, ResponseReader, Usage, Wire
+from .pin import ModelPin
 from .transcript import bounded
 
 #: the largest request body relayed (a long conversation with images stays far below it)
@@ -130,6 +131,8 @@ class CallRecord:
     cut_short_by: Literal["provider", "unit", "gateway"] | None = None
     #: the gateway answered it itself, without calling the provider (a limit was reached)
     limit: LimitName | None = None
+    #: the gateway refused it itself, without calling the provider: it named a model its unit may not call
+    off_model: bool = False
     #: the provider's retry hint on a failed call (``retry-after``, ``retry-after-ms``)
     retry_after_s: float | None = None
     #: the tries the gateway made again after the provider failed them, and the seconds waited
@@ -168,6 +171,8 @@ class Session:
     retry_s: float = 0.0
     #: when its unit ends (monotonic clock): no call is held past it
     deadline: float | None = None
+    #: the models its calls may name (None: any)
+    pin: ModelPin | None = None
     calls: list[CallRecord] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
     cost_usd: float = 0.0
@@ -203,6 +208,8 @@ class Session:
             priced = mine.cost_usd is not None and seen.cost_usd is not None
             mine.cost_usd = round((mine.cost_usd or 0.0) + (seen.cost_usd or 0.0), 10) if priced else None
         self.last_model = self.last_model or counted.last_model
+        if self.pin is not None:
+            self.pin.fallback = self.pin.fallback or counted.fallback_model
         self.carried_calls = [*self.carried_calls, *calls]
         earlier = self.carried
         self.carried = counted.model_copy(
@@ -211,6 +218,7 @@ class Session:
                 "refusal_fallbacks": earlier.refusal_fallbacks + counted.refusal_fallbacks,
                 "refusals": counted.refusals if counted.refusal_fallbacks else [*earlier.refusals, *counted.refusals],
                 "failed_calls": earlier.failed_calls + counted.failed_calls,
+                "off_model_calls": earlier.off_model_calls + counted.off_model_calls,
                 "last_failure": counted.last_failure,
             }
         )
@@ -228,6 +236,21 @@ class Session:
             return "run_cost"
         return None
 
+    def off_model(self, route: str, payload: dict[str, Any], body: bytes) -> str | None:
+        """Why a model call of ``route`` (``payload``, read off ``body``) names a model the unit
+        may not call, None: it names none (see :class:`.pin.ModelPin`)."""
+        if self.pin is None:
+            return None
+        return self.pin.refused(payload, body, lambda: self.refusal_relayed(route))
+
+    def refusal_relayed(self, route: str) -> bool:
+        """Whether its unit got a refusal from ``route`` (a reply of it the gateway relayed, not one
+        it asked again with the next key), in this part of its session or an earlier one."""
+        earlier = self.carried_calls
+        if any(c.get("route") == route and c.get("refusal") and not c.get("refusal_fallback") for c in earlier):
+            return True
+        return any(call.route == route and call.refusal and not call.refusal_fallback for call in self.calls)
+
     def report(self) -> SessionReport:
         switches = [at for at, call in enumerate(self.calls) if call.refusal_fallback]
         judged = self.calls[switches[-1] + 1 :] if switches else self.calls  # a refusal is judged after the switch
@@ -244,6 +267,8 @@ class Session:
             last_model=self.last_model,
             failed_calls=carried.failed_calls + sum(1 for call in self.calls if call.failed()),
             last_failure=_last_failure(self.calls, carried.last_failure),
+            off_model_calls=carried.off_model_calls + sum(1 for call in self.calls if call.off_model),
+            fallback_model=self.pin.fallback if self.pin is not None else carried.fallback_model,
         )
         return SessionReport(counted, [*self.carried_calls, *(call.as_dict() for call in self.calls)], self.token)
 
@@ -293,6 +318,12 @@ class ModelUsage(BaseModel):
     #: the provider's failure that the unit's last model call ended in (None: it was answered,
     #: or the unit made none): the one a unit without an answer is a ``ProviderError`` for
     last_failure: ProviderFailure | None = None
+    #: calls the gateway refused because they named a model the unit may not call (never sent
+    #: to a provider, never billed; each in ``model_calls.json`` with ``off_model``)
+    off_model_calls: int = 0
+    #: the model its program moved to after a refusal the gateway relayed it (Claude Code's
+    #: fallback model), the one other model it could call then; None: none
+    fallback_model: str | None = None
 
 
 @dataclass
@@ -423,10 +454,11 @@ class Gateway:
         budget: RunBudget | None = None,
         retry_s: float = 0.0,
         timeout_s: float | None = None,
+        pin: ModelPin | None = None,
     ) -> Session:
         """A unit's session: its calls go to ``upstreams``; one the provider fails with a status
         worth another try is tried again for up to ``retry_s`` seconds, within ``timeout_s``
-        from now (the unit's own time)."""
+        from now (the unit's own time); one naming a model ``pin`` does not allow is refused."""
         session = Session(
             token=f"rayeval-unit-{secrets.token_urlsafe(24)}",
             upstreams=dict(upstreams),
@@ -435,6 +467,7 @@ class Gateway:
             budget=budget,
             retry_s=retry_s,
             deadline=None if timeout_s is None else time.monotonic() + timeout_s,
+            pin=pin,
         )
         with self._lock:
             self._sessions[session.token] = session
@@ -521,6 +554,10 @@ class Gateway:
                 record.limit, record.status = limit, 400
                 record.error = _limit_message(limit, session.limits)
                 return _error(web, 400, "invalid_request_error", record.error)
+            refused = session.off_model(route, payload, body)
+            if refused is not None:
+                record.off_model, record.status, record.error = True, 400, refused
+                return _error(web, 400, "invalid_request_error", refused)
         if hide_usage:
             asked = {**payload, "stream_options": {**object_at(payload, "stream_options"), "include_usage": True}}
             body = json.dumps(asked).encode()
@@ -769,7 +806,7 @@ def _last_failure(calls: list[CallRecord], earlier: ProviderFailure | None) -> P
     it broke off after its status (a 502: a bad reply, as a gateway calls one) (``earlier``: the
     one an earlier part of the session ended in, if these calls made none). A call the gateway
     cut off before any answer (its session closed) is no failure of the provider's."""
-    made = [call for call in calls if call.protocol is not None and call.limit is None]
+    made = [call for call in calls if call.protocol is not None and call.limit is None and not call.off_model]
     if not made:
         return earlier
     last = made[-1]

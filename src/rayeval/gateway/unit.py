@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 
 from ..models.failures import ANTHROPIC_KEY_FALLBACKS
 from ..models.providers import PROVIDERS, inferred_provider
+from .pin import model_pin
 from .server import PROVIDER_ROUTES, CallLimits, Gateway, RunBudget, Session, upstreams_from
 
 #: variables that carry a model provider's key besides those of the gateway's routes: none
@@ -82,11 +83,15 @@ def open_unit_access(
     retry_s: float = 0.0,
     timeout_s: float | None = None,
     environ: Mapping[str, str] | None = None,
+    allowed_models: tuple[str, ...] = (),
+    falls_back: bool = False,
 ) -> UnitAccess:
     """A session for one unit, its upstreams from ``environ`` (default: this process's) and,
     where ``options`` (a built-in agent's, which take ``base_url`` and ``api_key_env``), from
     ``args``: ``base_url`` is the endpoint of the model's API (``api``, else the model's) and
-    ``api_key_env`` the variable holding its key. The unit sees the gateway instead."""
+    ``api_key_env`` the variable holding its key. The unit sees the gateway instead. Its calls
+    may name ``model``, the ``allowed_models`` and, where its program ``falls_back`` to another
+    model when its model refuses, that one (see :func:`.pin.model_pin`)."""
     environ = os.environ if environ is None else environ
     upstreams = upstreams_from(environ)
     unit_args = dict(args)
@@ -101,7 +106,8 @@ def open_unit_access(
             key = environ.get(key_variable)
             current = replace(current, keys=(key,) if key else ())
         upstreams[route] = current
-    session = gateway.open(upstreams, limits, budget=budget, retry_s=retry_s, timeout_s=timeout_s)
+    pin = model_pin(model, allowed_models, falls_back)
+    session = gateway.open(upstreams, limits, budget=budget, retry_s=retry_s, timeout_s=timeout_s, pin=pin)
     for name, (base_variable, _, key_variable) in PROVIDER_ROUTES.items():
         if base_variable:
             env[base_variable] = gateway.base_url(name)

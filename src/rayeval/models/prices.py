@@ -72,11 +72,18 @@ def price_table(override: dict | str | Path | None = None) -> PriceTable:
     return {**shipped_prices(), **extra}
 
 
+def undated(model: str) -> str:
+    """``model`` without the date a dated id ends in (``claude-sonnet-4-5-20250929``,
+    ``gpt-4o-2024-08-06``): a dated id and its undated name are one model, priced (and pinned
+    by the model gateway) alike."""
+    return _DATE_SUFFIX.sub("", model)
+
+
 def find_price(table: PriceTable, name: str) -> Price | None:
     """The price of ``provider/model`` (or of its undated name, or of the bare model name)."""
     provider, _, model = name.partition("/")
-    undated = _DATE_SUFFIX.sub("", model)
-    for candidate in (name, f"{provider}/{undated}", model, undated):
+    bare = undated(model)
+    for candidate in (name, f"{provider}/{bare}", model, bare):
         if candidate in table:
             return table[candidate]
     return None

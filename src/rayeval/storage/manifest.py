@@ -208,6 +208,8 @@ class RunManifest(BaseModel):
     grade_timeout: float | None = None
     #: the answer-file name and completion marker agents were told (None: before the option)
     answer_convention: str | None = None
+    #: the models units could call besides their own (``--allow-model``; ``any``: every model)
+    allow_models: list[str] = Field(default_factory=list)
     #: what one unit may use (``UnitLimits``: memory, processes, answer and artifact sizes...)
     limits: dict[str, float | None] | None = None
     models: list[str] = Field(default_factory=list)

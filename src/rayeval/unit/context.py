@@ -110,6 +110,9 @@ class AgentRef(BaseModel):
     #: the one model API a built-in program speaks (Claude Code: Anthropic's, Codex: OpenAI's),
     #: which its ``base_url`` option is the endpoint of; None: the unit's model's
     model_api: Literal["openai", "anthropic"] | None = None
+    #: a built-in program's option saying whether it goes on with a fallback model when its model
+    #: refuses (Claude Code's ``switch_models_on_flag``; unset: it does); None: it never does
+    model_fallback_option: str | None = None
     #: the agent itself, where rayeval's agents layer loaded it in this process (a built-in, or
     #: an agent run inline): what a unit run in this process calls
     function: AgentFunction | None = Field(default=None, exclude=True, repr=False)
@@ -119,6 +122,11 @@ class AgentRef(BaseModel):
         """The module of a ``module:function`` agent (None for a built-in)."""
         module, sep, _ = self.name.partition(":")
         return module if sep else None
+
+    def falls_back(self, args: dict[str, str]) -> bool:
+        """Whether, with ``args`` its options, it moves to a fallback model when its model refuses."""
+        option = self.model_fallback_option
+        return option is not None and args.get(option, "").strip().lower() != "false"
 
     def shown_paths(self, args: dict[str, str]) -> tuple[str, ...]:
         """What of the host it reads where it runs, with ``args`` its options."""

@@ -62,6 +62,7 @@ class ExecuteOptions(TypedDict, total=False):
     budget: RunBudget | None
     attempt: int
     from_any_checkpoint: bool
+    allow_models: tuple[str, ...]
 
 
 class EvalRunner:
@@ -118,6 +119,7 @@ class EvalRunner:
         budget: RunBudget | None = None,
         attempt: int = 1,
         from_any_checkpoint: bool = False,
+        allow_models: tuple[str, ...] = (),
     ) -> EvalResult:
         """Everything but grading, so a batch engine can grade many units in one task: the
         result as the run fills it in, not graded yet (its ``status`` None; see :meth:`run`).
@@ -134,7 +136,8 @@ class EvalRunner:
         attempt at the unit; with a ``sessions_root``, its chunked session goes on from the
         newest checkpoint that attempt saved (Ray runs it again when its node is lost), or,
         ``from_any_checkpoint`` (the attempt before lost its node, or could not run), from the
-        newest of any.
+        newest of any. ``allow_models``: the models its calls may name besides its ``model``
+        (``any``: every model; see :mod:`rayeval.gateway.pin`).
         """
         started_at = now()
         start = time.monotonic()
@@ -156,7 +159,16 @@ class EvalRunner:
         checkpoints = self._checkpoints(context, work_dir, attempt)
         try:
             ran, calls = self._run_agent(
-                work_dir, agent, context, limit, isolation, config, budget, checkpoints, from_any_checkpoint
+                work_dir,
+                agent,
+                context,
+                limit,
+                isolation,
+                config,
+                budget,
+                checkpoints,
+                from_any_checkpoint,
+                allow_models,
             )
             try:
                 fields, removed = self._left_behind(ran, calls, work_dir, config)
@@ -223,6 +235,7 @@ class EvalRunner:
         budget: RunBudget | None = None,
         checkpoints: ChunkCheckpoints | None = None,
         from_any_checkpoint: bool = False,
+        allow_models: tuple[str, ...] = (),
     ) -> tuple[Outcome | Exception, SessionReport | None]:
         """Stage the data and run the agent in ``work_dir``: its outcome, or why it could not
         run (``StagingError``, ``SandboxError``; any other exception: rayeval failed on the
@@ -267,6 +280,8 @@ class EvalRunner:
             budget=budget,
             retry_s=sandbox.limits.gateway_retry_s,
             timeout_s=limit,
+            allowed_models=allow_models,
+            falls_back=isinstance(agent, AgentRef) and agent.falls_back(context.args),
         )
         if isolation == "inline":  # the prompt agent, in this process: its calls relayed as a unit's
             return self._run_in_worker(agent, prompt, work_dir, context, limit, gateway, access)

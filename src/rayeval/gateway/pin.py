@@ -1,0 +1,106 @@
+"""The models a unit may call through the gateway.
+
+A row is attributed to its unit's model (its ``model`` column), so the gateway refuses a model
+call naming another one: a unit run as a weak model cannot have a strong one answer for it.
+A unit may call its own model (as the run names it, with or without its provider, dated or
+not: :func:`names_model`), the models its run allows besides (``--allow-model``) and, where its
+program goes on with a fallback model when its model refuses (Claude Code's
+``switchModelsOnFlag``), one other model once the gateway relayed it a refusal.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..models.prices import undated
+
+#: what ``--allow-model`` takes to let a run's units call any model (nothing pinned)
+ANY_MODEL = "any"
+#: the model of a run's units when no ``--models`` is given: the agent's own choice, which pins nothing
+DEFAULT_MODEL = "default"
+#: the most characters of a model name an error message repeats (the name is the unit's)
+_NAME_CHARS = 200
+
+
+def names_model(asked: str, model: str) -> bool:
+    """Whether a call asking for ``asked`` (as an agent sends it: ``claude-sonnet-4-5``) asks
+    for ``model`` (as a run names it: ``anthropic/claude-sonnet-4-5``, ``openrouter/<vendor>/<model>``):
+    the name, or its part after a ``/`` (its provider's prefix off), dated or not (see
+    :func:`rayeval.models.prices.undated`)."""
+    wanted, named = undated(asked), undated(model)
+    return bool(wanted) and (named == wanted or named.endswith("/" + wanted))
+
+
+@dataclass
+class ModelPin:
+    """The models one unit's calls may name: ``models`` (its own first, then those its run
+    allows besides) and, where it ``falls_back`` (its program moves to a fallback model when its
+    model refuses), the first other model it asks a route for after the gateway relayed it a
+    refusal there: its ``fallback``, the one other model it may call from then on."""
+
+    models: tuple[str, ...]
+    falls_back: bool = False
+    fallback: str | None = None
+
+    def allows(self, asked: str) -> bool:
+        return any(names_model(asked, model) for model in (*self.models, *filter(None, [self.fallback])))
+
+    def refused(self, payload: dict[str, Any], body: bytes, refusal_relayed: Callable[[], bool]) -> str | None:
+        """Why a model call (``payload``, read off ``body`` as sent) is refused, None: it may go.
+        A fallback model (see the class) is taken here, when ``refusal_relayed()`` says the
+        unit got a refusal on the call's route."""
+        asked = _asked_models(payload)
+        if asked is None or _names_a_model_twice(body):
+            return "rayeval gateway: a model call names its model once, as a string in its 'model' field"
+        others = [name for name in asked if not self.allows(name)]
+        if not others:
+            return None
+        if self.falls_back and self.fallback is None and len(set(others)) == 1 and refusal_relayed():
+            self.fallback = others[0]
+            return None
+        allowed = ", ".join(repr(name) for name in (*self.models, *filter(None, [self.fallback])))
+        return (
+            f"rayeval gateway: this unit may call {allowed} only, not {others[0][:_NAME_CHARS]!r} "
+            f"(a run allows another model with --allow-model)"
+        )
+
+
+def model_pin(model: str | None, allowed: tuple[str, ...] = (), falls_back: bool = False) -> ModelPin | None:
+    """The pin of a unit of ``model`` (None: not pinned: a unit without a model, or of the
+    run's default model, or one its run lets call any model)."""
+    if model is None or model == DEFAULT_MODEL or ANY_MODEL in allowed:
+        return None
+    return ModelPin((model, *allowed), falls_back)
+
+
+def _asked_models(payload: dict[str, Any]) -> list[str] | None:
+    """The models a call asks for: its ``model``, and each of OpenRouter's ``models`` (the ones
+    it falls back to); None: one is not a string, or it names none."""
+    model, more = payload.get("model"), payload.get("models", [])
+    if not isinstance(model, str) or not isinstance(more, list):
+        return None
+    asked = [model, *more]
+    return asked if all(isinstance(name, str) for name in asked) else None
+
+
+def _names_a_model_twice(body: bytes) -> bool:
+    """Whether the object ``body`` is holds ``model`` or ``models`` twice: the gateway reads the
+    last, a provider may read the first. Only a body whose bytes could spell such a key twice
+    (``"model`` twice, or a ``\\u`` escape, which may spell a letter of one) is parsed again,
+    its top-level pairs kept, to see."""
+    if body.count(b'"model') < 2 and b"\\u" not in body:
+        return False
+    top: list[Any] = []
+
+    def pairs_of(pairs: list[tuple[str, Any]]) -> None:
+        top[:] = pairs  # the top-level object's come last
+
+    try:
+        json.loads(body, object_pairs_hook=pairs_of)
+    except (ValueError, RecursionError):
+        return False  # not read as JSON: it names no model, and is refused for that
+    keys = [key for key, _ in top]
+    return keys.count("model") > 1 or keys.count("models") > 1

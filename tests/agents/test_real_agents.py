@@ -241,6 +241,17 @@ def test_claude_max_turns(request: pytest.FixtureRequest, model_server, tmp_path
     assert out["answer"] is None and "exited with code" in md["error_details"]["error"]
 
 
+def test_claude_codes_helper_models_are_the_units_model(claude_available, model_server, tmp_path: Path) -> None:
+    """Its side tasks and subagents (Haiku by default) run on the unit's model: the gateway lets
+    a unit call its own model only."""
+    server = model_server([{"command": "echo helpers=[$ANTHROPIC_DEFAULT_HAIKU_MODEL,$CLAUDE_CODE_SUBAGENT_MODEL]"}])
+    work_dir = tmp_path / "work"
+    work_dir.mkdir()
+    out = claude_code("anthropic/claude-sonnet-4-5", base_url=server.url, timeout=PROGRAM_TIMEOUT)(PROMPT, work_dir)
+    assert "helpers=[claude-sonnet-4-5,claude-sonnet-4-5]" in json.dumps(out["metadata"]["trajectory"])
+    assert {request.body["model"] for request in server.model_requests()} == {"claude-sonnet-4-5"}
+
+
 def test_mini_swe_speaks_the_benchmark_convention(mini_available, model_server, tmp_path: Path) -> None:
     """Under latch-eval-tools' benchmark names the packaged templates tell the model about
     analysis_output.json and RUN_COMPLETE (never the legacy names); the session ends on

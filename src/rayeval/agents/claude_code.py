@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from .._json import amount_in
+from ..gateway.pin import DEFAULT_MODEL
 from ..models.failures import ProviderFailure, provider_failure
 from ..models.types import ReportedUsage
 from ..unit.prompt import AnswerConvention
@@ -65,6 +66,9 @@ QUIET_ENV = {
     "CLAUDE_CODE_DISABLE_FEEDBACK_SURVEY": "1",
     "NODE_DISABLE_COMPILE_CACHE": "1",
 }
+#: the variables naming the models Claude Code gives its side tasks and subagents (Haiku by
+#: default): the unit's model, as the model gateway lets a unit call its own model only
+HELPER_MODEL_VARIABLES = ("ANTHROPIC_DEFAULT_HAIKU_MODEL", "ANTHROPIC_SMALL_FAST_MODEL", "CLAUDE_CODE_SUBAGENT_MODEL")
 #: ``CLAUDE_CODE_MAX_RETRIES``: the program's own retries of a failed call (about 1.5 s of
 #: waits) before the session ends and rayeval's recovery takes over
 PROGRAM_RETRIES = "2"
@@ -142,6 +146,9 @@ class ClaudeCodeAgent(ProgramAgent):
         env["CLAUDE_CONFIG_DIR"] = str(state / "claude")
         if self.base_url:
             env["ANTHROPIC_BASE_URL"] = self.base_url.rstrip("/")
+        model = strip_provider(self.model, ("anthropic",))
+        if model and model != DEFAULT_MODEL:
+            env.update(dict.fromkeys(HELPER_MODEL_VARIABLES, model))
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             # Claude Code refuses --dangerously-skip-permissions as root unless it is told it
             # runs in a sandbox (the work folder is the unit's sandbox).

@@ -77,6 +77,9 @@ def test_claude_codes_refusal_fallback_model_is_the_effective_model_with_each_mo
     summary, seen = metadata["run_summary"], metadata["gateway"]["by_model"]
     assert summary["effective_model"] == FALLBACK_MODEL
     assert set(summary["usage_by_model"]) == set(seen) == {"claude-fable-5", FALLBACK_MODEL}
+    # the gateway let the program's fallback model in after the refusals it relayed, and says so
+    assert (metadata["gateway"]["fallback_model"], metadata["gateway"]["off_model_calls"]) == (FALLBACK_MODEL, 0)
+    assert row["refusal"] is True  # the refusals were the unit's (relayed), though it went on
     for model, usage in summary["usage_by_model"].items():
         assert usage == seen[model]["usage"]
         served = [r for r in server.model_requests() if r.body["model"] == model]

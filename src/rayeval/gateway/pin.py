@@ -21,7 +21,7 @@ from ..models.prices import undated
 ANY_MODEL = "any"
 #: the model of a run's units when no ``--models`` is given: the agent's own choice, which pins nothing
 DEFAULT_MODEL = "default"
-#: the most characters of a model name an error message repeats (the name is the unit's)
+#: the most characters of a model name an error message repeats, or a fallback model has (the name is the unit's)
 _NAME_CHARS = 200
 
 
@@ -58,8 +58,9 @@ class ModelPin:
         others = [name for name in asked if not self.allows(name)]
         if not others:
             return None
-        if self.falls_back and self.fallback is None and len(set(others)) == 1 and refusal_relayed():
-            self.fallback = others[0]
+        fallback = others[0] if len(set(others)) == 1 and len(others[0]) <= _NAME_CHARS else None
+        if self.falls_back and self.fallback is None and fallback is not None and refusal_relayed():
+            self.fallback = fallback
             return None
         allowed = ", ".join(repr(name) for name in (*self.models, *filter(None, [self.fallback])))
         return (

@@ -22,7 +22,7 @@ ANY_MODEL = "any"
 #: the model of a run's units when no ``--models`` is given: the agent's own choice, which pins nothing
 DEFAULT_MODEL = "default"
 #: the most characters of a model name an error message repeats, or a fallback model has (the name is the unit's)
-_NAME_CHARS = 200
+NAME_CHARS = 200
 
 
 def names_model(asked: str, model: str) -> bool:
@@ -58,13 +58,13 @@ class ModelPin:
         others = [name for name in asked if not self.allows(name)]
         if not others:
             return None
-        fallback = others[0] if len(set(others)) == 1 and len(others[0]) <= _NAME_CHARS else None
+        fallback = others[0] if len(set(others)) == 1 and len(others[0]) <= NAME_CHARS else None
         if self.falls_back and self.fallback is None and fallback is not None and refusal_relayed():
             self.fallback = fallback
             return None
         allowed = ", ".join(repr(name) for name in (*self.models, *filter(None, [self.fallback])))
         return (
-            f"rayeval gateway: this unit may call {allowed} only, not {others[0][:_NAME_CHARS]!r} "
+            f"rayeval gateway: this unit may call {allowed} only, not {others[0][:NAME_CHARS]!r} "
             f"(a run allows another model with --allow-model)"
         )
 

@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 from pydantic import BaseModel, Field
 
@@ -48,11 +48,14 @@ from ..models.prices import PriceTable, cost_usd, find_price, shipped_prices
 from ..models.retry import retry_after_s
 from ..record import LimitName
 from .accounting import HiddenUsage, ResponseReader, Usage, Wire
-from .pin import ModelPin
+from .pin import NAME_CHARS, ModelPin
+from .room import RequestBounds, Room, parse_bytes
 from .transcript import bounded
 
-#: the largest request body relayed (a long conversation with images stays far below it)
-MAX_REQUEST_BYTES = 64 * 1024 * 1024
+#: the calls a unit's session keeps the record of, of those the gateway refused itself (a limit
+#: reached, a model it may not call): none costs the unit anything, so it may send them in a
+#: loop; the others are counted only
+MAX_REFUSED_RECORDS = 100
 #: request headers that belong to a hop, not to the call (and the unit's credentials)
 _REQUEST_HOP = frozenset(
     {"host", "connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade",
@@ -186,6 +189,15 @@ class Session:
     closed: bool = False
     #: the tasks relaying its calls now, on the gateway's loop (where every call is settled)
     relays: set[asyncio.Task[Any]] = field(default_factory=set)
+    #: its requests in flight, the bytes of their bodies, the most bytes they ever held (see :mod:`.room`)
+    in_flight: int = 0
+    held_bytes: int = 0
+    peak_bytes: int = 0
+    #: the calls the gateway refused itself whose records were kept, and those not kept (of
+    #: which naming a model the unit may not call): see :data:`MAX_REFUSED_RECORDS`
+    refused_kept: int = 0
+    refused_not_kept: int = 0
+    off_model_not_kept: int = 0
     #: the transcript of the calls an earlier part of the unit's session made (see ``carry``)
     carried_calls: list[dict[str, Any]] = field(default_factory=list)
     #: that part's fallbacks, refusals and failures (its counts are in the session's own)
@@ -219,9 +231,20 @@ class Session:
                 "refusals": counted.refusals if counted.refusal_fallbacks else [*earlier.refusals, *counted.refusals],
                 "failed_calls": earlier.failed_calls + counted.failed_calls,
                 "off_model_calls": earlier.off_model_calls + counted.off_model_calls,
+                "refused_calls_not_kept": earlier.refused_calls_not_kept + counted.refused_calls_not_kept,
                 "last_failure": counted.last_failure,
             }
         )
+
+    def keep_refused(self, record: CallRecord) -> None:
+        """A call the gateway refused itself: its record kept among the first
+        :data:`MAX_REFUSED_RECORDS` such, else counted only."""
+        if self.refused_kept < MAX_REFUSED_RECORDS:
+            self.refused_kept += 1
+            self.calls.append(record)
+        else:
+            self.refused_not_kept += 1
+            self.off_model_not_kept += record.off_model
 
     def over_limit(self) -> LimitName | None:
         """The first of the unit's limits its usage has reached (None: none)."""
@@ -265,9 +288,12 @@ class Session:
             refusals=[*([] if switches else carried.refusals), *(call.refusal for call in judged if call.refusal)],
             by_model={model: seen.model_copy(deep=True) for model, seen in self.by_model.items()},
             last_model=self.last_model,
-            failed_calls=carried.failed_calls + sum(1 for call in self.calls if call.failed()),
+            failed_calls=carried.failed_calls + self.refused_not_kept + sum(1 for call in self.calls if call.failed()),
             last_failure=_last_failure(self.calls, carried.last_failure),
-            off_model_calls=carried.off_model_calls + sum(1 for call in self.calls if call.off_model),
+            off_model_calls=carried.off_model_calls
+            + self.off_model_not_kept
+            + sum(1 for call in self.calls if call.off_model),
+            refused_calls_not_kept=carried.refused_calls_not_kept + self.refused_not_kept,
             fallback_model=self.pin.fallback if self.pin is not None else carried.fallback_model,
         )
         return SessionReport(counted, [*self.carried_calls, *(call.as_dict() for call in self.calls)], self.token)
@@ -321,6 +347,9 @@ class ModelUsage(BaseModel):
     #: calls the gateway refused because they named a model the unit may not call (never sent
     #: to a provider, never billed; each in ``model_calls.json`` with ``off_model``)
     off_model_calls: int = 0
+    #: calls the gateway refused itself (counted above) whose records are not in ``model_calls.json``
+    #: (see :data:`MAX_REFUSED_RECORDS`)
+    refused_calls_not_kept: int = 0
     #: the model its program moved to after a refusal the gateway relayed it (Claude Code's
     #: fallback model), the one other model it could call then; None: none
     fallback_model: str | None = None
@@ -340,9 +369,17 @@ class Gateway:
     """One server for the units of a process; thread-safe. Start it with :meth:`start` (or
     use it as a context manager); :meth:`open` a session per unit, :meth:`close` it after."""
 
-    def __init__(self, *, prices: PriceTable | None = None, connect_timeout_s: float = 30.0):
+    def __init__(
+        self,
+        *,
+        prices: PriceTable | None = None,
+        connect_timeout_s: float = 30.0,
+        bounds: RequestBounds | None = None,
+    ):
         self.prices = prices if prices is not None else shipped_prices()
         self.connect_timeout_s = connect_timeout_s
+        #: what its units' requests hold at once
+        self.room = Room(bounds or RequestBounds())
         self._sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -383,7 +420,7 @@ class Gateway:
     async def _serve(self) -> None:
         from aiohttp import ClientSession, ClientTimeout, TCPConnector, web
 
-        app = web.Application(client_max_size=MAX_REQUEST_BYTES)
+        app = web.Application(client_max_size=self.room.bounds.max_request_bytes)
         app.router.add_route("*", "/{route}/{path:.*}", self._relay)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
@@ -485,7 +522,7 @@ class Gateway:
         if loop is None:  # not serving: no call of it is being relayed
             session.closed = True
             return session.report()
-        return asyncio.run_coroutine_threadsafe(_closed(session), loop).result()
+        return asyncio.run_coroutine_threadsafe(_closed(session, self.room), loop).result()
 
     def _session_of(self, headers: Mapping[str, str]) -> Session | None:
         for name in _TOKEN_HEADERS:
@@ -519,9 +556,29 @@ class Gateway:
         assert relay is not None
         session.relays.add(relay)
         try:
-            return await self._call(request, session, route, upstream, path, protocol)
+            return await self._call_in_room(request, session, route, upstream, path, protocol)
         finally:
             session.relays.discard(relay)
+
+    async def _call_in_room(
+        self, request: Any, session: Session, route: str, upstream: Upstream, path: str, protocol: Wire | None
+    ) -> Any:
+        """Relay one call once there is room for its body (see :mod:`.room`); its room is taken
+        for the body's length as declared (the most a body may have when it declares none)."""
+        from aiohttp import web
+
+        bounds = self.room.bounds
+        size = bounds.max_request_bytes if request.content_length is None else request.content_length
+        if size > bounds.max_request_bytes:
+            message = f"rayeval gateway: a request is at most {bounds.max_request_bytes} bytes, this one is {size}"
+            return _error(web, 413, "request_too_large", message)
+        if not await self.room.take(session, size):
+            message = "rayeval gateway: no room came for this request (its unit's other requests hold it) in its time"
+            return _error(web, 503, "overloaded_error", message)
+        try:
+            return await self._call(request, session, route, upstream, path, protocol)
+        finally:
+            self.room.give_back(session, size)
 
     async def _call(
         self, request: Any, session: Session, route: str, upstream: Upstream, path: str, protocol: Wire | None
@@ -531,36 +588,13 @@ class Gateway:
         from yarl import URL
 
         body = await request.read()
-        payload = _json_body(body)
-        streamed = bool(payload.get("stream")) if protocol is not None else False
-        #: OpenAI reports a stream's usage only when asked: the gateway asks, and hides it if the unit did not
-        hide_usage = (
-            protocol == "chat" and streamed and object_at(payload, "stream_options").get("include_usage") is not True
-        )
-        record = CallRecord(
-            route=route,
-            path=path,
-            protocol=protocol,
-            model=payload.get("model") if isinstance(payload.get("model"), str) else None,
-            streamed=streamed,
-            started_at=time.time(),
-            request=bounded(payload) if protocol is not None else None,
-        )
-        if protocol is not None:
-            session.calls.append(record)
-            limit = session.over_limit()
-            if limit is not None:
-                session.limit_reached = session.limit_reached or limit
-                record.limit, record.status = limit, 400
-                record.error = _limit_message(limit, session.limits)
-                return _error(web, 400, "invalid_request_error", record.error)
-            refused = session.off_model(route, payload, body)
-            if refused is not None:
-                record.off_model, record.status, record.error = True, 400, refused
-                return _error(web, 400, "invalid_request_error", refused)
-        if hide_usage:
-            asked = {**payload, "stream_options": {**object_at(payload, "stream_options"), "include_usage": True}}
-            body = json.dumps(asked).encode()
+        most = self.room.bounds.max_parse_bytes
+        if parse_bytes(body) > most:
+            message = f"rayeval gateway: this request's JSON holds too many values to read in {most} bytes of memory"
+            return _error(web, 413, "request_too_large", message)
+        record, body, hide_usage, model, refusal = _opened(session, route, path, protocol, body)
+        if refusal is not None:
+            return _error(web, 400, "invalid_request_error", refusal)
         # when the unit's call began (its tries again end within the session's retry time from
         # then), and when the provider's current try of it did
         call_began = started = time.monotonic()
@@ -597,7 +631,7 @@ class Gateway:
                     record.refusal_fallback = True
                 else:
                     return reply
-                record, started = _again(record, payload), time.monotonic()
+                record, started = _again(record, model), time.monotonic()
                 session.calls.append(record)
                 continue
             try:
@@ -763,10 +797,12 @@ class Gateway:
                 session.budget.charge(record.cost_usd)
 
 
-async def _closed(session: Session) -> SessionReport:
-    """Close ``session`` on the gateway's loop: no call of it starts from now on; those being
-    relayed are waited for until :func:`_read_on_until`, then cut off; then its report."""
+async def _closed(session: Session, room: Room) -> SessionReport:
+    """Close ``session`` on the gateway's loop: no call of it starts from now on (those waiting
+    for room end); those being relayed are waited for until :func:`_read_on_until`, then cut
+    off; then its report."""
     session.closed = True
+    room.changed()
     if session.relays:
         wait = max(0.0, _read_on_until(session) - time.monotonic())
         _, going_on = await asyncio.wait(set(session.relays), timeout=wait)
@@ -847,14 +883,72 @@ def relayed(method: str, raw_path: str) -> tuple[bool, Wire | None]:
     return method == "GET" and listing, None
 
 
-def _again(record: CallRecord, payload: dict[str, Any]) -> CallRecord:
-    """A new record for ``record``'s request, sent again (with the next key)."""
+class _Opened(NamedTuple):
+    """A call as the gateway read it: its record, the body it sends on, whether the usage it asks
+    the provider for is hidden from the unit, the model the call names, and why the gateway
+    refused it itself (None: it did not)."""
+
+    record: CallRecord
+    body: bytes
+    hide_usage: bool
+    model: str | None
+    refusal: str | None
+
+
+def _opened(session: Session, route: str, path: str, protocol: Wire | None, body: bytes) -> _Opened:
+    """Read a call's ``body``: its record (kept in ``session`` if it is a model call), unless
+    the gateway refuses it (a limit reached, a model its unit may not call). Its JSON is read
+    here and not kept past this: the memory it takes (many times its bytes) is held by one
+    call at a time, as nothing else runs on the gateway's loop in between."""
+    payload = _json_body(body)
+    streamed = bool(payload.get("stream")) if protocol is not None else False
+    #: OpenAI reports a stream's usage only when asked: the gateway asks, and hides it if the unit did not
+    hide_usage = (
+        protocol == "chat" and streamed and object_at(payload, "stream_options").get("include_usage") is not True
+    )
     model = payload.get("model")
+    record = CallRecord(
+        route=route,
+        path=path,
+        protocol=protocol,
+        model=model[:NAME_CHARS] if isinstance(model, str) else None,
+        streamed=streamed,
+        started_at=time.time(),
+        request=bounded(payload) if protocol is not None else None,
+    )
+    refusal = _refusal(session, record, payload, body) if protocol is not None else None
+    if refusal is not None:
+        session.keep_refused(record)
+    elif protocol is not None:
+        session.calls.append(record)
+    if hide_usage and refusal is None:
+        asked = {**payload, "stream_options": {**object_at(payload, "stream_options"), "include_usage": True}}
+        body = json.dumps(asked).encode()
+    return _Opened(record, body, hide_usage, record.model, refusal)
+
+
+def _refusal(session: Session, record: CallRecord, payload: dict[str, Any], body: bytes) -> str | None:
+    """Why the gateway answers a model call (``payload``, read off ``body``) itself, into its
+    ``record``: a limit its unit reached, a model it may not call; None: it goes on."""
+    limit = session.over_limit()
+    if limit is not None:
+        session.limit_reached = session.limit_reached or limit
+        record.limit, record.status = limit, 400
+        record.error = _limit_message(limit, session.limits)
+        return record.error
+    refused = session.off_model(record.route, payload, body)
+    if refused is not None:
+        record.off_model, record.status, record.error = True, 400, refused
+    return refused
+
+
+def _again(record: CallRecord, model: str | None) -> CallRecord:
+    """A new record for ``record``'s request (naming ``model``), sent again (with the next key)."""
     return CallRecord(
         route=record.route,
         path=record.path,
         protocol=record.protocol,
-        model=model if isinstance(model, str) else None,
+        model=model,
         streamed=record.streamed,
         started_at=time.time(),
         request=record.request,
@@ -869,7 +963,7 @@ def _reply_headers(response: Any) -> dict[str, str]:
 def _json_body(body: bytes) -> dict[str, Any]:
     try:
         value = json.loads(body) if body else {}
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested too deep to read: names no model
         return {}
     return value if isinstance(value, dict) else {}
 

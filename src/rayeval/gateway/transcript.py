@@ -36,9 +36,10 @@ def bounded(value: Any, depth: int = 0) -> Any:
 MODEL_CALLS_ARTIFACT = "model_calls.json"
 
 
-def transcript_text(calls: list[dict[str, Any]], max_bytes: int) -> str:
+def transcript_text(calls: list[dict[str, Any]], max_bytes: int, refused_left_out: int = 0) -> str:
     """``calls`` as the JSON of the unit's transcript artifact, at most ``max_bytes``: the
-    newest calls that fit, and how many older ones were left out."""
+    newest calls that fit, how many older ones were left out, and how many calls the gateway
+    refused itself it kept no record of (``refused_left_out``)."""
     kept: list[str] = []
     size = 64
     for call in reversed(calls):
@@ -49,4 +50,4 @@ def transcript_text(calls: list[dict[str, Any]], max_bytes: int) -> str:
         kept.append(text)
     left_out = len(calls) - len(kept)
     calls_json = ",\n".join(reversed(kept))
-    return f'{{"left_out": {left_out}, "calls": [{calls_json}]}}'
+    return f'{{"left_out": {left_out}, "refused_left_out": {refused_left_out}, "calls": [{calls_json}]}}'

@@ -495,7 +495,8 @@ def _count_calls(fields: dict[str, Any], calls: SessionReport, artifact_bytes: i
     ``model_calls.json`` artifact, the newest calls that fit), and where the agent's own
     report of them differs."""
     fields["model_usage"] = calls.counted
-    fields["artifacts"][MODEL_CALLS_ARTIFACT] = transcript_text(calls.calls, artifact_bytes)
+    left_out = calls.counted.refused_calls_not_kept
+    fields["artifacts"][MODEL_CALLS_ARTIFACT] = transcript_text(calls.calls, artifact_bytes, left_out)
     metadata = fields.setdefault("metadata", {})
     if isinstance(metadata, dict):
         metadata["gateway"] = calls.counted.model_dump(mode="json")

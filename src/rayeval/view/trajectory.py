@@ -209,6 +209,9 @@ def _model_call_steps(transcript: dict[str, Any]) -> Iterator[_Found]:
             yield from _message_of(protocol, message)
         held = len(messages) + 1  # the next call holds these, this reply, then what is new
         yield from _reply_steps(protocol, _get(call, "response"))
+    if transcript.get("refused_left_out"):
+        refused = label(transcript["refused_left_out"])
+        yield _Found("gateway", "event", f"{refused} more calls the gateway refused itself were not kept", "left out")
 
 
 def _types(events: list[dict[str, Any]]) -> set[str]:

@@ -1,0 +1,196 @@
+"""What a unit can make its worker's gateway hold: its requests in flight and their bodies are
+bounded (a request over the bound waits its turn), a body whose JSON would take too much memory
+to read is refused unread, and the calls the gateway refuses itself keep a bounded number of
+records, every one counted. The bounds are scaled down here (the defaults are in MiB)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import threading
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from aiohttp import web
+
+from rayeval.gateway.pin import ModelPin
+from rayeval.gateway.room import RequestBounds, parse_bytes
+from rayeval.gateway.server import MAX_REFUSED_RECORDS, CallLimits, Gateway, Upstream
+from rayeval.gateway.transcript import transcript_text
+from tests.gateway.provider import Provider
+
+BODY_BYTES = 60_000
+BOUNDS = RequestBounds(
+    max_request_bytes=64_000,
+    max_parse_bytes=1_000_000,
+    session_requests=8,
+    session_bytes=2 * 64_000,  # two big requests of a unit at once
+    gateway_bytes=4 * 64_000,
+)
+#: how long the provider holds a reply, waiting for more of a unit's requests to reach it
+HOLD_S = 1.0
+
+
+class HeldReplies:
+    """A provider's Messages endpoint that holds each reply until more requests than ``most``
+    are with it at once (a unit's bodies the gateway holds in flight) or ``HOLD_S`` passed,
+    and keeps the most it had at once."""
+
+    def __init__(self, most: int) -> None:
+        self.most = most
+        self.present = 0
+        self.peak = 0
+        self.crowded = asyncio.Event()
+
+    async def __call__(self, request: web.Request) -> web.StreamResponse:
+        self.present += 1
+        self.peak = max(self.peak, self.present)
+        if self.present > self.most:
+            self.crowded.set()
+        try:
+            await asyncio.wait_for(self.crowded.wait(), HOLD_S)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            self.present -= 1
+        usage = {"input_tokens": 10, "output_tokens": 1}
+        content = [{"type": "text", "text": "ok"}]
+        reply = {"type": "message", "model": "claude-x", "content": content, "stop_reason": "end_turn", "usage": usage}
+        return web.json_response(reply)
+
+
+def image_body(size: int) -> bytes:
+    """An honest Anthropic request of about ``size`` bytes: one base64 image."""
+    head = b'{"model":"claude-x","max_tokens":5,"messages":[{"role":"user","content":[{"type":"image","source":'
+    head += b'{"type":"base64","media_type":"image/png","data":"'
+    data = base64.b64encode(os.urandom(size))[: size - len(head) - 8]
+    return head + data + b'"}}]}]}'
+
+
+def post(gateway: Gateway, token: str, body: bytes) -> httpx.Response:
+    headers = {"x-api-key": token, "content-type": "application/json"}
+    return httpx.post(gateway.base_url("anthropic") + "/v1/messages", content=body, headers=headers, timeout=60)
+
+
+def posted_at_once(gateway: Gateway, token: str, bodies: list[bytes]) -> list[httpx.Response]:
+    answers: list[httpx.Response] = []
+    threads = [threading.Thread(target=lambda b=body: answers.append(post(gateway, token, b))) for body in bodies]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return answers
+
+
+@pytest.fixture
+def held() -> Iterator[tuple[HeldReplies, Provider]]:
+    replies = HeldReplies(most=BOUNDS.session_bytes // BODY_BYTES)
+    with Provider({"/v1/messages": replies}) as provider:
+        yield replies, provider
+
+
+def test_a_unit_sending_many_big_requests_at_once_has_no_more_than_its_share_held(
+    held: tuple[HeldReplies, Provider],
+) -> None:
+    replies, provider = held
+    with Gateway(bounds=BOUNDS) as gateway:
+        session = gateway.open({"anthropic": Upstream(provider.url, ("sk-test",))}, timeout_s=120)
+        answers = posted_at_once(gateway, session.token, [image_body(BODY_BYTES)] * 6)
+        report = gateway.close(session)
+        assert gateway.room.peak_bytes <= BOUNDS.session_bytes and gateway.room.held_bytes == 0
+    assert replies.peak <= 2  # two bodies of the unit at once: the others waited for room at the gateway
+    assert session.peak_bytes <= 2 * BODY_BYTES
+    assert [answer.status_code for answer in answers] == [200] * 6  # each waited its turn, none failed
+    assert report.counted.n_model_calls == 6
+
+
+def test_an_honest_big_request_goes_through_while_another_unit_floods(held: tuple[HeldReplies, Provider]) -> None:
+    _, provider = held
+    with Gateway(bounds=BOUNDS) as gateway:
+        upstreams = {"anthropic": Upstream(provider.url, ("sk-test",))}
+        flooding, honest = gateway.open(upstreams, timeout_s=120), gateway.open(upstreams, timeout_s=120)
+        flood = threading.Thread(target=posted_at_once, args=(gateway, flooding.token, [image_body(BODY_BYTES)] * 8))
+        flood.start()
+        answer = post(gateway, honest.token, image_body(BOUNDS.max_request_bytes))
+        flood.join()
+        gateway.close(flooding)
+        assert gateway.close(honest).counted.n_model_calls == 1
+        assert gateway.room.peak_bytes <= BOUNDS.gateway_bytes
+    assert answer.status_code == 200
+
+
+def test_a_request_that_can_never_fit_is_refused_unread(held: tuple[HeldReplies, Provider]) -> None:
+    """Over the largest body, or a body of many small JSON values whose reading would take
+    more memory than one read may (the reviewer's 64 MiB of ``0,`` cost the worker +382 MiB):
+    refused with 413, never sent on; an honest body of the same bytes (one base64 image) goes."""
+    _, provider = held
+    many_values = b'{"model":"claude-x","max_tokens":5,"messages":[],"pad":[' + b"[]," * 16_000 + b"[]]}"
+    assert len(many_values) < BODY_BYTES and parse_bytes(many_values) > BOUNDS.max_parse_bytes
+    with Gateway(bounds=BOUNDS) as gateway:
+        session = gateway.open({"anthropic": Upstream(provider.url, ("sk-test",))}, timeout_s=120)
+        too_many = post(gateway, session.token, many_values)
+        too_big = post(gateway, session.token, image_body(BOUNDS.max_request_bytes + 1000))
+        honest = post(gateway, session.token, image_body(len(many_values)))
+        report = gateway.close(session)
+    assert (too_many.status_code, too_many.json()["error"]["type"]) == (413, "request_too_large")
+    assert "too many values" in too_many.json()["error"]["message"]
+    assert too_big.status_code == 413
+    assert honest.status_code == 200 and len(provider.seen) == 1  # only the honest one reached the provider
+    assert report.counted.n_model_calls == 1
+
+
+def test_a_flood_of_refused_calls_keeps_a_bounded_number_of_records_all_counted() -> None:
+    """Calls naming a model the unit may not call, with a name of any length, or past its limit:
+    the gateway answers them itself, for free, so a unit may send them in a loop."""
+    flood = MAX_REFUSED_RECORDS + 30
+    long_name = "claude-other-" + "x" * 50_000
+    with Gateway() as gateway:
+        upstreams = {"anthropic": Upstream("http://127.0.0.1:9", ("sk-test",))}  # never reached
+        pinned = gateway.open(upstreams, pin=ModelPin(("claude-x",)))
+        limited = gateway.open(upstreams, limits=CallLimits(model_calls=0))
+        with httpx.Client(timeout=30) as client:
+            for number in range(flood):
+                for session in (pinned, limited):
+                    body = {"model": long_name, "max_tokens": 5, "messages": [], "n": number}
+                    headers = {"x-api-key": session.token}
+                    answer = client.post(gateway.base_url("anthropic") + "/v1/messages", json=body, headers=headers)
+                    assert answer.status_code == 400
+        refused_model, refused_limit = gateway.close(pinned), gateway.close(limited)
+    for report in (refused_model, refused_limit):
+        assert len(report.calls) == MAX_REFUSED_RECORDS  # the first ones
+        assert [call["request"]["n"] for call in report.calls] == list(range(MAX_REFUSED_RECORDS))
+        assert all(len(call["model"]) == 200 for call in report.calls)
+        assert report.counted.failed_calls == flood and report.counted.refused_calls_not_kept == 30
+        assert report.counted.n_model_calls == 0
+        transcript = json.loads(transcript_text(report.calls, 10 << 20, report.counted.refused_calls_not_kept))
+        assert (transcript["left_out"], transcript["refused_left_out"]) == (0, 30)
+    assert refused_model.counted.off_model_calls == flood
+    assert refused_limit.counted.limit_reached == "model_calls"
+
+
+def test_a_body_nested_too_deep_to_read_names_no_model() -> None:
+    """``json.loads`` raises RecursionError on it (no ValueError): the call is refused for
+    naming no model, as any body that is not JSON, and recorded."""
+    with Gateway() as gateway:
+        session = gateway.open({"anthropic": Upstream("http://127.0.0.1:9")}, pin=ModelPin(("claude-x",)))
+        headers = {"x-api-key": session.token}
+        deep = b'{"model":"claude-x","messages":' + b"[" * 200_000 + b"]" * 200_000 + b"}"
+        answer = httpx.post(gateway.base_url("anthropic") + "/v1/messages", content=deep, headers=headers)
+        report = gateway.close(session)
+    assert answer.status_code == 400 and "names its model once" in answer.json()["error"]["message"]
+    assert report.counted.off_model_calls == 1
+
+
+def test_a_unit_out_of_time_waiting_for_room_is_answered(held: tuple[HeldReplies, Provider]) -> None:
+    """A request still waiting for room when its unit's time runs out gets an answer (503),
+    not a hang; the requests that had room are answered."""
+    _, provider = held
+    bounds = RequestBounds(max_request_bytes=64_000, session_requests=1, session_bytes=64_000, gateway_bytes=64_000)
+    with Gateway(bounds=bounds) as gateway:
+        session = gateway.open({"anthropic": Upstream(provider.url, ("sk-test",))}, timeout_s=HOLD_S / 2)
+        answers = posted_at_once(gateway, session.token, [image_body(1000)] * 2)
+        gateway.close(session)
+    assert sorted(answer.status_code for answer in answers) == [200, 503]

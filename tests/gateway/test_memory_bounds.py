@@ -20,6 +20,7 @@ from rayeval.gateway.pin import ModelPin
 from rayeval.gateway.room import RequestBounds, parse_bytes
 from rayeval.gateway.server import MAX_REFUSED_RECORDS, CallLimits, Gateway, Upstream
 from rayeval.gateway.transcript import transcript_text
+from tests.agents.fake_model_server import FakeModelServer
 from tests.gateway.provider import Provider
 
 BODY_BYTES = 60_000
@@ -194,3 +195,24 @@ def test_a_unit_out_of_time_waiting_for_room_is_answered(held: tuple[HeldReplies
         answers = posted_at_once(gateway, session.token, [image_body(1000)] * 2)
         gateway.close(session)
     assert sorted(answer.status_code for answer in answers) == [200, 503]
+
+
+def test_a_stream_asked_for_its_usage_is_sent_on_no_bigger_than_it_came() -> None:
+    """A Chat Completions stream that did not ask for its usage is written again, asking: compact,
+    its text as it came (no escapes added, a lone surrogate kept escaped), so within a few bytes
+    of the room its body took; a body written again bigger (``1e15`` is ``1000000000000000.0``)
+    is refused."""
+    text = 'héllo 日本 \\ud800 \\"quoted\\"'
+    honest = b'{"model":"gpt-4o","stream":true,"messages":[{"role":"user","content":"' + text.encode() + b'"}]}'
+    grown = b'{"model":"gpt-4o","stream":true,"messages":[],"pad":[' + b",".join([b"1e15"] * 50) + b"]}"
+    with FakeModelServer(script=[], answer=lambda body: "ok") as server, Gateway() as gateway:
+        session = gateway.open({"openai": Upstream(server.url + "/v1", ("sk-test",))})
+        url, headers = gateway.base_url("openai") + "/chat/completions", {"authorization": f"Bearer {session.token}"}
+        answers = [httpx.post(url, content=body, headers=headers, timeout=30) for body in (honest, grown)]
+        report = gateway.close(session)
+    assert [answer.status_code for answer in answers] == [200, 400]
+    assert "grows when written again" in answers[1].json()["error"]["message"]
+    (sent,) = server.model_requests()
+    assert sent.body["messages"][0]["content"] == json.loads(honest)["messages"][0]["content"]
+    assert sent.body["stream_options"] == {"include_usage": True}
+    assert report.counted.n_model_calls == 1 and report.counted.failed_calls == 1

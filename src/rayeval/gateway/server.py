@@ -56,6 +56,10 @@ from .transcript import bounded
 #: reached, a model it may not call): none costs the unit anything, so it may send them in a
 #: loop; the others are counted only
 MAX_REFUSED_RECORDS = 100
+#: the bytes a Chat Completions stream's body may grow by when the gateway writes it again to ask
+#: for its usage (``"stream_options":{"include_usage":true}``, written compact; a number may
+#: be written longer than it was sent, ``1e15`` as ``1000000000000000.0``: such a body is refused)
+_USAGE_ASKED_BYTES = 64
 #: request headers that belong to a hop, not to the call (and the unit's credentials)
 _REQUEST_HOP = frozenset(
     {"host", "connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade",
@@ -917,13 +921,17 @@ def _opened(session: Session, route: str, path: str, protocol: Wire | None, body
         request=bounded(payload) if protocol is not None else None,
     )
     refusal = _refusal(session, record, payload, body) if protocol is not None else None
+    if hide_usage and refusal is None:
+        asked = {**payload, "stream_options": {**object_at(payload, "stream_options"), "include_usage": True}}
+        written = json.dumps(asked, separators=(",", ":"), ensure_ascii=False).encode(errors="backslashreplace")
+        if len(written) > len(body) + _USAGE_ASKED_BYTES:  # its room was taken for its bytes as sent
+            refusal = "rayeval gateway: this request grows when written again to ask for its usage; send it compact"
+            record.status, record.error = 400, refusal
+        body = written
     if refusal is not None:
         session.keep_refused(record)
     elif protocol is not None:
         session.calls.append(record)
-    if hide_usage and refusal is None:
-        asked = {**payload, "stream_options": {**object_at(payload, "stream_options"), "include_usage": True}}
-        body = json.dumps(asked).encode()
     return _Opened(record, body, hide_usage, record.model, refusal)
 
 

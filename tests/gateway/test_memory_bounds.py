@@ -216,3 +216,17 @@ def test_a_stream_asked_for_its_usage_is_sent_on_no_bigger_than_it_came() -> Non
     assert sent.body["messages"][0]["content"] == json.loads(honest)["messages"][0]["content"]
     assert sent.body["stream_options"] == {"include_usage": True}
     assert report.counted.n_model_calls == 1 and report.counted.failed_calls == 1
+
+
+def test_a_body_without_its_length_takes_the_room_of_the_largest(held: tuple[HeldReplies, Provider]) -> None:
+    """A chunked body's length is known only once read: it takes the room of the largest body
+    before it is read, and goes through."""
+    _, provider = held
+    with Gateway(bounds=BOUNDS) as gateway:
+        session = gateway.open({"anthropic": Upstream(provider.url, ("sk-test",))}, timeout_s=120)
+        headers = {"x-api-key": session.token, "content-type": "application/json"}
+        url = gateway.base_url("anthropic") + "/v1/messages"
+        answer = httpx.post(url, content=iter([image_body(1000)]), headers=headers, timeout=60)
+        gateway.close(session)
+    assert answer.status_code == 200 and "content-length" not in answer.request.headers
+    assert session.peak_bytes == BOUNDS.max_request_bytes

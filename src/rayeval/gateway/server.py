@@ -572,7 +572,9 @@ class Gateway:
         from aiohttp import web
 
         bounds = self.room.bounds
-        size = bounds.max_request_bytes if request.content_length is None else request.content_length
+        size = request.content_length
+        if size is None:
+            size = bounds.max_request_bytes if request.can_read_body else 0
         if size > bounds.max_request_bytes:
             message = f"rayeval gateway: a request is at most {bounds.max_request_bytes} bytes, this one is {size}"
             return _error(web, 413, "request_too_large", message)

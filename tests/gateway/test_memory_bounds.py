@@ -109,7 +109,7 @@ def test_a_unit_sending_many_big_requests_at_once_has_no_more_than_its_share_hel
 
 
 def test_an_honest_big_request_goes_through_while_another_unit_floods(held: tuple[HeldReplies, Provider]) -> None:
-    _, provider = held
+    replies, provider = held
     with Gateway(bounds=BOUNDS) as gateway:
         upstreams = {"anthropic": Upstream(provider.url, ("sk-test",))}
         flooding, honest = gateway.open(upstreams, timeout_s=120), gateway.open(upstreams, timeout_s=120)
@@ -121,6 +121,7 @@ def test_an_honest_big_request_goes_through_while_another_unit_floods(held: tupl
         assert gateway.close(honest).counted.n_model_calls == 1
         assert gateway.room.peak_bytes <= BOUNDS.gateway_bytes
     assert answer.status_code == 200
+    assert replies.peak <= 3  # the flooding unit's two bodies at most, and the honest one
 
 
 def test_a_request_that_can_never_fit_is_refused_unread(held: tuple[HeldReplies, Provider]) -> None:

@@ -31,30 +31,23 @@ BOUNDS = RequestBounds(
     session_bytes=2 * 64_000,  # two big requests of a unit at once
     gateway_bytes=4 * 64_000,
 )
-#: how long the provider holds a reply, waiting for more of a unit's requests to reach it
-HOLD_S = 1.0
+#: how long the provider holds each reply: the requests a gateway lets through meanwhile are with it at once
+HOLD_S = 0.5
 
 
 class HeldReplies:
-    """A provider's Messages endpoint that holds each reply until more requests than ``most``
-    are with it at once (a unit's bodies the gateway holds in flight) or ``HOLD_S`` passed,
-    and keeps the most it had at once."""
+    """A provider's Messages endpoint that holds each reply ``HOLD_S`` seconds, and keeps the
+    most requests it had at once (those the gateway let through, their bodies held)."""
 
-    def __init__(self, most: int) -> None:
-        self.most = most
+    def __init__(self) -> None:
         self.present = 0
         self.peak = 0
-        self.crowded = asyncio.Event()
 
     async def __call__(self, request: web.Request) -> web.StreamResponse:
         self.present += 1
         self.peak = max(self.peak, self.present)
-        if self.present > self.most:
-            self.crowded.set()
         try:
-            await asyncio.wait_for(self.crowded.wait(), HOLD_S)
-        except asyncio.TimeoutError:
-            pass
+            await asyncio.sleep(HOLD_S)
         finally:
             self.present -= 1
         usage = {"input_tokens": 10, "output_tokens": 1}
@@ -88,7 +81,7 @@ def posted_at_once(gateway: Gateway, token: str, bodies: list[bytes]) -> list[ht
 
 @pytest.fixture
 def held() -> Iterator[tuple[HeldReplies, Provider]]:
-    replies = HeldReplies(most=BOUNDS.session_bytes // BODY_BYTES)
+    replies = HeldReplies()
     with Provider({"/v1/messages": replies}) as provider:
         yield replies, provider
 

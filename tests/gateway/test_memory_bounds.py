@@ -16,10 +16,11 @@ import httpx
 import pytest
 from aiohttp import web
 
+from rayeval.gateway import server
 from rayeval.gateway.pin import ModelPin
 from rayeval.gateway.room import RequestBounds, parse_bytes
 from rayeval.gateway.server import MAX_REFUSED_RECORDS, CallLimits, Gateway, Upstream
-from rayeval.gateway.transcript import transcript_text
+from rayeval.gateway.transcript import bounded, copy_size, transcript_text
 from tests.agents.fake_model_server import FakeModelServer
 from tests.gateway.provider import Provider
 
@@ -224,3 +225,36 @@ def test_a_body_without_its_length_takes_the_room_of_the_largest(held: tuple[Hel
         gateway.close(session)
     assert answer.status_code == 200 and "content-length" not in answer.request.headers
     assert session.peak_bytes == BOUNDS.max_request_bytes
+
+
+@pytest.mark.parametrize("answered", [True, False], ids=["answered", "refused-by-the-provider"])
+def test_a_session_keeps_its_newest_calls_copies_within_its_bound_and_counts_every_call(
+    monkeypatch: pytest.MonkeyPatch, answered: bool
+) -> None:
+    """A long session, or a unit sending calls the provider refuses (fast, free, no limit
+    counts them) in a loop: the copies of its calls' requests and replies (its transcript) stay
+    within the session's bound, the oldest dropped; every call is still counted, and the
+    transcript holds the newest calls whose copies were kept."""
+    one_copy = copy_size(bounded(json.loads(image_body(BODY_BYTES))))  # its image cut to its head
+    monkeypatch.setattr(server, "MAX_COPY_BYTES", 3 * one_copy)
+    calls = 12
+
+    async def reply(request: web.Request) -> web.StreamResponse:
+        if not answered:
+            return web.json_response({"type": "error", "error": {"type": "invalid_request_error"}}, status=400)
+        usage = {"input_tokens": 10, "output_tokens": 1}
+        message = {"type": "message", "model": "claude-x", "content": [{"type": "text", "text": "ok"}]}
+        return web.json_response({**message, "stop_reason": "end_turn", "usage": usage})
+
+    with Provider({"/v1/messages": reply}) as provider, Gateway(bounds=BOUNDS) as gateway:
+        session = gateway.open({"anthropic": Upstream(provider.url, ("sk-test",))})
+        for _ in range(calls):
+            assert post(gateway, session.token, image_body(BODY_BYTES)).status_code == (200 if answered else 400)
+        assert session.copy_bytes <= 3 * one_copy
+        report = gateway.close(session)
+    assert len(report.calls) == calls and report.counted.n_model_calls == (calls if answered else 0)
+    assert report.counted.failed_calls == (0 if answered else calls)
+    kept = [call for call in report.calls if call["request"] != server.COPY_NOT_KEPT]
+    assert 2 <= len(kept) <= 3 and report.calls[-len(kept) :] == kept  # the newest
+    transcript = json.loads(transcript_text(report.calls, 10 << 20))
+    assert transcript["left_out"] == calls - len(kept) and len(transcript["calls"]) == len(kept)

@@ -50,12 +50,17 @@ from ..record import LimitName
 from .accounting import HiddenUsage, ResponseReader, Usage, Wire
 from .pin import NAME_CHARS, ModelPin
 from .room import RequestBounds, Room, parse_bytes
-from .transcript import bounded
+from .transcript import COPY_NOT_KEPT, bounded, copy_size
 
 #: the calls a unit's session keeps the record of, of those the gateway refused itself (a limit
 #: reached, a model it may not call): none costs the unit anything, so it may send them in a
 #: loop; the others are counted only
 MAX_REFUSED_RECORDS = 100
+#: the bytes of its calls' request and reply copies (their transcript) a unit's session keeps,
+#: about: past it the oldest calls' copies are dropped, their counts kept (``model_calls.json``
+#: holds the newest calls, 2 MiB by default); else a long session, or a unit sending calls the
+#: provider refuses in a loop, would grow its worker's memory without bound
+MAX_COPY_BYTES = 16 << 20
 #: the bytes a Chat Completions stream's body may grow by when the gateway writes it again to ask
 #: for its usage (``"stream_options":{"include_usage":true}``, written compact; a number may
 #: be written longer than it was sent, ``1e15`` as ``1000000000000000.0``: such a body is refused)
@@ -202,6 +207,10 @@ class Session:
     refused_kept: int = 0
     refused_not_kept: int = 0
     off_model_not_kept: int = 0
+    #: the calls whose request or reply copies it keeps, oldest first, with their sizes (see
+    #: :data:`MAX_COPY_BYTES`), and those sizes' sum
+    copies: dict[int, tuple[CallRecord, int]] = field(default_factory=dict)
+    copy_bytes: int = 0
     #: the transcript of the calls an earlier part of the unit's session made (see ``carry``)
     carried_calls: list[dict[str, Any]] = field(default_factory=list)
     #: that part's fallbacks, refusals and failures (its counts are in the session's own)
@@ -240,12 +249,27 @@ class Session:
             }
         )
 
+    def keep_copy(self, record: CallRecord, copy: Any) -> None:
+        """Count ``copy`` (``record``'s request or reply, as kept) among the copies the session
+        keeps; past :data:`MAX_COPY_BYTES`, the oldest calls' copies are dropped (the newest
+        call's never)."""
+        size = copy_size(copy)
+        _, held = self.copies.get(id(record), (record, 0))
+        self.copies[id(record)] = (record, held + size)  # a record's place is its first copy's
+        self.copy_bytes += size
+        while self.copy_bytes > MAX_COPY_BYTES and len(self.copies) > 1:
+            oldest, dropped = self.copies.pop(next(iter(self.copies)))
+            oldest.request = None if oldest.request is None else COPY_NOT_KEPT
+            oldest.response = None if oldest.response is None else COPY_NOT_KEPT
+            self.copy_bytes -= dropped
+
     def keep_refused(self, record: CallRecord) -> None:
         """A call the gateway refused itself: its record kept among the first
         :data:`MAX_REFUSED_RECORDS` such, else counted only."""
         if self.refused_kept < MAX_REFUSED_RECORDS:
             self.refused_kept += 1
             self.calls.append(record)
+            self.keep_copy(record, record.request)
         else:
             self.refused_not_kept += 1
             self.off_model_not_kept += record.off_model
@@ -639,6 +663,7 @@ class Gateway:
                     return reply
                 record, started = _again(record, model), time.monotonic()
                 session.calls.append(record)
+                session.keep_copy(record, None)  # its request's copy is the first try's
                 continue
             try:
                 text = await upstream_response.text(errors="replace")
@@ -668,6 +693,7 @@ class Gateway:
         record.error = text[:MESSAGE_CHARS]
         record.retry_after_s = retry_after_s(response.headers)
         record.response = bounded(_json_body(text.encode()) or text)
+        session.keep_copy(record, record.response)
         return web.Response(status=response.status, headers=_reply_headers(response), body=text.encode())
 
     async def _held(self, record: CallRecord, session: Session, response: Any, started: float, hide_usage: bool) -> Any:
@@ -785,6 +811,7 @@ class Gateway:
         record.refusal = reader.refusal
         record.model = reader.model or record.model
         record.response = bounded(reader.reply)
+        session.keep_copy(record, record.response)
         if reader.error is not None and record.error is None:
             record.error = str(reader.error.get("message", reader.error))[:MESSAGE_CHARS]
         price = find_price(session.prices, f"{record.route}/{record.model}") if record.model else None
@@ -934,6 +961,7 @@ def _opened(session: Session, route: str, path: str, protocol: Wire | None, body
         session.keep_refused(record)
     elif protocol is not None:
         session.calls.append(record)
+        session.keep_copy(record, record.request)
     return _Opened(record, body, hide_usage, record.model, refusal)
 
 

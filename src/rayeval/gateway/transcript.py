@@ -12,6 +12,23 @@ MAX_ITEMS = 200
 MAX_DEPTH = 24
 
 
+#: what a call's request or reply copy is replaced by once its session dropped it (see
+#: ``server.MAX_COPY_BYTES``): the transcript holds the newest calls up to the first such
+COPY_NOT_KEPT = "[not kept: the gateway keeps the copies of a unit's newest calls]"
+
+
+def copy_size(value: Any) -> int:
+    """About how many bytes a :func:`bounded` copy takes as JSON (its texts' lengths, and a few
+    bytes per value): what a session's copies of its calls are counted by."""
+    if isinstance(value, str):
+        return len(value) + 2
+    if isinstance(value, dict):
+        return 2 + sum(len(str(key)) + 4 + copy_size(item) for key, item in value.items())
+    if isinstance(value, list):
+        return 2 + sum(copy_size(item) + 1 for item in value)
+    return 8
+
+
 def bounded(value: Any, depth: int = 0) -> Any:
     """``value`` (JSON) with long texts and lists cut and deep nesting replaced, so that a
     transcript of any call stays small enough to store and to show."""
@@ -38,11 +55,13 @@ MODEL_CALLS_ARTIFACT = "model_calls.json"
 
 def transcript_text(calls: list[dict[str, Any]], max_bytes: int, refused_left_out: int = 0) -> str:
     """``calls`` as the JSON of the unit's transcript artifact, at most ``max_bytes``: the
-    newest calls that fit, how many older ones were left out, and how many calls the gateway
+    newest calls that fit (and whose copies were kept), how many older ones were left out, and how many calls the gateway
     refused itself it kept no record of (``refused_left_out``)."""
     kept: list[str] = []
     size = 64
     for call in reversed(calls):
+        if COPY_NOT_KEPT in (call.get("request"), call.get("response")):
+            break
         text = json.dumps(call, ensure_ascii=False, default=str)
         size += len(text.encode()) + 2
         if size > max_bytes:

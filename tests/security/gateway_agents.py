@@ -58,6 +58,24 @@ def give_up_on_a_failed_call(task_prompt: str, work_dir: Path, context: Any) -> 
     return {"answer": None}
 
 
+def pay_then_give_up_on_a_failed_call(task_prompt: str, work_dir: Path, context: Any) -> dict:
+    """Three calls: one the provider fails (the test has it fail as an overload, which the run
+    retries) ends the attempt without an answer; an attempt whose calls are all answered raises
+    (its own error, not retried, which ``--retry-errors`` runs again)."""
+    try:
+        _call(3)
+    except anthropic.APIStatusError:
+        return {"answer": None}
+    raise RuntimeError("gave up")
+
+
+def forge_earlier_attempts(task_prompt: str, work_dir: Path, context: Any) -> dict:
+    """One call, then claims a retried attempt before it that cost a dollar."""
+    _call(1)
+    forged = {"attempts": 1, "n_model_calls": 9, "cost_usd": 1.0, "listed": []}
+    return {"answer": {"value": 7391.25}, "metadata": {"earlier_attempts": forged}}
+
+
 def forge_refusal(task_prompt: str, work_dir: Path, context: Any) -> dict:
     """Answers wrongly, then claims the model refused (a refusal is counted apart)."""
     _call(1)

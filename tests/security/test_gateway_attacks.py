@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import time
 from collections.abc import Iterator
@@ -21,8 +22,10 @@ import pyarrow.dataset as ds
 import pytest
 import ray
 
+from rayeval.batch.budget import stored_spend
 from rayeval.cli import main as rayeval_main
 from rayeval.report.benchmark import excused_errors
+from rayeval.storage import ResultStore
 from tests.agents.fake_model_server import FakeModelServer
 
 AGENTS = "tests.security.gateway_agents"
@@ -117,6 +120,39 @@ def test_a_provider_failure_the_agents_requests_may_bring_on_buys_neither_excuse
     assert details["status"] == status and "seen_by" not in details
     assert list(excused_errors(pd.DataFrame([row]))) == [False]
     assert "--resume --retry-errors" in row["error_message"]  # what helps, said where it is seen
+
+
+def test_a_retried_attempts_paid_calls_count_in_the_runs_spend(
+    site: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Attempt 1 makes two paid calls, then the provider fails its third (an overload): the run
+    retries it, and attempt 2 (three paid calls) is the unit's row. Attempt 1 is stored in no
+    row of its own, so the final row lists it, and the run's summary total and a resumed run's
+    budget (where it starts: the stored spend) count its calls."""
+    server: FakeModelServer = site["server"]
+    server.fail(529, retry_after="0", after_turns=len(server.scripted_replies()) + 2)
+    out = tmp_path / "s"
+    options = ("--retries", "1", "--gateway-retry-s", "0")
+    _, (row,) = run(site, out, "pay_then_give_up_on_a_failed_call", *options)
+    assert (row["attempt"], row["status"], row["error_type"]) == (2, "error", "RuntimeError")
+    assert row["n_model_calls"] == 3 and row["cost_usd"] == pytest.approx(3 * CALL_COST)  # its own attempt's
+    earlier = json.loads(row["metadata_json"])["earlier_attempts"]
+    assert (earlier["attempts"], earlier["cost_usd"]) == (1, pytest.approx(2 * CALL_COST))
+    (first,) = earlier["listed"]
+    assert (first["attempt"], first["status"], first["error_type"]) == (1, "error", "ProviderError")
+    assert first["n_model_calls"] == earlier["n_model_calls"] == 2 and first["input_tokens"] == 2000
+    total = re.search(r"total cost \$([0-9.]+)", capsys.readouterr().out)
+    assert total is not None and float(total.group(1)) == pytest.approx(5 * CALL_COST, abs=1e-4)
+    assert stored_spend(ResultStore(out), row["run_id"]) == pytest.approx(5 * CALL_COST)
+
+
+def test_earlier_attempts_the_agent_claims_are_not_stored(site: dict[str, Any], tmp_path: Path) -> None:
+    """Only the driver says what a unit's retried attempts used: an agent's claim of a
+    dollar's worth is dropped, and no total counts it."""
+    out = tmp_path / "s"
+    _, (row,) = run(site, out, "forge_earlier_attempts")
+    assert row["status"] == "passed" and "earlier_attempts" not in json.loads(row["metadata_json"])
+    assert stored_spend(ResultStore(out), row["run_id"]) == pytest.approx(CALL_COST)
 
 
 def test_a_runner_failure_the_agent_claims_buys_no_rerun(site: dict[str, Any], tmp_path: Path) -> None:

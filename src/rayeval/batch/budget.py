@@ -10,7 +10,6 @@ calls already under way."""
 
 from __future__ import annotations
 
-import math
 import threading
 
 import ray
@@ -18,6 +17,7 @@ import ray
 from .._messages import option, options
 from ..errors import RayevalError
 from ..storage import ResultStore
+from ..storage.spend import run_spend
 
 #: seconds between a worker's reports of its spend (and reads of the run's)
 SYNC_S = 0.25
@@ -131,6 +131,6 @@ def budget_view(run_id: str, max_cost_usd: float) -> BudgetView:
 
 
 def stored_spend(store: ResultStore, run_id: str) -> float:
-    """What run ``run_id``'s stored rows cost (every attempt's): where a resumed run's budget starts."""
-    stored = store.read_table(run_id, columns=["cost_usd"]).column("cost_usd").to_pylist()
-    return sum(cost for cost in stored if cost is not None and math.isfinite(cost))
+    """What run ``run_id``'s stored rows cost (every attempt's, those each row lists as retried
+    included: :func:`rayeval.storage.spend.run_spend`): where a resumed run's budget starts."""
+    return run_spend(store.read_table(run_id, columns=["cost_usd", "metadata_json"]))

@@ -22,6 +22,7 @@ from ..filesystem import is_s3
 from ..record import UnitRecord
 from ..storage import ERROR_STATUSES, ResultStore, RowWriter, RunManifest, RunStatus
 from ..storage.lease import RunLease, run_lease
+from ..storage.spend import EarlierAttempts
 from ..storage.store import ResultsRootUnwritable, StorageError
 from ..unit.checkpoint import remove_checkpoints, unit_checkpoints
 from ..unit.context import AgentFunction
@@ -216,8 +217,9 @@ class _DriverRun:
     def _store_units_back(
         self, run: RunRows, ready: list[Any], work: _InFlight, progress: Progress, budget: BudgetView | None
     ) -> None:
-        """Settle the calls that are back: store the rows of finished units, queue retries; what
-        they cost that no gateway counted counts in the run's ``budget`` as they come back."""
+        """Settle the calls that are back: store the rows of finished units, queue retries (a
+        unit's final row says what its retried attempts used: :mod:`rayeval.storage.spend`);
+        what they cost that no gateway counted counts in the run's ``budget`` as they come back."""
         scheduling, earlier_attempts = self.config.scheduling, self.earlier_attempts
         # a row's model (its partition) -> rows to store, of every unit back by now
         kept: dict[str, list[UnitRecord]] = {}
@@ -236,7 +238,10 @@ class _DriverRun:
             if delay is not None and attempt - earlier <= scheduling.retries:  # retries count from this run's first
                 work.queue.retry_later(unit, attempt + 1, delay)
                 work.resumes[unit.position] = resumable
+                work.retried.setdefault(unit.position, EarlierAttempts()).add(row)
             else:
+                if (retried := work.retried.pop(unit.position, None)) is not None:
+                    row = retried.onto(row)
                 kept.setdefault(row.model, []).append(row)
                 if not resumable:  # else --retry-errors goes on from its checkpoints
                     finished.append(unit)
@@ -366,6 +371,9 @@ class _InFlight:
     grading: dict[Any, tuple[Unit, int]] = field(default_factory=dict)
     #: units stored whose model calls the run's spent budget refused (a resume runs them again)
     refused_by_budget: int = 0
+    #: by plan position, what the attempts of a unit waiting for its retry used (its final row
+    #: says it): only those units hold anything
+    retried: dict[int, EarlierAttempts] = field(default_factory=dict)
 
     def start(self, unit: Unit, attempt: int) -> None:
         """Submit a unit's attempt (it holds a slot until it is back)."""

@@ -12,12 +12,15 @@ from ..agents.labels import row_labels
 from ..evals import Eval
 from ..graders.judging import Judgments
 from ..record import SeenBy, UnitRecord, carried
+from ..storage.spend import EARLIER_ATTEMPTS
 from ..unit.execution import unanswered_result
 from ..unit.result import EvalResult
 from ..unit.runner import failed_after_run, rayeval_failure
 from .plan import Unit
 
-_METADATA_DROPPED = ("trajectory",)  # kept in artifacts_json, not twice
+#: the trajectory is kept in artifacts_json, not twice; the earlier attempts are the driver's
+#: word on the unit's final row (:meth:`EarlierAttempts.onto`), never the agent's
+_METADATA_DROPPED = ("trajectory", EARLIER_ATTEMPTS)
 #: a row's error_message is a line or a few, to read in a table; the traceback has room
 ERROR_MESSAGE_CHARS = 1_000
 #: an error's kind is a name (the agent's exception class: any text it chose), shown in tables

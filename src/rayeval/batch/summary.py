@@ -6,12 +6,14 @@ from collections import Counter
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
+import numpy as np
 from pydantic import BaseModel
 
 from .._messages import shown
 from ..record import ERROR_STATUSES
 from ..storage import ResultStore
-from ..storage.attempts import ATTEMPT_COLUMNS, count_outcomes, latest_attempts
+from ..storage.attempts import ATTEMPT_COLUMNS, UNIT_KEY, count_outcomes, latest_attempts
+from ..storage.spend import with_earlier_spend
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -28,8 +30,9 @@ class ModelSummary(BaseModel):
     errors: int
     #: passed units in percent of all units, errored ones included (as ``rayeval report``)
     accuracy_pct: float
-    #: mean cost per unit (as the report's ``Cost ($)``), and the total; None when unreported.
-    #: A unit's cost is its agent's and its LLM judges' together
+    #: mean cost per unit (as the report's ``Cost ($)``: its stored attempt's), and what the
+    #: run spent in all (every attempt's: those stored and those the run retried); None when
+    #: unreported. A unit's cost is its agent's and its LLM judges' together
     mean_cost_usd: float | None
     total_cost_usd: float | None
     #: of ``total_cost_usd``, what the judge calls cost (None: no judge call was priced)
@@ -97,12 +100,14 @@ def summarize(
 ) -> RunSummary:
     # only the columns it needs: a run's answers and artifacts can be most of its bytes
     columns = [*ATTEMPT_COLUMNS, "model", "harness", "status", "passed", "cost_usd", "judge_cost_usd"]
-    columns += ["error_type", "error_message"]
-    frame = latest_attempts(store.read_table(run_id, columns=columns).to_pandas())
-    frame["harness"] = frame["harness"].astype(object).fillna("")
+    columns += ["error_type", "error_message", "metadata_json"]
+    rows = with_earlier_spend(store.read_table(run_id, columns=columns)).to_pandas()
+    rows["harness"] = rows["harness"].astype(object).fillna("")
+    frame = latest_attempts(rows)
+    spent = _spent(rows)
     models = []
     for (model, harness), group in frame.groupby(["model", "harness"], sort=True, observed=True):
-        cost, judge_cost = group["cost_usd"].dropna(), group["judge_cost_usd"].dropna()
+        cost, (total, judge_total) = group["cost_usd"].dropna(), spent[(model, harness)]
         counts = count_outcomes(group)
         models.append(
             ModelSummary(
@@ -114,8 +119,8 @@ def summarize(
                 errors=counts.errors,
                 accuracy_pct=100.0 * counts.passed / len(group),
                 mean_cost_usd=float(cost.mean()) if len(cost) else None,
-                total_cost_usd=float(cost.sum()) if len(cost) else None,
-                judge_cost_usd=float(judge_cost.sum()) if len(judge_cost) else None,
+                total_cost_usd=total,
+                judge_cost_usd=judge_total,
             )
         )
     common, common_units = _most_common_error(frame)
@@ -131,6 +136,21 @@ def summarize(
         models=models,
         duration_s=(datetime.now(timezone.utc) - started).total_seconds(),
     )
+
+
+def _spent(rows: pd.DataFrame) -> dict[tuple[str, str], tuple[float | None, float | None]]:
+    """Per model and harness, what every attempt of its units cost (each stored attempt once,
+    and the retried ones its rows list) and of that its judges (None: none was priced)."""
+    attempts = rows.drop_duplicates(subset=[*UNIT_KEY, "attempt"], keep="last")  # a row stored twice counts once
+    spent = {}
+    for key, group in attempts.groupby(["model", "harness"], sort=False, observed=True):
+        sums = []
+        for columns in (["cost_usd", "earlier_cost_usd"], ["judge_cost_usd", "earlier_judge_cost_usd"]):
+            amounts = group[columns].to_numpy(dtype=float).ravel()
+            known = amounts[~np.isnan(amounts)]
+            sums.append(float(known.sum()) if len(known) else None)
+        spent[key] = (sums[0], sums[1])
+    return spent
 
 
 def _most_common_error(frame: pd.DataFrame) -> tuple[str | None, int]:

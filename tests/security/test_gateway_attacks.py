@@ -128,7 +128,7 @@ def test_a_retried_attempts_paid_calls_count_in_the_runs_spend(
     """Attempt 1 makes two paid calls, then the provider fails its third (an overload): the run
     retries it, and attempt 2 (three paid calls) is the unit's row. Attempt 1 is stored in no
     row of its own, so the final row lists it, and the run's summary total and a resumed run's
-    budget (where it starts: the stored spend) count its calls."""
+    budget count its calls: a resume whose --max-cost the five calls spent starts no unit."""
     server: FakeModelServer = site["server"]
     server.fail(529, retry_after="0", after_turns=len(server.scripted_replies()) + 2)
     out = tmp_path / "s"
@@ -144,6 +144,10 @@ def test_a_retried_attempts_paid_calls_count_in_the_runs_spend(
     total = re.search(r"total cost \$([0-9.]+)", capsys.readouterr().out)
     assert total is not None and float(total.group(1)) == pytest.approx(5 * CALL_COST, abs=1e-4)
     assert stored_spend(ResultStore(out), row["run_id"]) == pytest.approx(5 * CALL_COST)
+    resumed = ("--resume", "--run-id", row["run_id"], "--retry-errors", "--max-cost", f"{4 * CALL_COST}")
+    _, rows = run(site, out, "pay_then_give_up_on_a_failed_call", *options, *resumed)
+    assert [r["attempt"] for r in rows] == [2]  # spent already: attempt 3 never started
+    assert f"its budget of ${4 * CALL_COST:g} is spent" in capsys.readouterr().err
 
 
 def test_earlier_attempts_the_agent_claims_are_not_stored(site: dict[str, Any], tmp_path: Path) -> None:

@@ -73,6 +73,9 @@ class BudgetView:
         self._sending = 0.0
         self._seen = 0.0
         self._closed = threading.Event()
+        # the run's spend as it is now: a view starting from nothing would let a resumed run
+        # whose stored rows spent its budget start units until its first report
+        self._send()
         threading.Thread(target=self._sync, name="rayeval-budget", daemon=True).start()
 
     def close(self) -> None:

@@ -16,10 +16,19 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from .server import Session
+
+class Session(Protocol):
+    """What room is kept for: a unit's session (``server.Session``), its requests in flight and
+    their bodies' bytes, and when it ends."""
+
+    in_flight: int
+    held_bytes: int
+    peak_bytes: int
+    closed: bool
+    deadline: float | None
+
 
 MiB = 1 << 20
 #: the largest request body relayed: Anthropic's Messages API takes at most 32 MB

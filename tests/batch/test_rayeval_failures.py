@@ -73,6 +73,7 @@ def _evals(folder: Path) -> Path:
     return folder
 
 
+@pytest.mark.slow  # end to end through rayeval run: CI runs it in its slow phase
 def test_a_unit_rayeval_fails_on_after_its_agent_ran_keeps_what_its_calls_used(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

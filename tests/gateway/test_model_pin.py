@@ -272,6 +272,7 @@ def test_a_sandboxed_agent_that_calls_a_stronger_model_through_a_run_is_refused(
     ]  # fmt: skip
 
 
+@pytest.mark.slow  # end to end through rayeval run: CI runs it in its slow phase
 def test_a_run_that_allows_another_model_lets_its_units_call_it(
     eval_file: Path, server: FakeModelServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -102,7 +102,7 @@ def test_a_provider_failure_the_agent_reports_is_its_own_error(site: dict[str, A
     assert [r["error_type"] for r in inline] == ["ProviderError"]  # the control: its word taken
 
 
-@pytest.mark.parametrize(("status", "excused"), [(429, False), (529, True)])
+@pytest.mark.parametrize(("status", "excused"), [(429, False), pytest.param(529, True, marks=pytest.mark.slow)])
 def test_a_provider_failure_the_agents_requests_may_bring_on_buys_neither_excuse_nor_rerun(
     site: dict[str, Any], tmp_path: Path, status: int, excused: bool
 ) -> None:
@@ -122,6 +122,7 @@ def test_a_provider_failure_the_agents_requests_may_bring_on_buys_neither_excuse
     assert "--resume --retry-errors" in row["error_message"]  # what helps, said where it is seen
 
 
+@pytest.mark.slow  # end to end through rayeval run: CI runs it in its slow phase
 def test_a_retried_attempts_paid_calls_count_in_the_runs_spend(
     site: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -40,6 +40,7 @@ def run(evals: Path, out: Path, *options: str) -> int:
     )  # fmt: skip
 
 
+@pytest.mark.slow  # a budget run out mid-run and resumed higher, end to end: ~35 s
 def test_a_spent_budget_stops_the_run_and_a_higher_one_finishes_it(
     evals: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -252,6 +252,7 @@ def _run(evals: Path, out: Path, *options: str) -> dict[str, Any]:
     return row
 
 
+@pytest.mark.slow  # through rayeval run in the sandbox: ~15 s; the gateway-level tests above run by default
 def test_a_sandboxed_agent_that_calls_a_stronger_model_through_a_run_is_refused(
     eval_file: Path, server: FakeModelServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

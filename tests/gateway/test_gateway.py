@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
 
 import anthropic
 import httpx
@@ -22,18 +21,6 @@ from tests.gateway.provider import Provider, sse
 
 KEY = "sk-provider-key-0123456789"
 SPARE = "sk-spare-key-9876543210"
-
-
-@pytest.fixture
-def server() -> Iterator[FakeModelServer]:
-    with FakeModelServer(script=[], answer=lambda body: "the answer") as fake:
-        yield fake
-
-
-@pytest.fixture
-def gateway() -> Iterator[Gateway]:
-    with Gateway() as running:
-        yield running
 
 
 def upstreams(server: FakeModelServer, *keys: str) -> dict[str, Upstream]:

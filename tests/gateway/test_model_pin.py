@@ -6,7 +6,6 @@ after a refusal the gateway relayed."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,18 +26,6 @@ KEY = "sk-provider-key-0123456789"
 HI = [{"role": "user", "content": "hi"}]
 GRADER = {"type": "numeric_tolerance", "config": {"ground_truth": {"value": 1},
           "tolerances": {"value": {"type": "absolute", "value": 0}}}}  # fmt: skip
-
-
-@pytest.fixture
-def server() -> Iterator[FakeModelServer]:
-    with FakeModelServer(script=[], answer=lambda body: "the answer") as fake:
-        yield fake
-
-
-@pytest.fixture
-def gateway() -> Iterator[Gateway]:
-    with Gateway() as running:
-        yield running
 
 
 def upstreams(server: FakeModelServer) -> dict[str, Upstream]:

@@ -9,7 +9,6 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,12 +41,6 @@ async def broken_after_message_start(request: web.Request) -> web.StreamResponse
     assert request.transport is not None
     request.transport.close()
     return reply
-
-
-@pytest.fixture
-def gateway() -> Iterator[Gateway]:
-    with Gateway() as running:
-        yield running
 
 
 def test_a_stream_the_provider_breaks_off_is_counted_with_what_was_seen_and_failed(gateway: Gateway) -> None:

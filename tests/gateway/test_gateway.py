@@ -95,6 +95,55 @@ def test_a_rejected_key_is_replaced_by_the_next_one_unseen_by_the_unit(
     assert report.counted.key_fallbacks == 1 and report.counted.n_model_calls == 2
 
 
+ECHOED = "Invalid value: 'quota exceeded, billing, credit balance'. Supported values are: 'user', 'assistant'."
+
+
+@pytest.mark.parametrize(
+    ("status", "error", "rejects"),
+    [
+        (400, {"type": "error", "error": {"type": "invalid_request_error", "message": ECHOED}}, False),
+        (400, {"error": {"message": ECHOED, "type": "invalid_request_error", "code": "insufficient_quota!"}}, False),
+        (
+            400,
+            {"type": "error", "error": {"type": "invalid_request_error", "message": "Your credit balance is too low"}},
+            True,
+        ),
+        (400, {"error": {"message": "You exceeded your current quota", "type": "insufficient_quota"}}, True),
+    ],
+    ids=["echoed words", "echoed code", "anthropic credit", "openai quota"],
+)
+def test_a_key_is_rejected_by_the_providers_error_never_by_words_the_request_put_in_it(
+    server: FakeModelServer, gateway: Gateway, status: int, error: dict, rejects: bool
+) -> None:
+    """A provider's message may repeat a value of the request: words of a billing failure the
+    unit had it repeat neither take the next key nor make the provider's failure of its row."""
+    for keys in ((KEY, SPARE), (KEY,)):
+        server.fail(status, body=error)
+        session = gateway.open(upstreams(server, *keys))
+        reply = httpx.post(
+            gateway.base_url("anthropic") + "/v1/messages",
+            headers={"x-api-key": session.token},
+            json={"model": "claude-sonnet-4-5", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]},
+        )
+        counted = gateway.close(session).counted
+        if len(keys) == 2:
+            assert counted.key_fallbacks == rejects and (reply.status_code == 200) == rejects
+        else:
+            assert reply.status_code == status and (counted.last_failure is not None) == rejects
+
+
+def test_the_units_organization_and_project_are_not_sent_on(server: FakeModelServer, gateway: Gateway) -> None:
+    """One the key is not of would have the provider reject the key: a failure of the unit's making."""
+    session = gateway.open(upstreams(server))
+    gpt = openai.OpenAI(
+        base_url=gateway.base_url("openai"), api_key=session.token, organization="org-forged", project="proj-forged"
+    )
+    gpt.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+    gateway.close(session)
+    sent = server.model_requests()[0].headers
+    assert "openai-organization" not in sent and "openai-project" not in sent
+
+
 def test_a_unit_past_its_limit_gets_a_provider_style_refusal(server: FakeModelServer, gateway: Gateway) -> None:
     session = gateway.open(upstreams(server), CallLimits(model_calls=2))
     gpt = openai.OpenAI(base_url=gateway.base_url("openai"), api_key=session.token, max_retries=0)

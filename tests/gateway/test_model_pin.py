@@ -162,6 +162,36 @@ def test_the_models_a_run_allows_and_any(server: FakeModelServer, gateway: Gatew
     assert asked_models(server) == ["claude-haiku-4-5-20251001"] + ["claude-opus-4-1"] * 3
 
 
+def test_a_unit_reaches_its_models_at_their_providers_only(server: FakeModelServer, gateway: Gateway) -> None:
+    """Its model's name at another provider's route would fail there (no such model, no key): a
+    failure of the unit's making that its row would read as its provider's. A pinned unit has
+    its models' routes only, an unpinned one those of the providers its run names."""
+    environ = {"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": server.url, "OPENAI_API_KEY": KEY,
+               "OPENAI_BASE_URL": server.url + "/v1"}  # fmt: skip
+    pinned = open_unit_access(gateway, {}, model="anthropic/claude-sonnet-4-5", environ=environ)
+    for route in ("openai", "openrouter", "fireworks"):
+        reply = httpx.post(
+            gateway.base_url(route) + "/chat/completions",
+            headers={"authorization": f"Bearer {pinned.session.token}"},
+            json={"model": "claude-sonnet-4-5", "messages": HI},
+        )
+        assert reply.status_code == 404 and f"no provider is configured at /{route}" in reply.text
+    claude(gateway, pinned.session.token).messages.create(model="claude-sonnet-4-5", max_tokens=5, messages=HI)
+    counted = gateway.close(pinned.session).counted
+    assert counted.n_model_calls == 1 and counted.last_failure is None
+    assert asked_models(server) == ["claude-sonnet-4-5"]
+    routes = {
+        "allowed": ("anthropic/claude-sonnet-4-5", ("openai/gpt-4o",), environ, {"anthropic", "openai"}),
+        "unpinned": (None, (), environ, {"anthropic", "openai"}),
+        "unknown route": ("my-model", (), environ, {"anthropic", "openai"}),
+        "named by the run": (None, (), {"OPENROUTER_API_KEY": KEY}, {"openrouter"}),
+    }
+    for model, allowed, names, expected in routes.values():
+        access = open_unit_access(gateway, {}, model=model, allowed_models=allowed, environ=names)
+        assert set(access.session.upstreams) == expected
+        gateway.close(access.session)
+
+
 def test_a_program_that_falls_back_on_a_refusal_may_call_one_other_model_after_one(
     server: FakeModelServer, gateway: Gateway
 ) -> None:

@@ -36,8 +36,9 @@ from pydantic import BaseModel, Field
 from .._backoff import doubled_s
 from .._json import object_at
 from ..models.failures import (
+    BILLING_ERROR_KIND,
+    BILLING_MESSAGE_STARTS,
     KEY_REJECTED_STATUSES,
-    KEY_REJECTED_WORDS,
     MESSAGE_CHARS,
     RETRYABLE_STATUSES,
     KeyFallbackOn,
@@ -65,10 +66,13 @@ MAX_COPY_BYTES = 16 << 20
 #: for its usage (``"stream_options":{"include_usage":true}``, written compact; a number may
 #: be written longer than it was sent, ``1e15`` as ``1000000000000000.0``: such a body is refused)
 _USAGE_ASKED_BYTES = 64
-#: request headers that belong to a hop, not to the call (and the unit's credentials)
+#: request headers that belong to a hop, not to the call, and the unit's credentials and their
+#: scope (OpenAI's organization and project: one the key is not of has the key rejected, a
+#: failure of the unit's making)
 _REQUEST_HOP = frozenset(
     {"host", "connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade",
-     "content-length", "accept-encoding", "x-api-key", "authorization", "api-key", "proxy-authorization"}
+     "content-length", "accept-encoding", "x-api-key", "authorization", "api-key", "proxy-authorization",
+     "openai-organization", "openai-project"}
 )  # fmt: skip
 #: response headers the gateway sets itself (it streams the body decompressed)
 _RESPONSE_HOP = frozenset(
@@ -884,7 +888,7 @@ def _last_failure(calls: list[CallRecord], earlier: ProviderFailure | None) -> P
     if last.status is not None and last.status < 400 or last.status is None and last.cut_short_by == "gateway":
         return None
     failure = provider_failure(last.status, last.error or "", last.retry_after_s)
-    if last.status is not None and not (failure.retryable or failure.key_rejected or last.status == 402):
+    if last.status is not None and not (failure.retryable or _rejects_key(last.status, last.error or "")):
         return None  # the provider refused the request itself (400, 404...): not its fault
     return failure
 
@@ -1023,8 +1027,19 @@ def _forwarded(headers: Mapping[str, str], key_header: str, key: str | None) -> 
 
 
 def _rejects_key(status: int, text: str) -> bool:
-    lowered = text.lower()
-    return status in KEY_REJECTED_STATUSES or status == 402 or any(word in lowered for word in KEY_REJECTED_WORDS)
+    """Whether the provider's error reply (``text``) rejects the key: by its status, or by the
+    kind or the start of the error it names (OpenAI's ``insufficient_quota``, Anthropic's 400 of
+    a spent credit balance), never by words anywhere in it: a message may repeat what the
+    request said (``Invalid value: 'quota exceeded'``), and the unit wrote the request."""
+    if status in KEY_REJECTED_STATUSES or status == 402:
+        return True
+    error = _json_body(text.encode()).get("error")
+    if not isinstance(error, dict):
+        return False
+    message = error.get("message")
+    return BILLING_ERROR_KIND in (error.get("type"), error.get("code")) or (
+        isinstance(message, str) and message.startswith(BILLING_MESSAGE_STARTS)
+    )
 
 
 def _limit_message(limit: LimitName, limits: CallLimits) -> str:
@@ -1052,7 +1067,9 @@ PROVIDER_ROUTES: dict[str, tuple[str | None, str, str]] = {
 
 def upstreams_from(environ: Mapping[str, str]) -> dict[str, Upstream]:
     """The providers' endpoints and keys as this process's environment names them (Anthropic's
-    fallback keys after its key, taken on what ``ANTHROPIC_KEY_FALLBACK_ON`` says)."""
+    fallback keys after its key, taken on what ``ANTHROPIC_KEY_FALLBACK_ON`` says): only those
+    it names a key or an endpoint of. A provider it names neither of is no route of the gateway:
+    a unit's call there would fail for want of a key, a failure of the unit's making."""
     from ..models.failures import ANTHROPIC_KEY_FALLBACK_ON, ANTHROPIC_KEY_FALLBACKS, fallback_keys, key_fallback_on
 
     found: dict[str, Upstream] = {}
@@ -1064,5 +1081,6 @@ def upstreams_from(environ: Mapping[str, str]) -> dict[str, Upstream]:
                 keys += fallback_keys(ANTHROPIC_KEY_FALLBACKS, environ.get(ANTHROPIC_KEY_FALLBACKS))
                 fallback_on = key_fallback_on(environ.get(ANTHROPIC_KEY_FALLBACK_ON))
         base = environ.get(base_variable) if base_variable else None
-        found[route] = Upstream(base or default, tuple(keys), fallback_on)
+        if keys or base:
+            found[route] = Upstream(base or default, tuple(keys), fallback_on)
     return found

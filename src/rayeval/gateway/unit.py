@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from ..models.failures import ANTHROPIC_KEY_FALLBACKS
 from ..models.providers import PROVIDERS, inferred_provider
 from .pin import model_pin
-from .server import PROVIDER_ROUTES, CallLimits, Gateway, RunBudget, Session, upstreams_from
+from .server import PROVIDER_ROUTES, CallLimits, Gateway, RunBudget, Session, Upstream, upstreams_from
 
 #: variables that carry a model provider's key besides those of the gateway's routes: none
 #: reaches a unit (providers the gateway does not relay are out of a unit's reach)
@@ -91,15 +91,16 @@ def open_unit_access(
     ``args``: ``base_url`` is the endpoint of the model's API (``api``, else the model's) and
     ``api_key_env`` the variable holding its key. The unit sees the gateway instead. Its calls
     may name ``model``, the ``allowed_models`` and, where its program ``falls_back`` to another
-    model when its model refuses, that one (see :func:`.pin.model_pin`)."""
+    model when its model refuses, that one (see :func:`.pin.model_pin`), each through its own
+    provider's route only (see :func:`pinned_routes`)."""
     environ = os.environ if environ is None else environ
     upstreams = upstreams_from(environ)
     unit_args = dict(args)
     route = api or route_of(model)
     env: dict[str, str] = {}
-    if options and route is not None:
+    if options and route is not None and (args.get("base_url") or args.get("api_key_env")):
         base_url, key_variable = args.get("base_url"), args.get("api_key_env")
-        current = upstreams[route]
+        current = upstreams.get(route) or Upstream(PROVIDER_ROUTES[route][1])
         if base_url:
             current = replace(current, base_url=base_url)
         if key_variable:
@@ -107,6 +108,8 @@ def open_unit_access(
             current = replace(current, keys=(key,) if key else ())
         upstreams[route] = current
     pin = model_pin(model, allowed_models, falls_back)
+    if pin is not None:
+        upstreams = pinned_routes(upstreams, route, allowed_models)
     session = gateway.open(upstreams, limits, budget=budget, retry_s=retry_s, timeout_s=timeout_s, pin=pin)
     for name, (base_variable, _, key_variable) in PROVIDER_ROUTES.items():
         if base_variable:
@@ -118,6 +121,19 @@ def open_unit_access(
         if args.get("api_key_env"):
             env[args["api_key_env"]] = session.token
     return UnitAccess(session, env, unit_args)
+
+
+def pinned_routes(
+    upstreams: dict[str, Upstream], route: str | None, allowed_models: tuple[str, ...]
+) -> dict[str, Upstream]:
+    """The routes of a unit pinned to its model (served at ``route``) and ``allowed_models``:
+    theirs only, where each one's is known. A call of its model at another provider's route
+    fails there (no such model, no key), a failure of the unit's making that would otherwise
+    read as its provider's."""
+    routes = {route, *map(route_of, allowed_models)}
+    if None in routes:
+        return upstreams
+    return {name: upstream for name, upstream in upstreams.items() if name in routes}
 
 
 _shared: Gateway | None = None

@@ -23,8 +23,13 @@ RETRYABLE_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 520, 529
 REQUEST_CAUSED_STATUSES = frozenset({429})
 #: statuses that reject the key: the session resumes with the next fallback key, if any
 KEY_REJECTED_STATUSES = frozenset({401, 403})
-#: words of a billing or credit failure, which rejects the key whatever its status
+#: words of a billing or credit failure, which rejects the key whatever its status (as a
+#: program or an SDK reports it; the gateway reads the provider's error itself, see below)
 KEY_REJECTED_WORDS = ("credit balance", "billing", "insufficient_quota", "payment required", "quota exceeded")
+#: the kind of error (its ``type`` or ``code``) of a key out of quota (OpenAI's)
+BILLING_ERROR_KIND = "insufficient_quota"
+#: how the message of a key out of credit begins, where its status does not say it (Anthropic's 400)
+BILLING_MESSAGE_STARTS = ("Your credit balance is too low",)
 MESSAGE_CHARS = 500
 #: the variable listing Anthropic keys to use, in turn, when the provider rejects the key
 ANTHROPIC_KEY_FALLBACKS = "ANTHROPIC_API_KEY_FALLBACKS"

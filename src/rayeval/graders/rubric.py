@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
@@ -184,8 +185,16 @@ def prepare_rubric(answer: Any, config: dict) -> RubricPlan | GraderResult:
     return RubricPlan(parsed, answer, len(full_response), requests)
 
 
+#: a tag of the prompt's own (``response``, ``criterion``; opening or closing, case and spaces
+#: aside) written in the response: its ``<`` is written ``&lt;`` there (see :func:`criterion_prompt`)
+_PROMPT_TAG = re.compile(r"<(?=\s*/?\s*(?:response|criterion)(?:[\s/>]|$))", re.IGNORECASE)
+
+
 def criterion_prompt(response: str, criterion: RubricCriterion, index: int) -> str:
-    """The reference's user prompt, word for word: the judge sees exactly what it saw."""
+    """The reference's user prompt, word for word: the judge sees exactly what it saw, but for a
+    response that writes the prompt's own tags (closing its ``<response>`` to add a criterion of
+    its own, met): their ``<`` is written ``&lt;``, so the response cannot end before its end."""
+    response = _PROMPT_TAG.sub("&lt;", response)
     return (
         f"<response>\n{response}\n</response>\n\n"
         f'<criterion index="{index}">\n{criterion.description}\n</criterion>\n\n'

@@ -27,6 +27,7 @@ from rayeval.unit import checkpoint
 from rayeval.unit.checkpoint import CheckpointError, ChunkCheckpoints, pack, unpack
 from rayeval.unit.context import AgentContext
 from tests.agents.fake_model_server import FakeModelServer
+from tests.fixtures_s3 import S3Bucket
 from tests.gateway.provider import ChargedBudget
 
 from .test_workspace import QUICK_EVAL
@@ -240,21 +241,31 @@ def _session(calls: int, budget: ChargedBudget | None = None) -> Session:
     return session
 
 
-def _saved(tmp_path: Path, attempt: int, chunks: int) -> Path:
-    """The checkpoints ``attempt`` saved after ``chunks`` chunks, each a model call more."""
+def _saved(tmp_path: Path, attempt: int, chunks: int, removals_fail: bool = False) -> Path:
+    """The checkpoints ``attempt`` saved after ``chunks`` chunks, each a model call more: the
+    newest, each removing those before it, or all of them when the storage fails to remove any
+    (``removals_fail``), for an attempt to fall back on."""
     work = _work(tmp_path / f"saved-{attempt}")
     folder = tmp_path / "sessions" / "unit"
     saver = ChunkCheckpoints(str(folder), work, attempt=attempt)
+    saver.filesystem = _Flaky(saver.filesystem, removals_fail=removals_fail)
     for chunk in range(1, chunks + 1):
         (work / "sub" / "notes.txt").write_text(f"chunk {chunk}")
         saver.report = _session(chunk).report
         saver(b'{"session_id": "s-1", "turns": 1}')
-    assert saver.saved == chunks and saver.problem is None
+    assert saver.saved == chunks
+    assert saver.problem == (f"chunks before {chunks} not removed: OSError: AccessDenied" if removals_fail else None)
+    kept = range(1 if removals_fail else chunks, chunks + 1)
+    assert _names(folder) == [f"chunk-{chunk}.{kind}" for chunk in kept for kind in ("json", "tar")]
     return folder
 
 
+def _names(folder: Path) -> list[str]:
+    return sorted(path.name for path in folder.iterdir())
+
+
 def test_an_attempt_goes_on_from_the_newest_whole_checkpoint_its_own_or_a_lost_ones(tmp_path: Path) -> None:
-    folder = _saved(tmp_path, attempt=1, chunks=3)
+    folder = _saved(tmp_path, attempt=1, chunks=3, removals_fail=True)
     with open(folder / "chunk-3.tar", "r+b") as tar:  # the node died while it was written
         tar.truncate(512)
     ray_again = ChunkCheckpoints(str(folder), tmp_path / "again", attempt=1)
@@ -274,7 +285,7 @@ def test_an_attempt_goes_on_from_the_newest_whole_checkpoint_its_own_or_a_lost_o
 
 
 def test_a_record_that_does_not_read_is_skipped(tmp_path: Path) -> None:
-    folder = _saved(tmp_path, attempt=1, chunks=2)
+    folder = _saved(tmp_path, attempt=1, chunks=2, removals_fail=True)
     (folder / "chunk-2.json").write_text('{"chunk": 2, "attempt": 1, "turns": -1}')
     (tmp_path / "w").mkdir()
     resumed = ChunkCheckpoints(str(folder), tmp_path / "w").start()
@@ -283,10 +294,19 @@ def test_a_record_that_does_not_read_is_skipped(tmp_path: Path) -> None:
 
 class _Flaky:
     """A filesystem whose listing, or reads of the files named in ``failing``, fail as a
-    throttled S3 would, for as long as asked; everything else as the real one."""
+    throttled S3 would, for as long as asked, and so do its removals (``removals_fail``) and
+    writes of the files named in ``writes_failing``; everything else as the real one."""
 
-    def __init__(self, real: Any, failing: Collection[str] = (), listing_fails: bool = False):
+    def __init__(
+        self,
+        real: Any,
+        failing: Collection[str] = (),
+        listing_fails: bool = False,
+        removals_fail: bool = False,
+        writes_failing: Collection[str] = (),
+    ):
         self.real, self.failing, self.listing_fails = real, set(failing), listing_fails
+        self.removals_fail, self.writes_failing = removals_fail, set(writes_failing)
 
     def get_file_info(self, selector: Any) -> Any:
         if self.listing_fails and not isinstance(selector, str):
@@ -297,6 +317,16 @@ class _Flaky:
         if Path(path).name in self.failing:
             raise OSError("SlowDown: please reduce your request rate")
         return self.real.open_input_stream(path)
+
+    def open_output_stream(self, path: str) -> Any:
+        if Path(path).name in self.writes_failing:
+            raise OSError("InternalError: please try again")
+        return self.real.open_output_stream(path)
+
+    def delete_file(self, path: str) -> None:
+        if self.removals_fail:
+            raise OSError("AccessDenied")
+        self.real.delete_file(path)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.real, name)
@@ -310,7 +340,7 @@ def _flaky_attempt(folder: Path, work: Path, attempt: int, **failures: Any) -> C
 
 
 def test_a_chunk_that_cannot_be_read_is_passed_over_for_the_next_newest(tmp_path: Path) -> None:
-    folder = _saved(tmp_path, attempt=1, chunks=3)
+    folder = _saved(tmp_path, attempt=1, chunks=3, removals_fail=True)
     again = _flaky_attempt(folder, tmp_path / "again", attempt=2, failing={"chunk-3.tar"})
     resumed = again.start(from_any_checkpoint=True)
     assert resumed is not None and resumed.chunk == 2
@@ -333,7 +363,7 @@ def test_a_storage_error_removes_no_checkpoint_and_the_fresh_attempts_own_come_a
     """Reads (or the listing) that fail leave the attempt to start afresh, the checkpoints kept;
     the chunks it saves then are numbered after them, so that Ray running it again goes on from
     its own newest, and a later attempt after a lost one from the newest of all."""
-    folder = _saved(tmp_path, attempt=1, chunks=2)
+    folder = _saved(tmp_path, attempt=1, chunks=2, removals_fail=True)
     work = tmp_path / "fresh"
     fresh = _flaky_attempt(folder, work, attempt=2, **failures)
     assert fresh.start(from_any_checkpoint=True) is None and not list(work.iterdir())
@@ -344,11 +374,73 @@ def test_a_storage_error_removes_no_checkpoint_and_the_fresh_attempts_own_come_a
     fresh.report = _session(1).report
     fresh(b'{"session_id": "s-2", "turns": 1}')
     assert fresh.saved == 3 and json.loads((folder / "chunk-3.json").read_text())["attempt"] == 2
+    assert _names(folder) == ["chunk-3.json", "chunk-3.tar"]  # those it was numbered after are removed now
     for attempt, from_any in ((2, False), (3, True)):
         (tmp_path / f"again-{attempt}").mkdir()
         resumed = ChunkCheckpoints(str(folder), tmp_path / f"again-{attempt}", attempt=attempt).start(from_any)
         assert resumed is not None and (resumed.chunk, resumed.session_id) == (3, "s-2")
         assert (tmp_path / f"again-{attempt}" / "notes.txt").read_text() == "the fresh attempt's own"
+
+
+def test_each_chunk_saved_removes_those_before_it_a_sparse_file_counted_at_its_size(tmp_path: Path) -> None:
+    """A unit that reports a chunk after each model call, a sparse file (no disk) in its work
+    folder, leaves its newest checkpoint only, not one per call: each chunk saved removes those
+    before it, its attempt's and an earlier one's. The sparse file is stored, and counted
+    against the cap, at its size."""
+    folder = _saved(tmp_path, attempt=1, chunks=2, removals_fail=True)
+    work = tmp_path / "again"
+    again = ChunkCheckpoints(str(folder), work, attempt=2)
+    work.mkdir()
+    assert again.start(from_any_checkpoint=True) is not None
+    with open(work / "holes.bin", "wb") as sparse:
+        sparse.truncate(4 << 20)
+    for calls in range(3, 7):
+        again.report = _session(calls).report
+        again(b'{"session_id": "s-1", "turns": 1}')
+    assert (again.saved, again.problem) == (6, None)
+    assert _names(folder) == ["chunk-6.json", "chunk-6.tar"]
+    assert (4 << 20) < (folder / "chunk-6.tar").stat().st_size < (5 << 20)
+    assert sum(path.stat().st_blocks * 512 for path in folder.iterdir()) < 5 << 20
+    with pytest.raises(CheckpointError, match="more than"):
+        pack(work, io.BytesIO(), max_bytes=4 << 20)
+    (tmp_path / "restored").mkdir()
+    resumed = ChunkCheckpoints(str(folder), tmp_path / "restored", attempt=2).start()
+    assert resumed is not None and resumed.chunk == 6
+    assert (tmp_path / "restored" / "holes.bin").stat().st_size == 4 << 20
+
+
+def test_a_chunk_saved_to_s3_removes_those_before_it(tmp_path: Path, s3_bucket: S3Bucket) -> None:
+    folder = s3_bucket.uri("run_id=r/_sessions/unit")
+    saver = ChunkCheckpoints(folder, _work(tmp_path), attempt=1, s3_endpoint_url=s3_bucket.endpoint_url)
+    for calls in range(1, 4):
+        saver.report = _session(calls).report
+        saver(b'{"session_id": "s-1", "turns": 1}')
+    assert (saver.saved, saver.problem) == (3, None)
+    listed = s3_bucket.client.list_objects_v2(Bucket=s3_bucket.name, Prefix="run_id=r/_sessions/unit/")["Contents"]
+    files = sorted(item["Key"].rpartition("/")[2] for item in listed)
+    assert [name for name in files if name] == ["chunk-3.json", "chunk-3.tar"]  # but the folder's marker
+    (tmp_path / "again").mkdir()
+    again = ChunkCheckpoints(folder, tmp_path / "again", attempt=1, s3_endpoint_url=s3_bucket.endpoint_url)
+    resumed = again.start()
+    assert resumed is not None and resumed.chunk == 3
+
+
+def test_a_chunk_whose_record_is_not_written_removes_none_before_it(tmp_path: Path) -> None:
+    """The chunks before the one being saved are removed once its record is written, not
+    before: a save that fails (or a node lost) midway leaves the newest whole one to go on from."""
+    folder = _saved(tmp_path, attempt=1, chunks=2)
+    again = _flaky_attempt(folder, tmp_path / "again", attempt=1, writes_failing={"chunk-3.json"})
+    assert again.start() is not None
+    again.report = _session(3).report
+    again(b'{"session_id": "s-1", "turns": 1}')
+    assert again.saved == 2 and again.problem == "chunk not saved: OSError: InternalError: please try again"
+    assert _names(folder) == ["chunk-2.json", "chunk-2.tar", "chunk-3.tar"]
+    (tmp_path / "w").mkdir()
+    resumed = ChunkCheckpoints(str(folder), tmp_path / "w", attempt=1).start()
+    assert resumed is not None and resumed.chunk == 2
+    again.filesystem = again.filesystem.real  # the storage is back: chunk 3 saved, chunk 2 removed
+    again(b'{"session_id": "s-1", "turns": 1}')
+    assert again.saved == 3 and _names(folder) == ["chunk-3.json", "chunk-3.tar"]
 
 
 def test_a_checkpoint_of_staged_data_is_refused(tmp_path: Path) -> None:

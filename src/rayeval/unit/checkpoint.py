@@ -254,6 +254,7 @@ def _copy_new_file(data: IO[bytes], target: Path, size: int) -> None:
 #: the program's command line).
 _SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,199}")
 _CHUNK_RECORD = re.compile(r"chunk-([0-9]{1,9})\.json")
+_CHUNK_FILE = re.compile(r"chunk-([0-9]{1,9})\.(?:json|tar)")
 
 
 class SavedChunk(BaseModel):
@@ -293,8 +294,9 @@ class ChunkCheckpoints:
     (:class:`SavedChunk`, from ``report``: the gateway's word, never the agent's; of the
     agent's report only the session id, checked, and its turns, at most one a model call, are
     kept). A report with no model call since the last checkpoint saves nothing (an agent
-    cannot fill the results root by reporting again and again). A failure to save is noted
-    and the unit goes on without it."""
+    cannot fill the results root by reporting again and again), and a chunk saved removes
+    the ones before it: the folder holds the newest whole checkpoint, and the next while it
+    is written. A failure to save is noted and the unit goes on without it."""
 
     def __init__(
         self,
@@ -421,6 +423,18 @@ class ChunkCheckpoints:
         with self.filesystem.open_output_stream(f"{name}.json") as out:
             out.write(json.dumps(record.model_dump(mode="json"), default=json_fallback).encode())
         self.saved, self.saved_calls, self.turns = chunk, calls, turns
+        self._remove_before(chunk)
+
+    def _remove_before(self, chunk: int) -> None:
+        """Remove the chunks numbered before ``chunk``, whose record is written (the newest
+        whole one, which an attempt goes on from), whatever attempt saved them, each record
+        before its tar. A failure is noted; the next chunk saved lists them again."""
+        try:
+            older = [name for name in self._listing() if (m := _CHUNK_FILE.fullmatch(name)) and int(m.group(1)) < chunk]
+            for name in sorted(older, key=lambda name: name.endswith(".tar")):  # records first
+                self.filesystem.delete_file(f"{self.base}/{name}")
+        except OSError as exc:
+            self.problem = f"chunks before {chunk} not removed: {type(exc).__name__}: {exc}"
 
     def metadata(self) -> dict[str, Any]:
         """What a unit's row says of its checkpoints."""

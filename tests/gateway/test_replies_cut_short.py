@@ -1,11 +1,13 @@
 """Replies that end before their usage would be read: a provider's stream that breaks off, a
-unit that hangs up on one, an OpenAI stream that reports usage only when asked. The official
+unit that hangs up on one, an OpenAI stream that reports usage only when asked, a reply too big
+to read whole, and a unit's calls after one whose usage went unseen. The official
 SDKs call the gateway; a loopback provider (aiohttp, on a thread of its own) answers as the
 test scripts it, down to closing its connection mid-stream."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 import time
@@ -19,7 +21,8 @@ import pytest
 from aiohttp import web
 
 from rayeval.cli import main
-from rayeval.gateway.server import Gateway, Upstream
+from rayeval.gateway import accounting
+from rayeval.gateway.server import CallLimits, Gateway, Upstream
 from tests.gateway.provider import ChargedBudget, Provider, sse
 
 #: claude-sonnet-4-5 at 3 and 15 USD per million tokens (the shipped price table)
@@ -167,6 +170,87 @@ def test_a_reply_whose_usage_was_not_seen_has_an_unknown_cost(gateway: Gateway) 
         report = gateway.close(session)
     assert (report.counted.n_model_calls, report.counted.cost_usd) == (1, None)
     assert report.counted.by_model["gpt-4o"].cost_usd is None and report.calls[0]["cost_usd"] is None
+
+
+#: a reply's output log probabilities, about 1 MB, spelling a usage of their own in their text
+LOGPROBS = [{"token": '"usage": {"prompt_tokens": 0}}\\', "logprob": -0.1,
+             "top_logprobs": [{"token": '}]{["usage":', "logprob": -3.0}] * 20}] * 1000  # fmt: skip
+#: by wire protocol: its route, the path a unit posts, a big reply with its usage where the
+#: provider puts it (at its end, or before keys of the unit's own), and the cost of that usage
+BIG_REPLIES: dict[str, tuple[str, str, dict[str, Any], float]] = {
+    "chat": ("openai", "/chat/completions", {"id": "c", "object": "chat.completion", "model": "gpt-4o",
+        "choices": [{"index": i, "message": {"role": "assistant", "content": "x"}, "logprobs": {"content": LOGPROBS},
+                     "finish_reason": "stop"} for i in range(2)],
+        "usage": USAGE, "system_fingerprint": "fp"}, GPT_4O_COST),
+    "anthropic": ("anthropic", "/v1/messages", {"id": "m", "type": "message", "role": "assistant",
+        "model": "claude-sonnet-4-5", "content": [{"type": "text", "text": json.dumps(LOGPROBS)}],
+        "stop_reason": "end_turn", "stop_sequence": None, "usage": {"input_tokens": 100000, "output_tokens": 50000}},
+        100000 * SONNET_IN + 50000 * SONNET_OUT),
+    "responses": ("openai", "/responses", {"id": "r", "object": "response", "status": "completed", "model": "gpt-4o",
+        "output": [{"type": "message", "content": [{"type": "output_text", "text": "x", "logprobs": LOGPROBS}]}],
+        "usage": {"input_tokens": 1000, "output_tokens": 50000}, "user": None, "metadata": {"usage": "{}"}},
+        GPT_4O_COST),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("protocol", BIG_REPLIES)
+def test_a_reply_too_big_to_read_whole_is_counted_from_its_tail(
+    gateway: Gateway, monkeypatch: pytest.MonkeyPatch, protocol: str
+) -> None:
+    """A reply past what is read whole (here 256 KiB: 64 MiB as shipped; a unit makes one that big
+    with ``n`` and ``logprobs``) has its usage read off its last bytes (here 64 KiB), the
+    provider's own at the top level of its JSON, not one its text spells."""
+    monkeypatch.setattr(accounting, "MAX_JSON_BYTES", 256 << 10)
+    monkeypatch.setattr(accounting, "TAIL_BYTES", 64 << 10)
+    route, path, body, cost = BIG_REPLIES[protocol]
+    sent = json.dumps(body).encode()
+    assert len(sent) > 3 * accounting.MAX_JSON_BYTES
+
+    async def big(request: web.Request) -> web.StreamResponse:
+        return web.Response(body=sent, content_type="application/json")
+
+    base_path = "" if route == "anthropic" else "/v1"
+    with Provider({base_path + path: big}) as provider:
+        session = gateway.open({route: Upstream(provider.url + base_path, ("sk-key",))}, CallLimits(cost_usd=1.0))
+        request = {"model": body["model"], "max_tokens": 10}
+        headers = {"x-api-key": session.token}
+        reply = httpx.post(gateway.base_url(route) + path, headers=headers, json=request)
+        report = gateway.close(session)
+    assert reply.status_code == 200 and reply.content == sent
+    counted = report.counted
+    assert (counted.n_model_calls, counted.usage.output_tokens, counted.unseen_usage_calls) == (1, 50000, 0)
+    assert counted.cost_usd == pytest.approx(cost) and report.calls[0]["model"] == body["model"]
+
+
+@pytest.mark.parametrize(
+    ("limits", "budget", "limit"),
+    [(CallLimits(cost_usd=1.0), False, "cost"), (CallLimits(tokens=10**6), False, "tokens"),
+     (CallLimits(), True, "cost"), (CallLimits(model_calls=10), False, None)],
+    ids=["cost", "tokens", "run-budget", "no-spend-limit"],
+)  # fmt: skip
+def test_after_a_call_whose_usage_was_not_seen_a_spend_limited_unit_is_refused(
+    gateway: Gateway, limits: CallLimits, budget: bool, limit: str | None
+) -> None:
+    """Its spend is unknown: a unit with a limit on its tokens or cost, or under a run's budget,
+    has its further calls refused, as past that limit (fail closed), never let through uncounted."""
+
+    async def no_usage(request: web.Request) -> web.StreamResponse:
+        return web.json_response({"id": "c", "object": "chat.completion", "model": "gpt-4o",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "x"}, "finish_reason": "stop"}]})  # fmt: skip
+
+    with Provider({"/v1/chat/completions": no_usage}) as provider:
+        upstreams = {"openai": Upstream(provider.url + "/v1", ("sk-key",))}
+        session = gateway.open(upstreams, limits, budget=ChargedBudget() if budget else None)
+        gpt = openai.OpenAI(base_url=gateway.base_url("openai"), api_key=session.token, max_retries=0)
+        for _ in range(2):
+            with contextlib.suppress(openai.BadRequestError):
+                gpt.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+        report = gateway.close(session)
+    assert len(provider.seen) == (1 if limit else 2)
+    counted = report.counted
+    assert (counted.limit_reached, counted.unseen_usage_calls, counted.cost_usd) == (limit, len(provider.seen), None)
+    if limit:
+        assert "went uncounted" in report.calls[1]["error"] and report.calls[1]["limit"] == limit
 
 
 def test_a_unit_that_hangs_up_and_goes_at_once_keeps_the_call_in_its_row(gateway: Gateway) -> None:

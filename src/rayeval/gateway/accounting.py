@@ -10,6 +10,7 @@ Nothing here trusts the unit: it reads only what the provider sent.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -19,8 +20,12 @@ from ..models.types import Usage
 
 Wire = Literal["anthropic", "chat", "responses"]
 
-#: the most bytes of one plain-JSON response read for accounting (the client gets them all)
+#: the most bytes of one plain-JSON response read whole for accounting (the client gets them all)
 MAX_JSON_BYTES = 64 * 1024 * 1024
+#: the last bytes kept of one plain-JSON response too big to read whole: the top-level keys in
+#: them are read (:data:`TAIL_KEYS`), the usage among them (OpenAI's and Anthropic's come last)
+TAIL_BYTES = 1024 * 1024
+TAIL_KEYS = ("model", "usage", "stop_reason")
 #: the most bytes of one server-sent event kept while it is incomplete
 MAX_EVENT_BYTES = 16 * 1024 * 1024
 
@@ -45,13 +50,13 @@ class ResponseReader:
     _choice: dict[str, Any] = field(default_factory=dict)
 
     def feed(self, chunk: bytes) -> None:
-        if self._overflow:
+        if self._overflow and self.streamed:
             return
         self._buffer += chunk
         if not self.streamed:
-            if len(self._buffer) > MAX_JSON_BYTES:
-                self._overflow = True
-                self._buffer.clear()
+            if len(self._buffer) > (2 * TAIL_BYTES if self._overflow else MAX_JSON_BYTES):
+                self._overflow = True  # its tail kept: trimmed once per TAIL_BYTES fed
+                del self._buffer[:-TAIL_BYTES]
             return
         while True:
             end = _event_end(self._buffer)
@@ -65,14 +70,17 @@ class ResponseReader:
 
     def finish(self) -> None:
         """The response ended: read what is left (a last event without its blank line, or the
-        whole JSON body)."""
-        if self._overflow:
+        whole JSON body, or the tail of one too big to read whole)."""
+        if self._overflow and self.streamed:
             return
         rest, self._buffer = bytes(self._buffer), bytearray()
         if self.streamed:
             if rest.strip():
                 self._event(rest)
             self._assemble()
+            return
+        if self._overflow:
+            self._message(tail_pairs(rest, TAIL_KEYS))
             return
         try:
             body = json.loads(rest)
@@ -238,6 +246,51 @@ class HiddenUsage:
     def rest(self) -> bytes:
         rest, self._pending = bytes(self._pending), bytearray()
         return rest
+
+
+#: on the bytes of a JSON text reversed: a quote with the backslashes before it, or a bracket
+_BACKWARD_TOKEN = re.compile(rb'"(\\*)|[][{}]')
+_COLON = re.compile(rb"\s*:\s*")
+
+
+def tail_pairs(tail: bytes, keys: tuple[str, ...]) -> dict[str, Any]:
+    """The values of ``keys`` in the top-level object of a JSON text whose last bytes are ``tail``
+    (those whose key is in it whole). It is walked back from its end, where no string is open:
+    a quote is a string's end or start unless an odd run of backslashes escapes it, and the
+    brackets outside strings tell the depth; each value found is parsed alone."""
+    wanted = {key.encode(): key for key in keys}
+    found: dict[str, Any] = {}
+    backward = tail.rstrip()[::-1]
+    last = len(backward) - 1
+    depth, string_end = 0, None
+    if not backward.startswith(b"}"):
+        return found
+    for token in _BACKWARD_TOKEN.finditer(backward):
+        quote, escapes = token.group(1) is not None, len(token.group(1) or b"")
+        if quote and token.end() > last or len(found) == len(wanted):
+            break  # a quote whose escape may begin before the tail, or all keys found
+        if escapes % 2:
+            continue  # an escaped quote: within a string
+        if string_end is None and not quote:
+            depth += 1 if token.group() in b"]}" else -1
+            if depth == 0:
+                break  # the object's start
+        elif string_end is None:
+            string_end = last - token.start()
+        elif quote:
+            start, end, string_end = last - token.start() + 1, string_end, None
+            colon = _COLON.match(tail, end + 1)
+            if depth == 1 and colon is not None and tail[start:end] in wanted:
+                found.setdefault(wanted[tail[start:end]], _value_at(tail, colon.end()))
+    return {key: value for key, value in found.items() if value is not None}
+
+
+def _value_at(text: bytes, at: int) -> Any:
+    """The JSON value ``text`` holds from ``at`` (None: none readable)."""
+    try:
+        return json.JSONDecoder().raw_decode(text[at:].decode("utf-8", "replace"))[0]
+    except (ValueError, RecursionError):
+        return None
 
 
 def _event_end(buffer: bytearray) -> tuple[int, int] | None:

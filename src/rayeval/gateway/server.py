@@ -193,6 +193,8 @@ class Session:
     usage: Usage = field(default_factory=Usage)
     cost_usd: float = 0.0
     unpriced_calls: int = 0
+    #: of those, the calls whose usage the gateway did not see (see :meth:`unseen_limit`)
+    unseen_usage_calls: int = 0
     model_calls: int = 0
     by_model: dict[str, ModelCalls] = field(default_factory=dict)
     #: the model that answered the unit's latest call
@@ -226,6 +228,7 @@ class Session:
         cost is not charged to the run's budget again (it was when those calls were made)."""
         self.model_calls += counted.n_model_calls
         self.usage.add(counted.usage)
+        self.unseen_usage_calls += counted.unseen_usage_calls
         if counted.cost_usd is None:
             self.unpriced_calls += 1
         else:
@@ -279,7 +282,12 @@ class Session:
             self.off_model_not_kept += record.off_model
 
     def over_limit(self) -> LimitName | None:
-        """The first of the unit's limits its usage has reached (None: none)."""
+        """The first of the unit's limits its usage has reached, or that a call of unseen usage
+        may have (None: none)."""
+        return self.counted_limit() or self.unseen_limit()
+
+    def counted_limit(self) -> LimitName | None:
+        """The first of the unit's limits its counted usage has reached (None: none)."""
         limits = self.limits
         if limits.model_calls is not None and self.model_calls >= limits.model_calls:
             return "model_calls"
@@ -290,6 +298,18 @@ class Session:
         if self.budget is not None and self.budget.spent_out():
             return "run_cost"
         return None
+
+    def unseen_limit(self) -> LimitName | None:
+        """The limit a call whose usage the gateway did not see (a reply cut short, or too big
+        for its usage to be read) may have passed: the unit's further calls are refused, as past
+        it (``cost``, ``tokens`` for a unit limited in tokens only). Under a run's budget alone
+        too (``cost``: not ``run_cost``, whose units a resumed run runs again)."""
+        limits = self.limits
+        if not self.unseen_usage_calls:
+            return None
+        if limits.tokens is not None and limits.cost_usd is None:
+            return "tokens"
+        return "cost" if limits.cost_usd is not None or self.budget is not None else None
 
     def off_model(self, route: str, payload: dict[str, Any], body: bytes) -> str | None:
         """Why a model call of ``route`` (``payload``, read off ``body``) names a model the unit
@@ -314,6 +334,7 @@ class Session:
             n_model_calls=self.model_calls,
             usage=self.usage.model_copy(),
             cost_usd=None if self.unpriced_calls else round(self.cost_usd, 10),
+            unseen_usage_calls=self.unseen_usage_calls,
             limit_reached=self.limit_reached,
             key_fallbacks=carried.key_fallbacks + sum(call.key_fallbacks for call in self.calls),
             refusal_fallbacks=carried.refusal_fallbacks + len(switches),
@@ -354,8 +375,10 @@ class ModelUsage(BaseModel):
 
     n_model_calls: int
     usage: Usage
-    #: None when a call's model has no price
+    #: None when a call's model has no price, or its usage was not seen
     cost_usd: float | None
+    #: calls whose usage the gateway did not see (a reply cut short, or too big for its usage to be read)
+    unseen_usage_calls: int = 0
     #: the limit the unit reached (its calls after it were refused), None: none
     limit_reached: LimitName | None = None
     #: the times the gateway moved to a fallback key because the provider rejected one
@@ -826,6 +849,7 @@ class Gateway:
         session.usage.add(record.usage)
         session.by_model.setdefault(record.model or "unknown", ModelCalls()).add(record)
         session.last_model = record.model
+        session.unseen_usage_calls += not record.usage_reported
         if record.unpriced():
             session.unpriced_calls += 1
         elif record.cost_usd is not None:
@@ -976,7 +1000,7 @@ def _refusal(session: Session, record: CallRecord, payload: dict[str, Any], body
     if limit is not None:
         session.limit_reached = session.limit_reached or limit
         record.limit, record.status = limit, 400
-        record.error = _limit_message(limit, session.limits)
+        record.error = _limit_message(limit, session)
         return record.error
     refused = session.off_model(record.route, payload, body)
     if refused is not None:
@@ -1042,7 +1066,13 @@ def _rejects_key(status: int, text: str) -> bool:
     )
 
 
-def _limit_message(limit: LimitName, limits: CallLimits) -> str:
+def _limit_message(limit: LimitName, session: Session) -> str:
+    limits = session.limits
+    if session.counted_limit() is None:  # reached by a call of unseen usage
+        return (
+            "rayeval gateway: a model call of this unit went uncounted (its usage was not seen: its reply was cut "
+            "short or too big to read), so its spend is unknown against its limits; no further model calls are made"
+        )
     if limit == "run_cost":
         return "rayeval gateway: the run's budget (--max-cost) is spent; no further model calls are made"
     value = {"tokens": limits.tokens, "cost": limits.cost_usd, "model_calls": limits.model_calls}.get(limit)

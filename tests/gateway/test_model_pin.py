@@ -126,6 +126,31 @@ def test_a_call_that_may_reach_another_model_is_refused(server: FakeModelServer,
     assert server.model_requests() == []
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"model": "gpt-4o", "stream": false, "stream": true, "messages": []}',
+        b'{"model": "gpt-4o", "str\\u0065am": true, "stream": false, "messages": []}',
+        b'{"model": "gpt-4o", "stream": true, "stream_options": {"include_usage": true}, "stream_options": {}}',
+        b'{"model": "gpt-4o", "stream": "false", "messages": []}',
+        b'{"model": "gpt-5-pro", "model": "gpt-4o", "messages": []}',
+    ],
+    ids=["stream-twice", "stream-twice-escaped", "stream-options-twice", "stream-not-a-boolean", "model-twice"],
+)
+def test_a_call_the_provider_may_read_otherwise_is_refused_unpinned_too(
+    server: FakeModelServer, gateway: Gateway, body: bytes
+) -> None:
+    """A key that says how the reply is read for its usage (streamed or not, its usage asked for)
+    or which model answers, given twice (the gateway reads the last, a provider may read the
+    first), or ``stream`` not a boolean: refused in a session pinned to no model too."""
+    session = gateway.open(upstreams(server))
+    reply = _post(gateway, session.token, "/chat/completions", body)
+    assert reply.status_code == 400 and "once at most" in reply.json()["error"]["message"]
+    counted = gateway.close(session).counted
+    assert (counted.failed_calls, counted.off_model_calls, counted.n_model_calls) == (1, 0, 0)
+    assert server.model_requests() == []
+
+
 def test_the_units_own_model_goes_through_each_api(server: FakeModelServer, gateway: Gateway) -> None:
     session = gateway.open(upstreams(server), pin=model_pin("openai/gpt-4o"))
     gpt = openai.OpenAI(base_url=gateway.base_url("openai"), api_key=session.token, max_retries=0)

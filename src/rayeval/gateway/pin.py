@@ -10,7 +10,6 @@ program goes on with a fallback model when its model refuses (Claude Code's
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -48,12 +47,12 @@ class ModelPin:
     def allows(self, asked: str) -> bool:
         return any(names_model(asked, model) for model in (*self.models, *filter(None, [self.fallback])))
 
-    def refused(self, payload: dict[str, Any], body: bytes, refusal_relayed: Callable[[], bool]) -> str | None:
-        """Why a model call (``payload``, read off ``body`` as sent) is refused, None: it may go.
-        A fallback model (see the class) is taken here, when ``refusal_relayed()`` says the
-        unit got a refusal on the call's route."""
+    def refused(self, payload: dict[str, Any], named_twice: bool, refusal_relayed: Callable[[], bool]) -> str | None:
+        """Why a model call (``payload``; ``named_twice``: its body as sent names ``model`` or
+        ``models`` twice) is refused, None: it may go. A fallback model (see the class) is taken
+        here, when ``refusal_relayed()`` says the unit got a refusal on the call's route."""
         asked = _asked_models(payload)
-        if asked is None or _names_a_model_twice(body):
+        if asked is None or named_twice:
             return "rayeval gateway: a model call names its model once, as a string in its 'model' field"
         others = [name for name in asked if not self.allows(name)]
         if not others:
@@ -85,23 +84,3 @@ def _asked_models(payload: dict[str, Any]) -> list[str] | None:
         return None
     asked = [model, *more]
     return asked if all(isinstance(name, str) for name in asked) else None
-
-
-def _names_a_model_twice(body: bytes) -> bool:
-    """Whether the object ``body`` is holds ``model`` or ``models`` twice: the gateway reads the
-    last, a provider may read the first. Only a body whose bytes could spell such a key twice
-    (``"model`` twice, or a ``\\u`` escape, which may spell a letter of one) is parsed again,
-    its top-level pairs kept, to see."""
-    if body.count(b'"model') < 2 and b"\\u" not in body:
-        return False
-    top: list[Any] = []
-
-    def pairs_of(pairs: list[tuple[str, Any]]) -> None:
-        top[:] = pairs  # the top-level object's come last
-
-    try:
-        json.loads(body, object_pairs_hook=pairs_of)
-    except (ValueError, RecursionError):
-        return False  # not read as JSON: it names no model, and is refused for that
-    keys = [key for key, _ in top]
-    return keys.count("model") > 1 or keys.count("models") > 1

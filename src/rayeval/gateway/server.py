@@ -311,12 +311,13 @@ class Session:
             return "tokens"
         return "cost" if limits.cost_usd is not None or self.budget is not None else None
 
-    def off_model(self, route: str, payload: dict[str, Any], body: bytes) -> str | None:
-        """Why a model call of ``route`` (``payload``, read off ``body``) names a model the unit
-        may not call, None: it names none (see :class:`.pin.ModelPin`)."""
+    def off_model(self, route: str, payload: dict[str, Any], named_twice: bool) -> str | None:
+        """Why a model call of ``route`` (``payload``; ``named_twice``: its body names ``model``
+        or ``models`` twice) names a model the unit may not call, None: it names none (see
+        :class:`.pin.ModelPin`)."""
         if self.pin is None:
             return None
-        return self.pin.refused(payload, body, lambda: self.refusal_relayed(route))
+        return self.pin.refused(payload, named_twice, lambda: self.refusal_relayed(route))
 
     def refusal_relayed(self, route: str) -> bool:
         """Whether its unit got a refusal from ``route`` (a reply of it the gateway relayed, not one
@@ -1002,9 +1003,16 @@ def _refusal(session: Session, record: CallRecord, payload: dict[str, Any], body
         record.limit, record.status = limit, 400
         record.error = _limit_message(limit, session)
         return record.error
-    refused = session.off_model(record.route, payload, body)
+    twice = _key_given_twice(body)
+    refused = session.off_model(record.route, payload, twice in _MODEL_KEYS)
+    record.off_model = refused is not None
+    if refused is None and (twice is not None or not isinstance(payload.get("stream"), (bool, type(None)))):
+        refused = (
+            "rayeval gateway: a model call gives each of 'model', 'models', 'stream' and 'stream_options' once "
+            "at most, 'stream' as true or false"
+        )
     if refused is not None:
-        record.off_model, record.status, record.error = True, 400, refused
+        record.status, record.error = 400, refused
     return refused
 
 
@@ -1032,6 +1040,32 @@ def _json_body(body: bytes) -> dict[str, Any]:
     except (ValueError, RecursionError):  # not JSON, or nested too deep to read: names no model
         return {}
     return value if isinstance(value, dict) else {}
+
+
+#: the keys of a model call's body that say which model answers it (see :mod:`.pin`) and how its
+#: reply is read for its usage: one given twice is refused (the gateway reads the last, a
+#: provider may read the first)
+_MODEL_KEYS = ("model", "models")
+_READ_ONCE = (*_MODEL_KEYS, "stream", "stream_options")
+
+
+def _key_given_twice(body: bytes) -> str | None:
+    """The first of :data:`_READ_ONCE` the object ``body`` is holds twice, None: none. Only a
+    body whose bytes could spell such a key twice (one of them quoted twice, or a ``\\u``
+    escape, which may spell a letter of one) is parsed again, its top-level pairs kept, to see."""
+    if b"\\u" not in body and all(body.count(b'"%s"' % key.encode()) < 2 for key in _READ_ONCE):
+        return None
+    top: list[Any] = []
+
+    def pairs_of(pairs: list[tuple[str, Any]]) -> None:
+        top[:] = pairs  # the top-level object's come last
+
+    try:
+        json.loads(body, object_pairs_hook=pairs_of)
+    except (ValueError, RecursionError):
+        return None  # not read as JSON: it names no model, and is refused for that where pinned
+    keys = [key for key, _ in top]
+    return next((key for key in _READ_ONCE if keys.count(key) > 1), None)
 
 
 def _token_header(headers: Mapping[str, str]) -> str:

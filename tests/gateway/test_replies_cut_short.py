@@ -253,6 +253,39 @@ def test_after_a_call_whose_usage_was_not_seen_a_spend_limited_unit_is_refused(
         assert "went uncounted" in report.calls[1]["error"] and report.calls[1]["limit"] == limit
 
 
+def test_a_stream_the_provider_breaks_off_before_its_usage_leaves_a_spend_limited_unit_its_calls(
+    gateway: Gateway,
+) -> None:
+    """The provider's break-off is no doing of the unit's: its cost is unknown, and its further
+    calls go on (a unit under a budget is not ended by its provider's fault)."""
+
+    async def broken_chat(request: web.Request) -> web.StreamResponse:
+        if len(provider.seen) > 1:
+            return await chat_stream(request)
+        chunk = {"id": "c", "object": "chat.completion.chunk", "model": "gpt-4o",
+                 "choices": [{"index": 0, "delta": {"role": "assistant", "content": "x"}}]}  # fmt: skip
+        reply = await sse(request, chunk)
+        await asyncio.sleep(0.2)
+        assert request.transport is not None
+        request.transport.close()
+        return reply
+
+    with Provider({"/v1/chat/completions": broken_chat}) as provider:
+        upstreams = {"openai": Upstream(provider.url + "/v1", ("sk-key",))}
+        session = gateway.open(upstreams, CallLimits(cost_usd=1.0), budget=ChargedBudget())
+        gpt = openai.OpenAI(base_url=gateway.base_url("openai"), api_key=session.token, max_retries=0)
+        with pytest.raises((httpx.HTTPError, openai.APIError)):
+            for _ in gpt.chat.completions.create(
+                model="gpt-4o", messages=[{"role": "user", "content": "hi"}], stream=True
+            ):
+                pass
+        gpt.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}], stream=True)
+        report = gateway.close(session)
+    counted = report.counted
+    assert len(provider.seen) == 2 and (counted.limit_reached, counted.unseen_usage_calls) == (None, 0)
+    assert counted.n_model_calls == 2 and counted.cost_usd is None
+
+
 def test_a_unit_that_hangs_up_and_goes_at_once_keeps_the_call_in_its_row(gateway: Gateway) -> None:
     """An agent hangs up on a stream whose usage comes 3 s later, and ends: its session's report,
     taken when it closes, holds the call with all its tokens, and the run's budget was charged

@@ -300,8 +300,9 @@ class Session:
         return None
 
     def unseen_limit(self) -> LimitName | None:
-        """The limit a call whose usage the gateway did not see (a reply cut short, or too big
-        for its usage to be read) may have passed: the unit's further calls are refused, as past
+        """The limit a call whose usage the gateway did not see (a reply the unit hung up on and
+        that did not end in time, a provider that reports none, an event too big to read; not a
+        reply the provider broke off) may have passed: the unit's further calls are refused, as past
         it (``cost``, ``tokens`` for a unit limited in tokens only). Under a run's budget alone
         too (``cost``: not ``run_cost``, whose units a resumed run runs again)."""
         limits = self.limits
@@ -850,7 +851,9 @@ class Gateway:
         session.usage.add(record.usage)
         session.by_model.setdefault(record.model or "unknown", ModelCalls()).add(record)
         session.last_model = record.model
-        session.unseen_usage_calls += not record.usage_reported
+        # the provider's own break-off is no doing of the unit's: its cost stays unknown, and
+        # its further calls go on (see :meth:`Session.unseen_limit`)
+        session.unseen_usage_calls += not record.usage_reported and record.cut_short_by != "provider"
         if record.unpriced():
             session.unpriced_calls += 1
         elif record.cost_usd is not None:

@@ -197,6 +197,7 @@ def test_a_units_cost_is_its_agents_and_its_judges(
     assert json.loads(capsys.readouterr().out)[0]["Cost ($)"] == pytest.approx(0.5 + judge_cost)
 
 
+@pytest.mark.slow
 def test_a_judged_run_whose_workers_hold_every_cpu_still_judges(tmp_path: Path, slow_judge: FakeModelServer) -> None:
     """Units of a quarter CPU, four times as many as CPUs: the workers are sized to hold every
     CPU of the embedded Ray, and the judge actor, asking for none, still starts (one asking for

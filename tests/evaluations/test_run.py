@@ -214,6 +214,7 @@ def others_seen(question: str, **kwargs) -> str:
     return json.dumps(sorted(seen - {question}))
 
 
+@pytest.mark.slow
 def test_sandboxed_datapoints_see_their_own_inputs_only(tmp_path: Path) -> None:
     dataset = {
         "path": "qa/private",

@@ -89,7 +89,8 @@ def _rows(out: Path) -> list[dict[str, Any]]:
     return ds.dataset(out, format="parquet", partitioning="hive").to_table().to_pylist()
 
 
-@pytest.mark.parametrize("where", ["where_the_copies_are", pytest.param("everywhere", marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["where_the_copies_are", "everywhere"])
 def test_copies_of_answer_keys_anywhere_on_the_host_are_out_of_sight(
     copies: dict[str, Any], tmp_path: Path, where: str
 ) -> None:

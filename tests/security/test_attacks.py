@@ -420,6 +420,7 @@ def test_links_out_of_the_work_folder_are_not_followed(site: dict[str, Any], tmp
         assert not (row["artifacts_json"] or "").count("attack_alpha")
 
 
+@pytest.mark.slow
 def test_the_ray_control_plane_is_out_of_reach(site: dict[str, Any], tmp_path: Path) -> None:
     address = ray.get_runtime_context().gcs_address
     options = [

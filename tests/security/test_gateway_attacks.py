@@ -77,6 +77,7 @@ def run(site: dict[str, Any], out: Path, agent: str, *options: str) -> tuple[int
     return code, rows
 
 
+@pytest.mark.slow
 def test_a_rows_usage_and_cost_are_what_the_gateway_relayed(site: dict[str, Any], tmp_path: Path) -> None:
     server: FakeModelServer = site["server"]
     before = len(server.replies)
@@ -160,6 +161,7 @@ def test_earlier_attempts_the_agent_claims_are_not_stored(site: dict[str, Any], 
     assert stored_spend(ResultStore(out), row["run_id"]) == pytest.approx(CALL_COST)
 
 
+@pytest.mark.slow
 def test_a_runner_failure_the_agent_claims_buys_no_rerun(site: dict[str, Any], tmp_path: Path) -> None:
     """Its own error (an answer file past the limit) with ``seen_by: runner`` in its metadata:
     the claim is dropped, and the unit is not run again."""
@@ -168,7 +170,9 @@ def test_a_runner_failure_the_agent_claims_buys_no_rerun(site: dict[str, Any], t
     assert json.loads(rows[0]["metadata_json"])["error_details"] == {"error": "the runner failed"}
 
 
-@pytest.mark.parametrize("agent", ["chunk_report_too_deep", "work_folder_too_deep"])
+@pytest.mark.parametrize(
+    "agent", ["chunk_report_too_deep", pytest.param("work_folder_too_deep", marks=pytest.mark.slow)]
+)
 def test_a_chunk_the_trusted_side_cannot_take_buys_no_rerun(site: dict[str, Any], tmp_path: Path, agent: str) -> None:
     """A chunked session's chunk whose report or work folder made rayeval's own code raise (a
     RecursionError) as its checkpoint was saved: once a row said Ray lost the unit (retried, its

@@ -43,6 +43,7 @@ def _evals(site: dict[str, Any], folder: Path) -> Path:
     return folder
 
 
+@pytest.mark.slow
 def test_nothing_a_unit_leaves_reaches_a_later_unit(site: dict[str, Any], tmp_path: Path) -> None:
     evals = _evals(site, tmp_path / "evals")
     options = ["--seeds", "2", "--max-concurrency", "1", "--agent-arg", "leave=1", "--agent-arg", "walk=1"]

@@ -212,3 +212,34 @@ def test_a_judged_run_whose_workers_hold_every_cpu_still_judges(tmp_path: Path, 
     assert done.returncode == 0, done.stderr
     rows = pd.read_parquet(tmp_path / "out" / "run_id=full")
     assert len(rows) == 4 * cpus and (rows["status"] == "passed").all()
+
+
+@pytest.mark.parametrize(
+    ("error", "kind"),
+    [
+        (ray.exceptions.ActorDiedError(), "transient"),
+        (
+            ray.exceptions.RayTaskError("judge", "Traceback ...", UnicodeEncodeError("utf-8", "\ud800", 0, 1, "x")),
+            "fatal",
+        ),
+    ],
+    ids=["the judge actor died", "the judge call raised"],
+)
+def test_a_judge_call_is_out_of_reach_only_where_the_judge_actor_died(
+    monkeypatch: pytest.MonkeyPatch, error: Exception, kind: str
+) -> None:
+    """A call that raised may have raised on its request (the answer in it): no excuse."""
+    from rayeval.batch import judging
+    from rayeval.batch.plan import Unit
+    from rayeval.unit.result import EvalResult
+
+    def failed(ref: object) -> None:
+        raise error
+
+    monkeypatch.setattr(judging.ray, "get", failed)
+    calls = judging.JudgeCalls(concurrency=1)
+    request = {"criterion_index": 0}
+    calls.add(Unit("u", 0, "e", "m", 0, 0), 1, judging.JudgeWork(EvalResult(eval_id="e"), {"rubric": [request]}))
+    calls.in_flight["ref"] = calls.waiting.popleft()
+    judged = calls.finished("ref")
+    assert judged is not None and judged.outcomes["rubric"][0]["kind"] == kind

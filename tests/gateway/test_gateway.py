@@ -3,10 +3,12 @@ unit's token; it relays each call with the provider's key, and counts what the p
 
 from __future__ import annotations
 
+import errno
 import json
 import threading
 import time
 
+import aiohttp
 import anthropic
 import httpx
 import openai
@@ -299,6 +301,40 @@ def test_a_failure_worth_another_try_is_tried_again_unseen_by_the_unit(
     report = gateway.close(session)
     assert len(server.model_requests()) == 3 and report.calls[0]["retries"] == 2
     assert report.counted.n_model_calls == 1 and report.counted.last_failure is None
+
+
+@pytest.mark.parametrize(
+    ("raised", "providers"),
+    [
+        (OSError(errno.EMFILE, "Too many open files"), False),
+        (OSError(errno.EADDRNOTAVAIL, "Cannot assign requested address"), False),
+        (ValueError("a fault of the gateway's own code"), False),
+        (ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused"), True),
+    ],
+    ids=["out of descriptors", "out of ports", "its own fault", "provider down"],
+)
+def test_only_a_provider_out_of_reach_is_its_failure_not_the_gateways_own(
+    server: FakeModelServer, gateway: Gateway, monkeypatch: pytest.MonkeyPatch, raised: Exception, providers: bool
+) -> None:
+    """A unit holding thousands of connections to its gateway leaves the gateway's process no
+    descriptor for the provider: that failure (and any of the gateway's own) is no provider's
+    failure, which would excuse the unit's row under ``--errors exclude``."""
+
+    async def failing(*args: object, **kwargs: object) -> None:
+        if isinstance(raised, OSError):  # as aiohttp raises it: the system's error number kept
+            raise aiohttp.ClientOSError(raised.errno, raised.strerror) from raised
+        raise raised
+
+    monkeypatch.setattr(gateway._client, "request", failing)
+    session = gateway.open(upstreams(server))
+    reply = httpx.post(
+        gateway.base_url("anthropic") + "/v1/messages",
+        headers={"x-api-key": session.token},
+        json={"model": "claude-sonnet-4-5", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]},
+    )
+    failure = gateway.close(session).counted.last_failure
+    assert reply.status_code in (500, 502)
+    assert (failure is not None and failure.code == "connection_error") is providers
 
 
 @pytest.mark.parametrize(

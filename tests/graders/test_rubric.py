@@ -436,6 +436,17 @@ def test_the_judge_call_runs_from_json_requests_to_json_outcomes(judge) -> None:
     assert result.metrics["judge_input_tokens"] == 1000
 
 
+def test_a_judge_call_its_request_makes_fail_is_a_fatal_failure_never_raised(judge) -> None:
+    """A lone surrogate in the answer: the SDK cannot send the request. That is no judge out of
+    reach (which ``--errors exclude`` would excuse), and the call's caller gets an outcome."""
+    plan = prepare_rubric({"rationale": "answer \ud800 end"}, rubric_config((HERG, 1)))
+    assert isinstance(plan, RubricPlan)
+    outcome = judge_criterion(plan.requests[0])
+    assert isinstance(outcome, JudgeFailure) and outcome.kind == "fatal" and "Error" in outcome.message
+    made = judging.unmade_judge_call(plan.requests[0].model_dump(mode="json"), "it raised", "fatal")
+    assert JudgeFailure.model_validate(made).kind == "fatal"
+
+
 def test_outcomes_that_do_not_cover_the_criteria_are_refused() -> None:
     plan = prepare_rubric({"rationale": "hi"}, rubric_config((HERG, 1), (SECOND, 1)))
     assert isinstance(plan, RubricPlan)

@@ -12,7 +12,7 @@ from typing import Any
 
 import ray
 
-from ..graders.judging import Judgments, judge_call, unmade_judge_call
+from ..graders.judging import FailureKind, Judgments, judge_call, unmade_judge_call
 from ..unit.result import EvalResult
 from .plan import Unit
 from .worker import JudgeWork
@@ -76,9 +76,12 @@ class JudgeCalls:
         token, key, index, request = self.in_flight.pop(ref)
         try:
             outcome = ray.get(ref)
-        except ray.exceptions.RayError as exc:  # the actor kept dying: a judge failure, not a lost unit
+        except ray.exceptions.RayError as exc:  # a judge failure, not a lost unit
             message = f"the judge call could not be made: {str(exc).strip()[:500]}"
-            outcome = unmade_judge_call(request, message)
+            # the actor kept dying: out of reach; the call raised: the request (the answer in
+            # it) may be why, so no excuse
+            kind: FailureKind = "fatal" if isinstance(exc, ray.exceptions.RayTaskError) else "transient"
+            outcome = unmade_judge_call(request, message, kind)
         judged = self.units[token]
         judged.outcomes[key][index] = outcome
         judged.left -= 1

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import random
 import re
@@ -145,6 +146,10 @@ class CallRecord:
     #: status: its failure, as a 5xx is), the unit (it hung up, and the rest read on did not
     #: come) or the gateway (it cut the call off when the unit's session closed)
     cut_short_by: Literal["provider", "unit", "gateway"] | None = None
+    #: no reply came to its last try: the provider could not be reached (a failure of the
+    #: provider's; not set where the gateway's own process was out of file descriptors, memory
+    #: or ports, which a unit holding connections to it may bring about)
+    unreached: bool = False
     #: the gateway answered it itself, without calling the provider (a limit was reached)
     limit: LimitName | None = None
     #: the gateway refused it itself, without calling the provider: it named a model its unit may not call
@@ -667,10 +672,12 @@ class Gateway:
                 upstream_response = await self._client.request(request.method, url, data=body, headers=headers)
             except (ClientError, asyncio.TimeoutError, OSError) as exc:
                 record.error = f"{type(exc).__name__}: {exc}"[:MESSAGE_CHARS]
+                record.unreached = not _local_failure(exc)
                 if await _waited_to_retry(record, session, call_began, None):
                     continue
                 record.latency_s = round(time.monotonic() - started, 4)
-                return _error(web, 502, "api_error", f"rayeval gateway: the provider could not be reached: {exc}")
+                where = "the provider could not be reached" if record.unreached else _LOCAL_FAILURE
+                return _error(web, 502, "api_error", f"rayeval gateway: {where}: {exc}")
             except asyncio.CancelledError:
                 self._cut_off_unread(record, session, started)
                 raise
@@ -901,19 +908,40 @@ async def _waited_to_retry(record: CallRecord, session: Session, call_began: flo
     return True
 
 
+#: what the gateway's own process ran out of when a connection to the provider failed so
+_LOCAL_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM, errno.EADDRNOTAVAIL})
+_LOCAL_FAILURE = "the gateway could not open a connection (its process is out of file descriptors, memory or ports)"
+
+
+def _local_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` (or an error it was raised from) is the gateway's own process out of a
+    resource (:data:`_LOCAL_ERRNOS`), not the provider's failure."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # an error's causes, never a loop
+        if seen is None:
+            return False
+        if isinstance(seen, OSError) and seen.errno in _LOCAL_ERRNOS:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def _last_failure(calls: list[CallRecord], earlier: ProviderFailure | None) -> ProviderFailure | None:
     """The provider's failure the last model call ended in: a status it may pass on later
     (429, 5xx, 529...), a rejected key (when no fallback was left), no answer at all, or a reply
     it broke off after its status (a 502: a bad reply, as a gateway calls one) (``earlier``: the
     one an earlier part of the session ended in, if these calls made none). A call the gateway
-    cut off before any answer (its session closed) is no failure of the provider's."""
+    cut off before any answer (its session closed), or that failed in the gateway's own process
+    before any answer (see :attr:`CallRecord.unreached`), is no failure of the provider's."""
     made = [call for call in calls if call.protocol is not None and call.limit is None and not call.off_model]
     if not made:
         return earlier
     last = made[-1]
     if last.cut_short_by == "provider":
         return provider_failure(BROKEN_REPLY_STATUS, last.error or "")
-    if last.status is not None and last.status < 400 or last.status is None and last.cut_short_by == "gateway":
+    if last.status is not None and last.status < 400:
+        return None
+    if last.status is None and (not last.unreached or last.cut_short_by == "gateway"):
         return None
     failure = provider_failure(last.status, last.error or "", last.retry_after_s)
     if last.status is not None and not (failure.retryable or _rejects_key(last.status, last.error or "")):

@@ -234,6 +234,9 @@ def judge_criterion(request: JudgeRequest) -> JudgeOutcome:
             timed_out = exc.call is not None and exc.call.timed_out
             message = f"criterion {index}: {exc}"
             return JudgeFailure(kind=kind, index=index, message=message, timed_out=timed_out, usage=usage)
+        except Exception as exc:  # noqa: BLE001 - the request (the answer in it) may be what failed: never out of reach
+            message = f"criterion {index}: {type(exc).__name__}: {exc}"
+            return JudgeFailure(kind="fatal", index=index, message=message, usage=usage)
         usage = usage.plus(output)
         reply = read_reply(output)
         if isinstance(reply, JudgeReply):
@@ -294,15 +297,16 @@ def judge_call(request: dict[str, Any]) -> dict[str, Any]:
     return judge_criterion(JudgeRequest.model_validate(request)).model_dump(mode="json")
 
 
-def unmade_judge_call(request: dict[str, Any], message: str) -> dict[str, Any]:
+def unmade_judge_call(request: dict[str, Any], message: str, kind: FailureKind = "transient") -> dict[str, Any]:
     """The outcome, as JSON, of a judge request that could not be made at all (a rubric
-    criterion's is a transient failure, worth a later retry)."""
+    criterion's is a ``transient`` failure, worth a later retry, where the judge was out of
+    reach; ``fatal`` where the request itself failed)."""
     from ..models.calls import PROMPT_REQUEST
 
     if request.get("kind") == PROMPT_REQUEST:
         return {"error": message}
     index = request.get("criterion_index", 0)
-    failure = JudgeFailure(kind="transient", index=index, message=f"criterion {index}: {message}", usage=JudgeUsage())
+    failure = JudgeFailure(kind=kind, index=index, message=f"criterion {index}: {message}", usage=JudgeUsage())
     return failure.model_dump(mode="json")
 
 

@@ -8,8 +8,8 @@ import pytest
 
 from rayeval import evaluations
 from rayeval.evaluations import EvaluationConfigError
-from rayeval.evaluations.api import evaluator_score
-from rayeval.evaluations.config import validate_arguments
+from rayeval.evaluations.api import build_checks, evaluator_score
+from rayeval.evaluations.config import EvaluatorConfig, validate_arguments
 from rayeval.evaluations.runtime import (
     LocalEvaluator,
     coerce_judgment,
@@ -69,7 +69,10 @@ def problems(evaluators=None, file=FILE, dataset=None, name="qa") -> str:
             {"path": "acc", "return_type": "boolean", "callable": bool, "threshold": 80},
             ["evaluator 'acc' (evaluators[0])", "share of logs in [0, 1] (e.g. 0.8 for 80%), got 80"],
         ),
-        ({"path": "acc", "return_type": "select", "callable": str, "threshold": 1.5}, ["share of logs in [0, 1]"]),
+        (
+            {"path": "acc", "return_type": "select", "callable": str, "threshold": 0.5},
+            ["score is the share of its most common option, whichever that is", "so it takes no threshold"],
+        ),
         (
             {"path": "acc", "return_type": "text", "callable": str, "threshold": 0.5},
             ["a text evaluator has no score, so it takes no threshold"],
@@ -247,6 +250,21 @@ def test_scores_from_stats() -> None:
     assert evaluator_score(select) == (0.4, "a")  # ties: first alphabetically
     assert evaluator_score(select, "c") == (0.0, "c")
     assert evaluator_score(TextEvaluatorStats(**common)) == (None, None)
+
+
+@pytest.mark.parametrize(
+    ("errors", "nulls", "met"), [(0, 0, True), (2, 0, False), (0, 1, False)], ids=["all judged", "errors", "nulls"]
+)
+def test_a_number_threshold_is_met_only_where_every_log_has_a_number(errors: int, nulls: int, met: bool) -> None:
+    """Its score is the mean of the logs with a number: a file raising on what it cannot answer
+    (or having the evaluator judge it null) must not lift that mean past the threshold."""
+    config = EvaluatorConfig.model_validate({"path": "n", "return_type": "number", "callable": len, "threshold": 0.75})
+    judged = 4 - errors - nulls
+    stats = NumberEvaluatorStats(
+        evaluator="n", total_logs=4, num_judgments=judged, num_nulls=nulls, num_errors=errors, mean=1.0
+    )
+    (check,) = build_checks([config], {"n": stats}, {}, {})
+    assert check.score == 1.0 and check.threshold_check is met
 
 
 @pytest.mark.parametrize(

@@ -120,6 +120,7 @@ def test_a_prompt_in_code_is_called_per_datapoint_and_judged(tmp_path: Path, ser
 
     frame = pd.read_parquet(Path(output) / f"run_id={result.run_id}")
     assert len(frame) == 3 and set(frame["isolation"]) == {"inline"} and set(frame["harness"]) == {"prompt"}
+    assert "3 of 3 units are not known to have run in a sandbox (inline: 3)" in result.report  # as rayeval report says
     assert set(frame["input_tokens"]) == {1000} and (frame["cost_usd"] > 0).all()
     # each datapoint: the prompt's call, then its two LLM judges' calls, on the same model and usage
     call = (1000 * 0.15 + 10 * 0.6) / 1e6

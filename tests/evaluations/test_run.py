@@ -150,9 +150,10 @@ def test_errors_thresholds_and_the_delta_of_a_second_run(tmp_path: Path) -> None
     assert checks["exact"].score == pytest.approx(0.8) and checks["exact"].num_errors == 1
     assert checks["exact"].threshold_check is False and not first.passed  # 0.8 < 0.9
     assert checks["exact"].delta is None and first.previous_run_id is None
-    # the raising evaluator: its judgment is an error, the run completed
+    # the raising evaluator: its judgment is an error, the run completed; its mean is of the
+    # logs it judged, and its threshold is not met with logs it did not (an error lifts no mean)
     assert checks["judge"].num_errors == 2 and checks["judge"].num_judgments == 3 and checks["judge"].score == 1.0
-    assert checks["judge"].threshold_check is True
+    assert checks["judge"].threshold_check is False
     assert checks["wrong-type"].num_errors == 5 and checks["wrong-type"].score == 0.0
     assert first.stats.status == "completed" and first.stats.num_errors == 1
     assert "FAIL" in first.report and "failed: exact" in first.report

@@ -25,6 +25,7 @@ from ..report import (
     evaluation_stats,
     to_text,
 )
+from ..report.benchmark import isolation_note
 from ..report.stats import (
     BooleanEvaluatorStats,
     NumberEvaluatorStats,
@@ -132,6 +133,15 @@ def _delta(score: float | None, previous: float | None) -> float | None:
     return round(score - previous, 12)  # no float noise such as 0.20000000000000007
 
 
+def _threshold_met(stat: Any, score: float | None, threshold: float) -> bool:
+    """Whether ``score`` meets ``threshold``; a number evaluator's only where every log has a
+    number: its score is the mean of those that do, and a log without one (its callable or its
+    evaluator raised, or judged it null: the output may bring either about) must not lift it."""
+    if isinstance(stat, NumberEvaluatorStats) and (stat.num_errors or stat.num_nulls):
+        return False
+    return score is not None and score >= threshold
+
+
 def build_checks(
     evaluators: Sequence[EvaluatorConfig],
     current: Mapping[str, Any],
@@ -146,7 +156,7 @@ def build_checks(
         if evaluator.path in previous and previous_types.get(evaluator.path) == evaluator.return_type:
             before, _ = evaluator_score(previous[evaluator.path], option)
         delta = _delta(score, before)
-        threshold_check = None if evaluator.threshold is None else (score is not None and score >= evaluator.threshold)
+        threshold_check = None if evaluator.threshold is None else _threshold_met(stat, score, evaluator.threshold)
         checks.append(
             EvaluatorCheck(
                 path=evaluator.path,
@@ -232,6 +242,9 @@ def _report(
     if len(units):
         parts.append("")
         parts.append(to_text(benchmark_table(units)))
+        unsandboxed = isolation_note(units)
+        if unsandboxed:
+            parts.append(unsandboxed)
         parts.append(
             "Accuracy is the share of logs that passed every check (boolean evaluators, and number "
             "evaluators with a threshold); errors count as failures."
@@ -388,8 +401,8 @@ def run(
     ``callable(log)``, or ``callable(log, datapoint)`` when target_required; the log and the
     datapoint are plain dicts (see :mod:`rayeval.evaluations.runtime`). An evaluator that
     raises records ``{"error": ...}`` as its judgment (counted in ``num_errors``), never a
-    crash. Thresholds: a share in [0, 1] for boolean/select/multi_select, any number for
-    number evaluators, none for text.
+    crash. Thresholds: a share in [0, 1] for boolean evaluators, any number for number
+    evaluators (met only where every log has a number), none for select, multi_select or text.
 
     ``dataset = {path, datapoints: [{inputs, messages=None, target=None, id=None}]}``:
     a datapoint's id (the rows' ``eval_id``) is its ``id`` or a hash of its content; without a

@@ -39,8 +39,6 @@ FileType = Literal["prompt", "tool", "flow", "agent", "evaluator"]
 ArgsType = Literal["target_free", "target_required"]
 ReturnType = Literal["boolean", "number", "select", "multi_select", "text"]
 
-# Return types whose aggregate is a share of logs: their thresholds are shares in [0, 1].
-SHARE_TYPES = frozenset({"boolean", "select", "multi_select"})
 # A file given by these alone names a stored prompt version.
 STORED_PROMPT_FIELDS = frozenset({"path", "type", "version_id"})
 
@@ -187,9 +185,14 @@ class EvaluatorConfig(BaseModel):
         if self.threshold is not None:
             if self.return_type == "text":
                 raise ValueError("a text evaluator has no score, so it takes no threshold")
-            if self.return_type in SHARE_TYPES and not 0.0 <= self.threshold <= 1.0:
+            if self.return_type in ("select", "multi_select"):
                 raise ValueError(
-                    f"a {self.return_type} evaluator's threshold is a share of logs in [0, 1] "
+                    f"a {self.return_type} evaluator's score is the share of its most common option, whichever "
+                    "that is (a file giving the same wrong option every time scores 1.0), so it takes no threshold"
+                )
+            if self.return_type == "boolean" and not 0.0 <= self.threshold <= 1.0:
+                raise ValueError(
+                    "a boolean evaluator's threshold is a share of logs in [0, 1] "
                     f"(e.g. 0.8 for 80%), got {self.threshold:g}"
                 )
         args: tuple[dict, ...] = ({}, {}) if self.args_type == "target_required" else ({},)

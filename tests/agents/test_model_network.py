@@ -50,6 +50,7 @@ REACH = (
 SHELLS = {"sh", "bash", "dash"}
 
 
+@pytest.mark.slow
 def test_each_program_reaches_its_model_only_through_the_gateway(
     request: pytest.FixtureRequest, model_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -68,6 +68,7 @@ def check_budget_and_resume(evals: Path, out: Path, capsys: pytest.CaptureFixtur
     assert len(latest) == 6 and latest["passed"].all()
 
 
+@pytest.mark.slow
 def test_the_prompt_agent_spends_the_budget_through_the_gateway(
     evals: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

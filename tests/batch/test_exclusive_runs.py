@@ -203,6 +203,7 @@ def test_a_driver_that_loses_its_lease_stops_and_stores_nothing_more(tmp_path: P
     assert not lease.exists()
 
 
+@pytest.mark.slow
 def test_s3_run_refused_while_another_driver_holds_it_then_runs_holding_it(
     s3_bucket, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -169,6 +169,7 @@ def test_retry_errors_goes_on_from_the_checkpoint_of_a_stored_lost_attempt(tmp_p
     assert not any(sessions.iterdir())  # its row stored, no attempt goes on from them
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("shared_ray")
 def test_a_resumed_run_goes_on_from_the_checkpoint_of_a_unit_in_flight_when_its_driver_died(tmp_path: Path) -> None:
     """A unit without a stored row was in flight (its retried attempts are not stored): the

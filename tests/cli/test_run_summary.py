@@ -67,6 +67,7 @@ def test_the_summary_prints_whole_model_and_harness_names() -> None:
     assert [row.split()[3] for row in rows] == ["0", "1"]  # each model's own counts
 
 
+@pytest.mark.slow
 def test_a_run_whose_every_unit_raises_says_why_and_runs_none_again(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

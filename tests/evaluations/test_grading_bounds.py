@@ -27,6 +27,7 @@ def key_seen(log: dict) -> bool:
     return os.environ.get("MY_EVALUATOR_KEY") == "sk-mine"
 
 
+@pytest.mark.slow
 def test_evaluators_run_under_the_grade_timeout_with_the_callers_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

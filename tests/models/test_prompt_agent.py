@@ -199,6 +199,7 @@ def test_a_reply_the_provider_breaks_off_is_a_provider_error(tmp_path: Path, key
 FALLBACK_KEYS = ["sk-ant-test-FALLBACK-ONE-0123456789", "sk-ant-test-FALLBACK-TWO-0123456789"]
 
 
+@pytest.mark.slow
 def test_a_rejected_key_moves_to_the_fallback_key(
     tmp_path: Path, server: FakeModelServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -40,6 +40,7 @@ def _callers(base_url: str, limit: int, calls: int) -> tuple[int, int]:
     return os.getpid(), len(replies)
 
 
+@pytest.mark.slow
 def test_the_limit_is_shared_by_the_workers_of_a_job(server: FakeModelServer, local_ray: None) -> None:
     server.delay_s = 0.3
     results = ray.get([_callers.remote(f"{server.url}/v1", 3, 4) for _ in range(4)])

@@ -38,7 +38,7 @@ def refusing(keys: None):
 
 @pytest.mark.parametrize(("model", "path", "provider", "code"), [
     ("anthropic/claude-haiku-4-5", "", "anthropic", "stop_reason_refusal"),
-    ("openai/gpt-4o", "/v1", "openai", "refusal_content"),
+    pytest.param("openai/gpt-4o", "/v1", "openai", "refusal_content", marks=pytest.mark.slow),
 ])  # fmt: skip
 def test_a_refusal_is_a_failed_row_with_its_verdict(
     tmp_path: Path,

@@ -150,6 +150,7 @@ def test_the_results_root_cannot_be_forged(site: dict[str, Any], tmp_path: Path)
     assert list(out.rglob("part-forged.parquet"))  # without the sandbox the forgery lands
 
 
+@pytest.mark.slow
 def test_other_units_answer_files_cannot_be_written(site: dict[str, Any], tmp_path: Path) -> None:
     options = ["--seeds", "2", "--max-concurrency", "4", "--agent-arg", f"key={KEY}"]
     sandboxed = rayeval_run(site, tmp_path / "s", "forge_neighbours", *options, evals=str(site["eval_file"]))
@@ -503,6 +504,7 @@ def test_with_the_network_off_only_loopback_remains(site: dict[str, Any], tmp_pa
     )
 
 
+@pytest.mark.slow
 def test_an_evals_folder_outside_the_temp_folder_is_hidden(site: dict[str, Any], tmp_path: Path) -> None:
     """The evals above live under /tmp, private in every unit anyway: these do not."""
     evals = Path(tempfile.mkdtemp(prefix="rayeval-attack-", dir="/var/tmp"))

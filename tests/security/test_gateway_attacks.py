@@ -93,6 +93,7 @@ def test_a_rows_usage_and_cost_are_what_the_gateway_relayed(site: dict[str, Any]
     assert (inline["input_tokens"], inline["cost_usd"], inline["n_model_calls"]) == (1, 0.0, None)
 
 
+@pytest.mark.slow
 def test_a_provider_failure_the_agent_reports_is_its_own_error(site: dict[str, Any], tmp_path: Path) -> None:
     """No ProviderError, so no rerun with a fresh deadline, and no endless retry hint."""
     started = time.monotonic()
@@ -195,6 +196,7 @@ def test_no_key_is_anywhere_a_unit_can_read(site: dict[str, Any], tmp_path: Path
     assert "environ" in json.loads(inline["metadata_json"])["found"]
 
 
+@pytest.mark.slow
 def test_a_refusal_the_agent_claims_is_no_refusal(site: dict[str, Any], tmp_path: Path) -> None:
     _, (row,) = run(site, tmp_path / "s", "forge_refusal")
     assert (row["status"], row["refusal"]) == ("failed", False)

@@ -89,6 +89,7 @@ def test_without_the_sandbox_a_shared_folder_carries_every_mark(site: dict[str, 
     assert names | on_folder | on_file <= seen, seen
 
 
+@pytest.mark.slow
 def test_a_unit_cannot_reach_the_terminal_of_a_unit_beside_it(site: dict[str, Any], tmp_path: Path) -> None:
     """Two units at once: the second writes into every terminal it can open but its own, the
     first waits for input on its own. Without the sandbox the second types into the first's."""

@@ -47,6 +47,20 @@ JUDGE_ERROR = "JudgeError"
 #: would most likely fail alike; ``--retry-errors`` runs it again)
 RAYEVAL_FAILURE = "RayevalFailure"
 
+#: the error_types the trusted side gives a unit's error (its time, memory or process, its
+#: answer, its provider as the gateway saw it, its judges, its data or sandbox, rayeval's own
+#: code; Ray's exceptions are named by Ray, see ``rayeval.sandbox.isolation.agents_error_type``):
+#: an exception the agent raised under one of these names is stored as the agent's. Not
+#: ``UnsendableResult``: the unit's own runner, in its sandbox, names a return value it cannot
+#: send so, the agent's doing either way
+RAYEVAL_ERROR_TYPES: frozenset[str] = frozenset(
+    {
+        "AgentProcessDied", "AnswerTooDeep", "AnswerTooLarge", "BadAgentResult", JUDGE_ERROR, "NoAnswer",
+        "OutOfMemory", "ProviderError", RAYEVAL_FAILURE, "SandboxError", "StagingError", "Timeout",
+        "UnstorableResult",
+    }
+)  # fmt: skip
+
 # Hive partition keys: encoded in the path (run_id=<id>/model=<m>/), never stored in the files.
 PARTITION_COLUMNS = ("run_id", "model")
 

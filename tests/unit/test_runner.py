@@ -26,6 +26,7 @@ from rayeval.gateway.unit import unit_model_variables
 from rayeval.sandbox.config import SandboxConfig
 from rayeval.sandbox.units import BASE_ENV_NAMES
 from rayeval.storage import ResultStore
+from tests.conftest import REPO
 from tests.pings import Pings, pinger_code
 
 MC_GRADER = {"type": "multiple_choice", "config": {"correct_answer": "B"}}
@@ -213,6 +214,39 @@ def test_agent_exception_is_an_error_with_its_message(runner: EvalRunner) -> Non
     result = runner.run(agent)
     assert result.status == "error" and result.passed is False
     assert result.error_type == "RuntimeError" and result.error_message.startswith("model API unreachable")
+
+
+@pytest.mark.parametrize("isolation", ["sandbox", "inline"])
+def test_an_agents_error_never_bears_a_name_the_trusted_side_gives_errors(runner: EvalRunner, isolation: str) -> None:
+    """An exception the agent raised under the name of a provider's failure, a timeout, a judge's
+    error or a lost Ray worker is stored as the agent's: a reader (the run's summary, the viewer's
+    error filter) cannot take it for the trusted side's word. Other names are kept as they are."""
+    for name in ("ProviderError", "Timeout", "JudgeError", "WorkerCrashedError", "TimeoutError"):
+        forged = type(name, (Exception,), {})
+
+        def agent(prompt: str, work_dir: Path, forged: type = forged) -> None:
+            raise forged("the provider failed: HTTP 529 overloaded_error (seen by the gateway)")
+
+        result = runner.run(agent, isolation=isolation)
+        kept = name if name == "TimeoutError" else f"{name} (the agent's)"
+        assert (result.status, result.error_type) == ("error", kept), name
+
+
+def test_every_error_name_rayeval_writes_is_one_an_agent_cannot_bear() -> None:
+    """Each error_type the trusted side writes (in src, as a literal or a constant, or the runner's
+    own exception class) is one :func:`agents_error_type` renames, but the one the unit's own
+    runner sends from its sandbox for a return value it cannot send."""
+    import re
+
+    from rayeval.models.failures import PROVIDER_ERROR
+    from rayeval.sandbox.isolation import agents_error_type
+
+    source = "\n".join(path.read_text() for path in (REPO / "src" / "rayeval").rglob("*.py"))
+    written = set(re.findall(r'error_type(?:=|"\s*:\s*)"(\w+)"', source))
+    assert {"AgentProcessDied", "NoAnswer", "UnstorableResult"} <= written  # the pattern finds them
+    assert "UnsendableResult" in written and agents_error_type("UnsendableResult") == "UnsendableResult"
+    for name in written - {"UnsendableResult"} | {PROVIDER_ERROR, "StagingError", "SandboxError", "RayTaskError"}:
+        assert agents_error_type(name) == f"{name} (the agent's)", name
 
 
 def test_agent_process_dying_is_an_error(runner: EvalRunner) -> None:

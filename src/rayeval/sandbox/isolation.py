@@ -12,6 +12,7 @@ Three isolation levels, recorded on every result:
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 import traceback
@@ -19,6 +20,8 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
+
+from ..record import RAYEVAL_ERROR_TYPES
 
 Isolation = Literal["sandbox", "process", "inline"]
 ISOLATION_LEVELS: tuple[Isolation, ...] = ("sandbox", "process", "inline")
@@ -49,7 +52,7 @@ def run_inline(fn: Callable[[], Any], timeout: float | None) -> Outcome:
         except BaseException as exc:  # noqa: BLE001 - reported as the agent's outcome
             trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
             box["outcome"] = Outcome(
-                kind="raised", error_type=type(exc).__name__, error_message=str(exc), traceback=trace
+                kind="raised", error_type=agents_error_type(type(exc).__name__), error_message=str(exc), traceback=trace
             )
 
     if timeout is None:
@@ -64,3 +67,22 @@ def run_inline(fn: Callable[[], Any], timeout: float | None) -> Outcome:
     )
     outcome.seconds = elapsed
     return outcome
+
+
+def agents_error_type(name: str) -> str:
+    """The error_type of an exception the agent raised (or its unit's frame names): its class
+    name, unless the trusted side names errors so (rayeval's own, Ray's), which would pass the
+    agent's error off as a timeout, a provider's failure or a lost worker."""
+    return f"{name} (the agent's)" if name in _trusted_error_types() else name
+
+
+@functools.cache
+def _trusted_error_types() -> frozenset[str]:
+    import ray.exceptions
+
+    rays = {
+        value.__name__
+        for value in vars(ray.exceptions).values()
+        if isinstance(value, type) and issubclass(value, BaseException) and value.__module__.startswith("ray")
+    }
+    return RAYEVAL_ERROR_TYPES | rays

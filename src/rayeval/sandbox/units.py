@@ -45,7 +45,7 @@ from .cgroups import UnitGroups
 from .config import MiB, Network, SandboxConfig, SandboxIsolation
 from .exec_only import FOLDER as EXEC_ONLY_FOLDER
 from .exec_only import exec_only_views, mark_in_use
-from .isolation import Outcome
+from .isolation import Outcome, agents_error_type
 from .process_tree import end_process_tree, exited
 from .unit_runner import (
     CHUNK,
@@ -735,7 +735,9 @@ def _outcome(ended: _Ended, max_output: int, timeout: float | None) -> Outcome:
     if not (isinstance(error_type, str) and isinstance(error_message, str) and isinstance(trace, (str, type(None)))):
         # the runner sends text: these fields were forged on the unit's socket
         return _bad_result("the agent's result reports an error whose kind, message or traceback is not text")
-    return Outcome(kind="raised", error_type=error_type, error_message=error_message, traceback=trace)
+    return Outcome(
+        kind="raised", error_type=agents_error_type(error_type), error_message=error_message, traceback=trace
+    )
 
 
 def _bad_result(problem: str) -> Outcome:

@@ -6,6 +6,37 @@ import json
 import math
 from typing import Any
 
+#: Hostile JSON text is decoded only when it may hold at most one value a this many bytes of the
+#: most its reader reads: decoded, a value costs up to ~70 bytes of memory however few bytes of
+#: text it took (three bytes of ``[{},{},…]`` make a 64-byte dict), so that an answer of at most
+#: 10 MB holds at most ~1 M values, ~100 MB decoded rather than ~300 MB.
+BYTES_PER_VALUE = 10
+
+
+class TooManyValues(ValueError):
+    """JSON text that may hold more values than its reader decodes (see :func:`loads_bounded`)."""
+
+
+def values_bound(text: str | bytes) -> int:
+    """An upper bound of the values JSON ``text`` holds: one per ``,``, ``:``, ``[`` or ``{``
+    (those inside strings counted too), and one; counted without decoding it."""
+    if isinstance(text, str):
+        return 1 + sum(text.count(mark) for mark in ",:[{")
+    return 1 + sum(text.count(mark) for mark in (b",", b":", b"[", b"{"))
+
+
+def loads_bounded(text: str | bytes, max_bytes: int) -> Any:
+    """``json.loads(text)``, for hostile ``text`` read with a limit of ``max_bytes``: refused
+    (:class:`TooManyValues`) before it is decoded when it may hold more values than one a
+    :data:`BYTES_PER_VALUE` bytes of that limit."""
+    most = max_bytes // BYTES_PER_VALUE
+    if len(text) > most and values_bound(text) > most:
+        raise TooManyValues(
+            f"it may hold more than {most:,} JSON values (counted by its commas, colons, brackets and braces), "
+            f"the most read of {max_bytes:,} bytes"
+        )
+    return json.loads(text)
+
 
 def json_fallback(value: Any) -> Any:
     """What ``json``/pydantic cannot encode natively: numpy values as Python ones, else text."""

@@ -77,6 +77,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 def _read_answer(path: str) -> object:
     """The answer at ``path`` (``-``: standard input), taken as a run takes an agent's answer
     file: at most its size, UTF-8 JSON, nested no deeper than a run grades."""
+    from ._json import TooManyValues, loads_bounded
     from .sandbox.config import MAX_ANSWER_FILE_BYTES
     from .unit.answers import MAX_ANSWER_NESTING, nested_deeper_than
 
@@ -89,7 +90,9 @@ def _read_answer(path: str) -> object:
     if len(data) > MAX_ANSWER_FILE_BYTES:
         raise BadInput(f"{path}: the answer is larger than {MAX_ANSWER_FILE_BYTES >> 20} MB, the most a run reads")
     try:
-        answer = json.loads(text)
+        answer = loads_bounded(text, MAX_ANSWER_FILE_BYTES)
+    except TooManyValues as exc:
+        raise BadInput(f"{path}: the answer is too large to read: {exc}") from None
     except json.JSONDecodeError as exc:
         raise BadInput(f"{path}: answer is not valid JSON (line {exc.lineno} column {exc.colno}: {exc.msg})") from None
     except (ValueError, RecursionError) as exc:  # an integer beyond the digit limit, nesting beyond the parser

@@ -64,7 +64,12 @@ def test_grade_bad_inputs_exit_2_with_one_clean_message(tmp_path: Path) -> None:
     eval_file = CORPUS_EVALS / "scbench" / "evals" / "qc" / "bd_rhapsody_tnbc_panel_aware_qc.json"
     bad_answer = tmp_path / "answer.json"
     bad_answer.write_text("{not json")
-    hostile = {"deep.json": "[" * 5000 + "]" * 5000, "deeper.json": "[" * 101 + "]" * 101, "digits.json": "9" * 5000}
+    hostile = {
+        "deep.json": "[" * 5000 + "]" * 5000,
+        "deeper.json": "[" * 101 + "]" * 101,
+        "digits.json": "9" * 5000,
+        "many_values.json": json.dumps([{}] * 1_500_000),
+    }
     for name, text in hostile.items():
         (tmp_path / name).write_text(text)
     (tmp_path / "large.json").write_text(json.dumps({"x": "y" * (10 << 20)}))

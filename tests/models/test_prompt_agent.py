@@ -283,3 +283,17 @@ def test_a_local_openai_compatible_server_needs_no_key(
     dry = ["run", str(REPO / "evals"), "--agent", "codex", "--models", "gpt-5.1-codex", "--output", str(tmp_path / "o")]
     assert main([*dry, "--agent-arg", "base_url=http://127.0.0.1:8000/v1", "--dry-run"]) == 0
     assert main([*dry, "--dry-run"]) == 2 and "codex needs OPENAI_API_KEY" in capsys.readouterr().err
+
+
+def test_a_tagged_answer_of_more_values_than_an_answer_may_hold_is_no_answer_unread(tmp_path: Path, keys: None) -> None:
+    """The model's ``<EVAL_ANSWER>`` is read as an answer file is: a body of more JSON values
+    than one a 10 bytes of 10 MB is not decoded, and the unit's details say why."""
+    from rayeval.agents.prompt import prompt_agent
+    from rayeval.unit.context import AgentContext
+
+    many = json.dumps([{}] * 1_500_000)
+    with FakeModelServer(script=[], answer=lambda body: f"<EVAL_ANSWER>{many}</EVAL_ANSWER>") as srv:
+        context = AgentContext(eval_id="e", model="openai/gpt-4o", seed=1, args={"base_url": f"{srv.url}/v1"})
+        returned = prompt_agent("How many cells?", tmp_path, context)
+    assert returned["answer"] is None
+    assert "answer is too large to read: it may hold more than" in returned["metadata"]["error_details"]["error"]

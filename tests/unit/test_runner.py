@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -205,6 +206,30 @@ def test_unparseable_answer_file_is_reported(runner: EvalRunner) -> None:
 
     result = runner.run(agent)
     assert result.status == "failed" and "eval_answer.json is not valid JSON" in result.error_message
+
+
+#: more values than an answer of 10 MB is decoded with (one a 10 bytes), in under 5 MB of JSON:
+#: three bytes of text each, decoded 64-byte objects (~100 MB where ~10 M were allowed before)
+MANY_VALUES = [{}] * 1_500_000
+
+
+@pytest.mark.parametrize(
+    ("isolation", "returned"),
+    [
+        ("sandbox", {"answer": {"n_cells": MANY_VALUES}}),
+        ("sandbox", MANY_VALUES),
+        ("inline", f"<EVAL_ANSWER>{json.dumps(MANY_VALUES)}</EVAL_ANSWER>"),
+    ],
+    ids=["sandboxed object", "sandboxed list", "inline tagged text"],
+)
+def test_an_answer_of_more_values_than_its_bytes_allow_is_too_large_unread(
+    runner: EvalRunner, isolation: str, returned: Any
+) -> None:
+    """The trusted side decodes at most one JSON value a 10 bytes of what it reads: an answer
+    of many tiny values (memory tens of times its bytes) is refused before it is decoded."""
+    result = runner.run(lambda p, w: returned, isolation=isolation)
+    assert (result.status, result.error_type) == ("error", "AnswerTooLarge"), result.error_message
+    assert "may hold more than 1,048,576 JSON values" in result.error_message
 
 
 def test_agent_exception_is_an_error_with_its_message(runner: EvalRunner) -> None:

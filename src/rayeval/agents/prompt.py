@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .._json import TooManyValues
 from ..models import ModelError
 from ..models.calls import PromptOptions, generate_output, prompt_model, reply_metadata
 from ..models.failures import provider_failure
@@ -58,9 +59,16 @@ def prompt_agent(task_prompt: str, work_dir: Path, context: AgentContext) -> dic
         metadata["refusal"] = refusal.as_dict()
         write_verdict(work_dir, refusal)
     metadata["run_summary"] = _run_summary(output, options, time.monotonic() - started, refusal is not None)
-    answer = extract_tagged(output.text)
-    if answer is None:
-        metadata["error_details"] = {"error": f"the model's reply holds no {OPEN_TAG}{{json}}{CLOSE_TAG}"}
+    try:
+        answer = extract_tagged(output.text)
+    except TooManyValues as exc:
+        answer, metadata["error_details"] = (
+            None,
+            {"error": f"the model's {OPEN_TAG} answer is too large to read: {exc}"},
+        )
+    else:
+        if answer is None:
+            metadata["error_details"] = {"error": f"the model's reply holds no {OPEN_TAG}{{json}}{CLOSE_TAG}"}
     return answer_envelope(answer, metadata, work_dir)
 
 

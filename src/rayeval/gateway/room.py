@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
+from .._json import values_bound
+
 
 class Session(Protocol):
     """What room is kept for: a unit's session (``server.Session``), its requests in flight and
@@ -47,8 +49,7 @@ def parse_bytes(body: bytes) -> int:
     """An upper bound of the memory the gateway's reading ``body`` as JSON takes: a few times its
     bytes, and each value it may hold (one per ``,``, ``:``, ``[`` or ``{``, those inside
     strings counted too). A base64 image costs a few times its bytes; many small values, far more."""
-    values = body.count(b",") + body.count(b":") + body.count(b"[") + body.count(b"{")
-    return _BYTES_PER_BYTE * len(body) + _BYTES_PER_VALUE * values
+    return _BYTES_PER_BYTE * len(body) + _BYTES_PER_VALUE * values_bound(body)
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from .._json import TooManyValues, loads_bounded
 from ..errors import RayevalError
 from .allowlist import bwrap_mounts, file_system_view, inside
 from .cgroups import UnitGroups
@@ -722,9 +723,11 @@ def _outcome(ended: _Ended, max_output: int, timeout: float | None) -> Outcome:
             kind="crashed", error_type="AgentProcessDied", error_message=f"agent process {reason} before returning"
         )
     try:
-        message = json.loads(ended.result)
+        message = loads_bounded(ended.result, max_output)
         json.dumps(message, ensure_ascii=False).encode("utf-8")  # lone surrogates cannot be stored
         kind = message["kind"]
+    except TooManyValues as exc:
+        return Outcome(kind="raised", error_type="AnswerTooLarge", error_message=f"the agent's return value {exc}")
     except (ValueError, RecursionError, TypeError, KeyError, UnicodeEncodeError) as exc:
         return _bad_result(f"the agent's result is not usable JSON: {exc}")
     if kind == "setup_failed":  # after the unit was set up: the agent's code wrote it

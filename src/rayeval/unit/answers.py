@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from .._json import dumps
+from .._json import TooManyValues, dumps, loads_bounded
 from ..sandbox.config import MAX_ANSWER_FILE_BYTES
 from .workspace import FileTooLarge, Listing, read_left_file
 
@@ -140,14 +140,17 @@ def unfence(body: str) -> str | None:
 
 def extract_tagged(text: str) -> Any:
     """The last well-formed ``<EVAL_ANSWER>{json}</EVAL_ANSWER>`` in ``text`` (its body may be
-    fenced), else None. Linear in the size of ``text``: the answer is hostile input."""
+    fenced), else None. Linear in the size of ``text``: the answer is hostile input. A body that
+    may hold more values than an answer file of the most read raises :class:`TooManyValues`."""
     for start, end in reversed(tagged_spans(text)):
         body = text[start:end].strip()
         for candidate in (body, unfence(body)):
             if candidate is None:
                 continue
             try:
-                return json.loads(candidate)
+                return loads_bounded(candidate, MAX_ANSWER_FILE_BYTES)
+            except TooManyValues:
+                raise
             except (ValueError, RecursionError):  # ValueError: also an integer over Python's digit limit
                 continue
     return None
@@ -177,7 +180,8 @@ def read_answer_file(path: Path, name: str, limit: int = MAX_ANSWER_FILE_BYTES) 
     """The answer file at ``path`` (``name`` in messages), read as the hostile input it is: a
     regular file only (never through a symbolic link), at most ``limit`` bytes, strict UTF-8,
     and JSON no parser error escapes (nesting beyond the parser, an integer beyond Python's
-    digit limit). None when there is no regular file there."""
+    digit limit), refused unread when it may hold more values than ``limit`` allows (see
+    :func:`rayeval._json.loads_bounded`). None when there is no regular file there."""
     try:
         data = read_left_file(path, limit)
     except FileTooLarge as exc:
@@ -186,7 +190,9 @@ def read_answer_file(path: Path, name: str, limit: int = MAX_ANSWER_FILE_BYTES) 
         return None
     head = data[: HEAD_CHARS * 4].decode("utf-8", errors="replace")[:HEAD_CHARS]
     try:
-        return AnswerFile(value=json.loads(data.decode("utf-8")), head=head)
+        return AnswerFile(value=loads_bounded(data.decode("utf-8"), limit), head=head)
+    except TooManyValues as exc:
+        return AnswerFile(problem=f"{name} is too large to read: {exc}", head=head, oversized=True)
     except (ValueError, RecursionError) as exc:  # bad UTF-8, bad JSON, an integer over the digit limit
         return AnswerFile(problem=f"{name} is not valid JSON: {exc}", head=head)
 

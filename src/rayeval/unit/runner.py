@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from .._json import amount_in, count_in
+from .._json import TooManyValues, amount_in, count_in
 from ..data.cache import default_cache_dir, remove_tree
 from ..data.staging import StagingError, stage_data
 from ..errors import ConfigError
@@ -462,6 +462,9 @@ def _find_answer(
         }
     try:
         found = find_answer(outcome.value, work_dir, listing, file_limit)
+    except TooManyValues as exc:  # a returned <EVAL_ANSWER> body no answer file of the most read holds
+        message = f"the agent's tagged answer is too large to read: {exc}"
+        return {**fields, "outcome": "error", "error_type": "AnswerTooLarge", "error_message": message}
     except (ValueError, RecursionError) as exc:  # inline: a returned value no JSON holds (a 5,000-digit int)
         message = f"the agent's return value cannot be stored as JSON: {type(exc).__name__}: {exc}"
         return {**fields, "outcome": "error", "error_type": "UnsendableResult", "error_message": message}

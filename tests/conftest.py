@@ -12,7 +12,7 @@ from pathlib import Path
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 # The tests start thousands of Python processes (test workers, Ray workers, sandboxed units,
-# the CLI): where bytecode caching is off (PYTHONDONTWRITEBYTECODE, as on some CI machines),
+# the CLI): where bytecode caching is off (PYTHONDONTWRITEBYTECODE, as this machine's environment sets it),
 # each would compile rayeval and the test modules anew. This run and the processes it starts
 # write their caches (in __pycache__, ignored by git).
 sys.dont_write_bytecode = False

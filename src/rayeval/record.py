@@ -41,6 +41,10 @@ ERROR_STATUSES: frozenset[Status] = frozenset({"error", "timeout", "config_error
 #: by a run's own retries: the judge calls were retried already, and the agent need not run again)
 JUDGE_ERROR = "JudgeError"
 
+#: the error_type of a unit an agent left without an answer because its model's provider failed
+#: (as the gateway saw it)
+PROVIDER_ERROR = "ProviderError"
+
 #: the error_type of a unit rayeval itself failed on while it ran (an exception raised in its own,
 #: trusted code: neither the agent's doing nor a lost worker or node): the unit's error, with its
 #: model calls as the gateway counted them where they were, stored at once (a run's own retries
@@ -56,7 +60,7 @@ RAYEVAL_FAILURE = "RayevalFailure"
 RAYEVAL_ERROR_TYPES: frozenset[str] = frozenset(
     {
         "AgentProcessDied", "AnswerTooDeep", "AnswerTooLarge", "BadAgentResult", JUDGE_ERROR, "NoAnswer",
-        "OutOfMemory", "ProviderError", RAYEVAL_FAILURE, "SandboxError", "StagingError", "Timeout",
+        "OutOfMemory", PROVIDER_ERROR, RAYEVAL_FAILURE, "SandboxError", "StagingError", "Timeout",
         "UnstorableResult",
     }
 )  # fmt: skip

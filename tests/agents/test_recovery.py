@@ -14,7 +14,8 @@ from rayeval.agents.claude_code import claude_code
 from rayeval.agents.resolve import AgentArgsError, check_agent_args
 from rayeval.batch.queue import unit_retry_delay
 from rayeval.cli import main
-from rayeval.models.failures import PROVIDER_ERROR, ProviderFailure, fallback_keys, provider_failure
+from rayeval.models.failures import ProviderFailure, fallback_keys, provider_failure
+from rayeval.record import PROVIDER_ERROR
 from rayeval.unit.runner import provider_failure_details
 
 REPO = Path(__file__).resolve().parents[2]

@@ -64,7 +64,11 @@ def test_a_refusal_is_a_failed_row_with_its_verdict(
     assert metadata["refusal"] == verdict
     summary = RunSummary.model_validate(metadata["run_summary"])
     assert (summary.refusal, summary.n_turns, summary.usage.input_tokens) == ("detected", 1, 1200)
-    assert rows and all(row["refusal"] is False for row in rows.values())
+    errored = [
+        (row["eval_id"], row["error_type"], row["error_traceback"]) for row in rows.values() if row["status"] == "error"
+    ]
+    assert rows and not errored, errored
+    assert all(row["refusal"] is False for row in rows.values())
     assert all(json.loads(row["metadata_json"])["run_summary"]["refusal"] == "not_detected" for row in rows.values())
 
     capsys.readouterr()

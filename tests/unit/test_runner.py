@@ -263,7 +263,7 @@ def test_every_error_name_rayeval_writes_is_one_an_agent_cannot_bear() -> None:
     runner sends from its sandbox for a return value it cannot send."""
     import re
 
-    from rayeval.models.failures import PROVIDER_ERROR
+    from rayeval.record import PROVIDER_ERROR
     from rayeval.sandbox.isolation import agents_error_type
 
     source = "\n".join(path.read_text() for path in (REPO / "src" / "rayeval").rglob("*.py"))

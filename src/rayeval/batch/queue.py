@@ -17,8 +17,8 @@ import numpy as np
 
 from .._backoff import doubled_s
 from .._json import amount_in
-from ..models.failures import PROVIDER_ERROR, REQUEST_CAUSED_STATUSES, RETRYABLE_STATUSES
-from ..record import SeenBy, UnitRecord
+from ..models.failures import REQUEST_CAUSED_STATUSES, RETRYABLE_STATUSES
+from ..record import PROVIDER_ERROR, SeenBy, UnitRecord
 from .plan import Plan, Unit
 
 Attempt = tuple[Unit, int]

@@ -14,8 +14,6 @@ from typing import Any, Literal
 
 from .._json import amount_in
 
-#: the error_type of a unit an agent left without an answer because its model's provider failed
-PROVIDER_ERROR = "ProviderError"
 #: statuses after which the same session resumes after a wait
 RETRYABLE_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 520, 529})
 #: statuses a unit's own requests may bring about: a rate limit (a request over the provider's

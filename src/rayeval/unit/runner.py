@@ -18,8 +18,8 @@ from ..gateway.server import CallLimits, Gateway, ModelUsage, RunBudget, Session
 from ..gateway.transcript import MODEL_CALLS_ARTIFACT, transcript_text
 from ..gateway.unit import UnitAccess, open_unit_access, route_of, shared_gateway
 from ..graders.judging import Judgments
-from ..models.failures import MESSAGE_CHARS, PROVIDER_ERROR, REQUEST_CAUSED_STATUSES, failure_code
-from ..record import RAYEVAL_FAILURE, SeenBy
+from ..models.failures import MESSAGE_CHARS, REQUEST_CAUSED_STATUSES, failure_code
+from ..record import PROVIDER_ERROR, RAYEVAL_FAILURE, SeenBy
 from ..sandbox.config import MiB, SandboxConfig
 from ..sandbox.isolation import Isolation, Outcome, run_inline
 from ..sandbox.units import SandboxError, unit_runner

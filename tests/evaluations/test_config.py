@@ -231,6 +231,10 @@ def test_judgments_are_checked_against_the_return_type() -> None:
     assert wrong.judge({}, {}) == {
         "error": "wrong: returned 'yes' (str); a boolean evaluator returns True, False or None"
     }
+    for digits in (401, 5000):  # past a float, past the digits an int may be shown with
+        huge = LocalEvaluator("huge", "target_free", "number", None, lambda log, digits=digits: 10**digits)
+        error = huge.judge({}, {})["error"]
+        assert error.startswith("huge: ") and len(error) <= 2_000, error
     evaluators = [
         LocalEvaluator("b", "target_free", "boolean", None, bool),
         LocalEvaluator("n", "target_free", "number", 2, len),

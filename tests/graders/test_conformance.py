@@ -95,6 +95,6 @@ def test_a_grading_reply_without_a_score_is_no_verdict() -> None:
     from rayeval.unit.grading_process import GradingRefused, verdict_of
 
     whole = GraderResult(passed=True, score=0.75, score_max=1.0, metrics={"k": 1}, reasoning="r").to_dict()
-    assert verdict_of({"result": whole}) == GraderResult(passed=True, score=0.75, metrics={"k": 1}, reasoning="r")
+    assert verdict_of({"result": whole}, None) == GraderResult(passed=True, score=0.75, metrics={"k": 1}, reasoning="r")
     with pytest.raises(GradingRefused, match="sent no whole verdict"):
-        verdict_of({"result": {k: v for k, v in whole.items() if k != "score"}})
+        verdict_of({"result": {k: v for k, v in whole.items() if k != "score"}}, None)

@@ -127,7 +127,7 @@ def test_results_equal_in_process_over_the_conformance_vectors() -> None:
     cases = conformance_evals()
     assert len(cases) > len(VECTORS)
     for case_id, eval_, answer in cases:  # every vector through the request's JSON both ways
-        assert same_result(verdict_of(graded_as_a_process_does(eval_, answer)), grade(eval_, answer)), case_id
+        assert same_result(verdict_of(graded_as_a_process_does(eval_, answer), answer), grade(eval_, answer)), case_id
     one_of_each_type = {eval_.grader_specs[0].type: (case_id, eval_, answer) for case_id, eval_, answer in cases}
     for case_id, eval_, answer in one_of_each_type.values():  # and through a grading process
         assert same_result(grade_bounded(eval_, answer, 30), grade(eval_, answer)), case_id
@@ -244,6 +244,16 @@ def test_a_large_answer_is_graded() -> None:
     eval_ = make(grader=MC)
     answer = {"answer": "B", "padding": ['"\\' * 500] * 10_000}  # 10 MB, every character escaped
     assert same_result(grade_bounded(eval_, answer, 30), grade(eval_, answer))
+
+
+def test_the_answer_is_not_sent_back_to_the_caller_which_has_it() -> None:
+    """A verdict's ``agent_answer`` that is the answer graded is not in the grading's reply (the
+    caller decodes no second copy of a hostile answer): the caller sets it from the answer it sent."""
+    answer = {"answer": "B", "padding": ["x" * 10] * 1000}
+    reply = graded_as_a_process_does(make(grader=MC), answer)
+    assert reply["result"]["agent_answer"] is None and "x" * 10 not in json.dumps(reply)
+    assert verdict_of(reply, answer).agent_answer == answer
+    assert same_result(grade_bounded(make(grader=MC), answer, 30), grade(make(grader=MC), answer))
 
 
 def environment(call: dict[str, Any], work_dir: Path) -> dict[str, str]:
@@ -369,7 +379,7 @@ def test_a_reply_that_is_no_verdict_is_refused() -> None:
     with pytest.raises(GradingRefused, match="sent no JSON reply"):
         grading_process._reply(grading_process.Outcome(kind="returned", value="[1"), 30)
     with pytest.raises(GradingRefused, match="sent no whole verdict"):
-        verdict_of({"result": {"passed": True}})
+        verdict_of({"result": {"passed": True}}, None)
 
 
 def test_grading_processes_end_with_their_caller() -> None:

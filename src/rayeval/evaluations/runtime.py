@@ -139,8 +139,8 @@ class LocalEvaluator:
             return {"error": f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS], "traceback": tail}
         try:
             return coerce_judgment(value, self.return_type)
-        except TypeError as exc:
-            return {"error": f"{self.path}: {exc}"}
+        except (TypeError, ValueError, OverflowError) as exc:  # also a number too large to store or show
+            return {"error": f"{self.path}: {exc}"[:MAX_ERROR_CHARS]}
 
 
 def _plain_number(value: Any) -> Any:

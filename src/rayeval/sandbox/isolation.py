@@ -39,6 +39,8 @@ class Outcome(BaseModel):
     error_message: str | None = None
     traceback: str | None = None
     seconds: float = 0.0
+    #: ``value`` was decoded from the JSON text the unit's process sent: plain JSON values only
+    decoded: bool = False
 
 
 def run_inline(fn: Callable[[], Any], timeout: float | None) -> Outcome:

@@ -733,7 +733,7 @@ def _outcome(ended: _Ended, max_output: int, timeout: float | None) -> Outcome:
     if kind == "setup_failed":  # after the unit was set up: the agent's code wrote it
         return _bad_result("the agent's result claims its sandbox failed, after the sandbox was set up")
     if kind == "returned":
-        return Outcome(kind="returned", value=message.get("value"))
+        return Outcome(kind="returned", value=message.get("value"), decoded=True)
     error_type, error_message, trace = (message.get(name) for name in ("error_type", "error_message", "traceback"))
     if not (isinstance(error_type, str) and isinstance(error_message, str) and isinstance(trace, (str, type(None)))):
         # the runner sends text: these fields were forged on the unit's socket

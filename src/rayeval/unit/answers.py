@@ -254,10 +254,11 @@ def read_answer_files(work_dir: Path, listing: Listing, limit: int = MAX_ANSWER_
 
 
 def find_answer(
-    returned: Any, work_dir: Path, listing: Listing, file_limit: int = MAX_ANSWER_FILE_BYTES
+    returned: Any, work_dir: Path, listing: Listing, file_limit: int = MAX_ANSWER_FILE_BYTES, *, decoded: bool = False
 ) -> FoundAnswer:
     """Return value first (envelope, dict, tagged text), then answer files in the work folder
-    (``listing``: see ``workspace.list_work_dir``) of at most ``file_limit`` bytes."""
+    (``listing``: see ``workspace.list_work_dir``) of at most ``file_limit`` bytes. ``decoded``:
+    ``returned`` was decoded from JSON text (a sandboxed unit's), so it is not encoded again."""
     answer, metadata = unwrap_return(returned)
     if isinstance(answer, str):
         tagged = extract_tagged(answer)
@@ -266,7 +267,8 @@ def find_answer(
         answer = None
     if answer is not None:
         # graded and stored as JSON: numpy scalars, tuples and the like become plain JSON values
-        return FoundAnswer(answer=json.loads(dumps(answer)), source="returned value", metadata=metadata)
+        plain = answer if decoded else json.loads(dumps(answer))
+        return FoundAnswer(answer=plain, source="returned value", metadata=metadata)
     from_files = read_answer_files(work_dir, listing, file_limit)
     from_files.metadata = metadata
     return from_files

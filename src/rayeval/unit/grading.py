@@ -17,6 +17,8 @@ from ..graders.registry import GRADER_REGISTRY, get_grader, is_registered
 from ..graders.result import GraderResult, result_problem
 
 RESULT_FIELDS = tuple(field.name for field in dataclasses.fields(GraderResult))
+#: the key of a grading reply whose verdict's ``agent_answer`` is the answer it was sent
+ECHOED = "agent_answer_is_the_answer"
 
 
 def grade_spec(spec: GraderSpec, answer: Any) -> GraderResult:
@@ -135,7 +137,12 @@ def graded_request(call: dict[str, Any], work_dir: Path) -> str:
         reply: dict[str, Any] = {"requests": collect_judge_requests(specs, answer, single=single)}
     else:
         result = grade_with_outcomes(specs, answer, single=single, judgments=request.get("judgments"))
-        reply = {"result": {name: getattr(result, name) for name in RESULT_FIELDS}}
+        fields = {name: getattr(result, name) for name in RESULT_FIELDS}
+        if answer is not None and fields["agent_answer"] is answer:  # the caller has it: not sent back
+            fields["agent_answer"] = None
+            reply = {"result": fields, ECHOED: True}
+        else:
+            reply = {"result": fields}
     return json.dumps(reply, default=json_fallback)
 
 

@@ -28,17 +28,17 @@ import threading
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
-from .._json import json_fallback
+from .._json import json_fallback, loads_bounded
 from ..errors import RayevalError
 from ..evals import Eval
 from ..graders.judging import Judgments
 from ..graders.registry import GRADER_REGISTRY, is_registered, named_grader_types
 from ..graders.result import GraderResult
-from ..sandbox.config import MiB, SandboxConfig, UnitLimits
+from ..sandbox.config import MAX_ANSWER_FILE_BYTES, MiB, SandboxConfig, UnitLimits
 from ..sandbox.isolation import Outcome
 from ..sandbox.units import SandboxError, UnitRunner, unit_runner
 from . import grading
-from .grading import collect_judge_requests, grade_with_outcomes
+from .grading import ECHOED, collect_judge_requests, grade_with_outcomes
 
 DEFAULT_TIMEOUT_S = 30.0
 MAX_REQUEST_BYTES = 128 << 20
@@ -95,9 +95,10 @@ class EvalGraders(NamedTuple):
         return bool(self.plugins or self.pickled)
 
 
-def verdict_of(reply: dict[str, Any]) -> GraderResult:
+def verdict_of(reply: dict[str, Any], answer: Any) -> GraderResult:
     """The verdict a grading process sent, every field named: a reply without one (its score,
-    say) is the process's fault, never a verdict with a default score."""
+    say) is the process's fault, never a verdict with a default score. Its ``agent_answer`` is
+    ``answer``, the one sent, where the reply says so (a grader's echo of it is not sent back)."""
     try:
         sent = reply["result"]
         return GraderResult(
@@ -106,7 +107,7 @@ def verdict_of(reply: dict[str, Any]) -> GraderResult:
             score_max=sent["score_max"],
             metrics=sent["metrics"],
             reasoning=sent["reasoning"],
-            agent_answer=sent["agent_answer"],
+            agent_answer=answer if reply.get(ECHOED) is True else sent["agent_answer"],
             field_scores=sent["field_scores"],
         )
     except (KeyError, TypeError) as exc:
@@ -221,7 +222,7 @@ def grade_bounded(
     reply = None if timeout is None or graders is None else _graded_apart(graders, answer, timeout, judgments)
     if reply is None:
         return grade_with_outcomes(eval_.grader_specs, answer, single=eval_.grader is not None, judgments=judgments)
-    return verdict_of(reply)
+    return verdict_of(reply, answer)
 
 
 def judge_requests_bounded(eval_: Eval, answer: Any, timeout: float | None = DEFAULT_TIMEOUT_S) -> Judgments:
@@ -277,7 +278,8 @@ def _reply(outcome: Outcome, timeout: float) -> dict[str, Any]:
         why = f"{outcome.error_type}: {outcome.error_message}"
         raise GradingRefused(f"the grading process could not grade the answer: {why}")
     try:
-        reply = json.loads(outcome.value)
+        # as many JSON values as two answers may hold: its metrics may echo parts of the answer
+        reply = loads_bounded(outcome.value, 2 * MAX_ANSWER_FILE_BYTES)
     except (TypeError, ValueError, RecursionError):
         reply = None
     if not isinstance(reply, dict):

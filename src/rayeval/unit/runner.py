@@ -461,7 +461,7 @@ def _find_answer(
             "error_traceback": outcome.traceback,
         }
     try:
-        found = find_answer(outcome.value, work_dir, listing, file_limit)
+        found = find_answer(outcome.value, work_dir, listing, file_limit, decoded=outcome.decoded)
     except TooManyValues as exc:  # a returned <EVAL_ANSWER> body no answer file of the most read holds
         message = f"the agent's tagged answer is too large to read: {exc}"
         return {**fields, "outcome": "error", "error_type": "AnswerTooLarge", "error_message": message}

@@ -258,3 +258,46 @@ def test_a_session_keeps_its_newest_calls_copies_within_its_bound_and_counts_eve
     assert 2 <= len(kept) <= 3 and report.calls[-len(kept) :] == kept  # the newest
     transcript = json.loads(transcript_text(report.calls, 10 << 20))
     assert transcript["left_out"] == calls - len(kept) and len(transcript["calls"]) == len(kept)
+
+
+@pytest.mark.parametrize(
+    "copy",
+    [
+        [[[] for _ in range(200)] for _ in range(200)],  # JSON of 3 bytes a value
+        {"messages": [{"role": "user", "content": f"m{i}"} for i in range(200)]},
+        ["short text"] * 200,
+        {"content": "x" * 20_000, "é": "é" * 5_000, "€": "€" * 5_000, "😀": "😀" * 5_000},
+        [[2.5, 10**9 + index] for index in range(200)],
+    ],
+    ids=["empty lists", "small objects", "short texts", "long texts", "numbers"],
+)
+def test_a_copy_is_counted_by_the_memory_it_takes(copy: object) -> None:
+    """A session's copies are bounded by their memory, which a request of many small values takes
+    many times its JSON's length of: each shape is counted at least as 80 % of it, and at most twice it."""
+    import tracemalloc
+
+    text = json.dumps(copy)
+    tracemalloc.start()
+    held = json.loads(text)  # built apart from its text, as the gateway's copy is
+    taken = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    assert held == copy and 0.8 * taken <= copy_size(held) <= 2 * taken, (taken, copy_size(held))
+
+
+def test_the_calls_carried_from_an_earlier_part_keep_their_newest_copies_within_the_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A session resumed from its checkpoint carries the earlier part's transcript: its copies
+    count against a bound as the session's own do, the oldest dropped and every call still listed."""
+    one = {"request": {"messages": ["x" * 1000]}, "response": {"content": "y" * 1000}, "model": "m"}
+    monkeypatch.setattr(server, "MAX_COPY_BYTES", 3 * (copy_size(one["request"]) + copy_size(one["response"])))
+    with Gateway(bounds=BOUNDS) as gateway:
+        session = gateway.open({"anthropic": Upstream("http://127.0.0.1:9", ("sk-test",))})
+        earlier = gateway.close(session).counted
+        resumed = gateway.open({"anthropic": Upstream("http://127.0.0.1:9", ("sk-test",))})
+        resumed.carry(earlier, [dict(one, model=f"m{i}") for i in range(10)])
+        carried = gateway.close(resumed).calls
+    assert [call["model"] for call in carried] == [f"m{i}" for i in range(10)]
+    kept = [call for call in carried if call["request"] != server.COPY_NOT_KEPT]
+    assert [call["model"] for call in kept] == ["m7", "m8", "m9"]
+    assert all(call["response"] == server.COPY_NOT_KEPT for call in carried[:7])

@@ -58,10 +58,11 @@ from .transcript import COPY_NOT_KEPT, bounded, copy_size
 #: reached, a model it may not call): none costs the unit anything, so it may send them in a
 #: loop; the others are counted only
 MAX_REFUSED_RECORDS = 100
-#: the bytes of its calls' request and reply copies (their transcript) a unit's session keeps,
-#: about: past it the oldest calls' copies are dropped, their counts kept (``model_calls.json``
-#: holds the newest calls, 2 MiB by default); else a long session, or a unit sending calls the
-#: provider refuses in a loop, would grow its worker's memory without bound
+#: the memory its calls' request and reply copies (their transcript) a unit's session keeps,
+#: about (see ``transcript.copy_size``): past it the oldest calls' copies are dropped, their
+#: counts kept (``model_calls.json`` holds the newest calls, 2 MiB by default); else a long
+#: session, or a unit sending calls the provider refuses in a loop, would grow its worker's
+#: memory without bound. The calls of its earlier part, carried on, keep as much again at most
 MAX_COPY_BYTES = 16 << 20
 #: the bytes a Chat Completions stream's body may grow by when the gateway writes it again to ask
 #: for its usage (``"stream_options":{"include_usage":true}``, written compact; a number may
@@ -179,6 +180,20 @@ class CallRecord:
         return {**{column.name: getattr(self, column.name) for column in fields(self)}, "usage": self.usage.as_dict()}
 
 
+def _within_copy_bytes(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``calls`` (transcript entries) with the oldest ones' copies dropped until the others'
+    take at most :data:`MAX_COPY_BYTES`."""
+    sizes = [copy_size(call.get("request")) + copy_size(call.get("response")) for call in calls]
+    over = sum(sizes) - MAX_COPY_BYTES
+    kept = []
+    for call, size in zip(calls, sizes, strict=True):
+        if over > 0:
+            call = {**call, **{key: COPY_NOT_KEPT for key in ("request", "response") if call.get(key) is not None}}
+            over -= size
+        kept.append(call)
+    return kept
+
+
 @dataclass
 class Session:
     """A unit's access to its models: its token, where its calls go, what they used."""
@@ -247,7 +262,7 @@ class Session:
         self.last_model = self.last_model or counted.last_model
         if self.pin is not None:
             self.pin.fallback = self.pin.fallback or counted.fallback_model
-        self.carried_calls = [*self.carried_calls, *calls]
+        self.carried_calls = _within_copy_bytes([*self.carried_calls, *calls])
         earlier = self.carried
         self.carried = counted.model_copy(
             update={

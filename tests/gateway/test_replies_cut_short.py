@@ -458,3 +458,41 @@ def test_an_error_reply_the_provider_breaks_off_is_passed_on_with_its_status(gat
     counted = report.counted
     assert counted.failed_calls == 1 and counted.last_failure is not None and counted.last_failure.status == 500
     assert report.calls[0]["status"] == 500 and report.calls[0]["latency_s"] is not None
+
+
+def _events(*events: dict[str, Any]) -> bytes:
+    return b"".join(b"data: " + json.dumps(event).encode() + b"\n\n" for event in events)
+
+
+def test_a_stream_of_many_small_pieces_is_read_once_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model's tool call of 200 KB arrives in 10,000 deltas: the gateway's reader joins the
+    pieces and reads the call's input once, as the stream ends; reading what had come so far at
+    every delta took time growing with the square of its size, on the loop every unit's calls share."""
+    decoded: list[int] = []
+    loads = json.loads
+    monkeypatch.setattr(accounting.json, "loads", lambda text, **kw: decoded.append(len(text)) or loads(text, **kw))
+    argument = json.dumps({"path": "notes.txt", "content": "x" * 200_000})
+    pieces = [argument[at : at + 20] for at in range(0, len(argument), 20)]
+    start = {"type": "message_start", "message": {"model": "claude-x", "usage": {"input_tokens": 5}}}
+    tool = {"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "name": "w", "input": {}}}
+    deltas = [{"type": "content_block_delta", "delta": {"type": "input_json_delta", "partial_json": p}} for p in pieces]
+    text = {"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}}
+    words = [{"type": "content_block_delta", "delta": {"type": "text_delta", "text": "ab"}}] * 1000
+    end = {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 9}}
+    reader = accounting.ResponseReader("anthropic", streamed=True)
+    reader.feed(_events(start, tool, *deltas, text, *words, end))
+    reader.finish()
+    assert reader.reply is not None and reader.reply["content"] == [
+        {"type": "tool_use", "name": "w", "input": json.loads(argument)},
+        {"type": "text", "text": "ab" * 1000},
+    ]
+    fed = len(_events(start, tool, *deltas, text, *words, end))
+    assert sum(decoded) < 2 * fed, (sum(decoded), fed)  # each event once, the whole input once
+
+    chunks = [{"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}}]}
+              for piece in pieces]  # fmt: skip
+    reader = accounting.ResponseReader("chat", streamed=True)
+    reader.feed(_events(*chunks))
+    reader.finish()
+    assert reader.reply is not None
+    assert reader.reply["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] == argument

@@ -48,6 +48,9 @@ class ResponseReader:
     _overflow: bool = False
     _blocks: list[dict[str, Any]] = field(default_factory=list)
     _choice: dict[str, Any] = field(default_factory=dict)
+    #: the pieces of the stream's texts, by the object and key each text goes to: joined once, as
+    #: the stream ends (appending each piece to its text would copy the whole text every time)
+    _pieces: dict[tuple[int, str], tuple[dict[str, Any], str, list[str]]] = field(default_factory=dict)
 
     def feed(self, chunk: bytes) -> None:
         if self._overflow and self.streamed:
@@ -108,7 +111,7 @@ class ResponseReader:
         elif kind == "content_block_start":
             self._blocks.append(dict(object_at(data, "content_block")))
         elif kind == "content_block_delta" and self._blocks:
-            _apply_delta(self._blocks[-1], object_at(data, "delta"))
+            self._apply_delta(self._blocks[-1], object_at(data, "delta"))
         elif kind == "message_delta":
             reason = object_at(data, "delta").get("stop_reason")
             if isinstance(reason, str):
@@ -135,10 +138,10 @@ class ResponseReader:
             message = self._choice.setdefault("message", {"role": "assistant"})
             for key in ("content", "refusal", "reasoning_content"):
                 if isinstance(delta.get(key), str):
-                    message[key] = message.get(key, "") + delta[key]
+                    self._append(message, key, delta[key])
             for call in delta.get("tool_calls") or []:
                 if isinstance(call, dict):
-                    _merge_tool_call(message.setdefault("tool_calls", []), call)
+                    self._merge_tool_call(message.setdefault("tool_calls", []), call)
             if isinstance(choice.get("finish_reason"), str):
                 self._choice["finish_reason"] = choice["finish_reason"]
 
@@ -152,8 +155,50 @@ class ResponseReader:
         elif kind == "error":
             self.error = data
 
+    def _append(self, target: dict[str, Any], key: str, piece: str) -> None:
+        """``piece`` onto the text ``target[key]`` (see ``_pieces``)."""
+        entry = self._pieces.get((id(target), key))
+        if entry is None:
+            start = target.get(key)
+            entry = self._pieces[(id(target), key)] = (target, key, [start if isinstance(start, str) else ""])
+        entry[2].append(piece)
+
+    def _join_pieces(self) -> None:
+        """Each text of the stream whole; a tool call's input (Anthropic's ``partial_json``)
+        read as the JSON it is once whole, left as text if it is not."""
+        for target, key, pieces in self._pieces.values():
+            text = target[key] = "".join(pieces)
+            if key == "partial_json":
+                try:
+                    target["input"] = json.loads(text)
+                except ValueError:
+                    continue
+                del target[key]
+        self._pieces.clear()
+
+    def _apply_delta(self, block: dict[str, Any], delta: dict[str, Any]) -> None:
+        for kind, key in (("text_delta", "text"), ("thinking_delta", "thinking"), ("input_json_delta", "partial_json")):
+            if delta.get("type") == kind and isinstance(delta.get(key), str):
+                self._append(block, key, delta[key])
+
+    def _merge_tool_call(self, calls: list[dict[str, Any]], delta: dict[str, Any]) -> None:
+        index = delta.get("index", len(calls))
+        while isinstance(index, int) and 0 <= index < 1024 and len(calls) <= index:
+            calls.append({"function": {"name": "", "arguments": ""}})
+        if not isinstance(index, int) or not 0 <= index < len(calls):
+            return
+        call = calls[index]
+        for key in ("id", "type"):
+            if isinstance(delta.get(key), str):
+                call[key] = delta[key]
+        function = object_at(delta, "function")
+        for key in ("name", "arguments"):
+            if isinstance(function.get(key), str):
+                self._append(call["function"], key, function[key])
+
     def _assemble(self) -> None:
         """The reply of a stream, as the non-streamed response would hold it."""
+        self._join_pieces()
         if self.protocol == "anthropic" and self.reply is not None:
             self.reply = {**self.reply, "content": self._blocks, "stop_reason": self.stop_reason}
             if self.stop_reason == "refusal":
@@ -316,37 +361,6 @@ def _event_data(raw: bytes) -> dict[str, Any] | None:
     except ValueError:
         return None
     return data if isinstance(data, dict) else None
-
-
-def _apply_delta(block: dict[str, Any], delta: dict[str, Any]) -> None:
-    kind = delta.get("type")
-    if kind == "text_delta" and isinstance(delta.get("text"), str):
-        block["text"] = block.get("text", "") + delta["text"]
-    elif kind == "thinking_delta" and isinstance(delta.get("thinking"), str):
-        block["thinking"] = block.get("thinking", "") + delta["thinking"]
-    elif kind == "input_json_delta" and isinstance(delta.get("partial_json"), str):
-        block["partial_json"] = block.get("partial_json", "") + delta["partial_json"]
-        try:
-            block["input"] = json.loads(block["partial_json"])
-        except ValueError:
-            return
-        del block["partial_json"]
-
-
-def _merge_tool_call(calls: list[dict[str, Any]], delta: dict[str, Any]) -> None:
-    index = delta.get("index", len(calls))
-    while isinstance(index, int) and 0 <= index < 1024 and len(calls) <= index:
-        calls.append({"function": {"name": "", "arguments": ""}})
-    if not isinstance(index, int) or not 0 <= index < len(calls):
-        return
-    call = calls[index]
-    for key in ("id", "type"):
-        if isinstance(delta.get(key), str):
-            call[key] = delta[key]
-    function = object_at(delta, "function")
-    for key in ("name", "arguments"):
-        if isinstance(function.get(key), str):
-            call["function"][key] += function[key]
 
 
 def _text_of(blocks: list[Any]) -> str:

@@ -6,6 +6,8 @@ import json
 import math
 from typing import Any
 
+from .errors import RayevalError
+
 #: Hostile JSON text is decoded only when it may hold at most one value a this many bytes of the
 #: most its reader reads: decoded, a value costs up to ~70 bytes of memory however few bytes of
 #: text it took (three bytes of ``[{},{},…]`` make a 64-byte dict), so that an answer of at most
@@ -13,7 +15,7 @@ from typing import Any
 BYTES_PER_VALUE = 10
 
 
-class TooManyValues(ValueError):
+class TooManyValues(RayevalError, ValueError):
     """JSON text that may hold more values than its reader decodes (see :func:`loads_bounded`)."""
 
 

@@ -61,7 +61,7 @@ def test_units_that_raise_hang_or_return_garbage_get_their_own_rows(tmp_path: Pa
         output=str(tmp_path / "out"),
         run_id="mixed",
         models=["m1", "m2"],
-        timeout=2,
+        timeout=6,  # time for a sandboxed unit to start on a loaded machine (CI: 6 test workers, 2 cores)
         retries=1,
         **FAST,
     )

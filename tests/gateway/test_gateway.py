@@ -503,3 +503,29 @@ def test_a_resumed_session_keeps_its_earlier_parts_refusals_fallbacks_and_failur
     resumed.carry(earlier.counted, earlier.calls)
     later = gateway.close(resumed)
     assert later.counted == earlier.counted
+
+
+def test_a_report_for_a_checkpoint_holds_the_calls_being_settled() -> None:
+    """A unit has a reply's last bytes before the gateway settles its call: a checkpoint it asks
+    for at once (the report taken then) must count that call. The report waits for the calls
+    being relayed, at most ``wait_s``, then is taken as it stands."""
+    import asyncio
+
+    with Gateway() as gateway:
+        session = gateway.open({"openai": Upstream("http://127.0.0.1:9", ("sk-test",))})
+
+        async def settling(seconds: float) -> None:
+            await asyncio.sleep(seconds)
+            session.model_calls += 1  # as the call's settling counts it
+
+        async def relaying(seconds: float) -> None:  # a call being relayed: one of the session's tasks
+            session.relays.add(asyncio.get_running_loop().create_task(settling(seconds)))
+
+        loop = gateway._loop
+        assert loop is not None
+        for seconds in (0.3, 3.0):
+            asyncio.run_coroutine_threadsafe(relaying(seconds), loop).result()
+        started = time.monotonic()
+        report = gateway.settled_report(session, wait_s=1.0)
+        assert report.counted.n_model_calls == 1 and 1.0 <= time.monotonic() - started < 2.5
+        assert gateway.close(session).counted.n_model_calls == 2

@@ -85,6 +85,8 @@ RETRY_FLOOR_S = 0.25
 #: the most seconds a reply is read on after its unit hung up (for the usage at its end); a
 #: program's own call timeout is of this order (Claude Code's default: 10 minutes)
 READ_ON_S = 600.0
+#: the most seconds a unit's report for its checkpoint waits for the calls it is relaying to settle
+SETTLE_S = 5.0
 #: the status of the failure a reply the provider broke off after its own status is (Bad
 #: Gateway: what a relay answers for a broken reply; worth another try, as the provider's 502 is)
 BROKEN_REPLY_STATUS = 502
@@ -601,6 +603,15 @@ class Gateway:
             return session.report()
         return asyncio.run_coroutine_threadsafe(_closed(session, self.room), loop).result()
 
+    def settled_report(self, session: Session, wait_s: float = SETTLE_S) -> SessionReport:
+        """``session``'s report once the calls it is relaying now are settled, waiting at most
+        ``wait_s`` seconds (then as it stands): a unit has a reply's last bytes before its call
+        is settled, so a checkpoint it asks for next holds that call."""
+        loop = self._loop
+        if loop is None:  # not serving: no call of it is being relayed
+            return session.report()
+        return asyncio.run_coroutine_threadsafe(_settled(session, wait_s), loop).result()
+
     def _session_of(self, headers: Mapping[str, str]) -> Session | None:
         for name in _TOKEN_HEADERS:
             value = headers.get(name)
@@ -897,6 +908,12 @@ async def _closed(session: Session, room: Room) -> SessionReport:
             relay.cancel()
         if going_on:
             await asyncio.wait(going_on)
+    return session.report()
+
+
+async def _settled(session: Session, wait_s: float) -> SessionReport:
+    if session.relays:
+        await asyncio.wait(set(session.relays), timeout=wait_s)
     return session.report()
 
 

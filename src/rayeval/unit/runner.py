@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 import traceback
 from collections.abc import Iterable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
@@ -298,7 +299,7 @@ class EvalRunner:
                 runner, agent, prompt, work_dir, unit_context, inputs, model_env=access.env, gateway_port=gateway.port
             )
             if checkpoints is not None:
-                checkpoints.report = access.session.report
+                checkpoints.report = partial(gateway.settled_report, access.session)
             ran: Outcome | Exception = runner.run(spec, limit, serve=gateway.serve, on_chunk=checkpoints)
         except Exception as exc:  # noqa: BLE001 - the unit's row says why, with its calls counted
             ran = exc

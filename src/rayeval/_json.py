@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import json.decoder
 import math
+from collections.abc import Callable
 from typing import Any
 
 from .errors import RayevalError
@@ -13,6 +15,10 @@ from .errors import RayevalError
 #: text it took (three bytes of ``[{},{},…]`` make a 64-byte dict), so that an answer of at most
 #: 10 MB holds at most ~1 M values, ~100 MB decoded rather than ~300 MB.
 BYTES_PER_VALUE = 10
+
+
+#: the JSON module's string scanner (C): ``(text, index after a quote) -> (string, index after its end)``
+_scanstring: Callable[[str, int], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
 
 
 class TooManyValues(RayevalError, ValueError):
@@ -30,14 +36,36 @@ def values_bound(text: str | bytes) -> int:
 def loads_bounded(text: str | bytes, max_bytes: int) -> Any:
     """``json.loads(text)``, for hostile ``text`` read with a limit of ``max_bytes``: refused
     (:class:`TooManyValues`) before it is decoded when it may hold more values than one a
-    :data:`BYTES_PER_VALUE` bytes of that limit."""
+    :data:`BYTES_PER_VALUE` bytes of that limit: counted by :func:`values_bound`, then, where
+    that says more, again with its strings skipped (a CSV table in one string is one value)."""
     most = max_bytes // BYTES_PER_VALUE
-    if len(text) > most and values_bound(text) > most:
+    if len(text) > most and values_bound(text) > most and _more_values_than(text, most):
         raise TooManyValues(
-            f"it may hold more than {most:,} JSON values (counted by its commas, colons, brackets and braces), "
-            f"the most read of {max_bytes:,} bytes"
+            f"it holds more than {most:,} JSON values (texts, numbers, and the values its commas, colons, "
+            f"brackets and braces outside its texts may add), the most read of {max_bytes:,} bytes"
         )
     return json.loads(text)
+
+
+def _more_values_than(text: str | bytes, most: int) -> bool:
+    """Whether ``text`` holds more than ``most`` values, counting each of its strings (skipped by
+    the JSON scanner) as one and each ``,``, ``:``, ``[`` or ``{`` outside them: at most ``most``
+    strings are scanned. Text that is not JSON is counted as :func:`values_bound` counts it."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")  # counted, not read: a bad byte makes no structure
+    count, at = 1, 0
+    while count <= most:
+        quote = text.find('"', at)
+        gap = text[at:] if quote < 0 else text[at:quote]
+        count += sum(gap.count(mark) for mark in ",:[{")
+        if quote < 0:
+            break
+        try:
+            at = _scanstring(text, quote + 1)[1]
+        except ValueError:  # a string without its end: not JSON
+            return values_bound(text) > most
+        count += 1
+    return count > most
 
 
 def json_fallback(value: Any) -> Any:

@@ -529,3 +529,26 @@ def test_a_report_for_a_checkpoint_holds_the_calls_being_settled() -> None:
         report = gateway.settled_report(session, wait_s=1.0)
         assert report.counted.n_model_calls == 1 and 1.0 <= time.monotonic() - started < 2.5
         assert gateway.close(session).counted.n_model_calls == 2
+
+
+def test_a_report_for_a_checkpoint_is_taken_as_it_stands_once_the_gateway_stopped() -> None:
+    """The gateway stopping with a call of the unit in flight never leaves the unit's thread
+    waiting for its checkpoint's report."""
+    import asyncio
+
+    gateway = Gateway().start()
+    session = gateway.open({"openai": Upstream("http://127.0.0.1:9", ("sk-test",))})
+
+    async def relaying() -> None:
+        session.relays.add(asyncio.get_running_loop().create_task(asyncio.sleep(3600)))
+
+    loop = gateway._loop
+    assert loop is not None
+    asyncio.run_coroutine_threadsafe(relaying(), loop).result()
+    reports: list[object] = []
+    waiting = threading.Thread(target=lambda: reports.append(gateway.settled_report(session, wait_s=2.0)))
+    waiting.start()
+    time.sleep(0.3)
+    gateway.stop()
+    waiting.join(timeout=10)
+    assert not waiting.is_alive() and len(reports) == 1

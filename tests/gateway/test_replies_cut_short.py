@@ -481,6 +481,8 @@ def test_a_stream_of_many_small_pieces_is_read_once_whole(monkeypatch: pytest.Mo
     end = {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 9}}
     reader = accounting.ResponseReader("anthropic", streamed=True)
     reader.feed(_events(start, tool, *deltas, text, *words, end))
+    held = [len(pieces) for *_, pieces in reader._pieces.values()]  # a short piece takes 50 bytes held alone
+    assert held and max(held) < accounting.JOINED_PIECES
     reader.finish()
     assert reader.reply is not None and reader.reply["content"] == [
         {"type": "tool_use", "name": "w", "input": json.loads(argument)},

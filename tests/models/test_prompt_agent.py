@@ -296,4 +296,4 @@ def test_a_tagged_answer_of_more_values_than_an_answer_may_hold_is_no_answer_unr
         context = AgentContext(eval_id="e", model="openai/gpt-4o", seed=1, args={"base_url": f"{srv.url}/v1"})
         returned = prompt_agent("How many cells?", tmp_path, context)
     assert returned["answer"] is None
-    assert "answer is too large to read: it may hold more than" in returned["metadata"]["error_details"]["error"]
+    assert "answer is too large to read: it holds more than" in returned["metadata"]["error_details"]["error"]

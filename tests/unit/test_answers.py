@@ -166,6 +166,19 @@ def test_answer_envelope_keeps_answers_of_any_json_type(tmp_path: Path) -> None:
         assert found.answer == answer and found.metadata == {"n_turns": 1}
 
 
+def test_a_text_of_many_commas_is_one_value_and_many_tiny_values_are_refused_unread() -> None:
+    """The bound counts values: a CSV table in one string (1.35 M commas) is one, read; 1.5 M
+    two-letter strings or empty objects are too many, refused before they are decoded."""
+    from rayeval._json import TooManyValues, loads_bounded
+
+    table = "\n".join(",".join(map(str, range(10))) for _ in range(150_000))
+    assert loads_bounded(json.dumps({"table": table}), MAX_ANSWER_FILE_BYTES) == {"table": table}
+    for many in (["ab"] * 1_500_000, [{}] * 1_500_000, [[1, 2]] * 400_000):
+        with pytest.raises(TooManyValues, match="holds more than 1,048,576 JSON values"):
+            loads_bounded(json.dumps(many), MAX_ANSWER_FILE_BYTES)
+    assert loads_bounded(json.dumps(["ab"] * 1_000_000), MAX_ANSWER_FILE_BYTES) == ["ab"] * 1_000_000
+
+
 HOSTILE_FILES = {
     "a link out of the work folder": None,
     "larger than what is read": None,

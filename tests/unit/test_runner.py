@@ -229,7 +229,7 @@ def test_an_answer_of_more_values_than_its_bytes_allow_is_too_large_unread(
     of many tiny values (memory tens of times its bytes) is refused before it is decoded."""
     result = runner.run(lambda p, w: returned, isolation=isolation)
     assert (result.status, result.error_type) == ("error", "AnswerTooLarge"), result.error_message
-    assert "may hold more than 1,048,576 JSON values" in result.error_message
+    assert "holds more than 1,048,576 JSON values" in result.error_message
 
 
 def test_agent_exception_is_an_error_with_its_message(runner: EvalRunner) -> None:

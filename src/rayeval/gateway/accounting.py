@@ -28,6 +28,8 @@ TAIL_BYTES = 1024 * 1024
 TAIL_KEYS = ("model", "usage", "stop_reason")
 #: the most bytes of one server-sent event kept while it is incomplete
 MAX_EVENT_BYTES = 16 * 1024 * 1024
+#: how many pieces of a streamed text are held apart at most before they are joined
+JOINED_PIECES = 1024
 
 
 @dataclass
@@ -48,9 +50,11 @@ class ResponseReader:
     _overflow: bool = False
     _blocks: list[dict[str, Any]] = field(default_factory=list)
     _choice: dict[str, Any] = field(default_factory=dict)
-    #: the pieces of the stream's texts, by the object and key each text goes to: joined once, as
-    #: the stream ends (appending each piece to its text would copy the whole text every time)
-    _pieces: dict[tuple[int, str], tuple[dict[str, Any], str, list[str]]] = field(default_factory=dict)
+    #: the pieces of the stream's texts, by the object and key each text goes to (the text's parts
+    #: joined so far, then the pieces since): joined whole as the stream ends (appending each
+    #: piece to its text would copy the whole text every time), and every :data:`JOINED_PIECES`
+    #: pieces as they come (one is held in 50 bytes however short it is)
+    _pieces: dict[tuple[int, str], tuple[dict[str, Any], str, list[str], list[str]]] = field(default_factory=dict)
 
     def feed(self, chunk: bytes) -> None:
         if self._overflow and self.streamed:
@@ -160,14 +164,18 @@ class ResponseReader:
         entry = self._pieces.get((id(target), key))
         if entry is None:
             start = target.get(key)
-            entry = self._pieces[(id(target), key)] = (target, key, [start if isinstance(start, str) else ""])
-        entry[2].append(piece)
+            entry = self._pieces[(id(target), key)] = (target, key, [start if isinstance(start, str) else ""], [])
+        joined, pieces = entry[2], entry[3]
+        pieces.append(piece)
+        if len(pieces) == JOINED_PIECES:
+            joined.append("".join(pieces))
+            pieces.clear()
 
     def _join_pieces(self) -> None:
         """Each text of the stream whole; a tool call's input (Anthropic's ``partial_json``)
         read as the JSON it is once whole, left as text if it is not."""
-        for target, key, pieces in self._pieces.values():
-            text = target[key] = "".join(pieces)
+        for target, key, joined, pieces in self._pieces.values():
+            text = target[key] = "".join([*joined, *pieces])
             if key == "partial_json":
                 try:
                     target["input"] = json.loads(text)

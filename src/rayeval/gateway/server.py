@@ -19,6 +19,7 @@ Routes: ``/<route>/<path>`` where ``route`` names one of the session's upstreams
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import errno
 import json
@@ -610,7 +611,10 @@ class Gateway:
         loop = self._loop
         if loop is None:  # not serving: no call of it is being relayed
             return session.report()
-        return asyncio.run_coroutine_threadsafe(_settled(session, wait_s), loop).result()
+        try:
+            return asyncio.run_coroutine_threadsafe(_settled(session, wait_s), loop).result(timeout=wait_s + 1.0)
+        except concurrent.futures.TimeoutError:  # the gateway stopped meanwhile: as it stands
+            return session.report()
 
     def _session_of(self, headers: Mapping[str, str]) -> Session | None:
         for name in _TOKEN_HEADERS:

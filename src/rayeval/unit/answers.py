@@ -138,17 +138,17 @@ def unfence(body: str) -> str | None:
     return body[len(FENCE) : -len(FENCE)].lstrip(ascii_letters).strip()
 
 
-def extract_tagged(text: str) -> Any:
+def extract_tagged(text: str, limit: int = MAX_ANSWER_FILE_BYTES) -> Any:
     """The last well-formed ``<EVAL_ANSWER>{json}</EVAL_ANSWER>`` in ``text`` (its body may be
     fenced), else None. Linear in the size of ``text``: the answer is hostile input. A body that
-    may hold more values than an answer file of the most read raises :class:`TooManyValues`."""
+    holds more values than an answer file of ``limit`` bytes may raises :class:`TooManyValues`."""
     for start, end in reversed(tagged_spans(text)):
         body = text[start:end].strip()
         for candidate in (body, unfence(body)):
             if candidate is None:
                 continue
             try:
-                return loads_bounded(candidate, MAX_ANSWER_FILE_BYTES)
+                return loads_bounded(candidate, limit)
             except TooManyValues:
                 raise
             except (ValueError, RecursionError):  # ValueError: also an integer over Python's digit limit
@@ -261,7 +261,7 @@ def find_answer(
     ``returned`` was decoded from JSON text (a sandboxed unit's), so it is not encoded again."""
     answer, metadata = unwrap_return(returned)
     if isinstance(answer, str):
-        tagged = extract_tagged(answer)
+        tagged = extract_tagged(answer, file_limit)
         if tagged is not None:
             return FoundAnswer(answer=tagged, source="returned <EVAL_ANSWER>", metadata=metadata)
         answer = None

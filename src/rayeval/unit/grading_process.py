@@ -262,14 +262,16 @@ def _graded_apart(
         outcome = runner.run(spec, timeout)
     except SandboxError as exc:
         raise GradingCrashed(f"the grading process could not be started: {exc}") from exc
-    reply = _reply(outcome, timeout)
+    reply = _reply(outcome, timeout, len(request))
     if "unregistered" in reply:
         _unregistered.update(reply["unregistered"])
         return None
     return reply
 
 
-def _reply(outcome: Outcome, timeout: float) -> dict[str, Any]:
+def _reply(outcome: Outcome, timeout: float, request_chars: int = 0) -> dict[str, Any]:
+    """The grading process's reply; decoded only when it may hold as many JSON values as two
+    answers may, or two of the request it answers (its metrics may echo parts of the answer)."""
     if outcome.kind == "timeout":
         raise GradingTimeout(f"grading took longer than {timeout:g} s and was stopped")
     if outcome.kind == "crashed":
@@ -278,8 +280,7 @@ def _reply(outcome: Outcome, timeout: float) -> dict[str, Any]:
         why = f"{outcome.error_type}: {outcome.error_message}"
         raise GradingRefused(f"the grading process could not grade the answer: {why}")
     try:
-        # as many JSON values as two answers may hold: its metrics may echo parts of the answer
-        reply = loads_bounded(outcome.value, 2 * MAX_ANSWER_FILE_BYTES)
+        reply = loads_bounded(outcome.value, 2 * max(MAX_ANSWER_FILE_BYTES, request_chars))
     except (TypeError, ValueError, RecursionError):
         reply = None
     if not isinstance(reply, dict):

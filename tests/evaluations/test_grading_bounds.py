@@ -54,5 +54,5 @@ def test_evaluators_run_under_the_grade_timeout_with_the_callers_environment(
     rows = {json.loads(row["answer_json"])["output"]: row for row in pd.read_parquet(output).to_dict("records")}
     hostile, plain = rows["a" * 32], rows["fine"]
     assert hostile["status"] == "timeout" and hostile["error_type"] == "GradingTimeout", hostile["error_message"]
-    assert hostile["grade_s"] < 30  # unbounded: minutes
+    assert hostile["grade_s"] < 90  # unbounded: hours (2**32 steps); 31 s seen in CI's slow phase, on a loaded machine
     assert plain["status"] == "passed", plain["error_message"]  # the regex matched, and the key was there

@@ -50,20 +50,21 @@ def loads_bounded(text: str | bytes, max_bytes: int) -> Any:
 def _more_values_than(text: str | bytes, most: int) -> bool:
     """Whether ``text`` holds more than ``most`` values, counting each of its strings (skipped by
     the JSON scanner) as one and each ``,``, ``:``, ``[`` or ``{`` outside them: at most ``most``
-    strings are scanned. Text that is not JSON is counted as :func:`values_bound` counts it."""
+    strings are scanned. Called where :func:`values_bound` says more: text that is not JSON is
+    counted so."""
     if isinstance(text, bytes):
         text = text.decode("utf-8", "replace")  # counted, not read: a bad byte makes no structure
     count, at = 1, 0
     while count <= most:
         quote = text.find('"', at)
         gap = text[at:] if quote < 0 else text[at:quote]
-        count += sum(gap.count(mark) for mark in ",:[{")
+        count += values_bound(gap) - 1
         if quote < 0:
             break
         try:
             at = _scanstring(text, quote + 1)[1]
-        except ValueError:  # a string without its end: not JSON
-            return values_bound(text) > most
+        except ValueError:  # a string without its end: not JSON, counted as values_bound counts it
+            return True
         count += 1
     return count > most
 

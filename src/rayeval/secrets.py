@@ -15,7 +15,7 @@ import json
 import os
 import re
 import urllib.parse
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from functools import lru_cache
 from typing import Any
 
@@ -28,6 +28,8 @@ __all__ = [
     "redact",
     "redact_text",
     "secret_values",
+    "url_credentials",
+    "without_credentials",
 ]
 
 MASK = "***"
@@ -59,6 +61,26 @@ def is_secret_name(name: str) -> bool:
     return bool(_SECRET_NAME_RE.fullmatch(name))
 
 
+#: a URL's user information (``user:password@``), up to the last ``@`` before its host
+_URL_USERINFO = re.compile(r"\b([a-z][a-z0-9+.-]{0,31}://)([^/?#\s]*)@", re.IGNORECASE)
+
+
+def without_credentials(value: str) -> str:
+    """``value`` with the user and password of each URL in it left out
+    (``http://user:pass@proxy:3128`` → ``http://proxy:3128``)."""
+    return _URL_USERINFO.sub(r"\1", value)
+
+
+def url_credentials(value: str) -> Iterator[str]:
+    """The user information of each URL in ``value`` and its password, as written and
+    percent-decoded: a credential whatever the variable holding it is called."""
+    for match in _URL_USERINFO.finditer(value):
+        userinfo = match.group(2)
+        for part in (userinfo, userinfo.partition(":")[2]):
+            yield part
+            yield urllib.parse.unquote(part)
+
+
 def _expand(value: str) -> Iterable[str]:
     """The value itself, plus the members of a JSON array of strings (key fallback lists)."""
     yield value
@@ -79,16 +101,19 @@ def secret_values(env: Mapping[str, str] | None = None, *, extra: Iterable[str] 
 
     Variables named like ``*_API_KEY``, ``*_TOKEN``, ``*SECRET*``, ``*PASSWORD*``,
     ``ANTHROPIC_API_KEY_FALLBACKS`` (a JSON array: each member counts) and a few similar
-    patterns contribute their value.  Values shorter than :data:`MIN_SECRET_LENGTH` are ignored.
-    ``extra`` adds values known to be secret whatever their name.
+    patterns contribute their value, and every variable the credentials of a URL it holds
+    (:func:`url_credentials`: a proxy's user and password).  Values shorter than
+    :data:`MIN_SECRET_LENGTH` are ignored.  ``extra`` adds values known to be secret whatever
+    their name.
     """
     if env is None:
         env = os.environ
     found: set[str] = set()
     for name, value in env.items():
-        if not value or not isinstance(value, str) or not is_secret_name(name):
+        if not value or not isinstance(value, str):
             continue
-        for candidate in _expand(value):
+        candidates = [*_expand(value)] if is_secret_name(name) else []
+        for candidate in [*candidates, *url_credentials(value)]:
             candidate = candidate.strip()
             if len(candidate) >= MIN_SECRET_LENGTH:
                 found.add(candidate)

@@ -13,6 +13,7 @@ from rayeval.secrets import (
     redact,
     redact_text,
     secret_values,
+    without_credentials,
 )
 
 
@@ -95,3 +96,20 @@ def test_redact_longest_secret_first_and_noop_cases() -> None:
     assert redact_text("abcdefgh-ijklmnop", {"abcdefgh", "abcdefgh-ijklmnop"}) == MASK
     assert redact({"a": "x"}, set()) == {"a": "x"}
     assert redact_text("", {"abcdefgh"}) == ""
+
+
+def test_a_urls_credentials_are_secret_whatever_its_variable_is_called() -> None:
+    env = {
+        "HTTPS_PROXY": "http://corp-user:Sup3rS3cret%40Pass@proxy.corp:3128",
+        "GIT_REMOTE": "https://ghp_0123456789abcdef@github.com/o/r.git",
+        "DOCS": "https://example.org/a@b",
+        "SHORT": "http://u:p@proxy:3128",
+    }
+    assert secret_values(env) == {
+        "corp-user:Sup3rS3cret%40Pass", "corp-user:Sup3rS3cret@Pass", "Sup3rS3cret%40Pass", "Sup3rS3cret@Pass",
+        "ghp_0123456789abcdef",
+    }  # fmt: skip
+    assert [without_credentials(value) for value in env.values()] == [
+        "http://proxy.corp:3128", "https://github.com/o/r.git", "https://example.org/a@b", "http://proxy:3128",
+    ]  # fmt: skip
+    assert without_credentials("http://a:b@h1,https://c@h2:8/x@y") == "http://h1,https://h2:8/x@y"

@@ -17,7 +17,7 @@ import anthropic
 #: the keys the test's worker environment holds (provider, fallback, judge): a prefix and 16
 #: hex digits drawn when the tests start, so that no file holds one (a source naming a prefix
 #: does not match)
-HUNTED = re.compile(rb"(?:sk-ant-provider-|sk-ant-spare-|sk-judge-)[0-9a-f]{16}")
+HUNTED = re.compile(rb"(?:sk-ant-provider-|sk-ant-spare-|sk-judge-|sk-proxy-)[0-9a-f]{16}")
 
 
 def _call(n: int) -> None:
@@ -137,7 +137,8 @@ def hunt_keys(task_prompt: str, work_dir: Path, context: Any) -> dict:
     own = f"/proc/{os.getpid()}/mem"  # its own memory holds the prefixes it looks for, nothing else
     found = sorted(where for where, data in places.items() if where != own and HUNTED.search(data))
     processes = sorted(where.split("/")[2] for where, data in places.items() if where.endswith("/mem") and data)
-    return {"answer": {"value": 1.0}, "metadata": {"found": found, "memory_read_of": processes}}
+    metadata = {"found": found, "memory_read_of": processes, "proxy": os.environ.get("HTTPS_PROXY")}
+    return {"answer": {"value": 1.0}, "metadata": metadata}
 
 
 def _unit_sockets() -> list[int]:

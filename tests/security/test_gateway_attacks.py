@@ -32,14 +32,17 @@ AGENTS = "tests.security.gateway_agents"
 PROVIDER_KEY = f"sk-ant-provider-{secrets.token_hex(8)}"  # drawn now: no file a unit sees holds one
 SPARE_KEY = f"sk-ant-spare-{secrets.token_hex(8)}"
 JUDGE_KEY = f"sk-judge-{secrets.token_hex(8)}"
+#: the password of the workers' proxy (one no unit reaches: it is never used)
+PROXY_PASSWORD = f"sk-proxy-{secrets.token_hex(8)}"
 #: claude-sonnet-4-5 at 3 and 15 USD per million tokens (the shipped price table)
 CALL_COST = (1000 * 3 + 50 * 15) / 1e6
 
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """One embedded Ray whose workers hold the provider's key, a fallback key and a judge's
-    key, and reach the scripted server as the provider; one eval whose key is 7391.25."""
+    """One embedded Ray whose workers hold the provider's key, a fallback key, a judge's key
+    and an HTTPS proxy's password, and reach the scripted server as the provider; one eval
+    whose key is 7391.25."""
     base = tmp_path_factory.mktemp("gateway-attacks")
     evals = base / "evals"
     evals.mkdir()
@@ -52,6 +55,8 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         "ANTHROPIC_API_KEY_FALLBACKS": json.dumps([SPARE_KEY]),
         "ANTHROPIC_BASE_URL": server.url,
         "OPENAI_API_KEY": JUDGE_KEY,
+        "HTTPS_PROXY": f"http://corp-user:{PROXY_PASSWORD}@proxy.invalid:3128",
+        "NO_PROXY": "127.0.0.1,localhost",
     }
     saved = {name: os.environ.get(name) for name in variables}
     os.environ.update(variables)
@@ -187,11 +192,13 @@ def test_a_chunk_the_trusted_side_cannot_take_buys_no_rerun(site: dict[str, Any]
 
 def test_no_key_is_anywhere_a_unit_can_read(site: dict[str, Any], tmp_path: Path) -> None:
     """Not in its environment, even where its options name the key variables, nor in any
-    process's environment, command line or memory, nor in its files."""
+    process's environment, command line or memory, nor in its files; its proxy variable
+    without the proxy's password."""
     named = ["--agent-env", "ANTHROPIC_API_KEY", "--agent-env", "ANTHROPIC_API_KEY_FALLBACKS"]
     _, (row,) = run(site, tmp_path / "s", "hunt_keys", *named, "--agent-env", "OPENAI_API_KEY")
     seen = json.loads(row["metadata_json"])
     assert seen["found"] == [] and seen["memory_read_of"], seen
+    assert seen["proxy"] == "http://proxy.invalid:3128"
     _, (inline,) = run(site, tmp_path / "i", "hunt_keys", "--isolation", "inline", "--agent-arg", "only=environ")
     assert "environ" in json.loads(inline["metadata_json"])["found"]
 

@@ -41,6 +41,7 @@ from pydantic import BaseModel
 
 from .._json import TooManyValues, loads_bounded
 from ..errors import RayevalError
+from ..secrets import without_credentials
 from .allowlist import bwrap_mounts, file_system_view, inside
 from .cgroups import UnitGroups
 from .config import MiB, Network, SandboxConfig, SandboxIsolation
@@ -365,13 +366,14 @@ class UnitRunner:
         """A unit whose process calls ``entry`` with ``call`` in ``work_dir``, its ``inputs``
         (source, target) shown read-only. Its environment: the variables of ``BASE_ENV_NAMES``,
         the configuration's ``env_names`` and these, as this process has them, less those
-        ``withheld`` (the providers' keys), then ``env``."""
+        ``withheld`` (the providers' keys), then ``env``; URLs without their user and password."""
         config = self.config
         sandboxed = self.isolation == "sandbox"
         # what the runner sees and the unit must not (the rest is hidden from the runner too)
         covered = [self.work_root, *([self.cache_dir] if self.cache_dir else [])]
         names = {*BASE_ENV_NAMES, *config.env_names, *env_names} - set(withheld)
-        unit_env = {name: os.environ[name] for name in sorted(names) if name in os.environ}
+        # a credential in a URL (an authenticated proxy's) is a key: the unit gets the URL without it
+        unit_env = {name: without_credentials(os.environ[name]) for name in sorted(names) if name in os.environ}
         home = "/tmp/home" if sandboxed else str(work_dir / ".home")
         unit_env.update({"HOME": home, "TMPDIR": "/tmp" if sandboxed else str(work_dir / ".tmp")})
         unit_env.update(env)

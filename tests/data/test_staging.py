@@ -472,6 +472,20 @@ def test_s3_file_and_prefix_directory(tmp_path: Path, cache_dir: Path, s3_bucket
         assert (tmp_path / "w" / "data" / "dataset" / rel).read_bytes() == data
 
 
+@pytest.mark.parametrize("marker", ["../../escaped/", "/{tmp}/escaped/deep/", "a/../../escaped/", "a//b/"])
+def test_s3_keys_out_of_their_prefix_are_refused_folder_markers_too(
+    tmp_path: Path, cache_dir: Path, s3_bucket, marker: str
+) -> None:
+    """A key ending in ``/`` (a folder marker) names a folder under the prefix, as a file's key
+    names a file there: one leading out of it makes nothing, anywhere."""
+    s3_bucket.put("set/data.csv", b"a,b\n")
+    s3_bucket.put("set/" + marker.format(tmp=str(tmp_path).lstrip("/")), b"")
+    with pytest.raises(StagingError, match="unsafe relative path"):
+        stage_data([s3_bucket.uri("set/")], tmp_path / "w" / "data", cache_dir=cache_dir,
+                   s3_endpoint_url=s3_bucket.endpoint_url)  # fmt: skip
+    assert not any(path.name == "escaped" for path in tmp_path.rglob("*"))
+
+
 def test_s3_endpoint_from_environment(tmp_path: Path, cache_dir: Path, s3_bucket, monkeypatch) -> None:
     uri = s3_bucket.put("env/data.txt", "via env")
     monkeypatch.setenv("AWS_ENDPOINT_URL", s3_bucket.endpoint_url)

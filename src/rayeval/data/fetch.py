@@ -274,13 +274,15 @@ def download_s3(uri: str, dest: Path, client: Any, abort: threading.Event) -> Pa
         dest.mkdir()
         files = []
         for full in sorted(keys):
-            rel = full[len(prefix) :]
-            if full.endswith("/"):  # "folder" marker object
-                if rel:
-                    (dest / rel).mkdir(parents=True, exist_ok=True)
+            marker = full.endswith("/")  # a "folder" marker object: a folder, checked as a file's path is
+            rel = full[len(prefix) : -1 if marker else None]
+            if marker and not rel:
                 continue
             if not _safe_relpath(rel):
                 raise FetchError(f"refusing S3 key with an unsafe relative path: s3://{bucket}/{full}")
+            if marker:
+                (dest / rel).mkdir(parents=True, exist_ok=True)
+                continue
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             files.append(_s3_get(client, bucket, full, dest / rel, rel, abort))
         return Payload(kind="directory", files=files)

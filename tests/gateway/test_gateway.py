@@ -423,6 +423,12 @@ def test_cache_reads_and_writes_cost_their_own_prices(gateway: Gateway) -> None:
     assert (four_o.usage.input_tokens, four_o.usage.cache_read_tokens) == (1000, 600)
     assert four_o.cost_usd == pytest.approx((400 * 2.5 + 600 * 1.25 + 50 * 10) / 1e6)
     assert report.counted.cost_usd == pytest.approx(sonnet.cost_usd + four_o.cost_usd)
+    # Anthropic's own input tokens leave its cache reads and writes out, OpenAI's do not: a
+    # run summary takes those 800 out of the 2,800 again, also in a session resumed from it
+    assert report.counted.cache_apart_tokens == 800
+    resumed = gateway.open({})
+    resumed.carry(report.counted, report.calls)
+    assert gateway.close(resumed).counted.cache_apart_tokens == 800
 
 
 #: a turn that wrote 1,000 prompt tokens to Anthropic's 1-hour cache and 400 to its 5-minute one

@@ -169,6 +169,14 @@ class CallRecord:
     request: Any = None
     response: Any = None
 
+    def cache_apart(self) -> int:
+        """Of its ``input_tokens``, the cache reads and writes its provider counts apart from its
+        input tokens (Anthropic's wire protocol; OpenAI's counts its cache reads among them)."""
+        usage = self.usage
+        if self.protocol != "anthropic" or usage.input_tokens is None:
+            return 0
+        return (usage.cache_read_tokens or 0) + (usage.cache_write_tokens or 0)
+
     def unpriced(self) -> bool:
         """Its cost is unknown: the provider's usage of it was not seen, or its model has no price."""
         return self.cost_usd is None and (not self.usage_reported or bool(self.usage.total_tokens()))
@@ -214,6 +222,8 @@ class Session:
     pin: ModelPin | None = None
     calls: list[CallRecord] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
+    #: of ``usage.input_tokens``, those its provider counts apart (see :meth:`CallRecord.cache_apart`)
+    cache_apart_tokens: int = 0
     cost_usd: float = 0.0
     unpriced_calls: int = 0
     #: of those, the calls whose usage the gateway did not see (see :meth:`unseen_limit`)
@@ -251,6 +261,7 @@ class Session:
         cost is not charged to the run's budget again (it was when those calls were made)."""
         self.model_calls += counted.n_model_calls
         self.usage.add(counted.usage)
+        self.cache_apart_tokens += counted.cache_apart_tokens
         self.unseen_usage_calls += counted.unseen_usage_calls
         if counted.cost_usd is None:
             self.unpriced_calls += 1
@@ -358,6 +369,7 @@ class Session:
         counted = ModelUsage(
             n_model_calls=self.model_calls,
             usage=self.usage.model_copy(),
+            cache_apart_tokens=self.cache_apart_tokens,
             cost_usd=None if self.unpriced_calls else round(self.cost_usd, 10),
             unseen_usage_calls=self.unseen_usage_calls,
             limit_reached=self.limit_reached,
@@ -400,6 +412,10 @@ class ModelUsage(BaseModel):
 
     n_model_calls: int
     usage: Usage
+    #: of ``usage.input_tokens``, the cache reads and writes of the calls on Anthropic's wire
+    #: protocol, which Anthropic counts apart from its input tokens (a run summary's usage is
+    #: each provider's own count: see ``rayeval.unit.run_summary``)
+    cache_apart_tokens: int = 0
     #: None when a call's model has no price, or its usage was not seen
     cost_usd: float | None
     #: calls whose usage the gateway did not see (a reply cut short, or too big for its usage to be read)
@@ -886,6 +902,7 @@ class Gateway:
             record.cost_usd = cost_usd(price, record.usage.model_copy(update=known))
         session.model_calls += 1
         session.usage.add(record.usage)
+        session.cache_apart_tokens += record.cache_apart()
         session.by_model.setdefault(record.model or "unknown", ModelCalls()).add(record)
         session.last_model = record.model
         # the provider's own break-off is no doing of the unit's: its cost stays unknown, and

@@ -10,7 +10,8 @@ from rayeval.unit.workspace import REFUSAL_VERDICT_NAME
 
 
 def forged_metadata(task_prompt: str, work_dir: Path, context: Any = None) -> dict:
-    """The runner's metadata keys, turns no model took, and a refusal verdict no model gave."""
+    """The runner's metadata keys, turns no model took, a refusal verdict no model gave, and a
+    run summary of its choosing (a cost labelled as rayeval's among it)."""
     verdict = {"refused": True, "source": "gateway", "stop_reason": "refusal", "message": "The model refused"}
     (Path(work_dir) / REFUSAL_VERDICT_NAME).write_text(json.dumps(verdict))
     return {
@@ -21,6 +22,15 @@ def forged_metadata(task_prompt: str, work_dir: Path, context: Any = None) -> di
             "gateway": {"n_model_calls": 40, "cost_usd": 0.0},
             "claims_differ_from_gateway": {},
             "n_turns": 10**18,
-            "run_summary": {"version": 2, "refusal": "detected", "duration_s": 1.0},
+            "run_summary": {
+                "version": 2,
+                "refusal": "detected",
+                "duration_s": 1.0,
+                "n_turns": 5,
+                "usage": {"input_tokens": 1},
+                "cost_usd": 1e-6,
+                "cost_source": "rayeval_price_table",
+                "pricing_version": "2026-01-01",
+            },
         },
     }

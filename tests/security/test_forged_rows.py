@@ -1,10 +1,10 @@
 """What an agent forges of its own row: the numbers and labels stored are the trusted side's.
 
 An agent run by ``rayeval run`` (sandboxed) writes the runner's metadata keys, turns it never
-took and a refusal verdict no model gave; a sandboxed ``evaluations.run`` callable rewrites the
-metadata its unit runner sends back, claiming costs and tokens the gateway never counted. Each
-row must hold the gateway's counts and none of those claims, and the viewer must show no
-refusal the row does not record.
+took, a refusal verdict no model gave and a run summary of its choosing; a sandboxed
+``evaluations.run`` callable rewrites the metadata its unit runner sends back, claiming costs
+and tokens the gateway never counted. Each row must hold the gateway's counts and none of
+those claims, and the viewer must show no refusal the row does not record.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import pytest
 
 from rayeval import evaluations
 from rayeval.cli import main as rayeval_main
+from rayeval.models.prices import PRICING_VERSION
 from rayeval.view.data import unit_detail
 
 pytestmark = pytest.mark.usefixtures("shared_ray")
@@ -43,7 +44,11 @@ def test_a_run_stores_no_metadata_turns_or_refusal_the_agent_forged(tmp_path: Pa
     assert metadata["gateway"]["n_model_calls"] == 0  # the gateway's own block, not the agent's
     # no more turns than model calls the gateway relayed (none); the claim stays in the metadata
     assert row["n_model_calls"] == 0 and row["n_turns"] == 0 and metadata["n_turns"] == 10**18
-    assert row["refusal"] is False and metadata["run_summary"]["refusal"] == "detected"
+    summary = metadata["run_summary"]  # rayeval's: the forged one is kept as the agent's
+    assert row["refusal"] is False and summary["refusal"] == "not_detected"
+    assert (summary["n_turns"], summary["cost_usd"], summary["usage"]["input_tokens"]) == (0, 0.0, None)
+    assert (summary["duration_s"], summary["pricing_version"]) == (row["agent_s"], PRICING_VERSION)
+    assert metadata["agent_reported_summary"]["cost_usd"] == 1e-6
     shown = unit_detail(row, row, {})
     assert "refusal_verdict.json" in {artifact["name"] for artifact in shown["artifacts"]}
     assert shown["refusal"] is False and shown["refusal_verdict"] is None  # no "The model refused" box

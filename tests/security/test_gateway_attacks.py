@@ -207,6 +207,9 @@ def test_no_key_is_anywhere_a_unit_can_read(site: dict[str, Any], tmp_path: Path
 def test_a_refusal_the_agent_claims_is_no_refusal(site: dict[str, Any], tmp_path: Path) -> None:
     _, (row,) = run(site, tmp_path / "s", "forge_refusal")
     assert (row["status"], row["refusal"]) == ("failed", False)
+    summary = json.loads(row["metadata_json"])["run_summary"]  # rayeval's too, not the agent's
+    assert (summary["refusal"], summary["usage"]["input_tokens"]) == ("not_detected", 1000)
+    assert summary["cost_usd"] == pytest.approx(CALL_COST)
     _, (inline,) = run(site, tmp_path / "i", "forge_refusal", "--isolation", "inline")  # the control
     assert inline["refusal"] is True
 

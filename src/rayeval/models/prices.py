@@ -24,8 +24,8 @@ from .types import Usage
 
 _DATE_SUFFIX = re.compile(r"-(\d{8}|\d{4}-\d{2}-\d{2})$")
 
-#: the version of the rule and table that price a program's tokens (a run summary's
-#: ``pricing_version`` when its ``cost_source`` is ``rayeval_price_table`` or
+#: the version of the rule and table that price a program's tokens and the gateway's calls (a
+#: run summary's ``pricing_version`` when its ``cost_source`` is ``rayeval_price_table`` or
 #: ``configured_prices``); 2: cache prices of the older OpenAI and Anthropic models; 3:
 #: Anthropic's 1-hour cache writes at twice the input price
 PRICING_VERSION = "3"

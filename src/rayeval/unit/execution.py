@@ -138,13 +138,11 @@ def cost_fields(agent_cost_usd: float | None, judgments: Judgments | None) -> di
 
 def reported_fields(execution: EvalResult) -> dict[str, Any]:
     """Its metadata with a valid run summary (see :func:`with_run_summary`), and its
-    ``refusal``: whether the model refused, as the gateway read it off the provider's replies
-    where the unit's calls went through it (the agent's own claim stays in its metadata), else
-    as the agent, run in this process, reports it."""
-    counted = execution.counted
-    metadata = with_run_summary(execution.metadata, execution.agent_s, counted)
-    refusal = bool(counted.refusals) if counted is not None else refusal_column(metadata)
-    return {"metadata": metadata, "refusal": refusal}
+    ``refusal``, the summary's: whether the model refused, as the gateway read it off the
+    provider's replies where the unit's calls went through it (the agent's own claim stays in
+    its metadata), else as the agent, run in this process, reports it."""
+    metadata = with_run_summary(execution.metadata, execution.agent_s, execution.counted)
+    return {"metadata": metadata, "refusal": refusal_column(metadata)}
 
 
 def judge_requests(eval_: Eval, execution: EvalResult, *, grade_timeout: float | None = DEFAULT_TIMEOUT_S) -> Judgments:

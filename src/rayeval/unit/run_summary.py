@@ -9,10 +9,15 @@ writes (``cache_read_tokens``, ``cache_write_tokens``), OpenAI's includes the ca
 left no events has null turns and steps and was not searched for a refusal. A harness that
 knows these (the program agents, the prompt agent, replay) reports its summary; for any other
 agent the trusted side fills in what it measured (the duration) and leaves the rest null,
-the refusal ``not_evaluated``. A summary that is not one is replaced the same way. Like the
-cost, a summary is what the agent's harness reports; where the unit's calls went through the
-model gateway, the models that answered them (the effective model, each model's usage) are
-what the gateway saw.
+the refusal ``not_evaluated``. A summary that is not one is replaced the same way.
+
+Where the unit's calls went through the model gateway (not a replay of recorded runs), the
+summary is the trusted side's whatever the agent reports: the measured duration, the usage
+the gateway counted (each provider's own counts: the cache reads and writes of Anthropic's
+calls taken out of ``input_tokens`` again), the cost it priced them at, the refusal it relayed
+(as the row's ``refusal`` column), the models that answered; only the steps and the turns
+(no more than the gateway's model calls) are the agent's. The agent's own valid summary is
+kept as ``agent_reported_summary``.
 """
 
 from __future__ import annotations
@@ -24,10 +29,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .._json import amount_in, count_in
 from ..gateway.server import ModelUsage
+from ..models.prices import PRICING_VERSION
 from ..models.types import Count, Usage
 
 RUN_SUMMARY_VERSION: Literal[2] = 2
 RefusalStatus = Literal["detected", "not_detected", "not_evaluated"]
+#: where the gateway's cost of a unit's calls comes from: it prices them with the shipped table
+#: (``Gateway`` is given no other), by the rule of ``PRICING_VERSION``
+GATEWAY_COST_SOURCE = "rayeval_price_table"
+#: the metadata key of the agent's own summary, where the trusted side made the row's
+AGENT_REPORTED = "agent_reported_summary"
 
 
 class RunSummary(BaseModel):
@@ -50,7 +61,7 @@ class RunSummary(BaseModel):
     #: the model that answered the unit's last model call, as the gateway saw it (Claude Code's
     #: refusal fallback may have moved it off the requested one); None: no gateway, or no call
     effective_model: str | None = None
-    #: each model's tokens, as the gateway counted its calls
+    #: each model's tokens, as the gateway counted its calls (``input_tokens``: every prompt token)
     usage_by_model: dict[str, Usage] = Field(default_factory=dict)
 
 
@@ -87,17 +98,48 @@ def refusal_status(evaluated: bool, detected: bool) -> RefusalStatus:
 
 
 def with_run_summary(metadata: dict[str, Any], measured_s: float, counted: ModelUsage | None = None) -> dict[str, Any]:
-    """``metadata`` with a valid ``run_summary``: the agent's, or the one the trusted side
-    makes (``measured_s``: the agent's run as timed here), its models the ones the gateway
-    ``counted`` answering (None: no gateway stood between the unit and its models)."""
+    """``metadata`` with a valid ``run_summary``: where the gateway ``counted`` the unit's calls,
+    the trusted side's (:func:`counted_summary`), the agent's own valid one kept as
+    :data:`AGENT_REPORTED`; else the agent's, or the one the trusted side makes
+    (``measured_s``: the agent's run as timed here)."""
     try:
-        summary = RunSummary.model_validate(metadata["run_summary"])
+        reported: RunSummary | None = RunSummary.model_validate(metadata["run_summary"])
     except (KeyError, ValidationError):
-        summary = RunSummary(duration_s=max(measured_s, 0.0))
-    if counted is not None:
-        by_model = {model: seen.usage for model, seen in counted.by_model.items()}
-        summary = summary.model_copy(update={"effective_model": counted.last_model, "usage_by_model": by_model})
-    return {**metadata, "run_summary": summary.model_dump()}
+        reported = None
+    if counted is None:
+        summary = reported or RunSummary(duration_s=max(measured_s, 0.0))
+        return {**metadata, "run_summary": summary.model_dump()}
+    kept = {AGENT_REPORTED: reported.model_dump()} if reported is not None else {}
+    return {**metadata, **kept, "run_summary": counted_summary(counted, measured_s, reported).model_dump()}
+
+
+def counted_summary(counted: ModelUsage, measured_s: float, reported: RunSummary | None) -> RunSummary:
+    """The summary of a run whose calls the gateway ``counted``: every number and label the
+    trusted side knows is its own; only the steps, and the turns (at most the model calls
+    counted), are what the agent ``reported``."""
+    turns = reported.n_turns if reported is not None else None
+    priced = counted.cost_usd is not None
+    return RunSummary(
+        duration_s=max(measured_s, 0.0),
+        n_turns=None if turns is None else min(turns, counted.n_model_calls),
+        n_steps=reported.n_steps if reported is not None else None,
+        usage=provider_counts(counted),
+        cost_usd=counted.cost_usd,
+        cost_source=GATEWAY_COST_SOURCE if priced else None,
+        pricing_version=PRICING_VERSION if priced else None,
+        refusal="detected" if counted.refusals else "not_detected",
+        effective_model=counted.last_model,
+        usage_by_model={model: seen.usage for model, seen in counted.by_model.items()},
+    )
+
+
+def provider_counts(counted: ModelUsage) -> Usage:
+    """The gateway's counts as each provider counts (a version-2 summary's): Anthropic's
+    ``input_tokens`` without its cache reads and writes."""
+    usage = counted.usage.model_copy()
+    if usage.input_tokens is not None:
+        usage.input_tokens = max(usage.input_tokens - counted.cache_apart_tokens, 0)
+    return usage
 
 
 def refusal_column(metadata: dict[str, Any]) -> bool | None:

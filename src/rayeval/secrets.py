@@ -24,9 +24,12 @@ __all__ = [
     "MIN_SECRET_LENGTH",
     "compile_secrets",
     "environment_secrets",
+    "handed_secrets",
+    "is_secret_argument",
     "is_secret_name",
     "redact",
     "redact_text",
+    "run_secrets",
     "secret_values",
     "url_credentials",
     "without_credentials",
@@ -59,6 +62,39 @@ _SECRET_NAME_RE = re.compile(
 def is_secret_name(name: str) -> bool:
     """True when an environment variable with this name is treated as holding a secret."""
     return bool(_SECRET_NAME_RE.fullmatch(name))
+
+
+# Words that make an argument name secret, matched against the name's words (snake, kebab and
+# camel case split), so ``api_key``/``apiKey``/``auth_token`` are secret but ``max_tokens`` is not.
+_SECRET_WORDS = frozenset(
+    {
+        "key",
+        "keys",
+        "apikey",
+        "token",
+        "secret",
+        "secrets",
+        "password",
+        "passwd",
+        "pwd",
+        "passphrase",
+        "credential",
+        "credentials",
+        "auth",
+        "authorization",
+        "cookie",
+        "bearer",
+    }
+)
+_WORD_RE = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
+
+
+def is_secret_argument(name: str) -> bool:
+    """True when an option or agent argument with this name holds a secret (a secret variable
+    name, or one of its words is ``key``, ``token``, ``password``, ...)."""
+    if is_secret_name(name):
+        return True
+    return any(word.lower() in _SECRET_WORDS for word in _WORD_RE.findall(name))
 
 
 #: a URL's user information (``user:password@``), up to the last ``@`` before its host
@@ -121,6 +157,35 @@ def secret_values(env: Mapping[str, str] | None = None, *, extra: Iterable[str] 
         if isinstance(value, str) and len(value.strip()) >= MIN_SECRET_LENGTH:
             found.add(value.strip())
     return found
+
+
+def handed_secrets(
+    env_names: Iterable[str], agent_args: Mapping[str, Any], env: Mapping[str, str] | None = None
+) -> frozenset[str]:
+    """What a run hands its agents that is a credential whatever its name: the value in ``env``
+    (default: ``os.environ``) of each variable passed by name (``--agent-env``), and each agent
+    argument under a secret name (:func:`is_secret_argument`, at any depth); those of at least
+    :data:`MIN_SECRET_LENGTH`."""
+    if env is None:
+        env = os.environ
+    values = [env[name] for name in env_names if name in env]
+    return frozenset(secret_values({}, extra=[*values, *_argument_secrets(agent_args)]))
+
+
+def _argument_secrets(args: Mapping[str, Any]) -> Iterator[str]:
+    for name, value in args.items():
+        if isinstance(value, Mapping):
+            yield from _argument_secrets(value)
+        elif isinstance(value, str) and isinstance(name, str) and is_secret_argument(name):
+            yield value
+
+
+def run_secrets(
+    env_names: Iterable[str], agent_args: Mapping[str, Any], env: Mapping[str, str] | None = None
+) -> frozenset[str]:
+    """A run's secrets, made once where it is set up and masked in everything it stores: those
+    of ``env`` (:func:`secret_values`) and those it hands its agents (:func:`handed_secrets`)."""
+    return frozenset(secret_values(env, extra=handed_secrets(env_names, agent_args, env)))
 
 
 def _variants(secret: str) -> set[str]:
@@ -186,18 +251,19 @@ def _redact(obj: Any, pattern: re.Pattern[str]) -> Any:
 
 
 @lru_cache(maxsize=8)
-def _environment_pattern(raw_environment: frozenset[tuple[Any, Any]]) -> re.Pattern[str] | None:
+def _environment_pattern(raw_environment: frozenset[tuple[Any, Any]], extra: frozenset[str]) -> re.Pattern[str] | None:
     """``raw_environment`` is only the cache key: the pattern is made from ``os.environ``."""
-    return compile_secrets(secret_values(dict(os.environ)))
+    return compile_secrets(secret_values(dict(os.environ), extra=extra))
 
 
-def environment_secrets() -> re.Pattern[str] | None:
-    """The compiled secrets of ``os.environ``, recomputed only when the environment changes.
+def environment_secrets(extra: frozenset[str] = frozenset()) -> re.Pattern[str] | None:
+    """The compiled secrets of ``os.environ`` and ``extra`` (a run's: :func:`run_secrets`),
+    recomputed only when either changes.
 
     Keyed on the environment's undecoded mapping: ``os.environ.items()`` decodes every
     variable, ≈18 µs a call, which every unit paid (a twentieth of an instant unit's harness
     time); its raw mapping compares in ≈2 µs."""
-    return _environment_pattern(frozenset(os.environ._data.items()))  # type: ignore[attr-defined]
+    return _environment_pattern(frozenset(os.environ._data.items()), extra)  # type: ignore[attr-defined]
 
 
 def compile_secrets(secrets: Iterable[str]) -> re.Pattern[str] | None:

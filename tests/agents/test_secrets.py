@@ -9,9 +9,11 @@ import pytest
 
 from rayeval.secrets import (
     MASK,
+    environment_secrets,
     is_secret_name,
     redact,
     redact_text,
+    run_secrets,
     secret_values,
     without_credentials,
 )
@@ -113,3 +115,33 @@ def test_a_urls_credentials_are_secret_whatever_its_variable_is_called() -> None
         "http://proxy.corp:3128", "https://github.com/o/r.git", "https://example.org/a@b", "http://proxy:3128",
     ]  # fmt: skip
     assert without_credentials("http://a:b@h1,https://c@h2:8/x@y") == "http://h1,https://h2:8/x@y"
+
+
+def test_a_runs_secrets_are_what_it_hands_its_agents_whatever_their_names() -> None:
+    """Every ``--agent-env`` value (a credential of the run, not a result) and every agent
+    argument under a secret name, with the environment's secret variables; short values never."""
+    env = {
+        "SERPAPI_KEY": "serp-live-0123456789",
+        "GITHUB_PAT": "ghp_live0123456789",
+        "REGION": "eu",  # handed, but too short to mask safely
+        "OPENAI_API_KEY": "sk-openai-1234567890",  # not handed: secret by its name
+        "HOME": "/root/very-long-home-path",  # neither
+    }
+    args = {
+        "api_key": "sk-live-from-agent-arg",
+        "authToken": "tok-live-0123456789",
+        "nested": {"password": "hunter2hunter2"},
+        "token": "abc",
+        "model": "claude-sonnet-4-5",
+        "max_tokens": "100000000",
+    }
+    found = run_secrets(["SERPAPI_KEY", "GITHUB_PAT", "REGION", "NOT_SET"], args, env)
+    assert found == {
+        "serp-live-0123456789", "ghp_live0123456789", "sk-openai-1234567890",
+        "sk-live-from-agent-arg", "tok-live-0123456789", "hunter2hunter2",
+    }  # fmt: skip
+    pattern = environment_secrets(found)
+    assert redact({"env": dict(env), "args": args}, pattern)["env"]["GITHUB_PAT"] == MASK
+    assert (
+        redact_text("model claude-sonnet-4-5, 100000000 tokens", pattern) == "model claude-sonnet-4-5, 100000000 tokens"
+    )

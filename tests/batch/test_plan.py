@@ -19,7 +19,8 @@ from rayeval.batch.plan import (
     plan_changes,
     unstored,
 )
-from rayeval.evals import Eval, load_evals
+from rayeval.batch.prepare import prepare_run
+from rayeval.evals import Eval
 from rayeval.storage import ResultStore, RunManifest
 from tests.batch.conftest import write_mc_evals
 
@@ -157,10 +158,10 @@ def test_a_million_unit_manifest_records_inputs_not_units(tmp_path: Path) -> Non
         seeds=parse_seeds("1000000"),
         output=str(tmp_path / "out"),
     )
-    evals = load_evals(str(folder))
-    plan = Plan(evals, config.models, config.seeds, config.agent)
+    prepared = prepare_run(config)
+    plan = prepared.plan
     stored = ResultStore(config.storage.output).write_manifest(
-        resume.run_manifest(config, "r", evals, plan, previous=None)
+        resume.run_manifest(config, "r", prepared, previous=None)
     )
     raw = Path(ResultStore(config.storage.output).manifest_path("r")).read_bytes()
     assert len(raw) < 30_000, len(raw)  # 100 eval references make most of it

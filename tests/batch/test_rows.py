@@ -7,6 +7,7 @@ from rayeval.batch.rows import (
     ERROR_MESSAGE_CHARS,
     ERROR_TRACEBACK_CHARS,
     ERROR_TYPE_CHARS,
+    RunRows,
     row_from_result,
 )
 from rayeval.evals import Eval
@@ -54,3 +55,18 @@ def test_numeric_and_yes_no_metrics_become_typed_columns() -> None:
     frame = table_to_frame(lines_to_table([row.to_line() for row in rows]))
     assert frame["metric.n_pass"].tolist() == [1.0, 0.0]
     assert frame["metric.n_error"].iloc[0] == 3.0 and "metrics" not in frame.columns
+
+
+def test_the_errors_rows_are_made_of_mask_the_runs_secrets() -> None:
+    """What Ray or rayeval's own code says of a unit (an exception's text, its traceback) is
+    masked as what the agent returns is."""
+    handed = "serp-live-0123456789"
+    eval_ = Eval.model_validate(
+        {"id": "e", "task": "t", "grader": {"type": "multiple_choice", "config": {"correct_answer": "B"}}}
+    )
+    rows = RunRows([eval_], "r", "a", {}, frozenset({handed}))
+    unit = plan_units([eval_], ["m"], [1], "a")[0]
+    failed = rows.rayeval_failure(unit, 1, ValueError(f"bad value {handed!r}"), "n", None)
+    lost = rows.system_error(unit, 1, RuntimeError(f"worker died holding {handed}"))
+    for row in (failed, lost):
+        assert handed.encode() not in row.to_line() and "***" in (row.error_message or ""), row.error_message

@@ -141,6 +141,14 @@ def hunt_keys(task_prompt: str, work_dir: Path, context: Any) -> dict:
     return {"answer": {"value": 1.0}, "metadata": metadata}
 
 
+def echo_handed(task_prompt: str, work_dir: Path, context: Any) -> dict:
+    """What the run handed it, echoed into its metadata and a file left behind, as a tool's log
+    or an error message does: a variable named with ``--agent-env`` and its options."""
+    handed = {"SERPAPI_KEY": os.environ.get("SERPAPI_KEY"), "args": dict(context.args)}
+    (work_dir / "agent_output.log").write_text(json.dumps(handed))
+    return {"answer": {"value": 7391.25}, "metadata": handed}
+
+
 def _unit_sockets() -> list[int]:
     found = []
     for name in os.listdir("/proc/self/fd"):

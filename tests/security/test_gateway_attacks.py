@@ -12,6 +12,7 @@ import json
 import os
 import re
 import secrets
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +35,8 @@ SPARE_KEY = f"sk-ant-spare-{secrets.token_hex(8)}"
 JUDGE_KEY = f"sk-judge-{secrets.token_hex(8)}"
 #: the password of the workers' proxy (one no unit reaches: it is never used)
 PROXY_PASSWORD = f"sk-proxy-{secrets.token_hex(8)}"
+#: a third party's key, in a variable whose name does not look secret, that runs hand units
+SERPAPI_KEY = f"serp-live-{secrets.token_hex(8)}"
 #: claude-sonnet-4-5 at 3 and 15 USD per million tokens (the shipped price table)
 CALL_COST = (1000 * 3 + 50 * 15) / 1e6
 
@@ -57,6 +60,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         "OPENAI_API_KEY": JUDGE_KEY,
         "HTTPS_PROXY": f"http://corp-user:{PROXY_PASSWORD}@proxy.invalid:3128",
         "NO_PROXY": "127.0.0.1,localhost",
+        "SERPAPI_KEY": SERPAPI_KEY,
     }
     saved = {name: os.environ.get(name) for name in variables}
     os.environ.update(variables)
@@ -201,6 +205,28 @@ def test_no_key_is_anywhere_a_unit_can_read(site: dict[str, Any], tmp_path: Path
     assert seen["proxy"] == "http://proxy.invalid:3128"
     _, (inline,) = run(site, tmp_path / "i", "hunt_keys", "--isolation", "inline", "--agent-arg", "only=environ")
     assert "environ" in json.loads(inline["metadata_json"])["found"]
+
+
+def test_what_a_run_hands_its_agent_is_masked_wherever_it_is_stored(
+    site: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An ``--agent-env`` variable's value whatever its name, and secret agent arguments in
+    either form: the agent echoes them into its metadata and a file it leaves; its row and the
+    run's manifest (its arguments and command line) hold ``***``."""
+    api_key, token = f"sk-live-{secrets.token_hex(8)}", f"tok-live-{secrets.token_hex(8)}"
+    options = ["--agent-env", "SERPAPI_KEY", f"--agent-arg=api_key={api_key}", "--agent-arg", f"token={token}"]
+    monkeypatch.setattr(sys, "argv", ["rayeval", "run", *options])  # the command line the manifest keeps
+    out = tmp_path / "s"
+    _, (row,) = run(site, out, "echo_handed", *options)
+    masked = {"SERPAPI_KEY": "***", "args": {"api_key": "***", "token": "***"}}
+    metadata = json.loads(row["metadata_json"])
+    assert {name: metadata[name] for name in masked} == masked
+    assert json.loads(json.loads(row["artifacts_json"])["agent_output.log"]) == masked
+    (path,) = out.glob("run_id=*/_manifest.json")
+    manifest = json.loads(path.read_text())
+    assert manifest["agent_args"] == masked["args"]
+    assert manifest["command_line"][-3:] == ["--agent-arg=api_key=***", "--agent-arg", "token=***"]
+    assert not [secret for secret in (SERPAPI_KEY, api_key, token) if secret in path.read_text() + str(row)]
 
 
 @pytest.mark.slow

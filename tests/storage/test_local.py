@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -18,6 +19,7 @@ from rayeval.storage import (
     ResultStore,
     RunManifest,
 )
+from rayeval.storage.manifest import mask_command_line
 
 from .helpers import make_row, make_rows
 
@@ -95,6 +97,38 @@ def test_empty_and_missing(local_store: ResultStore, tmp_path: Path):
     local_store.write_manifest(RunManifest(run_id="only-manifest"))
     assert local_store.stored_unit_ids("only-manifest") == set()
     assert local_store.read_table("only-manifest").num_rows == 0
+
+
+@pytest.mark.parametrize(
+    ("argv", "stored"),
+    [
+        (["--agent-arg=api_key=sk-live-1", "--agent-arg", "token=tok-live-1"], ["--agent-arg=api_key=***", "--agent-arg", "token=***"]),
+        (["--agent-a=authToken=x", "--api-key=k", "--token", "t"], ["--agent-a=authToken=***", "--api-key=***", "--token", "***"]),
+        (["--agent-arg=max_tokens=100", "--filter=task=qc", "--agent-arg", "model=m", "--seeds=4"], None),
+    ],
+)  # fmt: skip
+def test_a_manifests_command_line_masks_secret_pairs_in_every_form(
+    argv: list[str], stored: list[str] | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An option's ``KEY=VALUE`` is a pair as one alone is, and this process's own command line
+    (the default) is masked as one given is."""
+    monkeypatch.setattr(sys, "argv", ["rayeval", "run", *argv])
+    assert RunManifest(run_id="r").command_line == ["rayeval", "run", *(argv if stored is None else stored)]
+    assert mask_command_line(argv) == (argv if stored is None else stored)
+
+
+def test_a_manifest_masks_the_runs_secrets_wherever_they_appear() -> None:
+    """The run's secrets (given in the validation context) in any argument and the command
+    line, as well as those masked by name."""
+    handed = "serp-live-0123456789"
+    manifest = RunManifest.model_validate(
+        {"run_id": "r", "agent_args": {"query_key_file": "k", "note": f"uses {handed}"},
+         "command_line": ["rayeval", "--agent-arg", f"note=uses {handed}"]},
+        context={"secrets": frozenset({handed})},
+    )  # fmt: skip
+    assert manifest.agent_args == {"query_key_file": "***", "note": "uses ***"}
+    assert manifest.command_line == ["rayeval", "--agent-arg", "note=uses ***"]
+    assert manifest.secret_args_changed({"query_key_file": "k", "note": "uses another"}) == ["note"]
 
 
 def test_manifest_round_trip_and_hidden_from_readers(local_store: ResultStore, monkeypatch):

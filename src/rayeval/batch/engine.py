@@ -132,7 +132,7 @@ class _DriverRun:
         lease = store.lease = run_lease(store, run_id).take().start_renewing()
         with contextlib.ExitStack() as undo:  # what a run that cannot start gives back
             undo.callback(lease.release)
-            planned = starting_manifest(store, run_id, config, prepared.evals, prepared.plan)
+            planned = starting_manifest(store, run_id, config, prepared)
             # opened before Ray starts: an unusable results root fails at once; recovers the WAL
             writer = store.open_writer(
                 run_id,
@@ -186,7 +186,7 @@ class _DriverRun:
         pass waits at most 0.1 s for a unit, so a lost lease stops the loop at once.
         :class:`BudgetSpent` when the budget left units unstarted."""
         config, scheduling = self.config, self.config.scheduling
-        run = RunRows(self.prepared.evals, self.run_id, config.agent, config.agent_args)
+        run = RunRows(self.prepared.evals, self.run_id, config.agent, config.agent_args, self.prepared.secrets)
         queue = UnitQueue(
             self.prepared.plan, self.todo, max_concurrency=scheduling.max_concurrency,
             model_limits=scheduling.model_concurrency, earlier_attempts=self.earlier_attempts,

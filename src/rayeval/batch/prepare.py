@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .._messages import option
@@ -20,6 +20,7 @@ from ..evals.model import DEFAULT_AGENT_TIMEOUT_S
 from ..graders.rubric import check_judge_key, judge_models
 from ..models.failures import ANTHROPIC_KEY_FALLBACK_ON, ANTHROPIC_KEY_FALLBACKS, fallback_keys, key_fallback_on
 from ..models.providers import ModelError
+from ..secrets import run_secrets
 from ..unit.context import AgentFunction, UnitResources
 from .cluster import runs_embedded
 from .config import BatchConfig
@@ -39,13 +40,16 @@ class PreparedRun:
     #: lines the run's start and its dry run print: each unit's time limit, and what the checks
     #: could not check from here (a cluster's judge keys)
     notes: list[str]
+    #: masked in everything the run stores (see :func:`rayeval.secrets.run_secrets`); never
+    #: stored, nor given to a unit
+    secrets: frozenset[str] = field(default=frozenset(), repr=False)
 
 
 def prepare_run(
     config: BatchConfig, evals: list[Eval] | None = None, agent: AgentFunction | None = None
 ) -> PreparedRun:
     """The run's evals (``evals``, or loaded from ``config.evals``), selected; its agent's
-    options, judges' keys and remote data checked; its plan.  Whether a sandboxed or
+    options, judges' keys and remote data checked; its plan; its secrets.  Whether a sandboxed or
     ``process`` agent loads is checked where units run (by the run's workers before the first
     unit) or, by a dry run, in a unit runner on this machine (see rayeval.batch.preview)."""
     evals = run_evals(config, evals)
@@ -55,7 +59,9 @@ def prepare_run(
     notes += describe_key_fallbacks(os.environ)
     if config.check_data:
         check_data(evals, s3_endpoint_url=config.storage.s3_endpoint_url)
-    return PreparedRun(evals, Plan(evals, config.models, config.seeds, config.agent), resources, embedded, notes)
+    plan = Plan(evals, config.models, config.seeds, config.agent)
+    secrets = run_secrets(config.execution.sandbox.env_names, config.agent_args)
+    return PreparedRun(evals, plan, resources, embedded, notes, secrets)
 
 
 def describe_time_limits(evals: list[Eval], timeout: float | None) -> str:

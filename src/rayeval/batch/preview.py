@@ -103,7 +103,7 @@ def preview_run(config: BatchConfig) -> PlanPreview:
     store = ResultStore(storage.output, s3_endpoint_url=storage.s3_endpoint_url)
     todo, rerun = np.ones(len(plan), dtype=bool), 0
     if run_id is not None:
-        starting_manifest(store, run_id, config, evals, plan)
+        starting_manifest(store, run_id, config, prepared)
         todo, earlier, _ = units_to_run(storage, store, run_id, plan)
         rerun = units_run_again(todo, earlier)
     # the plan's order is eval, model, seed: a position's model is (position // seeds) % models

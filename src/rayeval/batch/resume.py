@@ -9,11 +9,11 @@ import numpy as np
 
 from .._messages import option, options
 from ..errors import RayevalError
-from ..evals import Eval
 from ..storage import ResultStore, RunManifest
 from ..storage.store import ManifestError
 from .config import BatchConfig, StorageConfig
 from .plan import Plan, compact_seeds, plan_changes, unstored
+from .prepare import PreparedRun
 from .queue import goes_on_from_any_checkpoint
 
 log = logging.getLogger(__name__)
@@ -36,12 +36,10 @@ def resumed_run_id(config: StorageConfig) -> str | None:
     return config.run_id if config.resume else None
 
 
-def starting_manifest(
-    store: ResultStore, run_id: str, config: BatchConfig, evals: list[Eval], plan: Plan
-) -> RunManifest:
-    """The manifest of run ``run_id`` as it starts: a new run id, or (``--resume``) a stored
-    run planned with the same inputs; else :class:`RunConflict` (or :class:`ManifestError`)
-    saying why and what to do instead."""
+def starting_manifest(store: ResultStore, run_id: str, config: BatchConfig, prepared: PreparedRun) -> RunManifest:
+    """The manifest of run ``run_id`` as it starts, its secrets masked: a new run id, or
+    (``--resume``) a stored run planned with the same inputs; else :class:`RunConflict` (or
+    :class:`ManifestError`) saying why and what to do instead."""
     storage = config.storage
     previous, damaged = previous_manifest(store, run_id, storage)
     if storage.resume and previous is None and not damaged:
@@ -50,7 +48,7 @@ def starting_manifest(
         raise RunConflict(_existing_run(run_id, storage.output, previous.status))
     if previous is not None and previous.agent != config.agent:
         raise RunConflict(f"run {run_id!r} was made with agent {previous.agent!r}, not {config.agent!r}")
-    planned = run_manifest(config, run_id, evals, plan, previous)
+    planned = run_manifest(config, run_id, prepared, previous)
     # a resumed run finishes the plan it started with: with other inputs its stored rows and
     # the new ones would mix two experiments (--force takes the new inputs knowingly)
     if previous is not None and (changes := plan_changes(previous, planned, config.agent_args)):
@@ -99,11 +97,10 @@ def _existing_run(run_id: str, output: str, status: str) -> str:
     return f"{where} ({left}): pass {option('--resume', True)} to finish it"
 
 
-def run_manifest(
-    config: BatchConfig, run_id: str, evals: list[Eval], plan: Plan, previous: RunManifest | None
-) -> RunManifest:
-    """The run's manifest: the inputs its units are derived from, not the units."""
-    execution = config.execution
+def run_manifest(config: BatchConfig, run_id: str, prepared: PreparedRun, previous: RunManifest | None) -> RunManifest:
+    """The run's manifest: the inputs its units are derived from, not the units; the run's
+    secrets masked wherever they appear."""
+    execution, evals, plan = config.execution, prepared.evals, prepared.plan
     return RunManifest.model_validate(
         {
             "run_id": run_id,
@@ -124,7 +121,8 @@ def run_manifest(
             "plan_digest": plan.digest(),
             "total_units": len(plan),
             **({"created_at": previous.created_at} if previous else {}),
-        }
+        },
+        context={"secrets": prepared.secrets},
     )
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
@@ -12,6 +12,7 @@ from ..agents.labels import row_labels
 from ..evals import Eval
 from ..graders.judging import Judgments
 from ..record import SeenBy, UnitRecord, carried
+from ..secrets import environment_secrets, redact
 from ..storage.spend import EARLIER_ATTEMPTS
 from ..unit.execution import unanswered_result
 from ..unit.result import EvalResult
@@ -148,6 +149,8 @@ class RunRows:
     run_id: str
     agent: str
     agent_args: dict[str, str]
+    #: the run's (:func:`rayeval.secrets.run_secrets`): masked in the errors rows are made of
+    secrets: frozenset[str] = field(default=frozenset(), repr=False)
 
     def row(self, result: EvalResult, unit: Unit, attempt: int, node: str, host: str | None = None) -> UnitRecord:
         """The unit's stored record (see :func:`stored_row`), ``node`` and ``host`` where it ran."""
@@ -164,6 +167,7 @@ class RunRows:
             "error_message": f"Ray could not run the unit: {reason}",
             "error_traceback": str(exc),
         }
+        error = redact(error, environment_secrets(self.secrets))
         return self._error_row(unit, attempt, error, {"error_details": {"seen_by": RAY}}, node="unknown")
 
     def rayeval_failure(
@@ -181,9 +185,10 @@ class RunRows:
         its agent has run (``execution``; its judge calls made, ``judgments``), the row keeps
         what the gateway counted of its model calls, and the run's times (see
         :func:`rayeval.unit.runner.failed_after_run`)."""
+        secrets = environment_secrets(self.secrets)
         if execution is not None:
-            return self.row(failed_after_run(execution, exc, judgments), unit, attempt, node, host)
-        return self._error_row(unit, attempt, rayeval_failure(exc), {}, node, host)
+            return self.row(failed_after_run(execution, exc, judgments, secrets), unit, attempt, node, host)
+        return self._error_row(unit, attempt, rayeval_failure(exc, secrets), {}, node, host)
 
     def _error_row(
         self,

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
 
 import ray
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from ..agents.resolve import agent_ref
 from ..data.cache import left_by_gone_processes, remove_tree
@@ -84,6 +84,8 @@ class WorkerConfig(BaseModel):
     max_cost_usd: float | None = None
     #: where a chunked session's units save their checkpoints (``chunk_turns``; None: nowhere)
     sessions_root: str | None = None
+    #: the run's secrets (:func:`rayeval.secrets.run_secrets`), masked in every row it makes
+    secrets: frozenset[str] = Field(frozenset(), repr=False)
 
 
 class WorkerProblem(BaseModel):
@@ -208,7 +210,8 @@ class UnitWorker:
         return self._rows().row(result, unit, attempt, self.node_id, self.host)
 
     def _rows(self) -> RunRows:
-        return RunRows(self.evals, self.config.run_id, self.config.agent, self.config.agent_args)
+        config = self.config
+        return RunRows(self.evals, config.run_id, config.agent, config.agent_args, config.secrets)
 
     def prepare(self, shared: list[Any]) -> WorkerReady:
         """Once the worker holds the run's data and has checked, as its units will run, that
@@ -271,6 +274,7 @@ class UnitWorker:
             run_id=self.config.run_id,
             s3_endpoint_url=self.config.s3_endpoint_url,
             sessions_root=self.config.sessions_root,
+            secrets=self.config.secrets,
         )
         return runner.execute(
             self.agent,
@@ -426,7 +430,7 @@ def start_pool(
     """Workers enough for the run's concurrency (see :func:`pool_shape`), spread over the
     nodes, and what tells how many of ``n`` units to run can run at once, and why.  Actors
     restart when their process or node dies, and Ray retries their in-flight calls."""
-    worker = worker_config(config, run_id, run.evals)
+    worker = worker_config(config, run_id, run)
     shape, capacity = run_capacity(config, run.resources, live_nodes(), planned=len(run.plan), embedded=run.embedded)
     groups: dict[str, Any] = {"concurrency_groups": {GRADING_GROUP: GRADING_THREADS}}  # not settable in options()
     actor_class = ray.remote(**groups)(UnitWorker).options(
@@ -441,10 +445,10 @@ def start_pool(
     return pool, capacity
 
 
-def worker_config(config: BatchConfig, run_id: str, evals: list[Eval]) -> WorkerConfig:
+def worker_config(config: BatchConfig, run_id: str, run: PreparedRun) -> WorkerConfig:
     """The run's inputs and the concerns its workers need, with what only the driver knows:
-    the run id, and the folders the sandbox hides."""
-    sandbox = sandbox_config(config.execution.sandbox, config.storage.output, evals)
+    the run id, the folders the sandbox hides and the run's secrets."""
+    sandbox = sandbox_config(config.execution.sandbox, config.storage.output, run.evals)
     return WorkerConfig(
         agent=config.agent,
         agent_args=config.agent_args,
@@ -455,6 +459,7 @@ def worker_config(config: BatchConfig, run_id: str, evals: list[Eval]) -> Worker
         s3_endpoint_url=config.storage.s3_endpoint_url,
         max_cost_usd=config.scheduling.max_cost_usd,
         sessions_root=sessions_root(config, run_id),
+        secrets=run.secrets,
     )
 
 

@@ -1,8 +1,9 @@
 """The run manifest: what a run was asked to do and in which environment, one JSON per run.
 
 Stored at ``<root>/run_id=<id>/_manifest.json`` (the underscore keeps Parquet readers away).
-Values of secret-looking agent arguments and command-line flags are masked, and any value of a
-secret environment variable is scrubbed wherever it appears.
+Values of secret-looking agent arguments and command-line flags are masked, and every secret of
+the run (``secrets`` in the validation context, see :func:`rayeval.secrets.run_secrets`; else
+this environment's) is scrubbed wherever it appears.
 """
 
 from __future__ import annotations
@@ -13,51 +14,21 @@ import importlib.metadata
 import json
 import os
 import platform
-import re
 import socket
 import subprocess
 import sys
+from collections.abc import Iterable
 from datetime import datetime, timezone
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from ..secrets import MASK, is_secret_name, redact, secret_values
+from ..secrets import MASK, is_secret_argument, redact, secret_values
 
 __all__ = ["EvalFileRef", "PlanEntry", "RunManifest", "RunStatus", "SeedItem", "mask_command_line", "mask_secrets"]
 
 RunStatus = Literal["running", "completed", "failed", "cancelled"]
 TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
-
-# Words that make an argument name secret, matched against the name's words (snake, kebab and
-# camel case split), so ``api_key``/``apiKey``/``auth_token`` are masked but ``max_tokens`` is not.
-_SECRET_WORDS = frozenset(
-    {
-        "key",
-        "keys",
-        "apikey",
-        "token",
-        "secret",
-        "secrets",
-        "password",
-        "passwd",
-        "pwd",
-        "passphrase",
-        "credential",
-        "credentials",
-        "auth",
-        "authorization",
-        "cookie",
-        "bearer",
-    }
-)
-_WORD_RE = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
-
-
-def _is_secret_key(name: str) -> bool:
-    if is_secret_name(name):
-        return True
-    return any(word.lower() in _SECRET_WORDS for word in _WORD_RE.findall(name))
 
 
 def mask_secrets(value: Any) -> Any:
@@ -65,7 +36,7 @@ def mask_secrets(value: Any) -> Any:
     if isinstance(value, dict):
         masked = {}
         for key, item in value.items():
-            if isinstance(key, str) and _is_secret_key(key) and item not in (None, ""):
+            if isinstance(key, str) and is_secret_argument(key) and item not in (None, ""):
                 masked[key] = MASK
             else:
                 masked[key] = mask_secrets(item)
@@ -76,7 +47,8 @@ def mask_secrets(value: Any) -> Any:
 
 
 def mask_command_line(argv: list[str]) -> list[str]:
-    """``--api-key X`` / ``--token=X`` style values masked."""
+    """``--api-key X`` / ``--token=X`` style values masked, and those of secret-looking
+    ``KEY=VALUE`` pairs, alone or an option's (``--agent-arg api_key=X``, ``--agent-arg=api_key=X``)."""
     out: list[str] = []
     mask_next = False
     for arg in argv:
@@ -85,20 +57,22 @@ def mask_command_line(argv: list[str]) -> list[str]:
             mask_next = False
             continue
         mask_next = False
-        if arg.startswith("-"):
-            name, sep, val = arg.lstrip("-").partition("=")
-            if _is_secret_key(name):
-                if sep:
-                    out.append(arg[: len(arg) - len(val)] + MASK)
-                    continue
-                mask_next = True
-        elif "=" in arg:  # KEY=VALUE environment-style arguments
-            name, _, val = arg.partition("=")
-            if _is_secret_key(name) and val:
-                out.append(f"{name}={MASK}")
-                continue
-        out.append(arg)
+        if not arg.startswith("-"):
+            out.append(_masked_pair(arg))
+            continue
+        option, sep, value = arg.partition("=")
+        if is_secret_argument(option.lstrip("-")):
+            out.append(f"{option}={MASK}" if sep else arg)
+            mask_next = not sep
+        else:
+            out.append(f"{option}={_masked_pair(value)}" if sep else arg)
     return out
+
+
+def _masked_pair(text: str) -> str:
+    """``KEY=VALUE`` with its value masked when the key is secret-looking; else ``text``."""
+    key, sep, value = text.partition("=")
+    return f"{key}={MASK}" if sep and value and is_secret_argument(key) else text
 
 
 def utcnow() -> datetime:
@@ -179,6 +153,12 @@ def _fingerprint_matches(fingerprint: str, value: Any) -> bool:
         return True
 
 
+def _secrets(info: ValidationInfo) -> Iterable[str]:
+    """The run's secrets, given as ``secrets`` in the validation context; else this environment's."""
+    given = (info.context or {}).get("secrets")
+    return secret_values() if given is None else given
+
+
 class RunManifest(BaseModel):
     """One run: the inputs of its plan and its environment.  Environment fields default to the
     current process.
@@ -225,18 +205,19 @@ class RunManifest(BaseModel):
     pyarrow_version: str | None = Field(default_factory=lambda: _version("pyarrow"))
     python_version: str = Field(default_factory=platform.python_version)
     git_revision: str | None = Field(default_factory=git_revision)
-    command_line: list[str] = Field(default_factory=lambda: list(sys.argv))
+    #: masked, as given or this process's (a default is masked too)
+    command_line: list[str] = Field(default_factory=lambda: list(sys.argv), validate_default=True)
     host: str = Field(default_factory=socket.gethostname)
 
     @model_validator(mode="before")
     @classmethod
-    def _fingerprint_secret_args(cls, data: Any) -> Any:
+    def _fingerprint_secret_args(cls, data: Any, info: ValidationInfo) -> Any:
         """Fingerprint the agent arguments masking will hide (those of a stored manifest are
         masked already and keep their fingerprints)."""
         if not isinstance(data, dict) or not isinstance(data.get("agent_args"), dict):
             return data
         raw = data["agent_args"]
-        masked = redact(mask_secrets(raw), secret_values())
+        masked = redact(mask_secrets(raw), _secrets(info))
         fingerprints = dict(data.get("secret_fingerprints") or {})
         salt = os.urandom(16)
         for name, value in raw.items():
@@ -246,13 +227,13 @@ class RunManifest(BaseModel):
 
     @field_validator("agent_args", mode="after")
     @classmethod
-    def _mask_agent_args(cls, value: dict[str, Any]) -> dict[str, Any]:
-        return redact(mask_secrets(value), secret_values())
+    def _mask_agent_args(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        return redact(mask_secrets(value), _secrets(info))
 
     @field_validator("command_line", mode="after")
     @classmethod
-    def _mask_command_line(cls, value: list[str]) -> list[str]:
-        return redact(mask_command_line(value), secret_values())
+    def _mask_command_line(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        return redact(mask_command_line(value), _secrets(info))
 
     @model_validator(mode="after")
     def _default_total(self) -> RunManifest:

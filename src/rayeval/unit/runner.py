@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 import traceback
 from collections.abc import Iterable, Sequence
@@ -24,7 +25,7 @@ from ..record import PROVIDER_ERROR, RAYEVAL_FAILURE, SeenBy
 from ..sandbox.config import MiB, SandboxConfig
 from ..sandbox.isolation import Isolation, Outcome, run_inline
 from ..sandbox.units import SandboxError, unit_runner
-from ..secrets import environment_secrets, redact
+from ..secrets import environment_secrets, handed_secrets, redact
 from .answers import MAX_ANSWER_NESTING, find_answer, nested_deeper_than
 from .checkpoint import STAGED_DATA_FOLDER, ChunkCheckpoints, SavedChunk, unit_checkpoints
 from .context import AgentContext, AgentFunction, AgentRef, ModelRelay, UnitKey, call_agent
@@ -81,6 +82,7 @@ class EvalRunner:
         data_roots: Sequence[str | Path] = (),
         runner_root: str | Path | None = None,
         sessions_root: str | None = None,
+        secrets: frozenset[str] = frozenset(),
     ):
         self.eval = eval_or_path if isinstance(eval_or_path, Eval) else load_eval(eval_or_path, data_roots=data_roots)
         # local data nodes are staged from the eval's data roots (none for an eval built in memory) and these
@@ -94,6 +96,9 @@ class EvalRunner:
         self.s3_endpoint_url = s3_endpoint_url
         #: where a chunked session's unit saves its checkpoints, a folder per unit (None: nowhere)
         self.sessions_root = sessions_root
+        #: its run's (:func:`rayeval.secrets.run_secrets`), masked in every result with those
+        #: of this environment and those a unit is handed here
+        self.secrets = secrets
 
     def run(
         self,
@@ -186,7 +191,7 @@ class EvalRunner:
         if checkpoints is not None and (checkpoints.saved or checkpoints.problem):
             _count_carried_turns(fields, checkpoints.resumed)
             fields.setdefault("metadata", {})["session_checkpoints"] = checkpoints.metadata()
-        pattern = environment_secrets()
+        pattern = environment_secrets(self.secrets | handed_secrets(config.env_names, agent_args or {}))
         if pattern is not None:
             fields = redact(fields, pattern)
         if calls is not None:
@@ -386,17 +391,20 @@ def check_agent_loads(
     return agent
 
 
-def rayeval_failure(exc: Exception) -> dict[str, str]:
+def rayeval_failure(exc: Exception, secrets: re.Pattern[str] | None = None) -> dict[str, str]:
     """A unit's error fields when rayeval's own code raised ``exc`` as the unit ran (see
-    :data:`rayeval.record.RAYEVAL_FAILURE`)."""
-    return {
+    :data:`rayeval.record.RAYEVAL_FAILURE`), ``secrets`` masked."""
+    error = {
         "error_type": RAYEVAL_FAILURE,
         "error_message": f"rayeval failed on this unit: {type(exc).__name__}: {exc}",
         "error_traceback": "".join(traceback.format_exception(exc)),
     }
+    return redact(error, secrets)
 
 
-def failed_after_run(execution: EvalResult, exc: Exception, judgments: Judgments | None = None) -> EvalResult:
+def failed_after_run(
+    execution: EvalResult, exc: Exception, judgments: Judgments | None = None, secrets: re.Pattern[str] | None = None
+) -> EvalResult:
     """The result of a unit whose agent ran (``execution``, as the runner filled it in) and that
     rayeval's own code then failed on, raising ``exc`` (as it graded the unit or made its row):
     a :data:`RAYEVAL_FAILURE` error, as one in the runner is (:meth:`EvalRunner.execute`). It
@@ -404,7 +412,7 @@ def failed_after_run(execution: EvalResult, exc: Exception, judgments: Judgments
     model calls as the gateway counted them, their transcript; the judge calls made, with
     their ``judgments``), not what the agent left (its answer, metadata and files), which
     rayeval may have tripped on and could trip on again."""
-    failed = execution.trusted_part(outcome="error", **rayeval_failure(exc))
+    failed = execution.trusted_part(outcome="error", **rayeval_failure(exc, secrets))
     return unanswered_result(failed, judgments)
 
 

@@ -36,31 +36,56 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-_OWNED_RAY: list[bool] = []  # holds True while a Ray that ``shared_ray`` started runs
+# While a Ray that ``shared_ray`` started runs: the working folder and environment it started
+# with (what its workers have)
+_SHARED_RAY: list[tuple[str, dict[str, str]]] = []
+
+
+def _what_workers_take() -> tuple[str, dict[str, str]]:
+    """What a Ray started now gives its workers: this working folder (on their sys.path) and
+    this environment (less pytest's name of the running test)."""
+    return os.getcwd(), {name: value for name, value in os.environ.items() if name != "PYTEST_CURRENT_TEST"}
 
 
 def _stop_shared_ray() -> None:
-    if _OWNED_RAY:
+    if _SHARED_RAY:
         from rayeval.batch.cluster import shut_down_embedded_ray
 
-        _OWNED_RAY.clear()
+        _SHARED_RAY.clear()
         shut_down_embedded_ray()
 
 
 @pytest.fixture
 def shared_ray() -> None:
-    """One embedded Ray, started as the engine starts it (loopback only), for the tests of a
-    module that ask for it one after the other: runs in this process (``evaluations.run``,
-    ``batch.run``, the CLI's ``main``) join it instead of each starting and stopping its own.
-    It stops before the next test that does not ask for it, and at the module's end. Not for
-    tests whose agents read environment variables set after it started (its workers have the
-    environment of its start), nor for tests of the embedded Ray itself."""
-    if not _OWNED_RAY:
+    """One embedded Ray, started as the engine starts it (loopback only), for consecutive tests
+    that ask for it, of one module or of the next ones in this worker: runs in this process
+    (``evaluations.run``, ``batch.run``, the CLI's ``main``) join it instead of each starting and
+    stopping their own. It stops after a test when the next one does not ask for it, and starts
+    afresh where the working folder or environment differs from its start (its workers have
+    those of its start). Not for tests that change the environment after it started (ask for
+    it after the fixtures that set variables), nor for tests of the embedded Ray itself."""
+    if _SHARED_RAY and _SHARED_RAY[0] != _what_workers_take():
+        _stop_shared_ray()
+    if not _SHARED_RAY:
         from rayeval.batch.cluster import connect
         from rayeval.batch.config import RayConfig
 
         if connect(RayConfig()):
-            _OWNED_RAY.append(True)
+            _SHARED_RAY.append(_what_workers_take())  # after the start: Ray sets a few variables here
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """The shared Ray stops once a test and its fixtures are done, unless the next test asks for it."""
+    try:
+        yield
+    finally:
+        if nextitem is None or "shared_ray" not in nextitem.fixturenames:
+            _stop_shared_ray()
+
+
+def pytest_sessionfinish() -> None:
+    _stop_shared_ray()  # a run stopped early (-x) had a next test
 
 
 # Test modules (or folders) whose tests take longest on a loaded machine: with several
@@ -126,18 +151,6 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     the default run, 6 workers 2.5 %, and the run took 671 s instead of 700-748 s."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return max(2, 3 * cores)
-
-
-@pytest.fixture(autouse=True)
-def _shared_ray_only_where_asked_for(request: pytest.FixtureRequest) -> None:
-    if "shared_ray" not in request.fixturenames:
-        _stop_shared_ray()
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _shared_ray_ends_with_its_module() -> Iterator[None]:
-    yield
-    _stop_shared_ray()
 
 
 # Shared fixtures (the local S3 server, small file systems) live in their own modules.

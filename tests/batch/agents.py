@@ -41,10 +41,11 @@ def instant(task_prompt: str, work_dir: Path) -> dict:
 
 
 def timed_sleep(task_prompt: str, work_dir: Path, context) -> dict:
-    """Sleeps ``seconds`` and records when it started and ended (one JSON line per unit)."""
+    """Sleeps ``seconds`` and records when it started and ended (one JSON line per unit) in the
+    file its ``log`` option names (an option, not a variable: it reaches a Ray started earlier)."""
     start = time.time()
     time.sleep(float(context.args.get("seconds", "0.03")))
-    log = os.environ.get("RAYEVAL_TEST_INVOCATION_LOG")
+    log = context.args.get("log")
     if log:
         with open(log, "a") as handle:
             handle.write(

@@ -332,35 +332,40 @@ def _peak_concurrency(spans: list[dict]) -> int:
     return peak
 
 
-def test_units_run_as_many_at_once_as_their_resources_allow(tmp_path: Path, invocation_log: Path) -> None:
+@pytest.mark.usefixtures("shared_ray")
+def test_units_run_as_many_at_once_as_their_resources_allow(tmp_path: Path) -> None:
     """Each unit asks Ray for its CPUs: units of a twentieth of a CPU fill --max-concurrency 16,
     units of a whole CPU run as many at once as the embedded Ray has CPUs."""
     evals = write_mc_evals(tmp_path / "evals", [f"q{i}" for i in range(16)])
+    spans = tmp_path / "spans.jsonl"
     options = {
-        "agent": "tests.batch.agents:timed_sleep", "agent_args": {"seconds": "0.3"}, "output": str(tmp_path / "out"),
-        "max_concurrency": 16, "isolation": "inline", **FAST,
+        "agent": "tests.batch.agents:timed_sleep", "agent_args": {"seconds": "0.3", "log": str(spans)},
+        "output": str(tmp_path / "out"), "max_concurrency": 16, "isolation": "inline", **FAST,
     }  # fmt: skip
     summary = batch.run(str(evals), seeds=[1, 2], run_id="light", unit_cpus=0.05, **options)
     assert summary.stored_rows == 32 and summary.models[0].passed == 32
-    assert _peak_concurrency(read_invocations(invocation_log)) >= 10
-    invocation_log.unlink()
+    assert _peak_concurrency(read_invocations(spans)) >= 10
+    spans.unlink()
     cpus = int(ray._private.utils.get_num_cpus())
     summary = batch.run(str(evals), seeds=[1], run_id="heavy", unit_cpus=1, **options)
     assert summary.stored_rows == 16
-    assert 1 <= _peak_concurrency(read_invocations(invocation_log)) <= cpus
+    assert 1 <= _peak_concurrency(read_invocations(spans)) <= cpus
 
 
+@pytest.mark.usefixtures("shared_ray")
 def test_the_run_and_its_dry_run_say_how_many_units_run_at_once_and_why(
-    tmp_path: Path, invocation_log: Path, capfd: pytest.CaptureFixture[str]
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """Units of a whole CPU with --max-concurrency 16: as many run at once as the embedded Ray
     has CPUs, and the run says so at start, with the option that changes it (by its keyword: a
     Python caller's run); --dry-run, which starts no Ray, says the same from what Ray would find here."""
     cpus = int(ray._private.utils.get_num_cpus())
     evals = write_mc_evals(tmp_path / "evals", [f"q{i}" for i in range(8)])
+    spans = tmp_path / "spans.jsonl"
     options = {
-        "agent": "tests.batch.agents:timed_sleep", "agent_args": {"seconds": "0.3"}, "output": str(tmp_path / "out"),
-        "max_concurrency": 16, "isolation": "inline", "unit_cpus": 1, "seeds": [1, 2], **FAST,
+        "agent": "tests.batch.agents:timed_sleep", "agent_args": {"seconds": "0.3", "log": str(spans)},
+        "output": str(tmp_path / "out"), "max_concurrency": 16, "isolation": "inline", "unit_cpus": 1, "seeds": [1, 2],
+        **FAST,
     }  # fmt: skip
     said = (
         f"units at once: {cpus}, not the 16 of max_concurrency: each unit asks for CPU 1 and this machine's Ray "
@@ -370,7 +375,7 @@ def test_the_run_and_its_dry_run_say_how_many_units_run_at_once_and_why(
     batch.run(str(evals), run_id="held", **{**options, "show_progress": True})
     start = [line for line in capfd.readouterr().err.splitlines() if line.startswith("[rayeval]")][:2]
     assert start[1] == f"[rayeval] {said}"
-    assert _peak_concurrency(read_invocations(invocation_log)) <= cpus
+    assert _peak_concurrency(read_invocations(spans)) <= cpus
 
 
 @pytest.mark.usefixtures("shared_ray")
@@ -580,6 +585,7 @@ def test_resume_refuses_inputs_that_changed_the_plan(tmp_path: Path) -> None:
     assert (resumed.ran, resumed.skipped) == (0, 6)
 
 
+@pytest.mark.usefixtures("shared_ray")
 def test_progress_says_which_run_it_is_and_where_its_results_go(
     tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:

@@ -40,6 +40,28 @@ def instant(task_prompt: str, work_dir: Path) -> dict:
     return {"answer": "B"}
 
 
+def broken(task_prompt: str, work_dir: Path) -> dict:
+    raise RuntimeError("no model behind this agent")
+
+
+def _staged_data(work_dir: Path) -> dict:
+    data = os.path.join(work_dir, "data")
+    return {"answer": json.dumps(sorted(os.listdir(data)) if os.path.isdir(data) else None)}
+
+
+def reads_data(task_prompt: str, work_dir: Path) -> dict:
+    """Answers with the names of the data files its unit was given (None: no data folder)."""
+    return _staged_data(work_dir)
+
+
+def reads_nothing(task_prompt: str, work_dir: Path) -> dict:
+    """As ``reads_data``, declaring that it reads no data."""
+    return _staged_data(work_dir)
+
+
+reads_nothing.needs_data = False  # type: ignore[attr-defined]
+
+
 def timed_sleep(task_prompt: str, work_dir: Path, context) -> dict:
     """Sleeps ``seconds`` and records when it started and ended (one JSON line per unit) in the
     file its ``log`` option names (an option, not a variable: it reaches a Ray started earlier)."""

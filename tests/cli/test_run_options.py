@@ -152,6 +152,7 @@ def test_bad_agent_options_and_missing_keys_exit_2_before_any_unit(
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.usefixtures("shared_ray")
 def test_a_trials_file_in_the_private_tmp_is_shown_to_the_units(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -169,19 +170,9 @@ def test_a_trials_file_in_the_private_tmp_is_shown_to_the_units(
     assert len(rows) == 3 and all(row["status"] in ("passed", "failed") for row in rows), rows
 
 
-AGENTS = """
-def broken(task_prompt, work_dir):
-    raise RuntimeError("no model behind this agent")
-"""
-
-
-def test_a_run_whose_every_unit_errored_exits_1(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    (tmp_path / "failing_agents.py").write_text(AGENTS)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    code = main(["run", str(REPO / "evals" / "pbmc"), "--data-root", str(REPO / "evals"), "--agent", "failing_agents:broken",
+@pytest.mark.usefixtures("shared_ray")
+def test_a_run_whose_every_unit_errored_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["run", str(REPO / "evals" / "pbmc"), "--data-root", str(REPO / "evals"), "--agent", "tests.batch.agents:broken",
                  "--output", str(tmp_path / "out"), "--retries", "0", "--no-progress"])  # fmt: skip
     captured = capsys.readouterr()
     assert code == 1, captured.err
@@ -196,37 +187,15 @@ def test_a_run_whose_every_unit_errored_exits_1(
     assert rows["error_traceback"].str.contains("in broken").all()
 
 
-DATA_AGENTS = """
-import json, os
-
-
-def _answer(work_dir):
-    staged = sorted(os.listdir(os.path.join(work_dir, "data"))) if os.path.isdir(os.path.join(work_dir, "data")) else None
-    return {"answer": json.dumps(staged)}
-
-
-def reads_data(task_prompt, work_dir):
-    return _answer(work_dir)
-
-
-def reads_nothing(task_prompt, work_dir):
-    return _answer(work_dir)
-
-
-reads_nothing.needs_data = False
-"""
-
-
+@pytest.mark.usefixtures("shared_ray")
 @pytest.mark.parametrize(("agent", "staged"), [("reads_data", ["pbmc68k_reduced.h5ad"]), ("reads_nothing", None)])
 def test_a_module_agent_that_declares_it_reads_nothing_gets_no_data_in_its_sandbox(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, agent: str, staged: list | None
+    tmp_path: Path, agent: str, staged: list | None
 ) -> None:
     """Its module is imported only in the sandbox: the start-up probe there reads the
     declaration, and the worker stages no data for its units."""
-    (tmp_path / "data_agents.py").write_text(DATA_AGENTS)
-    monkeypatch.chdir(tmp_path)
     code = main(["run", str(REPO / "evals" / "pbmc" / "pbmc_pca_summary.json"), "--data-root", str(REPO / "evals"),
-                 "--agent", f"data_agents:{agent}", "--output", str(tmp_path / "out"), "--no-progress"])  # fmt: skip
+                 "--agent", f"tests.batch.agents:{agent}", "--output", str(tmp_path / "out"), "--no-progress"])  # fmt: skip
     assert code in (0, 1)
     import pandas as pd
 
@@ -250,6 +219,7 @@ def test_a_bad_unit_memory_is_a_usage_error(capsys: pytest.CaptureFixture[str]) 
     assert "expected a size such as 512M, 2G or a number of bytes, got 'lots'" in capsys.readouterr().err
 
 
+@pytest.mark.usefixtures("shared_ray")
 def test_an_agent_functions_own_option_check_runs_before_any_unit(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -313,6 +283,7 @@ def test_a_misspelled_module_agent_is_refused_at_once_on_an_embedded_run(
     assert not ray.is_initialized() and not (tmp_path / "out").exists()
 
 
+@pytest.mark.usefixtures("shared_ray")
 def test_a_run_without_output_writes_where_evaluations_run_does(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -328,8 +299,7 @@ def test_a_run_without_output_writes_where_evaluations_run_does(
     evals.mkdir()
     body = {"id": "e", "task": "A or B?", "grader": {"type": "multiple_choice", "config": {"correct_answer": "B"}}}
     (evals / "e.json").write_text(json.dumps(body))
-    (tmp_path / "answers_b.py").write_text("def agent(task_prompt, work_dir):\n    return {'answer': 'B'}\n")
-    assert main(["run", str(evals), "--agent", "answers_b:agent", "--no-progress"]) == 0
+    assert main(["run", str(evals), "--agent", "tests.batch.agents:instant", "--no-progress"]) == 0
     assert len(ds.dataset(tmp_path / "rayeval-results", format="parquet", partitioning="hive").to_table()) == 1
     assert inspect.signature(evaluations.run).parameters["output"].default == "rayeval-results"
     with pytest.raises(SystemExit):

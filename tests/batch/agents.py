@@ -40,6 +40,13 @@ def instant(task_prompt: str, work_dir: Path) -> dict:
     return {"answer": "B"}
 
 
+def flaky(task_prompt: str, work_dir: Path, context) -> dict:
+    """Raises while the file its ``flag`` option names exists (the model endpoint is down), else answers B."""
+    if Path(context.args["flag"]).exists():
+        raise RuntimeError("the model endpoint is down")
+    return {"answer": "B"}
+
+
 def broken(task_prompt: str, work_dir: Path) -> dict:
     raise RuntimeError("no model behind this agent")
 

@@ -18,15 +18,6 @@ from rayeval.storage import ResultStore
 from tests.batch.conftest import write_mc_evals
 from tests.report.helpers import base_row
 
-AGENTS = """
-from pathlib import Path
-
-def flaky(task_prompt, work_dir, context):
-    if Path(context.args["flag"]).exists():
-        raise RuntimeError("the model endpoint is down")
-    return {"answer": "B"}
-"""
-
 
 def _evals(*specs: tuple[str, dict]) -> list[Eval]:
     grader = {"type": "multiple_choice", "config": {"correct_answer": "B"}}
@@ -58,7 +49,6 @@ def test_selection_by_id_glob_metadata_and_limit() -> None:
         select_evals(evals, sample_ids=["pbmc_a"], filters=["task=qa"])
 
 
-@pytest.mark.usefixtures("shared_ray")  # a dry run asks Ray what the machine holds
 def test_dry_run_prints_the_plan_and_its_cost_and_starts_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -154,7 +144,6 @@ def test_a_model_list_with_another_separator_is_refused(
     assert code == 2 and message in err and "Traceback" not in err
 
 
-@pytest.mark.usefixtures("shared_ray")  # a dry run asks Ray what the machine holds
 def test_models_are_split_on_commas_and_trimmed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     folder = write_mc_evals(tmp_path / "evals", ["e1"])
     out = str(tmp_path / "out")
@@ -162,7 +151,6 @@ def test_models_are_split_on_commas_and_trimmed(tmp_path: Path, capsys: pytest.C
     assert "models: a, b;" in capsys.readouterr().out
 
 
-@pytest.mark.usefixtures("shared_ray")  # a dry run asks Ray what the machine holds
 def test_dry_run_estimates_each_models_cost_from_its_own_earlier_units(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -183,17 +171,15 @@ def test_dry_run_estimates_each_models_cost_from_its_own_earlier_units(
     assert "a: $2.0000 per unit, the mean of 2 earlier units" in text and "c: no earlier unit recorded a cost" in text
 
 
+@pytest.mark.usefixtures("shared_ray")
 def test_retry_errors_reruns_only_the_errored_units_as_new_attempts(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    (tmp_path / "flaky_agents.py").write_text(AGENTS)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
     folder = write_mc_evals(tmp_path / "evals", ["e1", "e2"])
     flag = tmp_path / "switch" / "endpoint-down"  # the agent is shown the folder it looks in
     flag.parent.mkdir()
     flag.write_text("")
     out = tmp_path / "out"
-    base = ["run", str(folder), "--agent", "flaky_agents:flaky", "--agent-arg", f"flag={flag}", "--output", str(out),
+    base = ["run", str(folder), "--agent", "tests.batch.agents:flaky", "--agent-arg", f"flag={flag}", "--output", str(out),
             "--run-id", "r1", "--seeds", "2", "--retries", "0", "--no-progress", "--sandbox-bind", str(flag.parent)]  # fmt: skip
     assert main(base) == 1  # every unit errored
     flag.unlink()  # the endpoint is back

@@ -34,6 +34,12 @@ def keys(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
+def shared_ray(keys: None, shared_ray: None) -> None:
+    """The shared Ray, started once the fake keys are set: the units' gateways, on its
+    workers, read them there."""
+
+
+@pytest.fixture
 def server(keys: None) -> Iterator[FakeModelServer]:
     with FakeModelServer(script=[], answer=mc_answer, base_input_tokens=1200, base_output_tokens=300) as srv:
         yield srv

@@ -102,6 +102,7 @@ def _run(tmp_path: Path, server: FakeModelServer, run_id: str, *extra: str) -> i
     )  # fmt: skip
 
 
+@pytest.mark.usefixtures("shared_ray")
 def test_rayeval_run_with_the_prompt_agent(tmp_path: Path, server: FakeModelServer) -> None:
     assert _run(tmp_path, server, "first", "--seeds", "2") == 0
     evals = len(list((REPO / "evals").rglob("*.json")))

@@ -36,6 +36,7 @@ def refusing(keys: None):
         yield srv
 
 
+@pytest.mark.usefixtures("shared_ray")
 @pytest.mark.parametrize(("model", "path", "provider", "code"), [
     ("anthropic/claude-haiku-4-5", "", "anthropic", "stop_reason_refusal"),
     pytest.param("openai/gpt-4o", "/v1", "openai", "refusal_content", marks=pytest.mark.slow),
@@ -77,6 +78,7 @@ def test_a_refusal_is_a_failed_row_with_its_verdict(
     assert (line["model_name"], line["Refusals"], line["Errors"]) == (model, 1, 0)
 
 
+@pytest.mark.usefixtures("shared_ray")
 def test_rows_stored_before_the_column_read_it_as_null(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Other agents' rows: the trusted side's run summary (the measured duration, refusal not
     evaluated), ``refusal`` null; a part written before the column reads it as null too."""

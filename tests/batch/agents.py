@@ -93,9 +93,10 @@ def bulky(task_prompt: str, work_dir: Path, context) -> dict:
 
 
 def rationale_writer(task_prompt: str, work_dir: Path, context) -> dict:
-    """Answers with a ``rationale`` (for rubric graders), logging when it started (monotonic clock);
-    with ``--agent-arg cost=USD`` it reports that cost."""
-    log = os.environ.get("RAYEVAL_TEST_INVOCATION_LOG")
+    """Answers with a ``rationale`` (for rubric graders), logging when it started (monotonic clock)
+    in the file its ``log`` option names, as ``timed_sleep`` does; with ``--agent-arg cost=USD``
+    it reports that cost."""
+    log = context.args.get("log")
     if log:
         with open(log, "a") as handle:
             handle.write(json.dumps({"seed": context.seed, "start": time.monotonic()}) + "\n")

@@ -47,22 +47,35 @@ def _rubric_eval(folder: Path) -> Path:
     return folder
 
 
-@pytest.fixture
-def slow_judge(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeModelServer]:
-    """A judge that meets every criterion after JUDGE_DELAY_S; its key and endpoint are in the
-    environment the embedded Ray's processes inherit."""
+@pytest.fixture(scope="module")
+def _slow_judge_server() -> Iterator[FakeModelServer]:
     with FakeModelServer(script=[], answer=lambda body: MET, delay_s=JUDGE_DELAY_S) as server:
-        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-key")
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
         yield server
 
 
-def test_judge_calls_run_apart_from_the_agents_slots(
-    tmp_path: Path, invocation_log: Path, slow_judge: FakeModelServer
-) -> None:
+@pytest.fixture
+def slow_judge(_slow_judge_server: FakeModelServer, monkeypatch: pytest.MonkeyPatch) -> FakeModelServer:
+    """A judge that meets every criterion after JUDGE_DELAY_S; its key and endpoint are in the
+    environment the embedded Ray's processes inherit. One server for the module: its tests'
+    environments are alike, and share a Ray."""
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-key")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", _slow_judge_server.url)
+    return _slow_judge_server
+
+
+@pytest.fixture
+def shared_ray(slow_judge: FakeModelServer, shared_ray: None) -> None:
+    """The shared Ray, started once the judge's variables are set: its judge actor calls it."""
+
+
+@pytest.mark.usefixtures("shared_ray")
+def test_judge_calls_run_apart_from_the_agents_slots(tmp_path: Path, slow_judge: FakeModelServer) -> None:
+    before = len(slow_judge.model_requests())
+    invocations = tmp_path / "invocations.jsonl"
     summary = batch.run(
         str(_rubric_eval(tmp_path / "evals")),
         agent="tests.batch.agents:rationale_writer",
+        agent_args={"log": str(invocations)},
         seeds=[1, 2, 3, 4],
         output=str(tmp_path / "out"),
         run_id="judged",
@@ -76,13 +89,13 @@ def test_judge_calls_run_apart_from_the_agents_slots(
     assert summary.stored_rows == 4 and (rows["status"] == "passed").all(), rows[["status", "reasoning"]]
     metrics = [json.loads(text) for text in rows["metrics_json"]]
     assert all(m["judge_requests"] == 2 and "judge_error" not in m for m in metrics), metrics
-    judge_calls = slow_judge.model_requests()
+    judge_calls = slow_judge.model_requests()[before:]
     assert len(judge_calls) == 8 and all("hERG" in json.dumps(call.body) for call in judge_calls)
     # With the judges holding the only agent slot, each agent would start after the previous
     # unit's judge replies (JUDGE_DELAY_S after they were asked); apart, the agents run on
     # while the first unit's judge calls are still out.
     first_reply = min(call.at for call in judge_calls) + JUDGE_DELAY_S
-    starts = sorted(entry["start"] for entry in read_invocations(invocation_log))
+    starts = sorted(entry["start"] for entry in read_invocations(invocations))
     assert sum(start < first_reply for start in starts) >= 3, (starts, first_reply)
 
 
@@ -91,7 +104,7 @@ def _files(folder: Path) -> dict[str, bytes]:
 
 
 def test_a_judge_without_a_key_stops_the_run_before_any_agent_runs(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, invocation_log: Path
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """On an embedded Ray the judge actor has this process's environment: a judge without its
     key would make every unit a JudgeError after its agent ran, so the run stops first, naming
@@ -100,8 +113,10 @@ def test_a_judge_without_a_key_stops_the_run_before_any_agent_runs(
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     evals = _rubric_eval(tmp_path / "evals")
     out = tmp_path / "out"
-    options = {"agent": "tests.batch.agents:rationale_writer", "output": str(out), "run_id": "nokey",
-               "isolation": "inline", "show_progress": False, "flush_seconds": 0.5}  # fmt: skip
+    invocations = tmp_path / "invocations.jsonl"
+    options = {"agent": "tests.batch.agents:rationale_writer", "agent_args": {"log": str(invocations)},
+               "output": str(out), "run_id": "nokey", "isolation": "inline", "show_progress": False,
+               "flush_seconds": 0.5}  # fmt: skip
     with pytest.raises(EvalFileError) as refused:
         batch.run(str(evals), **options)
     ((problem),) = refused.value.problems
@@ -111,7 +126,7 @@ def test_a_judge_without_a_key_stops_the_run_before_any_agent_runs(
         "environment variable ANTHROPIC_API_KEY. It runs on this machine's Ray, with this environment: set the "
         "variable before the run, or name another judge in model_id"
     )
-    assert not read_invocations(invocation_log) and not out.exists()
+    assert not read_invocations(invocations) and not out.exists()
 
     with FakeModelServer(script=[], answer=lambda body: MET) as judge:
         monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-key")
@@ -121,18 +136,18 @@ def test_a_judge_without_a_key_stops_the_run_before_any_agent_runs(
     monkeypatch.delenv("ANTHROPIC_API_KEY")
     with pytest.raises(EvalFileError, match="ANTHROPIC_API_KEY"):
         batch.run(str(evals), resume=True, retry_errors=True, **options)
-    assert _files(out) == stored and len(read_invocations(invocation_log)) == 1
+    assert _files(out) == stored and len(read_invocations(invocations)) == 1
 
 
 @pytest.mark.slow  # a judge model that refuses: ~21 s on a loaded machine
-def test_a_judge_that_refuses_is_a_judge_error_not_a_lost_unit(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, invocation_log: Path
-) -> None:
+def test_a_judge_that_refuses_is_a_judge_error_not_a_lost_unit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A unit whose judge gives no verdict is an error of the run (counted as one), not a failed
     answer; the run's own retries do not run its agent again (the judge calls were retried
     already), --retry-errors does, once the judge answers."""
+    invocations = tmp_path / "invocations.jsonl"
     options = {
         "agent": "tests.batch.agents:rationale_writer",
+        "agent_args": {"log": str(invocations)},
         "output": str(tmp_path / "out"),
         "run_id": "refused",
         "isolation": "inline",
@@ -150,13 +165,14 @@ def test_a_judge_that_refuses_is_a_judge_error_not_a_lost_unit(
         assert "HTTP 401" in rows["error_message"].iloc[0] and summary.errors == 1
         metrics = json.loads(rows["metrics_json"].iloc[0])
         assert metrics["judge_error"] == "fatal"
-        assert len(read_invocations(invocation_log)) == 1  # not retried by the run
+        assert len(read_invocations(invocations)) == 1  # not retried by the run
 
         batch.run(evals, resume=True, retry_errors=True, **options)
     rows = pd.read_parquet(tmp_path / "out" / "run_id=refused").sort_values("attempt")
     assert list(zip(rows["attempt"], rows["status"])) == [(1, "error"), (2, "passed")]
 
 
+@pytest.mark.usefixtures("shared_ray")
 def test_a_units_cost_is_its_agents_and_its_judges(
     tmp_path: Path, slow_judge: FakeModelServer, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -104,7 +104,8 @@ def check_quick_units_and_resume(
         assert main(["run", str(evals), *options, "--max-cost", "1", "--resume"]) == 0
 
 
-def test_a_spend_on_its_way_to_the_run_counts_as_spent(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.usefixtures("shared_ray")
+def test_a_spend_on_its_way_to_the_run_counts_as_spent() -> None:
     """A worker's spend counts while its report to the run is under way: the gateway of a
     quick unit asking then is refused (the reply is slow here), not told the run's old spend."""
     import threading
@@ -124,18 +125,16 @@ def test_a_spend_on_its_way_to_the_run_counts_as_spent(monkeypatch: pytest.Monke
             self.spent += usd
             return self.spent
 
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    with one_ray():
-        actor = SlowSpend.options(name="rayeval-budget-slow").remote()  # type: ignore[attr-defined]
-        view = BudgetView("slow", max_cost_usd=0.007)
-        try:
-            view.charge(3 * 0.003)
-            sending = threading.Thread(target=view.spent)
-            sending.start()
-            time.sleep(0.5)  # the send is under way (the reply takes 2 s)
-            assert sending.is_alive() and view.spent_out()
-            sending.join()
-            assert view.spent_out() and view.spent() == pytest.approx(0.009)
-        finally:
-            view.close()
-            ray.kill(actor)
+    actor = SlowSpend.options(name="rayeval-budget-slow").remote()  # type: ignore[attr-defined]
+    view = BudgetView("slow", max_cost_usd=0.007)
+    try:
+        view.charge(3 * 0.003)
+        sending = threading.Thread(target=view.spent)
+        sending.start()
+        time.sleep(0.5)  # the send is under way (the reply takes 2 s)
+        assert sending.is_alive() and view.spent_out()
+        sending.join()
+        assert view.spent_out() and view.spent() == pytest.approx(0.009)
+    finally:
+        view.close()
+        ray.kill(actor)

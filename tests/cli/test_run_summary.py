@@ -14,6 +14,7 @@ from rayeval.report import benchmark_table, read_units
 from tests.conftest import read_jsonl, shared_path
 
 
+@pytest.mark.usefixtures("shared_ray")
 def test_the_run_summary_counts_as_the_report_does(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     trials = shared_path("corpus", "scbench", "trials.jsonl")
     pairs = sorted({(r["model"], r["harness"]) for r in read_jsonl(trials)})[:2]

@@ -5,6 +5,7 @@ repository, and those that start Ray or read a run (from a local root and from S
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,12 +37,26 @@ ON_A_RUN = [b for b in BLOCKS if "<id>" in b]
 EVALUATIONS_RUN = next(b for b in BLOCKS if "evaluations.run(" in b)
 
 
+@pytest.fixture(scope="module")
+def _units_work_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """One work root (the units' folders) for the module's runs: their environments are alike,
+    and share a Ray."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RAYEVAL_WORK_ROOT", str(tmp_path_factory.mktemp("work")))
+        yield
+
+
+@pytest.fixture
+def shared_ray(_units_work_root: None, shared_ray: None) -> None:
+    """The shared Ray, started once the work root is set: its workers make the units' folders there."""
+
+
 def _in_scratch_folder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     (tmp_path / "evals").symlink_to(REPO / "evals")
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("RAYEVAL_WORK_ROOT", str(tmp_path / "work"))
 
 
+@pytest.mark.usefixtures("shared_ray")
 def test_readme_batch_run_and_the_examples_that_read_its_run(
     s3_bucket: S3Bucket, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -68,6 +83,7 @@ def test_readme_batch_run_and_the_examples_that_read_its_run(
         assert set(frame["run_id"]) == {summary.run_id} and set(frame["model"]) == {"default"}, block
 
 
+@pytest.mark.usefixtures("shared_ray")
 def test_readme_evaluations_run(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -85,7 +85,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 
 def pytest_sessionfinish() -> None:
-    _stop_shared_ray()  # a run stopped early (-x) had a next test
+    _stop_shared_ray()  # a run stopped early (-x) ends before the test that was next
 
 
 # Test modules (or folders) whose tests take longest on a loaded machine: with several

@@ -25,7 +25,8 @@ from typing import Any
 import pyarrow.dataset as ds
 import pytest
 
-from rayeval.sandbox.allowlist import bwrap_mounts, code_content, file_system_view, sys_path_code
+from rayeval.sandbox import allowlist
+from rayeval.sandbox.allowlist import bwrap_mounts, code_content, file_system_view, module_location, sys_path_code
 from tests.security.attack_agents import MARKER
 
 REPO = Path(__file__).resolve().parents[2]
@@ -76,8 +77,10 @@ def copies(tmp_path: Path) -> Iterator[dict[str, Any]]:
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def _run(project: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_USAGE_STATS_ENABLED": "0"}
+def _run(project: Path, *args: str, path: str = "", timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """This repository's ``rayeval`` run in ``project``, with ``path`` after it on ``PYTHONPATH``."""
+    python_path = os.pathsep.join(filter(None, [str(REPO / "src"), str(REPO), path]))
+    env = {**os.environ, "PYTHONPATH": python_path, "RAY_USAGE_STATS_ENABLED": "0"}
     env.pop("RAY_ADDRESS", None)
     return subprocess.run(
         [sys.executable, "-m", "rayeval.cli", *args],
@@ -219,14 +222,89 @@ def test_library_folders_are_shown_whole_and_code_folders_by_their_code(tmp_path
 
 
 def test_trusted_folders_inside_what_is_shown_are_covered_and_mounted_over_it(tmp_path: Path) -> None:
-    package = tmp_path / "pkg"
-    (package / "evals").mkdir(parents=True)
-    (package / "__init__.py").write_text("")
+    bound = tmp_path / "bound"
+    (bound / "evals").mkdir(parents=True)
     view = file_system_view(
-        sys_path=[str(tmp_path)], modules=[], bound=[], trusted=[str(package / "evals"), str(tmp_path / "elsewhere")]
+        sys_path=[], modules=[], bound=[str(bound)], trusted=[str(bound / "evals"), str(tmp_path / "elsewhere")]
     )
-    assert str(package) in view.read_only and view.covered == (str(package / "evals"),)
+    assert str(bound) in view.read_only and view.covered == (str(bound / "evals"),)
     arguments = bwrap_mounts(view, writable=str(tmp_path / "work"), read_only_extra=[])
-    assert arguments.index(str(package / "evals")) > arguments.index(str(package))  # the cover lies over
+    assert arguments.index(str(bound / "evals")) > arguments.index(str(bound))  # the cover lies over
     assert arguments[:2] == ["--tmpfs", "/"] and arguments[-4:] == ["--remount-ro", "/dev", "--remount-ro", "/"]
     assert "/home" not in view.read_only and "/" not in view.read_only and "/tmp" not in view.read_only
+
+
+def _package(folder: Path, files: list[str]) -> Path:
+    for name in files:
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text("{}" if name.endswith(".json") else "")
+    return folder
+
+
+def test_a_package_shows_its_code_only_however_deep(tmp_path: Path) -> None:
+    """Evals, a held-out split, a prompt template in a package: none there, at any depth. Its
+    modules, markers, caches, subpackages and namespace subpackages are; a folder of code only is
+    shown as one path; a trusted folder is not looked into."""
+    package = _package(
+        tmp_path / "pkg",
+        ["__init__.py", "agent.py", "stubs.pyi", "py.typed", "prompt.txt", "__pycache__/agent.cpython-311.pyc",
+         "evals/one.json", "heldout/two.json", "tools/__init__.py", "tools/run.py", "tools/__pycache__/run.pyc",
+         "deep/__init__.py", "deep/deeper/__init__.py", "deep/deeper/mod.py", "deep/deeper/answers.json",
+         "ns/mod.py", "ns/table.csv", "test-data/x.py", "hidden/mod.py"],
+    )  # fmt: skip
+    _package(tmp_path / "other", ["__init__.py", "mod.py"])
+    shown = code_content(str(tmp_path), hidden=[str(package / "hidden")])
+    expected = ["__init__.py", "__pycache__", "agent.py", "deep/__init__.py", "deep/deeper/__init__.py",
+                "deep/deeper/mod.py", "ns/mod.py", "py.typed", "stubs.pyi", "tools"]  # fmt: skip
+    assert shown == [str(tmp_path / "other"), *(str(package / name) for name in expected)]
+
+
+def test_a_module_s_package_is_shown_by_its_code_unless_installed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``module:function`` agent's package found by its import path (an editable install's
+    finder may place it anywhere): of the user's own, the code; of an installed one, all."""
+    own = _package(tmp_path / "code" / "f1ownpkg", ["__init__.py", "agent.py", "evals/one.json", "prompt.txt"])
+    installed = _package(tmp_path / "site-packages" / "f1installedpkg", ["__init__.py", "data.json"])
+    monkeypatch.syspath_prepend(str(tmp_path / "code"))
+    monkeypatch.syspath_prepend(str(tmp_path / "site-packages"))
+    assert module_location("f1ownpkg.agent") == [str(own / "__init__.py"), str(own / "agent.py")]
+    assert module_location("f1installedpkg.mod") == [str(installed)]
+
+
+def test_a_code_folder_is_looked_at_only_up_to_its_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Names are counted over a code folder's packages together: a huge tree costs no more."""
+    monkeypatch.setattr(allowlist, "MAX_CODE_ENTRIES", 6)
+    _package(tmp_path / "a", ["__init__.py", "one.py", "data.txt", "sub/__init__.py", "sub/x.py", "sub/y.py"])
+    _package(tmp_path / "b", ["__init__.py"])
+    with caplog.at_level("WARNING", logger=allowlist.__name__):
+        shown = code_content(str(tmp_path))
+    # a, b; then a's 4 names: __init__.py, data.txt, one.py, sub; then none of sub's
+    assert shown == [str(tmp_path / "a" / "__init__.py"), str(tmp_path / "a" / "one.py")]
+    assert "holds more than 6 names" in caplog.text
+
+
+def test_evals_in_a_package_on_the_import_path_are_out_of_sight_by_any_path(tmp_path: Path) -> None:
+    """The agent's package holds the evals the run loads and a held-out split, and a copy of it
+    is on the import path too, as Ray's ``py_modules`` unpacks one: of either, its code only."""
+    project = tmp_path / "project"
+    package = project / "benchpkg"
+    (package / "evals").mkdir(parents=True)
+    (package / "heldout").mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "agent.py").write_text("from tests.security.attack_agents import search_everything\n")
+    (package / "evals" / "one.json").write_text(json.dumps({**_eval("one"), "id": "one"}))
+    (package / "heldout" / "two.json").write_text(json.dumps({**_eval("two"), "id": "two"}))
+    copy = tmp_path / "py_modules_files" / "_ray_pkg_0123"
+    shutil.copytree(package, copy / "benchpkg")
+    roots = json.dumps([str(copy / "benchpkg"), str(package)])
+    command = ["run-one", str(package / "evals" / "one.json"), "--agent", "benchpkg.agent:search_everything",
+               "--agent-arg", f"roots={roots}"]  # fmt: skip
+    done = _run(project, *command, path=str(copy))
+    assert done.returncode == 1, done.stderr  # answered -1: failed
+    seen = json.loads(done.stdout)["metadata"]["attack"]
+    assert seen["looked"] >= 4 and "where" not in seen, seen  # the two packages' modules, nothing else
+    control = _run(project, *command, "--isolation", "process", path=str(copy))
+    assert control.returncode == 0, control.stderr  # without the sandbox both copies are in reach

@@ -46,18 +46,23 @@ SYS_ENTRIES = ("/sys/devices/system/cpu",)
 #: Variables whose value names a certificate file or folder the agent's programs read.
 CERTIFICATE_VARIABLES = ("SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
 
-#: Files and folders of a code folder that are code: modules, compiled modules, their caches
-#: and the metadata of packages installed from source. Anything else (data, reports, copies of
-#: evals) stays out unless bound by name.
-CODE_SUFFIXES = (".py", ".pyc", ".so", ".pyd")
+#: Files and folders of a code folder that are code: modules, compiled modules and stubs, their
+#: caches and the metadata of packages installed from source; in a package, its markers too.
+#: Anything else (data, templates, reports, copies of evals) stays out unless bound by name.
+CODE_SUFFIXES = (".py", ".pyc", ".so", ".pyd", ".pyi")
 METADATA_SUFFIXES = (".dist-info", ".egg-info")
+PACKAGE_MARKERS = ("py.typed",)
 
 #: Folders never shown whole, wherever they come from (a prefix of ``/``, the home folder):
 #: they would bring the host back.
 TOO_BROAD = ("/", "/home", "/root", "/tmp", "/var", "/var/tmp", "/dev/shm", "/run", "/mnt", "/media", "/srv", "/opt")
 
-#: More names than this in one code folder: the rest is left out, with a warning.
+#: More names than this under one code folder (its packages' included): the rest is left out,
+#: with a warning. Each shown path is a mount, which every unit's mount namespace copies.
 MAX_CODE_ENTRIES = 2000
+
+#: rayeval's own package, shown whole wherever it lies (its agents read the data it ships).
+OWN_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class FileSystemView(BaseModel):
@@ -134,29 +139,74 @@ def _library_folder(path: str) -> bool:
     return os.path.basename(path) in ("site-packages", "dist-packages") or os.path.isfile(path)
 
 
-def code_content(folder: str) -> list[str]:
-    """The code in a folder of the user's own code: modules, packages (folders with an
-    ``__init__``), byte-code caches and package metadata, each shown by name."""
-    try:
-        entries = sorted(os.scandir(folder), key=lambda entry: entry.name)
-    except OSError:
-        return []
-    if len(entries) > MAX_CODE_ENTRIES:
-        log.warning(
-            "sandbox: %s holds %d names: only its first %d are looked at", folder, len(entries), MAX_CODE_ENTRIES
-        )
-        entries = entries[:MAX_CODE_ENTRIES]
-    shown = []
-    for entry in entries:
+def code_content(folder: str, hidden: Iterable[str] = ()) -> list[str]:
+    """The code in a folder of the user's own code: modules, byte-code caches, package
+    metadata, and packages (folders with an ``__init__``) by their code only (see
+    :class:`_CodeWalk`). Nothing at or under a ``hidden`` path is looked at."""
+    return _CodeWalk(folder, hidden).folder(folder, package=False)[0]
+
+
+def package_code(folder: str, hidden: Iterable[str] = ()) -> list[str]:
+    """The code of the package (or namespace package portion) ``folder``: itself when all it
+    holds is code, else its code by name."""
+    found, whole = _CodeWalk(folder, hidden).folder(folder, package=True)
+    return [folder] if whole else found
+
+
+class _CodeWalk:
+    """The code under one folder, by name, looking at no more than ``MAX_CODE_ENTRIES`` names.
+
+    Inside a package, its modules, stubs, markers, caches and metadata are code, and so is
+    the code of every subfolder an import can name (a package, or a namespace subpackage:
+    any identifier); its other files never are. A folder all of whose names are code (links
+    aside, whose target is shown at their path) is shown as one path: fewer mounts."""
+
+    def __init__(self, root: str, hidden: Iterable[str]) -> None:
+        self.root = root
+        self.hidden = frozenset(map(_absolute, hidden))
+        self.left = MAX_CODE_ENTRIES
+        self.cut = False  # the bound was reached (and said so)
+
+    def folder(self, folder: str, *, package: bool) -> tuple[list[str], bool]:
+        """What to show of ``folder`` (a package, or the top of a code folder), and whether
+        that is all of it."""
         try:
-            if entry.is_dir():
-                if entry.name == "__pycache__" or entry.name.endswith(METADATA_SUFFIXES) or _is_package(entry.path):
-                    shown.append(entry.path)
-            elif entry.is_file() and entry.name.endswith(CODE_SUFFIXES):
-                shown.append(entry.path)
+            entries = sorted(os.scandir(folder), key=lambda entry: entry.name)
         except OSError:
-            continue
-    return shown
+            return [], False
+        complete = len(entries) <= self.left
+        if not complete:
+            if not self.cut:
+                log.warning("sandbox: %s holds more than %d names: the rest is left out", self.root, MAX_CODE_ENTRIES)
+            self.cut = True
+            entries = entries[: self.left]
+        self.left -= len(entries)
+        shown: list[str] = []
+        for entry in entries:
+            found, whole = self._entry(entry, package)
+            shown += found
+            complete = complete and whole
+        return shown, complete
+
+    def _entry(self, entry: os.DirEntry[str], package: bool) -> tuple[list[str], bool]:
+        """What to show of ``entry``, and whether its parent may be shown as one for it."""
+        try:
+            link = entry.is_symlink()
+            if entry.path in self.hidden:
+                return [], False
+            if entry.is_dir():
+                if entry.name == "__pycache__" or entry.name.endswith(METADATA_SUFFIXES):
+                    return [entry.path], not link
+                importable = entry.name.isidentifier() if package else _is_package(entry.path)
+                if not importable or os.path.realpath(entry.path) in self.hidden:
+                    return [], False
+                found, whole = self.folder(entry.path, package=True)
+                return ([entry.path] if whole else found), whole and not link
+            if entry.is_file() and (entry.name.endswith(CODE_SUFFIXES) or (package and entry.name in PACKAGE_MARKERS)):
+                return [entry.path], not link
+        except OSError:
+            pass
+        return [], False
 
 
 def _is_package(folder: str) -> bool:
@@ -166,7 +216,7 @@ def _is_package(folder: str) -> bool:
         return False
 
 
-def sys_path_code(entries: Iterable[str], shown: list[str]) -> list[str]:
+def sys_path_code(entries: Iterable[str], shown: list[str], hidden: Iterable[str] = ()) -> list[str]:
     """What the unit needs of the import path: installed-library folders and archives whole,
     the user's own code folders (the working folder, ``PYTHONPATH``, Ray's ``working_dir`` and
     ``py_modules``, editable installs) by their code only. Entries inside ``shown`` add nothing."""
@@ -177,14 +227,15 @@ def sys_path_code(entries: Iterable[str], shown: list[str]) -> list[str]:
         if _library_folder(entry) and not _broad(entry):
             found.append(entry)
         else:
-            found += code_content(entry)
+            found += code_content(entry, hidden)
     return found
 
 
-def module_location(module: str) -> list[str]:
-    """Where the top-level package or module of ``module`` lives, found without importing it
-    (a top-level spec runs no code of the module): an editable install's finder may put it
-    outside ``sys.path``."""
+def module_location(module: str, hidden: Iterable[str] = ()) -> list[str]:
+    """What to show of the top-level package or module of ``module``, found without importing
+    it (a top-level spec runs no code of the module): an editable install's finder may put it
+    outside ``sys.path``. A package in an installed-library folder whole, one of the user's own
+    code by its code only."""
     top = module.partition(".")[0]
     try:
         spec = importlib.util.find_spec(top)
@@ -193,7 +244,10 @@ def module_location(module: str) -> list[str]:
     if spec is None:
         return []
     if spec.submodule_search_locations:
-        return [_absolute(p) for p in spec.submodule_search_locations if os.path.isdir(p)]
+        found: list[str] = []
+        for folder in (_absolute(p) for p in spec.submodule_search_locations if os.path.isdir(p)):
+            found += [folder] if _library_folder(os.path.dirname(folder)) else package_code(folder, hidden)
+        return found
     if spec.origin and os.path.isfile(spec.origin):
         return [_absolute(spec.origin)]
     return []
@@ -206,14 +260,17 @@ def certificate_paths(environment: dict[str, str]) -> list[str]:
 def file_system_view(
     *, sys_path: Iterable[str], modules: Iterable[str], bound: Iterable[str], trusted: Iterable[str]
 ) -> FileSystemView:
-    """The view of a unit runner: system, Python, the code on ``sys_path``, the locations of
-    ``modules`` (rayeval's own, a ``module:function`` agent's), ``bound`` (the agent's files
-    and install folders, ``--sandbox-bind``), with the ``trusted`` paths inside them covered."""
+    """The view of a unit runner: system, Python, the code on ``sys_path``, the code of
+    ``modules`` (a ``module:function`` agent's), rayeval's package, ``bound`` (the agent's
+    files and install folders, ``--sandbox-bind``), with the ``trusted`` paths inside them
+    covered (and left out of the code looked at)."""
+    trusted = list(trusted)
     system, links = system_paths()
     shown = [*system, *python_paths()]
-    shown += sys_path_code(sys_path, shown)
+    shown += sys_path_code(sys_path, shown, trusted)
     for module in modules:
-        shown += [path for path in module_location(module) if not any(inside(path, s) for s in shown)]
+        shown += [path for path in module_location(module, trusted) if not any(inside(path, s) for s in shown)]
+    shown.append(OWN_PACKAGE)
     for path in certificate_paths(dict(os.environ)):
         if os.path.exists(path) and not any(inside(_absolute(path), s) for s in shown):
             shown.append(_absolute(path))

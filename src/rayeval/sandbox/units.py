@@ -237,9 +237,7 @@ class UnitRunner:
         # the working folder ("" on sys.path) holds the caller's own modules, as on Ray's workers
         self.sys_path = list(dict.fromkeys(os.path.abspath(p or ".") for p in [*sys.path, os.getcwd()]))
         trusted = [*trusted_paths_to_hide(), *config.hide, *_repositories(config.hide)]
-        self.view = file_system_view(
-            sys_path=self.sys_path, modules=("rayeval", *config.modules), bound=config.bind, trusted=trusted
-        )
+        self.view = file_system_view(sys_path=self.sys_path, modules=config.modules, bound=config.bind, trusted=trusted)
         self.kept = _kept_folders(self.view.read_only)
         self.exec_only = self._exec_only_copies()
         self.interpreter_bin = os.path.dirname(sys.executable)

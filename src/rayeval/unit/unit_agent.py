@@ -115,9 +115,9 @@ def probe(
     name = agent.name if isinstance(agent, AgentRef) else getattr(agent, "__name__", repr(agent))
     detail = outcome.error_message or outcome.kind
     hint = (
-        " (a sandboxed agent sees the system folders, the Python environment, its own code (the modules and "
-        "packages of the folders on its import path) and its inputs: show other files and folders it needs with "
-        "--sandbox-bind PATH)"
+        " (a sandboxed agent sees the system folders, the Python environment, its own code (of the folders on "
+        "its import path, their modules and packages, and of a package only its code: not a prompt template or "
+        "other data file in it) and its inputs: show other files and folders it needs with --sandbox-bind PATH)"
         if runner.isolation == "sandbox"
         else ""
     )

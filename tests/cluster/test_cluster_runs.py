@@ -221,7 +221,8 @@ import os, sys
 
 
 def solve(task_prompt, work_dir):
-    looked = ("evals", "results", "notes.txt", os.path.join(os.path.dirname(__file__), "notes.txt"))
+    here = os.path.dirname(__file__)
+    looked = ("evals", "results", "notes.txt", os.path.join(here, "notes.txt"), os.path.join(here, "evals"))
     return {"answer": {"answer": "B"}, "metadata": {"where": {
         "module": __file__, "executable": sys.executable, "seen": [p for p in looked if os.path.exists(p)],
         "processes": len([p for p in os.listdir("/proc") if p.isdigit()]),
@@ -311,17 +312,21 @@ def test_a_job_runs_the_agent_in_its_working_dir_sandboxed(
 def test_a_job_runs_the_agent_of_its_py_modules_sandboxed(
     ray_cluster: RayTestCluster, job_project: Path, tmp_path: Path
 ) -> None:
-    package = tmp_path / "code" / "jobagent"
-    package.mkdir(parents=True)
+    """``py_modules: ["jobagent"]`` beside ``--working-dir .``, the run's evals in the package:
+    Ray unpacks a second copy of it onto the workers' import path, not the one the run loads
+    its evals from. Of that copy, as of any package, the unit sees the code only."""
+    package = job_project / "jobagent"
+    package.mkdir()
     (package / "__init__.py").write_text("")
     (package / "solver.py").write_text(USER_AGENT)
     (package / "notes.txt").write_text("the package's own data")
+    write_mc_evals(package / "evals", ["p1", "p2", "p3"])
     output = tmp_path / "results"
-    runtime_env = json.dumps({"py_modules": [str(package)]})
+    runtime_env = json.dumps({"py_modules": ["jobagent"]})
     command = [
         "rayeval",
         "run",
-        "evals",
+        "jobagent/evals",
         "--agent",
         "jobagent.solver:solve",
         "--seeds",
@@ -335,7 +340,7 @@ def test_a_job_runs_the_agent_of_its_py_modules_sandboxed(
     for _, row in _user_agent_rows(output).iterrows():
         where = _where(row)
         assert "/runtime_resources/py_modules_files/" in where["module"], where
-        assert where["seen"] == [where["module"].replace("solver.py", "notes.txt")], where  # its package, whole
+        assert where["seen"] == [], where  # neither the package's data nor its evals
 
 
 def test_a_job_runs_the_agent_of_its_pip_environment_sandboxed(

@@ -26,7 +26,14 @@ import pyarrow.dataset as ds
 import pytest
 
 from rayeval.sandbox import allowlist
-from rayeval.sandbox.allowlist import bwrap_mounts, code_content, file_system_view, module_location, sys_path_code
+from rayeval.sandbox.allowlist import (
+    bwrap_mounts,
+    code_content,
+    file_system_view,
+    inside,
+    module_location,
+    sys_path_code,
+)
 from tests.security.attack_agents import MARKER
 
 REPO = Path(__file__).resolve().parents[2]
@@ -284,6 +291,20 @@ def test_a_code_folder_is_looked_at_only_up_to_its_bound(
     # a, b; then a's 4 names: __init__.py, data.txt, one.py, sub; then none of sub's
     assert shown == [str(tmp_path / "a" / "__init__.py"), str(tmp_path / "a" / "one.py")]
     assert "holds more than 6 names" in caplog.text
+
+
+def test_a_view_shows_no_more_paths_of_code_than_its_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each path is a mount: a package split by its data files into many costs no more."""
+    monkeypatch.setattr(allowlist, "MAX_CODE_PATHS", 3)
+    package = _package(tmp_path / "pkg", ["__init__.py", "a.py", "b.py", "c.py", "data.txt"])
+    with caplog.at_level("WARNING", logger=allowlist.__name__):
+        view = file_system_view(sys_path=[str(tmp_path)], modules=[], bound=[], trusted=[])
+    assert [path for path in view.read_only if inside(path, str(tmp_path))] == [
+        str(package / name) for name in ("__init__.py", "a.py", "b.py")
+    ]
+    assert "takes 4 paths: only the first 3 are shown" in caplog.text
 
 
 def test_evals_in_a_package_on_the_import_path_are_out_of_sight_by_any_path(tmp_path: Path) -> None:

@@ -57,9 +57,14 @@ PACKAGE_MARKERS = ("py.typed",)
 #: they would bring the host back.
 TOO_BROAD = ("/", "/home", "/root", "/tmp", "/var", "/var/tmp", "/dev/shm", "/run", "/mnt", "/media", "/srv", "/opt")
 
-#: More names than this under one code folder (its packages' included): the rest is left out,
-#: with a warning. Each shown path is a mount, which every unit's mount namespace copies.
-MAX_CODE_ENTRIES = 2000
+#: More names than this under one code folder (its packages' included): the rest is not
+#: looked at, with a warning.
+MAX_CODE_ENTRIES = 20_000
+
+#: More paths of code than this in a view: the rest is left out, with a warning. Each is a
+#: mount: bubblewrap takes 9,000 arguments (three a mount) and its start grows with their
+#: square; every unit's mount namespace copies them.
+MAX_CODE_PATHS = 1000
 
 #: rayeval's own package, shown whole wherever it lies (its agents read the data it ships).
 OWN_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -266,11 +271,11 @@ def file_system_view(
     covered (and left out of the code looked at)."""
     trusted = list(trusted)
     system, links = system_paths()
-    shown = [*system, *python_paths()]
-    shown += sys_path_code(sys_path, shown, trusted)
+    shown = [*system, *python_paths(), OWN_PACKAGE]
+    code = sys_path_code(sys_path, shown, trusted)
     for module in modules:
-        shown += [path for path in module_location(module, trusted) if not any(inside(path, s) for s in shown)]
-    shown.append(OWN_PACKAGE)
+        code += module_location(module, trusted)
+    shown += _bounded([path for path in dict.fromkeys(code) if not any(inside(path, s) for s in shown)])
     for path in certificate_paths(dict(os.environ)):
         if os.path.exists(path) and not any(inside(_absolute(path), s) for s in shown):
             shown.append(_absolute(path))
@@ -287,14 +292,33 @@ def file_system_view(
     return FileSystemView(read_only=tuple(shown), links=tuple(links), covered=tuple(covered))
 
 
+def _bounded(code: list[str]) -> list[str]:
+    if len(code) > MAX_CODE_PATHS:
+        log.warning(
+            "sandbox: the code on the import path takes %d paths: only the first %d are shown (--sandbox-bind "
+            "a package whole)", len(code), MAX_CODE_PATHS,
+        )  # fmt: skip
+    return code[:MAX_CODE_PATHS]
+
+
 def _outermost(paths: Iterable[str]) -> list[str]:
-    """``paths`` without duplicates and without those inside another one."""
-    ordered = sorted(set(paths), key=lambda p: (p.count("/"), p))
+    """``paths`` (absolute, normalized) without duplicates and without those inside another."""
     kept: list[str] = []
-    for path in ordered:
-        if not any(inside(path, folder) for folder in kept):
+    seen: set[str] = set()
+    for path in sorted(set(paths), key=lambda p: (p.count("/"), p)):
+        if not any(folder in seen for folder in _ancestors(path)):
             kept.append(path)
+            seen.add(path)
     return kept
+
+
+def _ancestors(path: str) -> Iterable[str]:
+    """``path`` and every folder above it."""
+    while True:
+        yield path
+        if path in ("/", ""):
+            return
+        path = os.path.dirname(path)
 
 
 def bwrap_mounts(view: FileSystemView, *, writable: str, read_only_extra: Iterable[str]) -> list[str]:

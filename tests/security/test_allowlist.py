@@ -293,6 +293,12 @@ def test_a_code_folder_is_looked_at_only_up_to_its_bound(
     assert "holds more than 6 names" in caplog.text
 
 
+def test_a_code_folder_is_looked_at_only_so_deep(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(allowlist, "MAX_CODE_DEPTH", 2)
+    package = _package(tmp_path / "pkg", ["__init__.py", "a/x.py", "a/b/y.py"])
+    assert code_content(str(tmp_path)) == [str(package / "__init__.py"), str(package / "a" / "x.py")]
+
+
 def test_a_view_shows_no_more_paths_of_code_than_its_bound(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -3,12 +3,13 @@
 The unit runner's file system starts empty (a read-only tmpfs) and gets, read-only and each at
 its own path: the system folders programs need (``/usr`` and its merged links, a few files of
 ``/etc``), the Python environment the worker runs (its prefixes and interpreter), the agent's
-own code (the Python content of the folders on ``sys.path`` that are not installed libraries,
-and its module's location), the files its options name and its program's install folder, and
-what the user names (``--sandbox-bind``). The work root (writable) and the data cache
-(read-only) are there for the runner only: each unit covers them again and keeps its own work
-folder and inputs. Trusted folders inside what is allowed (an evals folder inside a package, a
-repository's git folder, the results root) are covered. Everything else of the host is absent.
+own code (of the folders on ``sys.path`` that are not installed libraries, and of its module's
+package, the code only: a package's data files are not code), rayeval's package, the files its
+options name and its program's install folder, and what the user names (``--sandbox-bind``).
+The work root (writable) and the data cache (read-only) are there for the runner only: each
+unit covers them again and keeps its own work folder and inputs. Trusted folders inside what is
+allowed (an evals folder inside a bound one, a repository's git folder, the results root) are
+covered. Everything else of the host is absent.
 
 Standard library only: computed in the worker, once per unit runner.
 """
@@ -57,9 +58,10 @@ PACKAGE_MARKERS = ("py.typed",)
 #: they would bring the host back.
 TOO_BROAD = ("/", "/home", "/root", "/tmp", "/var", "/var/tmp", "/dev/shm", "/run", "/mnt", "/media", "/srv", "/opt")
 
-#: More names than this under one code folder (its packages' included): the rest is not
-#: looked at, with a warning.
+#: More names than this under one code folder (its packages' included), or folders deeper
+#: than this in it: the rest is not looked at, with a warning (for the names).
 MAX_CODE_ENTRIES = 20_000
+MAX_CODE_DEPTH = 32
 
 #: More paths of code than this in a view: the rest is left out, with a warning. Each is a
 #: mount: bubblewrap takes 9,000 arguments (three a mount) and its start grows with their
@@ -148,13 +150,13 @@ def code_content(folder: str, hidden: Iterable[str] = ()) -> list[str]:
     """The code in a folder of the user's own code: modules, byte-code caches, package
     metadata, and packages (folders with an ``__init__``) by their code only (see
     :class:`_CodeWalk`). Nothing at or under a ``hidden`` path is looked at."""
-    return _CodeWalk(folder, hidden).folder(folder, package=False)[0]
+    return _CodeWalk(folder, hidden).folder(folder, package=False, depth=0)[0]
 
 
 def package_code(folder: str, hidden: Iterable[str] = ()) -> list[str]:
     """The code of the package (or namespace package portion) ``folder``: itself when all it
     holds is code, else its code by name."""
-    found, whole = _CodeWalk(folder, hidden).folder(folder, package=True)
+    found, whole = _CodeWalk(folder, hidden).folder(folder, package=True, depth=0)
     return [folder] if whole else found
 
 
@@ -172,7 +174,7 @@ class _CodeWalk:
         self.left = MAX_CODE_ENTRIES
         self.cut = False  # the bound was reached (and said so)
 
-    def folder(self, folder: str, *, package: bool) -> tuple[list[str], bool]:
+    def folder(self, folder: str, *, package: bool, depth: int) -> tuple[list[str], bool]:
         """What to show of ``folder`` (a package, or the top of a code folder), and whether
         that is all of it."""
         try:
@@ -188,12 +190,12 @@ class _CodeWalk:
         self.left -= len(entries)
         shown: list[str] = []
         for entry in entries:
-            found, whole = self._entry(entry, package)
+            found, whole = self._entry(entry, package, depth)
             shown += found
             complete = complete and whole
         return shown, complete
 
-    def _entry(self, entry: os.DirEntry[str], package: bool) -> tuple[list[str], bool]:
+    def _entry(self, entry: os.DirEntry[str], package: bool, depth: int) -> tuple[list[str], bool]:
         """What to show of ``entry``, and whether its parent may be shown as one for it."""
         try:
             link = entry.is_symlink()
@@ -203,9 +205,9 @@ class _CodeWalk:
                 if entry.name == "__pycache__" or entry.name.endswith(METADATA_SUFFIXES):
                     return [entry.path], not link
                 importable = entry.name.isidentifier() if package else _is_package(entry.path)
-                if not importable or os.path.realpath(entry.path) in self.hidden:
+                if not importable or depth >= MAX_CODE_DEPTH or os.path.realpath(entry.path) in self.hidden:
                     return [], False
-                found, whole = self.folder(entry.path, package=True)
+                found, whole = self.folder(entry.path, package=True, depth=depth + 1)
                 return ([entry.path] if whole else found), whole and not link
             if entry.is_file() and (entry.name.endswith(CODE_SUFFIXES) or (package and entry.name in PACKAGE_MARKERS)):
                 return [entry.path], not link

@@ -83,7 +83,8 @@ class SandboxConfig(BaseModel):
     #: Host files and folders shown read-only at their own path (``--sandbox-bind``; the agent's
     #: install folders and the files its options name are added where it runs).
     bind: tuple[str, ...] = ()
-    #: Modules whose code units import, shown where they lie (a ``module:function`` agent's).
+    #: Modules whose code units import, shown by their code where they lie (a ``module:function``
+    #: agent's package: its modules, not its data files).
     modules: tuple[str, ...] = ()
     #: Variables passed from the worker's environment besides ``units.BASE_ENV_NAMES``.
     env_names: tuple[str, ...] = ()
